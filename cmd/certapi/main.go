@@ -1,0 +1,86 @@
+// Command certapi is the certapi aggregated API server: it issues TLS serving certificates for in-cluster
+// webhooks and extension API servers from an in-cluster CA.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+	genericapiserver "k8s.io/apiserver/pkg/server"
+	"k8s.io/component-base/cli"
+	cliflag "k8s.io/component-base/cli/flag"
+	"k8s.io/component-base/logs"
+	logsapi "k8s.io/component-base/logs/api/v1"
+	_ "k8s.io/component-base/metrics/prometheus/clientgo" // client-go metrics on /metrics
+	"k8s.io/component-base/term"
+
+	"github.com/certapi/certapi/pkg/apiserver"
+)
+
+func main() {
+	ctx := genericapiserver.SetupSignalContext()
+	os.Exit(cli.Run(newCommand(ctx)))
+}
+
+func newCommand(ctx context.Context) *cobra.Command {
+	o := apiserver.NewOptions()
+	logOptions := logs.NewOptions()
+	cmd := &cobra.Command{
+		Use:   "certapi",
+		Short: "Issue TLS serving certificates for in-cluster webhooks from an in-cluster CA",
+		Long: `certapi is a Kubernetes aggregated API server (group certapi.dev) that issues TLS serving
+certificates for in-cluster webhooks and extension API servers from an in-cluster CA.
+
+It stores its objects in etcd: an external cluster given with --etcd-servers, or, when none is given, an
+embedded single-member etcd in --data-dir. Register it with kube-apiserver through an APIService for
+v1alpha1.certapi.dev.
+
+Logs never carry private key material at any verbosity below 8, where client-go starts to log request
+bodies.`,
+		SilenceUsage: true,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return fmt.Errorf("certapi takes no arguments, got %q", args)
+			}
+			if err := logsapi.ValidateAndApply(logOptions, nil); err != nil {
+				return err
+			}
+			if err := o.Validate(); err != nil {
+				return err
+			}
+			return run(cmd.Context(), o)
+		},
+	}
+	cmd.SetContext(ctx)
+
+	fss := o.Flags()
+	logsapi.AddFlags(logOptions, fss.FlagSet("logging"))
+	cliflag.SetUsageAndHelpFunc(cmd, fss, termWidth())
+	for _, f := range fss.FlagSets {
+		cmd.Flags().AddFlagSet(f)
+	}
+	return cmd
+}
+
+func termWidth() int {
+	cols, _, _ := term.TerminalSize(os.Stdout)
+	return cols
+}
+
+func run(ctx context.Context, o *apiserver.Options) error {
+	if err := o.Complete(ctx); err != nil {
+		return err
+	}
+	defer o.Stop()
+	config, err := o.Config()
+	if err != nil {
+		return err
+	}
+	server, err := config.Complete().New()
+	if err != nil {
+		return err
+	}
+	return server.GenericAPIServer.PrepareRun().RunWithContext(ctx)
+}

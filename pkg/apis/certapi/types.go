@@ -1,0 +1,282 @@
+package certapi
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// KeyAlgorithm names the kind of private key certapi generates for a request whose certificate it delivers
+// into a Secret. Keys that callers bring to the servingcerts subresource are judged by their CSR instead.
+// +enum
+type KeyAlgorithm string
+
+const (
+	// KeyAlgorithmECDSAP256 is an ECDSA key on curve P-256; the default.
+	KeyAlgorithmECDSAP256 KeyAlgorithm = "ECDSAP256"
+	// KeyAlgorithmECDSAP384 is an ECDSA key on curve P-384.
+	KeyAlgorithmECDSAP384 KeyAlgorithm = "ECDSAP384"
+	// KeyAlgorithmRSA2048 is a 2048-bit RSA key.
+	KeyAlgorithmRSA2048 KeyAlgorithm = "RSA2048"
+	// KeyAlgorithmRSA3072 is a 3072-bit RSA key.
+	KeyAlgorithmRSA3072 KeyAlgorithm = "RSA3072"
+	// KeyAlgorithmRSA4096 is a 4096-bit RSA key.
+	KeyAlgorithmRSA4096 KeyAlgorithm = "RSA4096"
+)
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// ServingCertRequest declares that the Service spec.serviceName in this namespace serves TLS and needs a
+// serving certificate from the cluster's CA. The namespace is the trust boundary: whoever may write
+// requests in a namespace may obtain certificates for that namespace's Services and nothing else.
+type ServingCertRequest struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   ServingCertRequestSpec   `json:"spec,omitempty"`
+	Status ServingCertRequestStatus `json:"status,omitempty"`
+}
+
+// ServingCertRequestSpec says which Service a certificate is for and how it is made.
+type ServingCertRequestSpec struct {
+	// serviceName is the Service, in this request's namespace, that serves with the certificate.
+	// A DNS-1035 label. Every certificate carries the SANs <serviceName>.<namespace>.svc and
+	// <serviceName>.<namespace>.svc.<clusterDomain>.
+	// +required
+	ServiceName string `json:"serviceName"`
+
+	// dnsNames are extra SANs, each <name>.<namespace>.svc or <name>.<namespace>.svc.<clusterDomain>
+	// for a DNS-1035 <name> in this namespace, or *.<serviceName>.<namespace>.svc[.<clusterDomain>] for
+	// the pods of a headless Service. Names are stored in lower case without a trailing dot.
+	// +optional
+	// +listType=atomic
+	DNSNames []string `json:"dnsNames,omitempty"`
+
+	// duration is the requested lifetime of each certificate: at least 1h, at most 2160h, default 168h.
+	// A certificate never outlives the CA that signs it.
+	// +optional
+	Duration *metav1.Duration `json:"duration,omitempty"`
+
+	// renewBefore is how long before notAfter a certificate is due for renewal; less than duration.
+	// When unset, renewal is due at two thirds of the certificate's actual lifetime.
+	// +optional
+	RenewBefore *metav1.Duration `json:"renewBefore,omitempty"`
+
+	// keyAlgorithm is the private key certapi generates when it delivers into secretName:
+	// ECDSAP256 (default), ECDSAP384, RSA2048, RSA3072 or RSA4096.
+	// +optional
+	KeyAlgorithm KeyAlgorithm `json:"keyAlgorithm,omitempty"`
+
+	// secretName, when set, asks certapi to deliver tls.crt, tls.key and ca.crt into this
+	// kubernetes.io/tls Secret in the request's namespace, and to keep it renewed.
+	// +optional
+	SecretName string `json:"secretName,omitempty"`
+}
+
+// ServingCertRequestStatus reports the latest certificate issued for a request, by either path.
+type ServingCertRequestStatus struct {
+	// conditions: Ready, with reasons such as Issued, Renewing, SecretConflict and Denied.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// observedGeneration is the spec generation this status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// caBundle is the PEM bundle that clients of this Service should trust.
+	// +optional
+	CABundle string `json:"caBundle,omitempty"`
+
+	// certificate is the PEM of the latest certificate issued for this request (public data).
+	// +optional
+	Certificate string `json:"certificate,omitempty"`
+
+	// serialNumber of the latest certificate, in hexadecimal.
+	// +optional
+	SerialNumber string `json:"serialNumber,omitempty"`
+
+	// notBefore of the latest certificate.
+	// +optional
+	NotBefore *metav1.Time `json:"notBefore,omitempty"`
+
+	// notAfter of the latest certificate.
+	// +optional
+	NotAfter *metav1.Time `json:"notAfter,omitempty"`
+
+	// renewalTime is when the latest certificate is due for renewal.
+	// +optional
+	RenewalTime *metav1.Time `json:"renewalTime,omitempty"`
+
+	// lastIssued is when a certificate was last issued for this request.
+	// +optional
+	LastIssued *metav1.Time `json:"lastIssued,omitempty"`
+}
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// ServingCertRequestList is a list of ServingCertRequests.
+type ServingCertRequestList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+
+	Items []ServingCertRequest `json:"items"`
+}
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// ServingCert is the body of a create on servingcertrequests/{name}/servingcerts: the caller sends a
+// PKCS#10 request for a key it holds and receives a certificate for the parent request's Service.
+type ServingCert struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   ServingCertSpec   `json:"spec"`
+	Status ServingCertStatus `json:"status,omitempty"`
+}
+
+// ServingCertSpec is what a caller asks for.
+type ServingCertSpec struct {
+	// certificateRequest is a PEM-encoded PKCS#10 certificate request. Its self-signature is verified;
+	// its subject and SANs are ignored, since the identity comes from the parent ServingCertRequest.
+	// Accepted keys: RSA of at least 2048 bits, ECDSA P-256 or P-384.
+	// +required
+	CertificateRequest string `json:"certificateRequest"`
+
+	// duration is the requested lifetime, at most the parent request's duration.
+	// +optional
+	Duration *metav1.Duration `json:"duration,omitempty"`
+}
+
+// ServingCertStatus is the issued certificate.
+type ServingCertStatus struct {
+	// certificate is the PEM-encoded serving certificate.
+	// +optional
+	Certificate string `json:"certificate,omitempty"`
+	// caBundle is the PEM bundle clients should trust.
+	// +optional
+	CABundle string `json:"caBundle,omitempty"`
+	// serialNumber of the certificate, in hexadecimal.
+	// +optional
+	SerialNumber string `json:"serialNumber,omitempty"`
+	// notBefore of the certificate.
+	// +optional
+	NotBefore *metav1.Time `json:"notBefore,omitempty"`
+	// notAfter of the certificate.
+	// +optional
+	NotAfter *metav1.Time `json:"notAfter,omitempty"`
+	// renewalTime is when the caller should ask for a new certificate.
+	// +optional
+	RenewalTime *metav1.Time `json:"renewalTime,omitempty"`
+}
+
+// CertificateAuthorityRole says what a CA certificate in the bundle is doing now.
+// +enum
+type CertificateAuthorityRole string
+
+const (
+	// CARoleActive signs new and renewed certificates.
+	CARoleActive CertificateAuthorityRole = "Active"
+	// CARoleNext is trusted already and becomes Active once every target holds it.
+	CARoleNext CertificateAuthorityRole = "Next"
+	// CARoleRetiring no longer signs and stays trusted until no certificate it signed can be valid.
+	CARoleRetiring CertificateAuthorityRole = "Retiring"
+)
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// CertificateAuthority is the public face of the in-cluster CA. Exactly one exists, named "default";
+// it cannot be deleted. Private keys are never part of it.
+type CertificateAuthority struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   CertificateAuthoritySpec   `json:"spec,omitempty"`
+	Status CertificateAuthorityStatus `json:"status,omitempty"`
+}
+
+// CertificateAuthoritySpec holds what an admin can ask of the CA.
+type CertificateAuthoritySpec struct {
+	// duration is the lifetime of each new CA certificate: at least 24h, default 8760h.
+	// +optional
+	Duration *metav1.Duration `json:"duration,omitempty"`
+
+	// forceRotation: a new value starts one rotation (queued if one is running).
+	// +optional
+	ForceRotation string `json:"forceRotation,omitempty"`
+
+	// distrust: a new value starts an emergency rotation that drops the current CA from the bundle as
+	// soon as every delivered certificate has been re-issued.
+	// +optional
+	Distrust string `json:"distrust,omitempty"`
+}
+
+// CertificateAuthorityStatus shows the CA certificates and how far their bundle has reached.
+type CertificateAuthorityStatus struct {
+	// conditions: Ready and Rotating.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// observedGeneration is the spec generation this status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// caBundle is the PEM bundle of every CA certificate clients should trust now.
+	// +optional
+	CABundle string `json:"caBundle,omitempty"`
+
+	// active identifies the CA that signs now.
+	// +optional
+	Active *CertificateAuthorityRef `json:"active,omitempty"`
+
+	// certificates lists the CA certificates in the bundle and their roles.
+	// +optional
+	// +listType=atomic
+	Certificates []CertificateAuthorityCertificate `json:"certificates,omitempty"`
+
+	// injection summarises the objects that opted in to caBundle injection.
+	// +optional
+	Injection *InjectionSummary `json:"injection,omitempty"`
+}
+
+// CertificateAuthorityRef identifies one CA certificate.
+type CertificateAuthorityRef struct {
+	// serialNumber in hexadecimal.
+	SerialNumber string `json:"serialNumber"`
+	// subjectKeyID in hexadecimal.
+	SubjectKeyID string `json:"subjectKeyID"`
+}
+
+// CertificateAuthorityCertificate is one CA certificate in the bundle.
+type CertificateAuthorityCertificate struct {
+	CertificateAuthorityRef `json:",inline"`
+	// role is Active, Next or Retiring.
+	Role CertificateAuthorityRole `json:"role"`
+	// notBefore of the CA certificate.
+	NotBefore metav1.Time `json:"notBefore"`
+	// notAfter of the CA certificate.
+	NotAfter metav1.Time `json:"notAfter"`
+}
+
+// InjectionSummary counts the objects that opted in to caBundle injection, by state.
+type InjectionSummary struct {
+	// targets is the number of opted-in objects.
+	Targets int32 `json:"targets"`
+	// upToDate is the number that hold the current bundle.
+	UpToDate int32 `json:"upToDate"`
+	// skipped is the number with nothing to inject (url-only webhooks, local APIServices, ...).
+	Skipped int32 `json:"skipped"`
+	// conflicts is the number certapi refuses to manage (claimed by another injector, or fought over).
+	Conflicts int32 `json:"conflicts"`
+}
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// CertificateAuthorityList is a list of CertificateAuthorities (at most one: "default").
+type CertificateAuthorityList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+
+	Items []CertificateAuthority `json:"items"`
+}

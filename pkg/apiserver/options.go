@@ -1,0 +1,173 @@
+package apiserver
+
+import (
+	"context"
+	"fmt"
+	"net"
+
+	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	utilerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/apimachinery/pkg/util/sets"
+	utilvalidation "k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apiserver/pkg/admission/plugin/webhook/mutating"
+	"k8s.io/apiserver/pkg/admission/plugin/webhook/validating"
+	"k8s.io/apiserver/pkg/endpoints/openapi"
+	genericapiserver "k8s.io/apiserver/pkg/server"
+	genericoptions "k8s.io/apiserver/pkg/server/options"
+	"k8s.io/apiserver/pkg/util/compatibility"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	cliflag "k8s.io/component-base/cli/flag"
+	"k8s.io/klog/v2"
+	netutils "k8s.io/utils/net"
+
+	"github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
+	generatedopenapi "github.com/certapi/certapi/pkg/generated/openapi"
+)
+
+// EtcdPathPrefix is where every certapi object lives in etcd.
+const EtcdPathPrefix = "/registry/certapi.dev"
+
+// Options are everything a certapi server can be told on its command line.
+type Options struct {
+	RecommendedOptions *genericoptions.RecommendedOptions
+
+	// ClusterDomain is the cluster's DNS domain (kubelet's --cluster-domain).
+	ClusterDomain string
+	// DataDir holds the embedded etcd's data when no --etcd-servers are given.
+	DataDir string
+
+	embeddedEtcd *EmbeddedEtcd
+}
+
+// NewOptions returns the defaults: etcd3 storage under EtcdPathPrefix, delegated authentication and
+// authorization, and an admission chain without admission webhooks.
+func NewOptions() *Options {
+	o := &Options{
+		RecommendedOptions: genericoptions.NewRecommendedOptions(EtcdPathPrefix, Codecs.LegacyCodec(v1alpha1.SchemeGroupVersion)),
+		ClusterDomain:      "cluster.local",
+		DataDir:            "/var/lib/certapi",
+	}
+	// Without --tls-cert-file the placeholder certificate stays in memory: nothing is written to the working directory.
+	o.RecommendedOptions.SecureServing.ServerCert.CertDirectory = ""
+	o.RecommendedOptions.Etcd.StorageConfig.EncodeVersioner = runtime.NewMultiGroupVersioner(v1alpha1.SchemeGroupVersion, schema.GroupKind{Group: v1alpha1.GroupName})
+	// A webhook whose certificate comes from certapi must never be able to block certapi, so admission
+	// webhooks are off unless an admin turns them on. ValidatingAdmissionPolicy still applies.
+	o.RecommendedOptions.Admission.DefaultOffPlugins = sets.New(mutating.PluginName, validating.PluginName)
+	return o
+}
+
+// Flags returns certapi's flags in named sections, so --help groups them.
+func (o *Options) Flags() cliflag.NamedFlagSets {
+	var fss cliflag.NamedFlagSets
+	fs := fss.FlagSet("certapi")
+	fs.StringVar(&o.ClusterDomain, "cluster-domain", o.ClusterDomain,
+		"The cluster's DNS domain, as given to kubelet. Certificates carry <service>.<namespace>.svc and <service>.<namespace>.svc.<cluster-domain>, and the CA's name constraints permit only those suffixes.")
+	fs.StringVar(&o.DataDir, "data-dir", o.DataDir,
+		"Directory of the embedded single-member etcd, used only when --etcd-servers is empty. Right for a laptop or a single replica; "+
+			"several replicas need a shared external etcd. It holds the CA private keys: keep it on a private volume. certapi makes it mode 0700 and "+
+			"listens only on Unix sockets inside it.")
+
+	o.RecommendedOptions.Etcd.AddFlags(fss.FlagSet("etcd"))
+	fss.FlagSet("etcd").Lookup("etcd-servers").Usage += " When empty, certapi runs an embedded etcd in --data-dir."
+	o.RecommendedOptions.SecureServing.AddFlags(fss.FlagSet("secure serving"))
+	o.RecommendedOptions.Authentication.AddFlags(fss.FlagSet("authentication"))
+	o.RecommendedOptions.Authorization.AddFlags(fss.FlagSet("authorization"))
+	o.RecommendedOptions.Audit.AddFlags(fss.FlagSet("auditing"))
+	o.RecommendedOptions.Features.AddFlags(fss.FlagSet("features"))
+	o.RecommendedOptions.CoreAPI.AddFlags(fss.FlagSet("kubernetes api"))
+	o.RecommendedOptions.Admission.AddFlags(fss.FlagSet("admission"))
+	o.RecommendedOptions.EgressSelector.AddFlags(fss.FlagSet("egress selector"))
+	o.RecommendedOptions.Traces.AddFlags(fss.FlagSet("traces"))
+	utilfeature.DefaultMutableFeatureGate.AddFlag(fss.FlagSet("features"))
+	return fss
+}
+
+// AddFlags adds every flag to fs.
+func (o *Options) AddFlags(fs *pflag.FlagSet) {
+	for _, f := range o.Flags().FlagSets {
+		fs.AddFlagSet(f)
+	}
+}
+
+// Validate checks the options, before anything is started.
+func (o *Options) Validate() error {
+	var errs []error
+	for _, msg := range utilvalidation.IsDNS1123Subdomain(o.ClusterDomain) {
+		errs = append(errs, fmt.Errorf("--cluster-domain %q: %s", o.ClusterDomain, msg))
+	}
+	if len(o.RecommendedOptions.Etcd.StorageConfig.Transport.ServerList) == 0 && o.DataDir == "" {
+		errs = append(errs, fmt.Errorf("give --etcd-servers, or --data-dir for the embedded etcd"))
+	}
+	// The generic etcd options insist on --etcd-servers; the embedded etcd fills it in Complete.
+	etcd := *o.RecommendedOptions.Etcd
+	if len(etcd.StorageConfig.Transport.ServerList) == 0 {
+		etcd.StorageConfig.Transport.ServerList = []string{"unix:///embedded"}
+	}
+	errs = append(errs, etcd.Validate()...)
+	ro := *o.RecommendedOptions
+	ro.Etcd = nil
+	errs = append(errs, ro.SecureServing.Validate()...)
+	errs = append(errs, ro.Authentication.Validate()...)
+	errs = append(errs, ro.Authorization.Validate()...)
+	errs = append(errs, ro.Audit.Validate()...)
+	errs = append(errs, ro.Features.Validate()...)
+	errs = append(errs, ro.CoreAPI.Validate()...)
+	errs = append(errs, ro.Admission.Validate()...)
+	errs = append(errs, ro.EgressSelector.Validate()...)
+	errs = append(errs, ro.Traces.Validate()...)
+	return utilerrors.NewAggregate(errs)
+}
+
+// Complete starts the embedded etcd when no --etcd-servers were given. Call Stop when done.
+func (o *Options) Complete(ctx context.Context) error {
+	if len(o.RecommendedOptions.Etcd.StorageConfig.Transport.ServerList) > 0 {
+		return nil
+	}
+	e, err := StartEmbeddedEtcd(ctx, o.DataDir)
+	if err != nil {
+		return err
+	}
+	o.embeddedEtcd = e
+	o.RecommendedOptions.Etcd.StorageConfig.Transport.ServerList = []string{e.Endpoint()}
+	return nil
+}
+
+// Stop releases what Complete started.
+func (o *Options) Stop() {
+	if o.embeddedEtcd != nil {
+		o.embeddedEtcd.Stop()
+	}
+}
+
+// Config turns the options into a server configuration.
+func (o *Options) Config() (*Config, error) {
+	// With no certificate given, serve a self-signed one so that a laptop run works; real deployments
+	// give --tls-cert-file or, later, take one from certapi's own CA.
+	if err := o.RecommendedOptions.SecureServing.MaybeDefaultWithSelfSignedCerts("localhost", nil, []net.IP{netutils.ParseIPSloppy("127.0.0.1")}); err != nil {
+		return nil, fmt.Errorf("creating a self-signed serving certificate: %w", err)
+	}
+	if o.RecommendedOptions.Etcd.EncryptionProviderConfigFilepath == "" {
+		klog.InfoS("WARNING: no --encryption-provider-config: certapi objects are stored in etcd unencrypted")
+	}
+
+	serverConfig := genericapiserver.NewRecommendedConfig(Codecs)
+	namer := openapi.NewDefinitionNamer(Scheme)
+	serverConfig.OpenAPIConfig = genericapiserver.DefaultOpenAPIConfig(generatedopenapi.GetOpenAPIDefinitions, namer)
+	serverConfig.OpenAPIConfig.Info.Title = "certapi"
+	serverConfig.OpenAPIConfig.Info.Version = "v1alpha1"
+	serverConfig.OpenAPIV3Config = genericapiserver.DefaultOpenAPIV3Config(generatedopenapi.GetOpenAPIDefinitions, namer)
+	serverConfig.OpenAPIV3Config.Info.Title = "certapi"
+	serverConfig.OpenAPIV3Config.Info.Version = "v1alpha1"
+	serverConfig.FeatureGate = utilfeature.DefaultFeatureGate
+	serverConfig.EffectiveVersion = compatibility.DefaultBuildEffectiveVersion()
+
+	if err := o.RecommendedOptions.ApplyTo(serverConfig); err != nil {
+		return nil, fmt.Errorf("applying options: %w", err)
+	}
+	return &Config{
+		GenericConfig: serverConfig,
+		ExtraConfig:   ExtraConfig{ClusterDomain: o.ClusterDomain},
+	}, nil
+}

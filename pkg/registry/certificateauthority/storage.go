@@ -1,0 +1,157 @@
+package certificateauthority
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/duration"
+	"k8s.io/apiserver/pkg/registry/generic"
+	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
+	"k8s.io/apiserver/pkg/registry/rest"
+	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
+
+	"github.com/certapi/certapi/pkg/apis/certapi"
+)
+
+// errUndeletable explains why a delete is refused and what to do instead.
+var errUndeletable = fmt.Errorf("the in-cluster CA cannot be deleted: every certificate certapi issued chains to it; set spec.forceRotation to rotate it, or spec.distrust to replace it at once")
+
+// REST is the storage of the CertificateAuthority. Deletes are refused.
+type REST struct {
+	*genericregistry.Store
+}
+
+var _ rest.CategoriesProvider = &REST{}
+
+// Categories lets `kubectl get certapi` list it.
+func (*REST) Categories() []string { return []string{"certapi"} }
+
+// Delete is refused: deleting the CA would orphan every certificate in the cluster.
+func (r *REST) Delete(ctx context.Context, name string, deleteValidation rest.ValidateObjectFunc, options *metav1.DeleteOptions) (runtime.Object, bool, error) {
+	return nil, false, apierrors.NewForbidden(certapi.Resource("certificateauthorities"), name, errUndeletable)
+}
+
+// DeleteCollection is refused for the same reason as Delete.
+func (r *REST) DeleteCollection(ctx context.Context, deleteValidation rest.ValidateObjectFunc, options *metav1.DeleteOptions, listOptions *metainternalversion.ListOptions) (runtime.Object, error) {
+	return nil, apierrors.NewForbidden(certapi.Resource("certificateauthorities"), "", errUndeletable)
+}
+
+// StatusREST is the storage of the status subresource.
+type StatusREST struct {
+	store *genericregistry.Store
+}
+
+// NewREST returns the storage of the CertificateAuthority and of its status.
+func NewREST(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter) (*REST, *StatusREST, error) {
+	s := NewStrategy(scheme)
+	store := &genericregistry.Store{
+		NewFunc:                   func() runtime.Object { return &certapi.CertificateAuthority{} },
+		NewListFunc:               func() runtime.Object { return &certapi.CertificateAuthorityList{} },
+		PredicateFunc:             Match,
+		DefaultQualifiedResource:  certapi.Resource("certificateauthorities"),
+		SingularQualifiedResource: certapi.Resource("certificateauthority"),
+
+		CreateStrategy:      s,
+		UpdateStrategy:      s,
+		DeleteStrategy:      s,
+		ResetFieldsStrategy: s,
+
+		TableConvertor: tableConvertor{},
+	}
+	if err := store.CompleteWithOptions(&generic.StoreOptions{RESTOptions: optsGetter, AttrFunc: GetAttrs}); err != nil {
+		return nil, nil, fmt.Errorf("completing CertificateAuthority storage: %w", err)
+	}
+	statusStore := *store
+	status := statusStrategy{s}
+	statusStore.UpdateStrategy = status
+	statusStore.ResetFieldsStrategy = status
+	return &REST{Store: store}, &StatusREST{store: &statusStore}, nil
+}
+
+// New returns an empty CertificateAuthority.
+func (r *StatusREST) New() runtime.Object { return &certapi.CertificateAuthority{} }
+
+// Destroy does nothing: the main resource's storage owns the etcd client.
+func (r *StatusREST) Destroy() {}
+
+// Get returns the CertificateAuthority.
+func (r *StatusREST) Get(ctx context.Context, name string, options *metav1.GetOptions) (runtime.Object, error) {
+	return r.store.Get(ctx, name, options)
+}
+
+// Update writes status only.
+func (r *StatusREST) Update(ctx context.Context, name string, objInfo rest.UpdatedObjectInfo, createValidation rest.ValidateObjectFunc, updateValidation rest.ValidateObjectUpdateFunc, forceAllowCreate bool, options *metav1.UpdateOptions) (runtime.Object, bool, error) {
+	return r.store.Update(ctx, name, objInfo, createValidation, updateValidation, false, options)
+}
+
+// GetResetFields tells server-side apply which fields a status write resets.
+func (r *StatusREST) GetResetFields() map[fieldpath.APIVersion]*fieldpath.Set {
+	return r.store.GetResetFields()
+}
+
+// ConvertToTable prints the CA as `kubectl get` does.
+func (r *StatusREST) ConvertToTable(ctx context.Context, object runtime.Object, tableOptions runtime.Object) (*metav1.Table, error) {
+	return r.store.ConvertToTable(ctx, object, tableOptions)
+}
+
+type tableConvertor struct{}
+
+var columns = []metav1.TableColumnDefinition{
+	{Name: "Name", Type: "string", Format: "name", Description: "Name of the CA (always default)."},
+	{Name: "Ready", Type: "string", Description: "The Ready condition's status."},
+	{Name: "Rotating", Type: "string", Description: "The Rotating condition's status."},
+	{Name: "Active", Type: "string", Description: "Serial number of the CA that signs now."},
+	{Name: "Not After", Type: "string", Format: "date-time", Description: "When the Active CA expires."},
+	{Name: "Age", Type: "string", Description: "Time since the CA object was created."},
+}
+
+func (tableConvertor) ConvertToTable(ctx context.Context, obj runtime.Object, tableOptions runtime.Object) (*metav1.Table, error) {
+	table := &metav1.Table{}
+	if opt, ok := tableOptions.(*metav1.TableOptions); !ok || !opt.NoHeaders {
+		table.ColumnDefinitions = columns
+	}
+	var items []certapi.CertificateAuthority
+	switch t := obj.(type) {
+	case *certapi.CertificateAuthority:
+		items = []certapi.CertificateAuthority{*t}
+		table.ResourceVersion = t.ResourceVersion
+	case *certapi.CertificateAuthorityList:
+		items = t.Items
+		table.ResourceVersion = t.ResourceVersion
+		table.Continue = t.Continue
+		table.RemainingItemCount = t.RemainingItemCount
+	default:
+		return nil, fmt.Errorf("cannot print %T as a CertificateAuthority table", obj)
+	}
+	now := time.Now()
+	for i := range items {
+		ca := &items[i]
+		status := func(t string) string {
+			for _, c := range ca.Status.Conditions {
+				if c.Type == t {
+					return string(c.Status)
+				}
+			}
+			return "Unknown"
+		}
+		active, notAfter := "<none>", "<none>"
+		if ca.Status.Active != nil {
+			active = ca.Status.Active.SerialNumber
+			for _, c := range ca.Status.Certificates {
+				if c.Role == certapi.CARoleActive {
+					notAfter = c.NotAfter.UTC().Format(time.RFC3339)
+				}
+			}
+		}
+		table.Rows = append(table.Rows, metav1.TableRow{
+			Cells:  []interface{}{ca.Name, status(certapi.ConditionReady), status("Rotating"), active, notAfter, duration.HumanDuration(now.Sub(ca.CreationTimestamp.Time))},
+			Object: runtime.RawExtension{Object: ca},
+		})
+	}
+	return table, nil
+}
