@@ -1,0 +1,194 @@
+package signer
+
+import (
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+)
+
+// DefaultCADuration is the CA lifetime when CAOptions.Duration is zero; it
+// matches the CertificateAuthority spec.duration default.
+const DefaultCADuration = 8760 * time.Hour
+
+// Backdate is how far before "now" every certificate's notBefore is set, so
+// that a client whose clock is a little behind the signer's still accepts a
+// certificate issued a moment ago.
+const Backdate = 5 * time.Minute
+
+// CA is one certificate authority: its certificate and private key. Sign
+// issues serving certificates with it. A CA value is not modified by any
+// method and may be used from several goroutines at once.
+type CA struct {
+	Certificate *x509.Certificate
+	Key         crypto.Signer
+}
+
+// CAOptions configures NewCA.
+type CAOptions struct {
+	// ClusterDomain is the cluster's DNS domain, e.g. "cluster.local". The
+	// CA's name constraints permit only names under "svc" and
+	// "svc.<ClusterDomain>". Required.
+	ClusterDomain string
+	// Duration is the CA lifetime, DefaultCADuration if zero.
+	Duration time.Duration
+	// Now is the issuance time; zero means time.Now().
+	Now time.Time
+	// CommonName is the CA subject's CN; default "certapi-ca@<unix seconds>",
+	// which makes successive CAs easy to tell apart in a bundle.
+	CommonName string
+}
+
+// NewCA creates a self-signed ECDSA P-256 CA for signing in-cluster serving
+// certificates.
+//
+// The certificate is a CA with critical basic constraints and path length 0
+// (it may sign only leaves), key usage certSign, cRLSign and
+// digitalSignature, a subject key identifier, a random 128-bit serial and a
+// notBefore backdated by Backdate. Its critical name constraints permit only
+// DNS names under "svc" and "svc.<ClusterDomain>" and exclude every IPv4 and
+// IPv6 address, so a verifier that enforces name constraints (Go's, hence
+// kube-apiserver's) rejects any certificate from this CA for another name or
+// for an IP address, even one signed by mistake.
+//
+// The constraints are written without a leading dot ("svc", not ".svc"), the
+// form RFC 5280 defines for dNSName: it permits "a.b.svc" but not
+// "example.com" or "svc.evil.com". The leading-dot form would also exclude
+// the bare names "svc" and "svc.<ClusterDomain>", which are never issued
+// here anyway, but it is not understood by every verifier (some OpenJDK
+// releases reject it).
+func NewCA(opts CAOptions) (*CA, error) {
+	if err := validateDNSName(opts.ClusterDomain, false); err != nil {
+		return nil, fmt.Errorf("creating CA: cluster domain %q: %w", truncate(opts.ClusterDomain), err)
+	}
+	duration := opts.Duration
+	if duration == 0 {
+		duration = DefaultCADuration
+	}
+	if duration < 0 {
+		return nil, fmt.Errorf("creating CA: duration %s is negative; expected a positive duration", duration)
+	}
+	now := opts.Now
+	if now.IsZero() {
+		now = time.Now()
+	}
+	now = now.UTC().Truncate(time.Second)
+	cn := opts.CommonName
+	if cn == "" {
+		cn = fmt.Sprintf("certapi-ca@%d", now.Unix())
+	}
+
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, fmt.Errorf("creating CA: generating key: %w", err)
+	}
+	serial, err := randomSerial()
+	if err != nil {
+		return nil, fmt.Errorf("creating CA: %w", err)
+	}
+	ski, err := subjectKeyID(key.Public())
+	if err != nil {
+		return nil, fmt.Errorf("creating CA: %w", err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          serial,
+		Subject:               pkix.Name{CommonName: cn},
+		NotBefore:             now.Add(-Backdate),
+		NotAfter:              now.Add(duration),
+		IsCA:                  true,
+		BasicConstraintsValid: true,
+		MaxPathLen:            0,
+		MaxPathLenZero:        true,
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
+		SubjectKeyId:          ski,
+
+		PermittedDNSDomainsCritical: true,
+		PermittedDNSDomains:         PermittedDNSDomains(opts.ClusterDomain),
+		ExcludedIPRanges: []*net.IPNet{
+			{IP: net.IPv4zero.To4(), Mask: net.CIDRMask(0, 8*net.IPv4len)},
+			{IP: net.IPv6zero, Mask: net.CIDRMask(0, 8*net.IPv6len)},
+		},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
+	if err != nil {
+		return nil, fmt.Errorf("creating CA: signing certificate: %w", err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, fmt.Errorf("creating CA: parsing the new certificate: %w", err)
+	}
+	return &CA{Certificate: cert, Key: key}, nil
+}
+
+// PermittedDNSDomains returns the DNS name constraints of a CA for
+// clusterDomain: "svc" and "svc.<clusterDomain>".
+func PermittedDNSDomains(clusterDomain string) []string {
+	return []string{"svc", "svc." + clusterDomain}
+}
+
+// LoadCA parses a CA from its PEM certificate (exactly one CERTIFICATE
+// block) and private key (see ParseKeyPEM). It checks that the certificate
+// is a CA allowed to sign certificates, that it has a subject key identifier
+// (leaves carry it as their authority key identifier), that its key is one
+// CheckPublicKey accepts, and that the private key belongs to it, so that a
+// mismatched pair fails here rather than at the first signature.
+func LoadCA(certPEM, keyPEM []byte) (*CA, error) {
+	certs, err := ParseBundle(certPEM)
+	if err != nil {
+		return nil, fmt.Errorf("loading CA certificate: %w", err)
+	}
+	if len(certs) != 1 {
+		return nil, fmt.Errorf("loading CA certificate: found %d certificates; expected exactly one", len(certs))
+	}
+	cert := certs[0]
+	if !cert.BasicConstraintsValid || !cert.IsCA {
+		return nil, errors.New("loading CA certificate: not a CA (basic constraints cA is not true)")
+	}
+	if cert.KeyUsage != 0 && cert.KeyUsage&x509.KeyUsageCertSign == 0 {
+		return nil, errors.New("loading CA certificate: key usage does not include certSign")
+	}
+	if len(cert.SubjectKeyId) == 0 {
+		return nil, errors.New("loading CA certificate: no subject key identifier; expected one (leaves reference it)")
+	}
+	if err := CheckPublicKey(cert.PublicKey); err != nil {
+		return nil, fmt.Errorf("loading CA certificate: %w", err)
+	}
+	key, err := ParseKeyPEM(keyPEM)
+	if err != nil {
+		return nil, fmt.Errorf("loading CA key: %w", err)
+	}
+	pub, ok := key.Public().(interface{ Equal(crypto.PublicKey) bool })
+	if !ok || !pub.Equal(cert.PublicKey) {
+		return nil, errors.New("loading CA: the private key does not match the certificate's public key")
+	}
+	return &CA{Certificate: cert, Key: key}, nil
+}
+
+// CertificatePEM returns the CA certificate as one PEM CERTIFICATE block.
+func (ca *CA) CertificatePEM() []byte {
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.Certificate.Raw})
+}
+
+// KeyPEM returns the CA private key as PKCS#8 PEM (see EncodeKeyPEM). The
+// result is secret: store it only where CA keys belong, never log it.
+func (ca *CA) KeyPEM() ([]byte, error) {
+	return EncodeKeyPEM(ca.Key)
+}
+
+// SubjectKeyID returns the CA's subject key identifier as lower-case hex,
+// the form used for CertificateAuthority status.active.
+func (ca *CA) SubjectKeyID() string {
+	return FormatKeyID(ca.Certificate.SubjectKeyId)
+}
+
+// FormatKeyID formats a key identifier as lower-case hex without colons.
+func FormatKeyID(id []byte) string {
+	return fmt.Sprintf("%x", id)
+}
