@@ -1,0 +1,216 @@
+// Package status writes ServingCertRequest status for the leader, coalesced off the request path: many
+// issuances against one request in a short time make one status write, not one each.
+package status
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+
+	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
+	"github.com/certapi/certapi/pkg/generated/clientset/versioned"
+)
+
+// Condition reasons certapi writes on a request's Ready condition.
+const (
+	ReasonIssued         = "Issued"
+	ReasonRenewing       = "Renewing"
+	ReasonSecretConflict = "SecretConflict"
+	ReasonDenied         = "Denied"
+	ReasonPending        = "Pending"
+)
+
+// Issued describes one certificate issued for a request, by either path.
+type Issued struct {
+	Certificate  string
+	CABundle     string
+	SerialNumber string
+	NotBefore    time.Time
+	NotAfter     time.Time
+	RenewalTime  time.Time
+	IssuedAt     time.Time
+}
+
+// Ready is a Ready condition to set, with the generation it describes.
+type Ready struct {
+	Status     metav1.ConditionStatus
+	Reason     string
+	Message    string
+	Generation int64
+}
+
+type pending struct {
+	issued *Issued
+	ready  *Ready
+}
+
+// Writer queues status changes per request and writes the latest of them at most once per interval.
+// Its zero value is not usable; make one with New.
+type Writer struct {
+	client   versioned.Interface
+	interval time.Duration
+	queue    workqueue.TypedRateLimitingInterface[types.NamespacedName]
+
+	mu      sync.Mutex
+	pending map[types.NamespacedName]*pending
+}
+
+// New returns a Writer that writes each request's status at most once per interval.
+func New(client versioned.Interface, interval time.Duration) *Writer {
+	return &Writer{
+		client:   client,
+		interval: interval,
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.NewTypedItemExponentialFailureRateLimiter[types.NamespacedName](100*time.Millisecond, 30*time.Second),
+			workqueue.TypedRateLimitingQueueConfig[types.NamespacedName]{Name: "servingcertrequest-status"}),
+		pending: map[types.NamespacedName]*pending{},
+	}
+}
+
+// RecordIssued notes a certificate issued for key; a later one for the same key replaces it before it is written.
+func (w *Writer) RecordIssued(key types.NamespacedName, issued Issued) {
+	w.mu.Lock()
+	p := w.entry(key)
+	if p.issued == nil || !issued.IssuedAt.Before(p.issued.IssuedAt) {
+		p.issued = &issued
+	}
+	w.mu.Unlock()
+	w.queue.AddAfter(key, w.interval)
+}
+
+// SetReady notes the Ready condition for key.
+func (w *Writer) SetReady(key types.NamespacedName, ready Ready) {
+	w.mu.Lock()
+	w.entry(key).ready = &ready
+	w.mu.Unlock()
+	w.queue.AddAfter(key, w.interval)
+}
+
+func (w *Writer) entry(key types.NamespacedName) *pending {
+	p := w.pending[key]
+	if p == nil {
+		p = &pending{}
+		w.pending[key] = p
+	}
+	return p
+}
+
+// Run writes queued status until ctx ends, with workers goroutines.
+func (w *Writer) Run(ctx context.Context, workers int) {
+	defer w.queue.ShutDown()
+	var wg sync.WaitGroup
+	for i := 0; i < workers; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for w.processNext(ctx) {
+			}
+		}()
+	}
+	<-ctx.Done()
+	w.queue.ShutDown()
+	wg.Wait()
+}
+
+func (w *Writer) processNext(ctx context.Context) bool {
+	key, quit := w.queue.Get()
+	if quit {
+		return false
+	}
+	defer w.queue.Done(key)
+
+	w.mu.Lock()
+	p := w.pending[key]
+	delete(w.pending, key)
+	w.mu.Unlock()
+	if p == nil {
+		w.queue.Forget(key)
+		return true
+	}
+	if err := w.write(ctx, key, p); err != nil {
+		klog.FromContext(ctx).Error(err, "Writing ServingCertRequest status", "request", key)
+		// Put the change back unless something newer arrived meanwhile, and retry with backoff.
+		w.mu.Lock()
+		cur := w.entry(key)
+		if cur.issued == nil {
+			cur.issued = p.issued
+		}
+		if cur.ready == nil {
+			cur.ready = p.ready
+		}
+		w.mu.Unlock()
+		w.queue.AddRateLimited(key)
+		return true
+	}
+	w.queue.Forget(key)
+	return true
+}
+
+func (w *Writer) write(ctx context.Context, key types.NamespacedName, p *pending) error {
+	scrs := w.client.CertapiV1alpha1().ServingCertRequests(key.Namespace)
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		obj, err := scrs.Get(ctx, key.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil // deleted meanwhile: nothing to report on
+		}
+		if err != nil {
+			return fmt.Errorf("getting %s: %w", key, err)
+		}
+		if !Apply(obj, p.issued, p.ready) {
+			return nil
+		}
+		_, err = scrs.UpdateStatus(ctx, obj, metav1.UpdateOptions{FieldManager: "certapi"})
+		return err
+	})
+}
+
+// Apply merges an issued certificate and a Ready condition into obj's status, and reports whether
+// anything changed. An issued certificate older than the one in status is ignored.
+func Apply(obj *certapiv1alpha1.ServingCertRequest, issued *Issued, ready *Ready) bool {
+	changed := false
+	st := &obj.Status
+	if issued != nil && (st.LastIssued == nil || !issued.IssuedAt.Before(st.LastIssued.Time)) && st.SerialNumber != issued.SerialNumber {
+		st.Certificate = issued.Certificate
+		st.CABundle = issued.CABundle
+		st.SerialNumber = issued.SerialNumber
+		st.NotBefore = ptrTime(issued.NotBefore)
+		st.NotAfter = ptrTime(issued.NotAfter)
+		st.RenewalTime = ptrTime(issued.RenewalTime)
+		st.LastIssued = ptrTime(issued.IssuedAt)
+		changed = true
+		if ready == nil {
+			ready = &Ready{Status: metav1.ConditionTrue, Reason: ReasonIssued, Message: "certificate " + issued.SerialNumber + " issued", Generation: obj.Generation}
+		}
+	}
+	if ready != nil {
+		cond := metav1.Condition{
+			Type:               "Ready",
+			Status:             ready.Status,
+			Reason:             ready.Reason,
+			Message:            ready.Message,
+			ObservedGeneration: ready.Generation,
+		}
+		if meta.SetStatusCondition(&st.Conditions, cond) {
+			changed = true
+		}
+		if ready.Generation > st.ObservedGeneration {
+			st.ObservedGeneration = ready.Generation
+			changed = true
+		}
+	}
+	return changed
+}
+
+func ptrTime(t time.Time) *metav1.Time {
+	mt := metav1.NewTime(t)
+	return &mt
+}
