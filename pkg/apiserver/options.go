@@ -26,8 +26,12 @@ import (
 	generatedopenapi "github.com/certapi/certapi/pkg/generated/openapi"
 )
 
-// EtcdPathPrefix is where every certapi object lives in etcd.
+// EtcdPathPrefix is where every certapi object lives in etcd: the storage prefix "/registry" followed by
+// the group, as kube-apiserver lays out its own groups, so a shared etcd shows certapi's keys in one place.
 const EtcdPathPrefix = "/registry/certapi.dev"
+
+// storagePrefix is the generic registry's prefix; it appends "<group>/<resource>" to it.
+const storagePrefix = "/registry"
 
 // Options are everything a certapi server can be told on its command line.
 type Options struct {
@@ -45,7 +49,7 @@ type Options struct {
 // authorization, and an admission chain without admission webhooks.
 func NewOptions() *Options {
 	o := &Options{
-		RecommendedOptions: genericoptions.NewRecommendedOptions(EtcdPathPrefix, Codecs.LegacyCodec(v1alpha1.SchemeGroupVersion)),
+		RecommendedOptions: genericoptions.NewRecommendedOptions(storagePrefix, Codecs.LegacyCodec(v1alpha1.SchemeGroupVersion)),
 		ClusterDomain:      "cluster.local",
 		DataDir:            "/var/lib/certapi",
 	}

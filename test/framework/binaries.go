@@ -1,0 +1,152 @@
+package framework
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+)
+
+// ModulePath is the Go module path of the repository the framework belongs to.
+const ModulePath = "github.com/certapi/certapi"
+
+// Environment variables that override where the framework finds its binaries.
+const (
+	// EnvCertapiBin names a prebuilt certapi binary; when set the framework does not build one.
+	EnvCertapiBin = "CERTAPI_BIN"
+	// EnvEtcdBin names an etcd binary to use instead of <repo>/_output/bin/etcd.
+	EnvEtcdBin = "ETCD_BIN"
+	// EnvKubeAPIServerBin names a kube-apiserver binary to use instead of <repo>/_output/bin/kube-apiserver.
+	EnvKubeAPIServerBin = "KUBE_APISERVER_BIN"
+)
+
+// RepoRoot returns the root of the certapi repository: the nearest directory, walking up from the
+// working directory and then from this source file, whose go.mod declares module ModulePath.
+func RepoRoot() (string, error) {
+	var starts []string
+	if wd, err := os.Getwd(); err == nil {
+		starts = append(starts, wd)
+	}
+	if _, file, _, ok := runtime.Caller(0); ok {
+		starts = append(starts, filepath.Dir(file))
+	}
+	for _, start := range starts {
+		for dir := start; ; dir = filepath.Dir(dir) {
+			if isCertapiModule(filepath.Join(dir, "go.mod")) {
+				return dir, nil
+			}
+			if parent := filepath.Dir(dir); parent == dir {
+				break
+			}
+		}
+	}
+	return "", fmt.Errorf("cannot find the repository root (a go.mod with module %s) above %v", ModulePath, starts)
+}
+
+func isCertapiModule(goMod string) bool {
+	f, err := os.Open(goMod)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) >= 2 && fields[0] == "module" {
+			return strings.Trim(fields[1], `"`) == ModulePath
+		}
+	}
+	return false
+}
+
+// toolBinary returns the path of a binary built by `make tools` (or named by envVar).
+func toolBinary(name, envVar string) (string, error) {
+	if p := os.Getenv(envVar); p != "" {
+		if _, err := os.Stat(p); err != nil {
+			return "", fmt.Errorf("%s=%s: %w", envVar, p, err)
+		}
+		return p, nil
+	}
+	root, err := RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	p := filepath.Join(root, "_output", "bin", name)
+	if _, err := os.Stat(p); err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return "", fmt.Errorf("%s not found at %s: run `make tools` (or set %s)", name, p, envVar)
+		}
+		return "", fmt.Errorf("checking %s: %w", p, err)
+	}
+	return p, nil
+}
+
+// certapiBuild remembers a successful build for the life of the process. A failed build is not
+// remembered, so a cancelled context does not poison later tests.
+var certapiBuild struct {
+	mu   sync.Mutex
+	path string
+}
+
+// CertapiBinary returns the certapi binary to run: $CERTAPI_BIN if set, otherwise
+// <repo>/_output/cache/certapi built with `go build ./cmd/certapi` once per process. Concurrent test
+// binaries serialise the build with a file lock; the Go build cache makes a rebuild of unchanged
+// sources a no-op.
+func CertapiBinary(ctx context.Context) (string, error) {
+	if p := os.Getenv(EnvCertapiBin); p != "" {
+		if _, err := os.Stat(p); err != nil {
+			return "", fmt.Errorf("%s=%s: %w", EnvCertapiBin, p, err)
+		}
+		return p, nil
+	}
+	certapiBuild.mu.Lock()
+	defer certapiBuild.mu.Unlock()
+	if certapiBuild.path != "" {
+		return certapiBuild.path, nil
+	}
+	p, err := buildCertapi(ctx)
+	if err != nil {
+		return "", err
+	}
+	certapiBuild.path = p
+	return p, nil
+}
+
+func buildCertapi(ctx context.Context) (string, error) {
+	root, err := RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	cacheDir := filepath.Join(root, "_output", "cache")
+	if err := os.MkdirAll(cacheDir, 0o755); err != nil {
+		return "", fmt.Errorf("creating %s: %w", cacheDir, err)
+	}
+	lock, err := os.OpenFile(filepath.Join(cacheDir, "certapi.lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return "", fmt.Errorf("opening build lock: %w", err)
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		return "", fmt.Errorf("locking %s: %w", lock.Name(), err)
+	}
+	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN) //nolint:errcheck // released on close anyway
+
+	out := filepath.Join(cacheDir, "certapi")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "./cmd/certapi")
+	cmd.Dir = root
+	var buf bytes.Buffer
+	cmd.Stdout = &buf
+	cmd.Stderr = &buf
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("go build ./cmd/certapi in %s: %w\n%s", root, err, buf.String())
+	}
+	return out, nil
+}

@@ -1,0 +1,830 @@
+// Package framework starts a real control plane — etcd, kube-apiserver and certapi as local
+// processes on 127.0.0.1 — for end-to-end tests and for a developer's local stack.
+//
+// Start needs the binaries built by `make tools` in <repo>/_output/bin (or named by $ETCD_BIN and
+// $KUBE_APISERVER_BIN); certapi is built from ./cmd/certapi once per process unless $CERTAPI_BIN
+// names a prebuilt binary. Tests use StartT; hack/local-up uses Start and Stop.
+//
+// There is no controller manager, scheduler or kubelet: namespaces that are deleted stay
+// Terminating, no ServiceAccount or token controller runs, Pods never start. certapi is reached by
+// kube-apiserver through a Service of type ExternalName pointing at localhost.
+package framework
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	apiregistrationv1 "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
+	aggregatorclient "k8s.io/kube-aggregator/pkg/client/clientset_generated/clientset"
+)
+
+// Names of the objects the framework creates to register certapi with kube-apiserver.
+const (
+	CertapiNamespace   = "certapi-system"
+	CertapiServiceName = "certapi"
+	CertapiGroup       = "certapi.dev"
+	CertapiVersion     = "v1alpha1"
+	CertapiAPIService  = CertapiVersion + "." + CertapiGroup
+	// CertapiEtcdPrefix is the key prefix certapi stores its objects under in the shared etcd.
+	CertapiEtcdPrefix = "/registry/certapi.dev"
+)
+
+// Process names, as used in Logs and in <Dir>/logs/<name>.log.
+const (
+	ProcessEtcd          = "etcd"
+	ProcessKubeAPIServer = "kube-apiserver"
+	ProcessCertapi       = "certapi"
+)
+
+// Deadlines for each step of Start. They are generous because a cold kube-apiserver on a busy
+// two-core machine can take tens of seconds; a shorter ctx deadline wins.
+const (
+	etcdReadyTimeout       = 60 * time.Second
+	apiServerReadyTimeout  = 3 * time.Minute
+	certapiReadyTimeout    = 2 * time.Minute
+	apiServiceReadyTimeout = 2 * time.Minute
+	pollInterval           = 100 * time.Millisecond
+	healthRequestTimeout   = 5 * time.Second
+
+	etcdStopGrace      = 10 * time.Second
+	apiServerStopGrace = 20 * time.Second
+	certapiStopGrace   = 20 * time.Second
+)
+
+// Options configures Start.
+type Options struct {
+	// Dir is the working directory for PKI, data and logs; created if missing. Required for Start.
+	// A Dir that already holds a PKI and data (a restarted local stack) is reused.
+	Dir string
+	// SkipCertapi starts only etcd and kube-apiserver.
+	SkipCertapi bool
+	// CertapiArgs are extra flags for certapi, appended after the framework's own.
+	CertapiArgs []string
+	// CertapiEmbeddedEtcd runs certapi without --etcd-servers, so that it uses its embedded etcd
+	// under --data-dir=<Dir>/certapi-data.
+	CertapiEmbeddedEtcd bool
+	// Stdout, when set, receives one progress line per step.
+	Stdout io.Writer
+}
+
+// ControlPlane is a running etcd, kube-apiserver and (unless skipped) certapi.
+type ControlPlane struct {
+	// Dir is the working directory (absolute).
+	Dir string
+	// EtcdEndpoint is the client URL of the external etcd (http://127.0.0.1:PORT), used by
+	// kube-apiserver and by certapi (under CertapiEtcdPrefix) unless CertapiEmbeddedEtcd is set.
+	EtcdEndpoint string
+	// APIServerURL is kube-apiserver's URL (https://127.0.0.1:PORT).
+	APIServerURL string
+	// AdminConfig is a client config with a system:masters client certificate and no client-side
+	// rate limit. Copy it (rest.CopyConfig) before changing it.
+	AdminConfig *rest.Config
+	// Kubeconfig is the path of an admin kubeconfig file, for kubectl and for certapi itself.
+	Kubeconfig string
+	// CertapiPort is certapi's secure port on 127.0.0.1 (also the APIService's service port).
+	CertapiPort int
+	// CertapiURL is https://127.0.0.1:CertapiPort.
+	CertapiURL string
+	// CertapiCABundle is the PEM of the framework CA that signed certapi's serving certificate: the
+	// APIService caBundle the framework registers.
+	CertapiCABundle []byte
+	// PKI holds the paths of every generated key and certificate.
+	PKI *PKI
+
+	opts        Options
+	certapiBin  string
+	certapiArgs []string
+	clientCA    *keyPair
+	out         io.Writer
+
+	mu        sync.Mutex
+	etcd      *process
+	apiserver *process
+	certapi   *process
+	logs      map[string]string
+	stopped   bool
+}
+
+// Start starts etcd, kube-apiserver and, unless opts.SkipCertapi, certapi registered as the
+// APIService v1alpha1.certapi.dev, and waits until each is ready (Available, for the APIService).
+// On error everything already started is stopped, and the (stopped) ControlPlane is still
+// returned when Dir could be prepared, so that the caller can read its Logs (see PrintLogTails).
+func Start(ctx context.Context, opts Options) (_ *ControlPlane, retErr error) {
+	if opts.Dir == "" {
+		return nil, errors.New("framework.Options.Dir is required")
+	}
+	dir, err := filepath.Abs(opts.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("resolving %s: %w", opts.Dir, err)
+	}
+	for _, d := range []string{dir, filepath.Join(dir, "logs")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, fmt.Errorf("creating %s: %w", d, err)
+		}
+	}
+	out := opts.Stdout
+	if out == nil {
+		out = io.Discard
+	}
+	cp := &ControlPlane{Dir: dir, opts: opts, out: out, logs: map[string]string{}}
+	cp.Kubeconfig = filepath.Join(dir, "kubeconfig")
+	defer func() {
+		if retErr != nil {
+			cp.Stop()
+		}
+	}()
+	begin := time.Now()
+
+	etcdBin, err := toolBinary("etcd", EnvEtcdBin)
+	if err != nil {
+		return cp, err
+	}
+	apiserverBin, err := toolBinary("kube-apiserver", EnvKubeAPIServerBin)
+	if err != nil {
+		return cp, err
+	}
+
+	// Build certapi while etcd and kube-apiserver start.
+	type buildResult struct {
+		path string
+		err  error
+	}
+	var certapiBuilt chan buildResult
+	if !opts.SkipCertapi {
+		certapiBuilt = make(chan buildResult, 1)
+		buildCtx, cancelBuild := context.WithCancel(ctx)
+		go func() {
+			p, err := CertapiBinary(buildCtx)
+			certapiBuilt <- buildResult{p, err}
+		}()
+		// Deferred calls run last-in first-out: on an early return the build is cancelled, then
+		// waited for, so that it never outlives Start.
+		defer func() {
+			if certapiBuilt != nil {
+				<-certapiBuilt
+			}
+		}()
+		defer cancelBuild()
+	}
+
+	cp.PKI, err = ensurePKI(filepath.Join(dir, "pki"))
+	if err != nil {
+		return cp, err
+	}
+	cp.clientCA, err = loadKeyPair(cp.PKI.ClientCACert, cp.PKI.ClientCAKey)
+	if err != nil {
+		return cp, fmt.Errorf("loading client CA: %w", err)
+	}
+	cp.CertapiCABundle, err = os.ReadFile(cp.PKI.CertapiCACert)
+	if err != nil {
+		return cp, fmt.Errorf("reading certapi CA: %w", err)
+	}
+
+	ports, err := allocatePorts(filepath.Join(dir, "ports.json"))
+	if err != nil {
+		return cp, err
+	}
+	cp.EtcdEndpoint = fmt.Sprintf("http://127.0.0.1:%d", ports.EtcdClient)
+	cp.APIServerURL = fmt.Sprintf("https://127.0.0.1:%d", ports.APIServer)
+	cp.CertapiPort = ports.Certapi
+	cp.CertapiURL = fmt.Sprintf("https://127.0.0.1:%d", ports.Certapi)
+
+	if err := cp.buildAdminConfig(); err != nil {
+		return cp, err
+	}
+	if err := cp.writeKubeconfig(cp.Kubeconfig); err != nil {
+		return cp, err
+	}
+
+	// etcd
+	t0 := time.Now()
+	if err := cp.startEtcd(ctx, etcdBin, ports); err != nil {
+		return cp, err
+	}
+	cp.progress("etcd ready at %s (%s)", cp.EtcdEndpoint, since(t0))
+
+	// kube-apiserver
+	t0 = time.Now()
+	if err := cp.startAPIServer(ctx, apiserverBin, ports); err != nil {
+		return cp, err
+	}
+	cp.progress("kube-apiserver ready at %s (%s)", cp.APIServerURL, since(t0))
+
+	if opts.SkipCertapi {
+		cp.progress("control plane ready in %s; kubeconfig %s", since(begin), cp.Kubeconfig)
+		return cp, nil
+	}
+
+	t0 = time.Now()
+	res := <-certapiBuilt
+	certapiBuilt = nil
+	if res.err != nil {
+		return cp, res.err
+	}
+	cp.certapiBin = res.path
+	cp.progress("certapi binary %s (waited %s)", res.path, since(t0))
+
+	cp.certapiArgs = cp.buildCertapiArgs()
+	t0 = time.Now()
+	if err := cp.StartCertapi(ctx); err != nil {
+		return cp, err
+	}
+	cp.progress("certapi ready at %s (%s)", cp.CertapiURL, since(t0))
+
+	t0 = time.Now()
+	if err := cp.registerAPIService(ctx); err != nil {
+		return cp, err
+	}
+	if err := cp.WaitAPIServiceAvailable(ctx); err != nil {
+		return cp, err
+	}
+	cp.progress("APIService %s Available (%s)", CertapiAPIService, since(t0))
+	cp.progress("control plane ready in %s; kubeconfig %s", since(begin), cp.Kubeconfig)
+	return cp, nil
+}
+
+func (cp *ControlPlane) progress(format string, args ...any) {
+	if tw, ok := cp.out.(testWriter); ok {
+		tw.t.Helper()
+		tw.t.Logf("framework: "+format, args...)
+		return
+	}
+	fmt.Fprintf(cp.out, "framework: "+format+"\n", args...)
+}
+
+func since(t time.Time) time.Duration { return time.Since(t).Round(time.Millisecond) }
+
+// Logs returns the log file of every process started so far, by process name (ProcessEtcd,
+// ProcessKubeAPIServer, ProcessCertapi).
+func (cp *ControlPlane) Logs() map[string]string {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	m := make(map[string]string, len(cp.logs))
+	for k, v := range cp.logs {
+		m[k] = v
+	}
+	return m
+}
+
+func (cp *ControlPlane) logPath(name string) string {
+	return filepath.Join(cp.Dir, "logs", name+".log")
+}
+
+func (cp *ControlPlane) launch(name, bin string, args []string) (*process, error) {
+	p, err := startProcess(name, cp.logPath(name), bin, args, nil)
+	if err != nil {
+		return nil, err
+	}
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	cp.logs[name] = p.logPath
+	if cp.stopped {
+		// Stop ran concurrently; do not leave this one behind.
+		go p.stop(syscall.SIGKILL, 0) //nolint:errcheck
+		return nil, fmt.Errorf("starting %s: control plane is stopped", name)
+	}
+	return p, nil
+}
+
+// ---------------------------------------------------------------------------------------------
+// etcd
+
+func (cp *ControlPlane) startEtcd(ctx context.Context, bin string, ports *portSet) error {
+	peer := fmt.Sprintf("http://127.0.0.1:%d", ports.EtcdPeer)
+	args := []string{
+		"--name=default",
+		"--data-dir=" + filepath.Join(cp.Dir, "etcd"),
+		"--listen-client-urls=" + cp.EtcdEndpoint,
+		"--advertise-client-urls=" + cp.EtcdEndpoint,
+		"--listen-peer-urls=" + peer,
+		"--initial-advertise-peer-urls=" + peer,
+		"--initial-cluster=default=" + peer,
+		"--initial-cluster-state=new",
+		// Throw-away test data: fsync only costs time. A process crash loses nothing (the page
+		// cache survives); only a machine crash could.
+		"--unsafe-no-fsync=true",
+		"--log-level=warn",
+	}
+	p, err := cp.launch(ProcessEtcd, bin, args)
+	if err != nil {
+		return err
+	}
+	cp.mu.Lock()
+	cp.etcd = p
+	cp.mu.Unlock()
+
+	client := &http.Client{Timeout: healthRequestTimeout}
+	return pollUntil(ctx, etcdReadyTimeout, "etcd /health at "+cp.EtcdEndpoint, p, func(ctx context.Context) (bool, string) {
+		body, code, err := httpGet(ctx, client, cp.EtcdEndpoint+"/health")
+		if err != nil {
+			return false, err.Error()
+		}
+		return code == http.StatusOK && strings.Contains(body, `"health":"true"`), fmt.Sprintf("HTTP %d: %s", code, body)
+	})
+}
+
+// ---------------------------------------------------------------------------------------------
+// kube-apiserver
+
+func (cp *ControlPlane) startAPIServer(ctx context.Context, bin string, ports *portSet) error {
+	pki := cp.PKI
+	args := []string{
+		"--etcd-servers=" + cp.EtcdEndpoint,
+		"--bind-address=127.0.0.1",
+		"--secure-port=" + strconv.Itoa(ports.APIServer),
+		"--advertise-address=127.0.0.1",
+		// The lease and master-count reconcilers refuse a loopback advertise address; with no
+		// reconciler the default/kubernetes Service simply has no endpoints, which nothing here needs.
+		"--endpoint-reconciler-type=none",
+		"--cert-dir=" + filepath.Join(cp.Dir, "kube-apiserver"),
+		"--tls-cert-file=" + pki.APIServerCert,
+		"--tls-private-key-file=" + pki.APIServerKey,
+		"--client-ca-file=" + pki.ClientCACert,
+		"--authorization-mode=RBAC",
+		"--service-account-key-file=" + pki.ServiceAccountPub,
+		"--service-account-signing-key-file=" + pki.ServiceAccountKey,
+		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+		"--service-cluster-ip-range=10.0.0.0/24",
+		"--requestheader-client-ca-file=" + pki.FrontProxyCACert,
+		"--requestheader-allowed-names=front-proxy-client",
+		"--requestheader-username-headers=X-Remote-User",
+		"--requestheader-group-headers=X-Remote-Group",
+		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
+		"--proxy-client-cert-file=" + pki.FrontProxyClientCert,
+		"--proxy-client-key-file=" + pki.FrontProxyClientKey,
+		"--enable-aggregator-routing=false",
+		"--v=2",
+	}
+	p, err := cp.launch(ProcessKubeAPIServer, bin, args)
+	if err != nil {
+		return err
+	}
+	cp.mu.Lock()
+	cp.apiserver = p
+	cp.mu.Unlock()
+
+	cfg := rest.CopyConfig(cp.AdminConfig)
+	cfg.Timeout = healthRequestTimeout
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("creating admin client: %w", err)
+	}
+	return pollUntil(ctx, apiServerReadyTimeout, "kube-apiserver /readyz at "+cp.APIServerURL, p, func(ctx context.Context) (bool, string) {
+		var code int
+		body, err := cs.Discovery().RESTClient().Get().AbsPath("/readyz").Param("verbose", "true").Do(ctx).StatusCode(&code).Raw()
+		if err != nil {
+			if len(body) > 0 {
+				return false, fmt.Sprintf("%v: %s", err, failingChecks(string(body)))
+			}
+			return false, err.Error()
+		}
+		return code == http.StatusOK, fmt.Sprintf("HTTP %d", code)
+	})
+}
+
+// failingChecks keeps the failing lines of a verbose /readyz answer.
+func failingChecks(body string) string {
+	var bad []string
+	for _, l := range strings.Split(body, "\n") {
+		if strings.HasPrefix(l, "[-]") {
+			bad = append(bad, l)
+		}
+	}
+	if len(bad) == 0 {
+		return body
+	}
+	return strings.Join(bad, "; ")
+}
+
+func (cp *ControlPlane) buildAdminConfig() error {
+	caPEM, err := os.ReadFile(cp.PKI.ServerCACert)
+	if err != nil {
+		return fmt.Errorf("reading server CA: %w", err)
+	}
+	certPEM, err := os.ReadFile(cp.PKI.AdminCert)
+	if err != nil {
+		return fmt.Errorf("reading admin certificate: %w", err)
+	}
+	keyPEM, err := os.ReadFile(cp.PKI.AdminKey)
+	if err != nil {
+		return fmt.Errorf("reading admin key: %w", err)
+	}
+	cp.AdminConfig = cp.clientConfig(caPEM, certPEM, keyPEM)
+	return nil
+}
+
+func (cp *ControlPlane) clientConfig(caPEM, certPEM, keyPEM []byte) *rest.Config {
+	return &rest.Config{
+		Host: cp.APIServerURL,
+		TLSClientConfig: rest.TLSClientConfig{
+			CAData:   caPEM,
+			CertData: certPEM,
+			KeyData:  keyPEM,
+		},
+		// A negative QPS disables client-go's client-side rate limiter: tests measure the server.
+		QPS:   -1,
+		Burst: -1,
+	}
+}
+
+// UserConfig returns a client config for user (and groups) authenticated by a fresh client
+// certificate signed by the client CA, for authorization tests. The user has no permissions
+// until RBAC grants some.
+func (cp *ControlPlane) UserConfig(user string, groups ...string) (*rest.Config, error) {
+	if user == "" {
+		return nil, errors.New("UserConfig: user is required")
+	}
+	kp, err := cp.clientCA.sign(clientTemplate(user, groups))
+	if err != nil {
+		return nil, fmt.Errorf("issuing client certificate for %q: %w", user, err)
+	}
+	keyPEM, err := kp.keyPEM()
+	if err != nil {
+		return nil, err
+	}
+	cfg := rest.CopyConfig(cp.AdminConfig)
+	cfg.CertData = kp.certPEM
+	cfg.KeyData = keyPEM
+	return cfg, nil
+}
+
+func (cp *ControlPlane) writeKubeconfig(path string) error {
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["certapi-local"] = &clientcmdapi.Cluster{
+		Server:                   cp.APIServerURL,
+		CertificateAuthorityData: cp.AdminConfig.CAData,
+	}
+	cfg.AuthInfos["admin"] = &clientcmdapi.AuthInfo{
+		ClientCertificateData: cp.AdminConfig.CertData,
+		ClientKeyData:         cp.AdminConfig.KeyData,
+	}
+	cfg.Contexts["admin@certapi-local"] = &clientcmdapi.Context{Cluster: "certapi-local", AuthInfo: "admin"}
+	cfg.CurrentContext = "admin@certapi-local"
+	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+		return fmt.Errorf("writing kubeconfig %s: %w", path, err)
+	}
+	return nil
+}
+
+// ---------------------------------------------------------------------------------------------
+// certapi
+
+func (cp *ControlPlane) buildCertapiArgs() []string {
+	pki := cp.PKI
+	var args []string
+	if cp.opts.CertapiEmbeddedEtcd {
+		args = append(args, "--data-dir="+filepath.Join(cp.Dir, "certapi-data"))
+	} else {
+		args = append(args, "--etcd-servers="+cp.EtcdEndpoint)
+	}
+	args = append(args,
+		"--bind-address=127.0.0.1",
+		"--secure-port="+strconv.Itoa(cp.CertapiPort),
+		"--tls-cert-file="+pki.CertapiCert,
+		"--tls-private-key-file="+pki.CertapiKey,
+		"--kubeconfig="+cp.Kubeconfig,
+		"--authentication-kubeconfig="+cp.Kubeconfig,
+		"--authorization-kubeconfig="+cp.Kubeconfig,
+		"-v=4",
+	)
+	return append(args, cp.opts.CertapiArgs...)
+}
+
+// StartCertapi starts certapi with the flags, port and data dir of Start, stopping a running one
+// gracefully first, and waits for its /readyz. It does not wait for the APIService; see
+// WaitAPIServiceAvailable.
+func (cp *ControlPlane) StartCertapi(ctx context.Context) error {
+	if cp.opts.SkipCertapi || cp.certapiBin == "" {
+		return errors.New("StartCertapi: the control plane was started with SkipCertapi")
+	}
+	if err := cp.StopCertapi(); err != nil {
+		return err
+	}
+	p, err := cp.launch(ProcessCertapi, cp.certapiBin, cp.certapiArgs)
+	if err != nil {
+		return err
+	}
+	cp.mu.Lock()
+	cp.certapi = p
+	cp.mu.Unlock()
+
+	client, err := cp.certapiHTTPClient()
+	if err != nil {
+		return err
+	}
+	return pollUntil(ctx, certapiReadyTimeout, "certapi /readyz at "+cp.CertapiURL, p, func(ctx context.Context) (bool, string) {
+		body, code, err := httpGet(ctx, client, cp.CertapiURL+"/readyz?verbose=true")
+		if err != nil {
+			return false, err.Error()
+		}
+		if code != http.StatusOK {
+			return false, fmt.Sprintf("HTTP %d: %s", code, failingChecks(body))
+		}
+		return true, ""
+	})
+}
+
+// CertapiHTTPClient returns an HTTP client that trusts the framework's certapi serving CA and
+// presents the admin client certificate, for talking to certapi directly (not through
+// kube-apiserver), e.g. to its /metrics or /readyz.
+func (cp *ControlPlane) CertapiHTTPClient() (*http.Client, error) { return cp.certapiHTTPClient() }
+
+func (cp *ControlPlane) certapiHTTPClient() (*http.Client, error) {
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(cp.CertapiCABundle) {
+		return nil, errors.New("no certificate in the certapi CA bundle")
+	}
+	admin, err := tls.X509KeyPair(cp.AdminConfig.CertData, cp.AdminConfig.KeyData)
+	if err != nil {
+		return nil, fmt.Errorf("loading admin key pair: %w", err)
+	}
+	return &http.Client{
+		Timeout: healthRequestTimeout,
+		Transport: &http.Transport{
+			TLSClientConfig: &tls.Config{
+				RootCAs:      pool,
+				Certificates: []tls.Certificate{admin},
+				MinVersion:   tls.VersionTLS12,
+			},
+		},
+	}, nil
+}
+
+// StopCertapi stops certapi gracefully (SIGTERM; SIGKILL after a deadline) and waits for it to
+// exit. It is a no-op when certapi is not running.
+func (cp *ControlPlane) StopCertapi() error {
+	return cp.stopCertapi(syscall.SIGTERM)
+}
+
+// KillCertapi kills certapi with SIGKILL and waits for it to exit.
+func (cp *ControlPlane) KillCertapi() error {
+	return cp.stopCertapi(syscall.SIGKILL)
+}
+
+func (cp *ControlPlane) stopCertapi(sig syscall.Signal) error {
+	cp.mu.Lock()
+	p := cp.certapi
+	cp.mu.Unlock()
+	if p == nil {
+		return nil
+	}
+	if err := p.stop(sig, certapiStopGrace); err != nil {
+		return fmt.Errorf("stopping certapi: %w", err)
+	}
+	return nil
+}
+
+// CertapiRunning reports whether the certapi process is running.
+func (cp *ControlPlane) CertapiRunning() bool {
+	cp.mu.Lock()
+	p := cp.certapi
+	cp.mu.Unlock()
+	if p == nil {
+		return false
+	}
+	done, _ := p.exited()
+	return !done
+}
+
+// registerAPIService creates (or updates, for a reused Dir) the namespace, the ExternalName
+// Service and the APIService that route certapi.dev/v1alpha1 to the local certapi.
+func (cp *ControlPlane) registerAPIService(ctx context.Context) error {
+	cs, err := kubernetes.NewForConfig(cp.AdminConfig)
+	if err != nil {
+		return fmt.Errorf("creating admin client: %w", err)
+	}
+	agg, err := aggregatorclient.NewForConfig(cp.AdminConfig)
+	if err != nil {
+		return fmt.Errorf("creating aggregator client: %w", err)
+	}
+
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: CertapiNamespace}}
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating namespace %s: %w", CertapiNamespace, err)
+	}
+
+	port := int32(cp.CertapiPort) //nolint:gosec // a TCP port
+	svcSpec := corev1.ServiceSpec{
+		Type:         corev1.ServiceTypeExternalName,
+		ExternalName: "localhost",
+		Ports: []corev1.ServicePort{{
+			Name:       "https",
+			Protocol:   corev1.ProtocolTCP,
+			Port:       port,
+			TargetPort: intstr.FromInt32(port),
+		}},
+	}
+	svcs := cs.CoreV1().Services(CertapiNamespace)
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: CertapiServiceName, Namespace: CertapiNamespace}, Spec: svcSpec}
+	if _, err := svcs.Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+		if !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("creating Service %s/%s: %w", CertapiNamespace, CertapiServiceName, err)
+		}
+		cur, err := svcs.Get(ctx, CertapiServiceName, metav1.GetOptions{})
+		if err != nil {
+			return fmt.Errorf("getting Service %s/%s: %w", CertapiNamespace, CertapiServiceName, err)
+		}
+		if cur.Spec.Type != corev1.ServiceTypeExternalName {
+			// A Service cannot simply change type with a ClusterIP set; recreate it.
+			if err := svcs.Delete(ctx, CertapiServiceName, metav1.DeleteOptions{}); err != nil {
+				return fmt.Errorf("deleting Service %s/%s: %w", CertapiNamespace, CertapiServiceName, err)
+			}
+			if _, err := svcs.Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+				return fmt.Errorf("re-creating Service %s/%s: %w", CertapiNamespace, CertapiServiceName, err)
+			}
+		} else {
+			cur.Spec.ExternalName = svcSpec.ExternalName
+			cur.Spec.Ports = svcSpec.Ports
+			if _, err := svcs.Update(ctx, cur, metav1.UpdateOptions{}); err != nil {
+				return fmt.Errorf("updating Service %s/%s: %w", CertapiNamespace, CertapiServiceName, err)
+			}
+		}
+	}
+
+	apiSvcSpec := apiregistrationv1.APIServiceSpec{
+		Group:                CertapiGroup,
+		Version:              CertapiVersion,
+		Service:              &apiregistrationv1.ServiceReference{Namespace: CertapiNamespace, Name: CertapiServiceName, Port: &port},
+		CABundle:             cp.CertapiCABundle,
+		GroupPriorityMinimum: 1000,
+		VersionPriority:      15,
+	}
+	apiSvcs := agg.ApiregistrationV1().APIServices()
+	apiSvc := &apiregistrationv1.APIService{ObjectMeta: metav1.ObjectMeta{Name: CertapiAPIService}, Spec: apiSvcSpec}
+	if _, err := apiSvcs.Create(ctx, apiSvc, metav1.CreateOptions{}); err != nil {
+		if !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("creating APIService %s: %w", CertapiAPIService, err)
+		}
+		cur, err := apiSvcs.Get(ctx, CertapiAPIService, metav1.GetOptions{})
+		if err != nil {
+			return fmt.Errorf("getting APIService %s: %w", CertapiAPIService, err)
+		}
+		cur.Spec = apiSvcSpec
+		if _, err := apiSvcs.Update(ctx, cur, metav1.UpdateOptions{}); err != nil {
+			return fmt.Errorf("updating APIService %s: %w", CertapiAPIService, err)
+		}
+	}
+	return nil
+}
+
+// WaitAPIServiceAvailable waits until the APIService v1alpha1.certapi.dev has condition
+// Available=True and kube-apiserver answers a discovery request for certapi.dev/v1alpha1 by
+// proxying it to certapi (the condition alone can be stale right after a certapi restart). On
+// timeout the error carries the condition's reason and message.
+func (cp *ControlPlane) WaitAPIServiceAvailable(ctx context.Context) error {
+	cfg := rest.CopyConfig(cp.AdminConfig)
+	cfg.Timeout = healthRequestTimeout
+	agg, err := aggregatorclient.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("creating aggregator client: %w", err)
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("creating admin client: %w", err)
+	}
+	cp.mu.Lock()
+	p := cp.certapi
+	cp.mu.Unlock()
+	return pollUntil(ctx, apiServiceReadyTimeout, "APIService "+CertapiAPIService+" Available", p, func(ctx context.Context) (bool, string) {
+		s, err := agg.ApiregistrationV1().APIServices().Get(ctx, CertapiAPIService, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		status := "no Available condition yet"
+		available := false
+		for _, c := range s.Status.Conditions {
+			if c.Type == apiregistrationv1.Available {
+				available = c.Status == apiregistrationv1.ConditionTrue
+				status = fmt.Sprintf("Available=%s reason=%s message=%q", c.Status, c.Reason, c.Message)
+			}
+		}
+		if !available {
+			return false, status
+		}
+		if _, err := cs.Discovery().ServerResourcesForGroupVersion(CertapiGroup + "/" + CertapiVersion); err != nil {
+			return false, fmt.Sprintf("%s; discovery of %s/%s through kube-apiserver: %v", status, CertapiGroup, CertapiVersion, err)
+		}
+		return true, status
+	})
+}
+
+// ---------------------------------------------------------------------------------------------
+// Stop
+
+// Stop stops everything Start started — certapi, kube-apiserver, then etcd — with SIGTERM and
+// SIGKILL after a deadline, and waits for the processes to exit. It is idempotent and safe to call
+// on a partly started control plane. Data and logs stay in Dir.
+func (cp *ControlPlane) Stop() {
+	cp.mu.Lock()
+	cp.stopped = true
+	procs := []struct {
+		p     *process
+		grace time.Duration
+	}{
+		{cp.certapi, certapiStopGrace},
+		{cp.apiserver, apiServerStopGrace},
+		{cp.etcd, etcdStopGrace},
+	}
+	cp.mu.Unlock()
+	for _, s := range procs {
+		if s.p == nil {
+			continue
+		}
+		if err := s.p.stop(syscall.SIGTERM, s.grace); err != nil {
+			cp.progress("stopping %s: %v", s.p.name, err)
+		}
+	}
+}
+
+// ---------------------------------------------------------------------------------------------
+// helpers
+
+// pollUntil polls cond every pollInterval until it reports done, the timeout passes, ctx ends, or
+// p (when not nil) exits. cond's status string goes into the timeout error.
+func pollUntil(ctx context.Context, timeout time.Duration, what string, p *process, cond func(context.Context) (bool, string)) error {
+	var last string
+	var exited error
+	start := time.Now()
+	err := wait.PollUntilContextTimeout(ctx, pollInterval, timeout, true, func(ctx context.Context) (bool, error) {
+		if p != nil {
+			if done, _ := p.exited(); done {
+				exited = p.exitError()
+				return false, exited
+			}
+		}
+		ok, status := cond(ctx)
+		last = status
+		return ok, nil
+	})
+	switch {
+	case err == nil:
+		return nil
+	case exited != nil:
+		return fmt.Errorf("waiting for %s: %w", what, exited)
+	default:
+		msg := fmt.Sprintf("waiting for %s: gave up after %s (%v); last status: %s", what, since(start), err, last)
+		if p != nil {
+			msg += fmt.Sprintf("\nlast lines of %s:\n%s", p.logPath, tailFile(p.logPath, 30))
+		}
+		return errors.New(msg)
+	}
+}
+
+func httpGet(ctx context.Context, client *http.Client, url string) (string, int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return "", 0, err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return "", 0, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if err != nil {
+		return "", resp.StatusCode, err
+	}
+	return string(body), resp.StatusCode, nil
+}
+
+// freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("finding a free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// portFree reports whether port can be bound on 127.0.0.1 now.
+func portFree(port int) bool {
+	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	if err != nil {
+		return false
+	}
+	l.Close()
+	return true
+}

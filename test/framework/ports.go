@@ -1,0 +1,56 @@
+package framework
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+)
+
+// portSet is the loopback ports of one control plane. It is saved in <Dir>/ports.json so that a
+// restarted local stack keeps its URLs (and its kubeconfig stays valid) when the ports are free.
+type portSet struct {
+	EtcdClient int `json:"etcdClient"`
+	EtcdPeer   int `json:"etcdPeer"`
+	APIServer  int `json:"apiServer"`
+	Certapi    int `json:"certapi"`
+}
+
+func allocatePorts(path string) (*portSet, error) {
+	ps := &portSet{}
+	data, err := os.ReadFile(path)
+	switch {
+	case err == nil:
+		if err := json.Unmarshal(data, ps); err != nil {
+			ps = &portSet{} // a broken file only costs new ports
+		}
+	case !errors.Is(err, os.ErrNotExist):
+		return nil, fmt.Errorf("reading %s: %w", path, err)
+	}
+	used := map[int]bool{}
+	for _, port := range []*int{&ps.EtcdClient, &ps.EtcdPeer, &ps.APIServer, &ps.Certapi} {
+		if *port > 0 && !used[*port] && portFree(*port) {
+			used[*port] = true
+			continue
+		}
+		for {
+			p, err := freePort()
+			if err != nil {
+				return nil, err
+			}
+			if !used[p] {
+				*port = p
+				used[p] = true
+				break
+			}
+		}
+	}
+	data, err = json.MarshalIndent(ps, "", "  ")
+	if err != nil {
+		return nil, fmt.Errorf("encoding ports: %w", err)
+	}
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		return nil, fmt.Errorf("writing %s: %w", path, err)
+	}
+	return ps, nil
+}
