@@ -82,5 +82,5 @@ func run(ctx context.Context, o *apiserver.Options) error {
 	if err != nil {
 		return err
 	}
-	return server.GenericAPIServer.PrepareRun().RunWithContext(ctx)
+	return server.Run(ctx)
 }

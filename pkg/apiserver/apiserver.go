@@ -1,19 +1,31 @@
-// Package apiserver wires certapi's API server: its options and flags, its config, its storage and,
-// when no external etcd is given, its embedded etcd.
+// Package apiserver wires certapi's API server: its options and flags, its config, its storage, the issuer
+// and the loops the leader runs and, when no external etcd is given, its embedded etcd.
 package apiserver
 
 import (
+	"context"
 	"fmt"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apiserver/pkg/registry/rest"
 	genericapiserver "k8s.io/apiserver/pkg/server"
+	"k8s.io/klog/v2"
 
 	"github.com/certapi/certapi/pkg/apis/certapi"
 	"github.com/certapi/certapi/pkg/apis/certapi/install"
+	"github.com/certapi/certapi/pkg/controller/castatus"
+	"github.com/certapi/certapi/pkg/controller/status"
+	"github.com/certapi/certapi/pkg/generated/clientset/versioned"
+	"github.com/certapi/certapi/pkg/issuer"
+	"github.com/certapi/certapi/pkg/metrics"
 	"github.com/certapi/certapi/pkg/registry/certificateauthority"
 	"github.com/certapi/certapi/pkg/registry/servingcertrequest"
 )
@@ -37,12 +49,17 @@ func init() {
 		&metav1.APIGroup{},
 		&metav1.APIResourceList{},
 	)
+	metrics.Register()
 }
 
 // ExtraConfig is what certapi needs beyond a generic API server's config.
 type ExtraConfig struct {
 	// ClusterDomain is the cluster's DNS domain, the suffix of every fully qualified Service name.
 	ClusterDomain string
+	// IssuerConfig configures the issuer; its Client is owned by the caller.
+	IssuerConfig issuer.Config
+	// StatusInterval bounds how often the leader writes one request's status.
+	StatusInterval time.Duration
 }
 
 // Config is the whole configuration of a certapi server.
@@ -57,23 +74,55 @@ type CompletedConfig struct {
 	ExtraConfig   *ExtraConfig
 }
 
-// Server is a running certapi API server.
+// Server is a certapi API server with its issuer.
 type Server struct {
 	GenericAPIServer *genericapiserver.GenericAPIServer
+	Issuer           *issuer.Issuer
+
+	statusInterval time.Duration
+	status         atomic.Pointer[status.Writer]
 }
 
 // Complete fills in the defaults.
 func (c *Config) Complete() CompletedConfig {
+	c.GenericConfig.BuildHandlerChainFunc = func(h http.Handler, conf *genericapiserver.Config) http.Handler {
+		return limitServingCertBodies(genericapiserver.DefaultBuildHandlerChain(h, conf))
+	}
 	return CompletedConfig{GenericConfig: c.GenericConfig.Complete(), ExtraConfig: &c.ExtraConfig}
 }
 
-// New builds the server and installs the certapi.dev API group.
+// New builds the server, its issuer, and installs the certapi.dev API group.
 func (c CompletedConfig) New() (*Server, error) {
 	generic, err := c.GenericConfig.New("certapi", genericapiserver.NewEmptyDelegate())
 	if err != nil {
 		return nil, fmt.Errorf("creating the generic API server: %w", err)
 	}
-	s := &Server{GenericAPIServer: generic}
+	s := &Server{GenericAPIServer: generic, statusInterval: c.ExtraConfig.StatusInterval}
+	if s.statusInterval <= 0 {
+		s.statusInterval = time.Second
+	}
+
+	loopback, err := versioned.NewForConfig(c.GenericConfig.LoopbackClientConfig)
+	if err != nil {
+		return nil, fmt.Errorf("creating the loopback client: %w", err)
+	}
+	icfg := c.ExtraConfig.IssuerConfig
+	icfg.ClusterDomain = c.ExtraConfig.ClusterDomain
+	icfg.OnIssued = s.recordIssued
+	icfg.OnLeadershipChange = func(leading bool) {
+		v := 0.0
+		if leading {
+			v = 1
+		}
+		metrics.Leader.WithLabelValues(icfg.Identity).Set(v)
+	}
+	icfg.OnLeading = func(ctx context.Context) { s.lead(ctx, loopback) }
+	iss, err := issuer.New(icfg)
+	if err != nil {
+		return nil, err
+	}
+	s.Issuer = iss
+	metrics.Leader.WithLabelValues(icfg.Identity).Set(0)
 
 	apiGroupInfo := genericapiserver.NewDefaultAPIGroupInfo(certapi.GroupName, Scheme, metav1.ParameterCodec, Codecs)
 	scr, scrStatus, err := servingcertrequest.NewREST(Scheme, c.GenericConfig.RESTOptionsGetter, c.ExtraConfig.ClusterDomain)
@@ -85,13 +134,71 @@ func (c CompletedConfig) New() (*Server, error) {
 		return nil, err
 	}
 	apiGroupInfo.VersionedResourcesStorageMap["v1alpha1"] = map[string]rest.Storage{
-		"servingcertrequests":           scr,
-		"servingcertrequests/status":    scrStatus,
-		"certificateauthorities":        ca,
-		"certificateauthorities/status": caStatus,
+		"servingcertrequests":              scr,
+		"servingcertrequests/status":       scrStatus,
+		"servingcertrequests/servingcerts": servingcertrequest.NewServingCertsREST(scr, iss),
+		"certificateauthorities":           ca,
+		"certificateauthorities/status":    caStatus,
 	}
 	if err := generic.InstallAPIGroup(&apiGroupInfo); err != nil {
 		return nil, fmt.Errorf("installing the certapi.dev API group: %w", err)
 	}
 	return s, nil
+}
+
+// Run serves until ctx ends, taking part in the leader election meanwhile. On the way out the issuer
+// resigns first, so a follower takes over while this replica still drains its requests.
+func (s *Server) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	issuerCtx, stopIssuer := context.WithCancel(ctx)
+	defer func() {
+		stopIssuer()
+		wg.Wait()
+	}()
+	s.GenericAPIServer.AddPostStartHookOrDie("certapi-issuer", func(genericapiserver.PostStartHookContext) error {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := s.Issuer.Run(issuerCtx); err != nil {
+				klog.ErrorS(err, "Issuer stopped")
+			}
+		}()
+		return nil
+	})
+	return s.GenericAPIServer.PrepareRun().RunWithContext(ctx)
+}
+
+// lead runs the loops only the leader runs, until ctx (the term) ends.
+func (s *Server) lead(ctx context.Context, client versioned.Interface) {
+	w := status.New(client, s.statusInterval)
+	s.status.Store(w)
+	defer s.status.CompareAndSwap(w, nil)
+
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		w.Run(ctx, 4)
+	}()
+	go func() {
+		defer wg.Done()
+		castatus.Run(ctx, client, s.Issuer)
+	}()
+	wg.Wait()
+}
+
+// recordIssued is called on the leader after every signature.
+func (s *Server) recordIssued(req issuer.Request, res *issuer.Result) {
+	metrics.ObserveCertificate(req.Namespace, req.Name, res.NotAfter, res.RenewalTime)
+	if w := s.status.Load(); w != nil {
+		w.RecordIssued(types.NamespacedName{Namespace: req.Namespace, Name: req.Name}, status.Issued{
+			Certificate:  res.CertificatePEM,
+			CABundle:     res.CABundle,
+			SerialNumber: res.SerialNumber,
+			NotBefore:    res.NotBefore,
+			NotAfter:     res.NotAfter,
+			RenewalTime:  res.RenewalTime,
+			IssuedAt:     time.Now(),
+		})
+	}
 }

@@ -1,9 +1,16 @@
 package apiserver
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net"
+	"os"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/apiserver/pkg/storage/value"
 
 	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -22,7 +29,10 @@ import (
 	"k8s.io/klog/v2"
 	netutils "k8s.io/utils/net"
 
+	"github.com/certapi/certapi/pkg/apis/certapi"
 	"github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
+	"github.com/certapi/certapi/pkg/issuer"
+	"github.com/certapi/certapi/pkg/registry/servingcertrequest"
 	generatedopenapi "github.com/certapi/certapi/pkg/generated/openapi"
 )
 
@@ -41,8 +51,15 @@ type Options struct {
 	ClusterDomain string
 	// DataDir holds the embedded etcd's data when no --etcd-servers are given.
 	DataDir string
+	// LeaderIdentity names this replica in the leader election.
+	LeaderIdentity string
+	// LeaderSessionTTL is how long a leader that stops renewing its etcd session keeps leadership.
+	LeaderSessionTTL time.Duration
+	// HandoffTimeout bounds how long a follower waits for the leader to sign.
+	HandoffTimeout time.Duration
 
 	embeddedEtcd *EmbeddedEtcd
+	etcdClient   *clientv3.Client
 }
 
 // NewOptions returns the defaults: etcd3 storage under EtcdPathPrefix, delegated authentication and
@@ -52,6 +69,8 @@ func NewOptions() *Options {
 		RecommendedOptions: genericoptions.NewRecommendedOptions(storagePrefix, Codecs.LegacyCodec(v1alpha1.SchemeGroupVersion)),
 		ClusterDomain:      "cluster.local",
 		DataDir:            "/var/lib/certapi",
+		LeaderSessionTTL:   15 * time.Second,
+		HandoffTimeout:     3 * time.Second,
 	}
 	// Without --tls-cert-file the placeholder certificate stays in memory: nothing is written to the working directory.
 	o.RecommendedOptions.SecureServing.ServerCert.CertDirectory = ""
@@ -72,6 +91,15 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 		"Directory of the embedded single-member etcd, used only when --etcd-servers is empty. Right for a laptop or a single replica; "+
 			"several replicas need a shared external etcd. It holds the CA private keys: keep it on a private volume. certapi makes it mode 0700 and "+
 			"listens only on Unix sockets inside it.")
+
+	fs.StringVar(&o.LeaderIdentity, "leader-identity", o.LeaderIdentity,
+		"This replica's name in the leader election, the log and the certapi_leader metric. Default: the host name and a random suffix.")
+	fs.DurationVar(&o.LeaderSessionTTL, "leader-session-ttl", o.LeaderSessionTTL,
+		"TTL of the leader's etcd session (whole seconds). A leader that dies is replaced after at most this long; a leader stopped with SIGTERM resigns at once.")
+	fs.DurationVar(&o.HandoffTimeout, "handoff-timeout", o.HandoffTimeout,
+		fmt.Sprintf("How long a replica that does not lead waits for the leader to sign a servingcerts request before it answers 503 with Retry-After: %ds. "+
+			"client-go retries such answers up to 10 times, so a client-go caller waits at most 11 x (handoff-timeout + %ds) in all: 44s with the default.",
+			servingcertrequest.RetryAfterSeconds, servingcertrequest.RetryAfterSeconds))
 
 	o.RecommendedOptions.Etcd.AddFlags(fss.FlagSet("etcd"))
 	fss.FlagSet("etcd").Lookup("etcd-servers").Usage += " When empty, certapi runs an embedded etcd in --data-dir."
@@ -100,6 +128,12 @@ func (o *Options) Validate() error {
 	var errs []error
 	for _, msg := range utilvalidation.IsDNS1123Subdomain(o.ClusterDomain) {
 		errs = append(errs, fmt.Errorf("--cluster-domain %q: %s", o.ClusterDomain, msg))
+	}
+	if o.LeaderSessionTTL < time.Second {
+		errs = append(errs, fmt.Errorf("--leader-session-ttl %s: must be at least 1s", o.LeaderSessionTTL))
+	}
+	if o.HandoffTimeout < 100*time.Millisecond || o.HandoffTimeout > time.Minute {
+		errs = append(errs, fmt.Errorf("--handoff-timeout %s: must be from 100ms to 1m", o.HandoffTimeout))
 	}
 	if len(o.RecommendedOptions.Etcd.StorageConfig.Transport.ServerList) == 0 && o.DataDir == "" {
 		errs = append(errs, fmt.Errorf("give --etcd-servers, or --data-dir for the embedded etcd"))
@@ -138,8 +172,11 @@ func (o *Options) Complete(ctx context.Context) error {
 	return nil
 }
 
-// Stop releases what Complete started.
+// Stop releases what Complete and Config started.
 func (o *Options) Stop() {
+	if o.etcdClient != nil {
+		_ = o.etcdClient.Close()
+	}
 	if o.embeddedEtcd != nil {
 		o.embeddedEtcd.Stop()
 	}
@@ -151,9 +188,6 @@ func (o *Options) Config() (*Config, error) {
 	// give --tls-cert-file or, later, take one from certapi's own CA.
 	if err := o.RecommendedOptions.SecureServing.MaybeDefaultWithSelfSignedCerts("localhost", nil, []net.IP{netutils.ParseIPSloppy("127.0.0.1")}); err != nil {
 		return nil, fmt.Errorf("creating a self-signed serving certificate: %w", err)
-	}
-	if o.RecommendedOptions.Etcd.EncryptionProviderConfigFilepath == "" {
-		klog.InfoS("WARNING: no --encryption-provider-config: certapi objects are stored in etcd unencrypted")
 	}
 
 	serverConfig := genericapiserver.NewRecommendedConfig(Codecs)
@@ -170,8 +204,66 @@ func (o *Options) Config() (*Config, error) {
 	if err := o.RecommendedOptions.ApplyTo(serverConfig); err != nil {
 		return nil, fmt.Errorf("applying options: %w", err)
 	}
+
+	transformer, err := caKeysTransformer(serverConfig)
+	if err != nil {
+		return nil, err
+	}
+	client, err := newEtcdClient(o.RecommendedOptions.Etcd.StorageConfig.Transport)
+	if err != nil {
+		return nil, err
+	}
+	o.etcdClient = client
+	identity := o.LeaderIdentity
+	if identity == "" {
+		identity = defaultIdentity()
+	}
 	return &Config{
 		GenericConfig: serverConfig,
-		ExtraConfig:   ExtraConfig{ClusterDomain: o.ClusterDomain},
+		ExtraConfig: ExtraConfig{
+			ClusterDomain: o.ClusterDomain,
+			IssuerConfig: issuer.Config{
+				Client:         client,
+				Prefix:         EtcdPathPrefix,
+				Transformer:    transformer,
+				Identity:       identity,
+				SessionTTL:     o.LeaderSessionTTL,
+				HandoffTimeout: o.HandoffTimeout,
+			},
+		},
 	}, nil
+}
+
+// caKeysTransformer returns the value transformer the storage layer would use for the CA key pairs, and
+// warns loudly when it would store them unencrypted.
+func caKeysTransformer(c *genericapiserver.RecommendedConfig) (value.Transformer, error) {
+	resource := certapi.Resource(issuer.CAKeysResource)
+	opts, err := c.RESTOptionsGetter.GetRESTOptions(resource, &certapi.CertificateAuthority{})
+	if err != nil {
+		return nil, fmt.Errorf("getting storage options for %s: %w", resource, err)
+	}
+	t := opts.StorageConfig.Transformer
+	if t == nil {
+		klog.InfoS("WARNING: the CA private keys are stored in etcd UNENCRYPTED: no --encryption-provider-config is given. List the resource in an EncryptionConfiguration to encrypt them at rest.", "resource", resource.String())
+		return nil, nil
+	}
+	// A resource the EncryptionConfiguration does not list gets the identity transformer: probe for it.
+	probe, err := t.TransformToStorage(context.Background(), []byte("probe"), value.DefaultContext("probe"))
+	if err != nil {
+		return nil, fmt.Errorf("probing the encryption of %s: %w", resource, err)
+	}
+	if !bytes.HasPrefix(probe, []byte("k8s:enc:")) {
+		klog.InfoS("WARNING: the CA private keys are stored in etcd UNENCRYPTED: the EncryptionConfiguration does not list this resource, or lists identity first.", "resource", resource.String())
+	} else {
+		klog.InfoS("CA private keys are encrypted at rest", "resource", resource.String())
+	}
+	return t, nil
+}
+
+func defaultIdentity() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "certapi"
+	}
+	return host + "_" + rand.String(6)
 }

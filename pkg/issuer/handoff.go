@@ -1,0 +1,159 @@
+package issuer
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"math"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"k8s.io/klog/v2"
+)
+
+// A follower hands a request to the leader through two etcd keys bound to one short lease:
+//
+//	<prefix>/handoff/requests/<id>   written by the follower
+//	<prefix>/handoff/responses/<id>  written by the leader
+//
+// The follower revokes the lease once it has the answer, which deletes both keys; if the follower dies,
+// the lease expires and etcd deletes them. Nothing accumulates per issuance.
+
+type handoffRequest struct {
+	Request
+	Lease int64 `json:"lease"`
+}
+
+type handoffResponse struct {
+	Result *Result `json:"result,omitempty"`
+	Error  string  `json:"error,omitempty"`
+}
+
+func (i *Issuer) requestsPrefix() string  { return i.cfg.Prefix + "/handoff/requests/" }
+func (i *Issuer) responsesPrefix() string { return i.cfg.Prefix + "/handoff/responses/" }
+
+// handoff asks the leader to sign req, waiting at most the handoff timeout.
+func (i *Issuer) handoff(ctx context.Context, req Request) (*Result, error) {
+	ctx, cancel := context.WithTimeout(ctx, i.cfg.HandoffTimeout)
+	defer cancel()
+
+	idBytes := make([]byte, 16)
+	if _, err := rand.Read(idBytes); err != nil {
+		return nil, fmt.Errorf("making a handoff id: %w", err)
+	}
+	id := hex.EncodeToString(idBytes)
+
+	ttl := int64(math.Ceil(i.cfg.HandoffTimeout.Seconds())) + 5
+	lease, err := i.cfg.Client.Grant(ctx, ttl)
+	if err != nil {
+		return nil, fmt.Errorf("%w: granting a handoff lease: %v", ErrNoLeader, err)
+	}
+	// Revoke with a context of its own: the caller's may be done, and the keys should go at once.
+	defer func() {
+		rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer rcancel()
+		if _, err := i.cfg.Client.Revoke(rctx, lease.ID); err != nil {
+			klog.V(2).InfoS("Revoking a handoff lease failed; etcd will expire it", "lease", lease.ID, "err", err)
+		}
+	}()
+
+	body, err := json.Marshal(handoffRequest{Request: req, Lease: int64(lease.ID)})
+	if err != nil {
+		return nil, fmt.Errorf("encoding a handoff request: %w", err)
+	}
+	respKey := i.responsesPrefix() + id
+	// Watch first, from the current revision, so an answer written right after the put is not missed.
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	put, err := i.cfg.Client.Put(ctx, i.requestsPrefix()+id, string(body), clientv3.WithLease(lease.ID))
+	if err != nil {
+		return nil, fmt.Errorf("%w: writing a handoff request: %v", ErrNoLeader, err)
+	}
+	wch := i.cfg.Client.Watch(watchCtx, respKey, clientv3.WithRev(put.Header.Revision))
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w: no answer within %s", ErrNoLeader, i.cfg.HandoffTimeout)
+		case wr, ok := <-wch:
+			if !ok {
+				return nil, fmt.Errorf("%w: no answer within %s", ErrNoLeader, i.cfg.HandoffTimeout)
+			}
+			if err := wr.Err(); err != nil {
+				return nil, fmt.Errorf("%w: watching for the leader's answer: %v", ErrNoLeader, err)
+			}
+			for _, ev := range wr.Events {
+				if ev.Type != clientv3.EventTypePut {
+					continue
+				}
+				var resp handoffResponse
+				if err := json.Unmarshal(ev.Kv.Value, &resp); err != nil {
+					return nil, fmt.Errorf("decoding the leader's answer: %w", err)
+				}
+				if resp.Error != "" {
+					return nil, fmt.Errorf("the leader could not sign: %s", resp.Error)
+				}
+				return resp.Result, nil
+			}
+		}
+	}
+}
+
+// serveHandoffs answers handoff requests until ctx ends. Only the leader runs it.
+func (i *Issuer) serveHandoffs(ctx context.Context) error {
+	// Answer what is already waiting, then everything written after that listing.
+	list, err := i.cfg.Client.Get(ctx, i.requestsPrefix(), clientv3.WithPrefix())
+	if err != nil {
+		return fmt.Errorf("listing pending handoff requests: %w", err)
+	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	sem := make(chan struct{}, 64)
+	handle := func(key string, value []byte) {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			i.answer(ctx, key, value)
+		}()
+	}
+	for _, kv := range list.Kvs {
+		handle(string(kv.Key), kv.Value)
+	}
+	wch := i.cfg.Client.Watch(ctx, i.requestsPrefix(), clientv3.WithPrefix(), clientv3.WithRev(list.Header.Revision+1))
+	for wr := range wch {
+		if err := wr.Err(); err != nil {
+			return fmt.Errorf("watching handoff requests: %w", err)
+		}
+		for _, ev := range wr.Events {
+			if ev.Type == clientv3.EventTypePut && ev.IsCreate() {
+				handle(string(ev.Kv.Key), ev.Kv.Value)
+			}
+		}
+	}
+	return ctx.Err()
+}
+
+func (i *Issuer) answer(ctx context.Context, key string, value []byte) {
+	id := key[len(i.requestsPrefix()):]
+	var req handoffRequest
+	var resp handoffResponse
+	if err := json.Unmarshal(value, &req); err != nil {
+		resp.Error = "malformed handoff request"
+	} else if res, err := i.signLocal(req.Request); err != nil {
+		resp.Error = err.Error()
+	} else {
+		resp.Result = res
+	}
+	body, err := json.Marshal(resp)
+	if err != nil {
+		klog.ErrorS(err, "Encoding a handoff answer")
+		return
+	}
+	// Bound to the requester's lease: if it has already gone, the put fails and nothing is left behind.
+	if _, err := i.cfg.Client.Put(ctx, i.responsesPrefix()+id, string(body), clientv3.WithLease(clientv3.LeaseID(req.Lease))); err != nil {
+		klog.V(2).InfoS("Answering a handoff request failed (the requester may have given up)", "id", id, "err", err)
+	}
+}

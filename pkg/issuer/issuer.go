@@ -1,0 +1,301 @@
+package issuer
+
+import (
+	"context"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+	"k8s.io/apiserver/pkg/storage/value"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/certapi/certapi/pkg/signer"
+)
+
+// Config is what an Issuer needs.
+type Config struct {
+	// Client reaches the etcd that holds certapi's objects.
+	Client *clientv3.Client
+	// Prefix is certapi's key prefix in etcd, e.g. /registry/certapi.dev.
+	Prefix string
+	// Transformer encrypts the CA record as the storage layer would (identity when not configured).
+	Transformer value.Transformer
+	// Identity names this replica in the election, the log and the leader metric.
+	Identity string
+	// SessionTTL is the etcd session's lease: a leader that stops renewing it loses leadership after this.
+	SessionTTL time.Duration
+	// HandoffTimeout bounds how long a follower waits for the leader to answer.
+	HandoffTimeout time.Duration
+	// ClusterDomain is the suffix of fully qualified Service names.
+	ClusterDomain string
+	// CADuration is the lifetime of a CA this replica creates.
+	CADuration time.Duration
+	// Clock is the time source; nil means the real clock.
+	Clock clock.PassiveClock
+	// OnIssued, when set, is called on the leader after each signature, by either path.
+	OnIssued func(req Request, res *Result)
+	// OnLeading, when set, is started in a goroutine each time this replica becomes leader, with a context
+	// that ends when leadership ends. It must return when that context ends.
+	OnLeading func(ctx context.Context)
+	// OnLeadershipChange, when set, is called with true when this replica starts leading and false when it stops.
+	OnLeadershipChange func(leading bool)
+}
+
+// Issuer signs certificates for every replica: directly on the leader, through an etcd handoff elsewhere.
+type Issuer struct {
+	cfg   Config
+	store *keystore
+
+	mu      sync.RWMutex
+	leading bool
+	active  *signer.CA
+	bundle  []byte
+}
+
+// New returns an Issuer; Run makes it take part in the election.
+func New(cfg Config) (*Issuer, error) {
+	if cfg.Client == nil || cfg.Prefix == "" || cfg.Identity == "" {
+		return nil, errors.New("issuer: Client, Prefix and Identity are required")
+	}
+	if cfg.Transformer == nil {
+		cfg.Transformer = identityTransformer{}
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
+	if cfg.SessionTTL <= 0 {
+		cfg.SessionTTL = 15 * time.Second
+	}
+	if cfg.HandoffTimeout <= 0 {
+		cfg.HandoffTimeout = 3 * time.Second
+	}
+	if cfg.CADuration <= 0 {
+		cfg.CADuration = signer.DefaultCADuration
+	}
+	return &Issuer{cfg: cfg, store: &keystore{client: cfg.Client, key: cfg.Prefix + "/" + CAKeysResource + "/default", transformer: cfg.Transformer}}, nil
+}
+
+// Signing returns the Active CA and the trust bundle while this replica leads.
+func (i *Issuer) Signing() (*signer.CA, []byte, bool) {
+	i.mu.RLock()
+	defer i.mu.RUnlock()
+	if !i.leading || i.active == nil {
+		return nil, nil, false
+	}
+	return i.active, i.bundle, true
+}
+
+// Leading reports whether this replica leads and can sign.
+func (i *Issuer) Leading() bool {
+	_, _, ok := i.Signing()
+	return ok
+}
+
+// Issue signs req: here when this replica leads, otherwise through the leader. ErrNoLeader (wrapped) means
+// nobody could sign in time.
+func (i *Issuer) Issue(ctx context.Context, req Request) (*Result, error) {
+	if i.Leading() {
+		res, err := i.signLocal(req)
+		if !errors.Is(err, errNotLeading) {
+			return res, err
+		}
+	}
+	return i.handoff(ctx, req)
+}
+
+var errNotLeading = errors.New("this replica does not lead")
+
+// signLocal signs with the Active CA; it refuses the moment leadership is lost.
+func (i *Issuer) signLocal(req Request) (*Result, error) {
+	ca, bundle, ok := i.Signing()
+	if !ok {
+		return nil, errNotLeading
+	}
+	pub, err := x509.ParsePKIXPublicKey(req.PublicKeyPKIX)
+	if err != nil {
+		return nil, fmt.Errorf("parsing the public key: %w", err)
+	}
+	now := i.cfg.Clock.Now()
+	leaf, err := ca.Sign(signer.LeafRequest{
+		ServiceName:   req.ServiceName,
+		Namespace:     req.Namespace,
+		ClusterDomain: i.cfg.ClusterDomain,
+		DNSNames:      req.DNSNames,
+		PublicKey:     pub,
+		Duration:      req.Duration,
+		Now:           now,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("signing for %s/%s: %w", req.Namespace, req.Name, err)
+	}
+	var renewBefore *time.Duration
+	if req.RenewBefore > 0 {
+		renewBefore = &req.RenewBefore
+	}
+	res := &Result{
+		CertificatePEM: string(leaf.CertificatePEM),
+		CABundle:       string(bundle),
+		SerialNumber:   leaf.SerialNumber,
+		NotBefore:      leaf.NotBefore,
+		NotAfter:       leaf.NotAfter,
+		RenewalTime:    signer.RenewalTime(leaf.NotBefore, leaf.NotAfter, renewBefore, now),
+	}
+	if i.cfg.OnIssued != nil {
+		i.cfg.OnIssued(req, res)
+	}
+	return res, nil
+}
+
+// Run takes part in the leader election until ctx ends. While leading it holds the CA in memory, answers
+// handoffs and runs OnLeading. When ctx ends it resigns, so another replica takes over at once.
+func (i *Issuer) Run(ctx context.Context) error {
+	for ctx.Err() == nil {
+		if err := i.campaignOnce(ctx); err != nil && ctx.Err() == nil {
+			klog.ErrorS(err, "Leader election round failed; retrying", "identity", i.cfg.Identity)
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
+		}
+	}
+	return nil
+}
+
+func (i *Issuer) campaignOnce(ctx context.Context) error {
+	ttl := int(i.cfg.SessionTTL.Round(time.Second) / time.Second)
+	if ttl < 1 {
+		ttl = 1
+	}
+	session, err := concurrency.NewSession(i.cfg.Client, concurrency.WithTTL(ttl), concurrency.WithContext(ctx))
+	if err != nil {
+		return fmt.Errorf("opening an etcd session: %w", err)
+	}
+	defer session.Close()
+	election := concurrency.NewElection(session, i.cfg.Prefix+"/leader")
+	klog.InfoS("Campaigning for leadership", "identity", i.cfg.Identity)
+	if err := election.Campaign(ctx, i.cfg.Identity); err != nil {
+		return fmt.Errorf("campaigning: %w", err)
+	}
+	klog.InfoS("Became leader", "identity", i.cfg.Identity, "key", election.Key())
+
+	leadCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	// Stop signing the moment the session is gone, before anything else notices.
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		select {
+		case <-session.Done():
+			i.setLeading(false, nil, nil)
+			klog.InfoS("Lost leadership: etcd session ended", "identity", i.cfg.Identity)
+			cancel()
+		case <-leadCtx.Done():
+		}
+	}()
+
+	err = i.lead(leadCtx, election.Key(), election.Rev())
+	i.setLeading(false, nil, nil)
+	cancel()
+	wg.Wait()
+
+	if ctx.Err() != nil {
+		// Shutting down: resign so a follower takes over now rather than after the session TTL.
+		rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer rcancel()
+		if rerr := election.Resign(rctx); rerr != nil {
+			klog.ErrorS(rerr, "Resigning leadership failed; followers take over when the session expires", "identity", i.cfg.Identity)
+		} else {
+			klog.InfoS("Resigned leadership", "identity", i.cfg.Identity)
+		}
+	}
+	return err
+}
+
+// lead loads or creates the CA, then serves until ctx ends.
+func (i *Issuer) lead(ctx context.Context, leaderKey string, leaderRev int64) error {
+	ca, err := i.loadOrCreateCA(ctx, leaderKey, leaderRev)
+	if err != nil {
+		return err
+	}
+	i.setLeading(true, ca, signer.EncodeBundle(ca.Certificate))
+	klog.InfoS("Leading: signing with the Active CA", "identity", i.cfg.Identity, "serialNumber", signer.FormatSerialNumber(ca.Certificate.SerialNumber), "notAfter", ca.Certificate.NotAfter)
+
+	var wg sync.WaitGroup
+	if i.cfg.OnLeading != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			i.cfg.OnLeading(ctx)
+		}()
+	}
+	err = i.serveHandoffs(ctx)
+	wg.Wait()
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+func (i *Issuer) loadOrCreateCA(ctx context.Context, leaderKey string, leaderRev int64) (*signer.CA, error) {
+	for attempt := 0; attempt < 3; attempt++ {
+		cas, rev, err := i.store.load(ctx)
+		if err != nil {
+			return nil, err
+		}
+		for _, c := range cas {
+			if c.Role == "Active" {
+				klog.InfoS("Loaded the CA from etcd", "serialNumber", signer.FormatSerialNumber(c.CA.Certificate.SerialNumber))
+				return c.CA, nil
+			}
+		}
+		ca, err := signer.NewCA(signer.CAOptions{ClusterDomain: i.cfg.ClusterDomain, Duration: i.cfg.CADuration, Now: i.cfg.Clock.Now()})
+		if err != nil {
+			return nil, fmt.Errorf("generating the CA: %w", err)
+		}
+		err = i.store.save(ctx, []storedCA{{Role: "Active", CA: ca}}, rev, leaderKey, leaderRev)
+		if err == nil {
+			klog.InfoS("Created the cluster's CA", "serialNumber", signer.FormatSerialNumber(ca.Certificate.SerialNumber), "notAfter", ca.Certificate.NotAfter)
+			return ca, nil
+		}
+		if !errors.Is(err, ErrFenced) {
+			return nil, err
+		}
+		// Either we no longer lead (the next load happens in a new term) or the record changed: look again.
+		if !i.stillLeader(ctx, leaderKey, leaderRev) {
+			return nil, err
+		}
+	}
+	return nil, errors.New("the CA record kept changing while creating the CA")
+}
+
+func (i *Issuer) stillLeader(ctx context.Context, leaderKey string, leaderRev int64) bool {
+	resp, err := i.cfg.Client.Get(ctx, leaderKey)
+	return err == nil && len(resp.Kvs) == 1 && resp.Kvs[0].CreateRevision == leaderRev
+}
+
+func (i *Issuer) setLeading(leading bool, ca *signer.CA, bundle []byte) {
+	i.mu.Lock()
+	changed := i.leading != leading
+	i.leading, i.active, i.bundle = leading, ca, bundle
+	i.mu.Unlock()
+	if changed && i.cfg.OnLeadershipChange != nil {
+		i.cfg.OnLeadershipChange(leading)
+	}
+}
+
+// identityTransformer stores values as they are, when no encryption is configured.
+type identityTransformer struct{}
+
+func (identityTransformer) TransformFromStorage(_ context.Context, data []byte, _ value.Context) ([]byte, bool, error) {
+	return data, false, nil
+}
+
+func (identityTransformer) TransformToStorage(_ context.Context, data []byte, _ value.Context) ([]byte, error) {
+	return data, nil
+}

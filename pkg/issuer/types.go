@@ -1,0 +1,31 @@
+package issuer
+
+import (
+	"errors"
+	"time"
+)
+
+// Request is one certificate to sign: the identity comes from the parent ServingCertRequest, the key from
+// the caller's CSR. It crosses from a follower to the leader as JSON, so it holds only plain data.
+type Request struct {
+	Namespace     string        `json:"namespace"`
+	Name          string        `json:"name"`
+	ServiceName   string        `json:"serviceName"`
+	DNSNames      []string      `json:"dnsNames,omitempty"`
+	Duration      time.Duration `json:"duration"`
+	RenewBefore   time.Duration `json:"renewBefore,omitempty"`
+	PublicKeyPKIX []byte        `json:"publicKey"`
+}
+
+// Result is a signed certificate and what a caller needs to use and renew it.
+type Result struct {
+	CertificatePEM string    `json:"certificate"`
+	CABundle       string    `json:"caBundle"`
+	SerialNumber   string    `json:"serialNumber"`
+	NotBefore      time.Time `json:"notBefore"`
+	NotAfter       time.Time `json:"notAfter"`
+	RenewalTime    time.Time `json:"renewalTime"`
+}
+
+// ErrNoLeader means no replica could sign within the handoff deadline; callers answer 503 with Retry-After.
+var ErrNoLeader = errors.New("no certapi replica is leading right now")

@@ -1,0 +1,85 @@
+// Package metrics defines certapi's Prometheus metrics, served on /metrics. Expiry must be visible before
+// it bites: every request's certificate notAfter and renewal time, and the CA's notAfter, are gauges.
+package metrics
+
+import (
+	"sync"
+	"time"
+
+	"k8s.io/component-base/metrics"
+	"k8s.io/component-base/metrics/legacyregistry"
+)
+
+const namespace = "certapi"
+
+var (
+	// Issuances counts signatures by path (servingcerts, secret) and result (issued, invalid, unavailable, error).
+	Issuances = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace:      namespace,
+		Name:           "issuances_total",
+		Help:           "Certificate issuances by path (servingcerts, secret) and result (issued, invalid, unavailable, error).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"path", "result"})
+
+	// IssuanceDuration is the latency of an issuance as this replica saw it, handoff included.
+	IssuanceDuration = metrics.NewHistogramVec(&metrics.HistogramOpts{
+		Namespace:      namespace,
+		Name:           "issuance_duration_seconds",
+		Help:           "Latency of certificate issuance on this replica, including a handoff to the leader.",
+		Buckets:        []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5},
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"path"})
+
+	// CertificateNotAfter is the notAfter of the latest certificate issued for each request (Unix seconds).
+	CertificateNotAfter = metrics.NewGaugeVec(&metrics.GaugeOpts{
+		Namespace:      namespace,
+		Name:           "certificate_not_after_timestamp_seconds",
+		Help:           "notAfter of the latest certificate issued for each ServingCertRequest, in Unix seconds (leader only).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"namespace", "name"})
+
+	// CertificateRenewal is the renewal time of the latest certificate issued for each request (Unix seconds).
+	CertificateRenewal = metrics.NewGaugeVec(&metrics.GaugeOpts{
+		Namespace:      namespace,
+		Name:           "certificate_renewal_timestamp_seconds",
+		Help:           "Renewal time of the latest certificate issued for each ServingCertRequest, in Unix seconds (leader only).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"namespace", "name"})
+
+	// CANotAfter is the notAfter of each CA certificate by role (Unix seconds).
+	CANotAfter = metrics.NewGaugeVec(&metrics.GaugeOpts{
+		Namespace:      namespace,
+		Name:           "ca_not_after_timestamp_seconds",
+		Help:           "notAfter of each CA certificate in the bundle, by role (Active, Next, Retiring), in Unix seconds (leader only).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"role"})
+
+	// Leader is 1 on the replica that leads, 0 elsewhere.
+	Leader = metrics.NewGaugeVec(&metrics.GaugeOpts{
+		Namespace:      namespace,
+		Name:           "leader",
+		Help:           "1 when this replica leads (holds the CA key and signs), else 0; identity names the replica.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"identity"})
+)
+
+var registerOnce sync.Once
+
+// Register adds certapi's metrics to the registry behind /metrics. It is safe to call more than once.
+func Register() {
+	registerOnce.Do(func() {
+		legacyregistry.MustRegister(Issuances, IssuanceDuration, CertificateNotAfter, CertificateRenewal, CANotAfter, Leader)
+	})
+}
+
+// ObserveCertificate records a request's latest certificate times.
+func ObserveCertificate(namespace, name string, notAfter, renewal time.Time) {
+	CertificateNotAfter.WithLabelValues(namespace, name).Set(float64(notAfter.Unix()))
+	CertificateRenewal.WithLabelValues(namespace, name).Set(float64(renewal.Unix()))
+}
+
+// ForgetCertificate drops a deleted request's series.
+func ForgetCertificate(namespace, name string) {
+	CertificateNotAfter.DeleteLabelValues(namespace, name)
+	CertificateRenewal.DeleteLabelValues(namespace, name)
+}

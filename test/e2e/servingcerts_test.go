@@ -1,0 +1,249 @@
+package e2e
+
+import (
+	"context"
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/ed25519"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
+)
+
+// csrPEM makes a PKCS#10 request for key; its subject and SANs are deliberately foreign, since certapi
+// must ignore them and take the identity from the ServingCertRequest.
+func csrPEM(t *testing.T, key crypto.Signer) string {
+	t.Helper()
+	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{
+		Subject:  pkix.Name{CommonName: "evil.example.com"},
+		DNSNames: []string{"evil.example.com", "kubernetes.default.svc"},
+	}, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}))
+}
+
+func ecKey(t *testing.T, curve elliptic.Curve) *ecdsa.PrivateKey {
+	t.Helper()
+	k, err := ecdsa.GenerateKey(curve, rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+func servingCert(csr string, d *metav1.Duration) *certapiv1alpha1.ServingCert {
+	return &certapiv1alpha1.ServingCert{Spec: certapiv1alpha1.ServingCertSpec{CertificateRequest: csr, Duration: d}}
+}
+
+// issue creates a ServingCert with retries while certapi's leader starts.
+func issue(t *testing.T, ns, name string, body *certapiv1alpha1.ServingCert) *certapiv1alpha1.ServingCert {
+	t.Helper()
+	c, _ := clients(t, cp.AdminConfig)
+	var out *certapiv1alpha1.ServingCert
+	eventually(t, 60*time.Second, "a certificate from servingcerts", func(ctx context.Context) (bool, error) {
+		var err error
+		out, err = c.CertapiV1alpha1().ServingCertRequests(ns).CreateServingCert(ctx, name, body, metav1.CreateOptions{})
+		if apierrors.IsServiceUnavailable(err) {
+			return false, nil
+		}
+		return err == nil, err
+	})
+	return out
+}
+
+func TestServingCertIsTrustedThroughTheBundle(t *testing.T) {
+	ctx := context.Background()
+	c, kube := clients(t, cp.AdminConfig)
+	ns := namespace(t, kube)
+	req := request("hook", "hook")
+	req.Spec.DNSNames = []string{"*.hook." + ns + ".svc"}
+	if _, err := c.CertapiV1alpha1().ServingCertRequests(ns).Create(ctx, req, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	key := ecKey(t, elliptic.P256())
+	out := issue(t, ns, "hook", servingCert(csrPEM(t, key), nil))
+
+	if out.Status.Certificate == "" || out.Status.CABundle == "" || out.Status.SerialNumber == "" || out.Status.RenewalTime == nil {
+		t.Fatalf("incomplete status: %+v", out.Status)
+	}
+	block, _ := pem.Decode([]byte(out.Status.Certificate))
+	leaf, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM([]byte(out.Status.CABundle)) {
+		t.Fatal("caBundle holds no certificate")
+	}
+	for _, name := range []string{"hook." + ns + ".svc", "hook." + ns + ".svc.cluster.local", "pod-0.hook." + ns + ".svc"} {
+		if _, err := leaf.Verify(x509.VerifyOptions{DNSName: name, Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
+			t.Errorf("does not verify for %s: %v", name, err)
+		}
+	}
+	for _, san := range leaf.DNSNames {
+		if san == "hook" || san == "hook."+ns || strings.Contains(san, "example.com") || strings.HasPrefix(san, "kubernetes") {
+			t.Errorf("unexpected SAN %q (bare, or taken from the CSR)", san)
+		}
+	}
+	if got, want := leaf.NotAfter.Sub(time.Now()), 168*time.Hour; got > want || got < want-time.Hour {
+		t.Errorf("lifetime left %s, want about %s", got, want)
+	}
+	if !out.Status.RenewalTime.After(time.Now()) || !out.Status.RenewalTime.Time.Before(leaf.NotAfter) {
+		t.Errorf("renewalTime %s not between now and notAfter %s", out.Status.RenewalTime, leaf.NotAfter)
+	}
+
+	// A real TLS server with this certificate is trusted by a client that knows only the caBundle.
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{leaf.Raw}, PrivateKey: key}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })}
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Close()
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{RootCAs: roots, ServerName: "hook." + ns + ".svc"},
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "tcp", ln.Addr().String())
+		},
+	}}
+	resp, err := client.Get("https://hook." + ns + ".svc/")
+	if err != nil {
+		t.Fatalf("TLS client trusting only the caBundle: %v", err)
+	}
+	resp.Body.Close()
+
+	// The parent's status follows, written by the leader off the request path.
+	eventually(t, 30*time.Second, "the request's status to show the certificate", func(ctx context.Context) (bool, error) {
+		got, err := c.CertapiV1alpha1().ServingCertRequests(ns).Get(ctx, "hook", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		return got.Status.SerialNumber == out.Status.SerialNumber && got.Status.LastIssued != nil, nil
+	})
+
+	// The CertificateAuthority shows the CA's public side and which one signs.
+	ca, err := c.CertapiV1alpha1().CertificateAuthorities().Get(ctx, "default", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ca.Status.Active == nil || ca.Status.CABundle != out.Status.CABundle {
+		t.Errorf("CertificateAuthority status: active %v, bundle matches %v", ca.Status.Active, ca.Status.CABundle == out.Status.CABundle)
+	}
+}
+
+func TestServingCertDryRunAndDuration(t *testing.T) {
+	ctx := context.Background()
+	c, kube := clients(t, cp.AdminConfig)
+	ns := namespace(t, kube)
+	req := request("short", "short")
+	req.Spec.Duration = &metav1.Duration{Duration: 2 * time.Hour}
+	if _, err := c.CertapiV1alpha1().ServingCertRequests(ns).Create(ctx, req, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	csr := csrPEM(t, ecKey(t, elliptic.P384()))
+
+	dry, err := c.CertapiV1alpha1().ServingCertRequests(ns).CreateServingCert(ctx, "short", servingCert(csr, nil), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	if err != nil {
+		t.Fatalf("dry-run: %v", err)
+	}
+	if dry.Status.Certificate != "" {
+		t.Fatal("dry-run signed a certificate")
+	}
+
+	out := issue(t, ns, "short", servingCert(csr, &metav1.Duration{Duration: time.Hour}))
+	block, _ := pem.Decode([]byte(out.Status.Certificate))
+	leaf, _ := x509.ParseCertificate(block.Bytes)
+	if got := leaf.NotAfter.Sub(time.Now()); got > time.Hour || got < 55*time.Minute {
+		t.Errorf("asked for 1h, notAfter is %s away", got)
+	}
+
+	_, err = c.CertapiV1alpha1().ServingCertRequests(ns).CreateServingCert(ctx, "short", servingCert(csr, &metav1.Duration{Duration: 3 * time.Hour}), metav1.CreateOptions{})
+	if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "spec.duration") || !strings.Contains(err.Error(), "at most the ServingCertRequest's duration (2h0m0s)") {
+		t.Fatalf("duration over the parent's: %v, want 422 naming spec.duration and the parent's 2h", err)
+	}
+}
+
+func TestServingCertBadInput(t *testing.T) {
+	ctx := context.Background()
+	c, kube := clients(t, cp.AdminConfig)
+	ns := namespace(t, kube)
+	if _, err := c.CertapiV1alpha1().ServingCertRequests(ns).Create(ctx, request("target", "target"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	rsa1024, err := rsa.GenerateKey(rand.Reader, 1024)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, ed, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := csrPEM(t, ecKey(t, elliptic.P256()))
+	tampered := func() string {
+		block, _ := pem.Decode([]byte(good))
+		der := append([]byte(nil), block.Bytes...)
+		der[len(der)-3] ^= 0xff // inside the signature
+		return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}))
+	}()
+	accepted := "ECDSA P-256 or P-384"
+
+	cases := []struct {
+		name, csr, want string
+	}{
+		{"malformed PEM", "-----BEGIN CERTIFICATE REQUEST-----\nnot base64!\n-----END CERTIFICATE REQUEST-----\n", "PEM"},
+		{"bad signature", tampered, "signature"},
+		{"RSA 1024", csrPEM(t, rsa1024), accepted},
+		{"ECDSA P-521", csrPEM(t, ecKey(t, elliptic.P521())), accepted},
+		{"Ed25519", csrPEM(t, ed), accepted},
+		{"empty", "", "Required value"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := c.CertapiV1alpha1().ServingCertRequests(ns).CreateServingCert(ctx, "target", servingCert(tc.csr, nil), metav1.CreateOptions{})
+			if !apierrors.IsInvalid(err) {
+				t.Fatalf("got %v, want 422", err)
+			}
+			if !strings.Contains(err.Error(), "spec.certificateRequest") || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("message %q does not name spec.certificateRequest and say %q", err.Error(), tc.want)
+			}
+			if strings.Contains(err.Error(), "BEGIN") {
+				t.Fatalf("the error echoes the PEM: %q", err.Error())
+			}
+		})
+	}
+
+	t.Run("body over 64 KiB", func(t *testing.T) {
+		big := good + strings.Repeat("#", 70<<10)
+		_, err := c.CertapiV1alpha1().ServingCertRequests(ns).CreateServingCert(ctx, "target", servingCert(big, nil), metav1.CreateOptions{})
+		if !apierrors.IsRequestEntityTooLargeError(err) || !strings.Contains(err.Error(), "at most 65536 bytes") {
+			t.Fatalf("got %v, want 413 that says the limit", err)
+		}
+	})
+	t.Run("parent missing", func(t *testing.T) {
+		_, err := c.CertapiV1alpha1().ServingCertRequests(ns).CreateServingCert(ctx, "nope", servingCert(good, nil), metav1.CreateOptions{})
+		if !apierrors.IsNotFound(err) || !strings.Contains(err.Error(), `servingcertrequests.certapi.dev "nope" not found`) {
+			t.Fatalf("got %v, want 404 naming the request", err)
+		}
+	})
+	// Nothing was signed for the parent by any of that.
+	got, err := c.CertapiV1alpha1().ServingCertRequests(ns).Get(ctx, "target", metav1.GetOptions{})
+	if err != nil || got.Status.SerialNumber != "" {
+		t.Fatalf("a refused request changed status: %v %q", err, got.Status.SerialNumber)
+	}
+}
