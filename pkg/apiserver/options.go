@@ -31,9 +31,9 @@ import (
 
 	"github.com/certapi/certapi/pkg/apis/certapi"
 	"github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
+	generatedopenapi "github.com/certapi/certapi/pkg/generated/openapi"
 	"github.com/certapi/certapi/pkg/issuer"
 	"github.com/certapi/certapi/pkg/registry/servingcertrequest"
-	generatedopenapi "github.com/certapi/certapi/pkg/generated/openapi"
 )
 
 // EtcdPathPrefix is where every certapi object lives in etcd: the storage prefix "/registry" followed by

@@ -12,8 +12,6 @@ package framework
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -51,11 +49,14 @@ const (
 	CertapiEtcdPrefix = "/registry/certapi.dev"
 )
 
-// Process names, as used in Logs and in <Dir>/logs/<name>.log.
+// Process names, as used in Logs and in <Dir>/logs/<name>.log. With several certapi replicas,
+// replica i is named ProcessCertapi+"-<i>" (see ControlPlane.ReplicaName), and the round-robin
+// proxy in front of them logs as ProcessCertapiProxy.
 const (
 	ProcessEtcd          = "etcd"
 	ProcessKubeAPIServer = "kube-apiserver"
 	ProcessCertapi       = "certapi"
+	ProcessCertapiProxy  = "certapi-proxy"
 )
 
 // Deadlines for each step of Start. They are generous because a cold kube-apiserver on a busy
@@ -83,8 +84,23 @@ type Options struct {
 	// CertapiArgs are extra flags for certapi, appended after the framework's own.
 	CertapiArgs []string
 	// CertapiEmbeddedEtcd runs certapi without --etcd-servers, so that it uses its embedded etcd
-	// under --data-dir=<Dir>/certapi-data.
+	// under --data-dir=<Dir>/certapi-data. Single replica only.
 	CertapiEmbeddedEtcd bool
+	// CertapiReplicas is how many certapi processes to run; 0 or 1 means one, as always. With
+	// N > 1, N replicas are started concurrently (they race on the empty etcd) on distinct ports,
+	// all with the same --etcd-servers (the external etcd) and serving certificate, named
+	// "certapi-0" .. "certapi-<N-1>" in Logs; kube-apiserver reaches them through a round-robin
+	// TCP proxy (ProxyPort) that skips replicas that are down. It cannot be combined with
+	// CertapiEmbeddedEtcd.
+	CertapiReplicas int
+	// CertapiReplicaArgs, when set, returns extra flags for replica i (0-based; also called with 0
+	// for a single replica), appended after CertapiArgs. LeaderIdentityArgs gives each replica
+	// its own --leader-identity, for a certapi that has that flag.
+	CertapiReplicaArgs func(i int) []string
+	// EncryptionConfig, when not empty, is the YAML of an apiserver.config.k8s.io/v1
+	// EncryptionConfiguration: it is written to <Dir>/encryption-config.yaml (mode 0600) and
+	// given to every replica as --encryption-provider-config. See AESCBCEncryptionConfig.
+	EncryptionConfig string
 	// Stdout, when set, receives one progress line per step.
 	Stdout io.Writer
 }
@@ -103,26 +119,34 @@ type ControlPlane struct {
 	AdminConfig *rest.Config
 	// Kubeconfig is the path of an admin kubeconfig file, for kubectl and for certapi itself.
 	Kubeconfig string
-	// CertapiPort is certapi's secure port on 127.0.0.1 (also the APIService's service port).
+	// CertapiPort is certapi's secure port on 127.0.0.1: with one replica also the APIService's
+	// service port; with several, replica 0's port (see CertapiReplicaURL and ProxyPort).
 	CertapiPort int
 	// CertapiURL is https://127.0.0.1:CertapiPort.
 	CertapiURL string
+	// ProxyPort is the port on 127.0.0.1 of the round-robin proxy in front of the replicas, which
+	// the ExternalName Service and the APIService point at; 0 with a single replica (no proxy).
+	ProxyPort int
+	// EncryptionConfigFile is the path Options.EncryptionConfig was written to; empty without one.
+	EncryptionConfigFile string
 	// CertapiCABundle is the PEM of the framework CA that signed certapi's serving certificate: the
 	// APIService caBundle the framework registers.
 	CertapiCABundle []byte
 	// PKI holds the paths of every generated key and certificate.
 	PKI *PKI
 
-	opts        Options
-	certapiBin  string
-	certapiArgs []string
-	clientCA    *keyPair
-	out         io.Writer
+	opts       Options
+	certapiBin string
+	clientCA   *keyPair
+	out        io.Writer
+	// replicas is fixed by Start: one slot per certapi replica (none with SkipCertapi).
+	replicas []*replica
 
 	mu        sync.Mutex
 	etcd      *process
 	apiserver *process
-	certapi   *process
+	proxy     *rrProxy
+	proxyLog  *os.File
 	logs      map[string]string
 	stopped   bool
 }
@@ -134,6 +158,12 @@ type ControlPlane struct {
 func Start(ctx context.Context, opts Options) (_ *ControlPlane, retErr error) {
 	if opts.Dir == "" {
 		return nil, errors.New("framework.Options.Dir is required")
+	}
+	if opts.CertapiReplicas < 0 {
+		return nil, fmt.Errorf("framework.Options.CertapiReplicas is %d; want 0 or more", opts.CertapiReplicas)
+	}
+	if opts.CertapiReplicas > 1 && opts.CertapiEmbeddedEtcd {
+		return nil, fmt.Errorf("framework.Options: CertapiEmbeddedEtcd runs a single replica; it cannot be combined with CertapiReplicas=%d", opts.CertapiReplicas)
 	}
 	dir, err := filepath.Abs(opts.Dir)
 	if err != nil {
@@ -202,7 +232,8 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, retErr error) {
 		return cp, fmt.Errorf("reading certapi CA: %w", err)
 	}
 
-	ports, err := allocatePorts(filepath.Join(dir, "ports.json"))
+	replicas := max(opts.CertapiReplicas, 1)
+	ports, err := allocatePorts(filepath.Join(dir, "ports.json"), replicas-1)
 	if err != nil {
 		return cp, err
 	}
@@ -246,12 +277,30 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, retErr error) {
 	cp.certapiBin = res.path
 	cp.progress("certapi binary %s (waited %s)", res.path, since(t0))
 
-	cp.certapiArgs = cp.buildCertapiArgs()
+	if opts.EncryptionConfig != "" {
+		cp.EncryptionConfigFile = filepath.Join(dir, EncryptionConfigFileName)
+		if err := writeFile(cp.EncryptionConfigFile, []byte(opts.EncryptionConfig), 0o600); err != nil {
+			return cp, err
+		}
+	}
+	cp.replicas = cp.newReplicas(replicas, ports)
 	t0 = time.Now()
 	if err := cp.StartCertapi(ctx); err != nil {
 		return cp, err
 	}
-	cp.progress("certapi ready at %s (%s)", cp.CertapiURL, since(t0))
+	if replicas == 1 {
+		cp.progress("certapi ready at %s (%s)", cp.CertapiURL, since(t0))
+	} else {
+		urls := make([]string, replicas)
+		for i, r := range cp.replicas {
+			urls[i] = r.url
+		}
+		cp.progress("%d certapi replicas ready at %s (%s)", replicas, strings.Join(urls, ", "), since(t0))
+		if err := cp.startProxy(); err != nil {
+			return cp, err
+		}
+		cp.progress("round-robin proxy for certapi on 127.0.0.1:%d", cp.ProxyPort)
+	}
 
 	t0 = time.Now()
 	if err := cp.registerAPIService(ctx); err != nil {
@@ -292,7 +341,9 @@ func (cp *ControlPlane) logPath(name string) string {
 	return filepath.Join(cp.Dir, "logs", name+".log")
 }
 
-func (cp *ControlPlane) launch(name, bin string, args []string) (*process, error) {
+// launch starts a process and stores it in *slot under cp.mu, so that a concurrent Stop either
+// sees it or makes launch kill it.
+func (cp *ControlPlane) launch(name, bin string, args []string, slot **process) (*process, error) {
 	p, err := startProcess(name, cp.logPath(name), bin, args, nil)
 	if err != nil {
 		return nil, err
@@ -305,6 +356,7 @@ func (cp *ControlPlane) launch(name, bin string, args []string) (*process, error
 		go p.stop(syscall.SIGKILL, 0) //nolint:errcheck
 		return nil, fmt.Errorf("starting %s: control plane is stopped", name)
 	}
+	*slot = p
 	return p, nil
 }
 
@@ -327,16 +379,13 @@ func (cp *ControlPlane) startEtcd(ctx context.Context, bin string, ports *portSe
 		"--unsafe-no-fsync=true",
 		"--log-level=warn",
 	}
-	p, err := cp.launch(ProcessEtcd, bin, args)
+	p, err := cp.launch(ProcessEtcd, bin, args, &cp.etcd)
 	if err != nil {
 		return err
 	}
-	cp.mu.Lock()
-	cp.etcd = p
-	cp.mu.Unlock()
 
 	client := &http.Client{Timeout: healthRequestTimeout}
-	return pollUntil(ctx, etcdReadyTimeout, "etcd /health at "+cp.EtcdEndpoint, p, func(ctx context.Context) (bool, string) {
+	return pollUntil(ctx, etcdReadyTimeout, "etcd /health at "+cp.EtcdEndpoint, []*process{p}, func(ctx context.Context) (bool, string) {
 		body, code, err := httpGet(ctx, client, cp.EtcdEndpoint+"/health")
 		if err != nil {
 			return false, err.Error()
@@ -377,13 +426,10 @@ func (cp *ControlPlane) startAPIServer(ctx context.Context, bin string, ports *p
 		"--enable-aggregator-routing=false",
 		"--v=2",
 	}
-	p, err := cp.launch(ProcessKubeAPIServer, bin, args)
+	p, err := cp.launch(ProcessKubeAPIServer, bin, args, &cp.apiserver)
 	if err != nil {
 		return err
 	}
-	cp.mu.Lock()
-	cp.apiserver = p
-	cp.mu.Unlock()
 
 	cfg := rest.CopyConfig(cp.AdminConfig)
 	cfg.Timeout = healthRequestTimeout
@@ -391,7 +437,7 @@ func (cp *ControlPlane) startAPIServer(ctx context.Context, bin string, ports *p
 	if err != nil {
 		return fmt.Errorf("creating admin client: %w", err)
 	}
-	return pollUntil(ctx, apiServerReadyTimeout, "kube-apiserver /readyz at "+cp.APIServerURL, p, func(ctx context.Context) (bool, string) {
+	return pollUntil(ctx, apiServerReadyTimeout, "kube-apiserver /readyz at "+cp.APIServerURL, []*process{p}, func(ctx context.Context) (bool, string) {
 		var code int
 		body, err := cs.Discovery().RESTClient().Get().AbsPath("/readyz").Param("verbose", "true").Do(ctx).StatusCode(&code).Raw()
 		if err != nil {
@@ -491,123 +537,6 @@ func (cp *ControlPlane) writeKubeconfig(path string) error {
 // ---------------------------------------------------------------------------------------------
 // certapi
 
-func (cp *ControlPlane) buildCertapiArgs() []string {
-	pki := cp.PKI
-	var args []string
-	if cp.opts.CertapiEmbeddedEtcd {
-		args = append(args, "--data-dir="+filepath.Join(cp.Dir, "certapi-data"))
-	} else {
-		args = append(args, "--etcd-servers="+cp.EtcdEndpoint)
-	}
-	args = append(args,
-		"--bind-address=127.0.0.1",
-		"--secure-port="+strconv.Itoa(cp.CertapiPort),
-		"--tls-cert-file="+pki.CertapiCert,
-		"--tls-private-key-file="+pki.CertapiKey,
-		"--kubeconfig="+cp.Kubeconfig,
-		"--authentication-kubeconfig="+cp.Kubeconfig,
-		"--authorization-kubeconfig="+cp.Kubeconfig,
-		"-v=4",
-	)
-	return append(args, cp.opts.CertapiArgs...)
-}
-
-// StartCertapi starts certapi with the flags, port and data dir of Start, stopping a running one
-// gracefully first, and waits for its /readyz. It does not wait for the APIService; see
-// WaitAPIServiceAvailable.
-func (cp *ControlPlane) StartCertapi(ctx context.Context) error {
-	if cp.opts.SkipCertapi || cp.certapiBin == "" {
-		return errors.New("StartCertapi: the control plane was started with SkipCertapi")
-	}
-	if err := cp.StopCertapi(); err != nil {
-		return err
-	}
-	p, err := cp.launch(ProcessCertapi, cp.certapiBin, cp.certapiArgs)
-	if err != nil {
-		return err
-	}
-	cp.mu.Lock()
-	cp.certapi = p
-	cp.mu.Unlock()
-
-	client, err := cp.certapiHTTPClient()
-	if err != nil {
-		return err
-	}
-	return pollUntil(ctx, certapiReadyTimeout, "certapi /readyz at "+cp.CertapiURL, p, func(ctx context.Context) (bool, string) {
-		body, code, err := httpGet(ctx, client, cp.CertapiURL+"/readyz?verbose=true")
-		if err != nil {
-			return false, err.Error()
-		}
-		if code != http.StatusOK {
-			return false, fmt.Sprintf("HTTP %d: %s", code, failingChecks(body))
-		}
-		return true, ""
-	})
-}
-
-// CertapiHTTPClient returns an HTTP client that trusts the framework's certapi serving CA and
-// presents the admin client certificate, for talking to certapi directly (not through
-// kube-apiserver), e.g. to its /metrics or /readyz.
-func (cp *ControlPlane) CertapiHTTPClient() (*http.Client, error) { return cp.certapiHTTPClient() }
-
-func (cp *ControlPlane) certapiHTTPClient() (*http.Client, error) {
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(cp.CertapiCABundle) {
-		return nil, errors.New("no certificate in the certapi CA bundle")
-	}
-	admin, err := tls.X509KeyPair(cp.AdminConfig.CertData, cp.AdminConfig.KeyData)
-	if err != nil {
-		return nil, fmt.Errorf("loading admin key pair: %w", err)
-	}
-	return &http.Client{
-		Timeout: healthRequestTimeout,
-		Transport: &http.Transport{
-			TLSClientConfig: &tls.Config{
-				RootCAs:      pool,
-				Certificates: []tls.Certificate{admin},
-				MinVersion:   tls.VersionTLS12,
-			},
-		},
-	}, nil
-}
-
-// StopCertapi stops certapi gracefully (SIGTERM; SIGKILL after a deadline) and waits for it to
-// exit. It is a no-op when certapi is not running.
-func (cp *ControlPlane) StopCertapi() error {
-	return cp.stopCertapi(syscall.SIGTERM)
-}
-
-// KillCertapi kills certapi with SIGKILL and waits for it to exit.
-func (cp *ControlPlane) KillCertapi() error {
-	return cp.stopCertapi(syscall.SIGKILL)
-}
-
-func (cp *ControlPlane) stopCertapi(sig syscall.Signal) error {
-	cp.mu.Lock()
-	p := cp.certapi
-	cp.mu.Unlock()
-	if p == nil {
-		return nil
-	}
-	if err := p.stop(sig, certapiStopGrace); err != nil {
-		return fmt.Errorf("stopping certapi: %w", err)
-	}
-	return nil
-}
-
-// CertapiRunning reports whether the certapi process is running.
-func (cp *ControlPlane) CertapiRunning() bool {
-	cp.mu.Lock()
-	p := cp.certapi
-	cp.mu.Unlock()
-	if p == nil {
-		return false
-	}
-	done, _ := p.exited()
-	return !done
-}
-
 // registerAPIService creates (or updates, for a reused Dir) the namespace, the ExternalName
 // Service and the APIService that route certapi.dev/v1alpha1 to the local certapi.
 func (cp *ControlPlane) registerAPIService(ctx context.Context) error {
@@ -625,7 +554,7 @@ func (cp *ControlPlane) registerAPIService(ctx context.Context) error {
 		return fmt.Errorf("creating namespace %s: %w", CertapiNamespace, err)
 	}
 
-	port := int32(cp.CertapiPort) //nolint:gosec // a TCP port
+	port := int32(cp.servicePort()) //nolint:gosec // a TCP port
 	svcSpec := corev1.ServiceSpec{
 		Type:         corev1.ServiceTypeExternalName,
 		ExternalName: "localhost",
@@ -692,7 +621,8 @@ func (cp *ControlPlane) registerAPIService(ctx context.Context) error {
 // WaitAPIServiceAvailable waits until the APIService v1alpha1.certapi.dev has condition
 // Available=True and kube-apiserver answers a discovery request for certapi.dev/v1alpha1 by
 // proxying it to certapi (the condition alone can be stale right after a certapi restart). On
-// timeout the error carries the condition's reason and message.
+// timeout the error carries the condition's reason and message. It fails early when no certapi
+// replica is running.
 func (cp *ControlPlane) WaitAPIServiceAvailable(ctx context.Context) error {
 	cfg := rest.CopyConfig(cp.AdminConfig)
 	cfg.Timeout = healthRequestTimeout
@@ -704,10 +634,7 @@ func (cp *ControlPlane) WaitAPIServiceAvailable(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("creating admin client: %w", err)
 	}
-	cp.mu.Lock()
-	p := cp.certapi
-	cp.mu.Unlock()
-	return pollUntil(ctx, apiServiceReadyTimeout, "APIService "+CertapiAPIService+" Available", p, func(ctx context.Context) (bool, string) {
+	return pollUntil(ctx, apiServiceReadyTimeout, "APIService "+CertapiAPIService+" Available", cp.replicaProcs(), func(ctx context.Context) (bool, string) {
 		s, err := agg.ApiregistrationV1().APIServices().Get(ctx, CertapiAPIService, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
@@ -733,21 +660,46 @@ func (cp *ControlPlane) WaitAPIServiceAvailable(ctx context.Context) error {
 // ---------------------------------------------------------------------------------------------
 // Stop
 
-// Stop stops everything Start started — certapi, kube-apiserver, then etcd — with SIGTERM and
-// SIGKILL after a deadline, and waits for the processes to exit. It is idempotent and safe to call
-// on a partly started control plane. Data and logs stay in Dir.
+// Stop stops everything Start started — the certapi replicas (concurrently), the round-robin
+// proxy, kube-apiserver, then etcd — with SIGTERM and SIGKILL after a deadline, and waits for the
+// processes and the proxy's goroutines to end. It is idempotent and safe to call on a partly
+// started control plane. Data and logs stay in Dir.
 func (cp *ControlPlane) Stop() {
 	cp.mu.Lock()
 	cp.stopped = true
+	certapis := make([]*process, 0, len(cp.replicas))
+	for _, r := range cp.replicas {
+		if r.proc != nil {
+			certapis = append(certapis, r.proc)
+		}
+	}
+	proxy, proxyLog := cp.proxy, cp.proxyLog
 	procs := []struct {
 		p     *process
 		grace time.Duration
 	}{
-		{cp.certapi, certapiStopGrace},
 		{cp.apiserver, apiServerStopGrace},
 		{cp.etcd, etcdStopGrace},
 	}
 	cp.mu.Unlock()
+
+	var wg sync.WaitGroup
+	for _, p := range certapis {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := p.stop(syscall.SIGTERM, certapiStopGrace); err != nil {
+				cp.progress("stopping %s: %v", p.name, err)
+			}
+		}()
+	}
+	wg.Wait()
+	if proxy != nil {
+		proxy.Close()
+	}
+	if proxyLog != nil {
+		proxyLog.Close()
+	}
 	for _, s := range procs {
 		if s.p == nil {
 			continue
@@ -762,15 +714,23 @@ func (cp *ControlPlane) Stop() {
 // helpers
 
 // pollUntil polls cond every pollInterval until it reports done, the timeout passes, ctx ends, or
-// p (when not nil) exits. cond's status string goes into the timeout error.
-func pollUntil(ctx context.Context, timeout time.Duration, what string, p *process, cond func(context.Context) (bool, string)) error {
+// every process of procs (when there are any) has exited. cond's status string goes into the
+// timeout error.
+func pollUntil(ctx context.Context, timeout time.Duration, what string, procs []*process, cond func(context.Context) (bool, string)) error {
 	var last string
 	var exited error
 	start := time.Now()
 	err := wait.PollUntilContextTimeout(ctx, pollInterval, timeout, true, func(ctx context.Context) (bool, error) {
-		if p != nil {
-			if done, _ := p.exited(); done {
-				exited = p.exitError()
+		if len(procs) > 0 {
+			var errs []error
+			for _, p := range procs {
+				if done, _ := p.exited(); !done {
+					break
+				}
+				errs = append(errs, p.exitError())
+			}
+			if len(errs) == len(procs) {
+				exited = errors.Join(errs...)
 				return false, exited
 			}
 		}
@@ -785,7 +745,7 @@ func pollUntil(ctx context.Context, timeout time.Duration, what string, p *proce
 		return fmt.Errorf("waiting for %s: %w", what, exited)
 	default:
 		msg := fmt.Sprintf("waiting for %s: gave up after %s (%v); last status: %s", what, since(start), err, last)
-		if p != nil {
+		for _, p := range procs {
 			msg += fmt.Sprintf("\nlast lines of %s:\n%s", p.logPath, tailFile(p.logPath, 30))
 		}
 		return errors.New(msg)

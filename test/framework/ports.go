@@ -14,9 +14,14 @@ type portSet struct {
 	EtcdPeer   int `json:"etcdPeer"`
 	APIServer  int `json:"apiServer"`
 	Certapi    int `json:"certapi"`
+	// CertapiReplicas are the ports of certapi replicas 1..N-1 (replica 0 uses Certapi); empty
+	// with a single replica.
+	CertapiReplicas []int `json:"certapiReplicas,omitempty"`
 }
 
-func allocatePorts(path string) (*portSet, error) {
+// allocatePorts returns the ports saved in path when they are still free, and fresh free ports
+// otherwise, with extraCertapi ports for certapi replicas beyond the first, and saves them.
+func allocatePorts(path string, extraCertapi int) (*portSet, error) {
 	ps := &portSet{}
 	data, err := os.ReadFile(path)
 	switch {
@@ -27,8 +32,21 @@ func allocatePorts(path string) (*portSet, error) {
 	case !errors.Is(err, os.ErrNotExist):
 		return nil, fmt.Errorf("reading %s: %w", path, err)
 	}
+	if len(ps.CertapiReplicas) > extraCertapi {
+		ps.CertapiReplicas = ps.CertapiReplicas[:extraCertapi]
+	}
+	for len(ps.CertapiReplicas) < extraCertapi {
+		ps.CertapiReplicas = append(ps.CertapiReplicas, 0)
+	}
+	if extraCertapi == 0 {
+		ps.CertapiReplicas = nil
+	}
 	used := map[int]bool{}
-	for _, port := range []*int{&ps.EtcdClient, &ps.EtcdPeer, &ps.APIServer, &ps.Certapi} {
+	all := []*int{&ps.EtcdClient, &ps.EtcdPeer, &ps.APIServer, &ps.Certapi}
+	for i := range ps.CertapiReplicas {
+		all = append(all, &ps.CertapiReplicas[i])
+	}
+	for _, port := range all {
 		if *port > 0 && !used[*port] && portFree(*port) {
 			used[*port] = true
 			continue
