@@ -29,7 +29,7 @@ verify:
 	$(GO) vet ./...
 
 ## unit: tests that need no running processes
-unit:
+unit: tools
 	$(GO) test -count=1 $$($(GO) list ./... | grep -v /test/)
 
 ## e2e: tests against a real kube-apiserver and etcd

@@ -29,6 +29,7 @@ import (
 	"k8s.io/klog/v2"
 	netutils "k8s.io/utils/net"
 
+	"github.com/certapi/certapi/pkg/admission/secretaccess"
 	"github.com/certapi/certapi/pkg/apis/certapi"
 	"github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	generatedopenapi "github.com/certapi/certapi/pkg/generated/openapi"
@@ -78,6 +79,8 @@ func NewOptions() *Options {
 	// A webhook whose certificate comes from certapi must never be able to block certapi, so admission
 	// webhooks are off unless an admin turns them on. ValidatingAdmissionPolicy still applies.
 	o.RecommendedOptions.Admission.DefaultOffPlugins = sets.New(mutating.PluginName, validating.PluginName)
+	secretaccess.Register(o.RecommendedOptions.Admission.Plugins)
+	o.RecommendedOptions.Admission.RecommendedPluginOrder = append(o.RecommendedOptions.Admission.RecommendedPluginOrder, secretaccess.PluginName)
 	return o
 }
 

@@ -55,6 +55,9 @@ type Issuer struct {
 	leading bool
 	active  *signer.CA
 	bundle  []byte
+	// termKey and termRev identify the election key of the current or last term; CA writes are fenced on them.
+	termKey string
+	termRev int64
 }
 
 // New returns an Issuer; Run makes it take part in the election.
@@ -219,6 +222,9 @@ func (i *Issuer) campaignOnce(ctx context.Context) error {
 
 // lead loads or creates the CA, then serves until ctx ends.
 func (i *Issuer) lead(ctx context.Context, leaderKey string, leaderRev int64) error {
+	i.mu.Lock()
+	i.termKey, i.termRev = leaderKey, leaderRev
+	i.mu.Unlock()
 	ca, err := i.loadOrCreateCA(ctx, leaderKey, leaderRev)
 	if err != nil {
 		return err
