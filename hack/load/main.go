@@ -1,0 +1,293 @@
+// Command load measures certapi through kube-apiserver's aggregation layer with client-go, as operators
+// call it: synchronous issuance on the servingcerts subresource at a given rate or concurrency, and the
+// time for N ServingCertRequests with secretName to be Ready with their Secrets.
+//
+//	go run ./hack/load --local                     # start a local stack (test/framework) and measure
+//	go run ./hack/load --kubeconfig=... -n ns ...  # measure an existing cluster
+package main
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/pem"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"sort"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/util/flowcontrol"
+
+	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
+	"github.com/certapi/certapi/pkg/generated/clientset/versioned"
+	"github.com/certapi/certapi/test/framework"
+)
+
+type options struct {
+	local       bool
+	replicas    int
+	kubeconfig  string
+	namespace   string
+	rate        float64
+	concurrency int
+	duration    time.Duration
+	secrets     int
+	clients     int
+}
+
+func main() {
+	var o options
+	flag.BoolVar(&o.local, "local", false, "Start etcd, kube-apiserver and certapi on loopback (test/framework) and measure that.")
+	flag.IntVar(&o.replicas, "replicas", 1, "With --local: how many certapi replicas, behind a round-robin TCP proxy when more than one.")
+	flag.StringVar(&o.kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "Kubeconfig of an existing cluster with certapi (ignored with --local).")
+	flag.StringVar(&o.namespace, "n", "certapi-load", "Namespace to create requests in (created if missing).")
+	flag.Float64Var(&o.rate, "rate", 100, "Issuances per second to offer; 0 means as fast as --concurrency allows.")
+	flag.IntVar(&o.concurrency, "concurrency", 16, "Issuances in flight at most.")
+	flag.DurationVar(&o.duration, "duration", 10*time.Second, "How long to issue; 0 skips the issuance phase.")
+	flag.IntVar(&o.secrets, "secrets", 500, "How many ServingCertRequests with secretName to create and wait for; 0 skips that phase.")
+	flag.IntVar(&o.clients, "clients", 4, "Separate client-go connections to spread the load over.")
+	flag.Parse()
+	if err := run(o); err != nil {
+		fmt.Fprintf(os.Stderr, "load: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+func run(o options) error {
+	ctx := context.Background()
+	var config *rest.Config
+	if o.local {
+		dir, err := os.MkdirTemp("", "certapi-load-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		cp, err := framework.Start(ctx, framework.Options{Dir: dir, CertapiReplicas: o.replicas, Stdout: os.Stderr})
+		if err != nil {
+			if cp != nil {
+				framework.PrintLogTails(os.Stderr, cp.Logs())
+			}
+			return err
+		}
+		defer cp.Stop()
+		config = cp.AdminConfig
+	} else {
+		c, err := clientcmd.BuildConfigFromFlags("", o.kubeconfig)
+		if err != nil {
+			return fmt.Errorf("loading kubeconfig: %w", err)
+		}
+		config = c
+	}
+	config = rest.CopyConfig(config)
+	config.RateLimiter = flowcontrol.NewFakeAlwaysRateLimiter()
+
+	kube, err := kubernetes.NewForConfig(config)
+	if err != nil {
+		return err
+	}
+	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: o.namespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating namespace %s: %w", o.namespace, err)
+	}
+	fmt.Printf("host: %s\n", config.Host)
+	if o.duration > 0 {
+		if err := issuance(ctx, config, o); err != nil {
+			return err
+		}
+	}
+	if o.secrets > 0 {
+		if err := secretDelivery(ctx, config, kube, o); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// issuance offers o.rate issuances per second for o.duration and reports latency percentiles.
+func issuance(ctx context.Context, config *rest.Config, o options) error {
+	var clients []versioned.Interface
+	for i := 0; i < o.clients; i++ {
+		c := rest.CopyConfig(config)
+		c.UserAgent = fmt.Sprintf("certapi-load/%d", i)
+		// A custom dialer makes client-go build this client its own transport, so each client has its own
+		// connection to kube-apiserver instead of sharing one cached HTTP/2 connection.
+		c.Dial = (&net.Dialer{Timeout: 10 * time.Second}).DialContext
+		cs, err := versioned.NewForConfig(c)
+		if err != nil {
+			return err
+		}
+		clients = append(clients, cs)
+	}
+	scrs := clients[0].CertapiV1alpha1().ServingCertRequests(o.namespace)
+	if _, err := scrs.Create(ctx, &certapiv1alpha1.ServingCertRequest{
+		ObjectMeta: metav1.ObjectMeta{Name: "load"},
+		Spec:       certapiv1alpha1.ServingCertRequestSpec{ServiceName: "load"},
+	}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	csr, err := makeCSR()
+	if err != nil {
+		return err
+	}
+	body := &certapiv1alpha1.ServingCert{Spec: certapiv1alpha1.ServingCertSpec{CertificateRequest: csr}}
+
+	// Warm up: the first call waits for the leader and opens connections.
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		for _, c := range clients {
+			if _, err := c.CertapiV1alpha1().ServingCertRequests(o.namespace).CreateServingCert(ctx, "load", body, metav1.CreateOptions{}); err != nil {
+				return false, nil
+			}
+		}
+		return true, nil
+	}); err != nil {
+		return fmt.Errorf("warming up: %w", err)
+	}
+
+	var (
+		mu        sync.Mutex
+		latencies []time.Duration
+		failures  int
+		wg        sync.WaitGroup
+	)
+	sem := make(chan struct{}, o.concurrency)
+	start := time.Now()
+	deadline := start.Add(o.duration)
+	var interval time.Duration
+	if o.rate > 0 {
+		interval = time.Duration(float64(time.Second) / o.rate)
+	}
+	for n := 0; time.Now().Before(deadline); n++ {
+		if interval > 0 {
+			// Open loop: the n-th call is due at start + n*interval, however long earlier ones took.
+			if d := time.Until(start.Add(time.Duration(n) * interval)); d > 0 {
+				time.Sleep(d)
+			}
+		}
+		sem <- struct{}{}
+		wg.Add(1)
+		go func(c versioned.Interface) {
+			defer func() { <-sem; wg.Done() }()
+			t0 := time.Now()
+			_, err := c.CertapiV1alpha1().ServingCertRequests(o.namespace).CreateServingCert(ctx, "load", body, metav1.CreateOptions{})
+			d := time.Since(t0)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				failures++
+				return
+			}
+			latencies = append(latencies, d)
+		}(clients[n%len(clients)])
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	sort.Slice(latencies, func(i, j int) bool { return latencies[i] < latencies[j] })
+	fmt.Printf("issuance: offered %.0f/s (concurrency %d, %d clients) for %s: %d ok, %d failed, %.1f certificates/s\n",
+		o.rate, o.concurrency, o.clients, o.duration, len(latencies), failures, float64(len(latencies))/elapsed.Seconds())
+	if len(latencies) > 0 {
+		fmt.Printf("  latency p50 %s  p95 %s  p99 %s  max %s\n", pct(latencies, 50), pct(latencies, 95), pct(latencies, 99), latencies[len(latencies)-1])
+	}
+	return nil
+}
+
+// secretDelivery creates o.secrets requests with secretName and waits until every one is Ready with its Secret.
+func secretDelivery(ctx context.Context, config *rest.Config, kube kubernetes.Interface, o options) error {
+	c, err := versioned.NewForConfig(config)
+	if err != nil {
+		return err
+	}
+	scrs := c.CertapiV1alpha1().ServingCertRequests(o.namespace)
+	prefix := fmt.Sprintf("s%d-", time.Now().Unix()%100000)
+	start := time.Now()
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 32)
+	var createErr error
+	var mu sync.Mutex
+	for i := 0; i < o.secrets; i++ {
+		name := fmt.Sprintf("%s%d", prefix, i)
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			_, err := scrs.Create(ctx, &certapiv1alpha1.ServingCertRequest{
+				ObjectMeta: metav1.ObjectMeta{Name: name},
+				Spec:       certapiv1alpha1.ServingCertRequestSpec{ServiceName: name, SecretName: name + "-tls"},
+			}, metav1.CreateOptions{})
+			if err != nil {
+				mu.Lock()
+				createErr = err
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if createErr != nil {
+		return fmt.Errorf("creating requests: %w", createErr)
+	}
+	created := time.Since(start)
+	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 10*time.Minute, true, func(ctx context.Context) (bool, error) {
+		secrets, err := kube.CoreV1().Secrets(o.namespace).List(ctx, metav1.ListOptions{LabelSelector: "certapi.dev/managed=true"})
+		if err != nil {
+			return false, nil
+		}
+		have := 0
+		for _, s := range secrets.Items {
+			if len(s.Data["tls.crt"]) > 0 && len(s.Name) > len(prefix) && s.Name[:len(prefix)] == prefix {
+				have++
+			}
+		}
+		if have < o.secrets {
+			return false, nil
+		}
+		list, err := scrs.List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		ready := 0
+		for _, r := range list.Items {
+			if len(r.Name) > len(prefix) && r.Name[:len(prefix)] == prefix && meta.IsStatusConditionTrue(r.Status.Conditions, "Ready") {
+				ready++
+			}
+		}
+		return ready >= o.secrets, nil
+	})
+	total := time.Since(start)
+	if err != nil {
+		return fmt.Errorf("waiting for %d Secrets and Ready requests: %w", o.secrets, err)
+	}
+	fmt.Printf("secrets: %d ServingCertRequests created in %s; all Ready with their Secrets after %s (%.0f certificates/s end to end)\n",
+		o.secrets, created.Round(time.Millisecond), total.Round(time.Millisecond), float64(o.secrets)/total.Seconds())
+	return nil
+}
+
+func pct(sorted []time.Duration, p int) time.Duration {
+	i := (len(sorted)*p + 99) / 100
+	if i > 0 {
+		i--
+	}
+	return sorted[i].Round(10 * time.Microsecond)
+}
+
+func makeCSR() (string, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return "", err
+	}
+	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{}, key)
+	if err != nil {
+		return "", err
+	}
+	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der})), nil
+}
