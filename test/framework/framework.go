@@ -7,7 +7,9 @@
 //
 // There is no controller manager, scheduler or kubelet: namespaces that are deleted stay
 // Terminating, no ServiceAccount or token controller runs, Pods never start. certapi is reached by
-// kube-apiserver through a Service of type ExternalName pointing at localhost.
+// kube-apiserver through a Service of type ExternalName pointing at localhost: at certapi's port
+// with one replica, or with Options.CertapiReplicas > 1 at an in-process round-robin TCP proxy in
+// front of the replicas (ProxyPort), which skips replicas that are down as a Service would.
 package framework
 
 import (
@@ -15,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -151,7 +154,8 @@ type ControlPlane struct {
 	stopped   bool
 }
 
-// Start starts etcd, kube-apiserver and, unless opts.SkipCertapi, certapi registered as the
+// Start starts etcd, kube-apiserver and, unless opts.SkipCertapi, certapi (opts.CertapiReplicas
+// replicas, concurrently, behind the round-robin proxy when more than one) registered as the
 // APIService v1alpha1.certapi.dev, and waits until each is ready (Available, for the APIService).
 // On error everything already started is stopped, and the (stopped) ControlPlane is still
 // returned when Dir could be prepared, so that the caller can read its Logs (see PrintLogTails).
@@ -283,7 +287,10 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, retErr error) {
 			return cp, err
 		}
 	}
-	cp.replicas = cp.newReplicas(replicas, ports)
+	rs := cp.newReplicas(replicas, ports)
+	cp.mu.Lock()
+	cp.replicas = rs
+	cp.mu.Unlock()
 	t0 = time.Now()
 	if err := cp.StartCertapi(ctx); err != nil {
 		return cp, err
@@ -769,14 +776,44 @@ func httpGet(ctx context.Context, client *http.Client, url string) (string, int,
 	return string(body), resp.StatusCode, nil
 }
 
-// freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+// Ports the framework picks itself lie in [minStaticPort, start of the kernel's ephemeral range).
+const minStaticPort = 20000
+
+// freePort returns a TCP port on 127.0.0.1 that was free a moment ago. It prefers a port below the
+// kernel's ephemeral range: a process restarted on its port (StartReplica, StartCertapi) could
+// otherwise find it taken by the source port of some outgoing loopback connection meanwhile.
 func freePort() (int, error) {
+	if lo := ephemeralPortStart(); lo > minStaticPort+1000 {
+		for range 100 {
+			p := minStaticPort + rand.IntN(lo-minStaticPort)
+			if portFree(p) {
+				return p, nil
+			}
+		}
+	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, fmt.Errorf("finding a free port: %w", err)
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// ephemeralPortStart returns the first port of the kernel's ephemeral range, or 0 when unknown.
+func ephemeralPortStart() int {
+	data, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0
+	}
+	fields := strings.Fields(string(data))
+	if len(fields) != 2 {
+		return 0
+	}
+	lo, err := strconv.Atoi(fields[0])
+	if err != nil || lo > 65535 {
+		return 0
+	}
+	return lo
 }
 
 // portFree reports whether port can be bound on 127.0.0.1 now.

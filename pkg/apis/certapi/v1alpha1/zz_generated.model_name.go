@@ -23,70 +23,70 @@ package v1alpha1
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in CertificateAuthority) OpenAPIModelName() string {
-	return "dev.certapi.v1alpha1.CertificateAuthority"
+	return "com.github.certapi.certapi.pkg.apis.certapi.v1alpha1.CertificateAuthority"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in CertificateAuthorityCertificate) OpenAPIModelName() string {
-	return "dev.certapi.v1alpha1.CertificateAuthorityCertificate"
+	return "com.github.certapi.certapi.pkg.apis.certapi.v1alpha1.CertificateAuthorityCertificate"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in CertificateAuthorityList) OpenAPIModelName() string {
-	return "dev.certapi.v1alpha1.CertificateAuthorityList"
+	return "com.github.certapi.certapi.pkg.apis.certapi.v1alpha1.CertificateAuthorityList"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in CertificateAuthorityRef) OpenAPIModelName() string {
-	return "dev.certapi.v1alpha1.CertificateAuthorityRef"
+	return "com.github.certapi.certapi.pkg.apis.certapi.v1alpha1.CertificateAuthorityRef"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in CertificateAuthoritySpec) OpenAPIModelName() string {
-	return "dev.certapi.v1alpha1.CertificateAuthoritySpec"
+	return "com.github.certapi.certapi.pkg.apis.certapi.v1alpha1.CertificateAuthoritySpec"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in CertificateAuthorityStatus) OpenAPIModelName() string {
-	return "dev.certapi.v1alpha1.CertificateAuthorityStatus"
+	return "com.github.certapi.certapi.pkg.apis.certapi.v1alpha1.CertificateAuthorityStatus"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in InjectionSummary) OpenAPIModelName() string {
-	return "dev.certapi.v1alpha1.InjectionSummary"
+	return "com.github.certapi.certapi.pkg.apis.certapi.v1alpha1.InjectionSummary"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in ServingCert) OpenAPIModelName() string {
-	return "dev.certapi.v1alpha1.ServingCert"
+	return "com.github.certapi.certapi.pkg.apis.certapi.v1alpha1.ServingCert"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in ServingCertRequest) OpenAPIModelName() string {
-	return "dev.certapi.v1alpha1.ServingCertRequest"
+	return "com.github.certapi.certapi.pkg.apis.certapi.v1alpha1.ServingCertRequest"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in ServingCertRequestList) OpenAPIModelName() string {
-	return "dev.certapi.v1alpha1.ServingCertRequestList"
+	return "com.github.certapi.certapi.pkg.apis.certapi.v1alpha1.ServingCertRequestList"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in ServingCertRequestSpec) OpenAPIModelName() string {
-	return "dev.certapi.v1alpha1.ServingCertRequestSpec"
+	return "com.github.certapi.certapi.pkg.apis.certapi.v1alpha1.ServingCertRequestSpec"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in ServingCertRequestStatus) OpenAPIModelName() string {
-	return "dev.certapi.v1alpha1.ServingCertRequestStatus"
+	return "com.github.certapi.certapi.pkg.apis.certapi.v1alpha1.ServingCertRequestStatus"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in ServingCertSpec) OpenAPIModelName() string {
-	return "dev.certapi.v1alpha1.ServingCertSpec"
+	return "com.github.certapi.certapi.pkg.apis.certapi.v1alpha1.ServingCertSpec"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in ServingCertStatus) OpenAPIModelName() string {
-	return "dev.certapi.v1alpha1.ServingCertStatus"
+	return "com.github.certapi.certapi.pkg.apis.certapi.v1alpha1.ServingCertStatus"
 }

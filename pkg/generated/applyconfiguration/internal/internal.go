@@ -40,25 +40,353 @@ var parserOnce sync.Once
 var parser *typed.Parser
 var schemaYAML = typed.YAMLObject(`types:
 - name: com.github.certapi.certapi.pkg.apis.certapi.v1alpha1.CertificateAuthority
-  scalar: untyped
-  list:
-    elementType:
-      namedType: __untyped_atomic_
-    elementRelationship: atomic
   map:
-    elementType:
-      namedType: __untyped_deduced_
-    elementRelationship: separable
+    fields:
+    - name: apiVersion
+      type:
+        scalar: string
+    - name: kind
+      type:
+        scalar: string
+    - name: metadata
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta
+      default: {}
+    - name: spec
+      type:
+        namedType: com.github.certapi.certapi.pkg.apis.certapi.v1alpha1.CertificateAuthoritySpec
+      default: {}
+    - name: status
+      type:
+        namedType: com.github.certapi.certapi.pkg.apis.certapi.v1alpha1.CertificateAuthorityStatus
+      default: {}
+- name: com.github.certapi.certapi.pkg.apis.certapi.v1alpha1.CertificateAuthorityCertificate
+  map:
+    fields:
+    - name: notAfter
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: notBefore
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: role
+      type:
+        scalar: string
+      default: ""
+    - name: serialNumber
+      type:
+        scalar: string
+      default: ""
+    - name: subjectKeyID
+      type:
+        scalar: string
+      default: ""
+- name: com.github.certapi.certapi.pkg.apis.certapi.v1alpha1.CertificateAuthorityRef
+  map:
+    fields:
+    - name: serialNumber
+      type:
+        scalar: string
+      default: ""
+    - name: subjectKeyID
+      type:
+        scalar: string
+      default: ""
+- name: com.github.certapi.certapi.pkg.apis.certapi.v1alpha1.CertificateAuthoritySpec
+  map:
+    fields:
+    - name: distrust
+      type:
+        scalar: string
+    - name: duration
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Duration
+    - name: forceRotation
+      type:
+        scalar: string
+- name: com.github.certapi.certapi.pkg.apis.certapi.v1alpha1.CertificateAuthorityStatus
+  map:
+    fields:
+    - name: active
+      type:
+        namedType: com.github.certapi.certapi.pkg.apis.certapi.v1alpha1.CertificateAuthorityRef
+    - name: caBundle
+      type:
+        scalar: string
+    - name: certificates
+      type:
+        list:
+          elementType:
+            namedType: com.github.certapi.certapi.pkg.apis.certapi.v1alpha1.CertificateAuthorityCertificate
+          elementRelationship: atomic
+    - name: conditions
+      type:
+        list:
+          elementType:
+            namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Condition
+          elementRelationship: associative
+          keys:
+          - type
+    - name: injection
+      type:
+        namedType: com.github.certapi.certapi.pkg.apis.certapi.v1alpha1.InjectionSummary
+    - name: observedGeneration
+      type:
+        scalar: numeric
+- name: com.github.certapi.certapi.pkg.apis.certapi.v1alpha1.InjectionSummary
+  map:
+    fields:
+    - name: conflicts
+      type:
+        scalar: numeric
+      default: 0
+    - name: skipped
+      type:
+        scalar: numeric
+      default: 0
+    - name: targets
+      type:
+        scalar: numeric
+      default: 0
+    - name: upToDate
+      type:
+        scalar: numeric
+      default: 0
 - name: com.github.certapi.certapi.pkg.apis.certapi.v1alpha1.ServingCertRequest
-  scalar: untyped
-  list:
-    elementType:
-      namedType: __untyped_atomic_
-    elementRelationship: atomic
+  map:
+    fields:
+    - name: apiVersion
+      type:
+        scalar: string
+    - name: kind
+      type:
+        scalar: string
+    - name: metadata
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta
+      default: {}
+    - name: spec
+      type:
+        namedType: com.github.certapi.certapi.pkg.apis.certapi.v1alpha1.ServingCertRequestSpec
+      default: {}
+    - name: status
+      type:
+        namedType: com.github.certapi.certapi.pkg.apis.certapi.v1alpha1.ServingCertRequestStatus
+      default: {}
+- name: com.github.certapi.certapi.pkg.apis.certapi.v1alpha1.ServingCertRequestSpec
+  map:
+    fields:
+    - name: dnsNames
+      type:
+        list:
+          elementType:
+            scalar: string
+          elementRelationship: atomic
+    - name: duration
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Duration
+    - name: keyAlgorithm
+      type:
+        scalar: string
+    - name: renewBefore
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Duration
+    - name: secretName
+      type:
+        scalar: string
+    - name: serviceName
+      type:
+        scalar: string
+      default: ""
+- name: com.github.certapi.certapi.pkg.apis.certapi.v1alpha1.ServingCertRequestStatus
+  map:
+    fields:
+    - name: caBundle
+      type:
+        scalar: string
+    - name: certificate
+      type:
+        scalar: string
+    - name: conditions
+      type:
+        list:
+          elementType:
+            namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Condition
+          elementRelationship: associative
+          keys:
+          - type
+    - name: lastIssued
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: notAfter
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: notBefore
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: observedGeneration
+      type:
+        scalar: numeric
+    - name: renewalTime
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: serialNumber
+      type:
+        scalar: string
+- name: io.k8s.apimachinery.pkg.apis.meta.v1.Condition
+  map:
+    fields:
+    - name: lastTransitionTime
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: message
+      type:
+        scalar: string
+      default: ""
+    - name: observedGeneration
+      type:
+        scalar: numeric
+    - name: reason
+      type:
+        scalar: string
+      default: ""
+    - name: status
+      type:
+        scalar: string
+      default: ""
+    - name: type
+      type:
+        scalar: string
+      default: ""
+- name: io.k8s.apimachinery.pkg.apis.meta.v1.Duration
+  scalar: string
+- name: io.k8s.apimachinery.pkg.apis.meta.v1.FieldsV1
   map:
     elementType:
-      namedType: __untyped_deduced_
-    elementRelationship: separable
+      scalar: untyped
+      list:
+        elementType:
+          namedType: __untyped_atomic_
+        elementRelationship: atomic
+      map:
+        elementType:
+          namedType: __untyped_deduced_
+        elementRelationship: separable
+- name: io.k8s.apimachinery.pkg.apis.meta.v1.ManagedFieldsEntry
+  map:
+    fields:
+    - name: apiVersion
+      type:
+        scalar: string
+    - name: fieldsType
+      type:
+        scalar: string
+    - name: fieldsV1
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.FieldsV1
+    - name: manager
+      type:
+        scalar: string
+    - name: operation
+      type:
+        scalar: string
+    - name: subresource
+      type:
+        scalar: string
+    - name: time
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+- name: io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta
+  map:
+    fields:
+    - name: annotations
+      type:
+        map:
+          elementType:
+            scalar: string
+    - name: creationTimestamp
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: deletionGracePeriodSeconds
+      type:
+        scalar: numeric
+    - name: deletionTimestamp
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: finalizers
+      type:
+        list:
+          elementType:
+            scalar: string
+          elementRelationship: associative
+    - name: generateName
+      type:
+        scalar: string
+    - name: generation
+      type:
+        scalar: numeric
+    - name: labels
+      type:
+        map:
+          elementType:
+            scalar: string
+    - name: managedFields
+      type:
+        list:
+          elementType:
+            namedType: io.k8s.apimachinery.pkg.apis.meta.v1.ManagedFieldsEntry
+          elementRelationship: atomic
+    - name: name
+      type:
+        scalar: string
+    - name: namespace
+      type:
+        scalar: string
+    - name: ownerReferences
+      type:
+        list:
+          elementType:
+            namedType: io.k8s.apimachinery.pkg.apis.meta.v1.OwnerReference
+          elementRelationship: associative
+          keys:
+          - uid
+    - name: resourceVersion
+      type:
+        scalar: string
+    - name: selfLink
+      type:
+        scalar: string
+    - name: uid
+      type:
+        scalar: string
+- name: io.k8s.apimachinery.pkg.apis.meta.v1.OwnerReference
+  map:
+    fields:
+    - name: apiVersion
+      type:
+        scalar: string
+      default: ""
+    - name: blockOwnerDeletion
+      type:
+        scalar: boolean
+    - name: controller
+      type:
+        scalar: boolean
+    - name: kind
+      type:
+        scalar: string
+      default: ""
+    - name: name
+      type:
+        scalar: string
+      default: ""
+    - name: uid
+      type:
+        scalar: string
+      default: ""
+    elementRelationship: atomic
+- name: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+  scalar: untyped
 - name: __untyped_atomic_
   scalar: untyped
   list:

@@ -1,0 +1,330 @@
+package secretdelivery
+
+import (
+	"bytes"
+	"crypto"
+	"crypto/rsa"
+	"crypto/sha256"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/asn1"
+	"encoding/hex"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"math/big"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
+	"github.com/certapi/certapi/pkg/signer"
+)
+
+// Labels and annotations certapi puts on the Secrets it delivers into. They are part of certapi's public
+// contract: an operator pre-creates a Secret (from a Helm chart, Argo CD, ...) annotated
+// AnnotationServingCertRequest=<request name> to hand it to certapi, and the other annotations let anyone
+// see what the Secret holds without parsing it.
+const (
+	// LabelManaged ("true") marks the Secrets certapi writes. certapi watches only Secrets with this
+	// label, never every Secret in the cluster.
+	LabelManaged = "certapi.dev/managed"
+	// AnnotationServingCertRequest names the ServingCertRequest (in the Secret's namespace) that delivers
+	// into the Secret. certapi writes a Secret only when it carries this annotation naming the request.
+	AnnotationServingCertRequest = "certapi.dev/servingcertrequest"
+	// AnnotationSerialNumber is the serial of the certificate in tls.crt, lower-case hex.
+	AnnotationSerialNumber = "certapi.dev/serial-number"
+	// AnnotationNotAfter is the notAfter of the certificate in tls.crt, RFC 3339.
+	AnnotationNotAfter = "certapi.dev/not-after"
+	// AnnotationRenewalTime is when certapi renews the certificate in tls.crt, RFC 3339.
+	AnnotationRenewalTime = "certapi.dev/renewal-time"
+	// AnnotationGeneration is the ServingCertRequest metadata.generation the certificate was issued
+	// for; a different generation means the spec changed and the certificate is re-issued.
+	AnnotationGeneration = "certapi.dev/generation"
+	// FieldManager is the field manager of every write certapi makes to a Secret.
+	FieldManager = "certapi"
+)
+
+// keyCABundle is the Secret data key of the CA bundle, next to corev1.TLSCertKey and
+// corev1.TLSPrivateKeyKey; the name cert-manager and Kubernetes' own service-account Secrets use.
+const keyCABundle = "ca.crt"
+
+// keyMarkerPrefix starts the value that stands for tls.key in the controller's Secret cache: the
+// SHA-256 of the key's public half, never the key itself (see trimSecret).
+const keyMarkerPrefix = "certapi-public-key-sha256:"
+
+// action is what the controller does about one request's Secret.
+type action int
+
+const (
+	// actionSkip: the request has no spec.secretName; nothing to deliver.
+	actionSkip action = iota
+	// actionNone: the Secret holds a current certificate; wait until its renewal time.
+	actionNone
+	// actionCreate: the Secret does not exist; create it.
+	actionCreate
+	// actionIssue: the Secret is certapi's (or handed over to it) and needs a new certificate.
+	actionIssue
+	// actionConflict: the Secret exists and certapi must not touch it.
+	actionConflict
+)
+
+func (a action) String() string {
+	switch a {
+	case actionSkip:
+		return "Skip"
+	case actionNone:
+		return "None"
+	case actionCreate:
+		return "Create"
+	case actionIssue:
+		return "Issue"
+	case actionConflict:
+		return "Conflict"
+	}
+	return "action(" + strconv.Itoa(int(a)) + ")"
+}
+
+// decision is the outcome of decide.
+type decision struct {
+	Action action
+	// Why says, for actionCreate and actionIssue, why a certificate is issued ("renewal due", "CA bundle
+	// changed", ...), for logs and Events.
+	Why string
+	// Renewal is true when the Secret held a certificate certapi delivered before (the Event says
+	// Renewed rather than Issued).
+	Renewal bool
+	// RenewAt is, for actionNone, when the certificate in the Secret is due for renewal.
+	RenewAt time.Time
+	// Serial and NotAfter describe the current certificate, for actionNone.
+	Serial   string
+	NotAfter time.Time
+	// Conflict is, for actionConflict, the message for the Ready condition and the Warning Event: which
+	// Secret, why certapi leaves it alone, and how to fix it.
+	Conflict string
+}
+
+// decideInput is everything decide looks at.
+type decideInput struct {
+	Request *certapiv1alpha1.ServingCertRequest
+	// Secret is the Secret spec.secretName names, nil when it does not exist. tls.key may be the cache's
+	// marker (see trimSecret) or the PEM key itself.
+	Secret *corev1.Secret
+	// CA is the certificate of the CA that signs now; Bundle is the PEM bundle clients must trust.
+	CA     *x509.Certificate
+	Bundle []byte
+	// ClusterDomain gives the second SAN of every certificate.
+	ClusterDomain string
+	Now           time.Time
+}
+
+// decide says what to do about one request's Secret. It is a pure function of its input so that every
+// case can be tested without a cluster.
+//
+// A Secret is certapi's to write only when it is of type kubernetes.io/tls, mutable and annotated
+// AnnotationServingCertRequest=<this request>. Everything else that exists under spec.secretName is a
+// conflict and is never written.
+func decide(in decideInput) decision {
+	req := in.Request
+	name := req.Spec.SecretName
+	if name == "" {
+		return decision{Action: actionSkip}
+	}
+	s := in.Secret
+	if s == nil {
+		return decision{Action: actionCreate, Why: fmt.Sprintf("Secret %q does not exist", name)}
+	}
+
+	owner := s.Annotations[AnnotationServingCertRequest]
+	annotated := owner != "" // an empty value names no request
+	switch {
+	case annotated && owner != req.Name:
+		return decision{Action: actionConflict, Conflict: fmt.Sprintf(
+			"Secret %q is delivered to by ServingCertRequest %q (annotation %s=%s); two requests cannot share a Secret: "+
+				"choose another spec.secretName, or annotate the Secret %s=%s to hand it over",
+			name, owner, AnnotationServingCertRequest, owner, AnnotationServingCertRequest, req.Name)}
+	case s.Type != corev1.SecretTypeTLS:
+		typ := string(s.Type)
+		if typ == "" {
+			typ = string(corev1.SecretTypeOpaque)
+		}
+		return decision{Action: actionConflict, Conflict: fmt.Sprintf(
+			"Secret %q has type %s and certapi delivers only into %s Secrets (the type cannot be changed); "+
+				"delete it and certapi creates it, or choose another spec.secretName",
+			name, typ, corev1.SecretTypeTLS)}
+	case !annotated:
+		return decision{Action: actionConflict, Conflict: fmt.Sprintf(
+			"Secret %q exists and was not created by certapi; delete it, or annotate it %s=%s to hand it over",
+			name, AnnotationServingCertRequest, req.Name)}
+	case s.Immutable != nil && *s.Immutable:
+		return decision{Action: actionConflict, Conflict: fmt.Sprintf(
+			"Secret %q is immutable and certapi must renew it in place; delete it and certapi creates it, "+
+				"or choose another spec.secretName", name)}
+	}
+
+	// The Secret is this request's. From here on the answer is "issue" or "wait".
+	delivered := s.Annotations[AnnotationSerialNumber] != ""
+	held := delivered || len(s.Data[corev1.TLSCertKey]) > 0
+	issue := func(why string) decision {
+		return decision{Action: actionIssue, Why: why, Renewal: delivered}
+	}
+	if !held {
+		return issue(fmt.Sprintf("Secret %q was handed over to certapi and holds no certificate", name))
+	}
+	if s.Labels[LabelManaged] != "true" {
+		return issue(fmt.Sprintf("Secret %q lacks the label %s=true", name, LabelManaged))
+	}
+	if gen := s.Annotations[AnnotationGeneration]; gen != strconv.FormatInt(req.Generation, 10) {
+		return issue(fmt.Sprintf("the request's spec changed (generation %d; the certificate was issued for %q)", req.Generation, gen))
+	}
+	if !bytes.Equal(s.Data[keyCABundle], in.Bundle) {
+		return issue("the CA bundle changed")
+	}
+	cert, err := parseLeaf(s.Data[corev1.TLSCertKey])
+	if err != nil {
+		return issue(fmt.Sprintf("tls.crt is not usable: %v", err))
+	}
+	if in.CA != nil && !bytes.Equal(cert.AuthorityKeyId, in.CA.SubjectKeyId) {
+		return issue("the signing CA changed")
+	}
+	if want := signer.SANs(req.Spec.ServiceName, req.Namespace, in.ClusterDomain, req.Spec.DNSNames); !sameNames(cert.DNSNames, want) {
+		return issue(fmt.Sprintf("the certificate's names %v differ from the request's %v", cert.DNSNames, want))
+	}
+	if keyMarker(s.Data[corev1.TLSPrivateKeyKey]) != publicKeyMarker(cert) {
+		return issue("tls.key is missing or does not belong to tls.crt")
+	}
+	serial := signer.FormatSerialNumber(cert.SerialNumber)
+	if s.Annotations[AnnotationSerialNumber] != serial {
+		return issue("the annotations do not describe the certificate in tls.crt")
+	}
+	renewAt, err := time.Parse(time.RFC3339, s.Annotations[AnnotationRenewalTime])
+	if err != nil || renewAt.After(cert.NotAfter) {
+		return issue(fmt.Sprintf("the annotation %s is missing or invalid", AnnotationRenewalTime))
+	}
+	if !in.Now.Before(renewAt) {
+		return issue(fmt.Sprintf("renewal was due at %s", renewAt.UTC().Format(time.RFC3339)))
+	}
+	return decision{Action: actionNone, RenewAt: renewAt, Serial: serial, NotAfter: cert.NotAfter}
+}
+
+// parseLeaf parses the first certificate of a PEM tls.crt.
+func parseLeaf(pemBytes []byte) (*x509.Certificate, error) {
+	block, _ := pem.Decode(pemBytes)
+	if block == nil || block.Type != "CERTIFICATE" {
+		return nil, fmt.Errorf("no PEM CERTIFICATE block")
+	}
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("parsing certificate: %w", err)
+	}
+	return cert, nil
+}
+
+// sameNames reports whether two lists hold the same DNS names, in any order.
+func sameNames(a, b []string) bool {
+	a, b = slices.Clone(a), slices.Clone(b)
+	slices.Sort(a)
+	slices.Sort(b)
+	return slices.Equal(slices.Compact(a), slices.Compact(b))
+}
+
+// publicKeyMarker is the marker for the private key that belongs to cert.
+func publicKeyMarker(cert *x509.Certificate) string {
+	sum := sha256.Sum256(cert.RawSubjectPublicKeyInfo)
+	return keyMarkerPrefix + hex.EncodeToString(sum[:])
+}
+
+// keyMarker turns a tls.key value into its marker: the SHA-256 of its public half. A value that is a
+// marker already is returned as is; one that does not parse gives "".
+func keyMarker(v []byte) string {
+	if len(v) == 0 {
+		return ""
+	}
+	if s := string(v); strings.HasPrefix(s, keyMarkerPrefix) {
+		return s
+	}
+	pub, err := publicKeyOfPEM(v)
+	if err != nil {
+		return ""
+	}
+	spki, err := x509.MarshalPKIXPublicKey(pub)
+	if err != nil {
+		return ""
+	}
+	sum := sha256.Sum256(spki)
+	return keyMarkerPrefix + hex.EncodeToString(sum[:])
+}
+
+// oidRSAEncryption identifies an RSA key in a PKCS#8 structure.
+var oidRSAEncryption = asn1.ObjectIdentifier{1, 2, 840, 113549, 1, 1, 1}
+
+// publicKeyOfPEM returns the public half of a PEM private key. An RSA key's modulus and exponent are
+// read straight from its ASN.1: crypto/x509 would also validate and precompute the key, which costs
+// about 0.6 ms for RSA-4096 and would make a relist of many such Secrets slow. Other keys go through
+// signer.ParseKeyPEM (about 20 µs for P-256).
+func publicKeyOfPEM(v []byte) (crypto.PublicKey, error) {
+	block, _ := pem.Decode(v)
+	if block == nil {
+		return nil, errors.New("no PEM block")
+	}
+	der := block.Bytes
+	switch block.Type {
+	case "PRIVATE KEY":
+		var p8 struct {
+			Version    int
+			Algo       pkix.AlgorithmIdentifier
+			PrivateKey []byte
+		}
+		if rest, err := asn1.Unmarshal(der, &p8); err != nil || len(rest) != 0 || !p8.Algo.Algorithm.Equal(oidRSAEncryption) {
+			break
+		}
+		der = p8.PrivateKey
+		fallthrough
+	case "RSA PRIVATE KEY":
+		// RSAPrivateKey ::= SEQUENCE { version, modulus, publicExponent, ... }
+		var seq asn1.RawValue
+		if rest, err := asn1.Unmarshal(der, &seq); err != nil || len(rest) != 0 || seq.Class != asn1.ClassUniversal || seq.Tag != asn1.TagSequence {
+			return nil, errors.New("malformed RSA private key")
+		}
+		var (
+			version int
+			n       = new(big.Int)
+			e       int
+		)
+		rest, err := asn1.Unmarshal(seq.Bytes, &version)
+		if err == nil {
+			rest, err = asn1.Unmarshal(rest, &n)
+		}
+		if err == nil {
+			_, err = asn1.Unmarshal(rest, &e)
+		}
+		if err != nil || n.Sign() <= 0 {
+			return nil, errors.New("malformed RSA private key")
+		}
+		return &rsa.PublicKey{N: n, E: e}, nil
+	}
+	key, err := signer.ParseKeyPEM(v)
+	if err != nil {
+		return nil, err
+	}
+	return key.Public(), nil
+}
+
+// trimSecret is the Secret cache's transform, also applied to Secrets read with a direct GET: it drops
+// managedFields and replaces tls.key by a marker derived from its public half. The controller learns
+// all it needs (does tls.key belong to tls.crt?) and no private key stays in its memory beyond the
+// moment it is written. It mutates obj, as cache transforms may, and is idempotent.
+func trimSecret(obj any) (any, error) {
+	s, ok := obj.(*corev1.Secret)
+	if !ok {
+		return obj, nil
+	}
+	s.ManagedFields = nil
+	if v, ok := s.Data[corev1.TLSPrivateKeyKey]; ok {
+		s.Data[corev1.TLSPrivateKeyKey] = []byte(keyMarker(v))
+	}
+	return s, nil
+}

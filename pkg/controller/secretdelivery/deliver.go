@@ -1,0 +1,239 @@
+package secretdelivery
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+
+	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
+	"github.com/certapi/certapi/pkg/controller/status"
+	"github.com/certapi/certapi/pkg/signer"
+)
+
+// maxNoteLength bounds the text of an Event (events.k8s.io allows 1 KiB).
+const maxNoteLength = 1000
+
+// issued is a certificate just signed for a request, with its key, before it is written.
+type issued struct {
+	leaf    *signer.Leaf
+	keyPEM  []byte
+	renewAt time.Time
+}
+
+// issue generates a key of the request's algorithm and signs a certificate for its Service.
+func (c *Controller) issue(req *certapiv1alpha1.ServingCertRequest, ca *signer.CA, now time.Time) (*issued, error) {
+	alg := req.Spec.KeyAlgorithm
+	if alg == "" {
+		alg = certapiv1alpha1.KeyAlgorithmECDSAP256
+	}
+	key, err := signer.GenerateKey(signer.KeyAlgorithm(alg))
+	if err != nil {
+		return nil, fmt.Errorf("generating the key for ServingCertRequest %s/%s: %w", req.Namespace, req.Name, err)
+	}
+	duration := certapiv1alpha1.DefaultDuration
+	if req.Spec.Duration != nil {
+		duration = req.Spec.Duration.Duration
+	}
+	leaf, err := ca.Sign(signer.LeafRequest{
+		ServiceName:   req.Spec.ServiceName,
+		Namespace:     req.Namespace,
+		ClusterDomain: c.clusterDomain,
+		DNSNames:      req.Spec.DNSNames,
+		PublicKey:     key.Public(),
+		Duration:      duration,
+		Now:           now,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("ServingCertRequest %s/%s: %w", req.Namespace, req.Name, err)
+	}
+	keyPEM, err := signer.EncodeKeyPEM(key)
+	if err != nil {
+		return nil, fmt.Errorf("ServingCertRequest %s/%s: %w", req.Namespace, req.Name, err)
+	}
+	var renewBefore *time.Duration
+	if req.Spec.RenewBefore != nil {
+		rb := req.Spec.RenewBefore.Duration
+		renewBefore = &rb
+	}
+	// The annotation holds whole seconds; rounding up keeps the renewal strictly after now and makes the
+	// scheduled time and the annotated one the same.
+	renewAt := ceilSecond(signer.RenewalTime(leaf.NotBefore, leaf.NotAfter, renewBefore, now))
+	return &issued{leaf: leaf, keyPEM: keyPEM, renewAt: renewAt}, nil
+}
+
+// deliver issues a certificate for req and writes it into the request's Secret: a create when secret is
+// nil, otherwise a patch guarded by the resourceVersion decide saw. Then it reports the delivery (status,
+// Event, OnIssued) and returns the renewal time.
+func (c *Controller) deliver(ctx context.Context, req *certapiv1alpha1.ServingCertRequest, secret *corev1.Secret,
+	ca *signer.CA, bundle []byte, now time.Time, d decision) (time.Time, error) {
+	key := keyOf(req)
+	logger := klog.FromContext(ctx)
+	cert, err := c.issue(req, ca, now)
+	if err != nil {
+		c.reportDenied(req, secret, err)
+		return time.Time{}, err
+	}
+	written, err := c.write(ctx, req, secret, cert, bundle)
+	clear(cert.keyPEM) // the Secret holds the key now; this process need not
+	if err != nil {
+		if !apierrors.IsConflict(err) && !apierrors.IsAlreadyExists(err) && !apierrors.IsNotFound(err) {
+			c.reportWriteFailure(req, secret, d, err, now)
+		}
+		return time.Time{}, err
+	}
+
+	leaf := cert.leaf
+	c.forgetConflict(key)
+	c.status.RecordIssued(key, status.Issued{
+		Certificate:  string(leaf.CertificatePEM),
+		CABundle:     string(bundle),
+		SerialNumber: leaf.SerialNumber,
+		NotBefore:    leaf.NotBefore,
+		NotAfter:     leaf.NotAfter,
+		RenewalTime:  cert.renewAt,
+		IssuedAt:     now,
+	})
+	c.status.SetReady(key, status.Ready{
+		Status: metav1.ConditionTrue,
+		Reason: status.ReasonIssued,
+		Message: fmt.Sprintf("Secret %q holds certificate %s, valid until %s, renewal at %s",
+			req.Spec.SecretName, leaf.SerialNumber, formatTime(leaf.NotAfter), formatTime(cert.renewAt)),
+		Generation: req.Generation,
+	})
+	reason, action, verb := "Issued", "IssueCertificate", "Issued certificate into"
+	if d.Renewal {
+		reason, action, verb = "Renewed", "RenewCertificate", "Renewed certificate in"
+	}
+	c.recorder.Eventf(regarding(req), related(written), corev1.EventTypeNormal, reason, action, "%s",
+		truncateNote(fmt.Sprintf("%s Secret %q: serial %s, valid until %s, renewal at %s (%s)",
+			verb, req.Spec.SecretName, leaf.SerialNumber, formatTime(leaf.NotAfter), formatTime(cert.renewAt), d.Why)))
+	logger.V(2).Info(reason+" certificate", "request", key, "secret", req.Spec.SecretName,
+		"serial", leaf.SerialNumber, "notAfter", leaf.NotAfter, "renewalTime", cert.renewAt, "why", d.Why)
+	if c.onIssued != nil {
+		c.onIssued(req.Namespace, req.Name, leaf.NotAfter, cert.renewAt)
+	}
+	return cert.renewAt, nil
+}
+
+// desiredSecret is the Secret certapi writes for req with cert: type kubernetes.io/tls, tls.crt, tls.key
+// and ca.crt, the managed label and the annotations that describe the certificate.
+func desiredSecret(req *certapiv1alpha1.ServingCertRequest, cert *issued, bundle []byte) *corev1.Secret {
+	return &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: req.Namespace,
+			Name:      req.Spec.SecretName,
+			Labels:    map[string]string{LabelManaged: "true"},
+			Annotations: map[string]string{
+				AnnotationServingCertRequest: req.Name,
+				AnnotationSerialNumber:       cert.leaf.SerialNumber,
+				AnnotationNotAfter:           formatTime(cert.leaf.NotAfter),
+				AnnotationRenewalTime:        formatTime(cert.renewAt),
+				AnnotationGeneration:         strconv.FormatInt(req.Generation, 10),
+			},
+		},
+		Type: corev1.SecretTypeTLS,
+		Data: map[string][]byte{
+			corev1.TLSCertKey:       cert.leaf.CertificatePEM,
+			corev1.TLSPrivateKeyKey: cert.keyPEM,
+			keyCABundle:             bundle,
+		},
+	}
+}
+
+// write creates or patches the Secret with cert. It returns the Secret written, for its reference.
+func (c *Controller) write(ctx context.Context, req *certapiv1alpha1.ServingCertRequest, secret *corev1.Secret,
+	cert *issued, bundle []byte) (*corev1.Secret, error) {
+	secrets := c.kube.CoreV1().Secrets(req.Namespace)
+	want := desiredSecret(req, cert, bundle)
+
+	if secret == nil {
+		// A create is atomic: if anyone (another request, a Helm chart) made the Secret meanwhile, it fails
+		// with AlreadyExists and the retry sees that Secret.
+		created, err := secrets.Create(ctx, want, metav1.CreateOptions{FieldManager: FieldManager})
+		if err != nil {
+			return nil, fmt.Errorf("creating Secret %s/%s: %w", want.Namespace, want.Name, err)
+		}
+		return created, nil
+	}
+
+	// A JSON merge patch of only certapi's keys, label and annotations, carrying the resourceVersion
+	// decide saw: kube-apiserver refuses it (409) if the Secret changed since, for example if it was
+	// handed to another request. Other data keys, labels and annotations (a Helm chart's) stay.
+	patch, err := json.Marshal(map[string]any{
+		"metadata": map[string]any{
+			"resourceVersion": secret.ResourceVersion,
+			"labels":          want.Labels,
+			"annotations":     want.Annotations,
+		},
+		"data": want.Data,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("encoding the patch of Secret %s/%s: %w", want.Namespace, want.Name, err)
+	}
+	defer clear(patch)
+	patched, err := secrets.Patch(ctx, want.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
+	if err != nil {
+		return nil, fmt.Errorf("patching Secret %s/%s: %w", want.Namespace, want.Name, err)
+	}
+	return patched, nil
+}
+
+// reportDenied reports that certapi cannot sign for the request (its names are outside what the CA may
+// sign, the CA has expired, ...): Ready=False, reason Denied, and a Warning Event once per message.
+func (c *Controller) reportDenied(req *certapiv1alpha1.ServingCertRequest, secret *corev1.Secret, err error) {
+	key := keyOf(req)
+	msg := truncateNote(fmt.Sprintf("cannot issue a certificate for Secret %q: %v", req.Spec.SecretName, err))
+	c.mu.Lock()
+	same := c.reported[key] == msg
+	c.reported[key] = msg
+	c.mu.Unlock()
+	c.status.SetReady(key, status.Ready{Status: metav1.ConditionFalse, Reason: status.ReasonDenied, Message: msg, Generation: req.Generation})
+	if !same {
+		c.recorder.Eventf(regarding(req), related(secret), corev1.EventTypeWarning, status.ReasonDenied, "IssueCertificate", "%s", msg)
+	}
+}
+
+// reportWriteFailure reports a Secret write that failed (RBAC, a terminating namespace, an unreachable
+// kube-apiserver...). While the certificate already in the Secret is valid the request stays Ready with
+// reason Renewing; otherwise it is not Ready (Pending).
+func (c *Controller) reportWriteFailure(req *certapiv1alpha1.ServingCertRequest, secret *corev1.Secret, d decision, err error, now time.Time) {
+	ready := status.Ready{
+		Status:     metav1.ConditionFalse,
+		Reason:     status.ReasonPending,
+		Message:    truncateNote(fmt.Sprintf("delivering a certificate into Secret %q failed, retrying: %v", req.Spec.SecretName, err)),
+		Generation: req.Generation,
+	}
+	if d.Renewal && secret != nil {
+		if notAfter, perr := time.Parse(time.RFC3339, secret.Annotations[AnnotationNotAfter]); perr == nil && now.Before(notAfter) {
+			ready.Status = metav1.ConditionTrue
+			ready.Reason = status.ReasonRenewing
+			ready.Message = truncateNote(fmt.Sprintf("renewing the certificate in Secret %q (%s) failed, retrying; the current one is valid until %s: %v",
+				req.Spec.SecretName, d.Why, formatTime(notAfter), err))
+		}
+	}
+	c.status.SetReady(keyOf(req), ready)
+}
+
+// ceilSecond rounds t up to a whole second.
+func ceilSecond(t time.Time) time.Time {
+	r := t.Truncate(time.Second)
+	if r.Before(t) {
+		r = r.Add(time.Second)
+	}
+	return r
+}
+
+func truncateNote(s string) string {
+	if len(s) <= maxNoteLength {
+		return s
+	}
+	return s[:maxNoteLength-3] + "..."
+}
