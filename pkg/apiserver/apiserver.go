@@ -17,11 +17,14 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apiserver/pkg/registry/rest"
 	genericapiserver "k8s.io/apiserver/pkg/server"
+	"k8s.io/client-go/kubernetes"
+	restclient "k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
 	"github.com/certapi/certapi/pkg/apis/certapi"
 	"github.com/certapi/certapi/pkg/apis/certapi/install"
 	"github.com/certapi/certapi/pkg/controller/castatus"
+	"github.com/certapi/certapi/pkg/controller/secretdelivery"
 	"github.com/certapi/certapi/pkg/controller/status"
 	"github.com/certapi/certapi/pkg/generated/clientset/versioned"
 	"github.com/certapi/certapi/pkg/issuer"
@@ -58,6 +61,8 @@ type ExtraConfig struct {
 	ClusterDomain string
 	// IssuerConfig configures the issuer; its Client is owned by the caller.
 	IssuerConfig issuer.Config
+	// KubeConfig reaches kube-apiserver (Secrets, Events, SubjectAccessReviews): --kubeconfig or in-cluster.
+	KubeConfig *restclient.Config
 	// StatusInterval bounds how often the leader writes one request's status.
 	StatusInterval time.Duration
 }
@@ -80,6 +85,7 @@ type Server struct {
 	Issuer           *issuer.Issuer
 
 	statusInterval time.Duration
+	clusterDomain  string
 	status         atomic.Pointer[status.Writer]
 }
 
@@ -97,14 +103,25 @@ func (c CompletedConfig) New() (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating the generic API server: %w", err)
 	}
-	s := &Server{GenericAPIServer: generic, statusInterval: c.ExtraConfig.StatusInterval}
+	s := &Server{GenericAPIServer: generic, statusInterval: c.ExtraConfig.StatusInterval, clusterDomain: c.ExtraConfig.ClusterDomain}
 	if s.statusInterval <= 0 {
 		s.statusInterval = time.Second
 	}
 
-	loopback, err := versioned.NewForConfig(c.GenericConfig.LoopbackClientConfig)
+	loopbackConfig := restclient.CopyConfig(c.GenericConfig.LoopbackClientConfig)
+	loopbackConfig.QPS, loopbackConfig.Burst = 500, 1000
+	loopback, err := versioned.NewForConfig(loopbackConfig)
 	if err != nil {
 		return nil, fmt.Errorf("creating the loopback client: %w", err)
+	}
+	if c.ExtraConfig.KubeConfig == nil {
+		return nil, fmt.Errorf("no kube-apiserver client: give --kubeconfig, or run in a cluster")
+	}
+	kubeConfig := restclient.CopyConfig(c.ExtraConfig.KubeConfig)
+	kubeConfig.QPS, kubeConfig.Burst = 200, 400
+	kube, err := kubernetes.NewForConfig(kubeConfig)
+	if err != nil {
+		return nil, fmt.Errorf("creating the kube-apiserver client: %w", err)
 	}
 	icfg := c.ExtraConfig.IssuerConfig
 	icfg.ClusterDomain = c.ExtraConfig.ClusterDomain
@@ -116,7 +133,7 @@ func (c CompletedConfig) New() (*Server, error) {
 		}
 		metrics.Leader.WithLabelValues(icfg.Identity).Set(v)
 	}
-	icfg.OnLeading = func(ctx context.Context) { s.lead(ctx, loopback) }
+	icfg.OnLeading = func(ctx context.Context) { s.lead(ctx, loopback, kube) }
 	iss, err := issuer.New(icfg)
 	if err != nil {
 		return nil, err
@@ -168,22 +185,45 @@ func (s *Server) Run(ctx context.Context) error {
 	return s.GenericAPIServer.PrepareRun().RunWithContext(ctx)
 }
 
-// lead runs the loops only the leader runs, until ctx (the term) ends.
-func (s *Server) lead(ctx context.Context, client versioned.Interface) {
+// lead runs the loops only the leader runs, until ctx (the term) ends. Each term gets new instances:
+// nothing a deposed leader queued can leak into the next term.
+func (s *Server) lead(ctx context.Context, client versioned.Interface, kube kubernetes.Interface) {
 	w := status.New(client, s.statusInterval)
 	s.status.Store(w)
 	defer s.status.CompareAndSwap(w, nil)
 
+	delivery, err := secretdelivery.New(secretdelivery.Options{
+		Kube:          kube,
+		Certapi:       client,
+		Authority:     s.Issuer,
+		Status:        w,
+		ClusterDomain: s.clusterDomain,
+		OnIssued: func(namespace, name string, notAfter, renewal time.Time) {
+			metrics.Issuances.WithLabelValues("secret", "issued").Inc()
+			metrics.ObserveCertificate(namespace, name, notAfter, renewal)
+		},
+	})
+	if err != nil {
+		klog.ErrorS(err, "Cannot start Secret delivery")
+	}
+
 	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
-		w.Run(ctx, 4)
-	}()
-	go func() {
-		defer wg.Done()
-		castatus.Run(ctx, client, s.Issuer)
-	}()
+	run := func(f func()) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			f()
+		}()
+	}
+	run(func() { w.Run(ctx, 4) })
+	run(func() { castatus.Run(ctx, client, s.Issuer) })
+	if delivery != nil {
+		run(func() {
+			if err := delivery.Run(ctx); err != nil && ctx.Err() == nil {
+				klog.ErrorS(err, "Secret delivery stopped")
+			}
+		})
+	}
 	wg.Wait()
 }
 

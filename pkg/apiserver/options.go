@@ -225,6 +225,7 @@ func (o *Options) Config() (*Config, error) {
 		GenericConfig: serverConfig,
 		ExtraConfig: ExtraConfig{
 			ClusterDomain: o.ClusterDomain,
+			KubeConfig:    serverConfig.ClientConfig,
 			IssuerConfig: issuer.Config{
 				Client:         client,
 				Prefix:         EtcdPathPrefix,

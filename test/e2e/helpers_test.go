@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"crypto/tls"
 	"testing"
 	"time"
 
@@ -42,4 +43,9 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func(ctx 
 	if err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, timeout, true, cond); err != nil {
 		t.Fatalf("waiting for %s: %v", what, err)
 	}
+}
+
+// tlsKeyPair checks that a PEM key matches a PEM certificate.
+func tlsKeyPair(certPEM, keyPEM []byte) (tls.Certificate, error) {
+	return tls.X509KeyPair(certPEM, keyPEM)
 }
