@@ -1,0 +1,307 @@
+package e2e
+
+import (
+	"context"
+	"crypto/elliptic"
+	"errors"
+	"fmt"
+	"io"
+
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/certapi/certapi/test/framework"
+)
+
+const caKey = "/registry/certapi.dev/certificateauthoritykeys/default"
+
+// leaderOf asks every running replica's /metrics which one leads; -1 when none says so.
+func leaderOf(t *testing.T, own *framework.ControlPlane) int {
+	t.Helper()
+	client, err := own.CertapiHTTPClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	leader := -1
+	for i := 0; i < own.Replicas(); i++ {
+		if !own.ReplicaRunning(i) {
+			continue
+		}
+		resp, err := client.Get(own.CertapiReplicaURL(i) + "/metrics")
+		if err != nil {
+			continue
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if strings.Contains(string(body), fmt.Sprintf("certapi_leader{identity=\"certapi-%d\"} 1", i)) {
+			if leader >= 0 {
+				t.Fatalf("replicas %d and %d both say they lead", leader, i)
+			}
+			leader = i
+		}
+	}
+	return leader
+}
+
+func waitLeader(t *testing.T, own *framework.ControlPlane, timeout time.Duration) int {
+	t.Helper()
+	leader := -1
+	eventually(t, timeout, "one replica to lead", func(context.Context) (bool, error) {
+		leader = leaderOf(t, own)
+		return leader >= 0, nil
+	})
+	return leader
+}
+
+func activeSerial(t *testing.T, own *framework.ControlPlane) string {
+	t.Helper()
+	c, _ := clients(t, own.AdminConfig)
+	var serial string
+	eventually(t, 60*time.Second, "CertificateAuthority/default to show the Active CA", func(ctx context.Context) (bool, error) {
+		ca, err := c.CertapiV1alpha1().CertificateAuthorities().Get(ctx, "default", metav1.GetOptions{})
+		if err != nil || ca.Status.Active == nil {
+			return false, nil
+		}
+		serial = ca.Status.Active.SerialNumber
+		return true, nil
+	})
+	return serial
+}
+
+func countInLogs(t *testing.T, own *framework.ControlPlane, s string) int {
+	t.Helper()
+	n := 0
+	for i := 0; i < own.Replicas(); i++ {
+		data, err := os.ReadFile(own.Logs()[own.ReplicaName(i)])
+		if err != nil {
+			t.Fatal(err)
+		}
+		n += strings.Count(string(data), s)
+	}
+	return n
+}
+
+// TestColdStartWithThreeReplicas starts three replicas together on an empty etcd, several times: each time
+// exactly one CA is created and stored.
+func TestColdStartWithThreeReplicas(t *testing.T) {
+	for round := 0; round < 3; round++ {
+		t.Run(fmt.Sprintf("round %d", round), func(t *testing.T) {
+			own := framework.StartT(t, framework.Options{CertapiReplicas: 3, CertapiReplicaArgs: framework.LeaderIdentityArgs})
+			serial := activeSerial(t, own)
+			if n := countInLogs(t, own, "Created the cluster's CA"); n != 1 {
+				t.Fatalf("%d replicas created a CA, want exactly 1", n)
+			}
+			etcd, err := own.EtcdClient()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer etcd.Close()
+			resp, err := etcd.Get(context.Background(), caKey)
+			if err != nil || len(resp.Kvs) != 1 || resp.Kvs[0].Version != 1 {
+				t.Fatalf("CA record: %v, %d keys, want one written once", err, len(resp.Kvs))
+			}
+			t.Logf("one CA, serial %s", serial)
+		})
+	}
+}
+
+// issueLoop issues through kube-apiserver until stop is closed and reports every call's outcome.
+type outcome struct {
+	err  error
+	took time.Duration
+}
+
+func issueLoop(t *testing.T, own *framework.ControlPlane, ns, name string, stop <-chan struct{}, bound time.Duration) (func() []outcome, *sync.WaitGroup) {
+	c, _ := clients(t, own.AdminConfig)
+	body := servingCert(csrPEM(t, ecKey(t, elliptic.P256())), nil)
+	var mu sync.Mutex
+	var results []outcome
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			// The guard is longer than the documented bound: a call that needs it has hung.
+			ctx, cancel := context.WithTimeout(context.Background(), bound+10*time.Second)
+			start := time.Now()
+			_, err := c.CertapiV1alpha1().ServingCertRequests(ns).CreateServingCert(ctx, name, body, metav1.CreateOptions{})
+			cancel()
+			mu.Lock()
+			results = append(results, outcome{err: err, took: time.Since(start)})
+			mu.Unlock()
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond): // pacing, not synchronisation
+			}
+		}
+	}()
+	return func() []outcome {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]outcome(nil), results...)
+	}, &wg
+}
+
+// TestFailover kills the leader with SIGKILL while a client issues in a loop through kube-apiserver and a
+// round-robin proxy in front of three replicas, then stops the next leader with SIGTERM.
+func TestFailover(t *testing.T) {
+	const ttl, handoff = 3 * time.Second, 2 * time.Second
+	// client-go retries a 503 with Retry-After (1s) up to 10 times: 11 attempts at most.
+	bound := 11 * (handoff + time.Second)
+	own := framework.StartT(t, framework.Options{
+		CertapiReplicas:    3,
+		CertapiReplicaArgs: framework.LeaderIdentityArgs,
+		CertapiArgs:        []string{"--leader-session-ttl=" + ttl.String(), "--handoff-timeout=" + handoff.String()},
+	})
+	c, kube := clients(t, own.AdminConfig)
+	ns := namespace(t, kube)
+	if _, err := c.CertapiV1alpha1().ServingCertRequests(ns).Create(context.Background(), request("loop", "loop"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	serial := activeSerial(t, own)
+	leader := waitLeader(t, own, 30*time.Second)
+
+	stop := make(chan struct{})
+	results, wg := issueLoop(t, own, ns, "loop", stop, bound)
+	eventually(t, 30*time.Second, "the loop to issue", func(context.Context) (bool, error) { return len(results()) > 5, nil })
+
+	killedAt := time.Now()
+	if err := own.KillReplica(leader); err != nil {
+		t.Fatal(err)
+	}
+	next := waitLeader(t, own, ttl+10*time.Second)
+	took := time.Since(killedAt)
+	if next == leader {
+		t.Fatal("the killed replica still leads")
+	}
+	t.Logf("replica %d took over %s after replica %d was killed (session TTL %s)", next, took.Round(time.Millisecond), leader, ttl)
+	if took > ttl+5*time.Second {
+		t.Errorf("takeover took %s, want within the session TTL %s (plus polling)", took, ttl)
+	}
+	if got := activeSerial(t, own); got != serial {
+		t.Errorf("new leader's CA %s, want the same CA %s", got, serial)
+	}
+	n := len(results())
+	eventually(t, bound+30*time.Second, "issuance to resume", func(context.Context) (bool, error) {
+		r := results()
+		return len(r) > n+5 && r[len(r)-1].err == nil, nil
+	})
+	afterKill := len(results())
+
+	// Graceful: SIGTERM resigns at once and no call fails.
+	if err := own.StopReplica(next); err != nil {
+		t.Fatal(err)
+	}
+	third := waitLeader(t, own, 10*time.Second)
+	eventually(t, 30*time.Second, "more issuance after the graceful stop", func(context.Context) (bool, error) {
+		return len(results()) > afterKill+20, nil
+	})
+	close(stop)
+	wg.Wait()
+
+	var ok, unavailable int
+	for i, r := range results() {
+		switch {
+		case r.err == nil:
+			ok++
+		case i < afterKill && apierrors.IsServiceUnavailable(r.err):
+			unavailable++
+		default:
+			t.Errorf("call %d failed after %s: %v", i, r.took, r.err)
+		}
+		if errors.Is(r.err, context.DeadlineExceeded) || r.took > bound+5*time.Second {
+			t.Errorf("call %d hung for %s (bound %s)", i, r.took, bound)
+		}
+		if i >= afterKill && r.err != nil {
+			t.Errorf("call %d after the graceful stop failed: %v", i, r.err)
+		}
+	}
+	t.Logf("%d calls: %d ok, %d answered 503 during the kill; leaders %d -> %d -> %d", len(results()), ok, unavailable, leader, next, third)
+	// One replica is left: the killed leader's key expired with its session and the stopped one resigned.
+	if n := countLeaderKeys(t, own, 1); n != 1 {
+		t.Errorf("election keys: %d, want 1 (one per running replica)", n)
+	}
+}
+
+func countLeaderKeys(t *testing.T, own *framework.ControlPlane, want int64) int64 {
+	t.Helper()
+	etcd, err := own.EtcdClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer etcd.Close()
+	var n int64
+	eventually(t, 30*time.Second, "the dead leader's election key to expire", func(ctx context.Context) (bool, error) {
+		resp, err := etcd.Get(ctx, "/registry/certapi.dev/leader", clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil {
+			return false, err
+		}
+		n = resp.Count
+		return n == want, nil
+	})
+	return n
+}
+
+// TestNoLeaderAnswers503WithRetryAfter kills the leader of two replicas whose session TTL is long, so no
+// replica leads for a while: a call answers 503 with Retry-After after the handoff timeout, and a
+// client-go caller with its default retries gives up within the documented bound instead of hanging.
+func TestNoLeaderAnswers503WithRetryAfter(t *testing.T) {
+	const handoff = time.Second
+	own := framework.StartT(t, framework.Options{
+		CertapiReplicas:    2,
+		CertapiReplicaArgs: framework.LeaderIdentityArgs,
+		CertapiArgs:        []string{"--leader-session-ttl=120s", "--handoff-timeout=" + handoff.String()},
+	})
+	c, kube := clients(t, own.AdminConfig)
+	ns := namespace(t, kube)
+	if _, err := c.CertapiV1alpha1().ServingCertRequests(ns).Create(context.Background(), request("r", "r"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	activeSerial(t, own)
+	leader := waitLeader(t, own, 30*time.Second)
+	if err := own.KillReplica(leader); err != nil {
+		t.Fatal(err)
+	}
+	body := servingCert(csrPEM(t, ecKey(t, elliptic.P256())), nil)
+
+	// One attempt, no client retries: the follower answers 503 with Retry-After after the handoff timeout.
+	start := time.Now()
+	result := c.CertapiV1alpha1().RESTClient().Post().Namespace(ns).Resource("servingcertrequests").Name("r").SubResource("servingcerts").
+		Body(body).MaxRetries(0).Do(context.Background())
+	err := result.Error()
+	took := time.Since(start)
+	single := took
+	var status apierrors.APIStatus
+	if !apierrors.IsServiceUnavailable(err) || !errors.As(err, &status) || status.Status().Details == nil || status.Status().Details.RetryAfterSeconds != 1 {
+		t.Fatalf("with no leader: %v (details %+v), want 503 with Retry-After 1", err, status)
+	}
+	if took > handoff+3*time.Second {
+		t.Errorf("the 503 took %s, want about the handoff timeout %s", took, handoff)
+	}
+
+	// client-go's default: up to 10 retries honouring Retry-After, then the 503. Bounded, never a hang.
+	bound := 11 * (handoff + time.Second)
+	start = time.Now()
+	_, err = c.CertapiV1alpha1().ServingCertRequests(ns).CreateServingCert(context.Background(), "r", body, metav1.CreateOptions{})
+	took = time.Since(start)
+	if !apierrors.IsServiceUnavailable(err) {
+		t.Fatalf("client-go call with no leader: %v, want 503", err)
+	}
+	if took > bound+5*time.Second || took < 5*(handoff+time.Second) {
+		t.Errorf("client-go gave up after %s; documented bound %s (11 x (handoff-timeout + Retry-After))", took, bound)
+	}
+	t.Logf("single attempt: 503 after %s; client-go with retries: 503 after %s (bound %s)", single.Round(time.Millisecond), took.Round(time.Millisecond), bound)
+}
