@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -18,7 +19,9 @@ import (
 	"k8s.io/apiserver/pkg/registry/rest"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/client-go/kubernetes"
+	kubescheme "k8s.io/client-go/kubernetes/scheme"
 	restclient "k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 
 	"github.com/certapi/certapi/pkg/apis/certapi"
@@ -87,6 +90,8 @@ type Server struct {
 	statusInterval time.Duration
 	clusterDomain  string
 	status         atomic.Pointer[status.Writer]
+	broadcaster    events.EventBroadcaster
+	recorder       events.EventRecorder
 }
 
 // Complete fills in the defaults.
@@ -123,6 +128,9 @@ func (c CompletedConfig) New() (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating the kube-apiserver client: %w", err)
 	}
+	s.broadcaster = events.NewBroadcaster(&events.EventSinkImpl{Interface: kube.EventsV1()})
+	s.recorder = s.broadcaster.NewRecorder(kubescheme.Scheme, "certapi.dev/issuer")
+
 	icfg := c.ExtraConfig.IssuerConfig
 	icfg.ClusterDomain = c.ExtraConfig.ClusterDomain
 	icfg.OnIssued = s.recordIssued
@@ -153,7 +161,7 @@ func (c CompletedConfig) New() (*Server, error) {
 	apiGroupInfo.VersionedResourcesStorageMap["v1alpha1"] = map[string]rest.Storage{
 		"servingcertrequests":              scr,
 		"servingcertrequests/status":       scrStatus,
-		"servingcertrequests/servingcerts": servingcertrequest.NewServingCertsREST(scr, iss),
+		"servingcertrequests/servingcerts": servingcertrequest.NewServingCertsREST(scr, iss, s.denied),
 		"certificateauthorities":           ca,
 		"certificateauthorities/status":    caStatus,
 	}
@@ -172,6 +180,10 @@ func (s *Server) Run(ctx context.Context) error {
 		stopIssuer()
 		wg.Wait()
 	}()
+	if err := s.broadcaster.StartRecordingToSinkWithContext(ctx); err != nil {
+		return fmt.Errorf("starting the event recorder: %w", err)
+	}
+	defer s.broadcaster.Shutdown()
 	s.GenericAPIServer.AddPostStartHookOrDie("certapi-issuer", func(genericapiserver.PostStartHookContext) error {
 		wg.Add(1)
 		go func() {
@@ -227,9 +239,22 @@ func (s *Server) lead(ctx context.Context, client versioned.Interface, kube kube
 	wg.Wait()
 }
 
+// requestRef points an Event at a ServingCertRequest.
+func requestRef(namespace, name string) *corev1.ObjectReference {
+	return &corev1.ObjectReference{APIVersion: "certapi.dev/v1alpha1", Kind: "ServingCertRequest", Namespace: namespace, Name: name}
+}
+
+// denied records a refused servingcerts request on its parent; the message says what was wrong, never the input.
+func (s *Server) denied(namespace, name, message string) {
+	s.recorder.Eventf(requestRef(namespace, name), nil, corev1.EventTypeWarning, status.ReasonDenied, "IssueServingCert", "%s", message)
+}
+
 // recordIssued is called on the leader after every signature.
 func (s *Server) recordIssued(req issuer.Request, res *issuer.Result) {
 	metrics.ObserveCertificate(req.Namespace, req.Name, res.NotAfter, res.RenewalTime)
+	// The recorder aggregates repeats, so N pods renewing against one request do not flood the namespace.
+	s.recorder.Eventf(requestRef(req.Namespace, req.Name), nil, corev1.EventTypeNormal, status.ReasonIssued, "IssueServingCert",
+		"issued certificate %s for %s.%s.svc, valid until %s", res.SerialNumber, req.ServiceName, req.Namespace, res.NotAfter.UTC().Format(time.RFC3339))
 	if w := s.status.Load(); w != nil {
 		w.RecordIssued(types.NamespacedName{Namespace: req.Namespace, Name: req.Name}, status.Issued{
 			Certificate:  res.CertificatePEM,

@@ -12,6 +12,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -22,6 +23,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
+	"github.com/certapi/certapi/test/framework"
 )
 
 // csrPEM makes a PKCS#10 request for key; its subject and SANs are deliberately foreign, since certapi
@@ -51,10 +53,16 @@ func servingCert(csr string, d *metav1.Duration) *certapiv1alpha1.ServingCert {
 	return &certapiv1alpha1.ServingCert{Spec: certapiv1alpha1.ServingCertSpec{CertificateRequest: csr, Duration: d}}
 }
 
-// issue creates a ServingCert with retries while certapi's leader starts.
+// issue creates a ServingCert on the shared control plane, with retries while certapi's leader starts.
 func issue(t *testing.T, ns, name string, body *certapiv1alpha1.ServingCert) *certapiv1alpha1.ServingCert {
 	t.Helper()
-	c, _ := clients(t, cp.AdminConfig)
+	return issueOn(t, cp, ns, name, body)
+}
+
+// issueOn creates a ServingCert through own's kube-apiserver, with retries while certapi's leader starts.
+func issueOn(t *testing.T, own *framework.ControlPlane, ns, name string, body *certapiv1alpha1.ServingCert) *certapiv1alpha1.ServingCert {
+	t.Helper()
+	c, _ := clients(t, own.AdminConfig)
 	var out *certapiv1alpha1.ServingCert
 	eventually(t, 60*time.Second, "a certificate from servingcerts", func(ctx context.Context) (bool, error) {
 		var err error
@@ -135,6 +143,10 @@ func TestServingCertIsTrustedThroughTheBundle(t *testing.T) {
 			return false, err
 		}
 		return got.Status.SerialNumber == out.Status.SerialNumber && got.Status.LastIssued != nil, nil
+	})
+
+	eventually(t, 30*time.Second, "an Issued Event on the request", func(ctx context.Context) (bool, error) {
+		return hasEvent(ctx, t, ns, "hook", "Normal", "Issued", out.Status.SerialNumber), nil
 	})
 
 	// The CertificateAuthority shows the CA's public side and which one signs.
@@ -241,9 +253,67 @@ func TestServingCertBadInput(t *testing.T) {
 			t.Fatalf("got %v, want 404 naming the request", err)
 		}
 	})
+	// Each refusal is a Warning Event on the parent, saying what was wrong.
+	eventually(t, 30*time.Second, "a Denied Event on the request", func(ctx context.Context) (bool, error) {
+		return hasEvent(ctx, t, ns, "target", "Warning", "Denied", "spec.certificateRequest"), nil
+	})
 	// Nothing was signed for the parent by any of that.
 	got, err := c.CertapiV1alpha1().ServingCertRequests(ns).Get(ctx, "target", metav1.GetOptions{})
 	if err != nil || got.Status.SerialNumber != "" {
 		t.Fatalf("a refused request changed status: %v %q", err, got.Status.SerialNumber)
 	}
+}
+
+// hasEvent reports whether an events.k8s.io Event of type and reason regards the request and its note
+// contains text.
+func hasEvent(ctx context.Context, t *testing.T, ns, name, eventType, reason, text string) bool {
+	t.Helper()
+	_, kube := clients(t, cp.AdminConfig)
+	evs, err := kube.EventsV1().Events(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return false
+	}
+	for _, e := range evs.Items {
+		if e.Regarding.Kind == "ServingCertRequest" && e.Regarding.Name == name && e.Type == eventType && e.Reason == reason && strings.Contains(e.Note, text) {
+			return true
+		}
+	}
+	return false
+}
+
+// TestMetrics scrapes certapi's /metrics for the series DESIGN.md promises.
+func TestMetrics(t *testing.T) {
+	ctx := context.Background()
+	c, kube := clients(t, cp.AdminConfig)
+	ns := namespace(t, kube)
+	if _, err := c.CertapiV1alpha1().ServingCertRequests(ns).Create(ctx, request("metered", "metered"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	issue(t, ns, "metered", servingCert(csrPEM(t, ecKey(t, elliptic.P256())), nil))
+	client, err := cp.CertapiHTTPClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		`certapi_issuances_total{path="servingcerts",result="issued"}`,
+		`certapi_issuance_duration_seconds_bucket{path="servingcerts"`,
+		`certapi_certificate_not_after_timestamp_seconds{name="metered",namespace="` + ns + `"}`,
+		`certapi_certificate_renewal_timestamp_seconds{name="metered",namespace="` + ns + `"}`,
+		`certapi_ca_not_after_timestamp_seconds{role="Active"}`,
+		`certapi_leader{identity=`,
+	}
+	eventually(t, 30*time.Second, "certapi's metrics", func(ctx context.Context) (bool, error) {
+		resp, err := client.Get(cp.CertapiURL + "/metrics")
+		if err != nil {
+			return false, nil
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		for _, w := range want {
+			if !strings.Contains(string(body), w) {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
 }

@@ -36,6 +36,7 @@ const RetryAfterSeconds = 1
 type ServingCertsREST struct {
 	requests rest.Getter
 	issuer   Issuer
+	denied   func(namespace, name, message string)
 	now      func() time.Time
 }
 
@@ -47,9 +48,13 @@ var (
 	_ rest.Scoper                   = &ServingCertsREST{}
 )
 
-// NewServingCertsREST returns the subresource storage; requests reads parents, iss signs.
-func NewServingCertsREST(requests rest.Getter, iss Issuer) *ServingCertsREST {
-	return &ServingCertsREST{requests: requests, issuer: iss, now: time.Now}
+// NewServingCertsREST returns the subresource storage; requests reads parents, iss signs, and denied (if
+// not nil) is told about each refused request so that it can be recorded as an Event on the parent.
+func NewServingCertsREST(requests rest.Getter, iss Issuer, denied func(namespace, name, message string)) *ServingCertsREST {
+	if denied == nil {
+		denied = func(string, string, string) {}
+	}
+	return &ServingCertsREST{requests: requests, issuer: iss, denied: denied, now: time.Now}
 }
 
 // New returns an empty ServingCert, the body this subresource takes.
@@ -92,7 +97,9 @@ func (r *ServingCertsREST) Create(ctx context.Context, name string, obj runtime.
 	pub, duration, errs := validateServingCert(sc, parent)
 	if len(errs) > 0 {
 		metrics.Issuances.WithLabelValues("servingcerts", "invalid").Inc()
-		return nil, apierrors.NewInvalid(certapi.Kind("ServingCert"), name, errs)
+		invalid := apierrors.NewInvalid(certapi.Kind("ServingCert"), name, errs)
+		r.denied(ns, name, invalid.Error())
+		return nil, invalid
 	}
 	if createValidation != nil {
 		if err := createValidation(ctx, obj); err != nil {
