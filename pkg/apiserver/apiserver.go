@@ -110,7 +110,9 @@ func (c CompletedConfig) New() (*Server, error) {
 	}
 	s := &Server{GenericAPIServer: generic, statusInterval: c.ExtraConfig.StatusInterval, clusterDomain: c.ExtraConfig.ClusterDomain}
 	if s.statusInterval <= 0 {
-		s.statusInterval = time.Second
+		// Long enough to fold a burst of renewals against one request into one write, short enough that
+		// Ready follows issuance at once.
+		s.statusInterval = 200 * time.Millisecond
 	}
 
 	loopbackConfig := restclient.CopyConfig(c.GenericConfig.LoopbackClientConfig)
@@ -210,6 +212,7 @@ func (s *Server) lead(ctx context.Context, client versioned.Interface, kube kube
 		Authority:     s.Issuer,
 		Status:        w,
 		ClusterDomain: s.clusterDomain,
+		Workers:       16,
 		OnIssued: func(namespace, name string, notAfter, renewal time.Time) {
 			metrics.Issuances.WithLabelValues("secret", "issued").Inc()
 			metrics.ObserveCertificate(namespace, name, notAfter, renewal)
@@ -227,7 +230,7 @@ func (s *Server) lead(ctx context.Context, client versioned.Interface, kube kube
 			f()
 		}()
 	}
-	run(func() { w.Run(ctx, 4) })
+	run(func() { w.Run(ctx, 16) })
 	run(func() { castatus.Run(ctx, client, s.Issuer) })
 	if delivery != nil {
 		run(func() {
