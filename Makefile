@@ -9,9 +9,19 @@ E2E_TIMEOUT ?= 40m
 
 all: build
 
-## build: certapi into _output/bin
+## build: certapi and the kubectl plugin kubectl-create-servingcertrequest into _output/bin
 build:
 	$(GO) build -o $(BIN)/certapi ./cmd/certapi
+	$(GO) build -o $(BIN)/kubectl-create-servingcertrequest ./cmd/kubectl-create-servingcertrequest
+
+## install: build, then copy certapi and kubectl-create-servingcertrequest into $(DESTDIR)$(PREFIX)/bin
+## (PREFIX defaults to /usr/local; e.g. `make install PREFIX=~/.local`). With that directory on PATH,
+## kubectl 1.26 or later runs the plugin for `kubectl create servingcertrequest`.
+.PHONY: install
+install: PREFIX ?= /usr/local
+install: build
+	install -d $(DESTDIR)$(PREFIX)/bin
+	install -m 0755 $(BIN)/certapi $(BIN)/kubectl-create-servingcertrequest $(DESTDIR)$(PREFIX)/bin/
 
 ## tools: kube-apiserver, etcd and kubectl from the Go module proxy into _output/bin (skipped when current)
 tools:
