@@ -116,7 +116,7 @@ func (c CompletedConfig) New() (*Server, error) {
 	}
 
 	loopbackConfig := restclient.CopyConfig(c.GenericConfig.LoopbackClientConfig)
-	loopbackConfig.QPS, loopbackConfig.Burst = 500, 1000
+	loopbackConfig.QPS, loopbackConfig.Burst = 2000, 4000
 	loopback, err := versioned.NewForConfig(loopbackConfig)
 	if err != nil {
 		return nil, fmt.Errorf("creating the loopback client: %w", err)
@@ -125,7 +125,9 @@ func (c CompletedConfig) New() (*Server, error) {
 		return nil, fmt.Errorf("no kube-apiserver client: give --kubeconfig, or run in a cluster")
 	}
 	kubeConfig := restclient.CopyConfig(c.ExtraConfig.KubeConfig)
-	kubeConfig.QPS, kubeConfig.Burst = 200, 400
+	// Delivering hundreds of Secrets at once is a few requests each; kube-apiserver's priority and
+	// fairness protects it, so the client-side limiter must not be what limits a burst.
+	kubeConfig.QPS, kubeConfig.Burst = 2000, 4000
 	kube, err := kubernetes.NewForConfig(kubeConfig)
 	if err != nil {
 		return nil, fmt.Errorf("creating the kube-apiserver client: %w", err)
