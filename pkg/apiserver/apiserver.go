@@ -26,7 +26,7 @@ import (
 
 	"github.com/certapi/certapi/pkg/apis/certapi"
 	"github.com/certapi/certapi/pkg/apis/certapi/install"
-	"github.com/certapi/certapi/pkg/controller/castatus"
+	"github.com/certapi/certapi/pkg/controller/rotation"
 	"github.com/certapi/certapi/pkg/controller/secretdelivery"
 	"github.com/certapi/certapi/pkg/controller/status"
 	"github.com/certapi/certapi/pkg/generated/clientset/versioned"
@@ -66,6 +66,10 @@ type ExtraConfig struct {
 	IssuerConfig issuer.Config
 	// KubeConfig reaches kube-apiserver (Secrets, Events, SubjectAccessReviews): --kubeconfig or in-cluster.
 	KubeConfig *restclient.Config
+	// RotationGrace is the least time between publishing a Next CA and letting it sign.
+	RotationGrace time.Duration
+	// MaxCertificateDuration caps every leaf's lifetime; a Retiring CA stays trusted this long.
+	MaxCertificateDuration time.Duration
 	// StatusInterval bounds how often the leader writes one request's status.
 	StatusInterval time.Duration
 }
@@ -89,6 +93,8 @@ type Server struct {
 
 	statusInterval time.Duration
 	clusterDomain  string
+	rotationGrace  time.Duration
+	maxDuration    time.Duration
 	status         atomic.Pointer[status.Writer]
 	broadcaster    events.EventBroadcaster
 	recorder       events.EventRecorder
@@ -108,7 +114,8 @@ func (c CompletedConfig) New() (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating the generic API server: %w", err)
 	}
-	s := &Server{GenericAPIServer: generic, statusInterval: c.ExtraConfig.StatusInterval, clusterDomain: c.ExtraConfig.ClusterDomain}
+	s := &Server{GenericAPIServer: generic, statusInterval: c.ExtraConfig.StatusInterval, clusterDomain: c.ExtraConfig.ClusterDomain,
+		rotationGrace: c.ExtraConfig.RotationGrace, maxDuration: c.ExtraConfig.MaxCertificateDuration}
 	if s.statusInterval <= 0 {
 		// Long enough to fold a burst of renewals against one request into one write, short enough that
 		// Ready follows issuance at once.
@@ -137,6 +144,7 @@ func (c CompletedConfig) New() (*Server, error) {
 
 	icfg := c.ExtraConfig.IssuerConfig
 	icfg.ClusterDomain = c.ExtraConfig.ClusterDomain
+	icfg.MaxCertificateDuration = c.ExtraConfig.MaxCertificateDuration
 	icfg.OnIssued = s.recordIssued
 	icfg.OnLeadershipChange = func(leading bool) {
 		v := 0.0
@@ -215,6 +223,7 @@ func (s *Server) lead(ctx context.Context, client versioned.Interface, kube kube
 		Status:        w,
 		ClusterDomain: s.clusterDomain,
 		Workers:       16,
+		MaxDuration:   s.maxDuration,
 		OnIssued: func(namespace, name string, notAfter, renewal time.Time) {
 			metrics.Issuances.WithLabelValues("secret", "issued").Inc()
 			metrics.ObserveCertificate(namespace, name, notAfter, renewal)
@@ -233,7 +242,19 @@ func (s *Server) lead(ctx context.Context, client versioned.Interface, kube kube
 		}()
 	}
 	run(func() { w.Run(ctx, 16) })
-	run(func() { castatus.Run(ctx, client, s.Issuer) })
+	run(func() {
+		o := rotation.Options{
+			Client:                 client,
+			Issuer:                 s.Issuer,
+			Grace:                  s.rotationGrace,
+			MaxCertificateDuration: s.maxDuration,
+			Recorder:               s.recorder,
+		}
+		if delivery != nil {
+			o.Reissued = delivery.AllIssuedBy
+		}
+		rotation.Run(ctx, o)
+	})
 	if delivery != nil {
 		run(func() {
 			if err := delivery.Run(ctx); err != nil && ctx.Err() == nil {

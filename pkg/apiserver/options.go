@@ -32,6 +32,7 @@ import (
 	"github.com/certapi/certapi/pkg/admission/secretaccess"
 	"github.com/certapi/certapi/pkg/apis/certapi"
 	"github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
+	"github.com/certapi/certapi/pkg/apis/certapi/validation"
 	generatedopenapi "github.com/certapi/certapi/pkg/generated/openapi"
 	"github.com/certapi/certapi/pkg/issuer"
 	"github.com/certapi/certapi/pkg/registry/servingcertrequest"
@@ -58,6 +59,10 @@ type Options struct {
 	LeaderSessionTTL time.Duration
 	// HandoffTimeout bounds how long a follower waits for the leader to sign.
 	HandoffTimeout time.Duration
+	// RotationGrace is the least time between publishing a Next CA and letting it sign.
+	RotationGrace time.Duration
+	// MaxCertificateDuration caps every certificate's lifetime and so how long a Retiring CA stays.
+	MaxCertificateDuration time.Duration
 
 	embeddedEtcd *EmbeddedEtcd
 	etcdClient   *clientv3.Client
@@ -67,11 +72,13 @@ type Options struct {
 // authorization, and an admission chain without admission webhooks.
 func NewOptions() *Options {
 	o := &Options{
-		RecommendedOptions: genericoptions.NewRecommendedOptions(storagePrefix, Codecs.LegacyCodec(v1alpha1.SchemeGroupVersion)),
-		ClusterDomain:      "cluster.local",
-		DataDir:            "/var/lib/certapi",
-		LeaderSessionTTL:   15 * time.Second,
-		HandoffTimeout:     3 * time.Second,
+		RecommendedOptions:     genericoptions.NewRecommendedOptions(storagePrefix, Codecs.LegacyCodec(v1alpha1.SchemeGroupVersion)),
+		ClusterDomain:          "cluster.local",
+		DataDir:                "/var/lib/certapi",
+		LeaderSessionTTL:       15 * time.Second,
+		HandoffTimeout:         3 * time.Second,
+		RotationGrace:          time.Hour,
+		MaxCertificateDuration: validation.MaxDuration,
 	}
 	// Without --tls-cert-file the placeholder certificate stays in memory: nothing is written to the working directory.
 	o.RecommendedOptions.SecureServing.ServerCert.CertDirectory = ""
@@ -103,6 +110,13 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 		fmt.Sprintf("How long a replica that does not lead waits for the leader to sign a servingcerts request before it answers 503 with Retry-After: %ds. "+
 			"client-go retries such answers up to 10 times, so a client-go caller waits at most 11 x (handoff-timeout + %ds) in all: 44s with the default.",
 			servingcertrequest.RetryAfterSeconds, servingcertrequest.RetryAfterSeconds))
+
+	fs.DurationVar(&o.RotationGrace, "rotation-grace", o.RotationGrace,
+		"During a CA rotation, the least time between publishing the Next CA in every bundle and letting it sign: time for kubelet to "+
+			"propagate Secrets' ca.crt (30-100 s) and for clients to reload. The switch also waits until every injectable target holds the bundle.")
+	fs.DurationVar(&o.MaxCertificateDuration, "max-certificate-duration", o.MaxCertificateDuration,
+		"Caps every certificate's lifetime, whatever a request asks. A Retiring CA stays in the bundle this long after the switch (or until "+
+			"its own notAfter), so no certificate it signed loses trust while valid. Lower it only to test rotation end to end.")
 
 	o.RecommendedOptions.Etcd.AddFlags(fss.FlagSet("etcd"))
 	fss.FlagSet("etcd").Lookup("etcd-servers").Usage += " When empty, certapi runs an embedded etcd in --data-dir."
@@ -137,6 +151,12 @@ func (o *Options) Validate() error {
 	}
 	if o.HandoffTimeout < 100*time.Millisecond || o.HandoffTimeout > time.Minute {
 		errs = append(errs, fmt.Errorf("--handoff-timeout %s: must be from 100ms to 1m", o.HandoffTimeout))
+	}
+	if o.RotationGrace < 0 {
+		errs = append(errs, fmt.Errorf("--rotation-grace %s: must not be negative", o.RotationGrace))
+	}
+	if o.MaxCertificateDuration < 10*time.Second || o.MaxCertificateDuration > validation.MaxDuration {
+		errs = append(errs, fmt.Errorf("--max-certificate-duration %s: must be from 10s to %s", o.MaxCertificateDuration, validation.MaxDuration))
 	}
 	if len(o.RecommendedOptions.Etcd.StorageConfig.Transport.ServerList) == 0 && o.DataDir == "" {
 		errs = append(errs, fmt.Errorf("give --etcd-servers, or --data-dir for the embedded etcd"))
@@ -224,8 +244,10 @@ func (o *Options) Config() (*Config, error) {
 	return &Config{
 		GenericConfig: serverConfig,
 		ExtraConfig: ExtraConfig{
-			ClusterDomain: o.ClusterDomain,
-			KubeConfig:    serverConfig.ClientConfig,
+			ClusterDomain:          o.ClusterDomain,
+			KubeConfig:             serverConfig.ClientConfig,
+			RotationGrace:          o.RotationGrace,
+			MaxCertificateDuration: o.MaxCertificateDuration,
 			IssuerConfig: issuer.Config{
 				Client:         client,
 				Prefix:         EtcdPathPrefix,

@@ -35,6 +35,8 @@ type Config struct {
 	ClusterDomain string
 	// CADuration is the lifetime of a CA this replica creates.
 	CADuration time.Duration
+	// MaxCertificateDuration, when positive, caps every leaf's lifetime (see signer.RotationPolicy).
+	MaxCertificateDuration time.Duration
 	// Clock is the time source; nil means the real clock.
 	Clock clock.PassiveClock
 	// OnIssued, when set, is called on the leader after each signature, by either path.
@@ -53,8 +55,9 @@ type Issuer struct {
 
 	mu      sync.RWMutex
 	leading bool
-	active  *signer.CA
+	auth    signer.Authorities
 	bundle  []byte
+	modRev  int64
 	// termKey and termRev identify the election key of the current or last term; CA writes are fenced on them.
 	termKey string
 	termRev int64
@@ -87,10 +90,79 @@ func New(cfg Config) (*Issuer, error) {
 func (i *Issuer) Signing() (*signer.CA, []byte, bool) {
 	i.mu.RLock()
 	defer i.mu.RUnlock()
-	if !i.leading || i.active == nil {
+	if !i.leading || i.auth.Active == nil {
 		return nil, nil, false
 	}
-	return i.active, i.bundle, true
+	return i.auth.Active, i.bundle, true
+}
+
+// State returns the CAs and the rotation's progress while this replica leads.
+func (i *Issuer) State() (signer.Authorities, bool) {
+	i.mu.RLock()
+	defer i.mu.RUnlock()
+	if !i.leading || i.auth.Active == nil {
+		return signer.Authorities{}, false
+	}
+	return i.auth, true
+}
+
+// Bundle returns the trust bundle while this replica leads; it satisfies the injector's bundle source.
+func (i *Issuer) Bundle() ([]byte, bool) {
+	_, bundle, ok := i.Signing()
+	return bundle, ok
+}
+
+// RotationRequest is what the rotation loop knows beyond the clock.
+type RotationRequest struct {
+	// ForceRotation and Distrust are the CertificateAuthority's spec values.
+	ForceRotation, Distrust string
+	// NextEverywhere: every injectable target holds the current bundle.
+	NextEverywhere bool
+	// Reissued: every delivered certificate comes from the Active CA.
+	Reissued bool
+	// CADuration is the lifetime of a CA made now.
+	CADuration time.Duration
+	Policy     signer.RotationPolicy
+}
+
+// Rotate applies every rotation step that is due, persisting each one with a fenced write before it takes
+// effect in memory, and returns the steps taken. Only the leader can rotate.
+func (i *Issuer) Rotate(ctx context.Context, req RotationRequest) ([]signer.RotationStep, error) {
+	var steps []signer.RotationStep
+	for n := 0; n < 8; n++ {
+		i.mu.RLock()
+		leading, auth, modRev, key, rev := i.leading, i.auth, i.modRev, i.termKey, i.termRev
+		i.mu.RUnlock()
+		if !leading || auth.Active == nil {
+			return steps, errNotLeading
+		}
+		now := i.cfg.Clock.Now()
+		next, step, err := auth.Plan(signer.RotationInput{
+			Now: now, ForceRotation: req.ForceRotation, Distrust: req.Distrust,
+			NextEverywhere: req.NextEverywhere, Reissued: req.Reissued,
+			NewCA: func() (*signer.CA, error) {
+				return signer.NewCA(signer.CAOptions{ClusterDomain: i.cfg.ClusterDomain, Duration: req.CADuration, Now: now})
+			},
+		}, req.Policy)
+		if err != nil || step == signer.StepNone {
+			return steps, err
+		}
+		newRev, err := i.store.save(ctx, next, modRev, key, rev)
+		if err != nil {
+			return steps, fmt.Errorf("persisting rotation step %s: %w", step, err)
+		}
+		i.mu.Lock()
+		if i.leading && i.termKey == key {
+			i.auth, i.bundle, i.modRev = next, next.Bundle(), newRev
+		}
+		i.mu.Unlock()
+		steps = append(steps, step)
+		klog.InfoS("CA rotation step", "step", step, "active", signer.FormatSerialNumber(next.Active.Certificate.SerialNumber), "bundleSize", len(next.Certificates()))
+		// A step that needs the world to react (targets to take the new bundle, certificates to be
+		// re-issued) is followed only in a later call, with fresh inputs.
+		req.NextEverywhere, req.Reissued = false, false
+	}
+	return steps, nil
 }
 
 // Leading reports whether this replica leads and can sign.
@@ -124,6 +196,9 @@ func (i *Issuer) signLocal(req Request) (*Result, error) {
 		return nil, fmt.Errorf("parsing the public key: %w", err)
 	}
 	now := i.cfg.Clock.Now()
+	if max := i.cfg.MaxCertificateDuration; max > 0 && req.Duration > max {
+		req.Duration = max
+	}
 	leaf, err := ca.Sign(signer.LeafRequest{
 		ServiceName:   req.ServiceName,
 		Namespace:     req.Namespace,
@@ -195,7 +270,7 @@ func (i *Issuer) campaignOnce(ctx context.Context) error {
 		defer wg.Done()
 		select {
 		case <-session.Done():
-			i.setLeading(false, nil, nil)
+			i.setLeading(false, signer.Authorities{})
 			klog.InfoS("Lost leadership: etcd session ended", "identity", i.cfg.Identity)
 			cancel()
 		case <-leadCtx.Done():
@@ -203,7 +278,7 @@ func (i *Issuer) campaignOnce(ctx context.Context) error {
 	}()
 
 	err = i.lead(leadCtx, election.Key(), election.Rev())
-	i.setLeading(false, nil, nil)
+	i.setLeading(false, signer.Authorities{})
 	cancel()
 	wg.Wait()
 
@@ -225,11 +300,15 @@ func (i *Issuer) lead(ctx context.Context, leaderKey string, leaderRev int64) er
 	i.mu.Lock()
 	i.termKey, i.termRev = leaderKey, leaderRev
 	i.mu.Unlock()
-	ca, err := i.loadOrCreateCA(ctx, leaderKey, leaderRev)
+	auth, modRev, err := i.loadOrCreateCA(ctx, leaderKey, leaderRev)
 	if err != nil {
 		return err
 	}
-	i.setLeading(true, ca, signer.EncodeBundle(ca.Certificate))
+	i.mu.Lock()
+	i.modRev = modRev
+	i.mu.Unlock()
+	i.setLeading(true, auth)
+	ca := auth.Active
 	klog.InfoS("Leading: signing with the Active CA", "identity", i.cfg.Identity, "serialNumber", signer.FormatSerialNumber(ca.Certificate.SerialNumber), "notAfter", ca.Certificate.NotAfter)
 
 	var wg sync.WaitGroup
@@ -248,36 +327,35 @@ func (i *Issuer) lead(ctx context.Context, leaderKey string, leaderRev int64) er
 	return err
 }
 
-func (i *Issuer) loadOrCreateCA(ctx context.Context, leaderKey string, leaderRev int64) (*signer.CA, error) {
+func (i *Issuer) loadOrCreateCA(ctx context.Context, leaderKey string, leaderRev int64) (signer.Authorities, int64, error) {
 	for attempt := 0; attempt < 3; attempt++ {
-		cas, rev, err := i.store.load(ctx)
+		auth, rev, found, err := i.store.load(ctx)
 		if err != nil {
-			return nil, err
+			return auth, 0, err
 		}
-		for _, c := range cas {
-			if c.Role == "Active" {
-				klog.InfoS("Loaded the CA from etcd", "serialNumber", signer.FormatSerialNumber(c.CA.Certificate.SerialNumber))
-				return c.CA, nil
-			}
+		if found {
+			klog.InfoS("Loaded the CA from etcd", "serialNumber", signer.FormatSerialNumber(auth.Active.Certificate.SerialNumber), "bundleSize", len(auth.Certificates()))
+			return auth, rev, nil
 		}
 		ca, err := signer.NewCA(signer.CAOptions{ClusterDomain: i.cfg.ClusterDomain, Duration: i.cfg.CADuration, Now: i.cfg.Clock.Now()})
 		if err != nil {
-			return nil, fmt.Errorf("generating the CA: %w", err)
+			return auth, 0, fmt.Errorf("generating the CA: %w", err)
 		}
-		err = i.store.save(ctx, []storedCA{{Role: "Active", CA: ca}}, rev, leaderKey, leaderRev)
+		auth = signer.Authorities{Active: ca}
+		newRev, err := i.store.save(ctx, auth, 0, leaderKey, leaderRev)
 		if err == nil {
 			klog.InfoS("Created the cluster's CA", "serialNumber", signer.FormatSerialNumber(ca.Certificate.SerialNumber), "notAfter", ca.Certificate.NotAfter)
-			return ca, nil
+			return auth, newRev, nil
 		}
 		if !errors.Is(err, ErrFenced) {
-			return nil, err
+			return auth, 0, err
 		}
-		// Either we no longer lead (the next load happens in a new term) or the record changed: look again.
+		// Either we no longer lead (the next load happens in a new term) or the record appeared: look again.
 		if !i.stillLeader(ctx, leaderKey, leaderRev) {
-			return nil, err
+			return auth, 0, err
 		}
 	}
-	return nil, errors.New("the CA record kept changing while creating the CA")
+	return signer.Authorities{}, 0, errors.New("the CA record kept changing while creating the CA")
 }
 
 func (i *Issuer) stillLeader(ctx context.Context, leaderKey string, leaderRev int64) bool {
@@ -285,10 +363,13 @@ func (i *Issuer) stillLeader(ctx context.Context, leaderKey string, leaderRev in
 	return err == nil && len(resp.Kvs) == 1 && resp.Kvs[0].CreateRevision == leaderRev
 }
 
-func (i *Issuer) setLeading(leading bool, ca *signer.CA, bundle []byte) {
+func (i *Issuer) setLeading(leading bool, auth signer.Authorities) {
 	i.mu.Lock()
 	changed := i.leading != leading
-	i.leading, i.active, i.bundle = leading, ca, bundle
+	i.leading, i.auth, i.bundle = leading, auth, nil
+	if leading {
+		i.bundle = auth.Bundle()
+	}
 	i.mu.Unlock()
 	if changed && i.cfg.OnLeadershipChange != nil {
 		i.cfg.OnLeadershipChange(leading)

@@ -164,12 +164,20 @@ func activeSerial(r *running) string {
 	return signer.FormatSerialNumber(ca.Certificate.SerialNumber)
 }
 
-func storedCAs(t *testing.T, prefix string) []storedCA {
+// storedCAs returns every CA in the stored record.
+func storedCAs(t *testing.T, prefix string) []*signer.CA {
 	t.Helper()
 	ks := &keystore{client: newClient(t), key: prefix + "/" + CAKeysResource + "/default", transformer: identityTransformer{}}
-	cas, _, err := ks.load(context.Background())
-	if err != nil {
-		t.Fatal(err)
+	auth, _, found, err := ks.load(context.Background())
+	if err != nil || !found {
+		t.Fatalf("loading the CA record: found %v, %v", found, err)
+	}
+	cas := []*signer.CA{auth.Active}
+	if auth.Next != nil {
+		cas = append(cas, auth.Next)
+	}
+	for _, r := range auth.Retiring {
+		cas = append(cas, r.CA)
 	}
 	return cas
 }
@@ -194,7 +202,7 @@ func TestColdStartYieldsExactlyOneCA(t *testing.T) {
 			wg.Wait()
 			leader := waitLeader(t, issuers...)
 			first := activeSerial(leader)
-			if cas := storedCAs(t, prefix); len(cas) != 1 || signer.FormatSerialNumber(cas[0].CA.Certificate.SerialNumber) != first {
+			if cas := storedCAs(t, prefix); len(cas) != 1 || signer.FormatSerialNumber(cas[0].Certificate.SerialNumber) != first {
 				t.Fatalf("stored CAs: %d, want exactly the leader's %s", len(cas), first)
 			}
 			// Hand over twice; every leader signs with the same CA.
@@ -307,19 +315,58 @@ func TestFencing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, modRev, err := a.store.load(context.Background())
+	_, modRev, _, err := a.store.load(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := a.store.save(context.Background(), []storedCA{{Role: "Active", CA: newCA}}, modRev, key, rev); !errors.Is(err, ErrFenced) {
+	if _, err := a.store.save(context.Background(), signer.Authorities{Active: newCA}, modRev, key, rev); !errors.Is(err, ErrFenced) {
 		t.Fatalf("CA write under the revoked term: %v, want ErrFenced", err)
 	}
 	// The CA is unchanged, and the replica leads again (new session, same CA) once it re-campaigns.
-	if cas := storedCAs(t, prefix); len(cas) != 1 || !cas[0].CA.Certificate.Equal(ca.Certificate) {
+	if cas := storedCAs(t, prefix); len(cas) != 1 || !cas[0].Certificate.Equal(ca.Certificate) {
 		t.Fatal("the stored CA changed")
 	}
 	waitLeader(t, a)
 	if got, _, _ := a.Signing(); !got.Certificate.Equal(ca.Certificate) {
 		t.Fatal("after re-election the replica signs with another CA")
+	}
+}
+
+// TestRotateIsFencedAndPersisted forces a rotation through Rotate: each step is stored before it takes
+// effect, and a successor loads the same state.
+func TestRotateIsFencedAndPersisted(t *testing.T) {
+	prefix := fmt.Sprintf("/test/rotate-%d", time.Now().UnixNano())
+	a := startIssuer(t, prefix, "a")
+	waitLeader(t, a)
+	first := activeSerial(a)
+	pol := signer.RotationPolicy{Grace: 0, MaxCertificateDuration: time.Hour}
+	steps, err := a.Rotate(context.Background(), RotationRequest{ForceRotation: "1", CADuration: 48 * time.Hour, Policy: pol})
+	if err != nil || len(steps) != 1 || steps[0] != signer.StepPublishNext {
+		t.Fatalf("steps %v, %v", steps, err)
+	}
+	if len(storedCAs(t, prefix)) != 2 {
+		t.Fatal("Next was not stored")
+	}
+	steps, err = a.Rotate(context.Background(), RotationRequest{ForceRotation: "1", NextEverywhere: true, CADuration: 48 * time.Hour, Policy: pol})
+	if err != nil || len(steps) != 1 || steps[0] != signer.StepSwitch {
+		t.Fatalf("steps %v, %v", steps, err)
+	}
+	if activeSerial(a) == first {
+		t.Fatal("Active did not change")
+	}
+	_, bundle, _ := a.Signing()
+	if certs, _ := signer.ParseBundle(bundle); len(certs) != 2 {
+		t.Fatalf("bundle holds %d CAs, want Active and Retiring", len(certs))
+	}
+	// A successor sees the same Active and Retiring CAs.
+	want := activeSerial(a)
+	b := startIssuer(t, prefix, "b")
+	a.stop()
+	waitLeader(t, b)
+	if got := activeSerial(b); got != want {
+		t.Fatalf("successor signs with %s, want %s", got, want)
+	}
+	if st, _ := b.State(); len(st.Retiring) != 1 {
+		t.Fatal("successor lost the Retiring CA")
 	}
 }

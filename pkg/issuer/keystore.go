@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"k8s.io/apiserver/pkg/storage/value"
@@ -20,19 +21,102 @@ const CAKeysResource = "certificateauthoritykeys"
 // under: another replica leads now, or the session ended.
 var ErrFenced = errors.New("CA write refused: this replica no longer leads (its election key is gone)")
 
-// caRecord is the stored form of the CA key pairs. It goes through the same value transformers as every
-// other certapi object, so an EncryptionConfiguration encrypts it; it is never served by the API.
+// caRecord is the stored form of the CA key pairs and the rotation's progress. It goes through the same
+// value transformers as every other certapi object, so an EncryptionConfiguration encrypts it; it is never
+// served by the API.
 type caRecord struct {
-	APIVersion  string    `json:"apiVersion"`
-	Kind        string    `json:"kind"`
-	Authorities []caEntry `json:"authorities"`
+	APIVersion    string     `json:"apiVersion"`
+	Kind          string     `json:"kind"`
+	Authorities   []caEntry  `json:"authorities"`
+	NextPublished *time.Time `json:"nextPublished,omitempty"`
+	ForceRotation string     `json:"forceRotation,omitempty"`
+	Distrust      string     `json:"distrust,omitempty"`
+	SwitchedAt    *time.Time `json:"switchedAt,omitempty"`
+	ForcedSwitch  bool       `json:"forcedSwitch,omitempty"`
 }
 
 type caEntry struct {
 	// Role is Active, Next or Retiring, as in CertificateAuthority status.
-	Role           string `json:"role"`
-	CertificatePEM string `json:"certificatePEM"`
-	KeyPEM         string `json:"keyPEM"`
+	Role           string     `json:"role"`
+	Until          *time.Time `json:"until,omitempty"`
+	Distrusted     bool       `json:"distrusted,omitempty"`
+	CertificatePEM string     `json:"certificatePEM"`
+	KeyPEM         string     `json:"keyPEM"`
+}
+
+// Roles of CA entries in the record and in CertificateAuthority status.
+const (
+	RoleActive   = "Active"
+	RoleNext     = "Next"
+	RoleRetiring = "Retiring"
+)
+
+func timePtr(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}
+
+func timeOf(t *time.Time) time.Time {
+	if t == nil {
+		return time.Time{}
+	}
+	return *t
+}
+
+func encodeRecord(a signer.Authorities) (caRecord, error) {
+	rec := caRecord{APIVersion: "certapi.dev/internal", Kind: "CertificateAuthorityKeys",
+		NextPublished: timePtr(a.NextPublished), ForceRotation: a.ForceRotation, Distrust: a.Distrust,
+		SwitchedAt: timePtr(a.SwitchedAt), ForcedSwitch: a.ForcedSwitch}
+	add := func(role string, ca *signer.CA, until time.Time, distrusted bool) error {
+		keyPEM, err := ca.KeyPEM()
+		if err != nil {
+			return fmt.Errorf("encoding a CA key: %w", err)
+		}
+		rec.Authorities = append(rec.Authorities, caEntry{Role: role, Until: timePtr(until), Distrusted: distrusted,
+			CertificatePEM: string(ca.CertificatePEM()), KeyPEM: string(keyPEM)})
+		return nil
+	}
+	if err := add(RoleActive, a.Active, time.Time{}, false); err != nil {
+		return rec, err
+	}
+	if a.Next != nil {
+		if err := add(RoleNext, a.Next, time.Time{}, false); err != nil {
+			return rec, err
+		}
+	}
+	for _, r := range a.Retiring {
+		if err := add(RoleRetiring, r.CA, r.Until, r.Distrusted); err != nil {
+			return rec, err
+		}
+	}
+	return rec, nil
+}
+
+func decodeRecord(rec caRecord) (signer.Authorities, error) {
+	a := signer.Authorities{NextPublished: timeOf(rec.NextPublished), ForceRotation: rec.ForceRotation, Distrust: rec.Distrust,
+		SwitchedAt: timeOf(rec.SwitchedAt), ForcedSwitch: rec.ForcedSwitch}
+	for i, e := range rec.Authorities {
+		ca, err := signer.LoadCA([]byte(e.CertificatePEM), []byte(e.KeyPEM))
+		if err != nil {
+			return a, fmt.Errorf("loading CA %d of the stored record: %w", i, err)
+		}
+		switch e.Role {
+		case RoleActive:
+			a.Active = ca
+		case RoleNext:
+			a.Next = ca
+		case RoleRetiring:
+			a.Retiring = append(a.Retiring, signer.Retiring{CA: ca, Until: timeOf(e.Until), Distrusted: e.Distrusted})
+		default:
+			return a, fmt.Errorf("CA %d of the stored record has unknown role %q", i, e.Role)
+		}
+	}
+	if a.Active == nil {
+		return a, errors.New("the stored CA record has no Active CA")
+	}
+	return a, nil
 }
 
 // keystore reads and writes the CA record in etcd. Writes are fenced on the leader's election key.
@@ -48,60 +132,46 @@ type authenticatedData string
 
 func (d authenticatedData) AuthenticatedData() []byte { return []byte(d) }
 
-// load returns the stored CAs and the record's mod revision; a nil slice and revision 0 when none is stored.
-func (k *keystore) load(ctx context.Context) ([]storedCA, int64, error) {
+// load returns the stored CAs and the record's mod revision; found is false when none is stored.
+func (k *keystore) load(ctx context.Context) (a signer.Authorities, modRevision int64, found bool, err error) {
 	resp, err := k.client.Get(ctx, k.key)
 	if err != nil {
-		return nil, 0, fmt.Errorf("reading the CA record: %w", err)
+		return a, 0, false, fmt.Errorf("reading the CA record: %w", err)
 	}
 	if len(resp.Kvs) == 0 {
-		return nil, 0, nil
+		return a, 0, false, nil
 	}
 	kv := resp.Kvs[0]
 	data, _, err := k.transformer.TransformFromStorage(ctx, kv.Value, authenticatedData(k.key))
 	if err != nil {
-		return nil, 0, fmt.Errorf("decrypting the CA record (is --encryption-provider-config the one it was written with?): %w", err)
+		return a, 0, false, fmt.Errorf("decrypting the CA record (is --encryption-provider-config the one it was written with?): %w", err)
 	}
 	var rec caRecord
 	if err := json.Unmarshal(data, &rec); err != nil {
-		return nil, 0, fmt.Errorf("decoding the CA record: %w", err)
+		return a, 0, false, fmt.Errorf("decoding the CA record: %w", err)
 	}
-	cas := make([]storedCA, 0, len(rec.Authorities))
-	for i, e := range rec.Authorities {
-		ca, err := signer.LoadCA([]byte(e.CertificatePEM), []byte(e.KeyPEM))
-		if err != nil {
-			return nil, 0, fmt.Errorf("loading CA %d of the stored record: %w", i, err)
-		}
-		cas = append(cas, storedCA{Role: e.Role, CA: ca})
+	a, err = decodeRecord(rec)
+	if err != nil {
+		return a, 0, false, err
 	}
-	return cas, kv.ModRevision, nil
+	return a, kv.ModRevision, true, nil
 }
 
-// storedCA is one CA with its role.
-type storedCA struct {
-	Role string
-	CA   *signer.CA
-}
-
-// save writes cas if the record is still at modRevision (0: absent) and the election key leaderKey still
-// has createRevision leaderRev. Both conditions are one etcd transaction, so a deposed leader cannot
-// overwrite a CA that its successor wrote.
-func (k *keystore) save(ctx context.Context, cas []storedCA, modRevision int64, leaderKey string, leaderRev int64) error {
-	rec := caRecord{APIVersion: "certapi.dev/internal", Kind: "CertificateAuthorityKeys"}
-	for _, c := range cas {
-		keyPEM, err := c.CA.KeyPEM()
-		if err != nil {
-			return fmt.Errorf("encoding a CA key: %w", err)
-		}
-		rec.Authorities = append(rec.Authorities, caEntry{Role: c.Role, CertificatePEM: string(c.CA.CertificatePEM()), KeyPEM: string(keyPEM)})
+// save writes a if the record is still at modRevision (0: absent) and the election key leaderKey still
+// has createRevision leaderRev, and returns the new mod revision. Both conditions are one etcd
+// transaction, so a deposed leader cannot overwrite a CA that its successor wrote.
+func (k *keystore) save(ctx context.Context, a signer.Authorities, modRevision int64, leaderKey string, leaderRev int64) (int64, error) {
+	rec, err := encodeRecord(a)
+	if err != nil {
+		return 0, err
 	}
 	data, err := json.Marshal(rec)
 	if err != nil {
-		return fmt.Errorf("encoding the CA record: %w", err)
+		return 0, fmt.Errorf("encoding the CA record: %w", err)
 	}
 	stored, err := k.transformer.TransformToStorage(ctx, data, authenticatedData(k.key))
 	if err != nil {
-		return fmt.Errorf("encrypting the CA record: %w", err)
+		return 0, fmt.Errorf("encrypting the CA record: %w", err)
 	}
 	var recordCmp clientv3.Cmp
 	if modRevision == 0 {
@@ -114,10 +184,10 @@ func (k *keystore) save(ctx context.Context, cas []storedCA, modRevision int64, 
 		Then(clientv3.OpPut(k.key, string(stored))).
 		Commit()
 	if err != nil {
-		return fmt.Errorf("writing the CA record: %w", err)
+		return 0, fmt.Errorf("writing the CA record: %w", err)
 	}
 	if !resp.Succeeded {
-		return ErrFenced
+		return 0, ErrFenced
 	}
-	return nil
+	return resp.Header.Revision, nil
 }

@@ -54,6 +54,14 @@ var (
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"role"})
 
+	// RotationSteps counts CA lifecycle steps by kind; ForcedSwitch and Distrust deserve an alert.
+	RotationSteps = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace:      namespace,
+		Name:           "ca_rotation_steps_total",
+		Help:           "CA lifecycle steps taken by this replica as leader: PublishNext, Switch, ForcedSwitch, Retire, Distrust, DropDistrusted.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"step"})
+
 	// Leader is 1 on the replica that leads, 0 elsewhere.
 	Leader = metrics.NewGaugeVec(&metrics.GaugeOpts{
 		Namespace:      namespace,
@@ -68,7 +76,7 @@ var registerOnce sync.Once
 // Register adds certapi's metrics to the registry behind /metrics. It is safe to call more than once.
 func Register() {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(Issuances, IssuanceDuration, CertificateNotAfter, CertificateRenewal, CANotAfter, Leader)
+		legacyregistry.MustRegister(Issuances, IssuanceDuration, CertificateNotAfter, CertificateRenewal, CANotAfter, RotationSteps, Leader)
 	})
 }
 

@@ -1,20 +1,20 @@
-// Package castatus keeps CertificateAuthority/default, the CA's public face, in step with the CA the leader
-// signs with: it creates the object on first start and writes its status.
+// Package castatus writes CertificateAuthority/default, the CA's public face: it creates the object on
+// first start and keeps its status in step with the CAs the leader holds and with how far their bundle
+// has reached.
 package castatus
 
 import (
 	"context"
+	"fmt"
 	"time"
 
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/klog/v2"
 
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	"github.com/certapi/certapi/pkg/generated/clientset/versioned"
-	"github.com/certapi/certapi/pkg/issuer"
 	"github.com/certapi/certapi/pkg/metrics"
 	"github.com/certapi/certapi/pkg/signer"
 )
@@ -22,65 +22,93 @@ import (
 // Name is the only CertificateAuthority.
 const Name = "default"
 
-// Run writes the CertificateAuthority until ctx ends, retrying with backoff until the write succeeds and
-// again every resync period, so a status edited by hand is put back.
-func Run(ctx context.Context, client versioned.Interface, auth issuer.Authority) {
-	wait.UntilWithContext(ctx, func(ctx context.Context) {
-		backoff := wait.Backoff{Duration: 200 * time.Millisecond, Factor: 2, Steps: 8, Cap: 10 * time.Second}
-		_ = wait.ExponentialBackoffWithContext(ctx, backoff, func(ctx context.Context) (bool, error) {
-			if err := sync(ctx, client, auth); err != nil {
-				klog.FromContext(ctx).Error(err, "Updating CertificateAuthority/default")
-				return false, nil
-			}
-			return true, nil
-		})
-	}, time.Minute)
-}
-
-func sync(ctx context.Context, client versioned.Interface, auth issuer.Authority) error {
-	ca, bundle, ok := auth.Signing()
-	if !ok {
-		return nil
-	}
+// Get returns CertificateAuthority/default, creating it with defaults if it does not exist.
+func Get(ctx context.Context, client versioned.Interface) (*certapiv1alpha1.CertificateAuthority, error) {
 	cas := client.CertapiV1alpha1().CertificateAuthorities()
 	obj, err := cas.Get(ctx, Name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		obj, err = cas.Create(ctx, &certapiv1alpha1.CertificateAuthority{ObjectMeta: metav1.ObjectMeta{Name: Name}}, metav1.CreateOptions{FieldManager: "certapi"})
+		if apierrors.IsAlreadyExists(err) {
+			obj, err = cas.Get(ctx, Name, metav1.GetOptions{})
+		}
 	}
 	if err != nil {
-		return err
+		return nil, fmt.Errorf("getting CertificateAuthority/%s: %w", Name, err)
 	}
-	cert := ca.Certificate
-	ref := certapiv1alpha1.CertificateAuthorityRef{SerialNumber: signer.FormatSerialNumber(cert.SerialNumber), SubjectKeyID: ca.SubjectKeyID()}
-	want := obj.DeepCopy()
-	want.Status.CABundle = string(bundle)
-	want.Status.Active = &ref
-	want.Status.ObservedGeneration = obj.Generation
-	want.Status.Certificates = []certapiv1alpha1.CertificateAuthorityCertificate{{
-		CertificateAuthorityRef: ref,
-		Role:                    certapiv1alpha1.CARoleActive,
-		NotBefore:               metav1.NewTime(cert.NotBefore),
-		NotAfter:                metav1.NewTime(cert.NotAfter),
-	}}
-	meta.SetStatusCondition(&want.Status.Conditions, metav1.Condition{
-		Type: "Ready", Status: metav1.ConditionTrue, Reason: "Signing", ObservedGeneration: obj.Generation,
-		Message: "the Active CA " + ref.SerialNumber + " signs; it expires " + cert.NotAfter.UTC().Format(time.RFC3339),
-	})
-	if meta.FindStatusCondition(want.Status.Conditions, "Rotating") == nil {
-		meta.SetStatusCondition(&want.Status.Conditions, metav1.Condition{
-			Type: "Rotating", Status: metav1.ConditionFalse, Reason: "Idle", ObservedGeneration: obj.Generation, Message: "no rotation is running",
-		})
-	}
-	metrics.CANotAfter.WithLabelValues(string(certapiv1alpha1.CARoleActive)).Set(float64(cert.NotAfter.Unix()))
-	if equalStatus(obj.Status, want.Status) {
-		return nil
-	}
-	_, err = cas.UpdateStatus(ctx, want, metav1.UpdateOptions{FieldManager: "certapi"})
-	return err
+	return obj, nil
 }
 
-func equalStatus(a, b certapiv1alpha1.CertificateAuthorityStatus) bool {
-	return a.CABundle == b.CABundle && a.Active != nil && b.Active != nil && *a.Active == *b.Active &&
-		a.ObservedGeneration == b.ObservedGeneration && len(a.Certificates) == len(b.Certificates) &&
-		len(a.Conditions) == len(b.Conditions)
+// Sync writes obj's status from the leader's CAs and the injection summary, if it differs.
+func Sync(ctx context.Context, client versioned.Interface, obj *certapiv1alpha1.CertificateAuthority, auth signer.Authorities, injection *certapiv1alpha1.InjectionSummary) error {
+	want := obj.DeepCopy()
+	st := &want.Status
+	st.CABundle = string(auth.Bundle())
+	ref := refOf(auth.Active)
+	st.Active = &ref
+	st.ObservedGeneration = obj.Generation
+	st.Injection = injection
+	st.Certificates = nil
+	add := func(ca *signer.CA, role certapiv1alpha1.CertificateAuthorityRole) {
+		st.Certificates = append(st.Certificates, certapiv1alpha1.CertificateAuthorityCertificate{
+			CertificateAuthorityRef: refOf(ca), Role: role,
+			NotBefore: metav1.NewTime(ca.Certificate.NotBefore), NotAfter: metav1.NewTime(ca.Certificate.NotAfter),
+		})
+		metrics.CANotAfter.WithLabelValues(string(role)).Set(float64(ca.Certificate.NotAfter.Unix()))
+	}
+	add(auth.Active, certapiv1alpha1.CARoleActive)
+	if auth.Next != nil {
+		add(auth.Next, certapiv1alpha1.CARoleNext)
+	} else {
+		metrics.CANotAfter.DeleteLabelValues(string(certapiv1alpha1.CARoleNext))
+	}
+	for _, r := range auth.Retiring {
+		add(r.CA, certapiv1alpha1.CARoleRetiring)
+	}
+	if len(auth.Retiring) == 0 {
+		metrics.CANotAfter.DeleteLabelValues(string(certapiv1alpha1.CARoleRetiring))
+	}
+
+	active := auth.Active.Certificate
+	meta.SetStatusCondition(&st.Conditions, metav1.Condition{
+		Type: "Ready", Status: metav1.ConditionTrue, Reason: "Signing", ObservedGeneration: obj.Generation,
+		Message: fmt.Sprintf("the Active CA %s signs; it expires %s", ref.SerialNumber, active.NotAfter.UTC().Format(time.RFC3339)),
+	})
+	meta.SetStatusCondition(&st.Conditions, rotating(auth, obj.Generation))
+
+	if apiequality.Semantic.DeepEqual(obj.Status, want.Status) {
+		return nil
+	}
+	_, err := client.CertapiV1alpha1().CertificateAuthorities().UpdateStatus(ctx, want, metav1.UpdateOptions{FieldManager: "certapi"})
+	if err != nil {
+		return fmt.Errorf("writing CertificateAuthority/%s status: %w", Name, err)
+	}
+	return nil
+}
+
+// rotating says where a rotation stands, in words an admin can act on.
+func rotating(auth signer.Authorities, generation int64) metav1.Condition {
+	c := metav1.Condition{Type: "Rotating", Status: metav1.ConditionFalse, Reason: "Idle", ObservedGeneration: generation, Message: "no rotation is running"}
+	switch {
+	case auth.Next != nil:
+		c.Status, c.Reason = metav1.ConditionTrue, "NextPublished"
+		c.Message = fmt.Sprintf("the Next CA %s was published %s; it signs once every target holds it and the grace period has passed",
+			refOf(auth.Next).SerialNumber, auth.NextPublished.UTC().Format(time.RFC3339))
+	case len(auth.Retiring) > 0:
+		c.Status, c.Reason = metav1.ConditionTrue, "Retiring"
+		r := auth.Retiring[0]
+		if r.Distrusted {
+			c.Reason = "Distrusted"
+			c.Message = fmt.Sprintf("the distrusted CA %s leaves the bundle once every delivered certificate is re-issued", refOf(r.CA).SerialNumber)
+		} else {
+			c.Message = fmt.Sprintf("the Retiring CA %s leaves the bundle at %s, when no certificate it signed can still be valid", refOf(r.CA).SerialNumber, r.Until.UTC().Format(time.RFC3339))
+		}
+		if auth.ForcedSwitch {
+			c.Message += fmt.Sprintf("; the switch at %s was FORCED before every target held the new CA", auth.SwitchedAt.UTC().Format(time.RFC3339))
+		}
+	}
+	return c
+}
+
+func refOf(ca *signer.CA) certapiv1alpha1.CertificateAuthorityRef {
+	return certapiv1alpha1.CertificateAuthorityRef{SerialNumber: signer.FormatSerialNumber(ca.Certificate.SerialNumber), SubjectKeyID: ca.SubjectKeyID()}
 }

@@ -11,6 +11,8 @@ package secretdelivery
 import (
 	"bytes"
 	"context"
+	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"sync"
@@ -96,6 +98,9 @@ type Options struct {
 	Recorder events.EventRecorder
 	// Workers is the number of requests handled concurrently; default DefaultWorkers.
 	Workers int
+	// MaxDuration, when positive, caps every certificate's lifetime: the CA rotation keeps a Retiring CA
+	// trusted for this long, so no certificate may outlive it.
+	MaxDuration time.Duration
 	// OnIssued, when set, is called after every certificate delivered into a Secret (for metrics).
 	// It must not block.
 	OnIssued func(namespace, name string, notAfter, renewal time.Time)
@@ -109,7 +114,8 @@ type Controller struct {
 	status        *status.Writer
 	clusterDomain string
 	clock         clock.PassiveClock
-	recorder      events.EventRecorder    // set by Run when the caller gave none
+	recorder      events.EventRecorder // set by Run when the caller gave none
+	maxDuration   time.Duration
 	broadcaster   events.EventBroadcaster // made by Run when the caller gave no recorder
 	workers       int
 	onIssued      func(namespace, name string, notAfter, renewal time.Time)
@@ -155,6 +161,7 @@ func New(o Options) (*Controller, error) {
 		clusterDomain: o.ClusterDomain,
 		clock:         o.Clock,
 		recorder:      o.Recorder,
+		maxDuration:   o.MaxDuration,
 		workers:       o.Workers,
 		onIssued:      o.OnIssued,
 		informers:     o.Informers,
@@ -635,4 +642,28 @@ func related(s *corev1.Secret) runtime.Object {
 
 func formatTime(t time.Time) string {
 	return t.UTC().Format(time.RFC3339)
+}
+
+// AllIssuedBy reports whether every Secret certapi delivers holds a certificate signed by ca (matched by
+// authority key id). The rotation loop uses it to drop a distrusted CA once every Secret is re-issued.
+// Before Run has synced its cache it reports false.
+func (c *Controller) AllIssuedBy(ca *x509.Certificate) bool {
+	if c.secretInformer == nil || !c.secretInformer.HasSynced() {
+		return false
+	}
+	for _, obj := range c.secretInformer.GetStore().List() {
+		s, ok := obj.(*corev1.Secret)
+		if !ok {
+			continue
+		}
+		block, _ := pem.Decode(s.Data[corev1.TLSCertKey])
+		if block == nil {
+			continue // an adopted Secret not filled yet holds nothing to distrust
+		}
+		cert, err := x509.ParseCertificate(block.Bytes)
+		if err != nil || !bytes.Equal(cert.AuthorityKeyId, ca.SubjectKeyId) {
+			return false
+		}
+	}
+	return true
 }

@@ -42,6 +42,9 @@ func (c *Controller) issue(req *certapiv1alpha1.ServingCertRequest, ca *signer.C
 	if req.Spec.Duration != nil {
 		duration = req.Spec.Duration.Duration
 	}
+	if c.maxDuration > 0 && duration > c.maxDuration {
+		duration = c.maxDuration
+	}
 	leaf, err := ca.Sign(signer.LeafRequest{
 		ServiceName:   req.Spec.ServiceName,
 		Namespace:     req.Namespace,

@@ -1,0 +1,165 @@
+package signer
+
+import (
+	"crypto/x509"
+	"errors"
+	"time"
+)
+
+// Authorities is the set of CAs a cluster trusts and where a rotation stands. Rotation keeps trust
+// overlapping: a Next CA is trusted everywhere before it signs, and a Retiring CA stays trusted until no
+// certificate it signed can still be valid.
+type Authorities struct {
+	// Active signs new and renewed certificates.
+	Active *CA
+	// Next is published in the bundle and becomes Active once every target trusts it.
+	Next *CA
+	// NextPublished is when Next entered the bundle; the grace period counts from it.
+	NextPublished time.Time
+	// Retiring CAs no longer sign and leave the bundle at their Until time.
+	Retiring []Retiring
+	// ForceRotation is the last spec.forceRotation value a rotation was started for.
+	ForceRotation string
+	// Distrust is the last spec.distrust value acted upon.
+	Distrust string
+	// SwitchedAt is when Active last changed; ForcedSwitch says the gate had not opened then.
+	SwitchedAt   time.Time
+	ForcedSwitch bool
+}
+
+// Retiring is a CA that no longer signs.
+type Retiring struct {
+	CA *CA
+	// Until is when it leaves the bundle: the switch time plus the longest certificate lifetime, or its own
+	// notAfter, whichever is first. Unused when Distrusted.
+	Until time.Time
+	// Distrusted CAs leave the bundle as soon as every delivered certificate comes from the Active CA.
+	Distrusted bool
+}
+
+// RotationPolicy holds the durations a rotation is timed by.
+type RotationPolicy struct {
+	// Grace is the least time between publishing Next and letting it sign, for kubelet's Secret propagation.
+	Grace time.Duration
+	// MaxCertificateDuration is the longest lifetime of any certificate a CA signs.
+	MaxCertificateDuration time.Duration
+}
+
+// RotationInput is what the world looks like to one planning step.
+type RotationInput struct {
+	Now time.Time
+	// ForceRotation and Distrust are the CertificateAuthority's spec values.
+	ForceRotation, Distrust string
+	// NextEverywhere: every injectable target holds the current bundle (which includes Next).
+	NextEverywhere bool
+	// Reissued: every delivered certificate now comes from the Active CA.
+	Reissued bool
+	// NewCA makes a CA; the planner calls it at most once per step.
+	NewCA func() (*CA, error)
+}
+
+// RotationStep names what one planning step did.
+type RotationStep string
+
+// The steps a rotation goes through.
+const (
+	StepNone           RotationStep = ""
+	StepPublishNext    RotationStep = "PublishNext"
+	StepSwitch         RotationStep = "Switch"
+	StepForcedSwitch   RotationStep = "ForcedSwitch"
+	StepRetire         RotationStep = "Retire"
+	StepDistrust       RotationStep = "Distrust"
+	StepDropDistrusted RotationStep = "DropDistrusted"
+)
+
+// Plan returns the Authorities after the next step that is due, and which step that was (StepNone when
+// nothing is due). Callers persist the result and call again until StepNone. It never mutates a.
+func (a Authorities) Plan(in RotationInput, p RotationPolicy) (Authorities, RotationStep, error) {
+	if a.Active == nil {
+		return a, StepNone, errors.New("no Active CA")
+	}
+	out := a
+	out.Retiring = append([]Retiring(nil), a.Retiring...)
+
+	// Emergency: a distrusted CA stops signing now; the new one signs at once.
+	if in.Distrust != "" && in.Distrust != a.Distrust {
+		ca, err := in.NewCA()
+		if err != nil {
+			return a, StepNone, err
+		}
+		out.Retiring = append(out.Retiring, Retiring{CA: a.Active, Distrusted: true})
+		if a.Next != nil {
+			out.Retiring = append(out.Retiring, Retiring{CA: a.Next, Distrusted: true})
+		}
+		out.Active, out.Next, out.NextPublished = ca, nil, time.Time{}
+		out.Distrust = in.Distrust
+		out.SwitchedAt, out.ForcedSwitch = in.Now, true
+		return out, StepDistrust, nil
+	}
+	for i, r := range out.Retiring {
+		if r.Distrusted && in.Reissued {
+			out.Retiring = append(out.Retiring[:i:i], out.Retiring[i+1:]...)
+			return out, StepDropDistrusted, nil
+		}
+		if !r.Distrusted && !in.Now.Before(r.Until) {
+			out.Retiring = append(out.Retiring[:i:i], out.Retiring[i+1:]...)
+			return out, StepRetire, nil
+		}
+	}
+
+	life := a.Active.Certificate.NotAfter.Sub(a.Active.Certificate.NotBefore)
+	left := a.Active.Certificate.NotAfter.Sub(in.Now)
+	if a.Next == nil {
+		forced := in.ForceRotation != "" && in.ForceRotation != a.ForceRotation
+		if forced || left <= life/3 {
+			ca, err := in.NewCA()
+			if err != nil {
+				return a, StepNone, err
+			}
+			out.Next, out.NextPublished = ca, in.Now
+			if forced {
+				out.ForceRotation = in.ForceRotation
+			}
+			return out, StepPublishNext, nil
+		}
+		return a, StepNone, nil
+	}
+
+	gateOpen := in.NextEverywhere && !in.Now.Before(a.NextPublished.Add(p.Grace))
+	deadline := left <= life/6
+	if !gateOpen && !deadline {
+		return a, StepNone, nil
+	}
+	until := in.Now.Add(p.MaxCertificateDuration)
+	if na := a.Active.Certificate.NotAfter; na.Before(until) {
+		until = na
+	}
+	out.Retiring = append(out.Retiring, Retiring{CA: a.Active, Until: until})
+	out.Active, out.Next, out.NextPublished = a.Next, nil, time.Time{}
+	out.SwitchedAt, out.ForcedSwitch = in.Now, !gateOpen
+	if !gateOpen {
+		return out, StepForcedSwitch, nil
+	}
+	return out, StepSwitch, nil
+}
+
+// Certificates returns every CA certificate clients must trust, in the bundle's fixed order: Active,
+// Next, then Retiring in the order they retired.
+func (a Authorities) Certificates() []*x509.Certificate {
+	var certs []*x509.Certificate
+	if a.Active != nil {
+		certs = append(certs, a.Active.Certificate)
+	}
+	if a.Next != nil {
+		certs = append(certs, a.Next.Certificate)
+	}
+	for _, r := range a.Retiring {
+		certs = append(certs, r.CA.Certificate)
+	}
+	return certs
+}
+
+// Bundle is the byte-stable PEM trust bundle of Certificates.
+func (a Authorities) Bundle() []byte {
+	return EncodeBundle(a.Certificates()...)
+}

@@ -1,0 +1,153 @@
+package signer
+
+import (
+	"testing"
+	"time"
+)
+
+func TestRotationPlan(t *testing.T) {
+	start := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	life := 300 * 24 * time.Hour
+	newCA := func(now time.Time) func() (*CA, error) {
+		return func() (*CA, error) {
+			return NewCA(CAOptions{ClusterDomain: "cluster.local", Duration: life, Now: now})
+		}
+	}
+	active, err := newCA(start)()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// NotBefore is backdated; measure remaining life from the real notBefore/notAfter.
+	nb, na := active.Certificate.NotBefore, active.Certificate.NotAfter
+	realLife := na.Sub(nb)
+	pol := RotationPolicy{Grace: time.Hour, MaxCertificateDuration: 2160 * time.Hour}
+	base := Authorities{Active: active}
+
+	cases := []struct {
+		name string
+		a    Authorities
+		in   RotationInput
+		want RotationStep
+	}{
+		{name: "young CA: nothing", a: base, in: RotationInput{Now: start.Add(time.Hour)}, want: StepNone},
+		{name: "one third left: publish Next", a: base, in: RotationInput{Now: na.Add(-realLife / 3)}, want: StepPublishNext},
+		{name: "just above one third: nothing", a: base, in: RotationInput{Now: na.Add(-realLife/3 - time.Minute)}, want: StepNone},
+		{name: "forceRotation changed: publish Next", a: base, in: RotationInput{Now: start, ForceRotation: "1"}, want: StepPublishNext},
+		{name: "forceRotation already acted on: nothing", a: Authorities{Active: active, ForceRotation: "1"}, in: RotationInput{Now: start, ForceRotation: "1"}, want: StepNone},
+		{name: "distrust: new Active at once", a: base, in: RotationInput{Now: start, Distrust: "leak"}, want: StepDistrust},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.in.NewCA = newCA(tc.in.Now)
+			got, step, err := tc.a.Plan(tc.in, pol)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if step != tc.want {
+				t.Fatalf("step %q, want %q", step, tc.want)
+			}
+			if step == StepNone && got.Active != tc.a.Active {
+				t.Fatal("StepNone changed the Active CA")
+			}
+		})
+	}
+}
+
+// TestRotationRunsThrough drives a whole rotation with an injected clock: publish, wait for the gate
+// (targets and grace), switch, retire at switch + max certificate duration.
+func TestRotationRunsThrough(t *testing.T) {
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	mk := func() (*CA, error) {
+		return NewCA(CAOptions{ClusterDomain: "cluster.local", Duration: 8760 * time.Hour, Now: now})
+	}
+	first, _ := mk()
+	pol := RotationPolicy{Grace: time.Hour, MaxCertificateDuration: 48 * time.Hour}
+	a := Authorities{Active: first}
+	step := func(in RotationInput) RotationStep {
+		t.Helper()
+		in.Now, in.NewCA = now, mk
+		next, s, err := a.Plan(in, pol)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a = next
+		return s
+	}
+	if s := step(RotationInput{ForceRotation: "r1"}); s != StepPublishNext || a.Next == nil {
+		t.Fatalf("step %q", s)
+	}
+	if len(a.Certificates()) != 2 {
+		t.Fatal("bundle is not [Active, Next]")
+	}
+	if s := step(RotationInput{ForceRotation: "r1", NextEverywhere: true}); s != StepNone {
+		t.Fatalf("switched before the grace period: %q", s)
+	}
+	now = now.Add(2 * time.Hour)
+	if s := step(RotationInput{ForceRotation: "r1", NextEverywhere: false}); s != StepNone {
+		t.Fatalf("switched before every target held Next: %q", s)
+	}
+	if s := step(RotationInput{ForceRotation: "r1", NextEverywhere: true}); s != StepSwitch {
+		t.Fatalf("step %q, want Switch", s)
+	}
+	if a.Active.Certificate.Equal(first.Certificate) || len(a.Retiring) != 1 || !a.Retiring[0].CA.Certificate.Equal(first.Certificate) {
+		t.Fatal("the old CA is not Retiring behind a new Active")
+	}
+	if want := now.Add(48 * time.Hour); !a.Retiring[0].Until.Equal(want) {
+		t.Fatalf("retires at %s, want switch + max certificate duration %s", a.Retiring[0].Until, want)
+	}
+	// A queued forceRotation starts the next rotation at once.
+	if s := step(RotationInput{ForceRotation: "r2"}); s != StepPublishNext {
+		t.Fatalf("queued rotation: %q", s)
+	}
+	now = now.Add(48 * time.Hour)
+	if s := step(RotationInput{ForceRotation: "r2"}); s != StepRetire || len(a.Retiring) != 0 {
+		t.Fatalf("step %q, retiring %d", s, len(a.Retiring))
+	}
+}
+
+func TestRotationDeadlines(t *testing.T) {
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	mk := func() (*CA, error) {
+		return NewCA(CAOptions{ClusterDomain: "cluster.local", Duration: 600 * time.Hour, Now: now})
+	}
+	first, _ := mk()
+	na := first.Certificate.NotAfter
+	life := na.Sub(first.Certificate.NotBefore)
+	next, _ := mk()
+	a := Authorities{Active: first, Next: next, NextPublished: na.Add(-life / 3)}
+	pol := RotationPolicy{Grace: time.Hour, MaxCertificateDuration: 2160 * time.Hour}
+
+	// The gate never opened (a target lags), and one sixth of the life is left: switch anyway, loudly.
+	got, s, err := a.Plan(RotationInput{Now: na.Add(-life / 6), NewCA: mk}, pol)
+	if err != nil || s != StepForcedSwitch || !got.ForcedSwitch {
+		t.Fatalf("step %q (%v), forced %v", s, err, got.ForcedSwitch)
+	}
+	// The retiring CA leaves at its own notAfter when that comes before switch + max duration.
+	if !got.Retiring[0].Until.Equal(na) {
+		t.Fatalf("retires at %s, want its notAfter %s", got.Retiring[0].Until, na)
+	}
+	if _, s, _ := a.Plan(RotationInput{Now: na.Add(-life/6 - time.Minute), NewCA: mk}, pol); s != StepNone {
+		t.Fatalf("before the one-sixth deadline: %q", s)
+	}
+}
+
+func TestDistrustDropsTheOldCAOnceReissued(t *testing.T) {
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	mk := func() (*CA, error) {
+		return NewCA(CAOptions{ClusterDomain: "cluster.local", Duration: 8760 * time.Hour, Now: now})
+	}
+	old, _ := mk()
+	a := Authorities{Active: old}
+	pol := RotationPolicy{Grace: time.Hour, MaxCertificateDuration: 2160 * time.Hour}
+	a, s, err := a.Plan(RotationInput{Now: now, Distrust: "x", NewCA: mk}, pol)
+	if err != nil || s != StepDistrust || a.Active.Certificate.Equal(old.Certificate) {
+		t.Fatalf("step %q %v", s, err)
+	}
+	if _, s, _ := a.Plan(RotationInput{Now: now.Add(time.Hour), Distrust: "x", NewCA: mk}, pol); s != StepNone {
+		t.Fatalf("dropped before every certificate was re-issued: %q", s)
+	}
+	a, s, _ = a.Plan(RotationInput{Now: now, Distrust: "x", Reissued: true, NewCA: mk}, pol)
+	if s != StepDropDistrusted || len(a.Retiring) != 0 || len(a.Certificates()) != 1 {
+		t.Fatalf("step %q, bundle %d", s, len(a.Certificates()))
+	}
+}

@@ -1,0 +1,156 @@
+package e2e
+
+import (
+	"context"
+	"crypto/elliptic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
+	"github.com/certapi/certapi/pkg/generated/clientset/versioned"
+	"github.com/certapi/certapi/pkg/signer"
+	"github.com/certapi/certapi/test/framework"
+)
+
+// rotationPlane is a control plane whose rotation can run to its end within a test: a short grace
+// period and certificates of at most 20 s, so a Retiring CA leaves the bundle 20 s after the switch.
+func rotationPlane(t *testing.T) *framework.ControlPlane {
+	return framework.StartT(t, framework.Options{CertapiArgs: []string{"--rotation-grace=2s", "--max-certificate-duration=20s"}})
+}
+
+func caObject(t *testing.T, c versioned.Interface) *certapiv1alpha1.CertificateAuthority {
+	t.Helper()
+	ca, err := c.CertapiV1alpha1().CertificateAuthorities().Get(context.Background(), "default", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ca
+}
+
+func roles(ca *certapiv1alpha1.CertificateAuthority) map[certapiv1alpha1.CertificateAuthorityRole]int {
+	out := map[certapiv1alpha1.CertificateAuthorityRole]int{}
+	for _, c := range ca.Status.Certificates {
+		out[c.Role]++
+	}
+	return out
+}
+
+func TestForcedRotationRunsToTheEnd(t *testing.T) {
+	ctx := context.Background()
+	own := rotationPlane(t)
+	c, kube := clients(t, own.AdminConfig)
+	ns := namespace(t, kube)
+	old := activeSerial(t, own)
+
+	req := request("rot", "rot")
+	req.Spec.SecretName = "rot-tls"
+	if _, err := c.CertapiV1alpha1().ServingCertRequests(ns).Create(ctx, req, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitSecret(t, kube, ns, "rot-tls", nil)
+
+	ca := caObject(t, c)
+	ca.Spec.ForceRotation = "e2e-1"
+	if _, err := c.CertapiV1alpha1().CertificateAuthorities().Update(ctx, ca, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// Next is published first: trusted everywhere before it signs.
+	var nextSerial string
+	eventually(t, 30*time.Second, "the Next CA in the bundle, or the switch", func(context.Context) (bool, error) {
+		ca := caObject(t, c)
+		for _, cert := range ca.Status.Certificates {
+			if cert.Role == certapiv1alpha1.CARoleNext {
+				nextSerial = cert.SerialNumber
+			}
+		}
+		return nextSerial != "" || ca.Status.Active.SerialNumber != old, nil
+	})
+	// Then the switch: the new CA signs, the old one is Retiring, and the Secret's ca.crt holds both.
+	eventually(t, 30*time.Second, "the switch", func(context.Context) (bool, error) {
+		ca := caObject(t, c)
+		r := roles(ca)
+		return ca.Status.Active.SerialNumber != old && r[certapiv1alpha1.CARoleRetiring] == 1, nil
+	})
+	newSerial := caObject(t, c).Status.Active.SerialNumber
+	if nextSerial != "" && nextSerial != newSerial {
+		t.Errorf("Active is %s, want the published Next %s", newSerial, nextSerial)
+	}
+	out := issueOn(t, own, ns, "rot", servingCert(csrPEM(t, ecKey(t, elliptic.P256())), nil))
+	leafCA := issuerSerialOf(t, out.Status.Certificate, out.Status.CABundle)
+	if leafCA != newSerial {
+		t.Errorf("a certificate issued after the switch is from %s, want %s", leafCA, newSerial)
+	}
+	s := waitSecret(t, kube, ns, "rot-tls", func(s *corev1.Secret) bool { return bundleSize(s.Data["ca.crt"]) == 2 })
+	verifySecret(t, s, "rot", ns)
+	// Finally the Retiring CA leaves, 20 s (the maximum certificate lifetime here) after the switch.
+	eventually(t, 60*time.Second, "the Retiring CA to leave the bundle", func(context.Context) (bool, error) {
+		ca := caObject(t, c)
+		return len(ca.Status.Certificates) == 1 && bundleSize([]byte(ca.Status.CABundle)) == 1, nil
+	})
+	s = waitSecret(t, kube, ns, "rot-tls", func(s *corev1.Secret) bool { return bundleSize(s.Data["ca.crt"]) == 1 })
+	if got := issuerSerialOf(t, string(s.Data["tls.crt"]), string(s.Data["ca.crt"])); got != newSerial {
+		t.Errorf("the Secret's certificate is from %s, want %s", got, newSerial)
+	}
+}
+
+func TestDistrustReplacesTheCAAtOnce(t *testing.T) {
+	ctx := context.Background()
+	own := rotationPlane(t)
+	c, kube := clients(t, own.AdminConfig)
+	ns := namespace(t, kube)
+	old := activeSerial(t, own)
+	req := request("dis", "dis")
+	req.Spec.SecretName = "dis-tls"
+	if _, err := c.CertapiV1alpha1().ServingCertRequests(ns).Create(ctx, req, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitSecret(t, kube, ns, "dis-tls", nil)
+
+	ca := caObject(t, c)
+	ca.Spec.Distrust = "key-leaked"
+	if _, err := c.CertapiV1alpha1().CertificateAuthorities().Update(ctx, ca, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// Well before any Retiring period could end: new Active, Secret re-issued, old CA gone.
+	start := time.Now()
+	eventually(t, 15*time.Second, "the distrusted CA to leave the bundle", func(context.Context) (bool, error) {
+		ca := caObject(t, c)
+		return ca.Status.Active.SerialNumber != old && len(ca.Status.Certificates) == 1, nil
+	})
+	t.Logf("distrusted CA dropped %s after the request", time.Since(start).Round(time.Millisecond))
+	s := waitSecret(t, kube, ns, "dis-tls", func(s *corev1.Secret) bool { return bundleSize(s.Data["ca.crt"]) == 1 })
+	if got := issuerSerialOf(t, string(s.Data["tls.crt"]), string(s.Data["ca.crt"])); got == old {
+		t.Fatal("the Secret still holds a certificate from the distrusted CA")
+	}
+}
+
+// issuerSerialOf returns the serial of the CA in bundle that signed certPEM.
+func issuerSerialOf(t *testing.T, certPEM, bundle string) string {
+	t.Helper()
+	leaf, err := signer.ParseBundle([]byte(certPEM))
+	if err != nil || len(leaf) != 1 {
+		t.Fatalf("parsing the certificate: %v", err)
+	}
+	cas, err := signer.ParseBundle([]byte(bundle))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ca := range cas {
+		if leaf[0].CheckSignatureFrom(ca) == nil {
+			return signer.FormatSerialNumber(ca.SerialNumber)
+		}
+	}
+	t.Fatal("no CA in the bundle signed the certificate")
+	return ""
+}
+
+func bundleSize(pem []byte) int {
+	certs, err := signer.ParseBundle(pem)
+	if err != nil {
+		return -1
+	}
+	return len(certs)
+}
