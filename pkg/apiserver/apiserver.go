@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apiserver/pkg/registry/rest"
 	genericapiserver "k8s.io/apiserver/pkg/server"
+	"k8s.io/apiserver/pkg/server/healthz"
 	"k8s.io/client-go/kubernetes"
 	kubescheme "k8s.io/client-go/kubernetes/scheme"
 	restclient "k8s.io/client-go/rest"
@@ -70,6 +71,9 @@ type ExtraConfig struct {
 	RotationGrace time.Duration
 	// MaxCertificateDuration caps every leaf's lifetime; a Retiring CA stays trusted this long.
 	MaxCertificateDuration time.Duration
+	// SelfServing, when set, is the provider of certapi's own serving certificate: the server issues it
+	// from its own CA and reports not ready until it has.
+	SelfServing *selfServing
 	// StatusInterval bounds how often the leader writes one request's status.
 	StatusInterval time.Duration
 }
@@ -96,6 +100,8 @@ type Server struct {
 	rotationGrace  time.Duration
 	maxDuration    time.Duration
 	status         atomic.Pointer[status.Writer]
+	self           *selfServing
+	loopback       versioned.Interface
 	broadcaster    events.EventBroadcaster
 	recorder       events.EventRecorder
 }
@@ -159,7 +165,14 @@ func (c CompletedConfig) New() (*Server, error) {
 		return nil, err
 	}
 	s.Issuer = iss
+	s.loopback = loopback
 	metrics.Leader.WithLabelValues(icfg.Identity).Set(0)
+	if self := c.ExtraConfig.SelfServing; self != nil {
+		s.self = self
+		if err := generic.AddReadyzChecks(healthz.NamedCheck("certapi-serving-certificate", self.check)); err != nil {
+			return nil, fmt.Errorf("adding the serving certificate readiness check: %w", err)
+		}
+	}
 
 	apiGroupInfo := genericapiserver.NewDefaultAPIGroupInfo(certapi.GroupName, Scheme, metav1.ParameterCodec, Codecs)
 	scr, scrStatus, err := servingcertrequest.NewREST(Scheme, c.GenericConfig.RESTOptionsGetter, c.ExtraConfig.ClusterDomain)
@@ -204,6 +217,13 @@ func (s *Server) Run(ctx context.Context) error {
 				klog.ErrorS(err, "Issuer stopped")
 			}
 		}()
+		if s.self != nil {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				s.self.run(issuerCtx, s.Issuer, s.loopback)
+			}()
+		}
 		return nil
 	})
 	return s.GenericAPIServer.PrepareRun().RunWithContext(ctx)
@@ -277,6 +297,9 @@ func (s *Server) denied(namespace, name, message string) {
 
 // recordIssued is called on the leader after every signature.
 func (s *Server) recordIssued(req issuer.Request, res *issuer.Result) {
+	if req.Name == "" {
+		return // certapi's own serving certificate: no request to report on
+	}
 	metrics.ObserveCertificate(req.Namespace, req.Name, res.NotAfter, res.RenewalTime)
 	// The recorder aggregates repeats, so N pods renewing against one request do not flood the namespace.
 	s.recorder.Eventf(requestRef(req.Namespace, req.Name), nil, corev1.EventTypeNormal, status.ReasonIssued, "IssueServingCert",

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"time"
 
@@ -27,7 +26,6 @@ import (
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	cliflag "k8s.io/component-base/cli/flag"
 	"k8s.io/klog/v2"
-	netutils "k8s.io/utils/net"
 
 	"github.com/certapi/certapi/pkg/admission/secretaccess"
 	"github.com/certapi/certapi/pkg/apis/certapi"
@@ -61,6 +59,8 @@ type Options struct {
 	HandoffTimeout time.Duration
 	// RotationGrace is the least time between publishing a Next CA and letting it sign.
 	RotationGrace time.Duration
+	// ServiceName and ServiceNamespace name the Service in front of certapi; its own certificate is for it.
+	ServiceName, ServiceNamespace string
 	// MaxCertificateDuration caps every certificate's lifetime and so how long a Retiring CA stays.
 	MaxCertificateDuration time.Duration
 
@@ -79,8 +79,10 @@ func NewOptions() *Options {
 		HandoffTimeout:         3 * time.Second,
 		RotationGrace:          time.Hour,
 		MaxCertificateDuration: validation.MaxDuration,
+		ServiceName:            "certapi",
+		ServiceNamespace:       "certapi-system",
 	}
-	// Without --tls-cert-file the placeholder certificate stays in memory: nothing is written to the working directory.
+	// Without --tls-cert-file certapi issues its own certificate in memory: nothing is written to disk.
 	o.RecommendedOptions.SecureServing.ServerCert.CertDirectory = ""
 	o.RecommendedOptions.Etcd.StorageConfig.EncodeVersioner = runtime.NewMultiGroupVersioner(v1alpha1.SchemeGroupVersion, schema.GroupKind{Group: v1alpha1.GroupName})
 	// A webhook whose certificate comes from certapi must never be able to block certapi, so admission
@@ -111,6 +113,11 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 			"client-go retries such answers up to 10 times, so a client-go caller waits at most 11 x (handoff-timeout + %ds) in all: 44s with the default.",
 			servingcertrequest.RetryAfterSeconds, servingcertrequest.RetryAfterSeconds))
 
+	fs.StringVar(&o.ServiceName, "service-name", o.ServiceName,
+		"The Service in front of certapi. Unless --tls-cert-file is given, certapi serves with a certificate for <service-name>.<service-namespace>.svc "+
+			"from its own CA, renewed and swapped without a restart; until it has one it serves a self-signed placeholder and /readyz says so. "+
+			"Annotate certapi's APIService certapi.dev/inject-ca-bundle=true so kube-apiserver trusts it.")
+	fs.StringVar(&o.ServiceNamespace, "service-namespace", o.ServiceNamespace, "The namespace of --service-name.")
 	fs.DurationVar(&o.RotationGrace, "rotation-grace", o.RotationGrace,
 		"During a CA rotation, the least time between publishing the Next CA in every bundle and letting it sign: time for kubelet to "+
 			"propagate Secrets' ca.crt (30-100 s) and for clients to reload. The switch also waits until every injectable target holds the bundle.")
@@ -143,6 +150,12 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 // Validate checks the options, before anything is started.
 func (o *Options) Validate() error {
 	var errs []error
+	for _, msg := range utilvalidation.IsDNS1035Label(o.ServiceName) {
+		errs = append(errs, fmt.Errorf("--service-name %q: %s", o.ServiceName, msg))
+	}
+	for _, msg := range utilvalidation.IsDNS1123Label(o.ServiceNamespace) {
+		errs = append(errs, fmt.Errorf("--service-namespace %q: %s", o.ServiceNamespace, msg))
+	}
 	for _, msg := range utilvalidation.IsDNS1123Subdomain(o.ClusterDomain) {
 		errs = append(errs, fmt.Errorf("--cluster-domain %q: %s", o.ClusterDomain, msg))
 	}
@@ -207,10 +220,14 @@ func (o *Options) Stop() {
 
 // Config turns the options into a server configuration.
 func (o *Options) Config() (*Config, error) {
-	// With no certificate given, serve a self-signed one so that a laptop run works; real deployments
-	// give --tls-cert-file or, later, take one from certapi's own CA.
-	if err := o.RecommendedOptions.SecureServing.MaybeDefaultWithSelfSignedCerts("localhost", nil, []net.IP{netutils.ParseIPSloppy("127.0.0.1")}); err != nil {
-		return nil, fmt.Errorf("creating a self-signed serving certificate: %w", err)
+	// With no certificate given, certapi serves with one from its own CA (a placeholder until then).
+	var self *selfServing
+	if cert := o.RecommendedOptions.SecureServing.ServerCert.CertKey; cert.CertFile == "" && cert.KeyFile == "" {
+		var err error
+		if self, err = newSelfServing(o.ServiceName, o.ServiceNamespace); err != nil {
+			return nil, err
+		}
+		o.RecommendedOptions.SecureServing.ServerCert.GeneratedCert = self
 	}
 
 	serverConfig := genericapiserver.NewRecommendedConfig(Codecs)

@@ -1,0 +1,186 @@
+package apiserver
+
+import (
+	"context"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"sync"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apiserver/pkg/server/dynamiccertificates"
+	certutil "k8s.io/client-go/util/cert"
+	"k8s.io/klog/v2"
+
+	"github.com/certapi/certapi/pkg/generated/clientset/versioned"
+	"github.com/certapi/certapi/pkg/issuer"
+	"github.com/certapi/certapi/pkg/signer"
+)
+
+// selfServing is certapi's own serving certificate, issued by its own CA (through the leader, like any
+// caller) and swapped in without a restart through the generic server's dynamic certificate machinery.
+// Until the first one arrives it serves a self-signed placeholder: an empty provider would fail every
+// handshake, and /readyz says why the replica is not ready instead.
+type selfServing struct {
+	service, namespace string
+
+	mu        sync.RWMutex
+	certPEM   []byte
+	keyPEM    []byte
+	issuedBy  string // serial of the CA that signed the current certificate; "" for the placeholder
+	renewAt   time.Time
+	listeners []dynamiccertificates.Listener
+}
+
+var _ dynamiccertificates.CertKeyContentProvider = &selfServing{}
+
+func newSelfServing(service, namespace string) (*selfServing, error) {
+	host := service + "." + namespace + ".svc"
+	cert, key, err := certutil.GenerateSelfSignedCertKey(host, nil, []string{host})
+	if err != nil {
+		return nil, fmt.Errorf("making the placeholder serving certificate: %w", err)
+	}
+	return &selfServing{service: service, namespace: namespace, certPEM: cert, keyPEM: key}, nil
+}
+
+// Name identifies the provider in the generic server's logs.
+func (s *selfServing) Name() string { return "certapi-self-issued" }
+
+// CurrentCertKeyContent returns the certificate being served and its key.
+func (s *selfServing) CurrentCertKeyContent() ([]byte, []byte) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.certPEM, s.keyPEM
+}
+
+// AddListener registers the serving controller that reloads on change.
+func (s *selfServing) AddListener(l dynamiccertificates.Listener) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.listeners = append(s.listeners, l)
+}
+
+// check is a /readyz check: not ready until certapi serves a certificate from its own CA.
+func (s *selfServing) check(*http.Request) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.issuedBy == "" {
+		return errors.New("serving a self-signed placeholder: waiting for the leader to issue this replica's certificate for " + s.service + "." + s.namespace + ".svc")
+	}
+	return nil
+}
+
+func (s *selfServing) set(certPEM, keyPEM []byte, issuedBy string, renewAt time.Time) {
+	s.mu.Lock()
+	s.certPEM, s.keyPEM, s.issuedBy, s.renewAt = certPEM, keyPEM, issuedBy, renewAt
+	listeners := append([]dynamiccertificates.Listener(nil), s.listeners...)
+	s.mu.Unlock()
+	for _, l := range listeners {
+		l.Enqueue()
+	}
+}
+
+// run issues, renews at the renewal time, and re-issues when the Active CA changes, until ctx ends.
+// It never gives up: a replica without a certificate keeps serving the placeholder and stays unready.
+func (s *selfServing) run(ctx context.Context, iss *issuer.Issuer, client versioned.Interface) {
+	backoff := 200 * time.Millisecond
+	for ctx.Err() == nil {
+		s.mu.RLock()
+		issuedBy, renewAt := s.issuedBy, s.renewAt
+		s.mu.RUnlock()
+
+		due := issuedBy == "" || !time.Now().Before(renewAt)
+		if !due {
+			// Re-issue when another CA signs now, after a little jitter so replicas do not stampede.
+			if active := activeSerial(ctx, client); active != "" && active != issuedBy {
+				klog.InfoS("The Active CA changed: re-issuing this replica's serving certificate", "was", issuedBy, "active", active)
+				due = sleep(ctx, time.Duration(rand.Int64N(int64(2*time.Second))))
+			}
+		}
+		if !due {
+			wait := time.Until(renewAt)
+			if wait > 2*time.Second {
+				wait = 2 * time.Second // look at the Active CA at least this often
+			}
+			sleep(ctx, wait)
+			continue
+		}
+		if err := s.issue(ctx, iss); err != nil {
+			klog.ErrorS(err, "Issuing certapi's own serving certificate; retrying", "retryIn", backoff)
+			sleep(ctx, backoff)
+			backoff = min(2*backoff, 10*time.Second)
+			continue
+		}
+		backoff = 200 * time.Millisecond
+	}
+}
+
+func (s *selfServing) issue(ctx context.Context, iss *issuer.Issuer) error {
+	key, err := signer.GenerateKey(signer.ECDSAP256)
+	if err != nil {
+		return err
+	}
+	pub, err := x509.MarshalPKIXPublicKey(key.Public())
+	if err != nil {
+		return err
+	}
+	// Name is empty: this certificate belongs to no ServingCertRequest, so no status or Event is written.
+	res, err := iss.Issue(ctx, issuer.Request{Namespace: s.namespace, ServiceName: s.service, Duration: 168 * time.Hour, PublicKeyPKIX: pub})
+	if err != nil {
+		return err
+	}
+	keyPEM, err := signer.EncodeKeyPEM(key)
+	if err != nil {
+		return err
+	}
+	issuedBy, err := signerOf([]byte(res.CertificatePEM), []byte(res.CABundle))
+	if err != nil {
+		return err
+	}
+	// The serving chain is the leaf alone: clients trust the CA through the injected caBundle.
+	s.set([]byte(res.CertificatePEM), keyPEM, issuedBy, res.RenewalTime)
+	klog.InfoS("Serving with a certificate from certapi's own CA", "service", s.service+"."+s.namespace+".svc", "serialNumber", res.SerialNumber, "notAfter", res.NotAfter, "renewalTime", res.RenewalTime)
+	return nil
+}
+
+// signerOf returns the serial of the CA in bundle that signed the certificate.
+func signerOf(certPEM, bundle []byte) (string, error) {
+	leaf, err := signer.ParseBundle(certPEM)
+	if err != nil || len(leaf) == 0 {
+		return "", fmt.Errorf("parsing an issued certificate: %v", err)
+	}
+	cas, err := signer.ParseBundle(bundle)
+	if err != nil {
+		return "", err
+	}
+	for _, ca := range cas {
+		if leaf[0].CheckSignatureFrom(ca) == nil {
+			return signer.FormatSerialNumber(ca.SerialNumber), nil
+		}
+	}
+	return "", errors.New("no CA in the bundle signed the issued certificate")
+}
+
+// activeSerial reads CertificateAuthority/default's status.active through this server; "" if unknown.
+func activeSerial(ctx context.Context, client versioned.Interface) string {
+	ca, err := client.CertapiV1alpha1().CertificateAuthorities().Get(ctx, "default", metav1.GetOptions{})
+	if err != nil || ca.Status.Active == nil {
+		return ""
+	}
+	return ca.Status.Active.SerialNumber
+}
+
+// sleep waits d or until ctx ends, and reports whether it waited the whole time.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
