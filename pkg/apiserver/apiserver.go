@@ -27,6 +27,8 @@ import (
 
 	"github.com/certapi/certapi/pkg/apis/certapi"
 	"github.com/certapi/certapi/pkg/apis/certapi/install"
+	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
+	"github.com/certapi/certapi/pkg/controller/injector"
 	"github.com/certapi/certapi/pkg/controller/rotation"
 	"github.com/certapi/certapi/pkg/controller/secretdelivery"
 	"github.com/certapi/certapi/pkg/controller/status"
@@ -101,6 +103,7 @@ type Server struct {
 	maxDuration    time.Duration
 	status         atomic.Pointer[status.Writer]
 	self           *selfServing
+	kubeConfig     *restclient.Config
 	loopback       versioned.Interface
 	broadcaster    events.EventBroadcaster
 	recorder       events.EventRecorder
@@ -159,6 +162,7 @@ func (c CompletedConfig) New() (*Server, error) {
 		}
 		metrics.Leader.WithLabelValues(icfg.Identity).Set(v)
 	}
+	s.kubeConfig = kubeConfig
 	icfg.OnLeading = func(ctx context.Context) { s.lead(ctx, loopback, kube) }
 	iss, err := issuer.New(icfg)
 	if err != nil {
@@ -253,6 +257,11 @@ func (s *Server) lead(ctx context.Context, client versioned.Interface, kube kube
 		klog.ErrorS(err, "Cannot start Secret delivery")
 	}
 
+	inj, err := injector.New(injector.Options{Config: s.kubeConfig, Source: s.Issuer})
+	if err != nil {
+		klog.ErrorS(err, "Cannot start caBundle injection")
+	}
+
 	var wg sync.WaitGroup
 	run := func(f func()) {
 		wg.Add(1)
@@ -273,8 +282,18 @@ func (s *Server) lead(ctx context.Context, client versioned.Interface, kube kube
 		if delivery != nil {
 			o.Reissued = delivery.AllIssuedBy
 		}
+		if inj != nil {
+			o.Targets = targets{inj}
+		}
 		rotation.Run(ctx, o)
 	})
+	if inj != nil {
+		run(func() {
+			if err := inj.Run(ctx); err != nil && ctx.Err() == nil {
+				klog.ErrorS(err, "caBundle injection stopped")
+			}
+		})
+	}
 	if delivery != nil {
 		run(func() {
 			if err := delivery.Run(ctx); err != nil && ctx.Err() == nil {
@@ -283,6 +302,18 @@ func (s *Server) lead(ctx context.Context, client versioned.Interface, kube kube
 		})
 	}
 	wg.Wait()
+}
+
+// targets adapts the injector to what the rotation loop needs.
+type targets struct{ *injector.Injector }
+
+func (t targets) Summary() certapiv1alpha1.InjectionSummary {
+	s := t.Injector.Summary()
+	metrics.InjectionTargets.WithLabelValues("UpToDate").Set(float64(s.UpToDate))
+	metrics.InjectionTargets.WithLabelValues("Skipped").Set(float64(s.Skipped))
+	metrics.InjectionTargets.WithLabelValues("Conflict").Set(float64(s.Conflicts))
+	metrics.InjectionTargets.WithLabelValues("Pending").Set(float64(s.Pending))
+	return *s.InjectionSummary()
 }
 
 // requestRef points an Event at a ServingCertRequest.

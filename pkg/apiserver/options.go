@@ -264,6 +264,7 @@ func (o *Options) Config() (*Config, error) {
 			ClusterDomain:          o.ClusterDomain,
 			KubeConfig:             serverConfig.ClientConfig,
 			RotationGrace:          o.RotationGrace,
+			SelfServing:            self,
 			MaxCertificateDuration: o.MaxCertificateDuration,
 			IssuerConfig: issuer.Config{
 				Client:         client,

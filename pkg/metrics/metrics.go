@@ -62,6 +62,14 @@ var (
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"step"})
 
+	// InjectionTargets counts the objects that opted in to caBundle injection, by state.
+	InjectionTargets = metrics.NewGaugeVec(&metrics.GaugeOpts{
+		Namespace:      namespace,
+		Name:           "injection_targets",
+		Help:           "Objects that opted in to caBundle injection, by state: UpToDate, Pending, Skipped, Conflict (leader only).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"state"})
+
 	// Leader is 1 on the replica that leads, 0 elsewhere.
 	Leader = metrics.NewGaugeVec(&metrics.GaugeOpts{
 		Namespace:      namespace,
@@ -76,7 +84,7 @@ var registerOnce sync.Once
 // Register adds certapi's metrics to the registry behind /metrics. It is safe to call more than once.
 func Register() {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(Issuances, IssuanceDuration, CertificateNotAfter, CertificateRenewal, CANotAfter, RotationSteps, Leader)
+		legacyregistry.MustRegister(Issuances, IssuanceDuration, CertificateNotAfter, CertificateRenewal, CANotAfter, RotationSteps, InjectionTargets, Leader)
 	})
 }
 

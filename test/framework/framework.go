@@ -603,12 +603,13 @@ func (cp *ControlPlane) registerAPIService(ctx context.Context) error {
 		Group:                CertapiGroup,
 		Version:              CertapiVersion,
 		Service:              &apiregistrationv1.ServiceReference{Namespace: CertapiNamespace, Name: CertapiServiceName, Port: &port},
-		CABundle:             cp.CertapiCABundle,
 		GroupPriorityMinimum: 1000,
 		VersionPriority:      15,
 	}
 	apiSvcs := agg.ApiregistrationV1().APIServices()
-	apiSvc := &apiregistrationv1.APIService{ObjectMeta: metav1.ObjectMeta{Name: CertapiAPIService}, Spec: apiSvcSpec}
+	// No caBundle: certapi injects its own CA into its APIService, as in a real installation.
+	apiSvc := &apiregistrationv1.APIService{ObjectMeta: metav1.ObjectMeta{Name: CertapiAPIService,
+		Annotations: map[string]string{"certapi.dev/inject-ca-bundle": "true"}}, Spec: apiSvcSpec}
 	if _, err := apiSvcs.Create(ctx, apiSvc, metav1.CreateOptions{}); err != nil {
 		if !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("creating APIService %s: %w", CertapiAPIService, err)
@@ -617,6 +618,7 @@ func (cp *ControlPlane) registerAPIService(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("getting APIService %s: %w", CertapiAPIService, err)
 		}
+		apiSvcSpec.CABundle = cur.Spec.CABundle // what certapi injected stays
 		cur.Spec = apiSvcSpec
 		if _, err := apiSvcs.Update(ctx, cur, metav1.UpdateOptions{}); err != nil {
 			return fmt.Errorf("updating APIService %s: %w", CertapiAPIService, err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -12,7 +13,10 @@ import (
 	"strconv"
 	"sync"
 	"syscall"
+	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 )
 
@@ -59,7 +63,6 @@ func (cp *ControlPlane) newReplicas(n int, ports *portSet) []*replica {
 }
 
 func (cp *ControlPlane) buildCertapiArgs(r *replica) []string {
-	pki := cp.PKI
 	var args []string
 	if cp.opts.CertapiEmbeddedEtcd {
 		args = append(args, "--data-dir="+filepath.Join(cp.Dir, "certapi-data"))
@@ -69,8 +72,10 @@ func (cp *ControlPlane) buildCertapiArgs(r *replica) []string {
 	args = append(args,
 		"--bind-address=127.0.0.1",
 		"--secure-port="+strconv.Itoa(r.port),
-		"--tls-cert-file="+pki.CertapiCert,
-		"--tls-private-key-file="+pki.CertapiKey,
+		// certapi serves itself: a certificate from its own CA for this Service, trusted by
+		// kube-apiserver through the caBundle certapi injects into its own APIService.
+		"--service-name="+CertapiServiceName,
+		"--service-namespace="+CertapiNamespace,
 		"--kubeconfig="+cp.Kubeconfig,
 		"--authentication-kubeconfig="+cp.Kubeconfig,
 		"--authorization-kubeconfig="+cp.Kubeconfig,
@@ -172,7 +177,9 @@ func (cp *ControlPlane) StartReplica(ctx context.Context, i int) error {
 	if err != nil {
 		return err
 	}
-	client, err := cp.certapiHTTPClient()
+	// Readiness only: the replica's certificate comes from certapi's own CA, which the framework learns
+	// only once certapi runs. Trust is proven through kube-apiserver (APIService Available) and by tests.
+	client, err := cp.certapiHTTPClientTrusting(nil)
 	if err != nil {
 		return err
 	}
@@ -279,20 +286,63 @@ func (cp *ControlPlane) CertapiReplicaConfig(i int) (*rest.Config, error) {
 	if i < 0 || i >= len(cp.replicas) {
 		return nil, fmt.Errorf("no certapi replica %d: there are %d", i, len(cp.replicas))
 	}
+	bundle, err := cp.CertapiTrustBundle(context.Background())
+	if err != nil {
+		return nil, err
+	}
 	cfg := rest.CopyConfig(cp.AdminConfig)
 	cfg.Host = cp.replicas[i].url
-	cfg.CAData = append([]byte(nil), cp.CertapiCABundle...)
+	cfg.CAData = bundle
+	cfg.ServerName = CertapiServiceName + "." + CertapiNamespace + ".svc"
 	return cfg, nil
 }
 
-// CertapiHTTPClient returns an HTTP client that trusts the framework's certapi serving CA and
-// presents the admin client certificate, for talking to certapi directly (not through
-// kube-apiserver), e.g. to its /metrics or /readyz at CertapiURL or CertapiReplicaURL(i).
-func (cp *ControlPlane) CertapiHTTPClient() (*http.Client, error) { return cp.certapiHTTPClient() }
+// CertapiTrustBundle returns certapi's own CA bundle (CertificateAuthority/default status.caBundle, read
+// through kube-apiserver): what a client of certapi's serving certificates must trust.
+func (cp *ControlPlane) CertapiTrustBundle(ctx context.Context) ([]byte, error) {
+	var bundle []byte
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+		cs, err := kubernetes.NewForConfig(cp.AdminConfig)
+		if err != nil {
+			return false, err
+		}
+		raw, err := cs.Discovery().RESTClient().Get().AbsPath("/apis/certapi.dev/v1alpha1/certificateauthorities/default").DoRaw(ctx)
+		if err != nil {
+			return false, nil
+		}
+		var ca struct {
+			Status struct {
+				CABundle string `json:"caBundle"`
+			} `json:"status"`
+		}
+		if err := json.Unmarshal(raw, &ca); err != nil || ca.Status.CABundle == "" {
+			return false, nil
+		}
+		bundle = []byte(ca.Status.CABundle)
+		return true, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading certapi's CA bundle from CertificateAuthority/default: %w", err)
+	}
+	return bundle, nil
+}
 
-func (cp *ControlPlane) certapiHTTPClient() (*http.Client, error) {
+// CertapiHTTPClient returns an HTTP client that trusts certapi's own CA bundle and presents the admin
+// client certificate, for talking to certapi directly (not through kube-apiserver), e.g. to its
+// /metrics or /readyz at CertapiURL or CertapiReplicaURL(i).
+func (cp *ControlPlane) CertapiHTTPClient() (*http.Client, error) {
+	bundle, err := cp.CertapiTrustBundle(context.Background())
+	if err != nil {
+		return nil, err
+	}
+	return cp.certapiHTTPClientTrusting(bundle)
+}
+
+// certapiHTTPClientTrusting trusts bundle; with a nil bundle it checks no server certificate, which
+// only the readiness probe uses.
+func (cp *ControlPlane) certapiHTTPClientTrusting(bundle []byte) (*http.Client, error) {
 	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(cp.CertapiCABundle) {
+	if bundle != nil && !pool.AppendCertsFromPEM(bundle) {
 		return nil, errors.New("no certificate in the certapi CA bundle")
 	}
 	admin, err := tls.X509KeyPair(cp.AdminConfig.CertData, cp.AdminConfig.KeyData)
@@ -303,7 +353,10 @@ func (cp *ControlPlane) certapiHTTPClient() (*http.Client, error) {
 		Timeout: healthRequestTimeout,
 		Transport: &http.Transport{
 			TLSClientConfig: &tls.Config{
-				RootCAs:      pool,
+				RootCAs:            pool,
+				InsecureSkipVerify: bundle == nil, // readiness probe only, see above
+				// certapi's certificate names its Service, as kube-apiserver checks it, not 127.0.0.1.
+				ServerName:   CertapiServiceName + "." + CertapiNamespace + ".svc",
 				Certificates: []tls.Certificate{admin},
 				MinVersion:   tls.VersionTLS12,
 			},

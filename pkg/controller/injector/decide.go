@@ -1,0 +1,446 @@
+package injector
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	apiregistrationv1 "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
+)
+
+// digest is the SHA-256 of a caBundle: the injector keeps digests, not bundles, per object.
+type digest [sha256.Size]byte
+
+func digestOf(b []byte) digest { return sha256.Sum256(b) }
+
+// observation is what the injector knows of one opted-in object, read in full (a GET or a patch
+// response) and trimmed to what deciding needs: where its caBundles are, a digest of each, and the
+// facts about its managedFields that matter.
+type observation struct {
+	UID             types.UID
+	ResourceVersion string
+	// basedOn, for an observation that is certapi's own patch response, is the resourceVersion of the
+	// informer copy that write was decided on: until the informer catches up it still shows basedOn,
+	// and this observation is the newer one.
+	basedOn string
+	// Skip says why there is nothing to inject; "" when there is. Slots is then empty.
+	Skip string
+	// Slots are the caBundle fields to keep, in object order.
+	Slots []slot
+	// certapiEntry is the index in metadata.managedFields of certapi's own Update entry, -1 when
+	// there is none; certapiOnlyCABundle says that entry owns caBundle fields and nothing else.
+	certapiEntry        int
+	certapiOnlyCABundle bool
+	// release says certapi should drop its managedFields entry once the bundle is in place: a
+	// server-side apply manager owns the configuration around the caBundle (a CRD's
+	// spec.conversion), and certapi's ownership would stop that owner from switching it off
+	// (kubernetes#108081; see DESIGN.md, "Opting in to caBundle injection").
+	release bool
+	// appliedBy names the server-side apply managers behind release.
+	appliedBy []string
+}
+
+// slot is one caBundle field.
+type slot struct {
+	// Name identifies the slot within the object: the webhook name, or "" for the single caBundle
+	// of a CRD or an APIService.
+	Name string
+	// Path is the JSON pointer of the field, for the patch.
+	Path string
+	// fieldPath is the field's path in managedFields (FieldsV1) notation.
+	fieldPath []string
+	// Digest is the SHA-256 of the field's current value (of nothing when unset).
+	Digest digest
+	// owners are the field managers other than certapi that own the field, from managedFields: who
+	// wrote the value certapi would restore.
+	owners []string
+}
+
+// ownerEntry is one managedFields entry, parsed.
+type ownerEntry struct {
+	manager   string
+	operation metav1.ManagedFieldsOperationType
+	fields    map[string]any
+}
+
+// current reports whether o still describes the object whose informer copy has resourceVersion rv.
+func (o *observation) current(uid types.UID, rv string) bool {
+	return o != nil && o.UID == uid && (o.ResourceVersion == rv || (o.basedOn != "" && o.basedOn == rv))
+}
+
+// holds reports whether every slot holds the bundle with digest d (false when there is no slot).
+func (o *observation) holds(d digest) bool {
+	if o == nil || len(o.Slots) == 0 {
+		return false
+	}
+	for _, s := range o.Slots {
+		if s.Digest != d {
+			return false
+		}
+	}
+	return true
+}
+
+// plan is what to do with one object, decided from its observation and the bundle.
+type plan struct {
+	// skip is why there is nothing to inject; "" when there is.
+	skip string
+	// upToDate: every slot holds the bundle.
+	upToDate bool
+	// patch writes the bundle into the slots that differ (an RFC 6902 JSON patch guarded by a test
+	// of metadata.resourceVersion); nil when there is nothing to write.
+	patch []byte
+	// write names the slots the patch writes, for logs and messages.
+	write []string
+	// overwritten are the slots, among write, that held this very bundle when certapi last looked:
+	// another writer changed them. Restoring them counts towards a fight.
+	overwritten []string
+	// release drops certapi's managedFields entry (see observation.release); only when upToDate.
+	release []byte
+}
+
+// decide returns what to do with an object observed as obs, given the bundle to inject (with its
+// digest d) and held: for each slot name, the digest of the bundle certapi last saw that slot hold
+// or wrote into it.
+func decide(obs *observation, bundle []byte, d digest, held map[string]digest) plan {
+	if obs.Skip != "" {
+		return plan{skip: obs.Skip}
+	}
+	var ops []jsonPatchOp
+	var p plan
+	value := base64.StdEncoding.EncodeToString(bundle)
+	for _, s := range obs.Slots {
+		if s.Digest == d {
+			continue
+		}
+		ops = append(ops, jsonPatchOp{Op: "add", Path: s.Path, Value: value})
+		p.write = append(p.write, slotLabel(s))
+		if h, ok := held[s.Name]; ok && h == d {
+			p.overwritten = append(p.overwritten, slotLabel(s))
+		}
+	}
+	if len(ops) == 0 {
+		p.upToDate = true
+		if obs.release && obs.certapiEntry >= 0 && obs.certapiOnlyCABundle {
+			i := obs.certapiEntry
+			p.release = mustJSON([]jsonPatchOp{
+				{Op: "test", Path: "/metadata/resourceVersion", Value: obs.ResourceVersion},
+				{Op: "test", Path: fmt.Sprintf("/metadata/managedFields/%d/manager", i), Value: FieldManager},
+				{Op: "test", Path: fmt.Sprintf("/metadata/managedFields/%d/operation", i), Value: string(metav1.ManagedFieldsOperationUpdate)},
+				{Op: "remove", Path: fmt.Sprintf("/metadata/managedFields/%d", i)},
+			})
+		}
+		return p
+	}
+	// The test makes the patch apply to exactly the object observed: a webhook addressed by its
+	// index is the webhook we looked at, and kube-apiserver does not retry a failed test.
+	ops = append([]jsonPatchOp{{Op: "test", Path: "/metadata/resourceVersion", Value: obs.ResourceVersion}}, ops...)
+	p.patch = mustJSON(ops)
+	return p
+}
+
+// slotLabel names a slot in messages.
+func slotLabel(s slot) string {
+	if s.Name != "" {
+		return fmt.Sprintf("webhook %q", s.Name)
+	}
+	return strings.TrimPrefix(strings.ReplaceAll(s.Path, "/", "."), ".")
+}
+
+// jsonPatchOp is one RFC 6902 operation.
+type jsonPatchOp struct {
+	Op    string `json:"op"`
+	Path  string `json:"path"`
+	Value any    `json:"value,omitempty"`
+}
+
+func mustJSON(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(fmt.Sprintf("injector: marshalling a JSON patch: %v", err)) // strings only: cannot happen
+	}
+	return b
+}
+
+// overwrittenBy names the managers (other than certapi) that own the named slots now, from the
+// object's managedFields: who wrote the caBundle certapi would restore.
+func overwrittenBy(obs *observation, slots []string) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, s := range obs.Slots {
+		if !contains(slots, slotLabel(s)) {
+			continue
+		}
+		for _, m := range s.owners {
+			if !seen[m] {
+				seen[m] = true
+				out = append(out, m)
+			}
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// ---------------------------------------------------------------------------------------------
+// Observing each kind
+
+// webhookEntry is one webhooks[] entry of a Validating- or MutatingWebhookConfiguration.
+type webhookEntry struct {
+	name   string
+	config *admissionregistrationv1.WebhookClientConfig
+}
+
+func observeValidating(o *admissionregistrationv1.ValidatingWebhookConfiguration) *observation {
+	entries := make([]webhookEntry, len(o.Webhooks))
+	for i := range o.Webhooks {
+		entries[i] = webhookEntry{name: o.Webhooks[i].Name, config: &o.Webhooks[i].ClientConfig}
+	}
+	return observeWebhooks(&o.ObjectMeta, entries)
+}
+
+func observeMutating(o *admissionregistrationv1.MutatingWebhookConfiguration) *observation {
+	entries := make([]webhookEntry, len(o.Webhooks))
+	for i := range o.Webhooks {
+		entries[i] = webhookEntry{name: o.Webhooks[i].Name, config: &o.Webhooks[i].ClientConfig}
+	}
+	return observeWebhooks(&o.ObjectMeta, entries)
+}
+
+// observeWebhooks: every entry whose clientConfig names a service is a slot; url entries are left
+// alone, and an object with no service entry at all is skipped.
+func observeWebhooks(m *metav1.ObjectMeta, entries []webhookEntry) *observation {
+	obs, owners := newObservation(m)
+	for i, e := range entries {
+		if e.config == nil || e.config.Service == nil {
+			continue
+		}
+		key, _ := json.Marshal(map[string]string{"name": e.name})
+		obs.Slots = append(obs.Slots, slot{
+			Name:      e.name,
+			Path:      fmt.Sprintf("/webhooks/%d/clientConfig/caBundle", i),
+			fieldPath: []string{"f:webhooks", "k:" + string(key), "f:clientConfig", "f:caBundle"},
+			Digest:    digestOf(e.config.CABundle),
+		})
+	}
+	setOwners(obs, owners)
+	switch {
+	case len(entries) == 0:
+		obs.Skip = "it has no webhooks"
+	case len(obs.Slots) == 0:
+		obs.Skip = fmt.Sprintf("none of its %d webhooks names a service in clientConfig; webhooks with a url are left alone", len(entries))
+	}
+	return obs
+}
+
+// observeCRD: spec.conversion.webhook.clientConfig.caBundle, only with strategy Webhook and a
+// service. A server-side apply owner of spec.conversion makes certapi give up its managedFields
+// entry after writing (see observation.release).
+func observeCRD(o *apiextensionsv1.CustomResourceDefinition) *observation {
+	obs, owners := newObservation(&o.ObjectMeta)
+	conv := o.Spec.Conversion
+	switch {
+	case conv == nil || conv.Strategy != apiextensionsv1.WebhookConverter:
+		strategy := apiextensionsv1.NoneConverter
+		if conv != nil && conv.Strategy != "" {
+			strategy = conv.Strategy
+		}
+		obs.Skip = fmt.Sprintf("spec.conversion.strategy is %s; only a Webhook conversion has a caBundle", strategy)
+	case conv.Webhook == nil || conv.Webhook.ClientConfig == nil:
+		obs.Skip = "spec.conversion.webhook.clientConfig is not set"
+	case conv.Webhook.ClientConfig.Service == nil:
+		obs.Skip = "the conversion webhook has a url, not a service; webhooks with a url are left alone"
+	default:
+		obs.Slots = []slot{{
+			Path:      "/spec/conversion/webhook/clientConfig/caBundle",
+			fieldPath: []string{"f:spec", "f:conversion", "f:webhook", "f:clientConfig", "f:caBundle"},
+			Digest:    digestOf(conv.Webhook.ClientConfig.CABundle),
+		}}
+	}
+	setOwners(obs, owners)
+	for _, e := range owners {
+		if e.operation == metav1.ManagedFieldsOperationApply && hasPath(e.fields, []string{"f:spec", "f:conversion"}) {
+			obs.appliedBy = append(obs.appliedBy, e.manager)
+		}
+	}
+	obs.release = len(obs.appliedBy) > 0
+	return obs
+}
+
+// observeAPIService: spec.caBundle; skipped when local or insecureSkipTLSVerify.
+func observeAPIService(o *apiregistrationv1.APIService) *observation {
+	obs, owners := newObservation(&o.ObjectMeta)
+	switch {
+	case o.Spec.Service == nil:
+		obs.Skip = "it is a local APIService (no spec.service)"
+	case o.Spec.InsecureSkipTLSVerify:
+		obs.Skip = "spec.insecureSkipTLSVerify is true; set it to false to have spec.caBundle injected"
+	default:
+		obs.Slots = []slot{{
+			Path:      "/spec/caBundle",
+			fieldPath: []string{"f:spec", "f:caBundle"},
+			Digest:    digestOf(o.Spec.CABundle),
+		}}
+	}
+	setOwners(obs, owners)
+	return obs
+}
+
+// newObservation fills in the identity and certapi's own managedFields entry of m, and returns the
+// other entries of the main resource, parsed, for the kind to draw on.
+func newObservation(m *metav1.ObjectMeta) (*observation, []ownerEntry) {
+	obs := &observation{UID: m.UID, ResourceVersion: m.ResourceVersion, certapiEntry: -1}
+	var owners []ownerEntry
+	for i, e := range m.ManagedFields {
+		if e.Subresource != "" {
+			continue
+		}
+		var fields map[string]any
+		if e.FieldsV1 != nil {
+			_ = json.Unmarshal(e.FieldsV1.Raw, &fields) // unparsable: owns nothing we can tell
+		}
+		if e.Manager == FieldManager && e.Operation == metav1.ManagedFieldsOperationUpdate {
+			obs.certapiEntry = i
+			obs.certapiOnlyCABundle = onlyCABundle(fields)
+			continue
+		}
+		owners = append(owners, ownerEntry{manager: e.Manager, operation: e.Operation, fields: fields})
+	}
+	return obs, owners
+}
+
+// setOwners records, per slot, the managers that own its field.
+func setOwners(obs *observation, owners []ownerEntry) {
+	for n := range obs.Slots {
+		for _, e := range owners {
+			if hasPath(e.fields, obs.Slots[n].fieldPath) {
+				obs.Slots[n].owners = append(obs.Slots[n].owners, e.manager)
+			}
+		}
+	}
+}
+
+// hasPath reports whether a FieldsV1 set owns path or something under it.
+func hasPath(fields map[string]any, path []string) bool {
+	cur := fields
+	for _, p := range path {
+		next, ok := cur[p]
+		if !ok {
+			return false
+		}
+		m, ok := next.(map[string]any)
+		if !ok {
+			return false
+		}
+		cur = m
+	}
+	return true
+}
+
+// onlyCABundle reports whether every field of a FieldsV1 set is a caBundle (or a parent on the way
+// to one): certapi's entry owns nothing else, so removing it gives up nothing else.
+func onlyCABundle(fields map[string]any) bool {
+	if len(fields) == 0 {
+		return false
+	}
+	var walk func(m map[string]any) bool
+	walk = func(m map[string]any) bool {
+		for k, v := range m {
+			if k == "." {
+				return false // owns a list item or map itself, not only a caBundle inside it
+			}
+			child, _ := v.(map[string]any)
+			if k == "f:caBundle" {
+				if len(child) != 0 {
+					return false
+				}
+				continue
+			}
+			if len(child) == 0 || !walk(child) {
+				return false
+			}
+		}
+		return true
+	}
+	return walk(fields)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Annotations
+
+// foreignClaims returns the annotations, sorted, by which another injector claims the object.
+func foreignClaims(annotations map[string]string) []string {
+	var out []string
+	for k := range annotations {
+		if isForeignInjectorAnnotation(k) {
+			out = append(out, k)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func isForeignInjectorAnnotation(k string) bool {
+	switch {
+	case strings.HasPrefix(k, "cert-manager.io/inject-ca-"), k == "cert-manager.io/inject-apiserver-ca",
+		k == "service.beta.openshift.io/inject-cabundle":
+		return true
+	}
+	return false
+}
+
+// relevantAnnotation reports whether the informer cache keeps annotation k.
+func relevantAnnotation(k string) bool {
+	return k == AnnotationInject || isForeignInjectorAnnotation(k)
+}
+
+// annotationsHash fingerprints all of an object's annotations, so that a change to any of them can
+// end a conflict's cool-down without the cache keeping them all (last-applied-configuration on a CRD
+// is as large as the CRD).
+func annotationsHash(annotations map[string]string) string {
+	keys := make([]string, 0, len(annotations))
+	for k := range annotations {
+		if k == annotationsHashKey {
+			continue
+		}
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	h := sha256.New()
+	for _, k := range keys {
+		h.Write([]byte(k))
+		h.Write([]byte{0})
+		h.Write([]byte(annotations[k]))
+		h.Write([]byte{0})
+	}
+	return base64.RawStdEncoding.EncodeToString(h.Sum(nil)[:12])
+}
+
+// refusal is the message of a conflict with another injector.
+func refusal(kind Kind, name string, claims []string) string {
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "certapi does not inject the CA bundle into %s %s: it is also claimed by another injector (annotation", kind, name)
+	if len(claims) > 1 {
+		b.WriteString("s")
+	}
+	fmt.Fprintf(&b, " %s), and two injectors would overwrite each other's caBundle. Keep one: remove annotation %s, or remove %s.",
+		strings.Join(claims, ", "), AnnotationInject, strings.Join(claims, " and "))
+	return b.String()
+}
