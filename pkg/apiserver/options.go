@@ -239,6 +239,9 @@ func (o *Options) Config() (*Config, error) {
 	serverConfig.OpenAPIV3Config.Info.Title = "certapi"
 	serverConfig.OpenAPIV3Config.Info.Version = "v1alpha1"
 	serverConfig.FeatureGate = utilfeature.DefaultFeatureGate
+	// Close open watches when shutting down instead of waiting for them to time out: every operator using
+	// pkg/servingcert keeps one open, and a rolling update must not stall on them.
+	serverConfig.ShutdownWatchTerminationGracePeriod = 5 * time.Second
 	serverConfig.EffectiveVersion = compatibility.DefaultBuildEffectiveVersion()
 
 	if err := o.RecommendedOptions.ApplyTo(serverConfig); err != nil {

@@ -15,8 +15,11 @@ const MinRenewalDelay = time.Second
 // be renewed.
 //
 // The candidate is notAfter - *renewBefore when renewBefore is set, positive
-// and shorter than the actual lifetime (notAfter - notBefore); otherwise
-// notBefore + 2/3 of the actual lifetime. The result is then clamped:
+// and shorter than the actual lifetime; otherwise two thirds into the actual
+// lifetime. The actual lifetime starts at notBefore, or at now when notBefore
+// lies in the past: notBefore is backdated for clock skew, and counting those
+// minutes would put the renewal of a short-lived certificate before its
+// issuance. The result is then clamped:
 //
 //   - never earlier than now + MinRenewalDelay, so that it is strictly in the
 //     future and a sleeping client cannot loop;
@@ -26,12 +29,16 @@ const MinRenewalDelay = time.Second
 // So the result is always after now. A caller that already knows its
 // certificate is expired or missing should issue at once rather than wait.
 func RenewalTime(notBefore, notAfter time.Time, renewBefore *time.Duration, now time.Time) time.Time {
-	lifetime := notAfter.Sub(notBefore)
+	start := notBefore
+	if now.After(start) && now.Before(notAfter) {
+		start = now
+	}
+	lifetime := notAfter.Sub(start)
 	var t time.Time
 	if renewBefore != nil && *renewBefore > 0 && *renewBefore < lifetime {
 		t = notAfter.Add(-*renewBefore)
 	} else {
-		t = notBefore.Add(lifetime / 3 * 2)
+		t = start.Add(lifetime / 3 * 2)
 	}
 	earliest := now.Add(MinRenewalDelay)
 	if t.Before(earliest) {

@@ -11,7 +11,8 @@ func TestRenewalTime(t *testing.T) {
 	// A 168h certificate issued at testNow, backdated 5 minutes.
 	nb := testNow.Add(-5 * time.Minute)
 	na := testNow.Add(168 * h)
-	life := na.Sub(nb)
+	// The lifetime that counts starts at issuance (testNow), not at the backdated notBefore.
+	life := na.Sub(testNow)
 	tests := []struct {
 		name        string
 		notBefore   time.Time
@@ -23,19 +24,21 @@ func TestRenewalTime(t *testing.T) {
 		{name: "renewBefore set", notBefore: nb, notAfter: na, renewBefore: dur(24 * h), now: testNow,
 			want: na.Add(-24 * h)},
 		{name: "unset: two thirds of the actual lifetime", notBefore: nb, notAfter: na, now: testNow,
-			want: nb.Add(life / 3 * 2)},
+			want: testNow.Add(life / 3 * 2)},
 		{name: "zero renewBefore counts as unset", notBefore: nb, notAfter: na, renewBefore: dur(0), now: testNow,
-			want: nb.Add(life / 3 * 2)},
+			want: testNow.Add(life / 3 * 2)},
 		{name: "negative renewBefore counts as unset", notBefore: nb, notAfter: na, renewBefore: dur(-h), now: testNow,
-			want: nb.Add(life / 3 * 2)},
+			want: testNow.Add(life / 3 * 2)},
 		{name: "renewBefore equal to lifetime: two thirds", notBefore: nb, notAfter: na, renewBefore: dur(life), now: testNow,
-			want: nb.Add(life / 3 * 2)},
+			want: testNow.Add(life / 3 * 2)},
 		{name: "renewBefore longer than lifetime: two thirds", notBefore: nb, notAfter: na, renewBefore: dur(1000 * h), now: testNow,
-			want: nb.Add(life / 3 * 2)},
+			want: testNow.Add(life / 3 * 2)},
 		{name: "renewBefore just under lifetime: clamped to now + floor", notBefore: nb, notAfter: na, renewBefore: dur(life - time.Second), now: testNow,
 			want: testNow.Add(MinRenewalDelay)},
-		{name: "already past renewal: clamped to the future", notBefore: nb, notAfter: na, now: testNow.Add(150 * h),
+		{name: "already past renewal: clamped to the future", notBefore: nb, notAfter: na, renewBefore: dur(24 * h), now: testNow.Add(150 * h),
 			want: testNow.Add(150*h + MinRenewalDelay)},
+		{name: "short-lived: backdating does not pull renewal before issuance", notBefore: testNow.Add(-5 * time.Minute), notAfter: testNow.Add(30 * time.Second), now: testNow,
+			want: testNow.Add(20 * time.Second)},
 		{name: "floor never passes notAfter", notBefore: nb, notAfter: na, now: na.Add(-MinRenewalDelay / 2),
 			want: na},
 		{name: "expired: now + floor", notBefore: nb, notAfter: na, now: na.Add(h),
