@@ -278,6 +278,17 @@ func (s *Server) lead(ctx context.Context, client versioned.Interface, kube kube
 			Grace:                  s.rotationGrace,
 			MaxCertificateDuration: s.maxDuration,
 			Recorder:               s.recorder,
+			BundleChanged: func(ctx context.Context, bundle []byte) {
+				// Every request's status.caBundle follows; the writer coalesces and paces the writes.
+				list, err := client.CertapiV1alpha1().ServingCertRequests(metav1.NamespaceAll).List(ctx, metav1.ListOptions{ResourceVersion: "0"})
+				if err != nil {
+					klog.ErrorS(err, "Listing ServingCertRequests to update their caBundle")
+					return
+				}
+				for i := range list.Items {
+					w.SetBundle(types.NamespacedName{Namespace: list.Items[i].Namespace, Name: list.Items[i].Name}, string(bundle))
+				}
+			},
 		}
 		if delivery != nil {
 			o.Reissued = delivery.AllIssuedBy

@@ -51,6 +51,11 @@ func TestForcedRotationRunsToTheEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitSecret(t, kube, ns, "rot-tls", nil)
+	// A request served only through the subresource, never re-issued during the rotation.
+	if _, err := c.CertapiV1alpha1().ServingCertRequests(ns).Create(ctx, request("plain", "plain"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	issueOn(t, own, ns, "plain", servingCert(csrPEM(t, ecKey(t, elliptic.P256())), nil))
 
 	ca := caObject(t, c)
 	ca.Spec.ForceRotation = "e2e-1"
@@ -89,6 +94,12 @@ func TestForcedRotationRunsToTheEnd(t *testing.T) {
 	eventually(t, 60*time.Second, "the Retiring CA to leave the bundle", func(context.Context) (bool, error) {
 		ca := caObject(t, c)
 		return len(ca.Status.Certificates) == 1 && bundleSize([]byte(ca.Status.CABundle)) == 1, nil
+	})
+	// Every request's status follows the bundle, including one nobody re-issued.
+	final := caObject(t, c).Status.CABundle
+	eventually(t, 30*time.Second, "the plain request's status.caBundle to follow", func(ctx context.Context) (bool, error) {
+		r, err := c.CertapiV1alpha1().ServingCertRequests(ns).Get(ctx, "plain", metav1.GetOptions{})
+		return err == nil && r.Status.CABundle == final, nil
 	})
 	s = waitSecret(t, kube, ns, "rot-tls", func(s *corev1.Secret) bool { return bundleSize(s.Data["ca.crt"]) == 1 })
 	if got := issuerSerialOf(t, string(s.Data["tls.crt"]), string(s.Data["ca.crt"])); got != newSerial {

@@ -47,6 +47,8 @@ type Options struct {
 	Interval time.Duration
 	// Recorder records Events on the CertificateAuthority; optional.
 	Recorder events.EventRecorder
+	// BundleChanged, when set, is called after steps that changed the bundle, with the new bundle.
+	BundleChanged func(ctx context.Context, bundle []byte)
 }
 
 // Run moves rotations on until ctx ends.
@@ -93,6 +95,9 @@ func step(ctx context.Context, o Options) error {
 		}
 		if o.Targets != nil {
 			o.Targets.Trigger()
+		}
+		if o.BundleChanged != nil {
+			o.BundleChanged(ctx, after.Bundle())
 		}
 	}
 	if err != nil {

@@ -51,6 +51,7 @@ type Ready struct {
 type pending struct {
 	issued *Issued
 	ready  *Ready
+	bundle *string
 }
 
 // Writer queues status changes per request and writes the latest of them at most once per interval.
@@ -83,6 +84,15 @@ func (w *Writer) RecordIssued(key types.NamespacedName, issued Issued) {
 	if p.issued == nil || !issued.IssuedAt.Before(p.issued.IssuedAt) {
 		p.issued = &issued
 	}
+	w.mu.Unlock()
+	w.queue.AddAfter(key, w.interval)
+}
+
+// SetBundle notes the trust bundle clients of key's Service should use now (after a CA rotation step), so
+// status.caBundle follows the CA even for requests nobody re-issued yet.
+func (w *Writer) SetBundle(key types.NamespacedName, bundle string) {
+	w.mu.Lock()
+	w.entry(key).bundle = &bundle
 	w.mu.Unlock()
 	w.queue.AddAfter(key, w.interval)
 }
@@ -147,6 +157,9 @@ func (w *Writer) processNext(ctx context.Context) bool {
 		if cur.ready == nil {
 			cur.ready = p.ready
 		}
+		if cur.bundle == nil {
+			cur.bundle = p.bundle
+		}
 		w.mu.Unlock()
 		w.queue.AddRateLimited(key)
 		return true
@@ -165,7 +178,12 @@ func (w *Writer) write(ctx context.Context, key types.NamespacedName, p *pending
 		if err != nil {
 			return fmt.Errorf("getting %s: %w", key, err)
 		}
-		if !Apply(obj, p.issued, p.ready) {
+		changed := Apply(obj, p.issued, p.ready)
+		if p.bundle != nil && obj.Status.CABundle != *p.bundle && obj.Status.Certificate != "" {
+			obj.Status.CABundle = *p.bundle
+			changed = true
+		}
+		if !changed {
 			return nil
 		}
 		_, err = scrs.UpdateStatus(ctx, obj, metav1.UpdateOptions{FieldManager: "certapi"})
