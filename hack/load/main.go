@@ -15,11 +15,13 @@ import (
 	"encoding/pem"
 	"flag"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -48,6 +50,8 @@ type options struct {
 	duration    time.Duration
 	secrets     int
 	clients     int
+	requests    int
+	heap        string
 }
 
 func main() {
@@ -61,6 +65,8 @@ func main() {
 	flag.DurationVar(&o.duration, "duration", 10*time.Second, "How long to issue; 0 skips the issuance phase.")
 	flag.IntVar(&o.secrets, "secrets", 500, "How many ServingCertRequests with secretName to create and wait for; 0 skips that phase.")
 	flag.IntVar(&o.clients, "clients", 4, "Separate client-go connections to spread the load over.")
+	flag.StringVar(&o.heap, "heap-profile", "", "With --local and --requests: write certapi's heap profile (pprof) to this file at the end.")
+	flag.IntVar(&o.requests, "requests", 0, "With --local: create this many ServingCertRequests (no Secrets), then report certapi's resident memory.")
 	flag.Parse()
 	if err := run(o); err != nil {
 		fmt.Fprintf(os.Stderr, "load: %v\n", err)
@@ -86,6 +92,8 @@ func run(o options) error {
 		}
 		defer cp.Stop()
 		config = cp.AdminConfig
+		localDir = dir
+		localPlane = cp
 	} else {
 		c, err := clientcmd.BuildConfigFromFlags("", o.kubeconfig)
 		if err != nil {
@@ -114,7 +122,111 @@ func run(o options) error {
 			return err
 		}
 	}
+	if o.requests > 0 {
+		if err := memory(ctx, config, o); err != nil {
+			return err
+		}
+	}
 	return nil
+}
+
+// localDir is the --local control plane's directory; it appears in certapi's command line.
+var (
+	localDir   string
+	localPlane *framework.ControlPlane
+)
+
+// memory creates o.requests ServingCertRequests and reports certapi's resident set size.
+func memory(ctx context.Context, config *rest.Config, o options) error {
+	if localDir == "" {
+		return fmt.Errorf("--requests needs --local: it reads certapi's memory from /proc")
+	}
+	c, err := versioned.NewForConfig(config)
+	if err != nil {
+		return err
+	}
+	scrs := c.CertapiV1alpha1().ServingCertRequests(o.namespace)
+	before, err := certapiRSS()
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 32)
+	var failed atomic.Int64
+	for i := 0; i < o.requests; i++ {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func(i int) {
+			defer func() { <-sem; wg.Done() }()
+			name := fmt.Sprintf("m%d", i)
+			if _, err := scrs.Create(ctx, &certapiv1alpha1.ServingCertRequest{
+				ObjectMeta: metav1.ObjectMeta{Name: name},
+				Spec:       certapiv1alpha1.ServingCertRequestSpec{ServiceName: name, DNSNames: []string{"*." + name + "." + o.namespace + ".svc"}},
+			}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+				failed.Add(1)
+			}
+		}(i)
+	}
+	wg.Wait()
+	if n := failed.Load(); n > 0 {
+		return fmt.Errorf("%d of %d creates failed", n, o.requests)
+	}
+	// A full list through the API, as a controller's relist would do, then measure.
+	if _, err := scrs.List(ctx, metav1.ListOptions{}); err != nil {
+		return err
+	}
+	after, err := certapiRSS()
+	if err != nil {
+		return err
+	}
+	// The burst of creates leaves garbage the runtime has not collected or returned yet: run a GC through
+	// pprof (?gc=1) and let the scavenger return freed pages, then measure the steady state.
+	if err := heapProfile(o.heap); err != nil {
+		return err
+	}
+	idle := time.Now()
+	steady := after
+	for time.Since(idle) < 30*time.Second {
+		time.Sleep(time.Second) // sampling an external process, not synchronisation
+		if steady, err = certapiRSS(); err != nil {
+			return err
+		}
+	}
+	fmt.Printf("memory: certapi RSS %d MiB before, %d MiB right after creating %d ServingCertRequests (in %s), %d MiB 30 s after a GC\n",
+		before>>20, after>>20, o.requests, time.Since(start).Round(time.Millisecond), steady>>20)
+	return nil
+}
+
+// certapiRSS returns the resident set size of the certapi process of the --local control plane.
+func certapiRSS() (int64, error) {
+	procs, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0, err
+	}
+	for _, p := range procs {
+		cmdline, err := os.ReadFile("/proc/" + p.Name() + "/cmdline")
+		if err != nil || !strings.Contains(string(cmdline), "certapi") || !strings.Contains(string(cmdline), localDir) || strings.Contains(string(cmdline), "etcd\x00--name") {
+			continue
+		}
+		args := strings.Split(string(cmdline), "\x00")
+		if !strings.HasSuffix(args[0], "certapi") {
+			continue
+		}
+		status, err := os.ReadFile("/proc/" + p.Name() + "/status")
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(status), "\n") {
+			if strings.HasPrefix(line, "VmRSS:") {
+				var kb int64
+				if _, err := fmt.Sscanf(strings.TrimPrefix(line, "VmRSS:"), "%d", &kb); err == nil {
+					return kb << 10, nil
+				}
+			}
+		}
+	}
+	return 0, fmt.Errorf("no certapi process found for %s", localDir)
 }
 
 // issuance offers o.rate issuances per second for o.duration and reports latency percentiles.
@@ -322,4 +434,29 @@ func waitAllReady(ctx context.Context, scrs typedv1alpha1.ServingCertRequestInte
 		}
 	}
 	return nil
+}
+
+// heapProfile runs a GC in certapi and saves its /debug/pprof/heap to path (discarded when path is "").
+func heapProfile(path string) error {
+	client, err := localPlane.CertapiHTTPClient()
+	if err != nil {
+		return err
+	}
+	client.Timeout = time.Minute
+	resp, err := client.Get(localPlane.CertapiURL + "/debug/pprof/heap?gc=1")
+	if err != nil {
+		return fmt.Errorf("fetching the heap profile: %w", err)
+	}
+	defer resp.Body.Close()
+	if path == "" {
+		_, err = io.Copy(io.Discard, resp.Body)
+		return err
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = io.Copy(f, resp.Body)
+	return err
 }

@@ -174,7 +174,10 @@ func New(o Options) (*Controller, error) {
 		c.workers = DefaultWorkers
 	}
 	if c.informers == nil {
-		c.informers = externalversions.NewSharedInformerFactory(o.Certapi, 0)
+		// The cache keeps what the controller reads: spec, metadata and conditions. managedFields and
+		// the issued certificate in status are most of each object and are dropped, so 10,000 requests
+		// cost little beyond the API server's own watch cache.
+		c.informers = externalversions.NewSharedInformerFactoryWithOptions(o.Certapi, 0, externalversions.WithTransform(trimRequest))
 		c.ownsInformers = true
 	}
 
@@ -576,7 +579,7 @@ func (c *Controller) clearStaleConflict(req *certapiv1alpha1.ServingCertRequest)
 		Message:    "spec.secretName is unset; no certificate has been issued through the servingcerts subresource yet",
 		Generation: req.Generation,
 	}
-	if na := req.Status.NotAfter; req.Status.Certificate != "" && na != nil && c.clock.Now().Before(na.Time) {
+	if na := req.Status.NotAfter; req.Status.SerialNumber != "" && na != nil && c.clock.Now().Before(na.Time) {
 		ready = status.Ready{
 			Status:     metav1.ConditionTrue,
 			Reason:     status.ReasonIssued,
@@ -666,4 +669,14 @@ func (c *Controller) AllIssuedBy(ca *x509.Certificate) bool {
 		}
 	}
 	return true
+}
+
+// trimRequest drops the parts of a ServingCertRequest the controller never reads.
+func trimRequest(obj any) (any, error) {
+	if r, ok := obj.(*certapiv1alpha1.ServingCertRequest); ok {
+		r.ManagedFields = nil
+		r.Status.Certificate = ""
+		r.Status.CABundle = ""
+	}
+	return obj, nil
 }
