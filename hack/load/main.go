@@ -24,10 +24,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -52,6 +54,7 @@ type options struct {
 	clients     int
 	requests    int
 	heap        string
+	inject      int
 }
 
 func main() {
@@ -66,6 +69,7 @@ func main() {
 	flag.IntVar(&o.secrets, "secrets", 500, "How many ServingCertRequests with secretName to create and wait for; 0 skips that phase.")
 	flag.IntVar(&o.clients, "clients", 4, "Separate client-go connections to spread the load over.")
 	flag.StringVar(&o.heap, "heap-profile", "", "With --local and --requests: write certapi's heap profile (pprof) to this file at the end.")
+	flag.IntVar(&o.inject, "inject", 0, "Create this many annotated ValidatingWebhookConfigurations: report injection latency of new objects (median, max over the first 100), then force a CA rotation and report the time from Next published to all of them holding it.")
 	flag.IntVar(&o.requests, "requests", 0, "With --local: create this many ServingCertRequests (no Secrets), then report certapi's resident memory.")
 	flag.Parse()
 	if err := run(o); err != nil {
@@ -127,6 +131,127 @@ func run(o options) error {
 			return err
 		}
 	}
+	if o.inject > 0 {
+		if err := injection(ctx, config, kube, o); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// injection measures caBundle injection through the running server.
+func injection(ctx context.Context, config *rest.Config, kube kubernetes.Interface, o options) error {
+	c, err := versioned.NewForConfig(config)
+	if err != nil {
+		return err
+	}
+	vwcs := kube.AdmissionregistrationV1().ValidatingWebhookConfigurations()
+	path := "/validate"
+	port := int32(443)
+	fail := admissionregistrationv1.Fail
+	none := admissionregistrationv1.SideEffectClassNone
+	mk := func(name string) *admissionregistrationv1.ValidatingWebhookConfiguration {
+		return &admissionregistrationv1.ValidatingWebhookConfiguration{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{"certapi.dev/inject-ca-bundle": "true"}},
+			Webhooks: []admissionregistrationv1.ValidatingWebhook{{
+				Name:         "x.load.certapi.dev",
+				ClientConfig: admissionregistrationv1.WebhookClientConfig{Service: &admissionregistrationv1.ServiceReference{Namespace: o.namespace, Name: "load", Path: &path, Port: &port}},
+				// Matches nothing real: the load generator only measures injection.
+				Rules:                   []admissionregistrationv1.RuleWithOperations{{Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create}, Rule: admissionregistrationv1.Rule{APIGroups: []string{"load.certapi.dev"}, APIVersions: []string{"v1"}, Resources: []string{"nothing"}}}},
+				FailurePolicy:           &fail,
+				SideEffects:             &none,
+				AdmissionReviewVersions: []string{"v1"},
+			}},
+		}
+	}
+	// One at a time, so each latency is its own: create, then watch the object until the bundle lands.
+	n := min(100, o.inject)
+	var lat []time.Duration
+	for i := 0; i < n; i++ {
+		name := fmt.Sprintf("load-inject-%d", i)
+		t0 := time.Now()
+		if _, err := vwcs.Create(ctx, mk(name), metav1.CreateOptions{}); err != nil {
+			return err
+		}
+		w, err := vwcs.Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name})
+		if err != nil {
+			return err
+		}
+		for ev := range w.ResultChan() {
+			if v, ok := ev.Object.(*admissionregistrationv1.ValidatingWebhookConfiguration); ok && len(v.Webhooks[0].ClientConfig.CABundle) > 0 {
+				break
+			}
+		}
+		w.Stop()
+		lat = append(lat, time.Since(t0))
+	}
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	fmt.Printf("injection: a new annotated ValidatingWebhookConfiguration holds the bundle after median %s, max %s (%d objects, one at a time)\n",
+		pct(lat, 50), lat[len(lat)-1].Round(time.Millisecond), n)
+
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 32)
+	for i := n; i < o.inject; i++ {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func(i int) {
+			defer func() { <-sem; wg.Done() }()
+			_, _ = vwcs.Create(ctx, mk(fmt.Sprintf("load-inject-%d", i)), metav1.CreateOptions{})
+		}(i)
+	}
+	wg.Wait()
+	allHold := func(ctx context.Context, bundle string) (int, error) {
+		list, err := vwcs.List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return 0, err
+		}
+		have := 0
+		for _, v := range list.Items {
+			if strings.HasPrefix(v.Name, "load-inject-") && string(v.Webhooks[0].ClientConfig.CABundle) == bundle {
+				have++
+			}
+		}
+		return have, nil
+	}
+	ca, err := c.CertapiV1alpha1().CertificateAuthorities().Get(ctx, "default", metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
+		have, err := allHold(ctx, ca.Status.CABundle)
+		return err == nil && have == o.inject, nil
+	}); err != nil {
+		return fmt.Errorf("waiting for all %d objects to hold the current bundle: %w", o.inject, err)
+	}
+	patch := fmt.Sprintf(`{"spec":{"forceRotation":"load-%d"}}`, time.Now().UnixNano())
+	if _, err := c.CertapiV1alpha1().CertificateAuthorities().Patch(ctx, "default", types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("forcing a rotation: %w", err)
+	}
+	var published time.Time
+	var bundle string
+	if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		got, err := c.CertapiV1alpha1().CertificateAuthorities().Get(ctx, "default", metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		for _, cert := range got.Status.Certificates {
+			if cert.Role == certapiv1alpha1.CARoleNext {
+				published, bundle = time.Now(), got.Status.CABundle
+				return true, nil
+			}
+		}
+		return false, nil
+	}); err != nil {
+		return fmt.Errorf("waiting for the Next CA to be published: %w", err)
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
+		have, err := allHold(ctx, bundle)
+		return err == nil && have == o.inject, nil
+	}); err != nil {
+		return fmt.Errorf("waiting for all %d objects to hold the bundle with Next: %w", o.inject, err)
+	}
+	fmt.Printf("injection: all %d opted-in ValidatingWebhookConfigurations hold [Active, Next] %s after Next was published (seen in CertificateAuthority status)\n",
+		o.inject, time.Since(published).Round(time.Millisecond))
 	return nil
 }
 
