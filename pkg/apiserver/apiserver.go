@@ -4,6 +4,7 @@ package apiserver
 
 import (
 	"context"
+	"crypto/x509"
 	"fmt"
 	"net/http"
 	"sync"
@@ -37,6 +38,7 @@ import (
 	"github.com/certapi/certapi/pkg/metrics"
 	"github.com/certapi/certapi/pkg/registry/certificateauthority"
 	"github.com/certapi/certapi/pkg/registry/servingcertrequest"
+	"github.com/certapi/certapi/pkg/signer"
 )
 
 var (
@@ -290,8 +292,16 @@ func (s *Server) lead(ctx context.Context, client versioned.Interface, kube kube
 				}
 			},
 		}
-		if delivery != nil {
-			o.Reissued = delivery.AllIssuedBy
+		o.Reissued = func(ca *x509.Certificate) bool {
+			// Every delivered Secret, and every certapi replica's own serving certificate, comes from ca.
+			if delivery == nil || !delivery.AllIssuedBy(ca) {
+				return false
+			}
+			if s.self == nil {
+				return true
+			}
+			ok, err := s.Issuer.AllServeFrom(ctx, signer.FormatSerialNumber(ca.SerialNumber))
+			return err == nil && ok
 		}
 		if inj != nil {
 			o.Targets = targets{inj}

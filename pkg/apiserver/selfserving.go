@@ -142,6 +142,9 @@ func (s *selfServing) issue(ctx context.Context, iss *issuer.Issuer) error {
 	}
 	// The serving chain is the leaf alone: clients trust the CA through the injected caBundle.
 	s.set([]byte(res.CertificatePEM), keyPEM, issuedBy, res.RenewalTime)
+	if err := iss.PublishServing(ctx, issuedBy); err != nil {
+		klog.ErrorS(err, "Recording which CA this replica serves with; a distrusted CA may be dropped late")
+	}
 	klog.InfoS("Serving with a certificate from certapi's own CA", "service", s.service+"."+s.namespace+".svc", "serialNumber", res.SerialNumber, "notAfter", res.NotAfter, "renewalTime", res.RenewalTime)
 	return nil
 }

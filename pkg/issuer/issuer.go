@@ -61,6 +61,8 @@ type Issuer struct {
 	// termKey and termRev identify the election key of the current or last term; CA writes are fenced on them.
 	termKey string
 	termRev int64
+
+	servers serverLease
 }
 
 // New returns an Issuer; Run makes it take part in the election.
