@@ -1,11 +1,24 @@
 #!/usr/bin/env bash
-# Runs etcd, kube-apiserver and certapi on loopback until Ctrl-C, and writes a kubeconfig to
-# _output/local/kubeconfig. Builds what it needs first (make tools build), so a fresh clone works.
+# certapi's local demo (make local-up): etcd, kube-apiserver and certapi on loopback, a ServingCertRequest
+# made with the kubectl plugin, and the example webhook of artifacts/examples/webhook serving with a
+# certificate from certapi while kube-apiserver calls it; a short walkthrough, then it runs until Ctrl-C.
+# State, kubeconfig and logs go to _output/local (--dir=DIR for another directory, emptied at start).
+#
+# Builds what it needs first, into _output/bin: the tools (make tools; skipped when current), certapi
+# (unless $CERTAPI_BIN names a prebuilt one), the kubectl plugin, the example webhook and local-up itself.
 set -o errexit -o nounset -o pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
 cd "${ROOT}"
 ./hack/build-tools.sh
-go build -o _output/bin/certapi ./cmd/certapi
-go build -o _output/bin/local-up ./hack/local-up
-export CERTAPI_BIN="${ROOT}/_output/bin/certapi"
-exec _output/bin/local-up "$@"
+BIN="${ROOT}/_output/bin"
+if [[ -z "${CERTAPI_BIN:-}" ]]; then
+  echo "building certapi, kubectl-create-servingcertrequest, example-webhook and local-up into ${BIN}"
+  go build -o "${BIN}/certapi" ./cmd/certapi
+  export CERTAPI_BIN="${BIN}/certapi"
+else
+  echo "building kubectl-create-servingcertrequest, example-webhook and local-up into ${BIN} (certapi: ${CERTAPI_BIN})"
+fi
+go build -o "${BIN}/kubectl-create-servingcertrequest" ./cmd/kubectl-create-servingcertrequest
+go build -o "${BIN}/example-webhook" ./artifacts/examples/webhook
+go build -o "${BIN}/local-up" ./hack/local-up
+exec "${BIN}/local-up" --bin-dir="${BIN}" "$@"

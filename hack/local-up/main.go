@@ -1,102 +1,721 @@
-// Command local-up runs etcd, kube-apiserver and certapi as processes on loopback, with certapi registered
-// through an APIService, so a person can try certapi with kubectl. It runs until interrupted, then stops
-// everything it started. hack/local-up.sh (make local-up) is the way to run it.
+// Command local-up is certapi's local demo. It runs etcd, kube-apiserver and certapi as processes on
+// loopback (test/framework), with certapi registered through an APIService whose caBundle certapi injects
+// itself; makes a ServingCertRequest with the kubectl plugin; starts the example webhook of
+// artifacts/examples/webhook, which gets its serving certificate from certapi through pkg/servingcert; has
+// certapi inject the webhook's caBundle; and shows kube-apiserver calling the webhook and enforcing its
+// decision. It prints that as a short walkthrough (logs go to files), then runs until SIGINT or SIGTERM
+// and stops everything it started.
+//
+// hack/local-up.sh (make local-up) builds what it needs into _output/bin and runs it. The line
+// "certapi local-up: ready" (readyMarker) is printed once everything is up; tests wait for it.
 package main
 
 import (
+	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/wait"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	apiregistrationv1 "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
+	aggregatorclient "k8s.io/kube-aggregator/pkg/client/clientset_generated/clientset"
+
+	"github.com/certapi/certapi/pkg/generated/clientset/versioned"
 	"github.com/certapi/certapi/test/framework"
+)
+
+// readyMarker is printed, alone on its line, once the walkthrough is done and everything runs.
+const readyMarker = "certapi local-up: ready"
+
+// The example's names, as in artifacts/examples/webhook/manifests.
+const (
+	exampleDir       = "artifacts/examples/webhook"
+	webhookNamespace = "example-webhook"
+	webhookName      = "example-webhook" // the ServiceAccount, ServingCertRequest, Service and VWC
+	webhookBinary    = "example-webhook" // in the bin directory, built by hack/local-up.sh
+	pluginBinary     = "kubectl-create-servingcertrequest"
+	demoNamespace    = "demo"
+	validateLabel    = "example.certapi.dev/validate"
+	injectAnnotation = "certapi.dev/inject-ca-bundle"
+)
+
+// rotationGrace is certapi's --rotation-grace here: no kubelet has to propagate a Secret's ca.crt, and a
+// forced rotation (one of the things to try) should complete while one watches.
+const rotationGrace = 10 * time.Second
+
+// Deadlines of the steps after the control plane is up; each normally takes well under a second.
+const (
+	stepTimeout      = time.Minute
+	pollInterval     = 50 * time.Millisecond
+	webhookStopGrace = 15 * time.Second
 )
 
 func main() {
 	dir := flag.String("dir", filepath.Join("_output", "local"), "Directory for the stack's PKI, data, logs and kubeconfig; emptied at start.")
+	bin := flag.String("bin-dir", "", "Directory holding example-webhook and kubectl-create-servingcertrequest (and kubectl, else kubectl is looked up on PATH). Default: <repository>/_output/bin.")
 	flag.Parse()
-	if err := run(*dir); err != nil {
+	if err := run(*dir, *bin); err != nil {
 		fmt.Fprintf(os.Stderr, "local-up: %v\n", err)
 		os.Exit(1)
 	}
 }
 
-func run(dir string) error {
-	abs, err := filepath.Abs(dir)
+func run(dirFlag, binFlag string) error {
+	root, err := framework.RepoRoot()
 	if err != nil {
 		return err
+	}
+	dir, err := filepath.Abs(dirFlag)
+	if err != nil {
+		return err
+	}
+	bin := binFlag
+	if bin == "" {
+		bin = filepath.Join(root, "_output", "bin")
+	}
+	if bin, err = filepath.Abs(bin); err != nil {
+		return err
+	}
+	for _, b := range []string{webhookBinary, pluginBinary} {
+		if _, err := os.Stat(filepath.Join(bin, b)); err != nil {
+			return fmt.Errorf("%s: %w (hack/local-up.sh builds it)", filepath.Join(bin, b), err)
+		}
+	}
+	kubectl := filepath.Join(bin, "kubectl")
+	if _, err := os.Stat(kubectl); err != nil {
+		if kubectl, err = exec.LookPath("kubectl"); err != nil {
+			return fmt.Errorf("no kubectl in %s or on PATH: run `make tools`", bin)
+		}
 	}
 	// Each run starts from nothing: a new PKI would not match an old etcd's objects.
-	if err := os.RemoveAll(abs); err != nil {
-		return fmt.Errorf("emptying %s: %w", abs, err)
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("emptying %s: %w", dir, err)
 	}
+	if err := os.MkdirAll(filepath.Join(dir, "logs"), 0o755); err != nil {
+		return err
+	}
+
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-
-	startCtx, cancel := context.WithTimeout(ctx, 5*time.Minute)
-	defer cancel()
-	cp, err := framework.Start(startCtx, framework.Options{Dir: abs, Stdout: os.Stdout})
-	if err != nil {
-		if cp != nil {
-			framework.PrintLogTails(os.Stderr, cp.Logs())
-			cp.Stop()
+	d := &demo{root: root, dir: dir, bin: bin, kubectl: kubectl, out: os.Stdout}
+	defer d.stop()
+	if err := d.up(ctx); err != nil {
+		if ctx.Err() != nil {
+			fmt.Fprintln(d.out, "\ninterrupted; stopping what was started")
+			return nil
 		}
 		return err
 	}
-	defer cp.Stop()
-
-	kubeconfig := filepath.Join(abs, "kubeconfig")
-	if cp.Kubeconfig != kubeconfig {
-		data, err := os.ReadFile(cp.Kubeconfig)
-		if err != nil {
-			return err
-		}
-		if err := os.WriteFile(kubeconfig, data, 0o600); err != nil {
-			return err
-		}
-	}
-	rel, err := filepath.Rel(mustGetwd(), kubeconfig)
-	if err != nil {
-		rel = kubeconfig
-	}
-	fmt.Printf(`
-certapi is up and registered with kube-apiserver as v1alpha1.certapi.dev.
-
-  export KUBECONFIG=%[1]s
-
-Try:
-  kubectl api-resources --api-group=certapi.dev
-  kubectl create namespace demo
-  cat <<EOY | kubectl apply --server-side -n demo -f -
-apiVersion: certapi.dev/v1alpha1
-kind: ServingCertRequest
-metadata:
-  name: my-webhook
-spec:
-  serviceName: my-webhook
-  dnsNames: ["My-Webhook-Admin.demo.svc."]
-EOY
-  kubectl get scr -n demo
-  kubectl explain servingcertrequest.spec
-  kubectl get certapi -A
-
-Logs: %[2]s
-Press Ctrl-C to stop everything.
-`, rel, filepath.Join(abs, "logs"))
-
 	<-ctx.Done()
-	fmt.Println("\nstopping...")
+	stop() // a second Ctrl-C ends local-up at once (its children die with it)
+	fmt.Fprintln(d.out, "\nstopping the example webhook, certapi, kube-apiserver and etcd ...")
+	t0 := time.Now()
+	d.stop()
+	fmt.Fprintf(d.out, "stopped in %s; state and logs are kept in %s\n", since(t0), d.show(dir))
 	return nil
 }
 
-func mustGetwd() string {
+// demo is one run of the walkthrough and what it started.
+type demo struct {
+	root, dir, bin, kubectl string
+	out                     io.Writer
+
+	cp       *framework.ControlPlane
+	progress *os.File
+	kube     kubernetes.Interface
+	certapi  versioned.Interface
+	caBundle []byte
+
+	webhook     *child
+	webhookPort int
+	stopOnce    sync.Once
+	stopping    atomic.Bool
+}
+
+func (d *demo) up(ctx context.Context) error {
+	fmt.Fprintf(d.out, "certapi local-up: etcd, kube-apiserver and certapi on 127.0.0.1, then the example webhook of %s.\n", exampleDir)
+	fmt.Fprintf(d.out, "Logs: %s\n\n", d.show(filepath.Join(d.dir, "logs")))
+	steps := []func(context.Context) error{d.controlPlane, d.request, d.startWebhook, d.register, d.enforce}
+	for _, step := range steps {
+		if err := step(ctx); err != nil {
+			return err
+		}
+		fmt.Fprintln(d.out)
+	}
+	d.whatNext()
+	fmt.Fprintln(d.out, "Ctrl-C stops the example webhook, certapi, kube-apiserver and etcd.")
+	fmt.Fprintln(d.out, readyMarker)
+	return nil
+}
+
+// 1. The control plane, and certapi's registration as kube-apiserver sees it.
+func (d *demo) controlPlane(ctx context.Context) error {
+	var err error
+	d.progress, err = os.Create(filepath.Join(d.dir, "logs", "local-up.log"))
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(d.out, "Starting etcd, kube-apiserver and certapi (each step is logged to %s) ...\n", d.show(d.progress.Name()))
+	t0 := time.Now()
+	startCtx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	cp, err := framework.Start(startCtx, framework.Options{Dir: d.dir, Stdout: d.progress, CertapiArgs: []string{"--rotation-grace=" + rotationGrace.String()}})
+	if err != nil {
+		if cp != nil && ctx.Err() == nil {
+			framework.PrintLogTails(os.Stderr, cp.Logs())
+		}
+		return err
+	}
+	d.cp = cp
+	up := since(t0)
+	if d.kube, err = kubernetes.NewForConfig(cp.AdminConfig); err != nil {
+		return err
+	}
+	if d.certapi, err = versioned.NewForConfig(cp.AdminConfig); err != nil {
+		return err
+	}
+	agg, err := aggregatorclient.NewForConfig(cp.AdminConfig)
+	if err != nil {
+		return err
+	}
+
+	// The framework registered the APIService with no caBundle; certapi injected its own CA bundle.
+	var serial, status string
+	err = poll(ctx, "certapi's APIService to hold certapi's CA bundle, injected by certapi", func(ctx context.Context) (bool, error) {
+		svc, err := agg.ApiregistrationV1().APIServices().Get(ctx, framework.CertapiAPIService, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		ca, err := d.certapi.CertapiV1alpha1().CertificateAuthorities().Get(ctx, "default", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		available := false
+		for _, c := range svc.Status.Conditions {
+			available = available || (c.Type == apiregistrationv1.Available && c.Status == apiregistrationv1.ConditionTrue)
+		}
+		byCertapi := false
+		for _, m := range svc.ManagedFields {
+			byCertapi = byCertapi || (m.Manager == "certapi" && m.FieldsV1 != nil && strings.Contains(string(m.FieldsV1.Raw), `"f:caBundle"`))
+		}
+		status = fmt.Sprintf("Available=%v, caBundle of %d bytes (certapi's: %d), set by certapi: %v, insecureSkipTLSVerify=%v",
+			available, len(svc.Spec.CABundle), len(ca.Status.CABundle), byCertapi, svc.Spec.InsecureSkipTLSVerify)
+		if ca.Status.Active == nil || !available || !byCertapi || svc.Spec.InsecureSkipTLSVerify ||
+			ca.Status.CABundle == "" || string(svc.Spec.CABundle) != ca.Status.CABundle {
+			return false, nil
+		}
+		serial = ca.Status.Active.SerialNumber
+		d.caBundle = []byte(ca.Status.CABundle)
+		return true, nil
+	})
+	if err != nil {
+		return fmt.Errorf("%w; last seen: %s", err, status)
+	}
+	fmt.Fprintf(d.out, "1. certapi is registered: APIService %s Available, caBundle injected by certapi itself (CA serial %s)\n",
+		framework.CertapiAPIService, serial)
+	fmt.Fprintf(d.out, "   up in %s: etcd %s, kube-apiserver %s, certapi %s\n", up, d.cp.EtcdEndpoint, d.cp.APIServerURL, d.cp.CertapiURL)
+	fmt.Fprintf(d.out, "   kubeconfig %s; certapi runs with --rotation-grace=%s (default 1h), so a forced CA rotation completes in seconds\n",
+		d.show(d.cp.Kubeconfig), rotationGrace)
+	return nil
+}
+
+// 2. The webhook's namespace and RBAC from the example's manifests, and its ServingCertRequest from the plugin.
+func (d *demo) request(ctx context.Context) error {
+	fmt.Fprintln(d.out, "2. The webhook's namespace, ServiceAccount and RBAC from the example's manifests, and its ServingCertRequest,")
+	fmt.Fprintf(d.out, "   made with the kubectl plugin (%s):\n", d.show(filepath.Join(d.bin, pluginBinary)))
+	manifests := d.show(filepath.Join(d.root, exampleDir, "manifests"))
+	if _, err := d.kubectlOK(ctx, "apply", "-f", manifests+"/namespace.yaml", "-f", manifests+"/rbac.yaml"); err != nil {
+		return err
+	}
+	_, err := d.kubectlOK(ctx, "create", "servingcertrequest", webhookName, "-n", webhookNamespace, "--service="+webhookName)
+	return err
+}
+
+// 3. The example webhook, started with no certificate, as its ServiceAccount.
+func (d *demo) startWebhook(ctx context.Context) error {
+	// The webhook runs with the rights of its ServiceAccount (manifests/rbac.yaml) and nothing more, as
+	// in a cluster: a token from the TokenRequest API in a kubeconfig of its own.
+	expiry := int64((365 * 24 * time.Hour).Seconds())
+	tr, err := d.kube.CoreV1().ServiceAccounts(webhookNamespace).CreateToken(ctx, webhookName,
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &expiry}}, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("getting a token for ServiceAccount %s/%s: %w", webhookNamespace, webhookName, err)
+	}
+	kubeconfig := filepath.Join(d.dir, "example-webhook.kubeconfig")
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["certapi-local"] = &clientcmdapi.Cluster{Server: d.cp.APIServerURL, CertificateAuthorityData: d.cp.AdminConfig.CAData}
+	cfg.AuthInfos[webhookName] = &clientcmdapi.AuthInfo{Token: tr.Status.Token}
+	cfg.Contexts[webhookName] = &clientcmdapi.Context{Cluster: "certapi-local", AuthInfo: webhookName}
+	cfg.CurrentContext = webhookName
+	if err := clientcmd.WriteToFile(*cfg, kubeconfig); err != nil {
+		return err
+	}
+
+	ports, err := freePorts(2)
+	if err != nil {
+		return err
+	}
+	port, health := ports[0], ports[1]
+	logPath := filepath.Join(d.dir, "logs", "example-webhook.log")
+	t0 := time.Now()
+	d.webhook, err = startChild(filepath.Join(d.bin, webhookBinary), logPath,
+		"--kubeconfig="+kubeconfig,
+		"--namespace="+webhookNamespace,
+		"--request="+webhookName,
+		"--bind-address=127.0.0.1",
+		"--port="+strconv.Itoa(port),
+		"--health-probe-bind-address=127.0.0.1:"+strconv.Itoa(health),
+	)
+	if err != nil {
+		return err
+	}
+	go func() {
+		<-d.webhook.done
+		if !d.stopping.Load() {
+			fmt.Fprintf(d.out, "local-up: the example webhook exited (%v); see %s\n", d.webhook.err, d.show(logPath))
+		}
+	}()
+	fmt.Fprintf(d.out, "3. The example webhook (%s: controller-runtime and pkg/servingcert) started with no certificate,\n", exampleDir)
+	fmt.Fprintf(d.out, "   as ServiceAccount %s/%s with only the RBAC above; pid %d, log %s\n", webhookNamespace, webhookName, d.webhook.pid(), d.show(logPath))
+
+	// Ready once pkg/servingcert holds a certificate and the webhook server is up.
+	readyz := fmt.Sprintf("http://127.0.0.1:%d/readyz", health)
+	client := &http.Client{Timeout: 2 * time.Second}
+	err = poll(ctx, "the example webhook to be Ready ("+readyz+")", func(ctx context.Context) (bool, error) {
+		if d.webhook.exited() {
+			return false, fmt.Errorf("the example webhook exited (%v); last lines of %s:\n%s", d.webhook.err, logPath, tail(logPath, 20))
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, readyz, nil)
+		if err != nil {
+			return false, err
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return false, nil
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, nil
+	})
+	if err != nil {
+		return err
+	}
+	ready := since(t0)
+
+	// What kube-apiserver will see: the certificate, verified for the Service's name against certapi's bundle.
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(d.caBundle) {
+		return errors.New("certapi's CA bundle holds no certificate")
+	}
+	serverName := webhookName + "." + webhookNamespace + ".svc"
+	dialer := &net.Dialer{Timeout: 5 * time.Second}
+	conn, err := tls.DialWithDialer(dialer, "tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), &tls.Config{RootCAs: roots, ServerName: serverName})
+	if err != nil {
+		return fmt.Errorf("the example webhook's certificate does not verify for %s against certapi's CA bundle: %w", serverName, err)
+	}
+	leaf := conn.ConnectionState().PeerCertificates[0]
+	conn.Close()
+	fmt.Fprintf(d.out, "   Ready %s after start: its key was made in memory, its certificate issued by certapi (serial %s),\n", ready, leaf.SerialNumber.Text(16))
+	fmt.Fprintf(d.out, "   valid for %s until %s; no Secret, no file. Serving https://127.0.0.1:%d (readiness %s)\n",
+		serverName, leaf.NotAfter.UTC().Format(time.RFC3339), port, readyz)
+	d.webhookPort = port
+	return nil
+}
+
+// 4. The Service and the annotated ValidatingWebhookConfiguration; certapi injects the caBundle.
+func (d *demo) register(ctx context.Context) error {
+	port := int32(d.webhookPort) //nolint:gosec // a TCP port
+	// No Pods run here, so an ExternalName Service to localhost stands in for manifests/service.yaml:
+	// kube-apiserver still checks the certificate for example-webhook.example-webhook.svc.
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: webhookName, Namespace: webhookNamespace},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeExternalName, ExternalName: "localhost",
+			Ports: []corev1.ServicePort{{Name: "https", Protocol: corev1.ProtocolTCP, Port: port, TargetPort: intstr.FromInt32(port)}}},
+	}
+	if _, err := d.kube.CoreV1().Services(webhookNamespace).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("creating Service %s/%s: %w", webhookNamespace, webhookName, err)
+	}
+
+	// The ValidatingWebhookConfiguration is the example's own manifest, with the Service port changed to
+	// the local one: annotated for injection, and with no caBundle.
+	file := filepath.Join(d.root, exampleDir, "manifests", "validatingwebhookconfiguration.yaml")
+	vwc, err := readVWC(file)
+	if err != nil {
+		return err
+	}
+	if vwc.Annotations[injectAnnotation] != "true" {
+		return fmt.Errorf("%s is not annotated %s: \"true\"", file, injectAnnotation)
+	}
+	for i := range vwc.Webhooks {
+		if len(vwc.Webhooks[i].ClientConfig.CABundle) > 0 {
+			return fmt.Errorf("%s has a caBundle; certapi injects it", file)
+		}
+		if s := vwc.Webhooks[i].ClientConfig.Service; s != nil {
+			s.Port = &port
+		}
+	}
+	vwcs := d.kube.AdmissionregistrationV1().ValidatingWebhookConfigurations()
+	if _, err := vwcs.Create(ctx, vwc, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("creating ValidatingWebhookConfiguration %s: %w", vwc.Name, err)
+	}
+	t0 := time.Now()
+	err = poll(ctx, "certapi to inject the caBundle of ValidatingWebhookConfiguration "+vwc.Name, func(ctx context.Context) (bool, error) {
+		got, err := vwcs.Get(ctx, vwc.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, w := range got.Webhooks {
+			if !bytes.Equal(w.ClientConfig.CABundle, d.caBundle) {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(d.out, "4. kube-apiserver is told where the webhook is, and certapi tells it what to trust:\n")
+	fmt.Fprintf(d.out, "   Service %s/%s: ExternalName localhost, port %d (it stands in for manifests/service.yaml: no Pods here)\n", webhookNamespace, webhookName, port)
+	fmt.Fprintf(d.out, "   ValidatingWebhookConfiguration %s from %s (port set to %d),\n", vwc.Name, d.show(file), port)
+	fmt.Fprintf(d.out, "   created with no caBundle; certapi injected its CA bundle %s later\n", since(t0))
+	return nil
+}
+
+// 5. kube-apiserver calls the webhook for ConfigMaps in a namespace that opts in, and enforces its answer.
+func (d *demo) enforce(ctx context.Context) error {
+	fmt.Fprintf(d.out, "5. kube-apiserver calls the webhook and enforces its decision, in a namespace labelled %s=enabled:\n", validateLabel)
+	if _, err := d.kubectlOK(ctx, "create", "namespace", demoNamespace); err != nil {
+		return err
+	}
+	if _, err := d.kubectlOK(ctx, "label", "namespace", demoNamespace, validateLabel+"=enabled"); err != nil {
+		return err
+	}
+	// kube-apiserver loads webhook configurations (and their caBundle) through an informer, and namespace
+	// labels through another: wait, with server-side dry runs, until it calls the webhook for this
+	// namespace and gets its answer. A dry run stores nothing; the webhook has no side effects.
+	forbiddenFile := filepath.Join(d.root, exampleDir, "forbidden-configmap.yaml")
+	forbidden := &corev1.ConfigMap{}
+	if err := decodeYAMLFile(forbiddenFile, forbidden); err != nil {
+		return err
+	}
+	var last error
+	err := poll(ctx, "kube-apiserver to call the example webhook for namespace "+demoNamespace, func(ctx context.Context) (bool, error) {
+		_, last = d.kube.CoreV1().ConfigMaps(demoNamespace).Create(ctx, forbidden, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return last != nil && strings.Contains(last.Error(), "denied the request"), nil
+	})
+	if err != nil {
+		return fmt.Errorf("%w; last answer to a dry run of %s: %v", err, forbiddenFile, last)
+	}
+	if _, err := d.kubectlOK(ctx, "create", "configmap", "allowed", "-n", demoNamespace, "--from-literal=greeting=hello"); err != nil {
+		return err
+	}
+	res, err := d.runKubectl(ctx, "create", "-n", demoNamespace, "-f", d.show(forbiddenFile))
+	if err != nil {
+		return err
+	}
+	if res.code == 0 || !strings.Contains(res.stderr, "denied the request") {
+		return fmt.Errorf("kubectl create -f %s: exit code %d, want a denial from the webhook\n%s%s", forbiddenFile, res.code, res.stdout, res.stderr)
+	}
+	return nil
+}
+
+func (d *demo) whatNext() {
+	kubeconfig := d.shell(d.cp.Kubeconfig)
+	logs := d.show(filepath.Join(d.dir, "logs"))
+	forbidden := d.show(filepath.Join(d.root, exampleDir, "forbidden-configmap.yaml"))
+	lines := [][2]string{
+		{fmt.Sprintf("export KUBECONFIG=%s PATH=%s:$PATH", kubeconfig, d.shell(d.bin)), ""},
+		{"kubectl get scr -A", "the request, Ready, and its latest issuance"},
+		{"kubectl get certificateauthority default -o yaml", "the bundle, the Active CA, the injection summary"},
+		{`kubectl patch certificateauthority default --type=merge -p "{\"spec\":{\"forceRotation\":\"$(date +%s)\"}}"`, ""},
+		{"tail -f " + logs + "/example-webhook.log", `within a minute: "The Active CA changed; re-issuing", no restart`},
+		{"kubectl create -n " + demoNamespace + " -f " + forbidden, "still denied: the same process kept serving"},
+		{"kubectl create servingcertrequest my-app -n " + demoNamespace + " --service=my-app --secret=my-app-tls --wait", ""},
+		{"kubectl get secret my-app-tls -n " + demoNamespace + " -o yaml", "tls.crt, tls.key, ca.crt, kept renewed by certapi"},
+	}
+	fmt.Fprintln(d.out, "What to try next, in another shell:")
+	for _, l := range lines {
+		if l[1] == "" {
+			fmt.Fprintf(d.out, "  %s\n", l[0])
+		} else {
+			fmt.Fprintf(d.out, "  %-50s # %s\n", l[0], l[1])
+		}
+	}
+	fmt.Fprintf(d.out, "Story and manifests: %s/README.md\n\n", d.show(filepath.Join(d.root, exampleDir)))
+}
+
+// stop stops the webhook, then the control plane. It is idempotent.
+func (d *demo) stop() {
+	d.stopOnce.Do(func() {
+		d.stopping.Store(true)
+		if d.webhook != nil {
+			if err := d.webhook.stop(webhookStopGrace); err != nil {
+				fmt.Fprintf(os.Stderr, "local-up: stopping the example webhook: %v\n", err)
+			}
+		}
+		if d.cp != nil {
+			d.cp.Stop()
+		}
+		if d.progress != nil {
+			d.progress.Close()
+		}
+	})
+}
+
+// ---------------------------------------------------------------------------------------------
+// kubectl
+
+type kubectlResult struct {
+	stdout, stderr string
+	code           int
+}
+
+// runKubectl runs the real kubectl against the local stack, with the bin directory first on PATH (so
+// that kubectl finds the plugin), prints the command and its output indented, and returns them.
+func (d *demo) runKubectl(ctx context.Context, args ...string) (kubectlResult, error) {
+	fmt.Fprintf(d.out, "   $ kubectl %s\n", strings.Join(args, " "))
+	cmd := exec.CommandContext(ctx, d.kubectl, args...) // in the working directory: paths are shown relative to it
+	env := make([]string, 0, len(os.Environ())+3)
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "PATH=") && !strings.HasPrefix(kv, "KUBECONFIG=") && !strings.HasPrefix(kv, "KUBERC=") {
+			env = append(env, kv)
+		}
+	}
+	cmd.Env = append(env,
+		"PATH="+d.bin+string(os.PathListSeparator)+os.Getenv("PATH"),
+		"KUBECONFIG="+d.cp.Kubeconfig,
+		"KUBERC=off", // a personal kubectl configuration must not change what the walkthrough does
+	)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	res := kubectlResult{stdout: stdout.String(), stderr: stderr.String()}
+	var exit *exec.ExitError
+	switch {
+	case errors.As(err, &exit):
+		res.code = exit.ExitCode()
+	case err != nil:
+		return res, fmt.Errorf("running kubectl %s: %w", strings.Join(args, " "), err)
+	}
+	for _, s := range []string{res.stdout, res.stderr} {
+		for _, line := range strings.Split(strings.TrimRight(s, "\n"), "\n") {
+			if line != "" {
+				fmt.Fprintf(d.out, "   %s\n", line)
+			}
+		}
+	}
+	return res, nil
+}
+
+// kubectlOK is runKubectl that fails unless kubectl exits 0.
+func (d *demo) kubectlOK(ctx context.Context, args ...string) (kubectlResult, error) {
+	res, err := d.runKubectl(ctx, args...)
+	if err == nil && res.code != 0 {
+		err = fmt.Errorf("kubectl %s: exit code %d", strings.Join(args, " "), res.code)
+	}
+	return res, err
+}
+
+// ---------------------------------------------------------------------------------------------
+// the webhook process
+
+// child is a process started by local-up, in its own process group (so that a Ctrl-C in the terminal
+// reaches local-up only, which then stops it in order), killed by the kernel if local-up dies.
+type child struct {
+	cmd  *exec.Cmd
+	done chan struct{}
+	err  error // valid once done is closed
+}
+
+// forkThread is a goroutine locked to an OS thread for the life of the process: Pdeathsig fires when the
+// thread that forked the child exits, and the Go runtime may retire other threads.
+var forkThread = sync.OnceValue(func() chan func() {
+	ch := make(chan func())
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread must not exit
+		for f := range ch {
+			f()
+		}
+	}()
+	return ch
+})
+
+func startChild(bin, logPath string, args ...string) (*child, error) {
+	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	defer logFile.Close() // the child holds its own descriptor
+	fmt.Fprintf(logFile, "=== %s starting %s %s\n", time.Now().Format(time.RFC3339Nano), bin, strings.Join(args, " "))
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	errc := make(chan error, 1)
+	forkThread() <- func() { errc <- cmd.Start() }
+	if err := <-errc; err != nil {
+		return nil, fmt.Errorf("starting %s: %w", bin, err)
+	}
+	c := &child{cmd: cmd, done: make(chan struct{})}
+	go func() {
+		c.err = cmd.Wait()
+		close(c.done)
+	}()
+	return c, nil
+}
+
+func (c *child) pid() int { return c.cmd.Process.Pid }
+
+func (c *child) exited() bool {
+	select {
+	case <-c.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// stop sends SIGTERM to the child's process group, and SIGKILL after grace; it waits for the exit.
+func (c *child) stop(grace time.Duration) error {
+	if c.exited() {
+		return nil
+	}
+	if err := syscall.Kill(-c.pid(), syscall.SIGTERM); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return err
+	}
+	timer := time.NewTimer(grace)
+	defer timer.Stop()
+	select {
+	case <-c.done:
+		return nil
+	case <-timer.C:
+	}
+	if err := syscall.Kill(-c.pid(), syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return err
+	}
+	<-c.done
+	return fmt.Errorf("pid %d did not stop within %s of SIGTERM; killed", c.pid(), grace)
+}
+
+// ---------------------------------------------------------------------------------------------
+// helpers
+
+// poll calls cond every pollInterval until it returns true or an error, for at most stepTimeout.
+func poll(ctx context.Context, what string, cond func(context.Context) (bool, error)) error {
+	if err := wait.PollUntilContextTimeout(ctx, pollInterval, stepTimeout, true, cond); err != nil {
+		return fmt.Errorf("waiting for %s: %w", what, err)
+	}
+	return nil
+}
+
+// freePorts returns n distinct TCP ports on 127.0.0.1 that were free a moment ago.
+func freePorts(n int) ([]int, error) {
+	var ports []int
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("finding a free port: %w", err)
+		}
+		defer l.Close()
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+// readVWC reads a ValidatingWebhookConfiguration manifest, refusing unknown fields.
+func readVWC(path string) (*admissionregistrationv1.ValidatingWebhookConfiguration, error) {
+	vwc := &admissionregistrationv1.ValidatingWebhookConfiguration{}
+	if err := decodeYAMLFile(path, vwc); err != nil {
+		return nil, err
+	}
+	if vwc.Kind != "ValidatingWebhookConfiguration" || vwc.Name == "" {
+		return nil, fmt.Errorf("%s: kind %q, name %q; want a named ValidatingWebhookConfiguration", path, vwc.Kind, vwc.Name)
+	}
+	return vwc, nil
+}
+
+// decodeYAMLFile decodes the single YAML document in path into obj, refusing unknown fields.
+func decodeYAMLFile(path string, obj any) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	js, err := utilyaml.ToJSON(data)
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(js))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(obj); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return nil
+}
+
+// show returns path relative to the working directory when it lies under it, else path.
+func (d *demo) show(path string) string {
 	wd, err := os.Getwd()
 	if err != nil {
-		return "."
+		return path
 	}
-	return wd
+	rel, err := filepath.Rel(wd, path)
+	if err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+		return path
+	}
+	return rel
+}
+
+// shell returns path for a shell command that may run in another directory: "$PWD/<relative>" when path
+// lies under the working directory, else path.
+func (d *demo) shell(path string) string {
+	if rel := d.show(path); !filepath.IsAbs(rel) {
+		return "$PWD/" + rel
+	}
+	return path
+}
+
+func since(t time.Time) time.Duration {
+	d := time.Since(t)
+	if d >= time.Second {
+		return d.Round(100 * time.Millisecond)
+	}
+	return d.Round(time.Millisecond)
+}
+
+// tail returns the last n lines of the file at path.
+func tail(path string, n int) string {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
 }
