@@ -49,7 +49,7 @@ e2e: tools build
 ## test: everything CI runs
 test: verify unit e2e
 
-## local-up: etcd, kube-apiserver and certapi on loopback, until Ctrl-C
+## local-up: the demo: etcd, kube-apiserver, certapi and the example webhook on loopback, a walkthrough, until Ctrl-C
 local-up: tools build
 	./hack/local-up.sh
 
