@@ -1190,8 +1190,20 @@ resources:
 		b, _, _ := unstructured.NestedString(u.Object, "spec", "conversion", "webhook", "clientConfig", "caBundle")
 		return b != "", errors.New("no caBundle yet")
 	})
-	// Events go out asynchronously; give them a moment before reading the log.
-	time.Sleep(2 * time.Second)
+	// Events go out asynchronously: wait until certapi's Event about the delivery is stored, so a refusal
+	// of Event writes would be in the log by now.
+	waitFor("certapi's Event on the delivered request", time.Minute, func(ctx context.Context) (bool, error) {
+		evs, err := kube.EventsV1().Events(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, e := range evs.Items {
+			if e.Regarding.Kind == "ServingCertRequest" && e.Regarding.Name == scr.Name {
+				return true, nil
+			}
+		}
+		return false, errors.New("no Event yet")
+	})
 
 	data, err := os.ReadFile(logPath)
 	if err != nil {
