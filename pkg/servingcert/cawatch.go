@@ -108,6 +108,15 @@ func (s *Source) observeCA(ca *certapiv1alpha1.CertificateAuthority, out chan ce
 		// CA without a certificate to go with it.
 		s.setBundle([]byte(ca.Status.CABundle))
 	}
+	// A distrusted CA leaves the bundle as soon as certapi's own Secrets and replicas are re-issued:
+	// re-issue at once then, not after the usual spread-out delay.
+	distrusted := false
+	for _, c := range ca.Status.Conditions {
+		if c.Type == "Rotating" && c.Reason == "Distrusted" {
+			distrusted = true
+		}
+	}
+	s.distrusted.Store(distrusted)
 	if ca.Status.Active == nil || ca.Status.Active.SubjectKeyID == "" {
 		return
 	}

@@ -162,6 +162,9 @@ func (s *Source) caChanged(active, handled string) (time.Time, bool) {
 	}
 	now := s.clock.Now()
 	window := min(MaxCAChangeDelay, time.Duration(s.jitter*float64(cur.notAfter.Sub(now))))
+	if s.distrusted.Load() {
+		window = min(window, DistrustDelay)
+	}
 	delay := time.Duration(s.random() * float64(max(window, 0)))
 	s.log.Info("The Active CA changed; re-issuing the serving certificate", "activeKeyID", active, "issuerKeyID", cur.issuerKeyID, "in", delay.Round(time.Millisecond))
 	return now.Add(delay), true

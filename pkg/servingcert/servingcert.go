@@ -30,6 +30,8 @@ const (
 	// MaxCAChangeDelay bounds the random delay before re-issuing after the Active CA changed, so that
 	// the pods of every operator in the cluster do not all ask at the same instant.
 	MaxCAChangeDelay = 30 * time.Second
+	// DistrustDelay bounds that delay during a distrust, when the old CA leaves the bundle within seconds.
+	DistrustDelay = time.Second
 )
 
 // ErrNoCertificate is wrapped by the error GetCertificate returns before the first certificate has been
@@ -110,6 +112,8 @@ type Source struct {
 
 	started atomic.Bool
 	current atomic.Pointer[issued]
+	// distrusted is set while CertificateAuthority/default says a distrusted CA is being dropped.
+	distrusted atomic.Bool
 	// lastExpiredLog is the unix nanos of the last "serving an expired certificate" log from GetCertificate.
 	lastExpiredLog atomic.Int64
 

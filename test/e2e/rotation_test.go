@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"crypto/elliptic"
+	"fmt"
 	"testing"
 	"time"
 
@@ -119,6 +120,31 @@ func TestDistrustReplacesTheCAAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitSecret(t, kube, ns, "dis-tls", nil)
+	// A webhook on pkg/servingcert, called through kube-apiserver every 100 ms during the distrust.
+	w := startWebhook(t, own, ns, "guard", admissionHandler(t))
+	registerValidatingWebhook(t, kube, w)
+	eventually(t, 30*time.Second, "the webhook to answer through kube-apiserver", func(ctx context.Context) (bool, error) {
+		_, err := kube.CoreV1().ConfigMaps(ns).Create(ctx, configMap(fmt.Sprintf("warm-%d", time.Now().UnixNano())), metav1.CreateOptions{})
+		return err == nil, nil
+	})
+	stop := make(chan struct{})
+	failures := make(chan error, 1000)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			if _, err := kube.CoreV1().ConfigMaps(ns).Create(ctx, configMap(fmt.Sprintf("d-%d", i)), metav1.CreateOptions{}); err != nil {
+				failures <- err
+			}
+			cancel()
+		}
+	}()
 
 	ca := caObject(t, c)
 	ca.Spec.Distrust = "key-leaked"
@@ -135,6 +161,17 @@ func TestDistrustReplacesTheCAAtOnce(t *testing.T) {
 	s := waitSecret(t, kube, ns, "dis-tls", func(s *corev1.Secret) bool { return bundleSize(s.Data["ca.crt"]) == 1 })
 	if got := issuerSerialOf(t, string(s.Data["tls.crt"]), string(s.Data["ca.crt"])); got == old {
 		t.Fatal("the Secret still holds a certificate from the distrusted CA")
+	}
+	// The library re-issued at once on the Distrusted signal, so its webhook never lost trust.
+	cert, err := w.source.GetCertificate(nil)
+	if err != nil || issuerSerialOf(t, pemOf(cert), caObject(t, c).Status.CABundle) == old {
+		t.Fatalf("the webhook still serves a certificate from the distrusted CA (%v)", err)
+	}
+	close(stop)
+	<-done
+	close(failures)
+	for err := range failures {
+		t.Errorf("a call to the webhook failed during the distrust: %v", err)
 	}
 }
 
