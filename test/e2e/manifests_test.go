@@ -31,6 +31,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
@@ -1114,22 +1115,20 @@ resources:
 	})
 	waitFor := func(what string, timeout time.Duration, cond func(ctx context.Context) (bool, error)) {
 		t.Helper()
-		deadline := time.Now().Add(timeout)
-		for {
+		var last error
+		err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
 			select {
 			case err := <-exited:
 				exited <- err
-				t.Fatalf("waiting for %s: certapi exited: %v", what, err)
+				return false, fmt.Errorf("certapi exited: %w", err)
 			default:
 			}
 			ok, err := cond(ctx)
-			if ok {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("waiting for %s: gave up after %s: %v", what, timeout, err)
-			}
-			time.Sleep(200 * time.Millisecond)
+			last = err
+			return ok, nil
+		})
+		if err != nil {
+			t.Fatalf("waiting for %s: %v (last: %v)", what, err, last)
 		}
 	}
 

@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	"github.com/certapi/certapi/pkg/generated/clientset/versioned"
@@ -46,12 +47,7 @@ func TestForcedRotationRunsToTheEnd(t *testing.T) {
 	ns := namespace(t, kube)
 	old := activeSerial(t, own)
 
-	req := request("rot", "rot")
-	req.Spec.SecretName = "rot-tls"
-	if _, err := c.CertapiV1alpha1().ServingCertRequests(ns).Create(ctx, req, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	waitSecret(t, kube, ns, "rot-tls", nil)
+	deliveredRequest(t, c, kube, ns, "rot")
 	// A request served only through the subresource, never re-issued during the rotation.
 	if _, err := c.CertapiV1alpha1().ServingCertRequests(ns).Create(ctx, request("plain", "plain"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -114,12 +110,7 @@ func TestDistrustReplacesTheCAAtOnce(t *testing.T) {
 	c, kube := clients(t, own.AdminConfig)
 	ns := namespace(t, kube)
 	old := activeSerial(t, own)
-	req := request("dis", "dis")
-	req.Spec.SecretName = "dis-tls"
-	if _, err := c.CertapiV1alpha1().ServingCertRequests(ns).Create(ctx, req, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	waitSecret(t, kube, ns, "dis-tls", nil)
+	deliveredRequest(t, c, kube, ns, "dis")
 	// A webhook on pkg/servingcert, called through kube-apiserver every 100 ms during the distrust.
 	w := startWebhook(t, own, ns, "guard", admissionHandler(t))
 	registerValidatingWebhook(t, kube, w)
@@ -201,4 +192,15 @@ func bundleSize(pem []byte) int {
 		return -1
 	}
 	return len(certs)
+}
+
+// deliveredRequest creates a request for Service name with secretName <name>-tls and waits for the Secret.
+func deliveredRequest(t *testing.T, c versioned.Interface, kube kubernetes.Interface, ns, name string) {
+	t.Helper()
+	req := request(name, name)
+	req.Spec.SecretName = name + "-tls"
+	if _, err := c.CertapiV1alpha1().ServingCertRequests(ns).Create(context.Background(), req, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitSecret(t, kube, ns, name+"-tls", nil)
 }

@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	k8stesting "k8s.io/client-go/testing"
 
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
@@ -44,22 +45,24 @@ func runStatus(t *testing.T, h *harness) {
 	t.Cleanup(func() { cancel(); <-done })
 }
 
-// waitReady waits until the request's Ready condition in the API has the reason.
-func waitReady(t *testing.T, h *harness, req *certapiv1alpha1.ServingCertRequest, reason string) *certapiv1alpha1.ServingCertRequest {
+// waitReady waits until the request's Ready condition in the API has the reason and, when serial is not
+// empty, its status names that serial.
+func waitReady(t *testing.T, h *harness, req *certapiv1alpha1.ServingCertRequest, reason string, serial ...string) *certapiv1alpha1.ServingCertRequest {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		got, err := h.certapi.CertapiV1alpha1().ServingCertRequests(req.Namespace).Get(context.Background(), req.Name, metav1.GetOptions{})
-		if err == nil {
-			if cond := readyCondition(got); cond != nil && cond.Reason == reason {
-				return got
-			}
+	var got *certapiv1alpha1.ServingCertRequest
+	err := wait.PollUntilContextTimeout(context.Background(), 5*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		r, err := h.certapi.CertapiV1alpha1().ServingCertRequests(req.Namespace).Get(ctx, req.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("Ready reason %s not written; last %+v", reason, got.Status.Conditions)
-		}
-		time.Sleep(5 * time.Millisecond)
+		got = r
+		cond := readyCondition(r)
+		return cond != nil && cond.Reason == reason && (len(serial) == 0 || r.Status.SerialNumber == serial[0]), nil
+	})
+	if err != nil {
+		t.Fatalf("Ready reason %s (serial %v) not written: %v; last %+v", reason, serial, err, got)
 	}
+	return got
 }
 
 // noKeyMaterial fails if any text holds private key material.
@@ -146,11 +149,7 @@ func TestSyncCreatesSecret(t *testing.T) {
 		t.Errorf("OnIssued calls %v", h.issued)
 	}
 
-	got := waitReady(t, h, req, status.ReasonIssued)
-	for got.Status.SerialNumber != serial {
-		time.Sleep(5 * time.Millisecond)
-		got = waitReady(t, h, req, status.ReasonIssued)
-	}
+	got := waitReady(t, h, req, status.ReasonIssued, serial)
 	if got.Status.Certificate != string(s.Data[corev1.TLSCertKey]) || got.Status.CABundle != string(h.bundle) ||
 		!got.Status.RenewalTime.Time.Equal(renewAt) {
 		t.Errorf("status %+v does not describe the delivered certificate", got.Status)

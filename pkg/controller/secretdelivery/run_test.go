@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
@@ -20,12 +21,11 @@ import (
 // eventually polls cond every 10ms until it holds or 15 s pass.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
+	err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 15*time.Second, true, func(context.Context) (bool, error) {
+		return cond(), nil
+	})
+	if err != nil {
+		t.Fatalf("timed out waiting for %s", what)
 	}
 }
 
@@ -149,6 +149,7 @@ func TestRun(t *testing.T) {
 	if err := e.certapi.CertapiV1alpha1().ServingCertRequests(testNamespace).Delete(context.Background(), "webhook", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// A negative check: give the controller a window in which it would have acted on the deletion.
 	time.Sleep(200 * time.Millisecond)
 	if e.secret("webhook-tls") == nil {
 		t.Errorf("deleting the request deleted its Secret")
