@@ -6,14 +6,12 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	apiregistrationv1 "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
 )
 
 // digest is the SHA-256 of a caBundle: the injector keeps digests, not bundles, per object.
@@ -176,7 +174,7 @@ func overwrittenBy(obs *observation, slots []string) []string {
 	seen := map[string]bool{}
 	var out []string
 	for _, s := range obs.Slots {
-		if !contains(slots, slotLabel(s)) {
+		if !slices.Contains(slots, slotLabel(s)) {
 			continue
 		}
 		for _, m := range s.owners {
@@ -190,118 +188,8 @@ func overwrittenBy(obs *observation, slots []string) []string {
 	return out
 }
 
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}
-
 // ---------------------------------------------------------------------------------------------
-// Observing each kind
-
-// webhookEntry is one webhooks[] entry of a Validating- or MutatingWebhookConfiguration.
-type webhookEntry struct {
-	name   string
-	config *admissionregistrationv1.WebhookClientConfig
-}
-
-func observeValidating(o *admissionregistrationv1.ValidatingWebhookConfiguration) *observation {
-	entries := make([]webhookEntry, len(o.Webhooks))
-	for i := range o.Webhooks {
-		entries[i] = webhookEntry{name: o.Webhooks[i].Name, config: &o.Webhooks[i].ClientConfig}
-	}
-	return observeWebhooks(&o.ObjectMeta, entries)
-}
-
-func observeMutating(o *admissionregistrationv1.MutatingWebhookConfiguration) *observation {
-	entries := make([]webhookEntry, len(o.Webhooks))
-	for i := range o.Webhooks {
-		entries[i] = webhookEntry{name: o.Webhooks[i].Name, config: &o.Webhooks[i].ClientConfig}
-	}
-	return observeWebhooks(&o.ObjectMeta, entries)
-}
-
-// observeWebhooks: every entry whose clientConfig names a service is a slot; url entries are left
-// alone, and an object with no service entry at all is skipped.
-func observeWebhooks(m *metav1.ObjectMeta, entries []webhookEntry) *observation {
-	obs, owners := newObservation(m)
-	for i, e := range entries {
-		if e.config == nil || e.config.Service == nil {
-			continue
-		}
-		key, _ := json.Marshal(map[string]string{"name": e.name})
-		obs.Slots = append(obs.Slots, slot{
-			Name:      e.name,
-			Path:      fmt.Sprintf("/webhooks/%d/clientConfig/caBundle", i),
-			fieldPath: []string{"f:webhooks", "k:" + string(key), "f:clientConfig", "f:caBundle"},
-			Digest:    digestOf(e.config.CABundle),
-		})
-	}
-	setOwners(obs, owners)
-	switch {
-	case len(entries) == 0:
-		obs.Skip = "it has no webhooks"
-	case len(obs.Slots) == 0:
-		obs.Skip = fmt.Sprintf("none of its %d webhooks names a service in clientConfig; webhooks with a url are left alone", len(entries))
-	}
-	return obs
-}
-
-// observeCRD: spec.conversion.webhook.clientConfig.caBundle, only with strategy Webhook and a
-// service. A server-side apply owner of spec.conversion makes certapi give up its managedFields
-// entry after writing (see observation.release).
-func observeCRD(o *apiextensionsv1.CustomResourceDefinition) *observation {
-	obs, owners := newObservation(&o.ObjectMeta)
-	conv := o.Spec.Conversion
-	switch {
-	case conv == nil || conv.Strategy != apiextensionsv1.WebhookConverter:
-		strategy := apiextensionsv1.NoneConverter
-		if conv != nil && conv.Strategy != "" {
-			strategy = conv.Strategy
-		}
-		obs.Skip = fmt.Sprintf("spec.conversion.strategy is %s; only a Webhook conversion has a caBundle", strategy)
-	case conv.Webhook == nil || conv.Webhook.ClientConfig == nil:
-		obs.Skip = "spec.conversion.webhook.clientConfig is not set"
-	case conv.Webhook.ClientConfig.Service == nil:
-		obs.Skip = "the conversion webhook has a url, not a service; webhooks with a url are left alone"
-	default:
-		obs.Slots = []slot{{
-			Path:      "/spec/conversion/webhook/clientConfig/caBundle",
-			fieldPath: []string{"f:spec", "f:conversion", "f:webhook", "f:clientConfig", "f:caBundle"},
-			Digest:    digestOf(conv.Webhook.ClientConfig.CABundle),
-		}}
-	}
-	setOwners(obs, owners)
-	for _, e := range owners {
-		if e.operation == metav1.ManagedFieldsOperationApply && hasPath(e.fields, []string{"f:spec", "f:conversion"}) {
-			obs.appliedBy = append(obs.appliedBy, e.manager)
-		}
-	}
-	obs.release = len(obs.appliedBy) > 0
-	return obs
-}
-
-// observeAPIService: spec.caBundle; skipped when local or insecureSkipTLSVerify.
-func observeAPIService(o *apiregistrationv1.APIService) *observation {
-	obs, owners := newObservation(&o.ObjectMeta)
-	switch {
-	case o.Spec.Service == nil:
-		obs.Skip = "it is a local APIService (no spec.service)"
-	case o.Spec.InsecureSkipTLSVerify:
-		obs.Skip = "spec.insecureSkipTLSVerify is true; set it to false to have spec.caBundle injected"
-	default:
-		obs.Slots = []slot{{
-			Path:      "/spec/caBundle",
-			fieldPath: []string{"f:spec", "f:caBundle"},
-			Digest:    digestOf(o.Spec.CABundle),
-		}}
-	}
-	setOwners(obs, owners)
-	return obs
-}
+// Observing: what the observe function of every kind (one file per kind, see kinds.go) shares
 
 // newObservation fills in the identity and certapi's own managedFields entry of m, and returns the
 // other entries of the main resource, parsed, for the kind to draw on.
@@ -383,7 +271,7 @@ func onlyCABundle(fields map[string]any) bool {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Annotations
+// Other injectors
 
 // foreignClaims returns the annotations, sorted, by which another injector claims the object.
 func foreignClaims(annotations map[string]string) []string {
@@ -404,33 +292,6 @@ func isForeignInjectorAnnotation(k string) bool {
 		return true
 	}
 	return false
-}
-
-// relevantAnnotation reports whether the informer cache keeps annotation k.
-func relevantAnnotation(k string) bool {
-	return k == AnnotationInject || isForeignInjectorAnnotation(k)
-}
-
-// annotationsHash fingerprints all of an object's annotations, so that a change to any of them can
-// end a conflict's cool-down without the cache keeping them all (last-applied-configuration on a CRD
-// is as large as the CRD).
-func annotationsHash(annotations map[string]string) string {
-	keys := make([]string, 0, len(annotations))
-	for k := range annotations {
-		if k == annotationsHashKey {
-			continue
-		}
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	h := sha256.New()
-	for _, k := range keys {
-		h.Write([]byte(k))
-		h.Write([]byte{0})
-		h.Write([]byte(annotations[k]))
-		h.Write([]byte{0})
-	}
-	return base64.RawStdEncoding.EncodeToString(h.Sum(nil)[:12])
 }
 
 // refusal is the message of a conflict with another injector.

@@ -3,122 +3,113 @@ package injector
 import (
 	"context"
 
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-	apiregistrationv1 "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
 	aggregatorclient "k8s.io/kube-aggregator/pkg/client/clientset_generated/clientset"
 )
 
-// Kind is a kind of object that can opt in to caBundle injection.
+// Kind is a kind of object that can opt in to caBundle injection. Each kind has its own file, with
+// its Kind constant, its kindSpec and its observe function.
 type Kind string
 
-// The kinds that can opt in.
-const (
-	KindValidatingWebhookConfiguration Kind = "ValidatingWebhookConfiguration"
-	KindMutatingWebhookConfiguration   Kind = "MutatingWebhookConfiguration"
-	KindCustomResourceDefinition       Kind = "CustomResourceDefinition"
-	KindAPIService                     Kind = "APIService"
-)
-
-// Kinds lists the kinds, in the order Summary reports them.
-var Kinds = []Kind{KindValidatingWebhookConfiguration, KindMutatingWebhookConfiguration, KindCustomResourceDefinition, KindAPIService}
-
-// kindClient reads and patches one kind, returning observations. Every kind is cluster-scoped.
-type kindClient struct {
-	kind       Kind
-	gvr        schema.GroupVersionResource
-	apiVersion string
-	get        func(ctx context.Context, name string) (*observation, error)
-	patch      func(ctx context.Context, name string, patch []byte) (*observation, error)
+// registry lists every kind that can opt in, in the order Summary reports them. Adding a kind is one
+// file (its Kind constant, its kindSpec and its observe function) and one line here.
+var registry = []*kindSpec{
+	validatingWebhookConfigurations,
+	mutatingWebhookConfigurations,
+	customResourceDefinitions,
+	apiServices,
 }
 
-func newKindClients(kube kubernetes.Interface, ext apiextensionsclient.Interface, agg aggregatorclient.Interface) map[Kind]*kindClient {
-	opts := metav1.PatchOptions{FieldManager: FieldManager}
-	vwc := kube.AdmissionregistrationV1().ValidatingWebhookConfigurations()
-	mwc := kube.AdmissionregistrationV1().MutatingWebhookConfigurations()
-	crd := ext.ApiextensionsV1().CustomResourceDefinitions()
-	aps := agg.ApiregistrationV1().APIServices()
-	return map[Kind]*kindClient{
-		KindValidatingWebhookConfiguration: {
-			kind:       KindValidatingWebhookConfiguration,
-			gvr:        admissionregistrationv1.SchemeGroupVersion.WithResource("validatingwebhookconfigurations"),
-			apiVersion: admissionregistrationv1.SchemeGroupVersion.String(),
-			get: func(ctx context.Context, name string) (*observation, error) {
-				o, err := vwc.Get(ctx, name, metav1.GetOptions{})
-				if err != nil {
-					return nil, err
-				}
-				return observeValidating(o), nil
-			},
-			patch: func(ctx context.Context, name string, patch []byte) (*observation, error) {
-				o, err := vwc.Patch(ctx, name, types.JSONPatchType, patch, opts)
-				if err != nil {
-					return nil, err
-				}
-				return observeValidating(o), nil
-			},
-		},
-		KindMutatingWebhookConfiguration: {
-			kind:       KindMutatingWebhookConfiguration,
-			gvr:        admissionregistrationv1.SchemeGroupVersion.WithResource("mutatingwebhookconfigurations"),
-			apiVersion: admissionregistrationv1.SchemeGroupVersion.String(),
-			get: func(ctx context.Context, name string) (*observation, error) {
-				o, err := mwc.Get(ctx, name, metav1.GetOptions{})
-				if err != nil {
-					return nil, err
-				}
-				return observeMutating(o), nil
-			},
-			patch: func(ctx context.Context, name string, patch []byte) (*observation, error) {
-				o, err := mwc.Patch(ctx, name, types.JSONPatchType, patch, opts)
-				if err != nil {
-					return nil, err
-				}
-				return observeMutating(o), nil
-			},
-		},
-		KindCustomResourceDefinition: {
-			kind:       KindCustomResourceDefinition,
-			gvr:        apiextensionsv1.SchemeGroupVersion.WithResource("customresourcedefinitions"),
-			apiVersion: apiextensionsv1.SchemeGroupVersion.String(),
-			get: func(ctx context.Context, name string) (*observation, error) {
-				o, err := crd.Get(ctx, name, metav1.GetOptions{})
-				if err != nil {
-					return nil, err
-				}
-				return observeCRD(o), nil
-			},
-			patch: func(ctx context.Context, name string, patch []byte) (*observation, error) {
-				o, err := crd.Patch(ctx, name, types.JSONPatchType, patch, opts)
-				if err != nil {
-					return nil, err
-				}
-				return observeCRD(o), nil
-			},
-		},
-		KindAPIService: {
-			kind:       KindAPIService,
-			gvr:        apiregistrationv1.SchemeGroupVersion.WithResource("apiservices"),
-			apiVersion: apiregistrationv1.SchemeGroupVersion.String(),
-			get: func(ctx context.Context, name string) (*observation, error) {
-				o, err := aps.Get(ctx, name, metav1.GetOptions{})
-				if err != nil {
-					return nil, err
-				}
-				return observeAPIService(o), nil
-			},
-			patch: func(ctx context.Context, name string, patch []byte) (*observation, error) {
-				o, err := aps.Patch(ctx, name, types.JSONPatchType, patch, opts)
-				if err != nil {
-					return nil, err
-				}
-				return observeAPIService(o), nil
-			},
-		},
+// Kinds lists the kinds, in the order Summary reports them.
+var Kinds = func() []Kind {
+	kinds := make([]Kind, len(registry))
+	for n, s := range registry {
+		kinds[n] = s.kind
 	}
+	return kinds
+}()
+
+// kindSpec describes one kind that can opt in. Every kind is cluster-scoped.
+type kindSpec struct {
+	kind Kind
+	// gvr is what the kind's metadata informer watches; its group and version are the apiVersion of
+	// the Events about the kind's objects.
+	gvr schema.GroupVersionResource
+	// newAccessor makes the kind's accessor from the injector's clients.
+	newAccessor func(clientsets) accessor
+}
+
+// apiVersion is the apiVersion of the kind's objects.
+func (s *kindSpec) apiVersion() string {
+	return s.gvr.GroupVersion().String()
+}
+
+// clientsets are the clients an accessor may use. They share one rate limit and speak protobuf.
+type clientsets struct {
+	kube kubernetes.Interface
+	ext  apiextensionsclient.Interface
+	agg  aggregatorclient.Interface
+}
+
+// accessor reads and patches objects of one kind, in full, and returns what it read as an
+// observation. Apart from the metadata informers, which need only the kind's gvr, it is all the
+// injector knows of a kind: everything else works on observations.
+type accessor interface {
+	get(ctx context.Context, name string) (*observation, error)
+	// patch applies an RFC 6902 JSON patch under FieldManager and observes the response.
+	patch(ctx context.Context, name string, patch []byte) (*observation, error)
+}
+
+// kindClient is a registered kind with its accessor, as an Injector uses it.
+type kindClient struct {
+	*kindSpec
+	accessor
+}
+
+// newKindClients makes the accessor of every registered kind.
+func newKindClients(c clientsets) map[Kind]*kindClient {
+	kinds := make(map[Kind]*kindClient, len(registry))
+	for _, s := range registry {
+		kinds[s.kind] = &kindClient{kindSpec: s, accessor: s.newAccessor(c)}
+	}
+	return kinds
+}
+
+// typedClient is what an accessor needs of a generated clientset's typed client for objects of type T.
+type typedClient[T any] interface {
+	Get(ctx context.Context, name string, opts metav1.GetOptions) (T, error)
+	Patch(ctx context.Context, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, subresources ...string) (T, error)
+}
+
+// typedAccessor is the accessor of a kind with a generated typed client: the client, and the kind's
+// observe function.
+type typedAccessor[T any] struct {
+	client  typedClient[T]
+	observe func(T) *observation
+}
+
+// newTypedAccessor infers T from observe, so that a kind's file names only its typed client and its
+// observe function.
+func newTypedAccessor[T any](client typedClient[T], observe func(T) *observation) accessor {
+	return typedAccessor[T]{client: client, observe: observe}
+}
+
+func (a typedAccessor[T]) get(ctx context.Context, name string) (*observation, error) {
+	o, err := a.client.Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	return a.observe(o), nil
+}
+
+func (a typedAccessor[T]) patch(ctx context.Context, name string, patch []byte) (*observation, error) {
+	o, err := a.client.Patch(ctx, name, types.JSONPatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
+	if err != nil {
+		return nil, err
+	}
+	return a.observe(o), nil
 }

@@ -1,0 +1,139 @@
+package injector
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/klog/v2"
+)
+
+// processNext handles one queued object; false means the queue is shut down.
+func (i *Injector) processNext(ctx context.Context) bool {
+	k, quit := i.queue.Get()
+	if quit {
+		return false
+	}
+	defer i.queue.Done(k)
+	after, err := i.sync(ctx, k)
+	switch {
+	case err != nil:
+		logger := klog.FromContext(ctx)
+		if apierrors.IsConflict(err) || apierrors.IsInvalid(err) {
+			// Most likely the resourceVersion test failed: the object changed since it was read. It is
+			// read again; a write that is really invalid keeps failing, backs off and is reported.
+			logger.V(2).Info("Object changed while injecting; retrying", "kind", k.kind, "name", k.name, "err", err)
+		} else {
+			logger.Error(err, "Injecting the CA bundle", "kind", k.kind, "name", k.name)
+		}
+		i.queue.AddRateLimited(k)
+	default:
+		i.queue.Forget(k)
+		if after > 0 {
+			i.queue.AddAfter(k, after)
+		}
+	}
+	return true
+}
+
+// sync brings one object up to date. A positive duration re-queues it after that long.
+func (i *Injector) sync(ctx context.Context, k key) (time.Duration, error) {
+	m := i.meta(k)
+	if m == nil || !optedIn(m) {
+		i.forget(k) // deleted, or the annotation was removed: the caBundle stays as it is
+		return 0, nil
+	}
+	i.mu.Lock()
+	if _, ok := i.objects[k]; !ok {
+		i.objects[k] = &objState{state: StatePending}
+	}
+	i.mu.Unlock()
+
+	if claims := foreignClaims(m.Annotations); len(claims) > 0 {
+		i.setConflict(k, m, ReasonClaimedByAnotherInjector, refusal(k.kind, k.name, claims))
+		return 0, nil
+	}
+	now := i.clock.Now()
+	if wait := i.coolingDown(k, m, now); wait > 0 {
+		return wait, nil
+	}
+	bundle, d, err := i.currentBundle()
+	switch {
+	case err != nil:
+		i.setPending(k, ReasonInvalidBundle, "the CA bundle to inject does not parse, so nothing is written: "+err.Error())
+		return 0, nil // the next bundle change triggers again
+	case bundle == nil:
+		i.setPending(k, ReasonWaitingForBundle, "there is no CA bundle to inject yet")
+		return 0, nil
+	}
+
+	kc := i.kinds[k.kind]
+	logger := klog.FromContext(ctx).WithValues("kind", k.kind, "name", k.name)
+	// At most: one write of the bundle, one release of the managedFields entry, and the reads
+	// between; more means the object keeps changing, and the informer will bring it back.
+	for range 4 {
+		obs, held := i.observed(k)
+		if !obs.current(m.UID, m.ResourceVersion) {
+			obs, err = kc.get(ctx, k.name)
+			if apierrors.IsNotFound(err) {
+				i.forget(k)
+				return 0, nil
+			}
+			if err != nil {
+				i.setFailed(k, nil, fmt.Sprintf("reading %s %s: %v", k.kind, k.name, err))
+				return 0, err
+			}
+			i.setObservation(k, obs)
+		}
+		p := decide(obs, bundle, d, held)
+		switch {
+		case p.skip != "":
+			i.setSkipped(k, obs, p.skip)
+			return 0, nil
+
+		case p.upToDate && p.release == nil:
+			i.setUpToDate(k, obs, d)
+			return 0, nil
+
+		case p.upToDate:
+			resp, err := kc.patch(ctx, k.name, p.release)
+			if err != nil {
+				i.setFailed(k, obs, i.failure(k, err, fmt.Sprintf("removing certapi's managedFields entry from %s %s: %v", k.kind, k.name, err)))
+				return 0, err
+			}
+			resp.basedOn = m.ResourceVersion
+			i.setObservation(k, resp)
+			logger.V(2).Info("Gave up certapi's field ownership of the caBundle, so that the server-side apply owner of spec.conversion can change it", "appliers", obs.appliedBy)
+
+		default:
+			if len(p.overwritten) > 0 {
+				if fought := i.restoration(k, m, obs, p, now); fought {
+					return i.conflictCooldown, nil
+				}
+			}
+			resp, err := kc.patch(ctx, k.name, p.patch)
+			if err != nil {
+				i.setFailed(k, obs, i.failure(k, err, fmt.Sprintf("writing the caBundle of %s %s: %v", k.kind, k.name, err)))
+				return 0, err
+			}
+			resp.basedOn = m.ResourceVersion
+			i.setWritten(k, resp, d)
+			logger.V(2).Info("Injected the CA bundle", "slots", p.write, "restored", len(p.overwritten) > 0)
+		}
+	}
+	return 0, nil
+}
+
+// staleRetries is how many times in a row a write may be refused as stale (its resourceVersion test
+// failed, or a conflict) before it is reported as a problem: the object was just changing, which is
+// normal for a CRD that kube-apiserver is still establishing.
+const staleRetries = 3
+
+// failure returns the problem message for a failed write, or "" while a stale write is retried.
+func (i *Injector) failure(k key, err error, msg string) string {
+	if (apierrors.IsInvalid(err) || apierrors.IsConflict(err)) && i.queue.NumRequeues(k) < staleRetries {
+		return ""
+	}
+	return msg
+}
