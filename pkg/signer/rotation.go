@@ -163,3 +163,33 @@ func (a Authorities) Certificates() []*x509.Certificate {
 func (a Authorities) Bundle() []byte {
 	return EncodeBundle(a.Certificates()...)
 }
+
+// NextDue returns the earliest time at which a step becomes due by the clock alone (a Retiring CA's
+// Until, the end of the grace period, the one-third and one-sixth marks of the Active CA's life), or the
+// zero time when no such step is ahead. Steps that wait on the world (targets, re-issuance, spec
+// changes) are not in it: their own events start them. The rotation loop sleeps until then.
+func (a Authorities) NextDue(p RotationPolicy) time.Time {
+	if a.Active == nil {
+		return time.Time{}
+	}
+	var due time.Time
+	consider := func(t time.Time) {
+		if due.IsZero() || t.Before(due) {
+			due = t
+		}
+	}
+	for _, r := range a.Retiring {
+		if !r.Distrusted {
+			consider(r.Until)
+		}
+	}
+	notBefore, notAfter := a.Active.Certificate.NotBefore, a.Active.Certificate.NotAfter
+	life := notAfter.Sub(notBefore)
+	if a.Next == nil {
+		consider(notAfter.Add(-life / 3))
+	} else {
+		consider(a.NextPublished.Add(p.Grace))
+		consider(notAfter.Add(-life / 6))
+	}
+	return due
+}

@@ -151,3 +151,62 @@ func TestDistrustDropsTheOldCAOnceReissued(t *testing.T) {
 		t.Fatalf("step %q, bundle %d", s, len(a.Certificates()))
 	}
 }
+
+// TestNextDue: the rotation loop sleeps until NextDue, so it must name exactly the moment the clock makes
+// a step due, and Plan must agree: nothing due just before it, a step due at it.
+func TestNextDue(t *testing.T) {
+	start := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	life := 300 * 24 * time.Hour
+	mk := func(now time.Time) *CA {
+		ca, err := NewCA(CAOptions{ClusterDomain: "cluster.local", Duration: life, Now: now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ca
+	}
+	active, next := mk(start), mk(start.Add(time.Hour))
+	nb, na := active.Certificate.NotBefore, active.Certificate.NotAfter
+	realLife := na.Sub(nb)
+	pol := RotationPolicy{Grace: time.Hour, MaxCertificateDuration: 2160 * time.Hour}
+	published := na.Add(-realLife / 3)
+	retireAt := start.Add(10 * 24 * time.Hour)
+
+	cases := []struct {
+		name string
+		a    Authorities
+		// everywhere: every target holds the bundle (the grace end is then the step)
+		everywhere bool
+		want       time.Time
+		wantStep   RotationStep
+	}{
+		{name: "young CA: the one-third mark", a: Authorities{Active: active}, want: na.Add(-realLife / 3), wantStep: StepPublishNext},
+		{name: "Next published, targets hold it: the grace end", a: Authorities{Active: active, Next: next, NextPublished: published},
+			everywhere: true, want: published.Add(pol.Grace), wantStep: StepSwitch},
+		{name: "Next published, targets lag: the one-sixth deadline", a: Authorities{Active: active, Next: next, NextPublished: na.Add(-realLife/6 - time.Minute)},
+			want: na.Add(-realLife / 6), wantStep: StepForcedSwitch},
+		{name: "a Retiring CA leaves first", a: Authorities{Active: active, Retiring: []Retiring{{CA: next, Until: retireAt}}},
+			want: retireAt, wantStep: StepRetire},
+		{name: "a distrusted CA waits for re-issuance, not the clock", a: Authorities{Active: active, Retiring: []Retiring{{CA: next, Distrusted: true}}},
+			want: na.Add(-realLife / 3), wantStep: StepPublishNext},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got := tc.a.NextDue(pol)
+			if !got.Equal(tc.want) {
+				t.Fatalf("NextDue = %s; want %s", got, tc.want)
+			}
+			in := RotationInput{NextEverywhere: tc.everywhere, NewCA: func() (*CA, error) { return mk(got), nil }}
+			in.Now = got.Add(-time.Second)
+			if _, step, err := tc.a.Plan(in, pol); err != nil || step != StepNone {
+				t.Errorf("a second before NextDue: step %q, %v; want none", step, err)
+			}
+			in.Now = got
+			if _, step, err := tc.a.Plan(in, pol); err != nil || step != tc.wantStep {
+				t.Errorf("at NextDue: step %q, %v; want %q", step, err, tc.wantStep)
+			}
+		})
+	}
+	if !(Authorities{}).NextDue(pol).IsZero() {
+		t.Error("no Active CA: NextDue is not zero")
+	}
+}

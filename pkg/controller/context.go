@@ -1,0 +1,204 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	kubescheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
+	aggregatorclient "k8s.io/kube-aggregator/pkg/client/clientset_generated/clientset"
+
+	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
+	"github.com/certapi/certapi/pkg/generated/clientset/versioned"
+	"github.com/certapi/certapi/pkg/generated/informers/externalversions"
+)
+
+// EventScheme knows the Kubernetes types and certapi's versioned types, so that an Event can refer to a
+// ServingCertRequest or the CertificateAuthority as well as to a Secret or a webhook configuration.
+var EventScheme = func() *runtime.Scheme {
+	s := runtime.NewScheme()
+	utilruntimeMust(kubescheme.AddToScheme(s))
+	utilruntimeMust(certapiv1alpha1.AddToScheme(s))
+	return s
+}()
+
+func utilruntimeMust(err error) {
+	if err != nil {
+		panic(err)
+	}
+}
+
+// Factory is an informer factory a controller made for itself (one with a filter or transform of its
+// own); the term starts it with the others and shuts it down at the end.
+type Factory interface {
+	Start(stopCh <-chan struct{})
+	Shutdown()
+}
+
+// Context is what the controllers of one leadership term share: the clients, the certapi informer
+// factory, the informer factories controllers add, and Event recorders from one broadcaster.
+// Controllers register the informers they need in their constructors; Run starts every factory once
+// every constructor has succeeded, so a term never runs half its controllers.
+type Context struct {
+	Clients
+	// ClusterDomain is the cluster's DNS domain, the suffix of every fully qualified Service name.
+	ClusterDomain string
+	// CertapiInformers is the term's factory of certapi informers. Its transform drops what no
+	// controller reads (managed fields, the issued certificate and bundle in a request's status).
+	CertapiInformers externalversions.SharedInformerFactory
+
+	broadcaster events.EventBroadcaster
+
+	mu        sync.Mutex
+	factories []Factory
+	started   bool
+}
+
+// Clients are the clients every term shares; the process makes them once.
+type Clients struct {
+	// Kube reaches kube-apiserver: Secrets, Events, webhook configurations, SubjectAccessReviews.
+	Kube kubernetes.Interface
+	// APIExtensions and Aggregator read and patch CRDs and APIServices (injection targets).
+	APIExtensions apiextensionsclient.Interface
+	Aggregator    aggregatorclient.Interface
+	// Metadata reads any resource's metadata only; the injector's informers use it (CRDs are large).
+	Metadata metadata.Interface
+	// Certapi is certapi's own clientset, through this server's loopback.
+	Certapi versioned.Interface
+}
+
+// NewContext makes a term's Context. broadcaster is the process's one Event broadcaster (started by
+// its owner); each controller takes a recorder of its own name from it with Recorder.
+func NewContext(clusterDomain string, clients Clients, broadcaster events.EventBroadcaster) *Context {
+	c := &Context{
+		Clients:          clients,
+		ClusterDomain:    clusterDomain,
+		CertapiInformers: externalversions.NewSharedInformerFactoryWithOptions(clients.Certapi, 0, externalversions.WithTransform(trimCertapi)),
+		broadcaster:      broadcaster,
+	}
+	c.factories = append(c.factories, c.CertapiInformers)
+	return c
+}
+
+// Recorder returns an Event recorder that reports as reportingController (e.g. certapi.dev/injector).
+func (c *Context) Recorder(reportingController string) events.EventRecorder {
+	return c.broadcaster.NewRecorder(EventScheme, reportingController)
+}
+
+// AddFactory makes the term start and shut down f with its own factories. It must be called before Start.
+func (c *Context) AddFactory(f Factory) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.started {
+		panic("controller: AddFactory after Start")
+	}
+	c.factories = append(c.factories, f)
+}
+
+// Start starts every informer factory of the term; they stop when ctx ends. Shutdown waits for them.
+func (c *Context) Start(ctx context.Context) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.started = true
+	for _, f := range c.factories {
+		f.Start(ctx.Done())
+	}
+}
+
+// Shutdown waits for the informers of every factory to stop; call it after the term's context ended.
+func (c *Context) Shutdown() {
+	c.mu.Lock()
+	fs := append([]Factory(nil), c.factories...)
+	c.mu.Unlock()
+	for _, f := range fs {
+		f.Shutdown()
+	}
+}
+
+// Runnable is a controller of a term: Run returns when ctx ends (nil) or when the controller cannot go
+// on (an error, which ends the term).
+type Runnable interface {
+	Run(ctx context.Context) error
+}
+
+// Named is a Runnable with a name for the log.
+type Named struct {
+	Name string
+	Runnable
+}
+
+// RunTerm starts the term's informers and runs every controller until ctx ends, and then returns nil
+// once every controller and informer has stopped. If a controller fails, the term ends for all of them
+// and RunTerm returns that error: a leader runs all of its loops or none.
+func (c *Context) RunTerm(ctx context.Context, controllers ...Named) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	c.Start(ctx)
+	defer c.Shutdown()
+
+	errs := make(chan error, len(controllers))
+	var wg sync.WaitGroup
+	for _, n := range controllers {
+		wg.Go(func() {
+			logger := klog.FromContext(ctx).WithName(n.Name)
+			err := n.Run(klog.NewContext(ctx, logger))
+			if err != nil && ctx.Err() == nil {
+				errs <- fmt.Errorf("%s: %w", n.Name, err)
+				cancel()
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	var all []error
+	for err := range errs {
+		all = append(all, err)
+	}
+	return errors.Join(all...)
+}
+
+// trimCertapi drops the parts of certapi's objects that no controller reads: managed fields, and a
+// request's issued certificate and bundle (most of its size), so 10,000 requests cost little.
+func trimCertapi(obj any) (any, error) {
+	switch o := obj.(type) {
+	case *certapiv1alpha1.ServingCertRequest:
+		o.ManagedFields = nil
+		o.Status.Certificate = ""
+		o.Status.CABundle = ""
+	case *certapiv1alpha1.CertificateAuthority:
+		o.ManagedFields = nil
+	}
+	return obj, nil
+}
+
+// NewKubeClients makes the kube-apiserver clients of Clients from one config: typed, apiextensions
+// and aggregator clients in protobuf (CRDs are large, and decoding JSON is most of the cost of reading
+// one), and the metadata-only client. Certapi is left for the caller to set.
+func NewKubeClients(cfg *rest.Config) (Clients, error) {
+	var c Clients
+	var err error
+	if c.Metadata, err = metadata.NewForConfig(cfg); err != nil {
+		return c, fmt.Errorf("creating the metadata client: %w", err)
+	}
+	protoCfg := rest.CopyConfig(cfg)
+	protoCfg.ContentType = "application/vnd.kubernetes.protobuf"
+	protoCfg.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
+	if c.Kube, err = kubernetes.NewForConfig(protoCfg); err != nil {
+		return c, fmt.Errorf("creating the kube-apiserver client: %w", err)
+	}
+	if c.APIExtensions, err = apiextensionsclient.NewForConfig(protoCfg); err != nil {
+		return c, fmt.Errorf("creating the apiextensions client: %w", err)
+	}
+	if c.Aggregator, err = aggregatorclient.NewForConfig(protoCfg); err != nil {
+		return c, fmt.Errorf("creating the aggregator client: %w", err)
+	}
+	return c, nil
+}
