@@ -4,7 +4,6 @@ package apiserver
 
 import (
 	"context"
-	"crypto/x509"
 	"fmt"
 	"net/http"
 	"sync"
@@ -20,25 +19,18 @@ import (
 	"k8s.io/apiserver/pkg/registry/rest"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/apiserver/pkg/server/healthz"
-	"k8s.io/client-go/kubernetes"
-	kubescheme "k8s.io/client-go/kubernetes/scheme"
 	restclient "k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 
 	"github.com/certapi/certapi/pkg/apis/certapi"
 	"github.com/certapi/certapi/pkg/apis/certapi/install"
-	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
-	"github.com/certapi/certapi/pkg/controller/injector"
-	"github.com/certapi/certapi/pkg/controller/rotation"
-	"github.com/certapi/certapi/pkg/controller/secretdelivery"
+	"github.com/certapi/certapi/pkg/controller"
 	"github.com/certapi/certapi/pkg/controller/status"
-	"github.com/certapi/certapi/pkg/generated/clientset/versioned"
 	"github.com/certapi/certapi/pkg/issuer"
 	"github.com/certapi/certapi/pkg/metrics"
 	"github.com/certapi/certapi/pkg/registry/certificateauthority"
 	"github.com/certapi/certapi/pkg/registry/servingcertrequest"
-	"github.com/certapi/certapi/pkg/signer"
 )
 
 var (
@@ -80,6 +72,8 @@ type ExtraConfig struct {
 	SelfServing *selfServing
 	// StatusInterval bounds how often the leader writes one request's status.
 	StatusInterval time.Duration
+	// Leader sizes the leader's loops and its kube-apiserver client.
+	Leader LeaderOptions
 }
 
 // Config is the whole configuration of a certapi server.
@@ -103,12 +97,14 @@ type Server struct {
 	clusterDomain  string
 	rotationGrace  time.Duration
 	maxDuration    time.Duration
+	leader         LeaderOptions
 	status         atomic.Pointer[status.Writer]
 	self           *selfServing
-	kubeConfig     *restclient.Config
-	loopback       versioned.Interface
-	broadcaster    events.EventBroadcaster
-	recorder       events.EventRecorder
+	clients        controller.Clients
+	// broadcaster is the process's one Event broadcaster; recorder reports for the servingcerts path,
+	// and each leader loop takes a recorder of its own name from it.
+	broadcaster events.EventBroadcaster
+	recorder    events.EventRecorder
 }
 
 // Complete fills in the defaults.
@@ -126,32 +122,25 @@ func (c CompletedConfig) New() (*Server, error) {
 		return nil, fmt.Errorf("creating the generic API server: %w", err)
 	}
 	s := &Server{GenericAPIServer: generic, statusInterval: c.ExtraConfig.StatusInterval, clusterDomain: c.ExtraConfig.ClusterDomain,
-		rotationGrace: c.ExtraConfig.RotationGrace, maxDuration: c.ExtraConfig.MaxCertificateDuration}
+		rotationGrace: c.ExtraConfig.RotationGrace, maxDuration: c.ExtraConfig.MaxCertificateDuration, leader: c.ExtraConfig.Leader}
 	if s.statusInterval <= 0 {
 		// Long enough to fold a burst of renewals against one request into one write, short enough that
 		// Ready follows issuance at once.
 		s.statusInterval = 200 * time.Millisecond
 	}
-
-	loopbackConfig := restclient.CopyConfig(c.GenericConfig.LoopbackClientConfig)
-	loopbackConfig.QPS, loopbackConfig.Burst = 2000, 4000
-	loopback, err := versioned.NewForConfig(loopbackConfig)
-	if err != nil {
-		return nil, fmt.Errorf("creating the loopback client: %w", err)
+	if s.leader == (LeaderOptions{}) {
+		s.leader = DefaultLeaderOptions()
 	}
 	if c.ExtraConfig.KubeConfig == nil {
 		return nil, fmt.Errorf("no kube-apiserver client: give --kubeconfig, or run in a cluster")
 	}
-	kubeConfig := restclient.CopyConfig(c.ExtraConfig.KubeConfig)
-	// Delivering hundreds of Secrets at once is a few requests each; kube-apiserver's priority and
-	// fairness protects it, so the client-side limiter must not be what limits a burst.
-	kubeConfig.QPS, kubeConfig.Burst = 2000, 4000
-	kube, err := kubernetes.NewForConfig(kubeConfig)
+	clients, err := newClients(c.GenericConfig.LoopbackClientConfig, c.ExtraConfig.KubeConfig, s.leader)
 	if err != nil {
-		return nil, fmt.Errorf("creating the kube-apiserver client: %w", err)
+		return nil, err
 	}
-	s.broadcaster = events.NewBroadcaster(&events.EventSinkImpl{Interface: kube.EventsV1()})
-	s.recorder = s.broadcaster.NewRecorder(kubescheme.Scheme, "certapi.dev/issuer")
+	s.clients = clients
+	s.broadcaster = events.NewBroadcaster(&events.EventSinkImpl{Interface: clients.Kube.EventsV1()})
+	s.recorder = s.broadcaster.NewRecorder(controller.EventScheme, "certapi.dev/issuer")
 
 	icfg := c.ExtraConfig.IssuerConfig
 	icfg.ClusterDomain = c.ExtraConfig.ClusterDomain
@@ -164,14 +153,12 @@ func (c CompletedConfig) New() (*Server, error) {
 		}
 		metrics.Leader.WithLabelValues(icfg.Identity).Set(v)
 	}
-	s.kubeConfig = kubeConfig
-	icfg.OnLeading = func(ctx context.Context) { s.lead(ctx, loopback, kube) }
+	icfg.OnLeading = s.lead
 	iss, err := issuer.New(icfg)
 	if err != nil {
 		return nil, err
 	}
 	s.Issuer = iss
-	s.loopback = loopback
 	metrics.Leader.WithLabelValues(icfg.Identity).Set(0)
 	if self := c.ExtraConfig.SelfServing; self != nil {
 		s.self = self
@@ -227,114 +214,12 @@ func (s *Server) Run(ctx context.Context) error {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				s.self.run(issuerCtx, s.Issuer, s.loopback)
+				s.self.run(issuerCtx, s.Issuer, s.clients.Certapi)
 			}()
 		}
 		return nil
 	})
 	return s.GenericAPIServer.PrepareRun().RunWithContext(ctx)
-}
-
-// lead runs the loops only the leader runs, until ctx (the term) ends. Each term gets new instances:
-// nothing a deposed leader queued can leak into the next term.
-func (s *Server) lead(ctx context.Context, client versioned.Interface, kube kubernetes.Interface) {
-	w := status.New(client, s.statusInterval)
-	s.status.Store(w)
-	defer s.status.CompareAndSwap(w, nil)
-
-	delivery, err := secretdelivery.New(secretdelivery.Options{
-		Kube:          kube,
-		Certapi:       client,
-		Authority:     s.Issuer,
-		Status:        w,
-		ClusterDomain: s.clusterDomain,
-		Workers:       16,
-		MaxDuration:   s.maxDuration,
-		OnIssued: func(namespace, name string, notAfter, renewal time.Time) {
-			metrics.Issuances.WithLabelValues("secret", "issued").Inc()
-			metrics.ObserveCertificate(namespace, name, notAfter, renewal)
-		},
-	})
-	if err != nil {
-		klog.ErrorS(err, "Cannot start Secret delivery")
-	}
-
-	inj, err := injector.New(injector.Options{Config: s.kubeConfig, Source: s.Issuer})
-	if err != nil {
-		klog.ErrorS(err, "Cannot start caBundle injection")
-	}
-
-	var wg sync.WaitGroup
-	run := func(f func()) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			f()
-		}()
-	}
-	run(func() { w.Run(ctx, 16) })
-	run(func() {
-		o := rotation.Options{
-			Client:                 client,
-			Issuer:                 s.Issuer,
-			Grace:                  s.rotationGrace,
-			MaxCertificateDuration: s.maxDuration,
-			Recorder:               s.recorder,
-			BundleChanged: func(ctx context.Context, bundle []byte) {
-				// Every request's status.caBundle follows; the writer coalesces and paces the writes.
-				list, err := client.CertapiV1alpha1().ServingCertRequests(metav1.NamespaceAll).List(ctx, metav1.ListOptions{ResourceVersion: "0"})
-				if err != nil {
-					klog.ErrorS(err, "Listing ServingCertRequests to update their caBundle")
-					return
-				}
-				for i := range list.Items {
-					w.SetBundle(types.NamespacedName{Namespace: list.Items[i].Namespace, Name: list.Items[i].Name}, string(bundle))
-				}
-			},
-		}
-		o.Reissued = func(ca *x509.Certificate) bool {
-			// Every delivered Secret, and every certapi replica's own serving certificate, comes from ca.
-			if delivery == nil || !delivery.AllIssuedBy(ca) {
-				return false
-			}
-			if s.self == nil {
-				return true
-			}
-			ok, err := s.Issuer.AllServeFrom(ctx, signer.FormatSerialNumber(ca.SerialNumber))
-			return err == nil && ok
-		}
-		if inj != nil {
-			o.Targets = targets{inj}
-		}
-		rotation.Run(ctx, o)
-	})
-	if inj != nil {
-		run(func() {
-			if err := inj.Run(ctx); err != nil && ctx.Err() == nil {
-				klog.ErrorS(err, "caBundle injection stopped")
-			}
-		})
-	}
-	if delivery != nil {
-		run(func() {
-			if err := delivery.Run(ctx); err != nil && ctx.Err() == nil {
-				klog.ErrorS(err, "Secret delivery stopped")
-			}
-		})
-	}
-	wg.Wait()
-}
-
-// targets adapts the injector to what the rotation loop needs.
-type targets struct{ *injector.Injector }
-
-func (t targets) Summary() certapiv1alpha1.InjectionSummary {
-	s := t.Injector.Summary()
-	metrics.InjectionTargets.WithLabelValues("UpToDate").Set(float64(s.UpToDate))
-	metrics.InjectionTargets.WithLabelValues("Skipped").Set(float64(s.Skipped))
-	metrics.InjectionTargets.WithLabelValues("Conflict").Set(float64(s.Conflicts))
-	metrics.InjectionTargets.WithLabelValues("Pending").Set(float64(s.Pending))
-	return *s.InjectionSummary()
 }
 
 // requestRef points an Event at a ServingCertRequest.
@@ -353,6 +238,10 @@ func (s *Server) recordIssued(req issuer.Request, res *issuer.Result) {
 		return // certapi's own serving certificate: no request to report on
 	}
 	metrics.ObserveCertificate(req.Namespace, req.Name, res.NotAfter, res.RenewalTime)
+	if req.Path == issuer.PathSecret {
+		// Secret delivery counts and reports a certificate once it is in the Secret.
+		return
+	}
 	// The recorder aggregates repeats, so N pods renewing against one request do not flood the namespace.
 	s.recorder.Eventf(requestRef(req.Namespace, req.Name), nil, corev1.EventTypeNormal, status.ReasonIssued, "IssueServingCert",
 		"issued certificate %s for %s.%s.svc, valid until %s", res.SerialNumber, req.ServiceName, req.Namespace, res.NotAfter.UTC().Format(time.RFC3339))

@@ -63,6 +63,8 @@ type Options struct {
 	ServiceName, ServiceNamespace string
 	// MaxCertificateDuration caps every certificate's lifetime and so how long a Retiring CA stays.
 	MaxCertificateDuration time.Duration
+	// Leader holds the sizes of the leader's loops and its kube-apiserver client.
+	Leader LeaderOptions
 
 	embeddedEtcd *EmbeddedEtcd
 	etcdClient   *clientv3.Client
@@ -81,6 +83,7 @@ func NewOptions() *Options {
 		MaxCertificateDuration: validation.MaxDuration,
 		ServiceName:            "certapi",
 		ServiceNamespace:       "certapi-system",
+		Leader:                 DefaultLeaderOptions(),
 	}
 	// Without --tls-cert-file certapi issues its own certificate in memory: nothing is written to disk.
 	o.RecommendedOptions.SecureServing.ServerCert.CertDirectory = ""
@@ -125,6 +128,8 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 		"Caps every certificate's lifetime, whatever a request asks. A Retiring CA stays in the bundle this long after the switch (or until "+
 			"its own notAfter), so no certificate it signed loses trust while valid. Lower it only to test rotation end to end.")
 
+	o.Leader.AddFlags(fss.FlagSet("leader loops"))
+
 	o.RecommendedOptions.Etcd.AddFlags(fss.FlagSet("etcd"))
 	fss.FlagSet("etcd").Lookup("etcd-servers").Usage += " When empty, certapi runs an embedded etcd in --data-dir."
 	o.RecommendedOptions.SecureServing.AddFlags(fss.FlagSet("secure serving"))
@@ -159,6 +164,7 @@ func (o *Options) Validate() error {
 	for _, msg := range utilvalidation.IsDNS1123Subdomain(o.ClusterDomain) {
 		errs = append(errs, fmt.Errorf("--cluster-domain %q: %s", o.ClusterDomain, msg))
 	}
+	errs = append(errs, o.Leader.Validate()...)
 	if o.LeaderSessionTTL < time.Second {
 		errs = append(errs, fmt.Errorf("--leader-session-ttl %s: must be at least 1s", o.LeaderSessionTTL))
 	}
@@ -269,6 +275,7 @@ func (o *Options) Config() (*Config, error) {
 			RotationGrace:          o.RotationGrace,
 			SelfServing:            self,
 			MaxCertificateDuration: o.MaxCertificateDuration,
+			Leader:                 o.Leader,
 			IssuerConfig: issuer.Config{
 				Client:         client,
 				Prefix:         EtcdPathPrefix,

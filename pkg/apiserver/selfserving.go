@@ -5,17 +5,23 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"sync"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
+	"k8s.io/client-go/tools/cache"
 	certutil "k8s.io/client-go/util/cert"
 	"k8s.io/klog/v2"
 
+	"github.com/certapi/certapi/pkg/controller/castatus"
 	"github.com/certapi/certapi/pkg/generated/clientset/versioned"
+	"github.com/certapi/certapi/pkg/generated/informers/externalversions"
 	"github.com/certapi/certapi/pkg/issuer"
 	"github.com/certapi/certapi/pkg/signer"
 )
@@ -83,10 +89,43 @@ func (s *selfServing) set(certPEM, keyPEM []byte, issuedBy string, renewAt time.
 	}
 }
 
-// run issues, renews at the renewal time, and re-issues when the Active CA changes, until ctx ends.
-// It never gives up: a replica without a certificate keeps serving the placeholder and stays unready.
+// run issues, renews at the renewal time, and re-issues when the Active CA changes, until ctx ends. It
+// learns of a new Active CA from a watch on CertificateAuthority/default (and, on the leader, from the
+// issuer at once), and otherwise sleeps until the renewal time: no polling. It never gives up: a replica
+// without a certificate keeps serving the placeholder and stays unready.
 func (s *selfServing) run(ctx context.Context, iss *issuer.Issuer, client versioned.Interface) {
-	backoff := 200 * time.Millisecond
+	changed := make(chan struct{}, 1)
+	poke := func() {
+		select {
+		case changed <- struct{}{}:
+		default:
+		}
+	}
+	factory := externalversions.NewSharedInformerFactoryWithOptions(client, 0, externalversions.WithTweakListOptions(func(o *metav1.ListOptions) {
+		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", castatus.Name).String()
+	}))
+	cas := factory.Certapi().V1alpha1().CertificateAuthorities()
+	if _, err := cas.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { poke() },
+		UpdateFunc: func(any, any) { poke() },
+	}); err != nil {
+		klog.ErrorS(err, "Watching the CertificateAuthority; this replica re-issues its certificate only at its renewal time")
+	}
+	factory.Start(ctx.Done())
+	defer factory.Shutdown()
+	defer iss.AddListener(issuer.ListenerFunc(poke))()
+
+	activeSerial := func() string {
+		ca, err := cas.Lister().Get(castatus.Name)
+		if err != nil || ca.Status.Active == nil {
+			return ""
+		}
+		return ca.Status.Active.SerialNumber
+	}
+	newBackoff := func() wait.Backoff {
+		return wait.Backoff{Duration: 200 * time.Millisecond, Factor: 2, Cap: 10 * time.Second, Steps: math.MaxInt32}
+	}
+	backoff := newBackoff()
 	for ctx.Err() == nil {
 		s.mu.RLock()
 		issuedBy, renewAt := s.issuedBy, s.renewAt
@@ -95,26 +134,28 @@ func (s *selfServing) run(ctx context.Context, iss *issuer.Issuer, client versio
 		due := issuedBy == "" || !time.Now().Before(renewAt)
 		if !due {
 			// Re-issue when another CA signs now, after a little jitter so replicas do not stampede.
-			if active := activeSerial(ctx, client); active != "" && active != issuedBy {
+			if active := activeSerial(); active != "" && active != issuedBy {
 				klog.InfoS("The Active CA changed: re-issuing this replica's serving certificate", "was", issuedBy, "active", active)
 				due = sleep(ctx, time.Duration(rand.Int64N(int64(2*time.Second))))
 			}
 		}
 		if !due {
-			wait := time.Until(renewAt)
-			if wait > 2*time.Second {
-				wait = 2 * time.Second // look at the Active CA at least this often
+			t := time.NewTimer(time.Until(renewAt))
+			select {
+			case <-ctx.Done():
+			case <-changed:
+			case <-t.C:
 			}
-			sleep(ctx, wait)
+			t.Stop()
 			continue
 		}
 		if err := s.issue(ctx, iss); err != nil {
-			klog.ErrorS(err, "Issuing certapi's own serving certificate; retrying", "retryIn", backoff)
-			sleep(ctx, backoff)
-			backoff = min(2*backoff, 10*time.Second)
+			delay := backoff.Step()
+			klog.ErrorS(err, "Issuing certapi's own serving certificate; retrying", "retryIn", delay)
+			sleep(ctx, delay)
 			continue
 		}
-		backoff = 200 * time.Millisecond
+		backoff = newBackoff()
 	}
 }
 
@@ -165,15 +206,6 @@ func signerOf(certPEM, bundle []byte) (string, error) {
 		}
 	}
 	return "", errors.New("no CA in the bundle signed the issued certificate")
-}
-
-// activeSerial reads CertificateAuthority/default's status.active through this server; "" if unknown.
-func activeSerial(ctx context.Context, client versioned.Interface) string {
-	ca, err := client.CertapiV1alpha1().CertificateAuthorities().Get(ctx, "default", metav1.GetOptions{})
-	if err != nil || ca.Status.Active == nil {
-		return ""
-	}
-	return ca.Status.Active.SerialNumber
 }
 
 // sleep waits d or until ctx ends, and reports whether it waited the whole time.

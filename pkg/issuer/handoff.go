@@ -142,7 +142,7 @@ func (i *Issuer) answer(ctx context.Context, key string, value []byte) {
 	var resp handoffResponse
 	if err := json.Unmarshal(value, &req); err != nil {
 		resp.Error = "malformed handoff request"
-	} else if res, err := i.signLocal(req.Request); err != nil {
+	} else if res, err := i.Sign(req.Request); err != nil {
 		resp.Error = err.Error()
 	} else {
 		resp.Result = res

@@ -5,11 +5,13 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/storage/value"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -42,8 +44,10 @@ type Config struct {
 	// OnIssued, when set, is called on the leader after each signature, by either path.
 	OnIssued func(req Request, res *Result)
 	// OnLeading, when set, is started in a goroutine each time this replica becomes leader, with a context
-	// that ends when leadership ends. It must return when that context ends.
-	OnLeading func(ctx context.Context)
+	// that ends when leadership ends. It must return when that context ends. If it returns an error
+	// before then, the term ends: this replica resigns, and the election (this replica included) starts
+	// over after a backoff. A leader runs all of its loops or does not lead.
+	OnLeading func(ctx context.Context) error
 	// OnLeadershipChange, when set, is called with true when this replica starts leading and false when it stops.
 	OnLeadershipChange func(leading bool)
 }
@@ -63,6 +67,8 @@ type Issuer struct {
 	termRev int64
 
 	servers serverLease
+
+	listeners listeners
 }
 
 // New returns an Issuer; Run makes it take part in the election.
@@ -136,7 +142,7 @@ func (i *Issuer) Rotate(ctx context.Context, req RotationRequest) ([]signer.Rota
 		leading, auth, modRev, key, rev := i.leading, i.auth, i.modRev, i.termKey, i.termRev
 		i.mu.RUnlock()
 		if !leading || auth.Active == nil {
-			return steps, errNotLeading
+			return steps, ErrNotLeading
 		}
 		now := i.cfg.Clock.Now()
 		next, step, err := auth.Plan(signer.RotationInput{
@@ -158,6 +164,7 @@ func (i *Issuer) Rotate(ctx context.Context, req RotationRequest) ([]signer.Rota
 			i.auth, i.bundle, i.modRev = next, next.Bundle(), newRev
 		}
 		i.mu.Unlock()
+		i.listeners.notify()
 		steps = append(steps, step)
 		klog.InfoS("CA rotation step", "step", step, "active", signer.FormatSerialNumber(next.Active.Certificate.SerialNumber), "bundleSize", len(next.Certificates()))
 		// A step that needs the world to react (targets to take the new bundle, certificates to be
@@ -177,34 +184,69 @@ func (i *Issuer) Leading() bool {
 // nobody could sign in time.
 func (i *Issuer) Issue(ctx context.Context, req Request) (*Result, error) {
 	if i.Leading() {
-		res, err := i.signLocal(req)
-		if !errors.Is(err, errNotLeading) {
+		res, err := i.Sign(req)
+		if !errors.Is(err, ErrNotLeading) {
 			return res, err
 		}
 	}
 	return i.handoff(ctx, req)
 }
 
-var errNotLeading = errors.New("this replica does not lead")
+// ErrNotLeading is returned by Sign on a replica that does not lead (or lost its session a moment ago).
+var ErrNotLeading = errors.New("this replica does not lead")
 
-// signLocal signs with the Active CA; it refuses the moment leadership is lost.
-func (i *Issuer) signLocal(req Request) (*Result, error) {
+// Sign signs req with the Active CA on this replica through Policy.Sign, the one issuance policy, and
+// tells OnIssued. It refuses, with ErrNotLeading, the moment leadership is lost.
+func (i *Issuer) Sign(req Request) (*Result, error) {
 	ca, bundle, ok := i.Signing()
 	if !ok {
-		return nil, errNotLeading
+		return nil, ErrNotLeading
 	}
-	pub, err := x509.ParsePKIXPublicKey(req.PublicKeyPKIX)
+	res, err := i.policy().Sign(ca, bundle, req, i.cfg.Clock.Now())
 	if err != nil {
-		return nil, fmt.Errorf("parsing the public key: %w", err)
+		return nil, err
 	}
-	now := i.cfg.Clock.Now()
-	if max := i.cfg.MaxCertificateDuration; max > 0 && req.Duration > max {
+	if i.cfg.OnIssued != nil {
+		i.cfg.OnIssued(req, res)
+	}
+	return res, nil
+}
+
+func (i *Issuer) policy() Policy {
+	return Policy{ClusterDomain: i.cfg.ClusterDomain, MaxCertificateDuration: i.cfg.MaxCertificateDuration}
+}
+
+// Policy is certapi's one issuance policy. Every path signs through its Sign, so that none can drift
+// from another: the servingcerts subresource (on the leader or through the handoff), Secret delivery,
+// and later the PodCertificateRequest signer.
+type Policy struct {
+	// ClusterDomain gives every certificate's second SAN.
+	ClusterDomain string
+	// MaxCertificateDuration, when positive, caps every lifetime: a Retiring CA stays trusted this long.
+	MaxCertificateDuration time.Duration
+}
+
+// Sign signs req with ca at now: the key must be of a type certapi accepts (signer.CheckPublicKey), the
+// lifetime is capped by MaxCertificateDuration, and the renewal time is signer.RenewalTime rounded up to
+// a whole second, as the API and the Secret annotations carry it.
+func (p Policy) Sign(ca *signer.CA, bundle []byte, req Request, now time.Time) (*Result, error) {
+	pub := req.PublicKey
+	if pub == nil {
+		var err error
+		if pub, err = x509.ParsePKIXPublicKey(req.PublicKeyPKIX); err != nil {
+			return nil, fmt.Errorf("parsing the public key: %w", err)
+		}
+	}
+	if err := signer.CheckPublicKey(pub); err != nil {
+		return nil, err
+	}
+	if max := p.MaxCertificateDuration; max > 0 && req.Duration > max {
 		req.Duration = max
 	}
 	leaf, err := ca.Sign(signer.LeafRequest{
 		ServiceName:   req.ServiceName,
 		Namespace:     req.Namespace,
-		ClusterDomain: i.cfg.ClusterDomain,
+		ClusterDomain: p.ClusterDomain,
 		DNSNames:      req.DNSNames,
 		PublicKey:     pub,
 		Duration:      req.Duration,
@@ -217,30 +259,46 @@ func (i *Issuer) signLocal(req Request) (*Result, error) {
 	if req.RenewBefore > 0 {
 		renewBefore = &req.RenewBefore
 	}
-	res := &Result{
+	return &Result{
 		CertificatePEM: string(leaf.CertificatePEM),
 		CABundle:       string(bundle),
 		SerialNumber:   leaf.SerialNumber,
 		NotBefore:      leaf.NotBefore,
 		NotAfter:       leaf.NotAfter,
-		RenewalTime:    signer.RenewalTime(leaf.NotBefore, leaf.NotAfter, renewBefore, now),
+		RenewalTime:    ceilSecond(signer.RenewalTime(leaf.NotBefore, leaf.NotAfter, renewBefore, now)),
+	}, nil
+}
+
+// ceilSecond rounds t up to a whole second: the API and Secret annotations carry whole seconds, and
+// rounding up keeps a renewal time strictly after now, so the scheduled and the published time agree.
+func ceilSecond(t time.Time) time.Time {
+	r := t.Truncate(time.Second)
+	if r.Before(t) {
+		r = r.Add(time.Second)
 	}
-	if i.cfg.OnIssued != nil {
-		i.cfg.OnIssued(req, res)
-	}
-	return res, nil
+	return r
 }
 
 // Run takes part in the leader election until ctx ends. While leading it holds the CA in memory, answers
 // handoffs and runs OnLeading. When ctx ends it resigns, so another replica takes over at once.
 func (i *Issuer) Run(ctx context.Context) error {
+	// Failed rounds (etcd unreachable, a leader whose loops could not start) are retried after 1 s,
+	// doubling up to 30 s while they keep failing, so a broken leader does not spin.
+	newBackoff := func() wait.Backoff {
+		return wait.Backoff{Duration: time.Second, Factor: 2, Cap: 30 * time.Second, Steps: math.MaxInt32}
+	}
+	backoff := newBackoff()
 	for ctx.Err() == nil {
-		if err := i.campaignOnce(ctx); err != nil && ctx.Err() == nil {
-			klog.ErrorS(err, "Leader election round failed; retrying", "identity", i.cfg.Identity)
-			select {
-			case <-ctx.Done():
-			case <-time.After(time.Second):
-			}
+		err := i.campaignOnce(ctx)
+		if err == nil || ctx.Err() != nil {
+			backoff = newBackoff()
+			continue
+		}
+		delay := backoff.Step()
+		klog.ErrorS(err, "Leader election round failed; retrying", "identity", i.cfg.Identity, "retryIn", delay)
+		select {
+		case <-ctx.Done():
+		case <-time.After(delay):
 		}
 	}
 	return nil
@@ -284,8 +342,9 @@ func (i *Issuer) campaignOnce(ctx context.Context) error {
 	cancel()
 	wg.Wait()
 
-	if ctx.Err() != nil {
-		// Shutting down: resign so a follower takes over now rather than after the session TTL.
+	if ctx.Err() != nil || err != nil {
+		// Shutting down, or this term failed: resign so a follower takes over now rather than after the
+		// session TTL.
 		rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer rcancel()
 		if rerr := election.Resign(rctx); rerr != nil {
@@ -313,16 +372,24 @@ func (i *Issuer) lead(ctx context.Context, leaderKey string, leaderRev int64) er
 	ca := auth.Active
 	klog.InfoS("Leading: signing with the Active CA", "identity", i.cfg.Identity, "serialNumber", signer.FormatSerialNumber(ca.Certificate.SerialNumber), "notAfter", ca.Certificate.NotAfter)
 
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	var wg sync.WaitGroup
+	var leadErr error
 	if i.cfg.OnLeading != nil {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			i.cfg.OnLeading(ctx)
-		}()
+		wg.Go(func() {
+			if err := i.cfg.OnLeading(ctx); err != nil && ctx.Err() == nil {
+				leadErr = fmt.Errorf("the leader's loops failed; giving up this term: %w", err)
+				cancel()
+			}
+		})
 	}
 	err = i.serveHandoffs(ctx)
+	cancel()
 	wg.Wait()
+	if leadErr != nil {
+		return leadErr
+	}
 	if ctx.Err() != nil {
 		return nil
 	}
@@ -375,6 +442,9 @@ func (i *Issuer) setLeading(leading bool, auth signer.Authorities) {
 	i.mu.Unlock()
 	if changed && i.cfg.OnLeadershipChange != nil {
 		i.cfg.OnLeadershipChange(leading)
+	}
+	if changed || leading {
+		i.listeners.notify()
 	}
 }
 

@@ -1,6 +1,7 @@
 package issuer
 
 import (
+	"crypto"
 	"errors"
 	"time"
 )
@@ -15,7 +16,19 @@ type Request struct {
 	Duration      time.Duration `json:"duration"`
 	RenewBefore   time.Duration `json:"renewBefore,omitempty"`
 	PublicKeyPKIX []byte        `json:"publicKey"`
+	// PublicKey, when set, is used instead of PublicKeyPKIX by a caller on the leader that holds the key
+	// itself (Secret delivery); it never crosses the handoff.
+	PublicKey crypto.PublicKey `json:"-"`
+	// Path says which way the certificate goes out (PathServingCerts, PathSecret, ...), for metrics and
+	// for what the leader reports after signing.
+	Path string `json:"path,omitempty"`
 }
+
+// The issuance paths, as the metrics label them.
+const (
+	PathServingCerts = "servingcerts"
+	PathSecret       = "secret"
+)
 
 // Result is a signed certificate and what a caller needs to use and renew it.
 type Result struct {

@@ -1,6 +1,5 @@
-// Package castatus writes CertificateAuthority/default, the CA's public face: it creates the object on
-// first start and keeps its status in step with the CAs the leader holds and with how far their bundle
-// has reached.
+// Package castatus writes CertificateAuthority/default's status, the CA's public face, in step with the
+// CAs the leader holds and with how far their bundle has reached.
 package castatus
 
 import (
@@ -9,7 +8,6 @@ import (
 	"time"
 
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -21,22 +19,6 @@ import (
 
 // Name is the only CertificateAuthority.
 const Name = "default"
-
-// Get returns CertificateAuthority/default, creating it with defaults if it does not exist.
-func Get(ctx context.Context, client versioned.Interface) (*certapiv1alpha1.CertificateAuthority, error) {
-	cas := client.CertapiV1alpha1().CertificateAuthorities()
-	obj, err := cas.Get(ctx, Name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		obj, err = cas.Create(ctx, &certapiv1alpha1.CertificateAuthority{ObjectMeta: metav1.ObjectMeta{Name: Name}}, metav1.CreateOptions{FieldManager: "certapi"})
-		if apierrors.IsAlreadyExists(err) {
-			obj, err = cas.Get(ctx, Name, metav1.GetOptions{})
-		}
-	}
-	if err != nil {
-		return nil, fmt.Errorf("getting CertificateAuthority/%s: %w", Name, err)
-	}
-	return obj, nil
-}
 
 // Sync writes obj's status from the leader's CAs and the injection summary, if it differs.
 func Sync(ctx context.Context, client versioned.Interface, obj *certapiv1alpha1.CertificateAuthority, auth signer.Authorities, injection *certapiv1alpha1.InjectionSummary) error {
@@ -70,7 +52,7 @@ func Sync(ctx context.Context, client versioned.Interface, obj *certapiv1alpha1.
 
 	active := auth.Active.Certificate
 	meta.SetStatusCondition(&st.Conditions, metav1.Condition{
-		Type: "Ready", Status: metav1.ConditionTrue, Reason: "Signing", ObservedGeneration: obj.Generation,
+		Type: certapiv1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: "Signing", ObservedGeneration: obj.Generation,
 		Message: fmt.Sprintf("the Active CA %s signs; it expires %s", ref.SerialNumber, active.NotAfter.UTC().Format(time.RFC3339)),
 	})
 	meta.SetStatusCondition(&st.Conditions, rotating(auth, obj.Generation))
@@ -87,7 +69,7 @@ func Sync(ctx context.Context, client versioned.Interface, obj *certapiv1alpha1.
 
 // rotating says where a rotation stands, in words an admin can act on.
 func rotating(auth signer.Authorities, generation int64) metav1.Condition {
-	c := metav1.Condition{Type: "Rotating", Status: metav1.ConditionFalse, Reason: "Idle", ObservedGeneration: generation, Message: "no rotation is running"}
+	c := metav1.Condition{Type: certapiv1alpha1.ConditionRotating, Status: metav1.ConditionFalse, Reason: "Idle", ObservedGeneration: generation, Message: "no rotation is running"}
 	switch {
 	case auth.Next != nil:
 		c.Status, c.Reason = metav1.ConditionTrue, "NextPublished"

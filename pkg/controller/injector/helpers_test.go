@@ -18,10 +18,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/events"
 	aggregatorclient "k8s.io/kube-aggregator/pkg/client/clientset_generated/clientset"
 
+	"github.com/certapi/certapi/pkg/controller"
 	"github.com/certapi/certapi/test/framework"
 )
 
@@ -69,10 +72,20 @@ func controlPlane(t *testing.T) *framework.ControlPlane {
 	return cp
 }
 
-// fakeSource is a BundleSource a test sets.
+// fakeSource is a BundleSource a test sets. It tells its listeners of every set unless quiet, so that a
+// test can check that Trigger alone re-checks every target.
 type fakeSource struct {
-	mu  sync.Mutex
-	pem []byte
+	mu        sync.Mutex
+	pem       []byte
+	quiet     bool
+	listeners []dynamiccertificates.Listener
+}
+
+func (s *fakeSource) AddListener(l dynamiccertificates.Listener) func() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.listeners = append(s.listeners, l)
+	return func() {}
 }
 
 func (s *fakeSource) Bundle() ([]byte, bool) {
@@ -83,8 +96,15 @@ func (s *fakeSource) Bundle() ([]byte, bool) {
 
 func (s *fakeSource) set(pem []byte) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	s.pem = bytes.Clone(pem)
+	var ls []dynamiccertificates.Listener
+	if !s.quiet {
+		ls = append(ls, s.listeners...)
+	}
+	s.mu.Unlock()
+	for _, l := range ls {
+		l.Enqueue()
+	}
 }
 
 // writeCounter counts the injector's successful PATCH requests (its writes) by URL path. A patch that
@@ -151,16 +171,28 @@ func (e *env) start(tweak func(*Injector)) *Injector {
 	e.t.Helper()
 	cfg := rest.CopyConfig(e.cp.AdminConfig)
 	cfg.Wrap(e.writes.wrap)
-	inj, err := New(Options{Config: cfg, Source: e.source})
+	clients, err := controller.NewKubeClients(cfg)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: clients.Kube.EventsV1()})
+	if err := broadcaster.StartRecordingToSinkWithContext(ctx); err != nil {
+		e.t.Fatal(err)
+	}
+	cc := controller.NewContext("cluster.local", clients, broadcaster)
+	inj, err := New(Options{Context: cc, Source: e.source})
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	if tweak != nil {
 		tweak(inj)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- inj.Run(ctx) }()
+	go func() {
+		done <- cc.RunTerm(ctx, controller.Named{Name: "injector", Runnable: inj})
+		broadcaster.Shutdown()
+	}()
 	e.t.Cleanup(func() {
 		cancel()
 		select {

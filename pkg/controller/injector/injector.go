@@ -48,19 +48,15 @@ import (
 	"sync/atomic"
 	"time"
 
-	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
-	"k8s.io/client-go/kubernetes"
-	kubescheme "k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/metadata"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 	"k8s.io/client-go/metadata/metadatainformer"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
-	"k8s.io/client-go/util/flowcontrol"
-	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
-	aggregatorclient "k8s.io/kube-aggregator/pkg/client/clientset_generated/clientset"
 	"k8s.io/utils/clock"
+
+	"github.com/certapi/certapi/pkg/controller"
 )
 
 const (
@@ -68,86 +64,75 @@ const (
 	AnnotationInject = "certapi.dev/inject-ca-bundle"
 	// FieldManager is the field manager of every write.
 	FieldManager = "certapi"
-	// ReportingController is the reportingController of the Events the injector records when it makes
-	// its own recorder.
+	// ReportingController is the reportingController of the Events the injector records.
 	ReportingController = "certapi.dev/injector"
 )
 
 // Defaults and timing. The fight and cool-down figures are part of the behaviour DESIGN.md promises.
 const (
-	// DefaultResync is how often every target is looked at again when Options.Resync is zero.
-	DefaultResync = 10 * time.Minute
 	// DefaultWorkers is the number of objects handled concurrently when Options.Workers is zero.
 	DefaultWorkers = 8
-	// DefaultQPS and DefaultBurst are the client rate limit when Options.Config sets none (client-go's
-	// own default of 5 QPS would take minutes to re-inject a thousand objects after a rotation).
-	DefaultQPS   = 200
-	DefaultBurst = 400
 
 	// An object is in conflict when restoring its caBundle would make more than fightLimit restorations
 	// within fightWindow; it is then left alone for conflictCooldown, or until an annotation changes.
 	fightLimit       = 3
 	fightWindow      = time.Minute
 	conflictCooldown = 5 * time.Minute
-	// bundlePollInterval: how often the BundleSource is asked whether the bundle changed, in case a
-	// Trigger was missed.
-	bundlePollInterval = time.Second
 	// Failed reads and writes back off per object from errorBackoffBase to errorBackoffMax. A write
 	// refused because the object changed under it is retried after errorBackoffBase.
 	errorBackoffBase = 50 * time.Millisecond
 	errorBackoffMax  = 5 * time.Minute
 )
 
-// BundleSource gives the trust bundle to inject.
+// BundleSource gives the trust bundle to inject, and says when it changes.
 type BundleSource interface {
 	// Bundle returns the current PEM bundle; ok=false means there is none yet: do nothing.
 	Bundle() (pem []byte, ok bool)
+	// AddListener tells lis when the bundle may have changed; remove unregisters it.
+	AddListener(lis dynamiccertificates.Listener) (remove func())
 }
 
 // Options configures New.
 type Options struct {
-	// Config reaches kube-apiserver. Needed: get, list, watch and patch on
+	// Context is the leadership term's: its clients need get, list, watch and patch on
 	// validatingwebhookconfigurations and mutatingwebhookconfigurations (admissionregistration.k8s.io),
-	// customresourcedefinitions (apiextensions.k8s.io) and apiservices (apiregistration.k8s.io); and,
-	// when Recorder is nil, create and patch on events (events.k8s.io). When it sets no rate limit
-	// (QPS 0 and no RateLimiter), DefaultQPS and DefaultBurst apply; whatever limit applies is shared
-	// by all the injector's clients. Required.
-	Config *rest.Config
-	// Source gives the bundle. Required.
+	// customresourcedefinitions (apiextensions.k8s.io) and apiservices (apiregistration.k8s.io), and
+	// create and patch on events (events.k8s.io). Required.
+	Context *controller.Context
+	// Source gives the bundle and tells when it changes. Required.
 	Source BundleSource
-	// Recorder records the Warning Events on objects refused or fought over. When nil, Run makes an
-	// events.k8s.io recorder with ReportingController and stops it when it returns.
-	Recorder events.EventRecorder
-	// Resync is how often every target is looked at again; DefaultResync when zero.
-	Resync time.Duration
 	// Clock is used for the fight window and the conflict cool-down; the real clock when nil.
 	Clock clock.Clock
 	// Workers is the number of objects handled concurrently; DefaultWorkers when zero.
 	Workers int
+	// OnChange, when set, is called after a target was synced, when its state may have changed (the
+	// rotation gate waits on it). It must not block.
+	OnChange func()
 }
 
 // Injector injects the CA bundle. Make one with New for each leadership term and call Run once.
 type Injector struct {
 	source   BundleSource
 	recorder events.EventRecorder
-	kube     kubernetes.Interface
 	clock    clock.Clock
-	workers  int
+	onChange func()
 
 	kinds     map[Kind]*kindClient
-	factory   metadatainformer.SharedInformerFactory
 	informers map[Kind]cache.SharedIndexInformer
-	queue     workqueue.TypedRateLimitingInterface[key]
+	queue     *controller.Queue[key]
 
 	// Timing; tests shorten them.
-	fightLimit         int
-	fightWindow        time.Duration
-	conflictCooldown   time.Duration
-	bundlePollInterval time.Duration
+	fightLimit       int
+	fightWindow      time.Duration
+	conflictCooldown time.Duration
 
 	mu      sync.Mutex
 	objects map[key]*objState
 	synced  bool
+	// lastBundle is the digest of the bundle every target was last triggered for; haveBundle says the
+	// Source had one then.
+	lastBundle digest
+	haveBundle bool
 
 	bundleMu    sync.Mutex
 	bundleCache map[digest]canonicalBundle
@@ -155,114 +140,70 @@ type Injector struct {
 	ran atomic.Bool
 }
 
-// New checks o, builds the clients and the metadata informers. Nothing runs until Run.
+// New checks o and registers the metadata informers of every target kind with the term. Nothing runs
+// until Run.
 func New(o Options) (*Injector, error) {
 	switch {
-	case o.Config == nil:
-		return nil, errors.New("injector: Options.Config is required")
+	case o.Context == nil:
+		return nil, errors.New("injector: Options.Context is required")
 	case o.Source == nil:
 		return nil, errors.New("injector: Options.Source is required")
-	case o.Resync < 0:
-		return nil, fmt.Errorf("injector: Options.Resync is %s; expected 0 (default %s) or more", o.Resync, DefaultResync)
 	case o.Workers < 0:
 		return nil, fmt.Errorf("injector: Options.Workers is %d; expected 0 (default %d) or more", o.Workers, DefaultWorkers)
 	}
-	cfg := rest.CopyConfig(o.Config)
-	if cfg.RateLimiter == nil && cfg.QPS >= 0 { // a negative QPS turns client-side limiting off
-		qps, burst := cfg.QPS, cfg.Burst
-		if qps == 0 {
-			qps, burst = DefaultQPS, DefaultBurst
-		}
-		if burst < 1 {
-			burst = 1
-		}
-		cfg.RateLimiter = flowcontrol.NewTokenBucketRateLimiter(qps, burst) // one budget for every client below
-	}
-	if cfg.UserAgent == "" {
-		cfg.UserAgent = rest.DefaultKubernetesUserAgent() + " " + ReportingController
-	}
-	// Full objects in protobuf: CRDs are large, and decoding JSON is most of the cost of reading one.
-	protoCfg := rest.CopyConfig(cfg)
-	protoCfg.ContentType = "application/vnd.kubernetes.protobuf"
-	protoCfg.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
-	kube, err := kubernetes.NewForConfig(protoCfg)
-	if err != nil {
-		return nil, fmt.Errorf("injector: kubernetes client: %w", err)
-	}
-	ext, err := apiextensionsclient.NewForConfig(protoCfg)
-	if err != nil {
-		return nil, fmt.Errorf("injector: apiextensions client: %w", err)
-	}
-	agg, err := aggregatorclient.NewForConfig(protoCfg)
-	if err != nil {
-		return nil, fmt.Errorf("injector: aggregator client: %w", err)
-	}
-	meta, err := metadata.NewForConfig(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("injector: metadata client: %w", err)
-	}
-
+	cc := o.Context
 	i := &Injector{
-		source:             o.Source,
-		recorder:           o.Recorder,
-		kube:               kube,
-		clock:              o.Clock,
-		workers:            o.Workers,
-		kinds:              newKindClients(clientsets{kube: kube, ext: ext, agg: agg}),
-		informers:          map[Kind]cache.SharedIndexInformer{},
-		fightLimit:         fightLimit,
-		fightWindow:        fightWindow,
-		conflictCooldown:   conflictCooldown,
-		bundlePollInterval: bundlePollInterval,
-		objects:            map[key]*objState{},
-		bundleCache:        map[digest]canonicalBundle{},
+		source:           o.Source,
+		recorder:         cc.Recorder(ReportingController),
+		clock:            o.Clock,
+		onChange:         o.OnChange,
+		kinds:            newKindClients(clientsets{kube: cc.Kube, ext: cc.APIExtensions, agg: cc.Aggregator}),
+		informers:        map[Kind]cache.SharedIndexInformer{},
+		fightLimit:       fightLimit,
+		fightWindow:      fightWindow,
+		conflictCooldown: conflictCooldown,
+		objects:          map[key]*objState{},
+		bundleCache:      map[digest]canonicalBundle{},
 	}
 	if i.clock == nil {
 		i.clock = clock.RealClock{}
 	}
-	if i.workers == 0 {
-		i.workers = DefaultWorkers
+	if i.onChange == nil {
+		i.onChange = func() {}
 	}
-	resync := o.Resync
-	if resync == 0 {
-		resync = DefaultResync
+	workers := o.Workers
+	if workers == 0 {
+		workers = DefaultWorkers
 	}
-	i.factory = metadatainformer.NewSharedInformerFactoryWithOptions(meta, resync, metadatainformer.WithTransform(trimMetadata))
+	// No resync: a change to any target arrives as a watch event, and a resync would read every
+	// target in full again, periodically, for nothing.
+	factory := metadatainformer.NewSharedInformerFactoryWithOptions(cc.Metadata, 0, metadatainformer.WithTransform(trimMetadata))
 	for _, kind := range Kinds {
-		i.informers[kind] = i.factory.ForResource(i.kinds[kind].gvr).Informer()
+		i.informers[kind] = factory.ForResource(i.kinds[kind].gvr).Informer()
 	}
-	queueCfg := workqueue.TypedRateLimitingQueueConfig[key]{Name: "injector"}
+	cc.AddFactory(factory)
+	qo := controller.QueueOptions[key]{
+		Name: "injector", Workers: workers, Sync: i.syncAndTell,
+		BackoffBase: errorBackoffBase, BackoffMax: errorBackoffMax,
+		// Most likely the resourceVersion test failed: the object changed since it was read. It is read
+		// again; a write that is really invalid keeps failing, backs off and is reported.
+		Quiet: func(err error) bool { return apierrors.IsConflict(err) || apierrors.IsInvalid(err) },
+	}
 	if c, ok := i.clock.(clock.WithTicker); ok {
-		queueCfg.Clock = c
+		qo.Clock = c
 	}
-	i.queue = workqueue.NewTypedRateLimitingQueueWithConfig(
-		workqueue.NewTypedItemExponentialFailureRateLimiter[key](errorBackoffBase, errorBackoffMax), queueCfg)
+	i.queue = controller.NewQueue(qo)
 	return i, nil
 }
 
 // Run injects until ctx ends (when this replica stops leading), then stops every goroutine it started
-// and returns nil. It starts and stops its own informers. Run may be called once.
+// and returns nil. The term starts the informers; Run waits for their caches. Run may be called once.
 func (i *Injector) Run(ctx context.Context) error {
 	if !i.ran.CompareAndSwap(false, true) {
 		return errors.New("injector: Run called twice; make a new Injector for each leadership term")
 	}
-	logger := klog.FromContext(ctx).WithName("injector")
-	ctx = klog.NewContext(ctx, logger)
-
-	defer i.factory.Shutdown()
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	defer i.queue.ShutDown()
-
-	if i.recorder == nil {
-		broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: i.kube.EventsV1()})
-		i.recorder = broadcaster.NewRecorder(kubescheme.Scheme, ReportingController)
-		if err := broadcaster.StartRecordingToSinkWithContext(ctx); err != nil {
-			return fmt.Errorf("injector: starting the event recorder: %w", err)
-		}
-		defer broadcaster.Shutdown()
-	}
-
+	logger := klog.FromContext(ctx)
 	var synced []cache.InformerSynced
 	for _, kind := range Kinds {
 		inf := i.informers[kind]
@@ -272,12 +213,11 @@ func (i *Injector) Run(ctx context.Context) error {
 			DeleteFunc: func(obj any) { i.onDelete(kind, obj) },
 		}, cache.HandlerOptions{Logger: &logger})
 		if err != nil {
-			return fmt.Errorf("injector: watching %ss: %w", kind, err)
+			return fmt.Errorf("watching %ss: %w", kind, err)
 		}
 		defer func() { _ = inf.RemoveEventHandler(reg) }()
 		synced = append(synced, reg.HasSynced)
 	}
-	i.factory.Start(ctx.Done())
 	slow := time.AfterFunc(30*time.Second, func() {
 		logger.Info("Still waiting for the informer caches; can certapi list and watch webhook configurations, CRDs and APIServices?")
 	})
@@ -290,25 +230,21 @@ func (i *Injector) Run(ctx context.Context) error {
 	i.synced = true
 	targets := len(i.objects)
 	i.mu.Unlock()
-	logger.Info("Injecting the CA bundle", "targets", targets, "workers", i.workers)
-
-	var wg sync.WaitGroup
-	for range i.workers {
-		wg.Go(func() {
-			for i.processNext(ctx) {
-			}
-		})
-	}
-	wg.Go(func() { i.watchSource(ctx) })
-	<-ctx.Done()
-	i.queue.ShutDown()
-	wg.Wait()
+	// Every target was queued by the initial list; from now on a new bundle re-checks them all.
+	i.bundleChanged(ctx)
+	defer i.source.AddListener(issuerListener(func() {
+		if i.bundleChanged(ctx) {
+			logger.V(2).Info("The CA bundle changed; re-checking every target")
+			i.Trigger()
+		}
+	}))()
+	logger.Info("Injecting the CA bundle", "targets", targets)
+	i.queue.Run(ctx)
 	logger.Info("Stopped injecting the CA bundle")
 	return nil
 }
 
-// Trigger re-checks every target now: call it when the bundle changed. Run also notices a change of
-// the Source's bundle within about a second on its own.
+// Trigger re-checks every target now. Run does it when the Source says the bundle changed.
 func (i *Injector) Trigger() {
 	i.mu.Lock()
 	keys := make([]key, 0, len(i.objects))
@@ -321,29 +257,23 @@ func (i *Injector) Trigger() {
 	}
 }
 
-// watchSource asks the Source every bundlePollInterval and triggers when its bundle changed (or
-// appeared), in case the caller did not.
-func (i *Injector) watchSource(ctx context.Context) {
-	var last digest
-	var have, seen bool
-	timer := i.clock.NewTimer(i.bundlePollInterval)
-	defer timer.Stop()
-	for {
-		pem, d, err := i.currentBundle()
-		now := pem != nil && err == nil
-		if err != nil && (!seen || have) {
-			klog.FromContext(ctx).Error(err, "The CA bundle to inject does not parse; nothing is written until it does")
-		}
-		if seen && (now != have || d != last) {
-			klog.FromContext(ctx).V(2).Info("The CA bundle changed; re-checking every target")
-			i.Trigger()
-		}
-		last, have, seen = d, now, true
-		select {
-		case <-ctx.Done():
-			return
-		case <-timer.C():
-			timer.Reset(i.bundlePollInterval)
-		}
+// bundleChanged records the Source's current bundle and reports whether it differs from the one recorded
+// before (the first call only sets the baseline).
+func (i *Injector) bundleChanged(ctx context.Context) bool {
+	pem, d, err := i.currentBundle()
+	have := pem != nil && err == nil
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	if err != nil && i.haveBundle {
+		klog.FromContext(ctx).Error(err, "The CA bundle to inject does not parse; nothing is written until it does")
 	}
+	changed := have != i.haveBundle || d != i.lastBundle
+	i.lastBundle, i.haveBundle = d, have
+	return changed
 }
+
+// issuerListener adapts a function to the Source's listener.
+type issuerListener func()
+
+// Enqueue calls f.
+func (f issuerListener) Enqueue() { f() }

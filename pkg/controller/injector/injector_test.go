@@ -339,7 +339,8 @@ func TestFightCooldown(t *testing.T) {
 func TestAnnotationRemoved(t *testing.T) {
 	bundle, other := newBundle(t, 1), newBundle(t, 1)
 	e := newEnv(t, bundle)
-	e.start(func(i *Injector) { i.bundlePollInterval = time.Hour })
+	e.source.quiet = true
+	e.start(nil)
 	e.mustApply(KindValidatingWebhookConfiguration, "given-up", webhookManifest(KindValidatingWebhookConfiguration, "given-up", optIn, "a.example.com"), "owner")
 	e.waitFor("the injection", injectionBound, e.vwcHolds("given-up", bundle))
 
@@ -419,8 +420,9 @@ func TestOtherInjectors(t *testing.T) {
 func TestTriggerAndSummary(t *testing.T) {
 	b1 := newBundle(t, 1)
 	e := newEnv(t, b1)
-	// Only Trigger re-checks: the Source is not polled during the test.
-	e.start(func(i *Injector) { i.bundlePollInterval = time.Hour })
+	// Only Trigger re-checks: the Source does not tell of its changes during the test.
+	e.source.quiet = true
+	e.start(nil)
 	svc := `"service":{"namespace":"ext","name":"ext-api"}`
 	e.mustApply(KindValidatingWebhookConfiguration, "t-vwc", webhookManifest(KindValidatingWebhookConfiguration, "t-vwc", optIn, "a.example.com", "b.example.com"), "owner")
 	e.mustApply(KindMutatingWebhookConfiguration, "t-mwc-url", webhookManifest(KindMutatingWebhookConfiguration, "t-mwc-url", optIn, "url:u.example.com"), "owner")
@@ -490,8 +492,8 @@ func TestWaitsForBundle(t *testing.T) {
 	if e.inj.AllHold(newBundle(t, 1)) {
 		t.Error("AllHold while a target has no bundle")
 	}
-	// The Source gets a bundle; Run notices without a Trigger (it polls every second).
+	// The Source gets a bundle and says so; Run re-checks without a Trigger.
 	bundle := newBundle(t, 1)
 	e.source.set(bundle)
-	e.waitFor("the injection once the Source has a bundle", 2*injectionBound+bundlePollInterval, e.vwcHolds("early", bundle))
+	e.waitFor("the injection once the Source has a bundle", 2*injectionBound, e.vwcHolds("early", bundle))
 }

@@ -7,34 +7,16 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/klog/v2"
+
+	"github.com/certapi/certapi/pkg/controller"
 )
 
-// processNext handles one queued object; false means the queue is shut down.
-func (i *Injector) processNext(ctx context.Context) bool {
-	k, quit := i.queue.Get()
-	if quit {
-		return false
-	}
-	defer i.queue.Done(k)
+// syncAndTell syncs one object on the term's queue and then tells OnChange, since its state may have
+// changed.
+func (i *Injector) syncAndTell(ctx context.Context, k key) (controller.Result, error) {
 	after, err := i.sync(ctx, k)
-	switch {
-	case err != nil:
-		logger := klog.FromContext(ctx)
-		if apierrors.IsConflict(err) || apierrors.IsInvalid(err) {
-			// Most likely the resourceVersion test failed: the object changed since it was read. It is
-			// read again; a write that is really invalid keeps failing, backs off and is reported.
-			logger.V(2).Info("Object changed while injecting; retrying", "kind", k.kind, "name", k.name, "err", err)
-		} else {
-			logger.Error(err, "Injecting the CA bundle", "kind", k.kind, "name", k.name)
-		}
-		i.queue.AddRateLimited(k)
-	default:
-		i.queue.Forget(k)
-		if after > 0 {
-			i.queue.AddAfter(k, after)
-		}
-	}
-	return true
+	i.onChange()
+	return controller.Result{After: after}, err
 }
 
 // sync brings one object up to date. A positive duration re-queues it after that long.

@@ -21,12 +21,12 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
-	kubescheme "k8s.io/client-go/kubernetes/scheme"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
@@ -35,9 +35,8 @@ import (
 	"k8s.io/utils/clock"
 
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
+	"github.com/certapi/certapi/pkg/controller"
 	"github.com/certapi/certapi/pkg/controller/status"
-	"github.com/certapi/certapi/pkg/generated/clientset/versioned"
-	"github.com/certapi/certapi/pkg/generated/informers/externalversions"
 	certapilisters "github.com/certapi/certapi/pkg/generated/listers/certapi/v1alpha1"
 	"github.com/certapi/certapi/pkg/issuer"
 )
@@ -52,9 +51,6 @@ const secretNameIndex = "certapi.dev/secret-delivery-secretName"
 
 // Timing. Not options: they are part of the behaviour the design promises.
 const (
-	// authorityPollInterval is how often Run asks the Authority whether its bundle or signing CA changed
-	// (issuer.Authority has no change notification); a change re-examines every request's Secret.
-	authorityPollInterval = time.Second
 	// notSigningRetry is how soon a request is looked at again when the Authority cannot sign (this
 	// replica is losing leadership, or the new leader has not loaded its CA yet).
 	notSigningRetry = 2 * time.Second
@@ -73,118 +69,85 @@ const (
 
 // Options configures New.
 type Options struct {
-	// Kube is the kube-apiserver clientset: Secrets (get, list, watch, create, patch in every namespace
-	// that has ServingCertRequests) and, when Recorder is nil, events.k8s.io Events (create, patch).
+	// Context is the leadership term's: its Kube client (Secrets: get, list, watch, create, patch in
+	// every namespace that has ServingCertRequests), its certapi informers and its Event recorders.
 	// Required. Delivering many Secrets at once needs a client QPS well above client-go's default of 5.
-	Kube kubernetes.Interface
-	// Certapi is certapi's own clientset. Used only to make an informer factory when Informers is nil.
-	Certapi versioned.Interface
-	// Informers, when set, provides the ServingCertRequest informer, and the caller starts it (after New,
-	// which registers the informer, and with a context that may outlive this leadership term); Run
-	// neither starts nor stops a factory it did not make, and returns an error if the informer has
-	// stopped. When nil (simplest: nothing outlives the term), New makes a private factory from Certapi
-	// and Run starts it and shuts it down.
-	Informers externalversions.SharedInformerFactory
-	// Authority signs; only while it says ok. Required.
+	Context *controller.Context
+	// Authority signs, only while it says ok, and tells the controller when the CA or bundle changes.
+	// Required.
 	Authority issuer.Authority
 	// Status writes the requests' status. Required. The caller runs it (Status.Run).
 	Status *status.Writer
-	// ClusterDomain, e.g. "cluster.local", gives the second SAN of every certificate. Required.
-	ClusterDomain string
-	// Clock gives "now" for issuance and renewal decisions; default the real clock.
+	// Clock gives "now" for renewal decisions; default the real clock.
 	Clock clock.PassiveClock
-	// Recorder records the Events on requests (Issued, Renewed, SecretConflict, ...). When nil, New makes
-	// an events.k8s.io/v1 recorder on Kube with ReportingController, and Run starts and stops it.
-	Recorder events.EventRecorder
 	// Workers is the number of requests handled concurrently; default DefaultWorkers.
 	Workers int
-	// MaxDuration, when positive, caps every certificate's lifetime: the CA rotation keeps a Retiring CA
-	// trusted for this long, so no certificate may outlive it.
-	MaxDuration time.Duration
-	// OnIssued, when set, is called after every certificate delivered into a Secret (for metrics).
-	// It must not block.
-	OnIssued func(namespace, name string, notAfter, renewal time.Time)
 }
 
 // Controller delivers certificates into Secrets. Make one with New for each leadership term and call
 // Run once.
 type Controller struct {
-	kube          kubernetes.Interface
-	authority     issuer.Authority
-	status        *status.Writer
+	kube      kubernetes.Interface
+	authority issuer.Authority
+	status    *status.Writer
+	clock     clock.PassiveClock
+	recorder  events.EventRecorder
+	// clusterDomain gives the second SAN of every certificate, which decide compares.
 	clusterDomain string
-	clock         clock.PassiveClock
-	recorder      events.EventRecorder // set by Run when the caller gave none
-	maxDuration   time.Duration
-	broadcaster   events.EventBroadcaster // made by Run when the caller gave no recorder
-	workers       int
-	onIssued      func(namespace, name string, notAfter, renewal time.Time)
 
-	informers       externalversions.SharedInformerFactory
-	ownsInformers   bool // informers was made by New, so Run shuts it down
 	requestInformer cache.SharedIndexInformer
 	requests        certapilisters.ServingCertRequestLister
-	secretFactory   informers.SharedInformerFactory
 	secretInformer  cache.SharedIndexInformer
 	secrets         corelisters.SecretLister
 
-	queue           workqueue.TypedRateLimitingInterface[types.NamespacedName]
+	queue           *controller.Queue[types.NamespacedName]
 	conflictBackoff workqueue.TypedRateLimiter[types.NamespacedName]
 
 	mu       sync.Mutex
 	reported map[types.NamespacedName]string // the conflict last reported per request
+	// seenCA and seenBundle are the signing CA and bundle the Secrets were last examined against.
+	seenCA, seenBundle []byte
 
 	ran atomic.Bool
 }
 
-// New checks o and builds a Controller. It registers the ServingCertRequest informer with o.Informers
-// (and an index on it) and makes the filtered Secret informer; nothing runs until Run.
+// New checks o and builds a Controller. It registers the ServingCertRequest informer of the term's
+// Context (and an index on it) and adds the filtered Secret informer's factory to the term; nothing
+// runs until Run.
 func New(o Options) (*Controller, error) {
 	switch {
-	case o.Kube == nil:
-		return nil, errors.New("secretdelivery: Options.Kube is required")
-	case o.Informers == nil && o.Certapi == nil:
-		return nil, errors.New("secretdelivery: Options.Informers or Options.Certapi is required")
+	case o.Context == nil:
+		return nil, errors.New("secretdelivery: Options.Context is required")
 	case o.Authority == nil:
 		return nil, errors.New("secretdelivery: Options.Authority is required")
 	case o.Status == nil:
 		return nil, errors.New("secretdelivery: Options.Status is required")
-	case o.ClusterDomain == "":
-		return nil, errors.New("secretdelivery: Options.ClusterDomain is required")
+	case o.Context.ClusterDomain == "":
+		return nil, errors.New("secretdelivery: Options.Context.ClusterDomain is required")
 	case o.Workers < 0:
 		return nil, fmt.Errorf("secretdelivery: Options.Workers is %d; expected 0 (default %d) or more", o.Workers, DefaultWorkers)
 	}
 	c := &Controller{
-		kube:          o.Kube,
-		authority:     o.Authority,
-		status:        o.Status,
-		clusterDomain: o.ClusterDomain,
-		clock:         o.Clock,
-		recorder:      o.Recorder,
-		maxDuration:   o.MaxDuration,
-		workers:       o.Workers,
-		onIssued:      o.OnIssued,
-		informers:     o.Informers,
-		reported:      map[types.NamespacedName]string{},
+		kube:      o.Context.Kube,
+		authority: o.Authority,
+		status:    o.Status,
+		clock:     o.Clock,
+		recorder:  o.Context.Recorder(ReportingController),
+		reported:  map[types.NamespacedName]string{},
+
+		clusterDomain: o.Context.ClusterDomain,
 	}
 	if c.clock == nil {
 		c.clock = clock.RealClock{}
 	}
-	if c.workers == 0 {
-		c.workers = DefaultWorkers
-	}
-	if c.informers == nil {
-		// The cache keeps what the controller reads: spec, metadata and conditions. managedFields and
-		// the issued certificate in status are most of each object and are dropped, so 10,000 requests
-		// cost little beyond the API server's own watch cache.
-		c.informers = externalversions.NewSharedInformerFactoryWithOptions(o.Certapi, 0, externalversions.WithTransform(trimRequest))
-		c.ownsInformers = true
+	workers := o.Workers
+	if workers == 0 {
+		workers = DefaultWorkers
 	}
 
-	reqInformer := c.informers.Certapi().V1alpha1().ServingCertRequests()
+	reqInformer := o.Context.CertapiInformers.Certapi().V1alpha1().ServingCertRequests()
 	c.requestInformer = reqInformer.Informer()
 	c.requests = reqInformer.Lister()
-	// A previous term's Controller on the same shared informer may have added the index already.
 	if _, ok := c.requestInformer.GetIndexer().GetIndexers()[secretNameIndex]; !ok {
 		if err := c.requestInformer.AddIndexers(cache.Indexers{secretNameIndex: indexBySecretName}); err != nil {
 			return nil, fmt.Errorf("secretdelivery: adding the secretName index to the ServingCertRequest informer: %w", err)
@@ -193,16 +156,25 @@ func New(o Options) (*Controller, error) {
 
 	// Only certapi's Secrets, with tls.key replaced by a marker: memory stays small, and no private key
 	// sits in the cache.
-	c.secretFactory = informers.NewSharedInformerFactoryWithOptions(o.Kube, 0,
+	secretFactory := informers.NewSharedInformerFactoryWithOptions(c.kube, 0,
 		informers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = LabelManaged + "=true" }),
 		informers.WithTransform(trimSecret))
-	secretInformer := c.secretFactory.Core().V1().Secrets()
+	secretInformer := secretFactory.Core().V1().Secrets()
 	c.secretInformer = secretInformer.Informer()
 	c.secrets = secretInformer.Lister()
+	o.Context.AddFactory(secretFactory)
 
-	c.queue = workqueue.NewTypedRateLimitingQueueWithConfig(
-		workqueue.NewTypedItemExponentialFailureRateLimiter[types.NamespacedName](errorBackoffBase, errorBackoffMax),
-		workqueue.TypedRateLimitingQueueConfig[types.NamespacedName]{Name: "secretdelivery"})
+	c.queue = controller.NewQueue(controller.QueueOptions[types.NamespacedName]{
+		Name:        "secretdelivery",
+		Workers:     workers,
+		Sync:        c.sync,
+		BackoffBase: errorBackoffBase,
+		BackoffMax:  errorBackoffMax,
+		// The Secret changed under us; the cache catches up and the retry decides afresh.
+		Quiet: func(err error) bool {
+			return apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) || apierrors.IsNotFound(err)
+		},
+	})
 	c.conflictBackoff = workqueue.NewTypedItemExponentialFailureRateLimiter[types.NamespacedName](conflictBackoffBase, conflictBackoffMax)
 	return c, nil
 }
@@ -217,43 +189,21 @@ func indexBySecretName(obj any) ([]string, error) {
 }
 
 // Run delivers certificates until ctx ends (when this replica stops leading), then stops every goroutine
-// it started and returns nil. It starts its own informers (see Options.Informers), waits for the caches,
-// and returns an error if it cannot watch (for example, the ServingCertRequest informer has stopped).
-// Run may be called once.
+// it started and returns nil. The term starts the informers; Run waits for their caches. Run may be
+// called once.
 func (c *Controller) Run(ctx context.Context) error {
 	if !c.ran.CompareAndSwap(false, true) {
 		return errors.New("secretdelivery: Run called twice; make a new Controller for each leadership term")
 	}
-	logger := klog.FromContext(ctx).WithName("secretdelivery")
-	ctx = klog.NewContext(ctx, logger)
-
-	// Shut down in reverse order of start: the deferred calls run after cancel, when the informers'
-	// goroutines can end.
-	defer c.secretFactory.Shutdown()
-	if c.ownsInformers {
-		defer c.informers.Shutdown()
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	defer c.queue.ShutDown()
-
-	if c.recorder == nil {
-		// Made here, not in New: a broadcaster runs a goroutine from the moment it exists.
-		c.broadcaster = events.NewBroadcaster(&events.EventSinkImpl{Interface: c.kube.EventsV1()})
-		c.recorder = c.broadcaster.NewRecorder(kubescheme.Scheme, ReportingController)
-		if err := c.broadcaster.StartRecordingToSinkWithContext(ctx); err != nil {
-			return fmt.Errorf("secretdelivery: starting the event recorder: %w", err)
-		}
-		defer c.broadcaster.Shutdown()
-	}
-
+	logger := klog.FromContext(ctx)
 	reqReg, err := c.requestInformer.AddEventHandlerWithOptions(cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.onRequestAdd,
 		UpdateFunc: c.onRequestUpdate,
 		DeleteFunc: c.onRequestDelete,
 	}, cache.HandlerOptions{Logger: &logger})
 	if err != nil {
-		return fmt.Errorf("secretdelivery: watching ServingCertRequests: %w", err)
+		return fmt.Errorf("watching ServingCertRequests: %w", err)
 	}
 	defer func() { _ = c.requestInformer.RemoveEventHandler(reqReg) }()
 	secReg, err := c.secretInformer.AddEventHandlerWithOptions(cache.ResourceEventHandlerFuncs{
@@ -262,68 +212,39 @@ func (c *Controller) Run(ctx context.Context) error {
 		DeleteFunc: c.onSecret,
 	}, cache.HandlerOptions{Logger: &logger})
 	if err != nil {
-		return fmt.Errorf("secretdelivery: watching Secrets: %w", err)
+		return fmt.Errorf("watching Secrets: %w", err)
 	}
 	defer func() { _ = c.secretInformer.RemoveEventHandler(secReg) }()
 
-	if c.ownsInformers {
-		c.informers.Start(ctx.Done())
-	}
-	c.secretFactory.Start(ctx.Done())
-	slow := time.AfterFunc(30*time.Second, func() {
-		logger.Info("Still waiting for the ServingCertRequest and Secret caches; was Options.Informers started?")
-	})
-	synced := cache.WaitFor(ctx, "secretdelivery caches", reqReg.HasSyncedChecker(), secReg.HasSyncedChecker())
-	slow.Stop()
-	if !synced {
-		if c.requestInformer.IsStopped() {
-			return errors.New("secretdelivery: the ServingCertRequest informer has stopped; start Options.Informers with a context that outlives the leadership term")
-		}
+	if !cache.WaitFor(ctx, "secretdelivery caches", reqReg.HasSyncedChecker(), secReg.HasSyncedChecker()) {
 		return nil // ctx ended
 	}
-	logger.Info("Delivering certificates into Secrets", "workers", c.workers)
-
-	var wg sync.WaitGroup
-	for range c.workers {
-		wg.Go(func() {
-			for c.processNext(ctx) {
-			}
-		})
-	}
-	wg.Go(func() { c.watchAuthority(ctx) })
-	<-ctx.Done()
-	c.queue.ShutDown()
-	wg.Wait()
+	// The initial list enqueued every request; from now on a new CA or bundle re-examines them all.
+	c.authorityChanged()
+	defer c.authority.AddListener(issuer.ListenerFunc(func() {
+		if c.authorityChanged() {
+			n := c.enqueueAll()
+			logger.Info("CA bundle or signing CA changed; re-examining every delivered Secret", "requests", n)
+		}
+	}))()
+	logger.Info("Delivering certificates into Secrets")
+	c.queue.Run(ctx)
 	logger.Info("Stopped delivering certificates into Secrets")
 	return nil
 }
 
-// watchAuthority polls the Authority until ctx ends and enqueues every request with a Secret when the
-// bundle or the signing CA changes (a CA rotation step, or a new leader's CA): decide then re-issues the
-// Secrets whose ca.crt or issuer is out of date. The first observation only sets the baseline, since the
-// initial list enqueues every request anyway.
-func (c *Controller) watchAuthority(ctx context.Context) {
-	var (
-		lastBundle []byte
-		lastCA     []byte
-		seen       bool
-	)
-	ticker := time.NewTicker(authorityPollInterval)
-	defer ticker.Stop()
-	for {
-		if ca, bundle, ok := c.authority.Signing(); ok && ca != nil && ca.Certificate != nil {
-			if seen && (!bytes.Equal(bundle, lastBundle) || !bytes.Equal(ca.Certificate.Raw, lastCA)) {
-				n := c.enqueueAll()
-				klog.FromContext(ctx).Info("CA bundle or signing CA changed; re-examining every delivered Secret", "requests", n)
-			}
-			lastBundle, lastCA, seen = bytes.Clone(bundle), bytes.Clone(ca.Certificate.Raw), true
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-ticker.C:
-		}
+// authorityChanged records the Authority's signing CA and bundle and reports whether either differs
+// from what was recorded before (the first call only sets the baseline).
+func (c *Controller) authorityChanged() bool {
+	ca, bundle, ok := c.authority.Signing()
+	if !ok || ca == nil || ca.Certificate == nil {
+		return false
 	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	changed := c.seenCA != nil && (!bytes.Equal(bundle, c.seenBundle) || !bytes.Equal(ca.Certificate.Raw, c.seenCA))
+	c.seenCA, c.seenBundle = ca.Certificate.Raw, bundle
+	return changed
 }
 
 // enqueueAll enqueues every request with a spec.secretName and returns how many.
@@ -412,70 +333,43 @@ func (c *Controller) enqueueForSecret(namespace, name string) {
 	}
 }
 
-// result says when to look at a request again.
-type result struct {
-	// after, when positive, re-queues the request after that long.
-	after time.Duration
-	// conflict re-queues the request with the conflict backoff.
-	conflict bool
-}
-
-// processNext handles one queued request; false means the queue is shut down.
-func (c *Controller) processNext(ctx context.Context) bool {
-	key, quit := c.queue.Get()
-	if quit {
-		return false
-	}
-	defer c.queue.Done(key)
-
-	res, err := c.sync(ctx, key)
-	switch {
-	case err != nil:
-		logger := klog.FromContext(ctx)
-		if apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) || apierrors.IsNotFound(err) {
-			// The Secret changed under us; the cache catches up and the retry decides afresh.
-			logger.V(2).Info("Secret changed while delivering; retrying", "request", key, "err", err)
-		} else {
-			logger.Error(err, "Delivering certificate into Secret", "request", key)
-		}
-		c.queue.AddRateLimited(key)
-	case res.conflict:
-		c.queue.Forget(key)
-		c.queue.AddAfter(key, c.conflictBackoff.When(key))
-	default:
-		c.queue.Forget(key)
-		c.conflictBackoff.Forget(key)
-		if res.after > 0 {
-			c.queue.AddAfter(key, res.after)
-		}
-	}
-	return true
-}
-
 // sync brings one request's Secret up to date.
-func (c *Controller) sync(ctx context.Context, key types.NamespacedName) (result, error) {
+func (c *Controller) sync(ctx context.Context, key types.NamespacedName) (controller.Result, error) {
+	res, conflict, err := c.syncRequest(ctx, key)
+	if conflict {
+		// A request in conflict is looked at again with a backoff of its own, besides at once on any
+		// change to it or to a certapi Secret of that name.
+		res.After = c.conflictBackoff.When(key)
+	} else if err == nil {
+		c.conflictBackoff.Forget(key)
+	}
+	return res, err
+}
+
+// syncRequest brings one request's Secret up to date; conflict says it is in conflict with a Secret.
+func (c *Controller) syncRequest(ctx context.Context, key types.NamespacedName) (res controller.Result, conflict bool, err error) {
 	req, err := c.requests.ServingCertRequests(key.Namespace).Get(key.Name)
 	if apierrors.IsNotFound(err) {
 		c.forgetConflict(key) // deleted: its Secret stays, no longer renewed
-		return result{}, nil
+		return res, false, nil
 	}
 	if err != nil {
-		return result{}, fmt.Errorf("getting ServingCertRequest %s from the cache: %w", key, err)
+		return res, false, fmt.Errorf("getting ServingCertRequest %s from the cache: %w", key, err)
 	}
 	if req.DeletionTimestamp != nil {
-		return result{}, nil
+		return res, false, nil
 	}
 	if req.Spec.SecretName == "" {
 		c.clearStaleConflict(req)
-		return result{}, nil
+		return res, false, nil
 	}
 	ca, bundle, ok := c.authority.Signing()
 	if !ok || ca == nil {
-		return result{after: notSigningRetry}, nil
+		return controller.Result{After: notSigningRetry}, false, nil
 	}
 	secret, err := c.getSecret(ctx, req.Namespace, req.Spec.SecretName)
 	if err != nil {
-		return result{}, err
+		return res, false, err
 	}
 	now := c.clock.Now()
 	d := decide(decideInput{
@@ -490,18 +384,18 @@ func (c *Controller) sync(ctx context.Context, key types.NamespacedName) (result
 	switch d.Action {
 	case actionNone:
 		c.markCurrent(req, d)
-		return result{after: d.RenewAt.Sub(now)}, nil
+		return controller.Result{After: d.RenewAt.Sub(now)}, false, nil
 	case actionConflict:
 		c.reportConflict(req, secret, d.Conflict)
-		return result{conflict: true}, nil
+		return res, true, nil
 	case actionCreate, actionIssue:
-		renewAt, err := c.deliver(ctx, req, secret, ca, bundle, now, d)
+		renewAt, err := c.deliver(ctx, req, secret, now, d)
 		if err != nil {
-			return result{}, err
+			return res, false, err
 		}
-		return result{after: renewAt.Sub(now)}, nil
+		return controller.Result{After: renewAt.Sub(now)}, false, nil
 	}
-	return result{}, nil
+	return res, false, nil
 }
 
 // getSecret returns namespace/name, trimmed (see trimSecret), or nil when it does not exist. A certapi
@@ -602,12 +496,7 @@ func keyOf(req *certapiv1alpha1.ServingCertRequest) types.NamespacedName {
 }
 
 func readyCondition(req *certapiv1alpha1.ServingCertRequest) *metav1.Condition {
-	for i := range req.Status.Conditions {
-		if req.Status.Conditions[i].Type == "Ready" {
-			return &req.Status.Conditions[i]
-		}
-	}
-	return nil
+	return meta.FindStatusCondition(req.Status.Conditions, certapiv1alpha1.ConditionReady)
 }
 
 func readyReason(req *certapiv1alpha1.ServingCertRequest) string {
@@ -669,14 +558,4 @@ func (c *Controller) AllIssuedBy(ca *x509.Certificate) bool {
 		}
 	}
 	return true
-}
-
-// trimRequest drops the parts of a ServingCertRequest the controller never reads.
-func trimRequest(obj any) (any, error) {
-	if r, ok := obj.(*certapiv1alpha1.ServingCertRequest); ok {
-		r.ManagedFields = nil
-		r.Status.Certificate = ""
-		r.Status.CABundle = ""
-	}
-	return obj, nil
 }

@@ -41,7 +41,7 @@ func getSecret(t *testing.T, h *harness, name string) *corev1.Secret {
 func runStatus(t *testing.T, h *harness) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { h.status.Run(ctx, 1); close(done) }()
+	go func() { _ = h.status.Run(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
 }
 
@@ -85,7 +85,7 @@ func TestSyncCreatesSecret(t *testing.T) {
 	}
 	h.addRequest(t, req)
 
-	res, err := h.c.sync(context.Background(), keyFor(req))
+	res, _, err := h.c.syncRequest(context.Background(), keyFor(req))
 	if err != nil {
 		t.Fatalf("sync: %v", err)
 	}
@@ -126,8 +126,8 @@ func TestSyncCreatesSecret(t *testing.T) {
 	if want := testNow.Add(cert.NotAfter.Sub(testNow) / 3 * 2); renewAt.Sub(want).Abs() > time.Second {
 		t.Errorf("renewal time %s; want two thirds of the lifetime from issuance, %s", renewAt, want)
 	}
-	if res.after != renewAt.Sub(testNow) {
-		t.Errorf("requeued after %s; want exactly until the renewal time, %s", res.after, renewAt.Sub(testNow))
+	if res.After != renewAt.Sub(testNow) {
+		t.Errorf("requeued after %s; want exactly until the renewal time, %s", res.After, renewAt.Sub(testNow))
 	}
 	if got := h.secretWrites(); !reflect.DeepEqual(got, []string{"create"}) {
 		t.Errorf("Secret writes %v; want one create", got)
@@ -145,8 +145,8 @@ func TestSyncCreatesSecret(t *testing.T) {
 		!strings.Contains(evs[0], "kind=ServingCertRequest,apiVersion=certapi.dev/v1alpha1") {
 		t.Errorf("events %q; want one Normal Issued naming serial %s regarding the ServingCertRequest", evs, serial)
 	}
-	if len(h.issued) != 1 || h.issued[0] != "webhooks/webhook" {
-		t.Errorf("OnIssued calls %v", h.issued)
+	if len(h.authority.issuedFor()) != 1 || h.authority.issuedFor()[0] != "webhooks/webhook" {
+		t.Errorf("OnIssued calls %v", h.authority.issuedFor())
 	}
 
 	got := waitReady(t, h, req, status.ReasonIssued, serial)
@@ -159,8 +159,8 @@ func TestSyncCreatesSecret(t *testing.T) {
 
 	// A second sync sees a current certificate and writes nothing.
 	h.cacheSecret(t, s)
-	res, err = h.c.sync(context.Background(), keyFor(req))
-	if err != nil || res.after != renewAt.Sub(testNow) {
+	res, _, err = h.c.syncRequest(context.Background(), keyFor(req))
+	if err != nil || res.After != renewAt.Sub(testNow) {
 		t.Errorf("second sync: %+v, %v", res, err)
 	}
 	if got := h.secretWrites(); len(got) != 1 {
@@ -175,7 +175,7 @@ func TestSyncKeyAlgorithms(t *testing.T) {
 			req := newRequest("webhook", "webhook-svc", "webhook-tls")
 			req.Spec.KeyAlgorithm = alg
 			h.addRequest(t, req)
-			if _, err := h.c.sync(context.Background(), keyFor(req)); err != nil {
+			if _, _, err := h.c.syncRequest(context.Background(), keyFor(req)); err != nil {
 				t.Fatalf("sync: %v", err)
 			}
 			s := getSecret(t, h, "webhook-tls")
@@ -241,11 +241,11 @@ func TestSyncConflictLeavesSecretUntouched(t *testing.T) {
 			before := getSecret(t, h, "webhook-tls")
 
 			for i := range 3 {
-				res, err := h.c.sync(context.Background(), keyFor(req))
+				res, conflict, err := h.c.syncRequest(context.Background(), keyFor(req))
 				if err != nil {
 					t.Fatalf("sync %d: %v", i, err)
 				}
-				if !res.conflict || res.after != 0 {
+				if !conflict || res.After != 0 {
 					t.Errorf("sync %d: result %+v; want a conflict backoff", i, res)
 				}
 			}
@@ -265,7 +265,7 @@ func TestSyncConflictLeavesSecretUntouched(t *testing.T) {
 				t.Errorf("Ready %+v; want False with %q", cond, tt.message)
 			}
 			noKeyMaterial(t, append(evs, cond.Message)...)
-			if len(h.issued) != 0 {
+			if len(h.authority.issuedFor()) != 0 {
 				t.Errorf("OnIssued called for a conflict")
 			}
 		})
@@ -281,13 +281,13 @@ func TestSyncConflictResolved(t *testing.T) {
 	h := newHarness(t, foreign)
 	req := newRequest("webhook", "webhook-svc", "webhook-tls")
 	h.addRequest(t, req)
-	if res, _ := h.c.sync(context.Background(), keyFor(req)); !res.conflict {
+	if _, conflict, _ := h.c.syncRequest(context.Background(), keyFor(req)); !conflict {
 		t.Fatalf("want a conflict first")
 	}
 	if err := h.kube.CoreV1().Secrets(testNamespace).Delete(context.Background(), "webhook-tls", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if res, err := h.c.sync(context.Background(), keyFor(req)); err != nil || res.conflict {
+	if res, conflict, err := h.c.syncRequest(context.Background(), keyFor(req)); err != nil || conflict {
 		t.Fatalf("after deleting the foreign Secret: %+v, %v", res, err)
 	}
 	verifyServing(t, getSecret(t, h, "webhook-tls"), "webhook-svc.webhooks.svc", testNow)
@@ -306,7 +306,7 @@ func TestSyncAdoptsAnnotatedSecret(t *testing.T) {
 	h := newHarness(t, shipped)
 	req := newRequest("webhook", "webhook-svc", "webhook-tls")
 	h.addRequest(t, req)
-	if _, err := h.c.sync(context.Background(), keyFor(req)); err != nil {
+	if _, _, err := h.c.syncRequest(context.Background(), keyFor(req)); err != nil {
 		t.Fatalf("sync: %v", err)
 	}
 	s := getSecret(t, h, "webhook-tls")
@@ -329,7 +329,7 @@ func TestSyncRenewsInPlace(t *testing.T) {
 	h := newHarness(t)
 	req := newRequest("webhook", "webhook-svc", "webhook-tls")
 	h.addRequest(t, req)
-	if _, err := h.c.sync(context.Background(), keyFor(req)); err != nil {
+	if _, _, err := h.c.syncRequest(context.Background(), keyFor(req)); err != nil {
 		t.Fatal(err)
 	}
 	first := getSecret(t, h, "webhook-tls")
@@ -338,7 +338,7 @@ func TestSyncRenewsInPlace(t *testing.T) {
 
 	renewAt, _ := time.Parse(time.RFC3339, first.Annotations[AnnotationRenewalTime])
 	h.clock.SetTime(renewAt)
-	res, err := h.c.sync(context.Background(), keyFor(req))
+	res, _, err := h.c.syncRequest(context.Background(), keyFor(req))
 	if err != nil {
 		t.Fatalf("renewal sync: %v", err)
 	}
@@ -351,8 +351,8 @@ func TestSyncRenewsInPlace(t *testing.T) {
 		t.Errorf("renewed certificate valid %s..%s; want a fresh one from %s", cert.NotBefore, cert.NotAfter, renewAt)
 	}
 	newRenew, _ := time.Parse(time.RFC3339, second.Annotations[AnnotationRenewalTime])
-	if res.after != newRenew.Sub(renewAt) || res.after <= 0 {
-		t.Errorf("requeued after %s; want %s", res.after, newRenew.Sub(renewAt))
+	if res.After != newRenew.Sub(renewAt) || res.After <= 0 {
+		t.Errorf("requeued after %s; want %s", res.After, newRenew.Sub(renewAt))
 	}
 	if w := h.secretWrites(); !reflect.DeepEqual(w, []string{"create", "patch"}) {
 		t.Errorf("Secret writes %v; want create then patch", w)
@@ -366,7 +366,7 @@ func TestSyncRenewsInPlace(t *testing.T) {
 	h.cacheSecret(t, second)
 	next := newTestCA(t, testNow)
 	h.authority.set(h.ca, signer.EncodeBundle(h.ca.Certificate, next.Certificate), true)
-	if _, err := h.c.sync(context.Background(), keyFor(req)); err != nil {
+	if _, _, err := h.c.syncRequest(context.Background(), keyFor(req)); err != nil {
 		t.Fatalf("bundle sync: %v", err)
 	}
 	third := getSecret(t, h, "webhook-tls")
@@ -412,7 +412,7 @@ func TestSyncStaleCacheDoesNotOverwrite(t *testing.T) {
 	})
 	req := newRequest("webhook", "webhook-svc", "webhook-tls")
 	h.addRequest(t, req)
-	if _, err := h.c.sync(context.Background(), keyFor(req)); err != nil {
+	if _, _, err := h.c.syncRequest(context.Background(), keyFor(req)); err != nil {
 		t.Fatal(err)
 	}
 	s := getSecret(t, h, "webhook-tls")
@@ -420,7 +420,7 @@ func TestSyncStaleCacheDoesNotOverwrite(t *testing.T) {
 	stale.ResourceVersion = "0-stale"
 	stale.Annotations[AnnotationGeneration] = "0" // the stale cache thinks a re-issue is due
 	h.cacheSecret(t, stale)
-	_, err := h.c.sync(context.Background(), keyFor(req))
+	_, _, err := h.c.syncRequest(context.Background(), keyFor(req))
 	if !apierrors.IsConflict(err) {
 		t.Fatalf("sync with a stale cache: %v; want a 409 Conflict (retried once the cache catches up)", err)
 	}
@@ -465,11 +465,11 @@ func TestSyncNoop(t *testing.T) {
 			if tt.notSigned {
 				h.authority.set(nil, nil, false)
 			}
-			res, err := h.c.sync(context.Background(), key)
+			res, conflict, err := h.c.syncRequest(context.Background(), key)
 			if err != nil {
 				t.Fatalf("sync: %v", err)
 			}
-			if res.after != tt.wantAfter || res.conflict {
+			if res.After != tt.wantAfter || conflict {
 				t.Errorf("result %+v; want after %s", res, tt.wantAfter)
 			}
 			if len(h.kube.Actions()) != 0 {
@@ -487,6 +487,7 @@ func TestSyncNoop(t *testing.T) {
 func TestSyncDeniedReportsAndBacksOff(t *testing.T) {
 	h := newHarness(t)
 	h.c.clusterDomain = "other.example"
+	h.authority.domain = "other.example"
 	runStatus(t, h)
 	req := newRequest("webhook", "webhook-svc", "webhook-tls")
 	if _, err := h.certapi.CertapiV1alpha1().ServingCertRequests(testNamespace).Create(context.Background(), req, metav1.CreateOptions{}); err != nil {
@@ -494,7 +495,7 @@ func TestSyncDeniedReportsAndBacksOff(t *testing.T) {
 	}
 	h.addRequest(t, req)
 	for range 2 {
-		if _, err := h.c.sync(context.Background(), keyFor(req)); err == nil {
+		if _, _, err := h.c.syncRequest(context.Background(), keyFor(req)); err == nil {
 			t.Fatal("sync succeeded; want a signing error (retried with backoff)")
 		}
 	}
@@ -512,19 +513,20 @@ func TestSyncDeniedReportsAndBacksOff(t *testing.T) {
 
 func TestNewValidates(t *testing.T) {
 	h := newHarness(t)
-	good := Options{Kube: h.kube, Certapi: h.certapi, Authority: h.authority, Status: h.status, ClusterDomain: testDomain}
-	if _, err := New(good); err != nil {
+	good := func() Options {
+		return Options{Context: newTestContext(t, h.kube, h.certapi), Authority: h.authority, Status: h.status}
+	}
+	if _, err := New(good()); err != nil {
 		t.Fatalf("New: %v", err)
 	}
 	for name, mutate := range map[string]func(*Options){
-		"no Kube":          func(o *Options) { o.Kube = nil },
-		"no Certapi":       func(o *Options) { o.Certapi = nil },
+		"no Context":       func(o *Options) { o.Context = nil },
 		"no Authority":     func(o *Options) { o.Authority = nil },
 		"no Status":        func(o *Options) { o.Status = nil },
-		"no ClusterDomain": func(o *Options) { o.ClusterDomain = "" },
+		"no ClusterDomain": func(o *Options) { o.Context.ClusterDomain = "" },
 		"negative Workers": func(o *Options) { o.Workers = -1 },
 	} {
-		o := good
+		o := good()
 		mutate(&o)
 		if _, err := New(o); err == nil {
 			t.Errorf("%s: New accepted it", name)

@@ -3,6 +3,7 @@ package secretdelivery
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -15,6 +16,8 @@ import (
 
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	"github.com/certapi/certapi/pkg/controller/status"
+	"github.com/certapi/certapi/pkg/issuer"
+	"github.com/certapi/certapi/pkg/metrics"
 	"github.com/certapi/certapi/pkg/signer"
 )
 
@@ -23,13 +26,13 @@ const maxNoteLength = 1000
 
 // issued is a certificate just signed for a request, with its key, before it is written.
 type issued struct {
-	leaf    *signer.Leaf
-	keyPEM  []byte
-	renewAt time.Time
+	*issuer.Result
+	keyPEM []byte
 }
 
-// issue generates a key of the request's algorithm and signs a certificate for its Service.
-func (c *Controller) issue(req *certapiv1alpha1.ServingCertRequest, ca *signer.CA, now time.Time) (*issued, error) {
+// issue generates a key of the request's algorithm and has the Authority sign a certificate for its
+// Service, through the one issuance policy every path uses.
+func (c *Controller) issue(req *certapiv1alpha1.ServingCertRequest) (*issued, error) {
 	alg := req.Spec.KeyAlgorithm
 	if alg == "" {
 		alg = certapiv1alpha1.KeyAlgorithmECDSAP256
@@ -42,17 +45,19 @@ func (c *Controller) issue(req *certapiv1alpha1.ServingCertRequest, ca *signer.C
 	if req.Spec.Duration != nil {
 		duration = req.Spec.Duration.Duration
 	}
-	if c.maxDuration > 0 && duration > c.maxDuration {
-		duration = c.maxDuration
+	var renewBefore time.Duration
+	if req.Spec.RenewBefore != nil {
+		renewBefore = req.Spec.RenewBefore.Duration
 	}
-	leaf, err := ca.Sign(signer.LeafRequest{
-		ServiceName:   req.Spec.ServiceName,
-		Namespace:     req.Namespace,
-		ClusterDomain: c.clusterDomain,
-		DNSNames:      req.Spec.DNSNames,
-		PublicKey:     key.Public(),
-		Duration:      duration,
-		Now:           now,
+	res, err := c.authority.Sign(issuer.Request{
+		Namespace:   req.Namespace,
+		Name:        req.Name,
+		ServiceName: req.Spec.ServiceName,
+		DNSNames:    req.Spec.DNSNames,
+		Duration:    duration,
+		RenewBefore: renewBefore,
+		PublicKey:   key.Public(),
+		Path:        issuer.PathSecret,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("ServingCertRequest %s/%s: %w", req.Namespace, req.Name, err)
@@ -61,31 +66,25 @@ func (c *Controller) issue(req *certapiv1alpha1.ServingCertRequest, ca *signer.C
 	if err != nil {
 		return nil, fmt.Errorf("ServingCertRequest %s/%s: %w", req.Namespace, req.Name, err)
 	}
-	var renewBefore *time.Duration
-	if req.Spec.RenewBefore != nil {
-		rb := req.Spec.RenewBefore.Duration
-		renewBefore = &rb
-	}
-	// The annotation holds whole seconds; rounding up keeps the renewal strictly after now and makes the
-	// scheduled time and the annotated one the same.
-	renewAt := ceilSecond(signer.RenewalTime(leaf.NotBefore, leaf.NotAfter, renewBefore, now))
-	return &issued{leaf: leaf, keyPEM: keyPEM, renewAt: renewAt}, nil
+	return &issued{Result: res, keyPEM: keyPEM}, nil
 }
 
 // deliver issues a certificate for req and writes it into the request's Secret: a create when secret is
 // nil, otherwise a patch guarded by the resourceVersion decide saw. Then it reports the delivery (status,
 // Event, OnIssued) and returns the renewal time.
 func (c *Controller) deliver(ctx context.Context, req *certapiv1alpha1.ServingCertRequest, secret *corev1.Secret,
-	ca *signer.CA, bundle []byte, now time.Time, d decision) (time.Time, error) {
+	now time.Time, d decision) (time.Time, error) {
 	key := keyOf(req)
 	logger := klog.FromContext(ctx)
-	cert, err := c.issue(req, ca, now)
+	cert, err := c.issue(req)
+	if errors.Is(err, issuer.ErrNotLeading) {
+		return time.Time{}, err // the term is ending
+	}
 	if err != nil {
 		c.reportDenied(req, secret, err)
 		return time.Time{}, err
 	}
-	written, err := c.write(ctx, req, secret, cert, bundle)
-	clear(cert.keyPEM) // the Secret holds the key now; this process need not
+	written, err := c.write(ctx, req, secret, cert)
 	if err != nil {
 		if !apierrors.IsConflict(err) && !apierrors.IsAlreadyExists(err) && !apierrors.IsNotFound(err) {
 			c.reportWriteFailure(req, secret, d, err, now)
@@ -93,22 +92,22 @@ func (c *Controller) deliver(ctx context.Context, req *certapiv1alpha1.ServingCe
 		return time.Time{}, err
 	}
 
-	leaf := cert.leaf
+	metrics.Issuances.WithLabelValues(issuer.PathSecret, "issued").Inc()
 	c.forgetConflict(key)
 	c.status.RecordIssued(key, status.Issued{
-		Certificate:  string(leaf.CertificatePEM),
-		CABundle:     string(bundle),
-		SerialNumber: leaf.SerialNumber,
-		NotBefore:    leaf.NotBefore,
-		NotAfter:     leaf.NotAfter,
-		RenewalTime:  cert.renewAt,
+		Certificate:  cert.CertificatePEM,
+		CABundle:     cert.CABundle,
+		SerialNumber: cert.SerialNumber,
+		NotBefore:    cert.NotBefore,
+		NotAfter:     cert.NotAfter,
+		RenewalTime:  cert.RenewalTime,
 		IssuedAt:     now,
 	})
 	c.status.SetReady(key, status.Ready{
 		Status: metav1.ConditionTrue,
 		Reason: status.ReasonIssued,
 		Message: fmt.Sprintf("Secret %q holds certificate %s, valid until %s, renewal at %s",
-			req.Spec.SecretName, leaf.SerialNumber, formatTime(leaf.NotAfter), formatTime(cert.renewAt)),
+			req.Spec.SecretName, cert.SerialNumber, formatTime(cert.NotAfter), formatTime(cert.RenewalTime)),
 		Generation: req.Generation,
 	})
 	reason, action, verb := "Issued", "IssueCertificate", "Issued certificate into"
@@ -117,18 +116,15 @@ func (c *Controller) deliver(ctx context.Context, req *certapiv1alpha1.ServingCe
 	}
 	c.recorder.Eventf(regarding(req), related(written), corev1.EventTypeNormal, reason, action, "%s",
 		truncateNote(fmt.Sprintf("%s Secret %q: serial %s, valid until %s, renewal at %s (%s)",
-			verb, req.Spec.SecretName, leaf.SerialNumber, formatTime(leaf.NotAfter), formatTime(cert.renewAt), d.Why)))
+			verb, req.Spec.SecretName, cert.SerialNumber, formatTime(cert.NotAfter), formatTime(cert.RenewalTime), d.Why)))
 	logger.V(2).Info(reason+" certificate", "request", key, "secret", req.Spec.SecretName,
-		"serial", leaf.SerialNumber, "notAfter", leaf.NotAfter, "renewalTime", cert.renewAt, "why", d.Why)
-	if c.onIssued != nil {
-		c.onIssued(req.Namespace, req.Name, leaf.NotAfter, cert.renewAt)
-	}
-	return cert.renewAt, nil
+		"serial", cert.SerialNumber, "notAfter", cert.NotAfter, "renewalTime", cert.RenewalTime, "why", d.Why)
+	return cert.RenewalTime, nil
 }
 
 // desiredSecret is the Secret certapi writes for req with cert: type kubernetes.io/tls, tls.crt, tls.key
 // and ca.crt, the managed label and the annotations that describe the certificate.
-func desiredSecret(req *certapiv1alpha1.ServingCertRequest, cert *issued, bundle []byte) *corev1.Secret {
+func desiredSecret(req *certapiv1alpha1.ServingCertRequest, cert *issued) *corev1.Secret {
 	return &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace: req.Namespace,
@@ -136,26 +132,26 @@ func desiredSecret(req *certapiv1alpha1.ServingCertRequest, cert *issued, bundle
 			Labels:    map[string]string{LabelManaged: "true"},
 			Annotations: map[string]string{
 				AnnotationServingCertRequest: req.Name,
-				AnnotationSerialNumber:       cert.leaf.SerialNumber,
-				AnnotationNotAfter:           formatTime(cert.leaf.NotAfter),
-				AnnotationRenewalTime:        formatTime(cert.renewAt),
+				AnnotationSerialNumber:       cert.SerialNumber,
+				AnnotationNotAfter:           formatTime(cert.NotAfter),
+				AnnotationRenewalTime:        formatTime(cert.RenewalTime),
 				AnnotationGeneration:         strconv.FormatInt(req.Generation, 10),
 			},
 		},
 		Type: corev1.SecretTypeTLS,
 		Data: map[string][]byte{
-			corev1.TLSCertKey:       cert.leaf.CertificatePEM,
+			corev1.TLSCertKey:       []byte(cert.CertificatePEM),
 			corev1.TLSPrivateKeyKey: cert.keyPEM,
-			keyCABundle:             bundle,
+			keyCABundle:             []byte(cert.CABundle),
 		},
 	}
 }
 
 // write creates or patches the Secret with cert. It returns the Secret written, for its reference.
 func (c *Controller) write(ctx context.Context, req *certapiv1alpha1.ServingCertRequest, secret *corev1.Secret,
-	cert *issued, bundle []byte) (*corev1.Secret, error) {
+	cert *issued) (*corev1.Secret, error) {
 	secrets := c.kube.CoreV1().Secrets(req.Namespace)
-	want := desiredSecret(req, cert, bundle)
+	want := desiredSecret(req, cert)
 
 	if secret == nil {
 		// A create is atomic: if anyone (another request, a Helm chart) made the Secret meanwhile, it fails
@@ -181,7 +177,6 @@ func (c *Controller) write(ctx context.Context, req *certapiv1alpha1.ServingCert
 	if err != nil {
 		return nil, fmt.Errorf("encoding the patch of Secret %s/%s: %w", want.Namespace, want.Name, err)
 	}
-	defer clear(patch)
 	patched, err := secrets.Patch(ctx, want.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
 	if err != nil {
 		return nil, fmt.Errorf("patching Secret %s/%s: %w", want.Namespace, want.Name, err)
@@ -223,15 +218,6 @@ func (c *Controller) reportWriteFailure(req *certapiv1alpha1.ServingCertRequest,
 		}
 	}
 	c.status.SetReady(keyOf(req), ready)
-}
-
-// ceilSecond rounds t up to a whole second.
-func ceilSecond(t time.Time) time.Time {
-	r := t.Truncate(time.Second)
-	if r.Before(t) {
-		r = r.Add(time.Second)
-	}
-	return r
 }
 
 func truncateNote(s string) string {

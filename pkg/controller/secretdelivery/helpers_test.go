@@ -1,6 +1,7 @@
 package secretdelivery
 
 import (
+	"context"
 	"crypto/x509"
 	"strings"
 	"sync"
@@ -11,14 +12,18 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apiserver/pkg/server/dynamiccertificates"
+	"k8s.io/client-go/kubernetes"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/events"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
+	"github.com/certapi/certapi/pkg/controller"
 	"github.com/certapi/certapi/pkg/controller/status"
+	"github.com/certapi/certapi/pkg/generated/clientset/versioned"
 	certapifake "github.com/certapi/certapi/pkg/generated/clientset/versioned/fake"
-	"github.com/certapi/certapi/pkg/generated/informers/externalversions"
+	"github.com/certapi/certapi/pkg/issuer"
 	"github.com/certapi/certapi/pkg/signer"
 )
 
@@ -30,12 +35,17 @@ const (
 	testDomain    = "cluster.local"
 )
 
-// fakeAuthority is an issuer.Authority whose CA and leadership a test controls.
+// fakeAuthority is an issuer.Authority whose CA and leadership a test controls. It signs with the real
+// issuance policy (issuer.Policy) and tells its listeners when set changes the CA or the bundle.
 type fakeAuthority struct {
-	mu     sync.Mutex
-	ca     *signer.CA
-	bundle []byte
-	ok     bool
+	mu        sync.Mutex
+	ca        *signer.CA
+	bundle    []byte
+	ok        bool
+	now       func() time.Time // nil: the real clock
+	domain    string           // the cluster domain it signs for; testDomain when empty
+	issued    []string         // "namespace/name" per signature
+	listeners []dynamiccertificates.Listener
 }
 
 func (a *fakeAuthority) Signing() (*signer.CA, []byte, bool) {
@@ -44,10 +54,63 @@ func (a *fakeAuthority) Signing() (*signer.CA, []byte, bool) {
 	return a.ca, a.bundle, a.ok
 }
 
-func (a *fakeAuthority) set(ca *signer.CA, bundle []byte, ok bool) {
+func (a *fakeAuthority) Sign(req issuer.Request) (*issuer.Result, error) {
+	a.mu.Lock()
+	ca, bundle, ok, now, domain := a.ca, a.bundle, a.ok, a.now, a.domain
+	a.mu.Unlock()
+	if domain == "" {
+		domain = testDomain
+	}
+	if !ok {
+		return nil, issuer.ErrNotLeading
+	}
+	at := time.Now()
+	if now != nil {
+		at = now()
+	}
+	res, err := issuer.Policy{ClusterDomain: domain}.Sign(ca, bundle, req, at)
+	if err == nil {
+		a.mu.Lock()
+		a.issued = append(a.issued, req.Namespace+"/"+req.Name)
+		a.mu.Unlock()
+	}
+	return res, err
+}
+
+func (a *fakeAuthority) AddListener(l dynamiccertificates.Listener) func() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	a.listeners = append(a.listeners, l)
+	return func() {}
+}
+
+func (a *fakeAuthority) set(ca *signer.CA, bundle []byte, ok bool) {
+	a.mu.Lock()
 	a.ca, a.bundle, a.ok = ca, bundle, ok
+	ls := append([]dynamiccertificates.Listener(nil), a.listeners...)
+	a.mu.Unlock()
+	for _, l := range ls {
+		l.Enqueue()
+	}
+}
+
+func (a *fakeAuthority) issuedFor() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]string(nil), a.issued...)
+}
+
+// newTestContext is a term's Context on the given fake clientsets, with a real Event broadcaster that
+// writes events.k8s.io Events through kube; it is shut down when the test ends.
+func newTestContext(tb testing.TB, kube kubernetes.Interface, certapi versioned.Interface) *controller.Context {
+	tb.Helper()
+	b := events.NewBroadcaster(&events.EventSinkImpl{Interface: kube.EventsV1()})
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := b.StartRecordingToSinkWithContext(ctx); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { cancel(); b.Shutdown() })
+	return controller.NewContext(testDomain, controller.Clients{Kube: kube, Certapi: certapi}, b)
 }
 
 // newTestCA makes a CA for testDomain issued at now.
@@ -76,12 +139,12 @@ func newRequest(name, svc, secretName string) *certapiv1alpha1.ServingCertReques
 // deliveredSecret is the Secret certapi writes for req, signed by ca at now, as a create would.
 func deliveredSecret(tb testing.TB, req *certapiv1alpha1.ServingCertRequest, ca *signer.CA, bundle []byte, now time.Time) *corev1.Secret {
 	tb.Helper()
-	c := &Controller{clusterDomain: testDomain}
-	cert, err := c.issue(req, ca, now)
+	c := &Controller{clusterDomain: testDomain, authority: &fakeAuthority{ca: ca, bundle: bundle, ok: true, now: func() time.Time { return now }}}
+	cert, err := c.issue(req)
 	if err != nil {
 		tb.Fatalf("issue: %v", err)
 	}
-	s := desiredSecret(req, cert, bundle)
+	s := desiredSecret(req, cert)
 	s.ResourceVersion = "10"
 	return s
 }
@@ -97,9 +160,6 @@ type harness struct {
 	clock     *clocktesting.FakeClock
 	recorder  *events.FakeRecorder
 	status    *status.Writer
-
-	mu     sync.Mutex
-	issued []string // "namespace/name" per OnIssued call
 }
 
 func newHarness(tb testing.TB, kubeObjects ...runtime.Object) *harness {
@@ -115,25 +175,19 @@ func newHarness(tb testing.TB, kubeObjects ...runtime.Object) *harness {
 	}
 	h.recorder.Verbose = true
 	h.bundle = signer.EncodeBundle(h.ca.Certificate)
+	h.authority.now = h.clock.Now
 	h.authority.set(h.ca, h.bundle, true)
-	h.status = status.New(h.certapi, time.Millisecond)
+	h.status = status.New(h.certapi, time.Millisecond, 1)
 	c, err := New(Options{
-		Kube:          h.kube,
-		Informers:     externalversions.NewSharedInformerFactory(h.certapi, 0),
-		Authority:     h.authority,
-		Status:        h.status,
-		ClusterDomain: testDomain,
-		Clock:         h.clock,
-		Recorder:      h.recorder,
-		OnIssued: func(namespace, name string, _, _ time.Time) {
-			h.mu.Lock()
-			h.issued = append(h.issued, namespace+"/"+name)
-			h.mu.Unlock()
-		},
+		Context:   newTestContext(tb, h.kube, h.certapi),
+		Authority: h.authority,
+		Status:    h.status,
+		Clock:     h.clock,
 	})
 	if err != nil {
 		tb.Fatalf("New: %v", err)
 	}
+	c.recorder = h.recorder // the harness reads Events from a fake recorder
 	h.c = c
 	return h
 }

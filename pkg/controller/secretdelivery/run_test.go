@@ -12,9 +12,9 @@ import (
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/certapi/certapi/pkg/controller"
 	"github.com/certapi/certapi/pkg/controller/status"
 	certapifake "github.com/certapi/certapi/pkg/generated/clientset/versioned/fake"
-	"github.com/certapi/certapi/pkg/generated/informers/externalversions"
 	"github.com/certapi/certapi/pkg/signer"
 )
 
@@ -46,27 +46,28 @@ func newRunEnv(t *testing.T) *runEnv {
 	}
 	ca := newTestCA(t, time.Now())
 	e.authority.set(ca, signer.EncodeBundle(ca.Certificate), true)
-	e.status = status.New(e.certapi, 10*time.Millisecond)
+	e.status = status.New(e.certapi, 10*time.Millisecond, 1)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { e.status.Run(ctx, 1); close(done) }()
+	go func() { _ = e.status.Run(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
 	return e
 }
 
-// start runs c until the returned stop function is called; stop returns Run's error.
-func start(t *testing.T, c *Controller) (stop func() error) {
+// start runs c in a term of its own (cc's informers, started and stopped with it) until the returned stop
+// function is called; stop returns the term's error.
+func start(t *testing.T, cc *controller.Context, c *Controller) (stop func() error) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
+	go func() { done <- cc.RunTerm(ctx, controller.Named{Name: "secretdelivery", Runnable: c}) }()
 	return func() error {
 		cancel()
 		select {
 		case err := <-done:
 			return err
 		case <-time.After(10 * time.Second):
-			t.Fatal("Run did not return after its context ended")
+			t.Fatal("the term did not end after its context ended")
 			return nil
 		}
 	}
@@ -85,19 +86,12 @@ func (e *runEnv) secret(name string) *corev1.Secret {
 // when it is deleted, and stops when its context ends.
 func TestRun(t *testing.T) {
 	e := newRunEnv(t)
-	c, err := New(Options{
-		Kube:          e.kube,
-		Certapi:       e.certapi, // no Informers: a private factory that Run starts and stops
-		Authority:     e.authority,
-		Status:        e.status,
-		ClusterDomain: testDomain,
-		Workers:       2,
-		// no Recorder: an events.k8s.io recorder on Kube
-	})
+	cc := newTestContext(t, e.kube, e.certapi)
+	c, err := New(Options{Context: cc, Authority: e.authority, Status: e.status, Workers: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
-	stop := start(t, c)
+	stop := start(t, cc, c)
 
 	req := newRequest("webhook", "webhook-svc", "webhook-tls")
 	if _, err := e.certapi.CertapiV1alpha1().ServingCertRequests(testNamespace).Create(context.Background(), req, metav1.CreateOptions{}); err != nil {
@@ -186,57 +180,24 @@ func TestRun(t *testing.T) {
 	}
 }
 
-// TestRunAcrossLeadershipTerms: with a long-lived shared factory that the caller starts after New, a new
-// Controller per leadership term works on the same informer; an informer that has stopped is refused
-// instead of serving a stale cache.
+// TestRunAcrossLeadershipTerms: each leadership term has a Context of its own and a new Controller; the
+// second term delivers as the first did, with nothing left over from it.
 func TestRunAcrossLeadershipTerms(t *testing.T) {
 	e := newRunEnv(t)
-	opts := func(f externalversions.SharedInformerFactory) Options {
-		return Options{Kube: e.kube, Informers: f, Authority: e.authority, Status: e.status, ClusterDomain: testDomain,
-			Recorder: nil, Workers: 1}
+	for term, name := range []string{"a", "b"} {
+		cc := newTestContext(t, e.kube, e.certapi)
+		c, err := New(Options{Context: cc, Authority: e.authority, Status: e.status, Workers: 1})
+		if err != nil {
+			t.Fatalf("term %d: New: %v", term, err)
+		}
+		stop := start(t, cc, c)
+		req := newRequest(name, "webhook-svc", name+"-tls")
+		if _, err := e.certapi.CertapiV1alpha1().ServingCertRequests(testNamespace).Create(context.Background(), req, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "the Secret of term "+name, func() bool { return e.secret(name+"-tls") != nil })
+		if err := stop(); err != nil {
+			t.Fatalf("term %d: %v", term, err)
+		}
 	}
-
-	t.Run("caller-started factory", func(t *testing.T) {
-		factory := externalversions.NewSharedInformerFactory(e.certapi, 0)
-		serverCtx, cancelServer := context.WithCancel(context.Background())
-		defer func() { cancelServer(); factory.Shutdown() }()
-
-		for term, name := range []string{"a", "b"} {
-			c, err := New(opts(factory))
-			if err != nil {
-				t.Fatalf("term %d: New: %v", term, err)
-			}
-			factory.Start(serverCtx.Done()) // after New: the request informer is the server's, not the term's
-			stop := start(t, c)
-			req := newRequest(name, "webhook-svc", name+"-tls")
-			if _, err := e.certapi.CertapiV1alpha1().ServingCertRequests(testNamespace).Create(context.Background(), req, metav1.CreateOptions{}); err != nil {
-				t.Fatal(err)
-			}
-			eventually(t, "the Secret of term "+name, func() bool { return e.secret(name+"-tls") != nil })
-			if err := stop(); err != nil {
-				t.Fatalf("term %d: Run: %v", term, err)
-			}
-		}
-	})
-
-	t.Run("factory stopped", func(t *testing.T) {
-		factory := externalversions.NewSharedInformerFactory(e.certapi, 0)
-		c1, err := New(opts(factory))
-		if err != nil {
-			t.Fatal(err)
-		}
-		_ = c1
-		ctx, cancel := context.WithCancel(context.Background())
-		factory.Start(ctx.Done())
-		factory.WaitForCacheSync(ctx.Done())
-		cancel()
-		factory.Shutdown()
-		c2, err := New(opts(factory))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := c2.Run(context.Background()); err == nil {
-			t.Fatal("Run accepted an informer that has stopped")
-		}
-	})
 }

@@ -13,10 +13,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
-	"k8s.io/client-go/util/workqueue"
-	"k8s.io/klog/v2"
 
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
+	"github.com/certapi/certapi/pkg/controller"
 	"github.com/certapi/certapi/pkg/generated/clientset/versioned"
 )
 
@@ -59,22 +58,25 @@ type pending struct {
 type Writer struct {
 	client   versioned.Interface
 	interval time.Duration
-	queue    workqueue.TypedRateLimitingInterface[types.NamespacedName]
+	queue    *controller.Queue[types.NamespacedName]
 
 	mu      sync.Mutex
 	pending map[types.NamespacedName]*pending
 }
 
-// New returns a Writer that writes each request's status at most once per interval.
-func New(client versioned.Interface, interval time.Duration) *Writer {
-	return &Writer{
+// New returns a Writer that writes each request's status at most once per interval, with workers
+// writes at a time.
+func New(client versioned.Interface, interval time.Duration, workers int) *Writer {
+	w := &Writer{
 		client:   client,
 		interval: interval,
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
-			workqueue.NewTypedItemExponentialFailureRateLimiter[types.NamespacedName](100*time.Millisecond, 30*time.Second),
-			workqueue.TypedRateLimitingQueueConfig[types.NamespacedName]{Name: "servingcertrequest-status"}),
-		pending: map[types.NamespacedName]*pending{},
+		pending:  map[types.NamespacedName]*pending{},
 	}
+	w.queue = controller.NewQueue(controller.QueueOptions[types.NamespacedName]{
+		Name: "servingcertrequest-status", Workers: workers, Sync: w.sync,
+		BackoffBase: 100 * time.Millisecond, BackoffMax: 30 * time.Second,
+	})
+	return w
 }
 
 // RecordIssued notes a certificate issued for key; a later one for the same key replaces it before it is written.
@@ -114,41 +116,23 @@ func (w *Writer) entry(key types.NamespacedName) *pending {
 	return p
 }
 
-// Run writes queued status until ctx ends, with workers goroutines.
-func (w *Writer) Run(ctx context.Context, workers int) {
-	defer w.queue.ShutDown()
-	var wg sync.WaitGroup
-	for i := 0; i < workers; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for w.processNext(ctx) {
-			}
-		}()
-	}
-	<-ctx.Done()
-	w.queue.ShutDown()
-	wg.Wait()
+// Run writes queued status until ctx ends.
+func (w *Writer) Run(ctx context.Context) error {
+	w.queue.Run(ctx)
+	return nil
 }
 
-func (w *Writer) processNext(ctx context.Context) bool {
-	key, quit := w.queue.Get()
-	if quit {
-		return false
-	}
-	defer w.queue.Done(key)
-
+// sync writes the change pending for key. On failure it puts the change back, unless something newer
+// arrived meanwhile, and the queue retries with backoff.
+func (w *Writer) sync(ctx context.Context, key types.NamespacedName) (controller.Result, error) {
 	w.mu.Lock()
 	p := w.pending[key]
 	delete(w.pending, key)
 	w.mu.Unlock()
 	if p == nil {
-		w.queue.Forget(key)
-		return true
+		return controller.Result{}, nil
 	}
 	if err := w.write(ctx, key, p); err != nil {
-		klog.FromContext(ctx).Error(err, "Writing ServingCertRequest status", "request", key)
-		// Put the change back unless something newer arrived meanwhile, and retry with backoff.
 		w.mu.Lock()
 		cur := w.entry(key)
 		if cur.issued == nil {
@@ -161,11 +145,9 @@ func (w *Writer) processNext(ctx context.Context) bool {
 			cur.bundle = p.bundle
 		}
 		w.mu.Unlock()
-		w.queue.AddRateLimited(key)
-		return true
+		return controller.Result{}, fmt.Errorf("writing ServingCertRequest status: %w", err)
 	}
-	w.queue.Forget(key)
-	return true
+	return controller.Result{}, nil
 }
 
 func (w *Writer) write(ctx context.Context, key types.NamespacedName, p *pending) error {
@@ -211,7 +193,7 @@ func Apply(obj *certapiv1alpha1.ServingCertRequest, issued *Issued, ready *Ready
 	}
 	if ready != nil {
 		cond := metav1.Condition{
-			Type:               "Ready",
+			Type:               certapiv1alpha1.ConditionReady,
 			Status:             ready.Status,
 			Reason:             ready.Reason,
 			Message:            ready.Message,

@@ -96,7 +96,7 @@ func (r *ServingCertsREST) Create(ctx context.Context, name string, obj runtime.
 
 	pub, duration, errs := validateServingCert(sc, parent)
 	if len(errs) > 0 {
-		metrics.Issuances.WithLabelValues("servingcerts", "invalid").Inc()
+		metrics.Issuances.WithLabelValues(issuer.PathServingCerts, "invalid").Inc()
 		invalid := apierrors.NewInvalid(certapi.Kind("ServingCert"), name, errs)
 		r.denied(ns, name, invalid.Error())
 		return nil, invalid
@@ -128,17 +128,18 @@ func (r *ServingCertsREST) Create(ctx context.Context, name string, obj runtime.
 		Duration:      duration,
 		RenewBefore:   renewBefore,
 		PublicKeyPKIX: pub,
+		Path:          issuer.PathServingCerts,
 	})
-	metrics.IssuanceDuration.WithLabelValues("servingcerts").Observe(time.Since(start).Seconds())
+	metrics.IssuanceDuration.WithLabelValues(issuer.PathServingCerts).Observe(time.Since(start).Seconds())
 	if errors.Is(err, issuer.ErrNoLeader) {
-		metrics.Issuances.WithLabelValues("servingcerts", "unavailable").Inc()
+		metrics.Issuances.WithLabelValues(issuer.PathServingCerts, "unavailable").Inc()
 		return nil, unavailable(err)
 	}
 	if err != nil {
-		metrics.Issuances.WithLabelValues("servingcerts", "error").Inc()
+		metrics.Issuances.WithLabelValues(issuer.PathServingCerts, "error").Inc()
 		return nil, apierrors.NewInternalError(err)
 	}
-	metrics.Issuances.WithLabelValues("servingcerts", "issued").Inc()
+	metrics.Issuances.WithLabelValues(issuer.PathServingCerts, "issued").Inc()
 	out.Status = certapi.ServingCertStatus{
 		Certificate:  res.CertificatePEM,
 		CABundle:     res.CABundle,
