@@ -17,11 +17,11 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
-	"sort"
+	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -29,16 +29,20 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
+	watchtools "k8s.io/client-go/tools/watch"
 	"k8s.io/client-go/util/flowcontrol"
 
+	"github.com/certapi/certapi/pkg/apis/certapi"
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	"github.com/certapi/certapi/pkg/generated/clientset/versioned"
-	typedv1alpha1 "github.com/certapi/certapi/pkg/generated/clientset/versioned/typed/certapi/v1alpha1"
 	"github.com/certapi/certapi/test/framework"
 )
 
@@ -78,8 +82,44 @@ func main() {
 	}
 }
 
+// Deadlines: every wait of the load tool ends, whether or not what it waits for happens.
+const (
+	// requestTimeout bounds one API call outside the measured loops.
+	requestTimeout = time.Minute
+	// warmupTimeout bounds the first issuance through every client; drainTimeout the issuances still
+	// in flight when --duration ends.
+	warmupTimeout = time.Minute
+	drainTimeout  = time.Minute
+	// createTimeout bounds creating the objects of --secrets, --requests or --inject.
+	createTimeout = 10 * time.Minute
+	// readyTimeout bounds the wait for all --secrets requests to be Ready.
+	readyTimeout = 10 * time.Minute
+	// injectTimeout bounds the wait for one new --inject object to hold a caBundle; holdTimeout the
+	// wait for all of them to hold a given bundle; nextTimeout the wait for a forced rotation's Next CA.
+	injectTimeout = time.Minute
+	holdTimeout   = 5 * time.Minute
+	nextTimeout   = time.Minute
+	// settleTime is how long --requests lets certapi return freed memory after a GC before measuring.
+	settleTime = 30 * time.Second
+	// createParallelism is how many creates are in flight at most.
+	createParallelism = 32
+)
+
+// loader is one run of the load tool: its options, its clients and, with --local, the control plane
+// it started.
+type loader struct {
+	o options
+	// config has no client-side rate limit: the load tool measures the server.
+	config  *rest.Config
+	kube    kubernetes.Interface
+	certapi versioned.Interface
+	// cp is the --local control plane; nil against an existing cluster.
+	cp *framework.ControlPlane
+}
+
 func run(o options) error {
 	ctx := context.Background()
+	l := &loader{o: o}
 	var config *rest.Config
 	if o.local {
 		dir, err := os.MkdirTemp("", "certapi-load-")
@@ -87,7 +127,9 @@ func run(o options) error {
 			return err
 		}
 		defer os.RemoveAll(dir)
-		cp, err := framework.Start(ctx, framework.Options{Dir: dir, CertapiReplicas: o.replicas, Stdout: os.Stderr})
+		startCtx, cancel := context.WithTimeout(ctx, framework.StartTimeout)
+		cp, err := framework.Start(startCtx, framework.Options{Dir: dir, CertapiReplicas: o.replicas, Stdout: os.Stderr})
+		cancel()
 		if err != nil {
 			if cp != nil {
 				framework.PrintLogTails(os.Stderr, cp.Logs())
@@ -96,8 +138,7 @@ func run(o options) error {
 		}
 		defer cp.Stop()
 		config = cp.AdminConfig
-		localDir = dir
-		localPlane = cp
+		l.cp = cp
 	} else {
 		c, err := clientcmd.BuildConfigFromFlags("", o.kubeconfig)
 		if err != nil {
@@ -105,34 +146,36 @@ func run(o options) error {
 		}
 		config = c
 	}
-	config = rest.CopyConfig(config)
-	config.RateLimiter = flowcontrol.NewFakeAlwaysRateLimiter()
+	l.config = rest.CopyConfig(config)
+	l.config.RateLimiter = flowcontrol.NewFakeAlwaysRateLimiter()
 
-	kube, err := kubernetes.NewForConfig(config)
-	if err != nil {
+	var err error
+	if l.kube, err = kubernetes.NewForConfig(l.config); err != nil {
 		return err
 	}
-	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: o.namespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+	if l.certapi, err = versioned.NewForConfig(l.config); err != nil {
+		return err
+	}
+	nsCtx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	if _, err := l.kube.CoreV1().Namespaces().Create(nsCtx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: o.namespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("creating namespace %s: %w", o.namespace, err)
 	}
-	fmt.Printf("host: %s\n", config.Host)
-	if o.duration > 0 {
-		if err := issuance(ctx, config, o); err != nil {
-			return err
-		}
+	fmt.Printf("host: %s\n", l.config.Host)
+	phases := []struct {
+		on  bool
+		run func(context.Context) error
+	}{
+		{o.duration > 0, l.issuance},
+		{o.secrets > 0, l.secretDelivery},
+		{o.requests > 0, l.memory},
+		{o.inject > 0, l.injection},
 	}
-	if o.secrets > 0 {
-		if err := secretDelivery(ctx, config, kube, o); err != nil {
-			return err
+	for _, p := range phases {
+		if !p.on {
+			continue
 		}
-	}
-	if o.requests > 0 {
-		if err := memory(ctx, config, o); err != nil {
-			return err
-		}
-	}
-	if o.inject > 0 {
-		if err := injection(ctx, config, kube, o); err != nil {
+		if err := p.run(ctx); err != nil {
 			return err
 		}
 	}
@@ -140,12 +183,10 @@ func run(o options) error {
 }
 
 // injection measures caBundle injection through the running server.
-func injection(ctx context.Context, config *rest.Config, kube kubernetes.Interface, o options) error {
-	c, err := versioned.NewForConfig(config)
-	if err != nil {
-		return err
-	}
-	vwcs := kube.AdmissionregistrationV1().ValidatingWebhookConfigurations()
+func (l *loader) injection(ctx context.Context) error {
+	o := l.o
+	vwcs := l.kube.AdmissionregistrationV1().ValidatingWebhookConfigurations()
+	cas := l.certapi.CertapiV1alpha1().CertificateAuthorities()
 	path := "/validate"
 	port := int32(443)
 	fail := admissionregistrationv1.Fail
@@ -167,39 +208,23 @@ func injection(ctx context.Context, config *rest.Config, kube kubernetes.Interfa
 	// One at a time, so each latency is its own: create, then watch the object until the bundle lands.
 	n := min(100, o.inject)
 	var lat []time.Duration
-	for i := 0; i < n; i++ {
-		name := fmt.Sprintf("load-inject-%d", i)
+	for i := range n {
 		t0 := time.Now()
-		if _, err := vwcs.Create(ctx, mk(name), metav1.CreateOptions{}); err != nil {
+		if err := l.createInjected(ctx, mk(fmt.Sprintf("load-inject-%d", i))); err != nil {
 			return err
 		}
-		w, err := vwcs.Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name})
-		if err != nil {
-			return err
-		}
-		for ev := range w.ResultChan() {
-			if v, ok := ev.Object.(*admissionregistrationv1.ValidatingWebhookConfiguration); ok && len(v.Webhooks[0].ClientConfig.CABundle) > 0 {
-				break
-			}
-		}
-		w.Stop()
 		lat = append(lat, time.Since(t0))
 	}
-	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	slices.Sort(lat)
 	fmt.Printf("injection: a new annotated ValidatingWebhookConfiguration holds the bundle after median %s, max %s (%d objects, one at a time)\n",
 		pct(lat, 50), lat[len(lat)-1].Round(time.Millisecond), n)
 
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, 32)
-	for i := n; i < o.inject; i++ {
-		sem <- struct{}{}
-		wg.Add(1)
-		go func(i int) {
-			defer func() { <-sem; wg.Done() }()
-			_, _ = vwcs.Create(ctx, mk(fmt.Sprintf("load-inject-%d", i)), metav1.CreateOptions{})
-		}(i)
-	}
-	wg.Wait()
+	createCtx, cancel := context.WithTimeout(ctx, createTimeout)
+	defer cancel()
+	_, _ = forEachParallel(createCtx, n, o.inject, func(ctx context.Context, i int) error {
+		_, err := vwcs.Create(ctx, mk(fmt.Sprintf("load-inject-%d", i)), metav1.CreateOptions{})
+		return err
+	})
 	allHold := func(ctx context.Context, bundle string) (int, error) {
 		list, err := vwcs.List(ctx, metav1.ListOptions{})
 		if err != nil {
@@ -213,38 +238,42 @@ func injection(ctx context.Context, config *rest.Config, kube kubernetes.Interfa
 		}
 		return have, nil
 	}
-	ca, err := c.CertapiV1alpha1().CertificateAuthorities().Get(ctx, "default", metav1.GetOptions{})
+	getCtx, cancelGet := context.WithTimeout(ctx, requestTimeout)
+	defer cancelGet()
+	ca, err := cas.Get(getCtx, "default", metav1.GetOptions{})
 	if err != nil {
 		return err
 	}
-	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, holdTimeout, true, func(ctx context.Context) (bool, error) {
 		have, err := allHold(ctx, ca.Status.CABundle)
 		return err == nil && have == o.inject, nil
 	}); err != nil {
 		return fmt.Errorf("waiting for all %d objects to hold the current bundle: %w", o.inject, err)
 	}
 	patch := fmt.Sprintf(`{"spec":{"forceRotation":"load-%d"}}`, time.Now().UnixNano())
-	if _, err := c.CertapiV1alpha1().CertificateAuthorities().Patch(ctx, "default", types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+	patchCtx, cancelPatch := context.WithTimeout(ctx, requestTimeout)
+	defer cancelPatch()
+	if _, err := cas.Patch(patchCtx, "default", types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 		return fmt.Errorf("forcing a rotation: %w", err)
 	}
 	var published time.Time
 	var bundle string
-	if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		got, err := c.CertapiV1alpha1().CertificateAuthorities().Get(ctx, "default", metav1.GetOptions{})
+	if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, nextTimeout, true, func(ctx context.Context) (bool, error) {
+		got, err := cas.Get(ctx, "default", metav1.GetOptions{})
 		if err != nil {
 			return false, nil
 		}
-		for _, cert := range got.Status.Certificates {
-			if cert.Role == certapiv1alpha1.CARoleNext {
-				published, bundle = time.Now(), got.Status.CABundle
-				return true, nil
-			}
+		if slices.ContainsFunc(got.Status.Certificates, func(c certapiv1alpha1.CertificateAuthorityCertificate) bool {
+			return c.Role == certapiv1alpha1.CARoleNext
+		}) {
+			published, bundle = time.Now(), got.Status.CABundle
+			return true, nil
 		}
 		return false, nil
 	}); err != nil {
 		return fmt.Errorf("waiting for the Next CA to be published: %w", err)
 	}
-	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, holdTimeout, true, func(ctx context.Context) (bool, error) {
 		have, err := allHold(ctx, bundle)
 		return err == nil && have == o.inject, nil
 	}); err != nil {
@@ -255,122 +284,130 @@ func injection(ctx context.Context, config *rest.Config, kube kubernetes.Interfa
 	return nil
 }
 
-// localDir is the --local control plane's directory; it appears in certapi's command line.
-var (
-	// lastAnon is the anonymous (heap, stacks) part of the last RSS read; the rest maps the binary.
-	lastAnon   int64
-	localDir   string
-	localPlane *framework.ControlPlane
-)
-
-// memory creates o.requests ServingCertRequests and reports certapi's resident set size.
-func memory(ctx context.Context, config *rest.Config, o options) error {
-	if localDir == "" {
-		return fmt.Errorf("--requests needs --local: it reads certapi's memory from /proc")
-	}
-	c, err := versioned.NewForConfig(config)
+// createInjected creates vwc, then watches it from the resourceVersion of its creation until its
+// first webhook holds a caBundle, for at most injectTimeout.
+func (l *loader) createInjected(ctx context.Context, vwc *admissionregistrationv1.ValidatingWebhookConfiguration) error {
+	ctx, cancel := context.WithTimeout(ctx, injectTimeout)
+	defer cancel()
+	created, err := l.kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, vwc, metav1.CreateOptions{})
 	if err != nil {
 		return err
 	}
-	scrs := c.CertapiV1alpha1().ServingCertRequests(o.namespace)
-	before, err := certapiRSS()
+	if len(created.Webhooks[0].ClientConfig.CABundle) > 0 {
+		return nil
+	}
+	lw := cache.NewListWatchFromClient(l.kube.AdmissionregistrationV1().RESTClient(), "validatingwebhookconfigurations", metav1.NamespaceAll,
+		fields.OneTermEqualSelector("metadata.name", vwc.Name))
+	if _, err := watchtools.Until(ctx, created.ResourceVersion, lw, func(ev watch.Event) (bool, error) {
+		v, ok := ev.Object.(*admissionregistrationv1.ValidatingWebhookConfiguration)
+		return ok && len(v.Webhooks[0].ClientConfig.CABundle) > 0, nil
+	}); err != nil {
+		return fmt.Errorf("waiting for ValidatingWebhookConfiguration %s to hold a caBundle: %w", vwc.Name, err)
+	}
+	return nil
+}
+
+// memory creates o.requests ServingCertRequests and reports certapi's resident set size.
+func (l *loader) memory(ctx context.Context) error {
+	o := l.o
+	if l.cp == nil {
+		return fmt.Errorf("--requests needs --local: it reads certapi's memory from /proc")
+	}
+	scrs := l.certapi.CertapiV1alpha1().ServingCertRequests(o.namespace)
+	before, err := l.certapiMemory()
 	if err != nil {
 		return err
 	}
 	start := time.Now()
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, 32)
-	var failed atomic.Int64
-	for i := 0; i < o.requests; i++ {
-		sem <- struct{}{}
-		wg.Add(1)
-		go func(i int) {
-			defer func() { <-sem; wg.Done() }()
-			name := fmt.Sprintf("m%d", i)
-			if _, err := scrs.Create(ctx, &certapiv1alpha1.ServingCertRequest{
-				ObjectMeta: metav1.ObjectMeta{Name: name},
-				Spec:       certapiv1alpha1.ServingCertRequestSpec{ServiceName: name, DNSNames: []string{"*." + name + "." + o.namespace + ".svc"}},
-			}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-				failed.Add(1)
-			}
-		}(i)
-	}
-	wg.Wait()
-	if n := failed.Load(); n > 0 {
-		return fmt.Errorf("%d of %d creates failed", n, o.requests)
+	createCtx, cancel := context.WithTimeout(ctx, createTimeout)
+	defer cancel()
+	failed, _ := forEachParallel(createCtx, 0, o.requests, func(ctx context.Context, i int) error {
+		name := fmt.Sprintf("m%d", i)
+		_, err := scrs.Create(ctx, &certapiv1alpha1.ServingCertRequest{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec:       certapiv1alpha1.ServingCertRequestSpec{ServiceName: name, DNSNames: []string{"*." + name + "." + o.namespace + ".svc"}},
+		}, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			return nil
+		}
+		return err
+	})
+	if failed > 0 {
+		return fmt.Errorf("%d of %d creates failed", failed, o.requests)
 	}
 	// A full list through the API, as a controller's relist would do, then measure.
-	if _, err := scrs.List(ctx, metav1.ListOptions{}); err != nil {
+	if _, err := scrs.List(createCtx, metav1.ListOptions{}); err != nil {
 		return err
 	}
-	after, err := certapiRSS()
+	created := time.Since(start)
+	after, err := l.certapiMemory()
 	if err != nil {
 		return err
 	}
 	// The burst of creates leaves garbage the runtime has not collected or returned yet: run a GC through
 	// pprof (?gc=1) and let the scavenger return freed pages, then measure the steady state.
-	if err := heapProfile(o.heap); err != nil {
+	if err := l.heapProfile(ctx); err != nil {
 		return err
 	}
-	idle := time.Now()
-	steady := after
-	for time.Since(idle) < 30*time.Second {
-		time.Sleep(time.Second) // sampling an external process, not synchronisation
-		if steady, err = certapiRSS(); err != nil {
-			return err
-		}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(settleTime):
+	}
+	steady, err := l.certapiMemory()
+	if err != nil {
+		return err
 	}
 	fmt.Printf("memory: certapi RSS %d MiB before, %d MiB right after creating %d ServingCertRequests (in %s), %d MiB 30 s after a GC (of which %d MiB anonymous: heap and stacks; the rest maps the binary)\n",
-		before>>20, after>>20, o.requests, time.Since(start).Round(time.Millisecond), steady>>20, lastAnon>>20)
+		before.rss>>20, after.rss>>20, o.requests, created.Round(time.Millisecond), steady.rss>>20, steady.anon>>20)
 	return nil
 }
 
-// certapiRSS returns the resident set size of the certapi process of the --local control plane.
-func certapiRSS() (int64, error) {
-	procs, err := os.ReadDir("/proc")
+// memSample is a process's resident memory, in bytes.
+type memSample struct {
+	rss  int64 // all of it
+	anon int64 // its anonymous part: heap and stacks; the rest maps the binary
+}
+
+// certapiMemory reads the resident memory of certapi (replica 0) of the --local control plane from
+// /proc/<pid>/status.
+func (l *loader) certapiMemory() (memSample, error) {
+	pid := l.cp.ReplicaPID(0)
+	if pid == 0 {
+		return memSample{}, fmt.Errorf("%s of the local control plane is not running", l.cp.ReplicaName(0))
+	}
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
-		return 0, err
+		return memSample{}, err
 	}
-	for _, p := range procs {
-		cmdline, err := os.ReadFile("/proc/" + p.Name() + "/cmdline")
-		if err != nil || !strings.Contains(string(cmdline), "certapi") || !strings.Contains(string(cmdline), localDir) || strings.Contains(string(cmdline), "etcd\x00--name") {
+	var m memSample
+	for line := range strings.Lines(string(status)) {
+		key, value, _ := strings.Cut(line, ":")
+		var kb int64
+		if _, err := fmt.Sscanf(value, "%d", &kb); err != nil {
 			continue
 		}
-		args := strings.Split(string(cmdline), "\x00")
-		if !strings.HasSuffix(args[0], "certapi") {
-			continue
-		}
-		status, err := os.ReadFile("/proc/" + p.Name() + "/status")
-		if err != nil {
-			continue
-		}
-		var rss, anon int64
-		for _, line := range strings.Split(string(status), "\n") {
-			var kb int64
-			if strings.HasPrefix(line, "VmRSS:") {
-				if _, err := fmt.Sscanf(strings.TrimPrefix(line, "VmRSS:"), "%d", &kb); err == nil {
-					rss = kb << 10
-				}
-			}
-			if strings.HasPrefix(line, "RssAnon:") {
-				if _, err := fmt.Sscanf(strings.TrimPrefix(line, "RssAnon:"), "%d", &kb); err == nil {
-					anon = kb << 10
-				}
-			}
-		}
-		if rss > 0 {
-			lastAnon = anon
-			return rss, nil
+		switch key {
+		case "VmRSS":
+			m.rss = kb << 10
+		case "RssAnon":
+			m.anon = kb << 10
 		}
 	}
-	return 0, fmt.Errorf("no certapi process found for %s", localDir)
+	if m.rss == 0 {
+		return memSample{}, fmt.Errorf("no VmRSS in /proc/%d/status", pid)
+	}
+	return m, nil
 }
 
 // issuance offers o.rate issuances per second for o.duration and reports latency percentiles.
-func issuance(ctx context.Context, config *rest.Config, o options) error {
+func (l *loader) issuance(ctx context.Context) error {
+	o := l.o
+	ctx, cancel := context.WithTimeout(ctx, warmupTimeout+o.duration+drainTimeout)
+	defer cancel()
 	var clients []versioned.Interface
 	for i := 0; i < o.clients; i++ {
-		c := rest.CopyConfig(config)
+		c := rest.CopyConfig(l.config)
 		c.UserAgent = fmt.Sprintf("certapi-load/%d", i)
 		// A custom dialer makes client-go build this client its own transport, so each client has its own
 		// connection to kube-apiserver instead of sharing one cached HTTP/2 connection.
@@ -395,7 +432,7 @@ func issuance(ctx context.Context, config *rest.Config, o options) error {
 	body := &certapiv1alpha1.ServingCert{Spec: certapiv1alpha1.ServingCertSpec{CertificateRequest: csr}}
 
 	// Warm up: the first call waits for the leader and opens connections.
-	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, warmupTimeout, true, func(ctx context.Context) (bool, error) {
 		for _, c := range clients {
 			if _, err := c.CertapiV1alpha1().ServingCertRequests(o.namespace).CreateServingCert(ctx, "load", body, metav1.CreateOptions{}); err != nil {
 				return false, nil
@@ -406,6 +443,7 @@ func issuance(ctx context.Context, config *rest.Config, o options) error {
 		return fmt.Errorf("warming up: %w", err)
 	}
 
+	// Calls still in flight when o.duration ends have until ctx's deadline (drainTimeout) to finish.
 	var (
 		mu        sync.Mutex
 		latencies []time.Duration
@@ -444,7 +482,7 @@ func issuance(ctx context.Context, config *rest.Config, o options) error {
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
-	sort.Slice(latencies, func(i, j int) bool { return latencies[i] < latencies[j] })
+	slices.Sort(latencies)
 	fmt.Printf("issuance: offered %.0f/s (concurrency %d, %d clients) for %s: %d ok, %d failed, %.1f certificates/s\n",
 		o.rate, o.concurrency, o.clients, o.duration, len(latencies), failures, float64(len(latencies))/elapsed.Seconds())
 	if len(latencies) > 0 {
@@ -454,47 +492,33 @@ func issuance(ctx context.Context, config *rest.Config, o options) error {
 }
 
 // secretDelivery creates o.secrets requests with secretName and waits until every one is Ready with its Secret.
-func secretDelivery(ctx context.Context, config *rest.Config, kube kubernetes.Interface, o options) error {
-	c, err := versioned.NewForConfig(config)
-	if err != nil {
-		return err
-	}
-	scrs := c.CertapiV1alpha1().ServingCertRequests(o.namespace)
+func (l *loader) secretDelivery(ctx context.Context) error {
+	o := l.o
+	scrs := l.certapi.CertapiV1alpha1().ServingCertRequests(o.namespace)
 	prefix := fmt.Sprintf("s%d-", time.Now().Unix()%100000)
 	start := time.Now()
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, 32)
-	var createErr error
-	var mu sync.Mutex
-	for i := 0; i < o.secrets; i++ {
+	createCtx, cancel := context.WithTimeout(ctx, createTimeout)
+	defer cancel()
+	if _, err := forEachParallel(createCtx, 0, o.secrets, func(ctx context.Context, i int) error {
 		name := fmt.Sprintf("%s%d", prefix, i)
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			_, err := scrs.Create(ctx, &certapiv1alpha1.ServingCertRequest{
-				ObjectMeta: metav1.ObjectMeta{Name: name},
-				Spec:       certapiv1alpha1.ServingCertRequestSpec{ServiceName: name, SecretName: name + "-tls"},
-			}, metav1.CreateOptions{})
-			if err != nil {
-				mu.Lock()
-				createErr = err
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
-	if createErr != nil {
-		return fmt.Errorf("creating requests: %w", createErr)
+		_, err := scrs.Create(ctx, &certapiv1alpha1.ServingCertRequest{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec:       certapiv1alpha1.ServingCertRequestSpec{ServiceName: name, SecretName: name + "-tls"},
+		}, metav1.CreateOptions{})
+		return err
+	}); err != nil {
+		return fmt.Errorf("creating requests: %w", err)
 	}
 	created := time.Since(start)
 	// Watch rather than poll: listing hundreds of Secrets every few milliseconds would load kube-apiserver
 	// and distort the figure. certapi sets Ready=True only after the Secret is written.
-	if err := waitAllReady(ctx, scrs, prefix, o.secrets); err != nil {
+	if err := l.waitAllReady(ctx, prefix, o.secrets); err != nil {
 		return err
 	}
 	ready := time.Since(start)
-	secrets, err := kube.CoreV1().Secrets(o.namespace).List(ctx, metav1.ListOptions{LabelSelector: "certapi.dev/managed=true"})
+	listCtx, cancelList := context.WithTimeout(ctx, requestTimeout)
+	defer cancelList()
+	secrets, err := l.kube.CoreV1().Secrets(o.namespace).List(listCtx, metav1.ListOptions{LabelSelector: "certapi.dev/managed=true"})
 	if err != nil {
 		return fmt.Errorf("listing Secrets: %w", err)
 	}
@@ -511,6 +535,48 @@ func secretDelivery(ctx context.Context, config *rest.Config, kube kubernetes.In
 	fmt.Printf("secrets: %d ServingCertRequests created in %s; all Ready with their Secrets after %s (%.0f certificates/s end to end)\n",
 		o.secrets, created.Round(time.Millisecond), total.Round(time.Millisecond), float64(o.secrets)/total.Seconds())
 	return nil
+}
+
+// waitAllReady watches the namespace's requests until n of those named with prefix are Ready=True, for
+// at most readyTimeout.
+func (l *loader) waitAllReady(ctx context.Context, prefix string, n int) error {
+	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
+	defer cancel()
+	lw := cache.NewListWatchFromClient(l.certapi.CertapiV1alpha1().RESTClient(), "servingcertrequests", l.o.namespace, fields.Everything())
+	ready := map[string]bool{}
+	if _, err := watchtools.UntilWithSync(ctx, lw, &certapiv1alpha1.ServingCertRequest{}, nil, func(ev watch.Event) (bool, error) {
+		if r, ok := ev.Object.(*certapiv1alpha1.ServingCertRequest); ok && strings.HasPrefix(r.Name, prefix) &&
+			meta.IsStatusConditionTrue(r.Status.Conditions, certapi.ConditionReady) {
+			ready[r.Name] = true
+		}
+		return len(ready) >= n, nil
+	}); err != nil {
+		return fmt.Errorf("%d of %d requests Ready when the wait ended: %w", len(ready), n, err)
+	}
+	return nil
+}
+
+// forEachParallel calls f(ctx, i) for every i in [from, to), createParallelism at a time, and returns
+// how many calls failed and the last error. ctx bounds the calls, and so the wait for them.
+func forEachParallel(ctx context.Context, from, to int, f func(ctx context.Context, i int) error) (failed int, err error) {
+	var (
+		wg sync.WaitGroup
+		mu sync.Mutex
+	)
+	sem := make(chan struct{}, createParallelism)
+	for i := from; i < to; i++ {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			if e := f(ctx, i); e != nil {
+				mu.Lock()
+				failed, err = failed+1, e
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return failed, err
 }
 
 func pct(sorted []time.Duration, p int) time.Duration {
@@ -533,63 +599,27 @@ func makeCSR() (string, error) {
 	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der})), nil
 }
 
-// waitAllReady watches the namespace's requests until n of those named with prefix are Ready=True.
-func waitAllReady(ctx context.Context, scrs typedv1alpha1.ServingCertRequestInterface, prefix string, n int) error {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
-	defer cancel()
-	list, err := scrs.List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return err
-	}
-	ready := map[string]bool{}
-	note := func(r *certapiv1alpha1.ServingCertRequest) {
-		if strings.HasPrefix(r.Name, prefix) && meta.IsStatusConditionTrue(r.Status.Conditions, "Ready") {
-			ready[r.Name] = true
-		}
-	}
-	for i := range list.Items {
-		note(&list.Items[i])
-	}
-	rv := list.ResourceVersion
-	for len(ready) < n {
-		w, err := scrs.Watch(ctx, metav1.ListOptions{ResourceVersion: rv})
-		if err != nil {
-			return fmt.Errorf("watching requests: %w", err)
-		}
-		for ev := range w.ResultChan() {
-			if r, ok := ev.Object.(*certapiv1alpha1.ServingCertRequest); ok {
-				rv = r.ResourceVersion
-				note(r)
-				if len(ready) >= n {
-					break
-				}
-			}
-		}
-		w.Stop()
-		if ctx.Err() != nil {
-			return fmt.Errorf("%d of %d requests Ready when the wait ended: %w", len(ready), n, ctx.Err())
-		}
-	}
-	return nil
-}
-
-// heapProfile runs a GC in certapi and saves its /debug/pprof/heap to path (discarded when path is "").
-func heapProfile(path string) error {
-	client, err := localPlane.CertapiHTTPClient()
+// heapProfile runs a GC in certapi and saves its /debug/pprof/heap to o.heap (discarded when that is "").
+func (l *loader) heapProfile(ctx context.Context) error {
+	client, err := l.cp.CertapiHTTPClient()
 	if err != nil {
 		return err
 	}
 	client.Timeout = time.Minute
-	resp, err := client.Get(localPlane.CertapiURL + "/debug/pprof/heap?gc=1")
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, l.cp.CertapiURL+"/debug/pprof/heap?gc=1", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := client.Do(req)
 	if err != nil {
 		return fmt.Errorf("fetching the heap profile: %w", err)
 	}
 	defer resp.Body.Close()
-	if path == "" {
+	if l.o.heap == "" {
 		_, err = io.Copy(io.Discard, resp.Body)
 		return err
 	}
-	f, err := os.Create(path)
+	f, err := os.Create(l.o.heap)
 	if err != nil {
 		return err
 	}

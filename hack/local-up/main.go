@@ -26,7 +26,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -39,12 +39,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/apimachinery/pkg/util/wait"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	apiregistrationv1 "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
+	apiregistrationv1helper "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1/helper"
 	aggregatorclient "k8s.io/kube-aggregator/pkg/client/clientset_generated/clientset"
 
 	"github.com/certapi/certapi/pkg/generated/clientset/versioned"
@@ -153,7 +153,7 @@ type demo struct {
 	certapi  versioned.Interface
 	caBundle []byte
 
-	webhook     *child
+	webhook     *framework.Process
 	webhookPort int
 	stopOnce    sync.Once
 	stopping    atomic.Bool
@@ -184,7 +184,7 @@ func (d *demo) controlPlane(ctx context.Context) error {
 	}
 	fmt.Fprintf(d.out, "Starting etcd, kube-apiserver and certapi (each step is logged to %s) ...\n", d.show(d.progress.Name()))
 	t0 := time.Now()
-	startCtx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	startCtx, cancel := context.WithTimeout(ctx, framework.StartTimeout)
 	defer cancel()
 	cp, err := framework.Start(startCtx, framework.Options{Dir: d.dir, Stdout: d.progress, CertapiArgs: []string{"--rotation-grace=" + rotationGrace.String()}})
 	if err != nil {
@@ -207,36 +207,32 @@ func (d *demo) controlPlane(ctx context.Context) error {
 	}
 
 	// The framework registered the APIService with no caBundle; certapi injected its own CA bundle.
-	var serial, status string
-	err = poll(ctx, "certapi's APIService to hold certapi's CA bundle, injected by certapi", func(ctx context.Context) (bool, error) {
+	var serial string
+	err = poll(ctx, "certapi's APIService to hold certapi's CA bundle, injected by certapi", nil, func(ctx context.Context) (bool, string) {
 		svc, err := agg.ApiregistrationV1().APIServices().Get(ctx, framework.CertapiAPIService, metav1.GetOptions{})
 		if err != nil {
-			return false, err
+			return false, err.Error()
 		}
 		ca, err := d.certapi.CertapiV1alpha1().CertificateAuthorities().Get(ctx, "default", metav1.GetOptions{})
 		if err != nil {
-			return false, err
+			return false, err.Error()
 		}
-		available := false
-		for _, c := range svc.Status.Conditions {
-			available = available || (c.Type == apiregistrationv1.Available && c.Status == apiregistrationv1.ConditionTrue)
-		}
-		byCertapi := false
-		for _, m := range svc.ManagedFields {
-			byCertapi = byCertapi || (m.Manager == "certapi" && m.FieldsV1 != nil && strings.Contains(string(m.FieldsV1.Raw), `"f:caBundle"`))
-		}
-		status = fmt.Sprintf("Available=%v, caBundle of %d bytes (certapi's: %d), set by certapi: %v, insecureSkipTLSVerify=%v",
+		available := apiregistrationv1helper.IsAPIServiceConditionTrue(svc, apiregistrationv1.Available)
+		byCertapi := slices.ContainsFunc(svc.ManagedFields, func(m metav1.ManagedFieldsEntry) bool {
+			return m.Manager == "certapi" && m.FieldsV1 != nil && strings.Contains(string(m.FieldsV1.Raw), `"f:caBundle"`)
+		})
+		status := fmt.Sprintf("Available=%v, caBundle of %d bytes (certapi's: %d), set by certapi: %v, insecureSkipTLSVerify=%v",
 			available, len(svc.Spec.CABundle), len(ca.Status.CABundle), byCertapi, svc.Spec.InsecureSkipTLSVerify)
 		if ca.Status.Active == nil || !available || !byCertapi || svc.Spec.InsecureSkipTLSVerify ||
 			ca.Status.CABundle == "" || string(svc.Spec.CABundle) != ca.Status.CABundle {
-			return false, nil
+			return false, status
 		}
 		serial = ca.Status.Active.SerialNumber
 		d.caBundle = []byte(ca.Status.CABundle)
-		return true, nil
+		return true, status
 	})
 	if err != nil {
-		return fmt.Errorf("%w; last seen: %s", err, status)
+		return err
 	}
 	fmt.Fprintf(d.out, "1. certapi is registered: APIService %s Available, caBundle injected by certapi itself (CA serial %s)\n",
 		framework.CertapiAPIService, serial)
@@ -278,50 +274,44 @@ func (d *demo) startWebhook(ctx context.Context) error {
 		return err
 	}
 
-	ports, err := freePorts(2)
+	ports, err := framework.FreePorts(2)
 	if err != nil {
 		return err
 	}
 	port, health := ports[0], ports[1]
 	logPath := filepath.Join(d.dir, "logs", "example-webhook.log")
 	t0 := time.Now()
-	d.webhook, err = startChild(filepath.Join(d.bin, webhookBinary), logPath,
-		"--kubeconfig="+kubeconfig,
-		"--namespace="+webhookNamespace,
-		"--request="+webhookName,
+	d.webhook, err = framework.StartProcess(webhookBinary, logPath, filepath.Join(d.bin, webhookBinary), []string{
+		"--kubeconfig=" + kubeconfig,
+		"--namespace=" + webhookNamespace,
+		"--request=" + webhookName,
 		"--bind-address=127.0.0.1",
-		"--port="+strconv.Itoa(port),
-		"--health-probe-bind-address=127.0.0.1:"+strconv.Itoa(health),
-	)
+		"--port=" + strconv.Itoa(port),
+		"--health-probe-bind-address=127.0.0.1:" + strconv.Itoa(health),
+	}, nil)
 	if err != nil {
 		return err
 	}
 	go func() {
-		<-d.webhook.done
+		<-d.webhook.Done()
 		if !d.stopping.Load() {
-			fmt.Fprintf(d.out, "local-up: the example webhook exited (%v); see %s\n", d.webhook.err, d.show(logPath))
+			_, err := d.webhook.Exited()
+			fmt.Fprintf(d.out, "local-up: the example webhook exited (%v); see %s\n", err, d.show(logPath))
 		}
 	}()
 	fmt.Fprintf(d.out, "3. The example webhook (%s: controller-runtime and pkg/servingcert) started with no certificate,\n", exampleDir)
-	fmt.Fprintf(d.out, "   as ServiceAccount %s/%s with only the RBAC above; pid %d, log %s\n", webhookNamespace, webhookName, d.webhook.pid(), d.show(logPath))
+	fmt.Fprintf(d.out, "   as ServiceAccount %s/%s with only the RBAC above; pid %d, log %s\n", webhookNamespace, webhookName, d.webhook.Pid(), d.show(logPath))
 
-	// Ready once pkg/servingcert holds a certificate and the webhook server is up.
+	// Ready once pkg/servingcert holds a certificate and the webhook server is up; an exit of the
+	// webhook ends the wait with the end of its log.
 	readyz := fmt.Sprintf("http://127.0.0.1:%d/readyz", health)
 	client := &http.Client{Timeout: 2 * time.Second}
-	err = poll(ctx, "the example webhook to be Ready ("+readyz+")", func(ctx context.Context) (bool, error) {
-		if d.webhook.exited() {
-			return false, fmt.Errorf("the example webhook exited (%v); last lines of %s:\n%s", d.webhook.err, logPath, tail(logPath, 20))
-		}
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, readyz, nil)
+	err = poll(ctx, "the example webhook to be Ready ("+readyz+")", []*framework.Process{d.webhook}, func(ctx context.Context) (bool, string) {
+		body, code, err := framework.HTTPGet(ctx, client, readyz)
 		if err != nil {
-			return false, err
+			return false, err.Error()
 		}
-		resp, err := client.Do(req)
-		if err != nil {
-			return false, nil
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK, nil
+		return code == http.StatusOK, fmt.Sprintf("HTTP %d: %s", code, body)
 	})
 	if err != nil {
 		return err
@@ -385,17 +375,17 @@ func (d *demo) register(ctx context.Context) error {
 		return fmt.Errorf("creating ValidatingWebhookConfiguration %s: %w", vwc.Name, err)
 	}
 	t0 := time.Now()
-	err = poll(ctx, "certapi to inject the caBundle of ValidatingWebhookConfiguration "+vwc.Name, func(ctx context.Context) (bool, error) {
+	err = poll(ctx, "certapi to inject the caBundle of ValidatingWebhookConfiguration "+vwc.Name, nil, func(ctx context.Context) (bool, string) {
 		got, err := vwcs.Get(ctx, vwc.Name, metav1.GetOptions{})
 		if err != nil {
-			return false, err
+			return false, err.Error()
 		}
-		for _, w := range got.Webhooks {
-			if !bytes.Equal(w.ClientConfig.CABundle, d.caBundle) {
-				return false, nil
-			}
+		if slices.ContainsFunc(got.Webhooks, func(w admissionregistrationv1.ValidatingWebhook) bool {
+			return !bytes.Equal(w.ClientConfig.CABundle, d.caBundle)
+		}) {
+			return false, "a webhook's caBundle is not certapi's CA bundle yet"
 		}
-		return true, nil
+		return true, ""
 	})
 	if err != nil {
 		return err
@@ -424,13 +414,12 @@ func (d *demo) enforce(ctx context.Context) error {
 	if err := decodeYAMLFile(forbiddenFile, forbidden); err != nil {
 		return err
 	}
-	var last error
-	err := poll(ctx, "kube-apiserver to call the example webhook for namespace "+demoNamespace, func(ctx context.Context) (bool, error) {
-		_, last = d.kube.CoreV1().ConfigMaps(demoNamespace).Create(ctx, forbidden, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		return last != nil && strings.Contains(last.Error(), "denied the request"), nil
+	err := poll(ctx, "kube-apiserver to call the example webhook for namespace "+demoNamespace, nil, func(ctx context.Context) (bool, string) {
+		_, err := d.kube.CoreV1().ConfigMaps(demoNamespace).Create(ctx, forbidden, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err != nil && strings.Contains(err.Error(), "denied the request"), fmt.Sprintf("answer to a dry run of %s: %v", forbiddenFile, err)
 	})
 	if err != nil {
-		return fmt.Errorf("%w; last answer to a dry run of %s: %v", err, forbiddenFile, last)
+		return err
 	}
 	if _, err := d.kubectlOK(ctx, "create", "configmap", "allowed", "-n", demoNamespace, "--from-literal=greeting=hello"); err != nil {
 		return err
@@ -475,7 +464,7 @@ func (d *demo) stop() {
 	d.stopOnce.Do(func() {
 		d.stopping.Store(true)
 		if d.webhook != nil {
-			if err := d.webhook.stop(webhookStopGrace); err != nil {
+			if err := d.webhook.Stop(webhookStopGrace); err != nil {
 				fmt.Fprintf(os.Stderr, "local-up: stopping the example webhook: %v\n", err)
 			}
 		}
@@ -501,12 +490,9 @@ type kubectlResult struct {
 func (d *demo) runKubectl(ctx context.Context, args ...string) (kubectlResult, error) {
 	fmt.Fprintf(d.out, "   $ kubectl %s\n", strings.Join(args, " "))
 	cmd := exec.CommandContext(ctx, d.kubectl, args...) // in the working directory: paths are shown relative to it
-	env := make([]string, 0, len(os.Environ())+3)
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "PATH=") && !strings.HasPrefix(kv, "KUBECONFIG=") && !strings.HasPrefix(kv, "KUBERC=") {
-			env = append(env, kv)
-		}
-	}
+	env := slices.DeleteFunc(os.Environ(), func(kv string) bool {
+		return strings.HasPrefix(kv, "PATH=") || strings.HasPrefix(kv, "KUBECONFIG=") || strings.HasPrefix(kv, "KUBERC=")
+	})
 	cmd.Env = append(env,
 		"PATH="+d.bin+string(os.PathListSeparator)+os.Getenv("PATH"),
 		"KUBECONFIG="+d.cp.Kubeconfig,
@@ -543,108 +529,12 @@ func (d *demo) kubectlOK(ctx context.Context, args ...string) (kubectlResult, er
 }
 
 // ---------------------------------------------------------------------------------------------
-// the webhook process
-
-// child is a process started by local-up, in its own process group (so that a Ctrl-C in the terminal
-// reaches local-up only, which then stops it in order), killed by the kernel if local-up dies.
-type child struct {
-	cmd  *exec.Cmd
-	done chan struct{}
-	err  error // valid once done is closed
-}
-
-// forkThread is a goroutine locked to an OS thread for the life of the process: Pdeathsig fires when the
-// thread that forked the child exits, and the Go runtime may retire other threads.
-var forkThread = sync.OnceValue(func() chan func() {
-	ch := make(chan func())
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread must not exit
-		for f := range ch {
-			f()
-		}
-	}()
-	return ch
-})
-
-func startChild(bin, logPath string, args ...string) (*child, error) {
-	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return nil, err
-	}
-	defer logFile.Close() // the child holds its own descriptor
-	fmt.Fprintf(logFile, "=== %s starting %s %s\n", time.Now().Format(time.RFC3339Nano), bin, strings.Join(args, " "))
-	cmd := exec.Command(bin, args...)
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	errc := make(chan error, 1)
-	forkThread() <- func() { errc <- cmd.Start() }
-	if err := <-errc; err != nil {
-		return nil, fmt.Errorf("starting %s: %w", bin, err)
-	}
-	c := &child{cmd: cmd, done: make(chan struct{})}
-	go func() {
-		c.err = cmd.Wait()
-		close(c.done)
-	}()
-	return c, nil
-}
-
-func (c *child) pid() int { return c.cmd.Process.Pid }
-
-func (c *child) exited() bool {
-	select {
-	case <-c.done:
-		return true
-	default:
-		return false
-	}
-}
-
-// stop sends SIGTERM to the child's process group, and SIGKILL after grace; it waits for the exit.
-func (c *child) stop(grace time.Duration) error {
-	if c.exited() {
-		return nil
-	}
-	if err := syscall.Kill(-c.pid(), syscall.SIGTERM); err != nil && !errors.Is(err, syscall.ESRCH) {
-		return err
-	}
-	timer := time.NewTimer(grace)
-	defer timer.Stop()
-	select {
-	case <-c.done:
-		return nil
-	case <-timer.C:
-	}
-	if err := syscall.Kill(-c.pid(), syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
-		return err
-	}
-	<-c.done
-	return fmt.Errorf("pid %d did not stop within %s of SIGTERM; killed", c.pid(), grace)
-}
-
-// ---------------------------------------------------------------------------------------------
 // helpers
 
-// poll calls cond every pollInterval until it returns true or an error, for at most stepTimeout.
-func poll(ctx context.Context, what string, cond func(context.Context) (bool, error)) error {
-	if err := wait.PollUntilContextTimeout(ctx, pollInterval, stepTimeout, true, cond); err != nil {
-		return fmt.Errorf("waiting for %s: %w", what, err)
-	}
-	return nil
-}
-
-// freePorts returns n distinct TCP ports on 127.0.0.1 that were free a moment ago.
-func freePorts(n int) ([]int, error) {
-	var ports []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("finding a free port: %w", err)
-		}
-		defer l.Close()
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
+// poll is framework.PollUntil with local-up's interval and step deadline: cond, which says what it
+// saw for the error on timeout, until it reports done or every process of procs has exited.
+func poll(ctx context.Context, what string, procs []*framework.Process, cond func(context.Context) (bool, string)) error {
+	return framework.PollUntil(ctx, pollInterval, stepTimeout, what, procs, cond)
 }
 
 // readVWC reads a ValidatingWebhookConfiguration manifest, refusing unknown fields.
@@ -705,17 +595,4 @@ func since(t time.Time) time.Duration {
 		return d.Round(100 * time.Millisecond)
 	}
 	return d.Round(time.Millisecond)
-}
-
-// tail returns the last n lines of the file at path.
-func tail(path string, n int) string {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return err.Error()
-	}
-	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }

@@ -3,7 +3,9 @@
 //
 // Start needs the binaries built by `make tools` in <repo>/_output/bin (or named by $ETCD_BIN and
 // $KUBE_APISERVER_BIN); certapi is built from ./cmd/certapi once per process unless $CERTAPI_BIN
-// names a prebuilt binary. Tests use StartT; hack/local-up uses Start and Stop.
+// names a prebuilt binary. Tests use StartT; hack/local-up and hack/load use Start and Stop, and
+// the helpers for what they run and wait for next to it: StartProcess, FreePorts, PollUntil,
+// HTTPGet and PrintLogTails.
 //
 // There is no controller manager, scheduler or kubelet: namespaces that are deleted stay
 // Terminating, no ServiceAccount or token controller runs, Pods never start. certapi is reached by
@@ -17,11 +19,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -38,6 +42,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	apiregistrationv1 "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
+	apiregistrationv1helper "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1/helper"
 	aggregatorclient "k8s.io/kube-aggregator/pkg/client/clientset_generated/clientset"
 )
 
@@ -61,6 +66,10 @@ const (
 	ProcessCertapi       = "certapi"
 	ProcessCertapiProxy  = "certapi-proxy"
 )
+
+// StartTimeout is a deadline for all of Start that suits a cold start on a busy two-core machine,
+// building certapi included; StartT uses it, and so do hack/local-up and hack/load.
+const StartTimeout = 5 * time.Minute
 
 // Deadlines for each step of Start. They are generous because a cold kube-apiserver on a busy
 // two-core machine can take tens of seconds; a shorter ctx deadline wins.
@@ -146,8 +155,8 @@ type ControlPlane struct {
 	replicas []*replica
 
 	mu        sync.Mutex
-	etcd      *process
-	apiserver *process
+	etcd      *Process
+	apiserver *Process
 	proxy     *rrProxy
 	proxyLog  *os.File
 	logs      map[string]string
@@ -337,11 +346,7 @@ func since(t time.Time) time.Duration { return time.Since(t).Round(time.Millisec
 func (cp *ControlPlane) Logs() map[string]string {
 	cp.mu.Lock()
 	defer cp.mu.Unlock()
-	m := make(map[string]string, len(cp.logs))
-	for k, v := range cp.logs {
-		m[k] = v
-	}
-	return m
+	return maps.Clone(cp.logs)
 }
 
 func (cp *ControlPlane) logPath(name string) string {
@@ -350,8 +355,8 @@ func (cp *ControlPlane) logPath(name string) string {
 
 // launch starts a process and stores it in *slot under cp.mu, so that a concurrent Stop either
 // sees it or makes launch kill it.
-func (cp *ControlPlane) launch(name, bin string, args []string, slot **process) (*process, error) {
-	p, err := startProcess(name, cp.logPath(name), bin, args, nil)
+func (cp *ControlPlane) launch(name, bin string, args []string, slot **Process) (*Process, error) {
+	p, err := StartProcess(name, cp.logPath(name), bin, args, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -392,8 +397,8 @@ func (cp *ControlPlane) startEtcd(ctx context.Context, bin string, ports *portSe
 	}
 
 	client := &http.Client{Timeout: healthRequestTimeout}
-	return pollUntil(ctx, etcdReadyTimeout, "etcd /health at "+cp.EtcdEndpoint, []*process{p}, func(ctx context.Context) (bool, string) {
-		body, code, err := httpGet(ctx, client, cp.EtcdEndpoint+"/health")
+	return PollUntil(ctx, pollInterval, etcdReadyTimeout, "etcd /health at "+cp.EtcdEndpoint, []*Process{p}, func(ctx context.Context) (bool, string) {
+		body, code, err := HTTPGet(ctx, client, cp.EtcdEndpoint+"/health")
 		if err != nil {
 			return false, err.Error()
 		}
@@ -444,7 +449,7 @@ func (cp *ControlPlane) startAPIServer(ctx context.Context, bin string, ports *p
 	if err != nil {
 		return fmt.Errorf("creating admin client: %w", err)
 	}
-	return pollUntil(ctx, apiServerReadyTimeout, "kube-apiserver /readyz at "+cp.APIServerURL, []*process{p}, func(ctx context.Context) (bool, string) {
+	return PollUntil(ctx, pollInterval, apiServerReadyTimeout, "kube-apiserver /readyz at "+cp.APIServerURL, []*Process{p}, func(ctx context.Context) (bool, string) {
 		var code int
 		body, err := cs.Discovery().RESTClient().Get().AbsPath("/readyz").Param("verbose", "true").Do(ctx).StatusCode(&code).Raw()
 		if err != nil {
@@ -643,20 +648,17 @@ func (cp *ControlPlane) WaitAPIServiceAvailable(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("creating admin client: %w", err)
 	}
-	return pollUntil(ctx, apiServiceReadyTimeout, "APIService "+CertapiAPIService+" Available", cp.replicaProcs(), func(ctx context.Context) (bool, string) {
+	return PollUntil(ctx, pollInterval, apiServiceReadyTimeout, "APIService "+CertapiAPIService+" Available", cp.replicaProcs(), func(ctx context.Context) (bool, string) {
 		s, err := agg.ApiregistrationV1().APIServices().Get(ctx, CertapiAPIService, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
 		}
-		status := "no Available condition yet"
-		available := false
-		for _, c := range s.Status.Conditions {
-			if c.Type == apiregistrationv1.Available {
-				available = c.Status == apiregistrationv1.ConditionTrue
-				status = fmt.Sprintf("Available=%s reason=%s message=%q", c.Status, c.Reason, c.Message)
-			}
+		c := apiregistrationv1helper.GetAPIServiceConditionByType(s, apiregistrationv1.Available)
+		if c == nil {
+			return false, "no Available condition yet"
 		}
-		if !available {
+		status := fmt.Sprintf("Available=%s reason=%s message=%q", c.Status, c.Reason, c.Message)
+		if c.Status != apiregistrationv1.ConditionTrue {
 			return false, status
 		}
 		if _, err := cs.Discovery().ServerResourcesForGroupVersion(CertapiGroup + "/" + CertapiVersion); err != nil {
@@ -676,7 +678,7 @@ func (cp *ControlPlane) WaitAPIServiceAvailable(ctx context.Context) error {
 func (cp *ControlPlane) Stop() {
 	cp.mu.Lock()
 	cp.stopped = true
-	certapis := make([]*process, 0, len(cp.replicas))
+	certapis := make([]*Process, 0, len(cp.replicas))
 	for _, r := range cp.replicas {
 		if r.proc != nil {
 			certapis = append(certapis, r.proc)
@@ -684,7 +686,7 @@ func (cp *ControlPlane) Stop() {
 	}
 	proxy, proxyLog := cp.proxy, cp.proxyLog
 	procs := []struct {
-		p     *process
+		p     *Process
 		grace time.Duration
 	}{
 		{cp.apiserver, apiServerStopGrace},
@@ -722,21 +724,23 @@ func (cp *ControlPlane) Stop() {
 // ---------------------------------------------------------------------------------------------
 // helpers
 
-// pollUntil polls cond every pollInterval until it reports done, the timeout passes, ctx ends, or
-// every process of procs (when there are any) has exited. cond's status string goes into the
-// timeout error.
-func pollUntil(ctx context.Context, timeout time.Duration, what string, procs []*process, cond func(context.Context) (bool, string)) error {
+// PollUntil calls cond every interval, the first time at once, until it reports done, timeout
+// passes, ctx ends, or every process of procs (when there are any) has exited. cond's status
+// string, what it saw last, goes into the error on timeout, with the last lines of the processes'
+// logs; when the processes exited the error is their ExitError. The error starts "waiting for
+// <what>: ".
+func PollUntil(ctx context.Context, interval, timeout time.Duration, what string, procs []*Process, cond func(context.Context) (bool, string)) error {
 	var last string
 	var exited error
 	start := time.Now()
-	err := wait.PollUntilContextTimeout(ctx, pollInterval, timeout, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(ctx, interval, timeout, true, func(ctx context.Context) (bool, error) {
 		if len(procs) > 0 {
 			var errs []error
 			for _, p := range procs {
-				if done, _ := p.exited(); !done {
+				if done, _ := p.Exited(); !done {
 					break
 				}
-				errs = append(errs, p.exitError())
+				errs = append(errs, p.ExitError())
 			}
 			if len(errs) == len(procs) {
 				exited = errors.Join(errs...)
@@ -761,7 +765,8 @@ func pollUntil(ctx context.Context, timeout time.Duration, what string, procs []
 	}
 }
 
-func httpGet(ctx context.Context, client *http.Client, url string) (string, int, error) {
+// HTTPGet GETs url with client and returns the first 64 KiB of the body and the status code.
+func HTTPGet(ctx context.Context, client *http.Client, url string) (string, int, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return "", 0, err
@@ -780,6 +785,23 @@ func httpGet(ctx context.Context, client *http.Client, url string) (string, int,
 
 // Ports the framework picks itself lie in [minStaticPort, start of the kernel's ephemeral range).
 const minStaticPort = 20000
+
+// FreePorts returns n distinct TCP ports on 127.0.0.1 that were free a moment ago, none of them in
+// exclude, for processes the caller starts next to a control plane. Like the control plane's own
+// ports they lie below the kernel's ephemeral range when it is known (see freePort).
+func FreePorts(n int, exclude ...int) ([]int, error) {
+	ports := make([]int, 0, n)
+	for len(ports) < n {
+		p, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		if !slices.Contains(exclude, p) && !slices.Contains(ports, p) {
+			ports = append(ports, p)
+		}
+	}
+	return ports, nil
+}
 
 // freePort returns a TCP port on 127.0.0.1 that was free a moment ago. It prefers a port below the
 // kernel's ephemeral range: a process restarted on its port (StartReplica, StartCertapi) could

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 )
 
 // portSet is the loopback ports of one control plane. It is saved in <Dir>/ports.json so that a
@@ -41,27 +42,26 @@ func allocatePorts(path string, extraCertapi int) (*portSet, error) {
 	if extraCertapi == 0 {
 		ps.CertapiReplicas = nil
 	}
-	used := map[int]bool{}
 	all := []*int{&ps.EtcdClient, &ps.EtcdPeer, &ps.APIServer, &ps.Certapi}
 	for i := range ps.CertapiReplicas {
 		all = append(all, &ps.CertapiReplicas[i])
 	}
+	// Saved ports that are still free (once each) stay; the others get fresh ones.
+	var kept []int
+	var renew []*int
 	for _, port := range all {
-		if *port > 0 && !used[*port] && portFree(*port) {
-			used[*port] = true
-			continue
+		if *port > 0 && !slices.Contains(kept, *port) && portFree(*port) {
+			kept = append(kept, *port)
+		} else {
+			renew = append(renew, port)
 		}
-		for {
-			p, err := freePort()
-			if err != nil {
-				return nil, err
-			}
-			if !used[p] {
-				*port = p
-				used[p] = true
-				break
-			}
-		}
+	}
+	fresh, err := FreePorts(len(renew), kept...)
+	if err != nil {
+		return nil, err
+	}
+	for i, port := range renew {
+		*port = fresh[i]
 	}
 	data, err = json.MarshalIndent(ps, "", "  ")
 	if err != nil {

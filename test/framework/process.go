@@ -12,9 +12,12 @@ import (
 	"time"
 )
 
-// process is one child process of the framework, running in its own process group with its
-// stdout and stderr appended to a log file.
-type process struct {
+// Process is a child process started by StartProcess: in its own process group (so that a Ctrl-C
+// in the terminal reaches only the parent, which then stops its children in order), with its
+// stdout and stderr appended to a log file, and on Linux killed by the kernel when the parent dies.
+// The framework runs etcd, kube-apiserver and certapi as Processes; hack/local-up runs the example
+// webhook as one.
+type Process struct {
 	name    string
 	logPath string
 	cmd     *exec.Cmd
@@ -24,10 +27,13 @@ type process struct {
 
 	stopOnce sync.Once
 	stopErr  error
+	killErr  error // set under stopOnce when the grace passed and the group got SIGKILL
 }
 
-// startProcess starts bin with args, appending its output to logPath.
-func startProcess(name, logPath, bin string, args, env []string) (*process, error) {
+// StartProcess starts bin with args, appending its output to logPath (created if missing) after a
+// line naming the command. env is the process environment; nil means the parent's. name labels the
+// process in errors.
+func StartProcess(name, logPath, bin string, args, env []string) (*Process, error) {
 	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("opening log of %s: %w", name, err)
@@ -47,7 +53,7 @@ func startProcess(name, logPath, bin string, args, env []string) (*process, erro
 	if err := startCmd(cmd); err != nil {
 		return nil, fmt.Errorf("starting %s (%s): %w", name, bin, err)
 	}
-	p := &process{name: name, logPath: logPath, cmd: cmd, done: make(chan struct{})}
+	p := &Process{name: name, logPath: logPath, cmd: cmd, done: make(chan struct{})}
 	go func() {
 		p.waitErr = cmd.Wait()
 		close(p.done)
@@ -55,8 +61,14 @@ func startProcess(name, logPath, bin string, args, env []string) (*process, erro
 	return p, nil
 }
 
-// exited reports whether the process has exited, and its wait error.
-func (p *process) exited() (bool, error) {
+// Pid returns the process id, which is also the id of its process group.
+func (p *Process) Pid() int { return p.cmd.Process.Pid }
+
+// Done returns a channel that is closed once the process has exited and been reaped.
+func (p *Process) Done() <-chan struct{} { return p.done }
+
+// Exited reports whether the process has exited, and its wait error (nil for exit status 0).
+func (p *Process) Exited() (bool, error) {
 	select {
 	case <-p.done:
 		return true, p.waitErr
@@ -65,29 +77,40 @@ func (p *process) exited() (bool, error) {
 	}
 }
 
-// exitError returns a descriptive error for a process that exited while it should have been running.
-func (p *process) exitError() error {
-	_, werr := p.exited()
+// ExitError returns a descriptive error for a process that exited while it should have been
+// running: its exit status and the last lines of its log.
+func (p *Process) ExitError() error {
+	_, werr := p.Exited()
 	if werr == nil {
 		werr = errors.New("exit status 0")
 	}
 	return fmt.Errorf("%s exited unexpectedly (%w); last lines of %s:\n%s", p.name, werr, p.logPath, tailFile(p.logPath, 30))
 }
 
+// Stop sends SIGTERM to the process group, then SIGKILL when the process has not exited after
+// grace, and waits for the exit. It is idempotent: a later call returns what the first returned.
+// The error says so when SIGKILL was needed.
+func (p *Process) Stop(grace time.Duration) error {
+	if err := p.stop(syscall.SIGTERM, grace); err != nil {
+		return err
+	}
+	return p.killErr
+}
+
 // stop sends sig to the process group, waits up to grace for the process to exit, then sends
 // SIGKILL to the group and waits for the exit. It is idempotent.
-func (p *process) stop(sig syscall.Signal, grace time.Duration) error {
+func (p *Process) stop(sig syscall.Signal, grace time.Duration) error {
 	p.stopOnce.Do(func() {
 		p.stopErr = p.signalAndWait(sig, grace)
 	})
 	return p.stopErr
 }
 
-func (p *process) signalAndWait(sig syscall.Signal, grace time.Duration) error {
-	if done, _ := p.exited(); done {
+func (p *Process) signalAndWait(sig syscall.Signal, grace time.Duration) error {
+	if done, _ := p.Exited(); done {
 		return nil
 	}
-	pid := p.cmd.Process.Pid
+	pid := p.Pid()
 	if err := syscall.Kill(-pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
 		return fmt.Errorf("signalling %s (pgid %d) with %v: %w", p.name, pid, sig, err)
 	}
@@ -99,6 +122,7 @@ func (p *process) signalAndWait(sig syscall.Signal, grace time.Duration) error {
 			return nil
 		case <-timer.C:
 		}
+		p.killErr = fmt.Errorf("%s (pid %d) did not stop within %s of %v; killed", p.name, pid, grace, sig)
 		if err := syscall.Kill(-pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
 			return fmt.Errorf("killing %s (pgid %d): %w", p.name, pid, err)
 		}

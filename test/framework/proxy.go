@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
+	"slices"
 	"sync"
 	"time"
 )
@@ -47,7 +49,7 @@ func newRRProxy(addr string, backends, names []string, log io.Writer) (*rrProxy,
 		return nil, errors.New("round-robin proxy: no backends")
 	}
 	if len(names) != len(backends) {
-		names = append([]string(nil), backends...)
+		names = slices.Clone(backends)
 	}
 	if log == nil {
 		log = io.Discard
@@ -59,7 +61,7 @@ func newRRProxy(addr string, backends, names []string, log io.Writer) (*rrProxy,
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &rrProxy{
 		ln:       ln,
-		backends: append([]string(nil), backends...),
+		backends: slices.Clone(backends),
 		names:    names,
 		ctx:      ctx,
 		cancel:   cancel,
@@ -81,14 +83,14 @@ func (p *rrProxy) Port() int { return p.ln.Addr().(*net.TCPAddr).Port }
 func (p *rrProxy) Routes() []int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return append([]int(nil), p.routes...)
+	return slices.Clone(p.routes)
 }
 
 // Open returns the number of open connections per backend.
 func (p *rrProxy) Open() []int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return append([]int(nil), p.open...)
+	return slices.Clone(p.open)
 }
 
 // Close stops listening, closes every open connection and waits for the proxy's goroutines to
@@ -97,10 +99,7 @@ func (p *rrProxy) Close() {
 	p.mu.Lock()
 	first := !p.closed
 	p.closed = true
-	conns := make([]net.Conn, 0, len(p.conns))
-	for c := range p.conns {
-		conns = append(conns, c)
-	}
+	conns := slices.Collect(maps.Keys(p.conns))
 	p.mu.Unlock()
 	if first {
 		p.cancel()

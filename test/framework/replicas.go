@@ -31,7 +31,7 @@ type replica struct {
 
 	// startMu serialises starting and stopping this slot (not the wait for readiness).
 	startMu sync.Mutex
-	proc    *process // guarded by ControlPlane.mu
+	proc    *Process // guarded by ControlPlane.mu
 }
 
 // LeaderIdentityArgs returns --leader-identity=certapi-<i>, for Options.CertapiReplicaArgs once
@@ -184,8 +184,8 @@ func (cp *ControlPlane) StartReplica(ctx context.Context, i int) error {
 		return err
 	}
 	defer client.CloseIdleConnections()
-	return pollUntil(ctx, certapiReadyTimeout, r.name+" /readyz at "+r.url, []*process{p}, func(ctx context.Context) (bool, string) {
-		body, code, err := httpGet(ctx, client, r.url+"/readyz?verbose=true")
+	return PollUntil(ctx, pollInterval, certapiReadyTimeout, r.name+" /readyz at "+r.url, []*Process{p}, func(ctx context.Context) (bool, string) {
+		body, code, err := HTTPGet(ctx, client, r.url+"/readyz?verbose=true")
 		if err != nil {
 			return false, err.Error()
 		}
@@ -196,7 +196,7 @@ func (cp *ControlPlane) StartReplica(ctx context.Context, i int) error {
 	})
 }
 
-func (cp *ControlPlane) launchReplica(r *replica) (*process, error) {
+func (cp *ControlPlane) launchReplica(r *replica) (*Process, error) {
 	r.startMu.Lock()
 	defer r.startMu.Unlock()
 	if err := cp.stopReplica(r, syscall.SIGTERM); err != nil {
@@ -243,24 +243,40 @@ func (cp *ControlPlane) stopReplica(r *replica, sig syscall.Signal) error {
 
 // ReplicaRunning reports whether certapi replica i is running.
 func (cp *ControlPlane) ReplicaRunning(i int) bool {
+	return cp.runningReplicaProc(i) != nil
+}
+
+// ReplicaPID returns the process id of certapi replica i while it runs, and 0 when it does not (or
+// there is no such replica): for reading the replica's memory or threads from /proc.
+func (cp *ControlPlane) ReplicaPID(i int) int {
+	if p := cp.runningReplicaProc(i); p != nil {
+		return p.Pid()
+	}
+	return 0
+}
+
+// runningReplicaProc returns the process of certapi replica i, or nil when it is not running.
+func (cp *ControlPlane) runningReplicaProc(i int) *Process {
 	if i < 0 || i >= len(cp.replicas) {
-		return false
+		return nil
 	}
 	cp.mu.Lock()
 	p := cp.replicas[i].proc
 	cp.mu.Unlock()
 	if p == nil {
-		return false
+		return nil
 	}
-	done, _ := p.exited()
-	return !done
+	if done, _ := p.Exited(); done {
+		return nil
+	}
+	return p
 }
 
 // replicaProcs returns the processes last started in every replica slot.
-func (cp *ControlPlane) replicaProcs() []*process {
+func (cp *ControlPlane) replicaProcs() []*Process {
 	cp.mu.Lock()
 	defer cp.mu.Unlock()
-	var ps []*process
+	var ps []*Process
 	for _, r := range cp.replicas {
 		if r.proc != nil {
 			ps = append(ps, r.proc)

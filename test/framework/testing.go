@@ -4,14 +4,11 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
-	"time"
 )
-
-// startTTimeout bounds StartT; a cold kube-apiserver on a busy machine is the slow part.
-const startTTimeout = 5 * time.Minute
 
 // logTailLines is how much of each process log StartT prints when a test fails.
 const logTailLines = 200
@@ -27,7 +24,7 @@ func StartT(t testing.TB, opts Options) *ControlPlane {
 	if opts.Stdout == nil {
 		opts.Stdout = testWriter{t}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), startTTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), StartTimeout)
 	defer cancel()
 	cp, err := Start(ctx, opts)
 	if err != nil {
@@ -48,25 +45,16 @@ func StartT(t testing.TB, opts Options) *ControlPlane {
 // PrintLogTails writes the last lines of every log in logs (process name -> path, as returned by
 // ControlPlane.Logs) to w, with the paths, for a failure report.
 func PrintLogTails(w io.Writer, logs map[string]string) {
-	for _, name := range sortedKeys(logs) {
+	for _, name := range slices.Sorted(maps.Keys(logs)) {
 		fmt.Fprintf(w, "===== %s: last %d lines of %s =====\n%s\n", name, logTailLines, logs[name], tailFile(logs[name], logTailLines))
 	}
 }
 
 func logLogTails(t testing.TB, logs map[string]string) {
 	t.Helper()
-	for _, name := range sortedKeys(logs) {
+	for _, name := range slices.Sorted(maps.Keys(logs)) {
 		t.Logf("===== %s: last %d lines of %s =====\n%s", name, logTailLines, logs[name], tailFile(logs[name], logTailLines))
 	}
-}
-
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
 
 // testWriter sends progress lines to t.Log.

@@ -1,0 +1,92 @@
+package framework
+
+import (
+	"context"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestProcessStop checks what hack/local-up relies on: Stop ends a process that obeys SIGTERM with
+// no error, kills one that ignores it after the grace and says so, and PollUntil gives up at once,
+// with the end of the log, when the process it watches has exited.
+func TestProcessStop(t *testing.T) {
+	sh, err := exec.LookPath("sh")
+	if err != nil {
+		t.Skip("no sh")
+	}
+	dir := t.TempDir()
+
+	obeys, err := StartProcess("obeys", filepath.Join(dir, "obeys.log"), sh, []string{"-c", "echo started; exec sleep 60"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := obeys.Stop(10 * time.Second); err != nil {
+		t.Errorf("Stop of a process that obeys SIGTERM: %v", err)
+	}
+	if done, _ := obeys.Exited(); !done {
+		t.Error("the process runs after Stop")
+	}
+
+	ignores, err := StartProcess("ignores", filepath.Join(dir, "ignores.log"), sh, []string{"-c", `trap "" TERM; echo trapped; while :; do sleep 1; done`}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Let the shell install its trap before the signal.
+	if err := PollUntil(context.Background(), 10*time.Millisecond, 10*time.Second, "the trap", []*Process{ignores}, func(context.Context) (bool, string) {
+		tail := tailFile(filepath.Join(dir, "ignores.log"), 1)
+		return tail == "trapped", tail
+	}); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	err = ignores.Stop(200 * time.Millisecond)
+	if err == nil || !strings.Contains(err.Error(), "killed") {
+		t.Errorf("Stop of a process that ignores SIGTERM: %v; want an error saying it was killed", err)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("Stop took %s with a grace of 200ms", d)
+	}
+	if again := ignores.Stop(time.Second); again == nil || again.Error() != err.Error() {
+		t.Errorf("a second Stop returned %v; want the first one's %v", again, err)
+	}
+
+	fails, err := StartProcess("fails", filepath.Join(dir, "fails.log"), sh, []string{"-c", "echo goodbye; exit 3"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = PollUntil(context.Background(), 10*time.Millisecond, time.Minute, "something that never comes", []*Process{fails}, func(context.Context) (bool, string) {
+		return false, "not yet"
+	})
+	if err == nil || !strings.Contains(err.Error(), "exit status 3") || !strings.Contains(err.Error(), "goodbye") {
+		t.Errorf("PollUntil on a process that exited: %v; want its exit status and the end of its log", err)
+	}
+}
+
+// TestFreePorts checks that FreePorts returns distinct free ports and none that is excluded.
+func TestFreePorts(t *testing.T) {
+	first, err := FreePorts(3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ports, err := FreePorts(20, first...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ports) != 20 {
+		t.Fatalf("FreePorts(20) returned %d ports", len(ports))
+	}
+	seen := map[int]bool{}
+	for _, p := range ports {
+		if seen[p] || slices.Contains(first, p) {
+			t.Errorf("port %d twice or excluded: %v (excluded %v)", p, ports, first)
+		}
+		seen[p] = true
+		if !portFree(p) {
+			t.Errorf("port %d is not free", p)
+		}
+	}
+}
