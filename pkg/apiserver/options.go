@@ -17,6 +17,7 @@ import (
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/apimachinery/pkg/util/sets"
 	utilvalidation "k8s.io/apimachinery/pkg/util/validation"
+	mutatingpolicy "k8s.io/apiserver/pkg/admission/plugin/policy/mutating"
 	"k8s.io/apiserver/pkg/admission/plugin/webhook/mutating"
 	"k8s.io/apiserver/pkg/admission/plugin/webhook/validating"
 	"k8s.io/apiserver/pkg/endpoints/openapi"
@@ -90,7 +91,10 @@ func NewOptions() *Options {
 	o.RecommendedOptions.Etcd.StorageConfig.EncodeVersioner = runtime.NewMultiGroupVersioner(v1alpha1.SchemeGroupVersion, schema.GroupKind{Group: v1alpha1.GroupName})
 	// A webhook whose certificate comes from certapi must never be able to block certapi, so admission
 	// webhooks are off unless an admin turns them on. ValidatingAdmissionPolicy still applies.
-	o.RecommendedOptions.Admission.DefaultOffPlugins = sets.New(mutating.PluginName, validating.PluginName)
+	// MutatingAdmissionPolicy is off too: in k8s.io/apiserver 0.37 it fetches kube-apiserver's
+	// /openapi/v3 every 5 s for as long as the server runs, and an idle certapi makes no periodic calls.
+	// --enable-admission-plugins=MutatingAdmissionPolicy turns it on.
+	o.RecommendedOptions.Admission.DefaultOffPlugins = sets.New(mutating.PluginName, validating.PluginName, mutatingpolicy.PluginName)
 	secretaccess.Register(o.RecommendedOptions.Admission.Plugins)
 	o.RecommendedOptions.Admission.RecommendedPluginOrder = append(o.RecommendedOptions.Admission.RecommendedPluginOrder, secretaccess.PluginName)
 	return o

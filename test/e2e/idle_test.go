@@ -1,0 +1,140 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/certapi/certapi/test/framework"
+)
+
+// idleWindow is how long an idle certapi is watched for API calls.
+const idleWindow = 20 * time.Second
+
+// TestIdleMakesNoAPICalls: once certapi has done its work (a request delivered into a Secret, a webhook
+// configuration injected, its own APIService injected and its serving certificate issued), it makes no
+// request at all to kube-apiserver or to itself for idleWindow: every loop waits for a pushed change
+// or a timer, none polls. The figure is certapi's own rest_client_requests_total, summed over hosts,
+// codes and methods.
+func TestIdleMakesNoAPICalls(t *testing.T) {
+	// -v=6 logs every request certapi makes, so a failure shows which one it was.
+	own := framework.StartT(t, framework.Options{CertapiArgs: []string{"-v=6"}})
+	ctx := context.Background()
+	c, kube := clients(t, own.AdminConfig)
+	ns := namespace(t, kube)
+	req := request("idle", "idle")
+	req.Spec.SecretName = "idle-tls"
+	if _, err := c.CertapiV1alpha1().ServingCertRequests(ns).Create(ctx, req, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	side := admissionregistrationv1.SideEffectClassNone
+	vwc := &admissionregistrationv1.ValidatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "idle-", Annotations: map[string]string{"certapi.dev/inject-ca-bundle": "true"}},
+		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
+			Name:                    "idle.certapi.test",
+			ClientConfig:            admissionregistrationv1.WebhookClientConfig{Service: &admissionregistrationv1.ServiceReference{Namespace: ns, Name: "idle"}},
+			SideEffects:             &side,
+			AdmissionReviewVersions: []string{"v1"},
+		}},
+	}
+	created, err := kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, vwc, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(context.Background(), created.Name, metav1.DeleteOptions{})
+	})
+	eventually(t, 60*time.Second, "the Secret delivered and the webhook configuration injected", func(ctx context.Context) (bool, error) {
+		s, err := kube.CoreV1().Secrets(ns).Get(ctx, "idle-tls", metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		w, err := kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, created.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		return len(s.Data["tls.crt"]) > 0 && len(w.Webhooks[0].ClientConfig.CABundle) > 0, nil
+	})
+
+	// Settled: the count stops moving (the status writes and Events of the work above have gone out).
+	var before float64
+	eventually(t, 30*time.Second, "certapi's API calls to settle", func(ctx context.Context) (bool, error) {
+		n, err := restClientRequests(ctx, own)
+		if err != nil {
+			return false, err
+		}
+		settled := n == before
+		before = n
+		if settled {
+			return true, nil
+		}
+		// Sample again a second later.
+		t := time.NewTimer(time.Second)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		return false, nil
+	})
+
+	// Idle: any request in the window fails the test at once.
+	err = wait.PollUntilContextTimeout(ctx, time.Second, idleWindow, false, func(ctx context.Context) (bool, error) {
+		n, err := restClientRequests(ctx, own)
+		if err != nil {
+			return false, err
+		}
+		if n != before {
+			return false, fmt.Errorf("certapi made %v API calls while idle", n-before)
+		}
+		return false, nil
+	})
+	if !wait.Interrupted(err) && !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatal(err)
+	}
+	t.Logf("certapi made no API call in %s of idleness (rest_client_requests_total stayed at %v)", idleWindow, before)
+}
+
+// restClientRequests sums certapi's rest_client_requests_total over every label.
+func restClientRequests(ctx context.Context, own *framework.ControlPlane) (float64, error) {
+	client, err := own.CertapiHTTPClient()
+	if err != nil {
+		return 0, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, own.CertapiURL+"/metrics", nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("scraping certapi's /metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	var sum float64
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, "rest_client_requests_total{") {
+			continue
+		}
+		v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+		if err != nil {
+			return 0, fmt.Errorf("parsing %q: %w", line, err)
+		}
+		sum += v
+	}
+	return sum, sc.Err()
+}
