@@ -237,9 +237,8 @@ func (s *Server) recordIssued(req issuer.Request, res *issuer.Result) {
 	if req.Name == "" {
 		return // certapi's own serving certificate: no request to report on
 	}
-	metrics.ObserveCertificate(req.Namespace, req.Name, res.NotAfter, res.RenewalTime)
 	if req.Path == issuer.PathSecret {
-		// Secret delivery counts and reports a certificate once it is in the Secret.
+		// Secret delivery reports a certificate once it is in the Secret.
 		return
 	}
 	// The recorder aggregates repeats, so N pods renewing against one request do not flood the namespace.

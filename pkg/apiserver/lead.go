@@ -11,6 +11,7 @@ import (
 
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	"github.com/certapi/certapi/pkg/controller"
+	"github.com/certapi/certapi/pkg/controller/expiry"
 	"github.com/certapi/certapi/pkg/controller/injector"
 	"github.com/certapi/certapi/pkg/controller/rotation"
 	"github.com/certapi/certapi/pkg/controller/secretdelivery"
@@ -102,8 +103,13 @@ func (s *Server) lead(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("building the CA rotation: %w", err)
 	}
+	expiries, err := expiry.New(cc)
+	if err != nil {
+		return fmt.Errorf("building the expiry metrics: %w", err)
+	}
 	return cc.RunTerm(ctx,
 		controller.Named{Name: "status", Runnable: w},
+		controller.Named{Name: "expiry", Runnable: expiries},
 		controller.Named{Name: "secretdelivery", Runnable: delivery},
 		controller.Named{Name: "injector", Runnable: inj},
 		controller.Named{Name: "rotation", Runnable: rot},

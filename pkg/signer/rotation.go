@@ -43,6 +43,11 @@ type RotationPolicy struct {
 	Grace time.Duration
 	// MaxCertificateDuration is the longest lifetime of any certificate a CA signs.
 	MaxCertificateDuration time.Duration
+	// DistrustDwell is the least time a distrusted CA stays in the bundle after the distrust, even once
+	// every delivered certificate is re-issued: clients of the servingcerts subresource, which certapi
+	// does not track, re-issue when they see the distrust (pkg/servingcert within a second), and need
+	// that long to do it before the old CA stops being trusted.
+	DistrustDwell time.Duration
 }
 
 // RotationInput is what the world looks like to one planning step.
@@ -97,7 +102,7 @@ func (a Authorities) Plan(in RotationInput, p RotationPolicy) (Authorities, Rota
 		return out, StepDistrust, nil
 	}
 	for i, r := range out.Retiring {
-		if r.Distrusted && in.Reissued {
+		if r.Distrusted && in.Reissued && !in.Now.Before(a.SwitchedAt.Add(p.DistrustDwell)) {
 			out.Retiring = append(out.Retiring[:i:i], out.Retiring[i+1:]...)
 			return out, StepDropDistrusted, nil
 		}

@@ -138,7 +138,7 @@ func TestDistrustDropsTheOldCAOnceReissued(t *testing.T) {
 	}
 	old, _ := mk()
 	a := Authorities{Active: old}
-	pol := RotationPolicy{Grace: time.Hour, MaxCertificateDuration: 2160 * time.Hour}
+	pol := RotationPolicy{Grace: time.Hour, MaxCertificateDuration: 2160 * time.Hour, DistrustDwell: 5 * time.Second}
 	a, s, err := a.Plan(RotationInput{Now: now, Distrust: "x", NewCA: mk}, pol)
 	if err != nil || s != StepDistrust || a.Active.Certificate.Equal(old.Certificate) {
 		t.Fatalf("step %q %v", s, err)
@@ -146,7 +146,10 @@ func TestDistrustDropsTheOldCAOnceReissued(t *testing.T) {
 	if _, s, _ := a.Plan(RotationInput{Now: now.Add(time.Hour), Distrust: "x", NewCA: mk}, pol); s != StepNone {
 		t.Fatalf("dropped before every certificate was re-issued: %q", s)
 	}
-	a, s, _ = a.Plan(RotationInput{Now: now, Distrust: "x", Reissued: true, NewCA: mk}, pol)
+	if _, s, _ := a.Plan(RotationInput{Now: now.Add(4 * time.Second), Distrust: "x", Reissued: true, NewCA: mk}, pol); s != StepNone {
+		t.Fatalf("dropped within DistrustDwell, before watching clients could re-issue: %q", s)
+	}
+	a, s, _ = a.Plan(RotationInput{Now: now.Add(5 * time.Second), Distrust: "x", Reissued: true, NewCA: mk}, pol)
 	if s != StepDropDistrusted || len(a.Retiring) != 0 || len(a.Certificates()) != 1 {
 		t.Fatalf("step %q, bundle %d", s, len(a.Certificates()))
 	}

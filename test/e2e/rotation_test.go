@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/elliptic"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -102,6 +103,38 @@ func TestForcedRotationRunsToTheEnd(t *testing.T) {
 	if got := issuerSerialOf(t, string(s.Data["tls.crt"]), string(s.Data["ca.crt"])); got != newSerial {
 		t.Errorf("the Secret's certificate is from %s, want %s", got, newSerial)
 	}
+	// Every step is an Event regarding the CertificateAuthority, readable from kube-apiserver.
+	waitCAEvents(t, kube, corev1.EventTypeNormal, "PublishNext", "Switch", "Retire")
+}
+
+// waitCAEvents waits for an Event of each reason regarding CertificateAuthority/default, of eventType,
+// reported by certapi's rotation; their notes carry no key material.
+func waitCAEvents(t *testing.T, kube kubernetes.Interface, eventType string, reasons ...string) {
+	t.Helper()
+	eventually(t, 30*time.Second, fmt.Sprintf("the CertificateAuthority's Events %v", reasons), func(ctx context.Context) (bool, error) {
+		evs, err := kube.EventsV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		seen := map[string]bool{}
+		for _, ev := range evs.Items {
+			if ev.Regarding.Kind == "CertificateAuthority" && ev.Regarding.Name == "default" &&
+				ev.Regarding.APIVersion == "certapi.dev/v1alpha1" && ev.ReportingController == "certapi.dev/rotation" {
+				if ev.Type == eventType {
+					seen[ev.Reason] = true
+				}
+				if strings.Contains(ev.Note, "PRIVATE KEY") {
+					t.Fatalf("an Event carries key material: %q", ev.Note)
+				}
+			}
+		}
+		for _, r := range reasons {
+			if !seen[r] {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
 }
 
 func TestDistrustReplacesTheCAAtOnce(t *testing.T) {
@@ -158,6 +191,8 @@ func TestDistrustReplacesTheCAAtOnce(t *testing.T) {
 	if err != nil || issuerSerialOf(t, pemOf(cert), caObject(t, c).Status.CABundle) == old {
 		t.Fatalf("the webhook still serves a certificate from the distrusted CA (%v)", err)
 	}
+	waitCAEvents(t, kube, corev1.EventTypeWarning, "Distrust")
+	waitCAEvents(t, kube, corev1.EventTypeNormal, "DropDistrusted")
 	close(stop)
 	<-done
 	close(failures)

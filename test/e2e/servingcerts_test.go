@@ -302,18 +302,31 @@ func TestMetrics(t *testing.T) {
 		`certapi_ca_not_after_timestamp_seconds{role="Active"}`,
 		`certapi_leader{identity=`,
 	}
-	eventually(t, 30*time.Second, "certapi's metrics", func(ctx context.Context) (bool, error) {
+	scrape := func() string {
 		resp, err := client.Get(cp.CertapiURL + "/metrics")
 		if err != nil {
-			return false, nil
+			return ""
 		}
 		defer resp.Body.Close()
 		body, _ := io.ReadAll(resp.Body)
+		return string(body)
+	}
+	eventually(t, 30*time.Second, "certapi's metrics", func(ctx context.Context) (bool, error) {
+		body := scrape()
 		for _, w := range want {
-			if !strings.Contains(string(body), w) {
+			if !strings.Contains(body, w) {
 				return false, nil
 			}
 		}
 		return true, nil
+	})
+
+	// A deleted request's series go away: no stale expiry alert, no unbounded growth.
+	if err := c.CertapiV1alpha1().ServingCertRequests(ns).Delete(ctx, "metered", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "the deleted request's series to go", func(ctx context.Context) (bool, error) {
+		body := scrape()
+		return body != "" && !strings.Contains(body, `namespace="`+ns+`"`), nil
 	})
 }

@@ -37,6 +37,11 @@ const ReportingController = "certapi.dev/rotation"
 // Secret and every replica re-issued): only while one is pending, never when idle.
 const distrustRecheck = time.Second
 
+// distrustDwell is the least time a distrusted CA stays in the bundle (signer.RotationPolicy's
+// DistrustDwell): pkg/servingcert re-issues within a second of seeing the distrust, and a watch event
+// takes a moment to reach it.
+const distrustDwell = 5 * time.Second
+
 // progressDelay coalesces the injector's progress reports into at most a few looks a second.
 const progressDelay = 200 * time.Millisecond
 
@@ -169,7 +174,7 @@ func (c *Controller) sync(ctx context.Context, _ string) (controller.Result, err
 	if obj.Spec.Duration != nil {
 		caDuration = obj.Spec.Duration.Duration
 	}
-	policy := signer.RotationPolicy{Grace: c.o.Grace, MaxCertificateDuration: c.o.MaxCertificateDuration}
+	policy := signer.RotationPolicy{Grace: c.o.Grace, MaxCertificateDuration: c.o.MaxCertificateDuration, DistrustDwell: distrustDwell}
 	req := issuer.RotationRequest{
 		ForceRotation:  obj.Spec.ForceRotation,
 		Distrust:       obj.Spec.Distrust,
