@@ -112,7 +112,7 @@ func (s *Source) observeCA(ca *certapiv1alpha1.CertificateAuthority, out chan ce
 	// re-issue at once then, not after the usual spread-out delay.
 	distrusted := false
 	for _, c := range ca.Status.Conditions {
-		if c.Type == "Rotating" && c.Reason == "Distrusted" {
+		if c.Type == certapiv1alpha1.ConditionRotating && c.Reason == certapiv1alpha1.RotatingReasonDistrusted {
 			distrusted = true
 		}
 	}

@@ -69,17 +69,17 @@ func Sync(ctx context.Context, client versioned.Interface, obj *certapiv1alpha1.
 
 // rotating says where a rotation stands, in words an admin can act on.
 func rotating(auth signer.Authorities, generation int64) metav1.Condition {
-	c := metav1.Condition{Type: certapiv1alpha1.ConditionRotating, Status: metav1.ConditionFalse, Reason: "Idle", ObservedGeneration: generation, Message: "no rotation is running"}
+	c := metav1.Condition{Type: certapiv1alpha1.ConditionRotating, Status: metav1.ConditionFalse, Reason: certapiv1alpha1.RotatingReasonIdle, ObservedGeneration: generation, Message: "no rotation is running"}
 	switch {
 	case auth.Next != nil:
-		c.Status, c.Reason = metav1.ConditionTrue, "NextPublished"
+		c.Status, c.Reason = metav1.ConditionTrue, certapiv1alpha1.RotatingReasonNextPublished
 		c.Message = fmt.Sprintf("the Next CA %s was published %s; it signs once every target holds it and the grace period has passed",
 			refOf(auth.Next).SerialNumber, auth.NextPublished.UTC().Format(time.RFC3339))
 	case len(auth.Retiring) > 0:
-		c.Status, c.Reason = metav1.ConditionTrue, "Retiring"
+		c.Status, c.Reason = metav1.ConditionTrue, certapiv1alpha1.RotatingReasonRetiring
 		r := auth.Retiring[0]
 		if r.Distrusted {
-			c.Reason = "Distrusted"
+			c.Reason = certapiv1alpha1.RotatingReasonDistrusted
 			c.Message = fmt.Sprintf("the distrusted CA %s leaves the bundle once every delivered certificate is re-issued", refOf(r.CA).SerialNumber)
 		} else {
 			c.Message = fmt.Sprintf("the Retiring CA %s leaves the bundle at %s, when no certificate it signed can still be valid", refOf(r.CA).SerialNumber, r.Until.UTC().Format(time.RFC3339))
