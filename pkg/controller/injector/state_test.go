@@ -14,7 +14,7 @@ func (s staticSource) Bundle() ([]byte, bool) { return s, len(s) > 0 }
 func (staticSource) AddListener(dynamiccertificates.Listener) func() { return func() {} }
 
 func TestSummaryAndAllHold(t *testing.T) {
-	// Summary and AllHold on hand-made state (the informer-backed parts are covered against kube-apiserver).
+	// Summary and AllHold on hand-made state (the informer-backed parts are covered against kube-apiserver in test/integration/injector).
 	bundle := newBundle(t, 1)
 	i := &Injector{objects: map[key]*objState{}, bundleCache: map[digest]canonicalBundle{}}
 	i.objects[key{KindAPIService, "b"}] = &objState{state: StateSkipped, reason: ReasonNothingToInject, message: "local"}
