@@ -1,11 +1,23 @@
 # certapi: `make local-up` runs a local control plane with certapi; `make test` runs every test.
+#
+# Where tests live:
+#   everything outside test/       unit tests (`make unit`): in-process only, with fakes and loopback
+#                                  listeners at most; no etcd, kube-apiserver or other binary, no _output
+#   test/integration/<component>   one component (issuer, injector) against a real etcd and/or
+#                                  kube-apiserver from _output/bin, through its exported API
+#   test/e2e                       the whole system: certapi processes behind kube-apiserver
+#   test/framework                 starts those processes; its own tests start them too
+# `make e2e` runs all of test/; `make integration` only test/integration.
 SHELL := /usr/bin/env bash
 GO ?= go
 BIN := $(CURDIR)/_output/bin
-# End-to-end tests start real processes; give them room on a 2-core machine.
+# Unit tests run under the race detector, which needs cgo and a C compiler; `make unit RACE=` runs
+# them without it.
+RACE ?= -race
+# Integration and end-to-end tests start real processes; give them room on a 2-core machine.
 E2E_TIMEOUT ?= 40m
 
-.PHONY: all build tools test verify unit e2e codegen local-up clean
+.PHONY: all build tools test verify unit integration e2e codegen local-up clean
 
 all: build
 
@@ -38,15 +50,21 @@ verify:
 	  if [[ -n "$$out" ]]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 
-## unit: tests that need no running processes
-unit: tools
-	$(GO) test -count=1 $$($(GO) list ./... | grep -v /test/)
+## unit: the unit tests, every package outside test/, with the race detector. They start no process and
+## need no tools, so this does not build them.
+unit:
+	$(GO) test $(RACE) -count=1 $$($(GO) list ./... | grep -v /test/)
 
-## e2e: tests against a real kube-apiserver and etcd
+## integration: only test/integration (one component against a real etcd and/or kube-apiserver)
+integration: tools
+	$(GO) test -count=1 -timeout $(E2E_TIMEOUT) ./test/integration/...
+
+## e2e: everything under test/ (test/integration, test/e2e and test/framework's own tests) against a
+## real etcd and kube-apiserver from _output/bin and the certapi just built
 e2e: tools build
 	CERTAPI_BIN=$(BIN)/certapi $(GO) test -count=1 -timeout $(E2E_TIMEOUT) ./test/...
 
-## test: everything CI runs
+## test: everything CI runs: verify, unit, then integration and end-to-end (e2e)
 test: verify unit e2e
 
 ## local-up: the demo: etcd, kube-apiserver, certapi and the example webhook on loopback, a walkthrough, until Ctrl-C

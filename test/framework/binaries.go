@@ -89,6 +89,12 @@ func toolBinary(name, envVar string) (string, error) {
 	return p, nil
 }
 
+// EtcdBinary returns the etcd binary to run: $ETCD_BIN if set, otherwise <repo>/_output/bin/etcd,
+// built by `make tools`. Tests that need only etcd start it themselves.
+func EtcdBinary() (string, error) {
+	return toolBinary("etcd", EnvEtcdBin)
+}
+
 // certapiBuild remembers a successful build for the life of the process. A failed build is not
 // remembered, so a cancelled context does not poison later tests.
 var certapiBuild struct {

@@ -72,12 +72,14 @@ const (
 const (
 	// DefaultWorkers is the number of objects handled concurrently when Options.Workers is zero.
 	DefaultWorkers = 8
+	// DefaultConflictCooldown is the conflict cool-down when Options.ConflictCooldown is zero.
+	DefaultConflictCooldown = 5 * time.Minute
 
 	// An object is in conflict when restoring its caBundle would make more than fightLimit restorations
-	// within fightWindow; it is then left alone for conflictCooldown, or until an annotation changes.
-	fightLimit       = 3
-	fightWindow      = time.Minute
-	conflictCooldown = 5 * time.Minute
+	// within fightWindow; it is then left alone for Options.ConflictCooldown, or until an annotation
+	// changes.
+	fightLimit  = 3
+	fightWindow = time.Minute
 	// Failed reads and writes back off per object from errorBackoffBase to errorBackoffMax. A write
 	// refused because the object changed under it is retried after errorBackoffBase.
 	errorBackoffBase = 50 * time.Millisecond
@@ -105,6 +107,12 @@ type Options struct {
 	Clock clock.Clock
 	// Workers is the number of objects handled concurrently; DefaultWorkers when zero.
 	Workers int
+	// ConflictCooldown is how long an object whose caBundle another writer keeps overwriting is left
+	// alone once it is reported as a conflict, before certapi reads it and restores its caBundle again
+	// (a change to any of the object's annotations ends the cool-down sooner). A longer one means fewer
+	// writes against a writer that never stops; a shorter one, a quicker return once it has. Zero means
+	// DefaultConflictCooldown.
+	ConflictCooldown time.Duration
 	// OnChange, when set, is called after a target was synced, when its state may have changed (the
 	// rotation gate waits on it). It must not block.
 	OnChange func()
@@ -121,9 +129,7 @@ type Injector struct {
 	informers map[Kind]cache.SharedIndexInformer
 	queue     *controller.Queue[key]
 
-	// Timing; tests shorten them.
-	fightLimit       int
-	fightWindow      time.Duration
+	// conflictCooldown is Options.ConflictCooldown, defaulted.
 	conflictCooldown time.Duration
 
 	mu      sync.Mutex
@@ -150,6 +156,8 @@ func New(o Options) (*Injector, error) {
 		return nil, errors.New("injector: Options.Source is required")
 	case o.Workers < 0:
 		return nil, fmt.Errorf("injector: Options.Workers is %d; expected 0 (default %d) or more", o.Workers, DefaultWorkers)
+	case o.ConflictCooldown < 0:
+		return nil, fmt.Errorf("injector: Options.ConflictCooldown is %s; expected 0 (default %s) or more", o.ConflictCooldown, DefaultConflictCooldown)
 	}
 	cc := o.Context
 	i := &Injector{
@@ -159,9 +167,7 @@ func New(o Options) (*Injector, error) {
 		onChange:         o.OnChange,
 		kinds:            newKindClients(clientsets{kube: cc.Kube, ext: cc.APIExtensions, agg: cc.Aggregator}),
 		informers:        map[Kind]cache.SharedIndexInformer{},
-		fightLimit:       fightLimit,
-		fightWindow:      fightWindow,
-		conflictCooldown: conflictCooldown,
+		conflictCooldown: o.ConflictCooldown,
 		objects:          map[key]*objState{},
 		bundleCache:      map[digest]canonicalBundle{},
 	}
@@ -170,6 +176,9 @@ func New(o Options) (*Injector, error) {
 	}
 	if i.onChange == nil {
 		i.onChange = func() {}
+	}
+	if i.conflictCooldown == 0 {
+		i.conflictCooldown = DefaultConflictCooldown
 	}
 	workers := o.Workers
 	if workers == 0 {
@@ -242,6 +251,14 @@ func (i *Injector) Run(ctx context.Context) error {
 	i.queue.Run(ctx)
 	logger.Info("Stopped injecting the CA bundle")
 	return nil
+}
+
+// HasSynced reports whether Run has seen the first full list of every target kind. Until then Summary
+// may miss targets and AllHold is false. It is a cache.InformerSynced, for cache.WaitForCacheSync.
+func (i *Injector) HasSynced() bool {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	return i.synced
 }
 
 // Trigger re-checks every target now. Run does it when the Source says the bundle changed.

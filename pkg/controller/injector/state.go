@@ -213,19 +213,19 @@ func (i *Injector) setConflict(k key, m *metav1.PartialObjectMetadata, reason, m
 }
 
 // restoration counts one more restoration of an overwritten caBundle. When that would make more than
-// fightLimit within fightWindow, the object goes into conflict for conflictCooldown instead, and
+// fightLimit within fightWindow, the object goes into conflict for i.conflictCooldown instead, and
 // restoration returns true: do not write.
 func (i *Injector) restoration(k key, m *metav1.PartialObjectMetadata, obs *observation, p plan, now time.Time) bool {
 	i.mu.Lock()
 	st := i.state(k)
 	kept := st.restorations[:0]
 	for _, t := range st.restorations {
-		if now.Sub(t) < i.fightWindow {
+		if now.Sub(t) < fightWindow {
 			kept = append(kept, t)
 		}
 	}
 	st.restorations = kept
-	if len(kept) < i.fightLimit {
+	if len(kept) < fightLimit {
 		st.restorations = append(st.restorations, now)
 		i.mu.Unlock()
 		return false
@@ -245,7 +245,7 @@ func (i *Injector) restoration(k key, m *metav1.PartialObjectMetadata, obs *obse
 	msg := fmt.Sprintf("the caBundle of %s (%s) was overwritten %d times within %s, last by %s; certapi restored it %d times and now leaves it alone for %s "+
 		"(or until an annotation of the object changes). Stop the other writer (for Argo CD: ignoreDifferences with managedFieldsManagers: [%s] and the RespectIgnoreDifferences=true sync option), "+
 		"or remove annotation %s to let it own the caBundle.",
-		k.name, strings.Join(p.overwritten, ", "), i.fightLimit+1, i.fightWindow, by, i.fightLimit, i.conflictCooldown, FieldManager, AnnotationInject)
+		k.name, strings.Join(p.overwritten, ", "), fightLimit+1, fightWindow, by, fightLimit, i.conflictCooldown, FieldManager, AnnotationInject)
 	i.setConflict(k, m, ReasonCABundleOverwritten, msg)
 	return true
 }

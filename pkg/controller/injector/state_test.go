@@ -2,15 +2,24 @@ package injector
 
 import (
 	"testing"
+
+	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 )
 
+// staticSource is a BundleSource whose bundle never changes.
+type staticSource []byte
+
+func (s staticSource) Bundle() ([]byte, bool) { return s, len(s) > 0 }
+
+func (staticSource) AddListener(dynamiccertificates.Listener) func() { return func() {} }
+
 func TestSummaryAndAllHold(t *testing.T) {
-	// Summary and AllHold on hand-made state (the informer-backed parts are covered against kube-apiserver).
+	// Summary and AllHold on hand-made state (the informer-backed parts are covered against kube-apiserver in test/integration/injector).
 	bundle := newBundle(t, 1)
 	i := &Injector{objects: map[key]*objState{}, bundleCache: map[digest]canonicalBundle{}}
 	i.objects[key{KindAPIService, "b"}] = &objState{state: StateSkipped, reason: ReasonNothingToInject, message: "local"}
 	i.objects[key{KindValidatingWebhookConfiguration, "z"}] = &objState{state: StateConflict, reason: ReasonClaimedByAnotherInjector, message: "m"}
-	i.source = &fakeSource{pem: bundle}
+	i.source = staticSource(bundle)
 	i.objects[key{KindValidatingWebhookConfiguration, "a"}] = &objState{state: StateUpToDate, bundle: i.canonical(bundle).digest}
 	i.objects[key{KindValidatingWebhookConfiguration, "old"}] = &objState{state: StateUpToDate, bundle: digestOf([]byte("an earlier bundle"))}
 	i.objects[key{KindCustomResourceDefinition, "c"}] = &objState{state: StatePending}

@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
@@ -44,6 +45,8 @@ func newRunEnv(t *testing.T) *runEnv {
 		certapi:   certapifake.NewSimpleClientset(),
 		authority: &fakeAuthority{},
 	}
+	copyingWatches(e.kube)
+	copyingWatches(e.certapi)
 	ca := newTestCA(t, time.Now())
 	e.authority.set(ca, signer.EncodeBundle(ca.Certificate), true)
 	e.status = status.New(e.certapi, 10*time.Millisecond, 1)
@@ -52,6 +55,38 @@ func newRunEnv(t *testing.T) *runEnv {
 	go func() { _ = e.status.Run(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
 	return e
+}
+
+// fakeClientset is what copyingWatches needs of a generated fake clientset.
+type fakeClientset interface {
+	PrependWatchReactor(resource string, reaction k8stesting.WatchReactionFunc)
+	Tracker() k8stesting.ObjectTracker
+}
+
+// copyingWatches makes every watch of cs send its own copy of each object, as a real kube-apiserver does
+// (it decodes a new object for every event). The fake's watch sends the objects it stores, when it
+// replays them from the watch's resourceVersion, without copying them (k8s.io/client-go v0.37.2,
+// testing/fixture.go, tracker.Watch), and the informers' transforms (trimSecret; the Context's
+// ServingCertRequest transform) change in place what they are given, as client-go allows: that changed
+// the fake's stored object while a Get copied it, a data race under -race. This reactor replaces the
+// fake's default one, which it mirrors, and copies each event's object.
+func copyingWatches(cs fakeClientset) {
+	cs.PrependWatchReactor("*", func(action k8stesting.Action) (bool, watch.Interface, error) {
+		var opts metav1.ListOptions
+		if wa, ok := action.(k8stesting.WatchActionImpl); ok {
+			opts = wa.ListOptions
+		}
+		w, err := cs.Tracker().Watch(action.GetResource(), action.GetNamespace(), opts)
+		if err != nil {
+			return false, nil, err
+		}
+		return true, watch.Filter(w, func(ev watch.Event) (watch.Event, bool) {
+			if ev.Object != nil {
+				ev.Object = ev.Object.DeepCopyObject()
+			}
+			return ev, true
+		}), nil
+	})
 }
 
 // start runs c in a term of its own (cc's informers, started and stopped with it) until the returned stop

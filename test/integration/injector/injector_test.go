@@ -1,4 +1,4 @@
-package injector
+package injector_test
 
 import (
 	"bytes"
@@ -11,10 +11,17 @@ import (
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/certapi/certapi/pkg/controller/injector"
 )
 
 // injectionBound is DESIGN.md's "new and changed objects are injected within a second".
 const injectionBound = time.Second
+
+// fightLimit is the injector's fight limit (fightLimit in pkg/controller/injector, one of the figures
+// DESIGN.md promises): it restores an overwritten caBundle at most this many times within a minute,
+// then reports a conflict and leaves the object alone for the cool-down.
+const fightLimit = 3
 
 // leftAlone is how long a test watches an object to see that certapi does not write it: longer than
 // injectionBound, so a write that was going to happen would have.
@@ -23,7 +30,7 @@ const leftAlone = 1500 * time.Millisecond
 // certapiEntry returns certapi's managedFields entry of an object, or nil.
 func certapiEntry(entries []metav1.ManagedFieldsEntry) *metav1.ManagedFieldsEntry {
 	for i := range entries {
-		if entries[i].Manager == FieldManager {
+		if entries[i].Manager == injector.FieldManager {
 			return &entries[i]
 		}
 	}
@@ -35,15 +42,15 @@ func TestWebhookConfigurations(t *testing.T) {
 	e := newEnv(t, bundle)
 	e.start(nil)
 
-	vwc := webhookManifest(KindValidatingWebhookConfiguration, "inj-vwc", optIn, "a.example.com", "b.example.com", "url:c.example.com")
+	vwc := webhookManifest(injector.KindValidatingWebhookConfiguration, "inj-vwc", optIn, "a.example.com", "b.example.com", "url:c.example.com")
 	t0 := time.Now()
-	e.mustApply(KindValidatingWebhookConfiguration, "inj-vwc", vwc, "owner")
+	e.mustApply(injector.KindValidatingWebhookConfiguration, "inj-vwc", vwc, "owner")
 	took := e.waitFor("the bundle in the ValidatingWebhookConfiguration", injectionBound, e.vwcHolds("inj-vwc", bundle))
 	t.Logf("ValidatingWebhookConfiguration injected %s after its create returned (%s after it was sent)", took, time.Since(t0))
 
-	mwc := webhookManifest(KindMutatingWebhookConfiguration, "inj-mwc", optIn, "m.example.com", "url:u.example.com")
+	mwc := webhookManifest(injector.KindMutatingWebhookConfiguration, "inj-mwc", optIn, "m.example.com", "url:u.example.com")
 	t0 = time.Now()
-	e.mustApply(KindMutatingWebhookConfiguration, "inj-mwc", mwc, "owner")
+	e.mustApply(injector.KindMutatingWebhookConfiguration, "inj-mwc", mwc, "owner")
 	took = e.waitFor("the bundle in the MutatingWebhookConfiguration", injectionBound, func(ctx context.Context) (bool, error) {
 		o, err := e.kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, "inj-mwc", metav1.GetOptions{})
 		if err != nil {
@@ -69,7 +76,7 @@ func TestWebhookConfigurations(t *testing.T) {
 	// managedFields: certapi, an Update, owning the two caBundles and nothing else.
 	entry := certapiEntry(o.ManagedFields)
 	if entry == nil {
-		t.Fatalf("no managedFields entry for %q: %+v", FieldManager, o.ManagedFields)
+		t.Fatalf("no managedFields entry for %q: %+v", injector.FieldManager, o.ManagedFields)
 	}
 	want := `{"f:webhooks":{"k:{\"name\":\"a.example.com\"}":{"f:clientConfig":{"f:caBundle":{}}},"k:{\"name\":\"b.example.com\"}":{"f:clientConfig":{"f:caBundle":{}}}}}`
 	if entry.Operation != metav1.ManagedFieldsOperationUpdate || string(entry.FieldsV1.Raw) != want {
@@ -79,7 +86,7 @@ func TestWebhookConfigurations(t *testing.T) {
 	// Re-applying the original manifest (no caBundle) server-side as another manager leaves the caBundle
 	// in place, and certapi does not write again.
 	mwcWrites := e.writes.patches("/inj-mwc")
-	if err := e.apply(KindMutatingWebhookConfiguration, "inj-mwc", mwc, "argocd-controller"); err != nil {
+	if err := e.apply(injector.KindMutatingWebhookConfiguration, "inj-mwc", mwc, "argocd-controller"); err != nil {
 		t.Fatalf("re-applying as argocd-controller: %v", err)
 	}
 	m, err = e.kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(context.Background(), "inj-mwc", metav1.GetOptions{})
@@ -95,8 +102,8 @@ func TestWebhookConfigurations(t *testing.T) {
 
 	// The owner, who applies server-side, removes one of the two service webhooks (kubernetes#128102:
 	// certapi owns only the caBundle inside the entry, not the entry).
-	if err := e.apply(KindValidatingWebhookConfiguration, "inj-vwc",
-		webhookManifest(KindValidatingWebhookConfiguration, "inj-vwc", optIn, "b.example.com", "url:c.example.com"), "owner"); err != nil {
+	if err := e.apply(injector.KindValidatingWebhookConfiguration, "inj-vwc",
+		webhookManifest(injector.KindValidatingWebhookConfiguration, "inj-vwc", optIn, "b.example.com", "url:c.example.com"), "owner"); err != nil {
 		t.Fatalf("the owner cannot remove a webhook entry by server-side apply: %v", err)
 	}
 	o = e.vwc("inj-vwc")
@@ -129,7 +136,7 @@ func TestCustomResourceDefinitions(t *testing.T) {
 	// Webhook conversion, applied server-side by its owner.
 	applied := crdManifest("appliedconvs", optIn, webhookConversion)
 	t0 := time.Now()
-	e.mustApply(KindCustomResourceDefinition, "appliedconvs.example.com", applied, "owner")
+	e.mustApply(injector.KindCustomResourceDefinition, "appliedconvs.example.com", applied, "owner")
 	took := e.waitFor("the bundle in the applied CRD", injectionBound, holds("appliedconvs.example.com"))
 	t.Logf("CRD injected %s after its apply returned (%s after it was sent)", took, time.Since(t0))
 	// certapi gave up its managedFields entry (the owner applies spec.conversion server-side).
@@ -141,7 +148,7 @@ func TestCustomResourceDefinitions(t *testing.T) {
 		t.Errorf("%d writes to the applied CRD; want 2 (the caBundle, then the managedFields entry)", n)
 	}
 	// Re-applying the original manifest keeps the caBundle.
-	if err := e.apply(KindCustomResourceDefinition, "appliedconvs.example.com", applied, "owner"); err != nil {
+	if err := e.apply(injector.KindCustomResourceDefinition, "appliedconvs.example.com", applied, "owner"); err != nil {
 		t.Fatal(err)
 	}
 	if ok, _ := holds("appliedconvs.example.com")(ctx); !ok {
@@ -157,7 +164,7 @@ func TestCustomResourceDefinitions(t *testing.T) {
 	if _, err := crds.Create(ctx, &created, metav1.CreateOptions{FieldManager: "helm"}); err != nil {
 		t.Fatal(err)
 	}
-	e.cleanup(KindCustomResourceDefinition, "createdconvs.example.com")
+	e.cleanup(injector.KindCustomResourceDefinition, "createdconvs.example.com")
 	e.waitFor("the bundle in the created CRD", injectionBound, holds("createdconvs.example.com"))
 	c, err := crds.Get(ctx, "createdconvs.example.com", metav1.GetOptions{})
 	if err != nil {
@@ -169,10 +176,10 @@ func TestCustomResourceDefinitions(t *testing.T) {
 	}
 
 	// No conversion: skipped, never written.
-	e.mustApply(KindCustomResourceDefinition, "plains.example.com", crdManifest("plains", optIn, ""), "owner")
+	e.mustApply(injector.KindCustomResourceDefinition, "plains.example.com", crdManifest("plains", optIn, ""), "owner")
 	e.waitFor("the CRD without conversion to be skipped", injectionBound, func(context.Context) (bool, error) {
-		p := e.problem(KindCustomResourceDefinition, "plains.example.com")
-		return p != nil && p.State == StateSkipped && p.Reason == ReasonNothingToInject, nil
+		p := e.problem(injector.KindCustomResourceDefinition, "plains.example.com")
+		return p != nil && p.State == injector.StateSkipped && p.Reason == injector.ReasonNothingToInject, nil
 	})
 	if n := e.writes.patches("/plains.example.com"); n != 0 {
 		t.Errorf("%d writes to the CRD without conversion", n)
@@ -186,7 +193,7 @@ func TestCustomResourceDefinitions(t *testing.T) {
 	})
 
 	// The server-side apply owner switches conversion to None (kubernetes#108081/#128102 trap).
-	if err := e.apply(KindCustomResourceDefinition, "appliedconvs.example.com", crdManifest("appliedconvs", optIn, `{"strategy":"None"}`), "owner"); err != nil {
+	if err := e.apply(injector.KindCustomResourceDefinition, "appliedconvs.example.com", crdManifest("appliedconvs", optIn, `{"strategy":"None"}`), "owner"); err != nil {
 		t.Fatalf("the owner cannot switch conversion to None by server-side apply: %v", err)
 	}
 	c, err = crds.Get(ctx, "appliedconvs.example.com", metav1.GetOptions{})
@@ -197,8 +204,8 @@ func TestCustomResourceDefinitions(t *testing.T) {
 		t.Errorf("conversion after the switch = %+v", c.Spec.Conversion)
 	}
 	e.waitFor("the switched CRD to be skipped", injectionBound, func(context.Context) (bool, error) {
-		p := e.problem(KindCustomResourceDefinition, "appliedconvs.example.com")
-		return p != nil && p.State == StateSkipped, nil
+		p := e.problem(injector.KindCustomResourceDefinition, "appliedconvs.example.com")
+		return p != nil && p.State == injector.StateSkipped, nil
 	})
 	s := e.inj.Summary()
 	if s.Targets != 3 || s.UpToDate != 1 || s.Skipped != 2 || s.Conflicts != 0 {
@@ -211,9 +218,9 @@ func TestAPIServices(t *testing.T) {
 	e := newEnv(t, bundle)
 	e.start(nil)
 	svc := `"service":{"namespace":"ext","name":"ext-api","port":8443}`
-	e.mustApply(KindAPIService, "v1.injected.example.com", apiServiceManifest("injected.example.com", optIn, svc), "owner")
-	e.mustApply(KindAPIService, "v1.local.example.com", apiServiceManifest("local.example.com", optIn, ""), "owner")
-	e.mustApply(KindAPIService, "v1.insecure.example.com", apiServiceManifest("insecure.example.com", optIn, svc+`,"insecureSkipTLSVerify":true`), "owner")
+	e.mustApply(injector.KindAPIService, "v1.injected.example.com", apiServiceManifest("injected.example.com", optIn, svc), "owner")
+	e.mustApply(injector.KindAPIService, "v1.local.example.com", apiServiceManifest("local.example.com", optIn, ""), "owner")
+	e.mustApply(injector.KindAPIService, "v1.insecure.example.com", apiServiceManifest("insecure.example.com", optIn, svc+`,"insecureSkipTLSVerify":true`), "owner")
 
 	took := e.waitFor("the bundle in the APIService", injectionBound, func(ctx context.Context) (bool, error) {
 		a, err := e.agg.ApiregistrationV1().APIServices().Get(ctx, "v1.injected.example.com", metav1.GetOptions{})
@@ -238,7 +245,7 @@ func TestAPIServices(t *testing.T) {
 		if n := e.writes.patches("/" + name); n != 0 {
 			t.Errorf("%d writes to %s", n, name)
 		}
-		if p := e.problem(KindAPIService, name); p == nil || p.Reason != ReasonNothingToInject {
+		if p := e.problem(injector.KindAPIService, name); p == nil || p.Reason != injector.ReasonNothingToInject {
 			t.Errorf("%s: problem = %+v", name, p)
 		}
 	}
@@ -248,7 +255,7 @@ func TestAPIServices(t *testing.T) {
 func (e *env) overwrite(name string, other []byte) {
 	e.t.Helper()
 	b, _ := json.Marshal(other)
-	if err := e.patch(KindValidatingWebhookConfiguration, name, "intruder",
+	if err := e.patch(injector.KindValidatingWebhookConfiguration, name, "intruder",
 		fmt.Sprintf(`[{"op":"replace","path":"/webhooks/0/clientConfig/caBundle","value":%s}]`, b)); err != nil {
 		e.t.Fatalf("overwriting: %v", err)
 	}
@@ -258,7 +265,7 @@ func TestDriftAndFight(t *testing.T) {
 	bundle, other := newBundle(t, 1), newBundle(t, 1)
 	e := newEnv(t, bundle)
 	e.start(nil)
-	e.mustApply(KindValidatingWebhookConfiguration, "fought", webhookManifest(KindValidatingWebhookConfiguration, "fought", optIn, "a.example.com"), "owner")
+	e.mustApply(injector.KindValidatingWebhookConfiguration, "fought", webhookManifest(injector.KindValidatingWebhookConfiguration, "fought", optIn, "a.example.com"), "owner")
 	e.waitFor("the first injection", injectionBound, e.vwcHolds("fought", bundle))
 
 	// Drift is restored within a second: fightLimit (3) times.
@@ -274,16 +281,16 @@ func TestDriftAndFight(t *testing.T) {
 	// The next overwrite within the minute is a fight: reported, not fought.
 	e.overwrite("fought", other)
 	e.waitFor("the conflict to be reported", injectionBound, func(context.Context) (bool, error) {
-		p := e.problem(KindValidatingWebhookConfiguration, "fought")
-		return p != nil && p.State == StateConflict && p.Reason == ReasonCABundleOverwritten, nil
+		p := e.problem(injector.KindValidatingWebhookConfiguration, "fought")
+		return p != nil && p.State == injector.StateConflict && p.Reason == injector.ReasonCABundleOverwritten, nil
 	})
-	p := e.problem(KindValidatingWebhookConfiguration, "fought")
+	p := e.problem(injector.KindValidatingWebhookConfiguration, "fought")
 	if !strings.Contains(p.Message, `"intruder"`) || !strings.Contains(p.Message, "managedFieldsManagers") {
 		t.Errorf("conflict message does not name the writer or the fix: %s", p.Message)
 	}
 	e.waitFor("a Warning Event about the fight", 5*time.Second, func(ctx context.Context) (bool, error) {
-		ev, err := e.warningEvent(ctx, KindValidatingWebhookConfiguration, "fought", ReasonCABundleOverwritten)
-		return ev != nil && ev.controller == ReportingController, err
+		ev, err := e.warningEvent(ctx, injector.KindValidatingWebhookConfiguration, "fought", injector.ReasonCABundleOverwritten)
+		return ev != nil && ev.controller == injector.ReportingController, err
 	})
 	for range 3 {
 		e.overwrite("fought", other) // the intruder goes on
@@ -303,12 +310,12 @@ func TestDriftAndFight(t *testing.T) {
 	}
 
 	// Changing an annotation ends the cool-down: certapi looks again and restores.
-	if err := e.patch(KindValidatingWebhookConfiguration, "fought", "owner", `{"metadata":{"annotations":{"example.com/retry":"1"}}}`); err != nil {
+	if err := e.patch(injector.KindValidatingWebhookConfiguration, "fought", "owner", `{"metadata":{"annotations":{"example.com/retry":"1"}}}`); err != nil {
 		t.Fatal(err)
 	}
 	e.waitFor("the restoration after an annotation change", injectionBound, e.vwcHolds("fought", bundle))
 	e.waitFor("the conflict to clear", injectionBound, func(context.Context) (bool, error) {
-		return e.problem(KindValidatingWebhookConfiguration, "fought") == nil, nil
+		return e.problem(injector.KindValidatingWebhookConfiguration, "fought") == nil, nil
 	})
 }
 
@@ -316,8 +323,8 @@ func TestFightCooldown(t *testing.T) {
 	bundle, other := newBundle(t, 1), newBundle(t, 1)
 	e := newEnv(t, bundle)
 	const cooldown = 2 * time.Second
-	e.start(func(i *Injector) { i.conflictCooldown = cooldown })
-	e.mustApply(KindValidatingWebhookConfiguration, "cooled", webhookManifest(KindValidatingWebhookConfiguration, "cooled", optIn, "a.example.com"), "owner")
+	e.start(func(o *injector.Options) { o.ConflictCooldown = cooldown })
+	e.mustApply(injector.KindValidatingWebhookConfiguration, "cooled", webhookManifest(injector.KindValidatingWebhookConfiguration, "cooled", optIn, "a.example.com"), "owner")
 	e.waitFor("the first injection", injectionBound, e.vwcHolds("cooled", bundle))
 	for n := 1; n <= fightLimit; n++ {
 		e.overwrite("cooled", other)
@@ -325,8 +332,8 @@ func TestFightCooldown(t *testing.T) {
 	}
 	e.overwrite("cooled", other)
 	e.waitFor("the conflict", injectionBound, func(context.Context) (bool, error) {
-		p := e.problem(KindValidatingWebhookConfiguration, "cooled")
-		return p != nil && p.State == StateConflict, nil
+		p := e.problem(injector.KindValidatingWebhookConfiguration, "cooled")
+		return p != nil && p.State == injector.StateConflict, nil
 	})
 	t0 := time.Now()
 	took := e.waitFor("the restoration after the cool-down", cooldown+injectionBound, e.vwcHolds("cooled", bundle))
@@ -341,10 +348,10 @@ func TestAnnotationRemoved(t *testing.T) {
 	e := newEnv(t, bundle)
 	e.source.quiet = true
 	e.start(nil)
-	e.mustApply(KindValidatingWebhookConfiguration, "given-up", webhookManifest(KindValidatingWebhookConfiguration, "given-up", optIn, "a.example.com"), "owner")
+	e.mustApply(injector.KindValidatingWebhookConfiguration, "given-up", webhookManifest(injector.KindValidatingWebhookConfiguration, "given-up", optIn, "a.example.com"), "owner")
 	e.waitFor("the injection", injectionBound, e.vwcHolds("given-up", bundle))
 
-	if err := e.patch(KindValidatingWebhookConfiguration, "given-up", "owner", fmt.Sprintf(`{"metadata":{"annotations":{%q:null}}}`, AnnotationInject)); err != nil {
+	if err := e.patch(injector.KindValidatingWebhookConfiguration, "given-up", "owner", fmt.Sprintf(`{"metadata":{"annotations":{%q:null}}}`, injector.AnnotationInject)); err != nil {
 		t.Fatal(err)
 	}
 	e.waitFor("the object to leave the Summary", injectionBound, func(context.Context) (bool, error) {
@@ -369,34 +376,34 @@ func TestOtherInjectors(t *testing.T) {
 	bundle := newBundle(t, 1)
 	e := newEnv(t, bundle)
 	e.start(nil)
-	certManager := map[string]string{AnnotationInject: "true", "cert-manager.io/inject-ca-from": "webhooks/serving-cert"}
-	e.mustApply(KindValidatingWebhookConfiguration, "claimed", webhookManifest(KindValidatingWebhookConfiguration, "claimed", certManager, "a.example.com"), "owner")
-	serviceCA := map[string]string{AnnotationInject: "true", "service.beta.openshift.io/inject-cabundle": "true"}
-	e.mustApply(KindAPIService, "v1.claimed.example.com", apiServiceManifest("claimed.example.com", serviceCA, `"service":{"namespace":"ext","name":"ext-api"}`), "owner")
+	certManager := map[string]string{injector.AnnotationInject: "true", "cert-manager.io/inject-ca-from": "webhooks/serving-cert"}
+	e.mustApply(injector.KindValidatingWebhookConfiguration, "claimed", webhookManifest(injector.KindValidatingWebhookConfiguration, "claimed", certManager, "a.example.com"), "owner")
+	serviceCA := map[string]string{injector.AnnotationInject: "true", "service.beta.openshift.io/inject-cabundle": "true"}
+	e.mustApply(injector.KindAPIService, "v1.claimed.example.com", apiServiceManifest("claimed.example.com", serviceCA, `"service":{"namespace":"ext","name":"ext-api"}`), "owner")
 
 	e.waitFor("both refused in the Summary", injectionBound, func(context.Context) (bool, error) {
 		s := e.inj.Summary()
 		return s.Targets == 2 && s.Conflicts == 2, nil
 	})
 	for _, c := range []struct {
-		kind  Kind
+		kind  injector.Kind
 		name  string
 		claim string
 	}{
-		{KindValidatingWebhookConfiguration, "claimed", "cert-manager.io/inject-ca-from"},
-		{KindAPIService, "v1.claimed.example.com", "service.beta.openshift.io/inject-cabundle"},
+		{injector.KindValidatingWebhookConfiguration, "claimed", "cert-manager.io/inject-ca-from"},
+		{injector.KindAPIService, "v1.claimed.example.com", "service.beta.openshift.io/inject-cabundle"},
 	} {
 		p := e.problem(c.kind, c.name)
-		if p == nil || p.Reason != ReasonClaimedByAnotherInjector || !strings.Contains(p.Message, c.claim) {
+		if p == nil || p.Reason != injector.ReasonClaimedByAnotherInjector || !strings.Contains(p.Message, c.claim) {
 			t.Errorf("%s %s: problem = %+v", c.kind, c.name, p)
 		}
 		var ev *eventInfo
 		e.waitFor("a Warning Event on "+c.name, 5*time.Second, func(ctx context.Context) (bool, error) {
 			var err error
-			ev, err = e.warningEvent(ctx, c.kind, c.name, ReasonClaimedByAnotherInjector)
+			ev, err = e.warningEvent(ctx, c.kind, c.name, injector.ReasonClaimedByAnotherInjector)
 			return ev != nil, err
 		})
-		if !strings.Contains(ev.note, c.claim) || !strings.Contains(ev.note, AnnotationInject) || ev.controller != ReportingController {
+		if !strings.Contains(ev.note, c.claim) || !strings.Contains(ev.note, injector.AnnotationInject) || ev.controller != injector.ReportingController {
 			t.Errorf("Event on %s: %+v", c.name, ev)
 		}
 		if strings.Contains(ev.note, "PRIVATE KEY") || strings.Contains(ev.note, "BEGIN") {
@@ -411,7 +418,7 @@ func TestOtherInjectors(t *testing.T) {
 	}
 
 	// Once the other claim is gone, certapi injects.
-	if err := e.patch(KindValidatingWebhookConfiguration, "claimed", "owner", `{"metadata":{"annotations":{"cert-manager.io/inject-ca-from":null}}}`); err != nil {
+	if err := e.patch(injector.KindValidatingWebhookConfiguration, "claimed", "owner", `{"metadata":{"annotations":{"cert-manager.io/inject-ca-from":null}}}`); err != nil {
 		t.Fatal(err)
 	}
 	e.waitFor("the injection once cert-manager's annotation is gone", injectionBound, e.vwcHolds("claimed", bundle))
@@ -424,14 +431,14 @@ func TestTriggerAndSummary(t *testing.T) {
 	e.source.quiet = true
 	e.start(nil)
 	svc := `"service":{"namespace":"ext","name":"ext-api"}`
-	e.mustApply(KindValidatingWebhookConfiguration, "t-vwc", webhookManifest(KindValidatingWebhookConfiguration, "t-vwc", optIn, "a.example.com", "b.example.com"), "owner")
-	e.mustApply(KindMutatingWebhookConfiguration, "t-mwc-url", webhookManifest(KindMutatingWebhookConfiguration, "t-mwc-url", optIn, "url:u.example.com"), "owner")
-	e.mustApply(KindCustomResourceDefinition, "triggers.example.com", crdManifest("triggers", optIn, webhookConversion), "owner")
-	e.mustApply(KindAPIService, "v1.trigger.example.com", apiServiceManifest("trigger.example.com", optIn, svc), "owner")
-	e.mustApply(KindValidatingWebhookConfiguration, "t-foreign", webhookManifest(KindValidatingWebhookConfiguration, "t-foreign",
-		map[string]string{AnnotationInject: "true", "cert-manager.io/inject-apiserver-ca": "true"}, "a.example.com"), "owner")
+	e.mustApply(injector.KindValidatingWebhookConfiguration, "t-vwc", webhookManifest(injector.KindValidatingWebhookConfiguration, "t-vwc", optIn, "a.example.com", "b.example.com"), "owner")
+	e.mustApply(injector.KindMutatingWebhookConfiguration, "t-mwc-url", webhookManifest(injector.KindMutatingWebhookConfiguration, "t-mwc-url", optIn, "url:u.example.com"), "owner")
+	e.mustApply(injector.KindCustomResourceDefinition, "triggers.example.com", crdManifest("triggers", optIn, webhookConversion), "owner")
+	e.mustApply(injector.KindAPIService, "v1.trigger.example.com", apiServiceManifest("trigger.example.com", optIn, svc), "owner")
+	e.mustApply(injector.KindValidatingWebhookConfiguration, "t-foreign", webhookManifest(injector.KindValidatingWebhookConfiguration, "t-foreign",
+		map[string]string{injector.AnnotationInject: "true", "cert-manager.io/inject-apiserver-ca": "true"}, "a.example.com"), "owner")
 	// Not opted in: not counted, not touched.
-	e.mustApply(KindValidatingWebhookConfiguration, "t-other", webhookManifest(KindValidatingWebhookConfiguration, "t-other", nil, "a.example.com"), "owner")
+	e.mustApply(injector.KindValidatingWebhookConfiguration, "t-other", webhookManifest(injector.KindValidatingWebhookConfiguration, "t-other", nil, "a.example.com"), "owner")
 
 	e.waitFor("every target up to date with b1", 5*time.Second, func(context.Context) (bool, error) {
 		s := e.inj.Summary()
@@ -484,10 +491,10 @@ func TestTriggerAndSummary(t *testing.T) {
 func TestWaitsForBundle(t *testing.T) {
 	e := newEnv(t, nil) // no bundle yet
 	e.start(nil)
-	e.mustApply(KindValidatingWebhookConfiguration, "early", webhookManifest(KindValidatingWebhookConfiguration, "early", optIn, "a.example.com"), "owner")
+	e.mustApply(injector.KindValidatingWebhookConfiguration, "early", webhookManifest(injector.KindValidatingWebhookConfiguration, "early", optIn, "a.example.com"), "owner")
 	e.waitFor("the target to wait for a bundle", injectionBound, func(context.Context) (bool, error) {
-		p := e.problem(KindValidatingWebhookConfiguration, "early")
-		return p != nil && p.Reason == ReasonWaitingForBundle, nil
+		p := e.problem(injector.KindValidatingWebhookConfiguration, "early")
+		return p != nil && p.Reason == injector.ReasonWaitingForBundle, nil
 	})
 	if e.inj.AllHold(newBundle(t, 1)) {
 		t.Error("AllHold while a target has no bundle")

@@ -1,4 +1,4 @@
-package injector
+package injector_test
 
 import (
 	"bytes"
@@ -25,6 +25,8 @@ import (
 	aggregatorclient "k8s.io/kube-aggregator/pkg/client/clientset_generated/clientset"
 
 	"github.com/certapi/certapi/pkg/controller"
+	"github.com/certapi/certapi/pkg/controller/injector"
+	"github.com/certapi/certapi/pkg/signer"
 	"github.com/certapi/certapi/test/framework"
 )
 
@@ -152,7 +154,7 @@ type env struct {
 	agg    aggregatorclient.Interface
 	source *fakeSource
 	writes *writeCounter
-	inj    *Injector
+	inj    *injector.Injector
 }
 
 func newEnv(t *testing.T, bundle []byte) *env {
@@ -166,8 +168,9 @@ func newEnv(t *testing.T, bundle []byte) *env {
 	return e
 }
 
-// start makes and runs an Injector (tweak, when set, adjusts it before Run) until the test ends.
-func (e *env) start(tweak func(*Injector)) *Injector {
+// start makes and runs an Injector (tweak, when set, adjusts its Options before New) until the test
+// ends.
+func (e *env) start(tweak func(*injector.Options)) *injector.Injector {
 	e.t.Helper()
 	cfg := rest.CopyConfig(e.cp.AdminConfig)
 	cfg.Wrap(e.writes.wrap)
@@ -181,12 +184,13 @@ func (e *env) start(tweak func(*Injector)) *Injector {
 		e.t.Fatal(err)
 	}
 	cc := controller.NewContext("cluster.local", clients, broadcaster)
-	inj, err := New(Options{Context: cc, Source: e.source})
+	opts := injector.Options{Context: cc, Source: e.source}
+	if tweak != nil {
+		tweak(&opts)
+	}
+	inj, err := injector.New(opts)
 	if err != nil {
 		e.t.Fatal(err)
-	}
-	if tweak != nil {
-		tweak(inj)
 	}
 	done := make(chan error, 1)
 	go func() {
@@ -206,9 +210,7 @@ func (e *env) start(tweak func(*Injector)) *Injector {
 	})
 	e.inj = inj
 	e.waitFor("the informers to sync", 30*time.Second, func(context.Context) (bool, error) {
-		inj.mu.Lock()
-		defer inj.mu.Unlock()
-		return inj.synced, nil
+		return inj.HasSynced(), nil
 	})
 	return inj
 }
@@ -249,25 +251,25 @@ func (e *env) never(what string, d time.Duration, cond wait.ConditionWithContext
 }
 
 // apply server-side applies a JSON manifest as manager, with force.
-func (e *env) apply(kind Kind, name, manifest, manager string) error {
+func (e *env) apply(kind injector.Kind, name, manifest, manager string) error {
 	ctx := context.Background()
 	opts := metav1.PatchOptions{FieldManager: manager, Force: ptr(true)}
 	var err error
 	switch kind {
-	case KindValidatingWebhookConfiguration:
+	case injector.KindValidatingWebhookConfiguration:
 		_, err = e.kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Patch(ctx, name, types.ApplyPatchType, []byte(manifest), opts)
-	case KindMutatingWebhookConfiguration:
+	case injector.KindMutatingWebhookConfiguration:
 		_, err = e.kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Patch(ctx, name, types.ApplyPatchType, []byte(manifest), opts)
-	case KindCustomResourceDefinition:
+	case injector.KindCustomResourceDefinition:
 		_, err = e.ext.ApiextensionsV1().CustomResourceDefinitions().Patch(ctx, name, types.ApplyPatchType, []byte(manifest), opts)
-	case KindAPIService:
+	case injector.KindAPIService:
 		_, err = e.agg.ApiregistrationV1().APIServices().Patch(ctx, name, types.ApplyPatchType, []byte(manifest), opts)
 	}
 	return err
 }
 
 // mustApply applies and deletes the object when the test ends.
-func (e *env) mustApply(kind Kind, name, manifest, manager string) {
+func (e *env) mustApply(kind injector.Kind, name, manifest, manager string) {
 	e.t.Helper()
 	if err := e.apply(kind, name, manifest, manager); err != nil {
 		e.t.Fatalf("applying %s %s: %v", kind, name, err)
@@ -276,7 +278,7 @@ func (e *env) mustApply(kind Kind, name, manifest, manager string) {
 }
 
 // patch JSON-patches an object as manager (another writer than certapi).
-func (e *env) patch(kind Kind, name, manager string, patch string) error {
+func (e *env) patch(kind injector.Kind, name, manager string, patch string) error {
 	ctx := context.Background()
 	opts := metav1.PatchOptions{FieldManager: manager}
 	pt := types.JSONPatchType
@@ -285,30 +287,30 @@ func (e *env) patch(kind Kind, name, manager string, patch string) error {
 	}
 	var err error
 	switch kind {
-	case KindValidatingWebhookConfiguration:
+	case injector.KindValidatingWebhookConfiguration:
 		_, err = e.kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Patch(ctx, name, pt, []byte(patch), opts)
-	case KindMutatingWebhookConfiguration:
+	case injector.KindMutatingWebhookConfiguration:
 		_, err = e.kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Patch(ctx, name, pt, []byte(patch), opts)
-	case KindCustomResourceDefinition:
+	case injector.KindCustomResourceDefinition:
 		_, err = e.ext.ApiextensionsV1().CustomResourceDefinitions().Patch(ctx, name, pt, []byte(patch), opts)
-	case KindAPIService:
+	case injector.KindAPIService:
 		_, err = e.agg.ApiregistrationV1().APIServices().Patch(ctx, name, pt, []byte(patch), opts)
 	}
 	return err
 }
 
-func (e *env) cleanup(kind Kind, name string) {
+func (e *env) cleanup(kind injector.Kind, name string) {
 	e.t.Cleanup(func() {
 		ctx := context.Background()
 		var err error
 		switch kind {
-		case KindValidatingWebhookConfiguration:
+		case injector.KindValidatingWebhookConfiguration:
 			err = e.kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(ctx, name, metav1.DeleteOptions{})
-		case KindMutatingWebhookConfiguration:
+		case injector.KindMutatingWebhookConfiguration:
 			err = e.kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Delete(ctx, name, metav1.DeleteOptions{})
-		case KindCustomResourceDefinition:
+		case injector.KindCustomResourceDefinition:
 			err = e.ext.ApiextensionsV1().CustomResourceDefinitions().Delete(ctx, name, metav1.DeleteOptions{})
-		case KindAPIService:
+		case injector.KindAPIService:
 			err = e.agg.ApiregistrationV1().APIServices().Delete(ctx, name, metav1.DeleteOptions{})
 		}
 		if err != nil && !apierrors.IsNotFound(err) {
@@ -343,7 +345,7 @@ func (e *env) vwcHolds(name string, bundle []byte) wait.ConditionWithContextFunc
 }
 
 // summaryHas reports whether the Summary lists a problem for kind/name with reason.
-func (e *env) problem(kind Kind, name string) *Problem {
+func (e *env) problem(kind injector.Kind, name string) *injector.Problem {
 	for _, p := range e.inj.Summary().Problems {
 		if p.Kind == kind && p.Name == name {
 			return &p
@@ -353,7 +355,7 @@ func (e *env) problem(kind Kind, name string) *Problem {
 }
 
 // warningEvent returns the first Warning Event with reason regarding kind/name, or nil.
-func (e *env) warningEvent(ctx context.Context, kind Kind, name, reason string) (*eventInfo, error) {
+func (e *env) warningEvent(ctx context.Context, kind injector.Kind, name, reason string) (*eventInfo, error) {
 	evs, err := e.kube.EventsV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, err
@@ -370,7 +372,7 @@ type eventInfo struct{ note, controller, apiVersion string }
 
 // webhookManifest is a ValidatingWebhookConfiguration (or, with kind, a Mutating one) opted in,
 // with one entry per name: "url:" names get a url clientConfig, the others a service.
-func webhookManifest(kind Kind, name string, annotations map[string]string, webhooks ...string) string {
+func webhookManifest(kind injector.Kind, name string, annotations map[string]string, webhooks ...string) string {
 	var entries []string
 	for _, w := range webhooks {
 		cc := `{"service":{"namespace":"webhooks","name":"svc","path":"/validate"}}`
@@ -417,4 +419,24 @@ func jsonMap(m map[string]string) string {
 	return "{" + strings.Join(parts, ",") + "}"
 }
 
-var optIn = map[string]string{AnnotationInject: "true"}
+var optIn = map[string]string{injector.AnnotationInject: "true"}
+
+// newBundle returns the PEM bundle of n fresh CAs.
+func newBundle(tb testing.TB, n int) []byte {
+	tb.Helper()
+	var certs []*signer.CA
+	for range n {
+		ca, err := signer.NewCA(signer.CAOptions{ClusterDomain: "cluster.local", Now: time.Now()})
+		if err != nil {
+			tb.Fatalf("NewCA: %v", err)
+		}
+		certs = append(certs, ca)
+	}
+	var b []byte
+	for _, ca := range certs {
+		b = append(b, signer.EncodeBundle(ca.Certificate)...)
+	}
+	return b
+}
+
+func ptr[T any](v T) *T { return &v }

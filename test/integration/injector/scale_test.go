@@ -1,4 +1,4 @@
-package injector
+package injector_test
 
 import (
 	"bytes"
@@ -10,6 +10,8 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/certapi/certapi/pkg/controller/injector"
 )
 
 // scaleTargets is DESIGN.md's rotation target: "every one of 1,000 opted-in webhook configurations
@@ -49,7 +51,7 @@ func TestScaleThousandWebhookConfigurations(t *testing.T) {
 					ObjectMeta: metav1.ObjectMeta{
 						Name:        fmt.Sprintf("scale-%04d", n),
 						Labels:      map[string]string{label: "scale"},
-						Annotations: map[string]string{AnnotationInject: "true"},
+						Annotations: map[string]string{injector.AnnotationInject: "true"},
 					},
 					Webhooks: []admissionregistrationv1.ValidatingWebhook{{
 						Name:                    fmt.Sprintf("w%d.example.com", n),

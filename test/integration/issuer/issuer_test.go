@@ -1,4 +1,4 @@
-package issuer
+package issuer_test
 
 import (
 	"context"
@@ -6,24 +6,29 @@ import (
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/x509"
+	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/clock"
 
+	"github.com/certapi/certapi/pkg/issuer"
 	"github.com/certapi/certapi/pkg/signer"
+	"github.com/certapi/certapi/test/framework"
 )
 
-// These tests run the issuer against a real etcd, the one `make tools` builds into _output/bin.
+// These tests run the issuer against a real etcd, the one `make tools` builds into _output/bin (or
+// $ETCD_BIN), through the package's exported API only.
 
 var etcdEndpoint string
 
@@ -48,15 +53,9 @@ func freePort() int {
 }
 
 func startEtcd() (func(), error) {
-	bin, err := filepath.Abs(filepath.Join("..", "..", "_output", "bin", "etcd"))
+	bin, err := framework.EtcdBinary()
 	if err != nil {
 		return nil, err
-	}
-	if p := os.Getenv("ETCD_BIN"); p != "" {
-		bin = p
-	}
-	if _, err := os.Stat(bin); err != nil {
-		return nil, fmt.Errorf("no etcd at %s: run `make tools`", bin)
 	}
 	dir, err := os.MkdirTemp("", "issuer-etcd-")
 	if err != nil {
@@ -106,7 +105,7 @@ func newClient(t *testing.T) *clientv3.Client {
 
 // running is an issuer whose Run goroutine the test owns.
 type running struct {
-	*Issuer
+	*issuer.Issuer
 	cancel context.CancelFunc
 	done   chan struct{}
 }
@@ -118,15 +117,15 @@ func (r *running) stop() {
 
 func startIssuer(t *testing.T, prefix, identity string) *running {
 	t.Helper()
-	return startIssuerWith(t, Config{Prefix: prefix, Identity: identity})
+	return startIssuerWith(t, issuer.Config{Prefix: prefix, Identity: identity})
 }
 
 // startIssuerWith runs an issuer with cfg, filling in the client, short timeouts and the cluster domain.
-func startIssuerWith(t *testing.T, cfg Config) *running {
+func startIssuerWith(t *testing.T, cfg issuer.Config) *running {
 	t.Helper()
 	cfg.Client = newClient(t)
 	cfg.SessionTTL, cfg.HandoffTimeout, cfg.ClusterDomain = 2*time.Second, 2*time.Second, "cluster.local"
-	iss, err := New(cfg)
+	iss, err := issuer.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,22 +168,45 @@ func activeSerial(r *running) string {
 	return signer.FormatSerialNumber(ca.Certificate.SerialNumber)
 }
 
-// storedCAs returns every CA in the stored record.
+// storedCAs returns every CA in the stored record: Active, then Next, then the Retiring ones. No
+// encryption is configured here, so the record is stored as JSON; it is read in the stored form, which
+// a later certapi must still load, and each entry's certificate and key must load as a CA.
 func storedCAs(t *testing.T, prefix string) []*signer.CA {
 	t.Helper()
-	ks := &keystore{client: newClient(t), key: prefix + "/" + CAKeysResource + "/default", transformer: identityTransformer{}}
-	auth, _, found, err := ks.load(context.Background())
-	if err != nil || !found {
-		t.Fatalf("loading the CA record: found %v, %v", found, err)
+	resp, err := newClient(t).Get(context.Background(), prefix+"/"+issuer.CAKeysResource+"/default")
+	if err != nil {
+		t.Fatalf("loading the CA record: %v", err)
 	}
-	cas := []*signer.CA{auth.Active}
-	if auth.Next != nil {
-		cas = append(cas, auth.Next)
+	if len(resp.Kvs) != 1 {
+		t.Fatal("loading the CA record: not found")
 	}
-	for _, r := range auth.Retiring {
-		cas = append(cas, r.CA)
+	var rec struct {
+		Authorities []struct {
+			Role           string `json:"role"`
+			CertificatePEM string `json:"certificatePEM"`
+			KeyPEM         string `json:"keyPEM"`
+		} `json:"authorities"`
 	}
-	return cas
+	if err := json.Unmarshal(resp.Kvs[0].Value, &rec); err != nil {
+		t.Fatalf("decoding the CA record: %v", err)
+	}
+	byRole := map[string][]*signer.CA{}
+	for n, e := range rec.Authorities {
+		ca, err := signer.LoadCA([]byte(e.CertificatePEM), []byte(e.KeyPEM))
+		if err != nil {
+			t.Fatalf("loading CA %d of the stored record: %v", n, err)
+		}
+		switch e.Role {
+		case issuer.RoleActive, issuer.RoleNext, issuer.RoleRetiring:
+			byRole[e.Role] = append(byRole[e.Role], ca)
+		default:
+			t.Fatalf("CA %d of the stored record has unknown role %q", n, e.Role)
+		}
+	}
+	if len(byRole[issuer.RoleActive]) != 1 || len(byRole[issuer.RoleNext]) > 1 {
+		t.Fatalf("the stored CA record has %d Active and %d Next CAs, want 1 and at most 1", len(byRole[issuer.RoleActive]), len(byRole[issuer.RoleNext]))
+	}
+	return append(append(byRole[issuer.RoleActive], byRole[issuer.RoleNext]...), byRole[issuer.RoleRetiring]...)
 }
 
 func TestColdStartYieldsExactlyOneCA(t *testing.T) {
@@ -253,7 +275,7 @@ func TestFollowerHandsOffToTheLeader(t *testing.T) {
 	if b.Leading() {
 		t.Fatal("b leads while a does")
 	}
-	res, err := b.Issue(context.Background(), Request{Namespace: "ns", Name: "r", ServiceName: "svc", Duration: time.Hour, PublicKeyPKIX: csrKey(t)})
+	res, err := b.Issue(context.Background(), issuer.Request{Namespace: "ns", Name: "r", ServiceName: "svc", Duration: time.Hour, PublicKeyPKIX: csrKey(t)})
 	if err != nil {
 		t.Fatalf("issue through the follower: %v", err)
 	}
@@ -274,13 +296,13 @@ func TestFollowerHandsOffToTheLeader(t *testing.T) {
 }
 
 func TestNoLeaderMeansErrNoLeaderWithinTheDeadline(t *testing.T) {
-	iss, err := New(Config{Client: newClient(t), Prefix: fmt.Sprintf("/test/noleader-%d", time.Now().UnixNano()), Identity: "lonely", HandoffTimeout: 500 * time.Millisecond})
+	iss, err := issuer.New(issuer.Config{Client: newClient(t), Prefix: fmt.Sprintf("/test/noleader-%d", time.Now().UnixNano()), Identity: "lonely", HandoffTimeout: 500 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	_, err = iss.Issue(context.Background(), Request{Namespace: "ns", Name: "r", ServiceName: "svc", Duration: time.Hour, PublicKeyPKIX: csrKey(t)})
-	if !errors.Is(err, ErrNoLeader) {
+	_, err = iss.Issue(context.Background(), issuer.Request{Namespace: "ns", Name: "r", ServiceName: "svc", Duration: time.Hour, PublicKeyPKIX: csrKey(t)})
+	if !errors.Is(err, issuer.ErrNoLeader) {
 		t.Fatalf("got %v, want ErrNoLeader", err)
 	}
 	if took := time.Since(start); took > 5*time.Second {
@@ -288,16 +310,48 @@ func TestNoLeaderMeansErrNoLeaderWithinTheDeadline(t *testing.T) {
 	}
 }
 
+// pausingClock is the real clock, except that the first Now after pauseOnce(f) runs f before it
+// returns: the goroutine that reads the clock is held up there for as long as f takes, as if it had
+// paused.
+type pausingClock struct {
+	clock.RealClock
+	mu    sync.Mutex
+	pause func()
+}
+
+func (c *pausingClock) pauseOnce(f func()) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.pause = f
+}
+
+func (c *pausingClock) Now() time.Time {
+	c.mu.Lock()
+	f := c.pause
+	c.pause = nil
+	c.mu.Unlock()
+	if f != nil {
+		f()
+	}
+	return c.RealClock.Now()
+}
+
 // TestFencing revokes the leader's session as if it had paused: it must stop signing at once, and a CA
 // write under its old term must be refused even though it still holds the CA in memory.
+//
+// The pause falls inside Rotate, between its check that this replica leads and its write of the next
+// step: Rotate reads the clock in between, and the clock revokes the session there. Rotate then writes
+// under the term it read before the pause, from the CA state it holds in memory, which is the write
+// that fencing must refuse.
 func TestFencing(t *testing.T) {
 	prefix := fmt.Sprintf("/test/fencing-%d", time.Now().UnixNano())
 	// The replica re-campaigns at once after losing its session and, alone, wins again within
 	// milliseconds: record the transition rather than poll for it.
 	// At the moment leadership is lost, Signing must already refuse.
 	lost := make(chan bool, 1)
+	clk := &pausingClock{}
 	var a *running
-	a = startIssuerWith(t, Config{Prefix: prefix, Identity: "a", OnLeadershipChange: func(leading bool) {
+	a = startIssuerWith(t, issuer.Config{Prefix: prefix, Identity: "a", Clock: clk, OnLeadershipChange: func(leading bool) {
 		if !leading {
 			_, _, stillSigns := a.Signing()
 			select {
@@ -308,17 +362,30 @@ func TestFencing(t *testing.T) {
 	}})
 	waitLeader(t, a)
 	ca, _, _ := a.Signing()
-	a.mu.RLock()
-	key, rev := a.termKey, a.termRev
-	a.mu.RUnlock()
 
+	// The term's election key is the one key under <prefix>/leader/ (a is the only candidate); its
+	// lease is a's session.
 	client := newClient(t)
-	resp, err := client.Get(context.Background(), key)
+	resp, err := client.Get(context.Background(), prefix+"/leader/", clientv3.WithPrefix())
 	if err != nil || len(resp.Kvs) != 1 {
-		t.Fatalf("election key %s: %v", key, err)
+		t.Fatalf("election keys under %s/leader/: %v", prefix, err)
 	}
-	if _, err := client.Revoke(context.Background(), clientv3.LeaseID(resp.Kvs[0].Lease)); err != nil {
-		t.Fatal(err)
+	key, session := string(resp.Kvs[0].Key), clientv3.LeaseID(resp.Kvs[0].Lease)
+	var revoked atomic.Bool
+	clk.pauseOnce(func() {
+		if _, err := client.Revoke(context.Background(), session); err != nil {
+			t.Errorf("revoking the session of election key %s: %v", key, err)
+			return
+		}
+		revoked.Store(true)
+	})
+	pol := signer.RotationPolicy{Grace: 0, MaxCertificateDuration: time.Hour}
+	steps, err := a.Rotate(context.Background(), issuer.RotationRequest{ForceRotation: "1", CADuration: 48 * time.Hour, Policy: pol})
+	if !revoked.Load() {
+		t.Fatal("Rotate did not read the clock between its leadership check and its write, or the revocation failed")
+	}
+	if !errors.Is(err, issuer.ErrFenced) || len(steps) != 0 {
+		t.Fatalf("CA write under the revoked term: steps %v, %v; want none, ErrFenced", steps, err)
 	}
 	select {
 	case stillSigns := <-lost:
@@ -327,17 +394,6 @@ func TestFencing(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the deposed leader did not stop leading after its session was revoked")
-	}
-	newCA, err := signer.NewCA(signer.CAOptions{ClusterDomain: "cluster.local"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, modRev, _, err := a.store.load(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := a.store.save(context.Background(), signer.Authorities{Active: newCA}, modRev, key, rev); !errors.Is(err, ErrFenced) {
-		t.Fatalf("CA write under the revoked term: %v, want ErrFenced", err)
 	}
 	// The CA is unchanged, and the replica leads again (new session, same CA) once it re-campaigns.
 	if cas := storedCAs(t, prefix); len(cas) != 1 || !cas[0].Certificate.Equal(ca.Certificate) {
@@ -357,14 +413,14 @@ func TestRotateIsFencedAndPersisted(t *testing.T) {
 	waitLeader(t, a)
 	first := activeSerial(a)
 	pol := signer.RotationPolicy{Grace: 0, MaxCertificateDuration: time.Hour}
-	steps, err := a.Rotate(context.Background(), RotationRequest{ForceRotation: "1", CADuration: 48 * time.Hour, Policy: pol})
+	steps, err := a.Rotate(context.Background(), issuer.RotationRequest{ForceRotation: "1", CADuration: 48 * time.Hour, Policy: pol})
 	if err != nil || len(steps) != 1 || steps[0] != signer.StepPublishNext {
 		t.Fatalf("steps %v, %v", steps, err)
 	}
 	if len(storedCAs(t, prefix)) != 2 {
 		t.Fatal("Next was not stored")
 	}
-	steps, err = a.Rotate(context.Background(), RotationRequest{ForceRotation: "1", NextEverywhere: true, CADuration: 48 * time.Hour, Policy: pol})
+	steps, err = a.Rotate(context.Background(), issuer.RotationRequest{ForceRotation: "1", NextEverywhere: true, CADuration: 48 * time.Hour, Policy: pol})
 	if err != nil || len(steps) != 1 || steps[0] != signer.StepSwitch {
 		t.Fatalf("steps %v, %v", steps, err)
 	}
