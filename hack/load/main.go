@@ -13,6 +13,7 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"encoding/pem"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -58,6 +59,7 @@ type options struct {
 	clients     int
 	requests    int
 	heap        string
+	cpuProfile  string
 	inject      int
 }
 
@@ -73,6 +75,7 @@ func main() {
 	flag.IntVar(&o.secrets, "secrets", 500, "How many ServingCertRequests with secretName to create and wait for; 0 skips that phase.")
 	flag.IntVar(&o.clients, "clients", 4, "Separate client-go connections to spread the load over.")
 	flag.StringVar(&o.heap, "heap-profile", "", "With --local and --requests: write certapi's heap profile (pprof) to this file at the end.")
+	flag.StringVar(&o.cpuProfile, "cpu-profile", "", "With --local and --secrets: write CPU profiles (pprof) of certapi and kube-apiserver, taken while the --secrets phase runs, to <this>.certapi and <this>.kube-apiserver.")
 	flag.IntVar(&o.inject, "inject", 0, "Create this many annotated ValidatingWebhookConfigurations: report injection latency of new objects (median, max over the first 100), then force a CA rotation and report the time from Next published to all of them holding it.")
 	flag.IntVar(&o.requests, "requests", 0, "With --local: create this many ServingCertRequests (no Secrets), then report certapi's resident memory.")
 	flag.Parse()
@@ -496,6 +499,14 @@ func (l *loader) secretDelivery(ctx context.Context) error {
 	o := l.o
 	scrs := l.certapi.CertapiV1alpha1().ServingCertRequests(o.namespace)
 	prefix := fmt.Sprintf("s%d-", time.Now().Unix()%100000)
+	if o.cpuProfile != "" && l.cp != nil {
+		profiled := l.cpuProfiles(ctx, cpuProfileSeconds)
+		defer func() {
+			if err := <-profiled; err != nil {
+				fmt.Fprintf(os.Stderr, "load: CPU profiles: %v\n", err)
+			}
+		}()
+	}
 	start := time.Now()
 	createCtx, cancel := context.WithTimeout(ctx, createTimeout)
 	defer cancel()
@@ -597,6 +608,54 @@ func makeCSR() (string, error) {
 		return "", err
 	}
 	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der})), nil
+}
+
+// cpuProfileSeconds is how long --cpu-profile profiles: about the length of a 500-Secret run.
+const cpuProfileSeconds = 5
+
+// cpuProfiles starts taking seconds-long CPU profiles of certapi and kube-apiserver at once, writes them
+// to o.cpuProfile plus ".certapi" and ".kube-apiserver", and reports on the channel when both are done.
+func (l *loader) cpuProfiles(ctx context.Context, seconds int) <-chan error {
+	done := make(chan error, 1)
+	certapiClient, err := l.cp.CertapiHTTPClient()
+	if err != nil {
+		done <- err
+		return done
+	}
+	certapiClient.Timeout = 0 // the context bounds the profile
+	kubeClient, err := rest.HTTPClientFor(l.cp.AdminConfig)
+	if err != nil {
+		done <- err
+		return done
+	}
+	fetch := func(client *http.Client, base, file string) error {
+		ctx, cancel := context.WithTimeout(ctx, time.Duration(seconds)*time.Second+requestTimeout)
+		defer cancel()
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", base, seconds), nil)
+		if err != nil {
+			return err
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return fmt.Errorf("profiling %s: %w", base, err)
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("profiling %s: %s", base, resp.Status)
+		}
+		f, err := os.Create(file)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		_, err = io.Copy(f, resp.Body)
+		return err
+	}
+	errs := make(chan error, 2)
+	go func() { errs <- fetch(certapiClient, l.cp.CertapiURL, l.o.cpuProfile+".certapi") }()
+	go func() { errs <- fetch(kubeClient, l.cp.APIServerURL, l.o.cpuProfile+".kube-apiserver") }()
+	go func() { done <- errors.Join(<-errs, <-errs) }()
+	return done
 }
 
 // heapProfile runs a GC in certapi and saves its /debug/pprof/heap to o.heap (discarded when that is "").
