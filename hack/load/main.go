@@ -61,6 +61,7 @@ type options struct {
 	heap        string
 	cpuProfile  string
 	inject      int
+	certapiArgs []string
 }
 
 func main() {
@@ -76,6 +77,10 @@ func main() {
 	flag.IntVar(&o.clients, "clients", 4, "Separate client-go connections to spread the load over.")
 	flag.StringVar(&o.heap, "heap-profile", "", "With --local and --requests: write certapi's heap profile (pprof) to this file at the end.")
 	flag.StringVar(&o.cpuProfile, "cpu-profile", "", "With --local and --secrets: write CPU profiles (pprof) of certapi and kube-apiserver, taken while the --secrets phase runs, to <this>.certapi and <this>.kube-apiserver.")
+	flag.Func("certapi-arg", "With --local: one more argument for certapi (repeat the flag for more), e.g. --certapi-arg=--status-workers=32.", func(v string) error {
+		o.certapiArgs = append(o.certapiArgs, v)
+		return nil
+	})
 	flag.IntVar(&o.inject, "inject", 0, "Create this many annotated ValidatingWebhookConfigurations: report injection latency of new objects (median, max over the first 100), then force a CA rotation and report the time from Next published to all of them holding it.")
 	flag.IntVar(&o.requests, "requests", 0, "With --local: create this many ServingCertRequests (no Secrets), then report certapi's resident memory.")
 	flag.Parse()
@@ -131,7 +136,7 @@ func run(o options) error {
 		}
 		defer os.RemoveAll(dir)
 		startCtx, cancel := context.WithTimeout(ctx, framework.StartTimeout)
-		cp, err := framework.Start(startCtx, framework.Options{Dir: dir, CertapiReplicas: o.replicas, Stdout: os.Stderr})
+		cp, err := framework.Start(startCtx, framework.Options{Dir: dir, CertapiReplicas: o.replicas, CertapiArgs: o.certapiArgs, Stdout: os.Stderr})
 		cancel()
 		if err != nil {
 			if cp != nil {
