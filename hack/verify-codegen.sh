@@ -10,7 +10,12 @@ trap 'rm -rf "${SCRATCH}"' EXIT
 # Copy only what generation reads and writes; the module cache is shared.
 mkdir -p "${SCRATCH}/repo"
 (cd "${SCRIPT_ROOT}" && tar --exclude=./_output --exclude=./.git -cf - .) | tar -C "${SCRATCH}/repo" -xf -
-(cd "${SCRATCH}/repo" && ./hack/update-codegen.sh >/dev/null)
+# update-codegen.sh downloads k8s.io/code-generator when the module cache lacks it (a fresh machine, CI).
+# The generators it installs are kept in this checkout's _output, not the scratch copy's.
+if ! (cd "${SCRATCH}/repo" && CERTAPI_OUTPUT="${SCRIPT_ROOT}/_output" ./hack/update-codegen.sh >/dev/null); then
+  echo "hack/verify-codegen.sh: hack/update-codegen.sh failed (see above); the generated code was not checked." >&2
+  exit 1
+fi
 
 stale=0
 for dir in pkg/apis pkg/generated; do
