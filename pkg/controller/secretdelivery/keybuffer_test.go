@@ -135,13 +135,12 @@ func (s *keyBufferServer) clientset(t *testing.T) kubernetes.Interface {
 	return cs
 }
 
-// TestDeliverClearsOnlyItsOwnKeyBuffer: deliver zeroes the PEM key it generated once write returns, and
-// write zeroes the patch it encoded. Neither buffer may still be in use by then: client-go encodes a
-// created object into a buffer of its own (rest.Request.Body) and re-sends the request body of a retry
-// from its bytes, all before Create or Patch returns. So every attempt kube-apiserver receives, and the
-// Secret it stores, hold the key intact. Checked over TLS and HTTP/2 with a retried attempt, for the
-// create of a missing Secret and the patch of an existing one.
-func TestDeliverClearsOnlyItsOwnKeyBuffer(t *testing.T) {
+// TestDeliverSendsTheKeyIntactOnRetry: every attempt kube-apiserver receives, and the Secret it stores,
+// hold the key intact, also when client-go retries a write: client-go encodes a created object into a
+// buffer of its own (rest.Request.Body) and re-sends a retry's body from its bytes. Checked over TLS and
+// HTTP/2 with a retried attempt, for the create of a missing Secret and the patch of an existing one.
+// (Secret delivery once zeroed its key and patch buffers after a write; this guards any return of that.)
+func TestDeliverSendsTheKeyIntactOnRetry(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		existing bool
@@ -160,17 +159,15 @@ func TestDeliverClearsOnlyItsOwnKeyBuffer(t *testing.T) {
 			}
 			srv := newKeyBufferServer(t, existing)
 			c, err := New(Options{
-				Kube:          srv.clientset(t),
-				Certapi:       certapifake.NewSimpleClientset(),
-				Authority:     &fakeAuthority{},
-				Status:        status.New(certapifake.NewSimpleClientset(), time.Millisecond),
-				ClusterDomain: testDomain,
-				Recorder:      events.NewFakeRecorder(10),
+				Context:   newTestContext(t, srv.clientset(t), certapifake.NewSimpleClientset()),
+				Authority: &fakeAuthority{ca: ca, bundle: bundle, ok: true},
+				Status:    status.New(certapifake.NewSimpleClientset(), time.Millisecond, 1),
 			})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := c.deliver(context.Background(), req, cached, ca, bundle, now, decision{Why: "test"}); err != nil {
+			c.recorder = events.NewFakeRecorder(10)
+			if _, err := c.deliver(context.Background(), req, cached, now, decision{Why: "test"}); err != nil {
 				t.Fatalf("deliver: %v", err)
 			}
 
