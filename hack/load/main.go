@@ -7,6 +7,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -17,10 +18,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -550,6 +553,71 @@ func (l *loader) secretDelivery(ctx context.Context) error {
 	total := ready
 	fmt.Printf("secrets: %d ServingCertRequests created in %s; all Ready with their Secrets after %s (%.0f certificates/s end to end)\n",
 		o.secrets, created.Round(time.Millisecond), total.Round(time.Millisecond), float64(o.secrets)/total.Seconds())
+	if l.cp != nil {
+		if err := l.printQueues(ctx); err != nil {
+			fmt.Fprintf(os.Stderr, "load: the leader's queue figures: %v\n", err)
+		}
+	}
+	return nil
+}
+
+// printQueues prints, from certapi's /metrics, how many items each of the leader's work queues handled
+// and their mean wait in the queue and mean work time: where a --secrets run spent its time.
+func (l *loader) printQueues(ctx context.Context) error {
+	client, err := l.cp.CertapiHTTPClient()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, l.cp.CertapiURL+"/metrics", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	// series name -> queue name -> value, for the _sum and _count of two histograms.
+	vals := map[string]map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		for _, series := range []string{"workqueue_queue_duration_seconds_sum", "workqueue_queue_duration_seconds_count", "workqueue_work_duration_seconds_sum"} {
+			if !strings.HasPrefix(line, series+"{") {
+				continue
+			}
+			i := strings.Index(line, `name="`)
+			if i < 0 {
+				continue
+			}
+			name := line[i+len(`name="`):]
+			name = name[:strings.IndexByte(name, '"')]
+			v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+			if err != nil {
+				continue
+			}
+			if vals[series] == nil {
+				vals[series] = map[string]float64{}
+			}
+			vals[series][name] = v
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return err
+	}
+	counts := vals["workqueue_queue_duration_seconds_count"]
+	for _, name := range slices.Sorted(maps.Keys(counts)) {
+		n := counts[name]
+		if n == 0 {
+			continue
+		}
+		wait := time.Duration(vals["workqueue_queue_duration_seconds_sum"][name] / n * float64(time.Second))
+		work := time.Duration(vals["workqueue_work_duration_seconds_sum"][name] / n * float64(time.Second))
+		fmt.Printf("  queue %-26s %6.0f items, mean wait %8s, mean work %8s\n", name, n, wait.Round(10*time.Microsecond), work.Round(10*time.Microsecond))
+	}
 	return nil
 }
 

@@ -48,6 +48,7 @@ func newClients(loopback, kube *restclient.Config, o LeaderOptions) (controller.
 func (s *Server) lead(ctx context.Context) error {
 	cc := controller.NewContext(s.clusterDomain, s.clients, s.broadcaster)
 	w := status.New(s.clients.Certapi, s.statusInterval, s.leader.StatusWorkers)
+	w.UseCache(cc.CertapiInformers.Certapi().V1alpha1().ServingCertRequests().Lister())
 	s.status.Store(w)
 	defer s.status.CompareAndSwap(w, nil)
 

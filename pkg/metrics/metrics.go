@@ -8,6 +8,9 @@ import (
 
 	"k8s.io/component-base/metrics"
 	"k8s.io/component-base/metrics/legacyregistry"
+	// The leader's work queues (secretdelivery, injector, rotation, servingcertrequest-status) report
+	// their depth, wait and work durations as workqueue_* series.
+	_ "k8s.io/component-base/metrics/prometheus/workqueue"
 )
 
 const namespace = "certapi"

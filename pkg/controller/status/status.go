@@ -4,6 +4,7 @@ package status
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sync"
 	"time"
@@ -17,6 +18,7 @@ import (
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	"github.com/certapi/certapi/pkg/controller"
 	"github.com/certapi/certapi/pkg/generated/clientset/versioned"
+	certapilisters "github.com/certapi/certapi/pkg/generated/listers/certapi/v1alpha1"
 )
 
 // Condition reasons certapi writes on a request's Ready condition.
@@ -57,6 +59,7 @@ type pending struct {
 // Its zero value is not usable; make one with New.
 type Writer struct {
 	client   versioned.Interface
+	cache    certapilisters.ServingCertRequestLister
 	interval time.Duration
 	queue    *controller.Queue[types.NamespacedName]
 
@@ -116,6 +119,11 @@ func (w *Writer) entry(key types.NamespacedName) *pending {
 	return p
 }
 
+// UseCache makes the Writer compute each write against the term's ServingCertRequest cache and send it
+// as one guarded patch, falling back to a read and an update when the cache cannot answer. Call it
+// before Run.
+func (w *Writer) UseCache(cache certapilisters.ServingCertRequestLister) { w.cache = cache }
+
 // Run writes queued status until ctx ends.
 func (w *Writer) Run(ctx context.Context) error {
 	w.queue.Run(ctx)
@@ -151,6 +159,14 @@ func (w *Writer) sync(ctx context.Context, key types.NamespacedName) (controller
 }
 
 func (w *Writer) write(ctx context.Context, key types.NamespacedName, p *pending) error {
+	if w.cache != nil {
+		done, err := w.patchFromCache(ctx, key, p)
+		if done || (err != nil && !apierrors.IsConflict(err)) {
+			return err
+		}
+		// Not in the cache yet, or the cache is behind (the patch's resourceVersion test failed): read
+		// and write.
+	}
 	scrs := w.client.CertapiV1alpha1().ServingCertRequests(key.Namespace)
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		obj, err := scrs.Get(ctx, key.Name, metav1.GetOptions{})
@@ -171,6 +187,59 @@ func (w *Writer) write(ctx context.Context, key types.NamespacedName, p *pending
 		_, err = scrs.UpdateStatus(ctx, obj, metav1.UpdateOptions{FieldManager: "certapi"})
 		return err
 	})
+}
+
+// patchFromCache writes the change with one merge patch of the status subresource, computed against the
+// term's informer cache and guarded by the cached resourceVersion, instead of a read and an update: two
+// requests become one for each issuance. done is false when the cache cannot answer (the request is not
+// in it yet); a Conflict error means the cache is behind. The cache drops status.certificate and
+// status.caBundle (see controller.Context), so they are written whenever they are set, never read.
+func (w *Writer) patchFromCache(ctx context.Context, key types.NamespacedName, p *pending) (done bool, err error) {
+	cached, err := w.cache.ServingCertRequests(key.Namespace).Get(key.Name)
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("getting %s from the cache: %w", key, err)
+	}
+	obj := cached.DeepCopy()
+	before := obj.Status.SerialNumber
+	changed := Apply(obj, p.issued, p.ready)
+	st := obj.Status
+	status := map[string]any{}
+	if st.SerialNumber != before {
+		status["certificate"] = st.Certificate
+		status["caBundle"] = st.CABundle
+		status["serialNumber"] = st.SerialNumber
+		status["notBefore"] = st.NotBefore
+		status["notAfter"] = st.NotAfter
+		status["renewalTime"] = st.RenewalTime
+		status["lastIssued"] = st.LastIssued
+	}
+	if p.bundle != nil && st.SerialNumber != "" {
+		// Whether it differs is not known here (the cache drops the bundle); an equal one writes nothing.
+		status["caBundle"] = *p.bundle
+	}
+	if changed {
+		status["conditions"] = st.Conditions
+		status["observedGeneration"] = st.ObservedGeneration
+	}
+	if len(status) == 0 {
+		return true, nil
+	}
+	patch, err := json.Marshal(map[string]any{
+		"metadata": map[string]any{"resourceVersion": cached.ResourceVersion},
+		"status":   status,
+	})
+	if err != nil {
+		return false, fmt.Errorf("encoding the status patch of %s: %w", key, err)
+	}
+	_, err = w.client.CertapiV1alpha1().ServingCertRequests(key.Namespace).Patch(ctx, key.Name, types.MergePatchType, patch,
+		metav1.PatchOptions{FieldManager: "certapi"}, "status")
+	if apierrors.IsNotFound(err) {
+		return true, nil // deleted meanwhile: nothing to report on
+	}
+	return err == nil, err
 }
 
 // Apply merges an issued certificate and a Ready condition into obj's status, and reports whether
