@@ -252,6 +252,10 @@ func (o *Options) Config() (*Config, error) {
 	// Close open watches when shutting down instead of waiting for them to time out: every operator using
 	// pkg/servingcert keeps one open, and a rolling update must not stall on them.
 	serverConfig.ShutdownWatchTerminationGracePeriod = 5 * time.Second
+	// On SIGTERM, requests that arrive while those in flight drain are answered 429 with Retry-After,
+	// which client-go retries (through kube-apiserver's aggregator, on another connection once this one
+	// closes), rather than meeting a closing connection, which the aggregator can only answer 503.
+	serverConfig.ShutdownSendRetryAfter = true
 	serverConfig.EffectiveVersion = compatibility.DefaultBuildEffectiveVersion()
 
 	if err := o.RecommendedOptions.ApplyTo(serverConfig); err != nil {
