@@ -43,19 +43,6 @@ const EtcdPathPrefix = "/registry/certapi.dev"
 // storagePrefix is the generic registry's prefix; it appends "<group>/<resource>" to it.
 const storagePrefix = "/registry"
 
-// DefaultWatchCacheSizes is the default of --watch-cache-sizes: no watch cache for ServingCertRequests.
-//
-// The generic registry's watch cache holds a decoded copy of every object of a resource, with the indexes
-// and snapshots it keeps for serving lists, for as long as the server runs: with 10,000 requests it was
-// more than half of certapi's live heap (about 26 of 46 MiB) and, with the GC's headroom, about 55 MiB
-// of its resident memory. It pays for itself when many clients watch or list a resource; ServingCertRequests are
-// watched by the leader's own informer (which keeps its own, trimmed copy) and by the odd
-// `kubectl create servingcertrequest --wait`, so their watches and lists are served from etcd instead.
-// CertificateAuthorities keep the cache: every operator using pkg/servingcert watches the one object.
-func DefaultWatchCacheSizes() []string {
-	return []string{certapi.Resource("servingcertrequests").String() + "#0"}
-}
-
 // Options are everything a certapi server can be told on its command line.
 type Options struct {
 	RecommendedOptions *genericoptions.RecommendedOptions
@@ -101,7 +88,6 @@ func NewOptions() *Options {
 	// Without --tls-cert-file certapi issues its own certificate in memory: nothing is written to disk.
 	o.RecommendedOptions.SecureServing.ServerCert.CertDirectory = ""
 	o.RecommendedOptions.Etcd.StorageConfig.EncodeVersioner = runtime.NewMultiGroupVersioner(v1alpha1.SchemeGroupVersion, schema.GroupKind{Group: v1alpha1.GroupName})
-	o.RecommendedOptions.Etcd.WatchCacheSizes = DefaultWatchCacheSizes()
 	// A webhook whose certificate comes from certapi must never be able to block certapi, so admission
 	// webhooks are off unless an admin turns them on. ValidatingAdmissionPolicy still applies.
 	o.RecommendedOptions.Admission.DefaultOffPlugins = sets.New(mutating.PluginName, validating.PluginName)
@@ -146,9 +132,6 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 
 	o.RecommendedOptions.Etcd.AddFlags(fss.FlagSet("etcd"))
 	fss.FlagSet("etcd").Lookup("etcd-servers").Usage += " When empty, certapi runs an embedded etcd in --data-dir."
-	fss.FlagSet("etcd").Lookup("watch-cache-sizes").Usage += ". certapi's resources are servingcertrequests.certapi.dev and certificateauthorities.certapi.dev. " +
-		"By default ServingCertRequests are not cached (their one watcher is the leader's informer, which keeps its own copy; a cache would " +
-		"hold every request a second time); a list given here replaces that default, so servingcertrequests.certapi.dev#1 caches them."
 	o.RecommendedOptions.SecureServing.AddFlags(fss.FlagSet("secure serving"))
 	o.RecommendedOptions.Authentication.AddFlags(fss.FlagSet("authentication"))
 	o.RecommendedOptions.Authorization.AddFlags(fss.FlagSet("authorization"))
