@@ -38,7 +38,12 @@ embedded single-member etcd in --data-dir. Register it with kube-apiserver throu
 v1alpha1.certapi.dev.
 
 Logs never carry private key material at any verbosity below 8, where client-go starts to log request
-bodies.`,
+bodies.
+
+Memory: unless GOMEMLIMIT is set, certapi sets the Go runtime's soft memory limit to 3/4 of the memory
+limit of its cgroup (v1 or v2; the lowest of its own and its parents'), and logs the value at start-up;
+the other quarter is for the pages of its executable the kernel maps and counts against the same limit.
+With no cgroup limit it sets none. GOMEMLIMIT=off turns the limit off.`,
 		SilenceUsage: true,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) > 0 {
@@ -47,6 +52,7 @@ bodies.`,
 			if err := logsapi.ValidateAndApply(logOptions, nil); err != nil {
 				return err
 			}
+			setMemoryLimit()
 			if err := o.Validate(); err != nil {
 				return err
 			}

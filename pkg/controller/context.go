@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"sync"
 
+	corev1 "k8s.io/api/core/v1"
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	kubescheme "k8s.io/client-go/kubernetes/scheme"
@@ -165,18 +167,33 @@ func (c *Context) RunTerm(ctx context.Context, controllers ...Named) error {
 	return errors.Join(all...)
 }
 
-// trimCertapi drops the parts of certapi's objects that no controller reads: managed fields, and a
-// request's issued certificate and bundle (most of its size), so 10,000 requests cost little.
+// trimCertapi drops the parts of certapi's objects that no controller reads: managed fields, kubectl's
+// last-applied-configuration annotation (a second copy of the whole object, for requests kept with
+// `kubectl apply`), and a request's issued certificate and bundle (most of its size), so 10,000
+// requests cost little.
 func trimCertapi(obj any) (any, error) {
 	switch o := obj.(type) {
 	case *certapiv1alpha1.ServingCertRequest:
 		o.ManagedFields = nil
+		dropLastApplied(&o.ObjectMeta)
 		o.Status.Certificate = ""
 		o.Status.CABundle = ""
 	case *certapiv1alpha1.CertificateAuthority:
 		o.ManagedFields = nil
+		dropLastApplied(&o.ObjectMeta)
 	}
 	return obj, nil
+}
+
+// dropLastApplied removes kubectl's last-applied-configuration annotation.
+func dropLastApplied(m *metav1.ObjectMeta) {
+	if _, ok := m.Annotations[corev1.LastAppliedConfigAnnotation]; !ok {
+		return
+	}
+	delete(m.Annotations, corev1.LastAppliedConfigAnnotation)
+	if len(m.Annotations) == 0 {
+		m.Annotations = nil
+	}
 }
 
 // NewKubeClients makes the kube-apiserver clients of Clients from one config: typed, apiextensions
