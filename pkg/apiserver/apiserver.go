@@ -5,7 +5,6 @@ package apiserver
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -109,9 +108,7 @@ type Server struct {
 
 // Complete fills in the defaults.
 func (c *Config) Complete() CompletedConfig {
-	c.GenericConfig.BuildHandlerChainFunc = func(h http.Handler, conf *genericapiserver.Config) http.Handler {
-		return limitServingCertBodies(genericapiserver.DefaultBuildHandlerChain(h, conf))
-	}
+	c.GenericConfig.BuildHandlerChainFunc = buildHandlerChain
 	return CompletedConfig{GenericConfig: c.GenericConfig.Complete(), ExtraConfig: &c.ExtraConfig}
 }
 
