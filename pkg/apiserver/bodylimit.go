@@ -18,12 +18,17 @@ import (
 // maxServingCertBody bounds a servingcerts body: one PEM certificate request and a little JSON around it.
 const maxServingCertBody = signer.MaxCSRBytes
 
-// buildHandlerChain is the generic server's handler chain with certapi's two additions. Inside it, after
+// handlerChain is the generic server's handler chain with certapi's additions. Inside it, after
 // authentication, authorization, priority and fairness and the request timeout, a servingcerts body is
 // capped at 64 KiB: nothing of a request body is read before authorization. Around it, a body must arrive
-// within the request timeout, and an unread one does not keep its connection (boundRequestBodies).
-func buildHandlerChain(apiHandler http.Handler, c *genericapiserver.Config) http.Handler {
-	return boundRequestBodies(genericapiserver.DefaultBuildHandlerChain(limitServingCertBodies(apiHandler), c), c.RequestTimeout)
+// within the request timeout, and an unread one does not keep its connection (boundRequestBodies); and
+// until delegated authentication is usable, requests are answered 503 rather than taken for anonymous
+// (retryUntilAuthenticationUsable).
+func handlerChain(auth *authReadiness) func(http.Handler, *genericapiserver.Config) http.Handler {
+	return func(apiHandler http.Handler, c *genericapiserver.Config) http.Handler {
+		h := genericapiserver.DefaultBuildHandlerChain(limitServingCertBodies(apiHandler), c)
+		return boundRequestBodies(retryUntilAuthenticationUsable(h, auth, c.Serializer), c.RequestTimeout)
+	}
 }
 
 // limitServingCertBodies caps a servingcerts body at 64 KiB. It reads nothing itself: the generic create

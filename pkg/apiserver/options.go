@@ -299,6 +299,16 @@ func (o *Options) Config() (*Config, error) {
 	if identity == "" {
 		identity = defaultIdentity()
 	}
+	authn := o.RecommendedOptions.Authentication
+	auth := &authReadiness{
+		clientCAExpected:      authn != nil && (authn.ClientCert != genericoptions.ClientCertAuthenticationOptions{} || !authn.SkipInClusterLookup),
+		requestHeaderExpected: authn != nil && (authn.RequestHeader.ClientCAFile != "" || !authn.SkipInClusterLookup),
+		requestHeader:         serverConfig.Authentication.RequestHeaderConfig,
+		authorizer:            serverConfig.Authorization.Authorizer,
+	}
+	if serverConfig.SecureServing != nil {
+		auth.clientCAs = serverConfig.SecureServing.ClientCA
+	}
 	return &Config{
 		GenericConfig: serverConfig,
 		ExtraConfig: ExtraConfig{
@@ -306,6 +316,7 @@ func (o *Options) Config() (*Config, error) {
 			KubeConfig:             serverConfig.ClientConfig,
 			RotationGrace:          o.RotationGrace,
 			SelfServing:            self,
+			AuthReadiness:          auth,
 			MaxCertificateDuration: o.MaxCertificateDuration,
 			Leader:                 o.Leader,
 			IssuerConfig: issuer.Config{
