@@ -76,6 +76,7 @@ func TestUnauthenticatedSlowBodiesCostLittle(t *testing.T) {
 	conns := make([]net.Conn, slowConns)
 	ports := make(map[int]bool, slowConns)
 	var mu sync.Mutex
+	var cutShort int // connections certapi closed while the client was still sending
 	var wg sync.WaitGroup
 	errs := make(chan error, slowConns)
 	next := make(chan int)
@@ -98,7 +99,11 @@ func TestUnauthenticatedSlowBodiesCostLittle(t *testing.T) {
 				ports[conn.LocalAddr().(*net.TCPAddr).Port] = true
 				mu.Unlock()
 				if _, err := conn.Write([]byte(head + half)); err != nil {
-					errs <- fmt.Errorf("connection %d: sending: %w", i, err)
+					// certapi answered and closed before the client was done sending: what it should
+					// do to such a client.
+					mu.Lock()
+					cutShort++
+					mu.Unlock()
 				}
 			}
 		}()
@@ -148,8 +153,8 @@ func TestUnauthenticatedSlowBodiesCostLittle(t *testing.T) {
 		t.Fatal(err)
 	}
 	grew := max(held, after) - before
-	t.Logf("%d unauthenticated half-sent bodies (%d of %d bytes each): resident %s -> %s held -> %s after 5 issuances; grew %s (%d bytes a connection); %d still open on certapi's side; authorized issuances took %v",
-		slowConns, slowBodySent, slowBodyLength, mib(before), mib(held), mib(after), mib(grew), grew/slowConns, open, took)
+	t.Logf("%d unauthenticated half-sent bodies (%d of %d bytes each; %d cut short by certapi): resident %s -> %s held -> %s after 5 issuances; grew %s (%d bytes a connection); %d still open on certapi's side; authorized issuances took %v",
+		slowConns, slowBodySent, slowBodyLength, cutShort, mib(before), mib(held), mib(after), mib(grew), grew/slowConns, open, took)
 	if grew >= slowRSSBound {
 		t.Errorf("certapi's resident memory grew by %s with %d unauthenticated connections; want less than %s", mib(grew), slowConns, mib(slowRSSBound))
 	}
