@@ -141,7 +141,10 @@ func run(o options) error {
 		}
 		defer os.RemoveAll(dir)
 		startCtx, cancel := context.WithTimeout(ctx, framework.StartTimeout)
-		cp, err := framework.Start(startCtx, framework.Options{Dir: dir, CertapiReplicas: o.replicas, CertapiArgs: o.certapiArgs, Stdout: os.Stderr})
+		// --profiling: the memory figures run a GC through /debug/pprof, and --heap-profile and
+		// --cpu-profile read it; certapi serves it only when told to.
+		args := append([]string{"--profiling"}, o.certapiArgs...)
+		cp, err := framework.Start(startCtx, framework.Options{Dir: dir, CertapiReplicas: o.replicas, CertapiArgs: args, Stdout: os.Stderr})
 		cancel()
 		if err != nil {
 			if cp != nil {

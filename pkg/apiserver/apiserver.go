@@ -5,7 +5,6 @@ package apiserver
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -70,6 +69,8 @@ type ExtraConfig struct {
 	// SelfServing, when set, is the provider of certapi's own serving certificate: the server issues it
 	// from its own CA and reports not ready until it has.
 	SelfServing *selfServing
+	// AuthReadiness, when set, holds the /readyz checks of delegated authentication and authorization.
+	AuthReadiness *authReadiness
 	// StatusInterval bounds how often the leader writes one request's status.
 	StatusInterval time.Duration
 	// Leader sizes the leader's loops and its kube-apiserver client.
@@ -109,9 +110,7 @@ type Server struct {
 
 // Complete fills in the defaults.
 func (c *Config) Complete() CompletedConfig {
-	c.GenericConfig.BuildHandlerChainFunc = func(h http.Handler, conf *genericapiserver.Config) http.Handler {
-		return limitServingCertBodies(genericapiserver.DefaultBuildHandlerChain(h, conf))
-	}
+	c.GenericConfig.BuildHandlerChainFunc = handlerChain(c.ExtraConfig.AuthReadiness)
 	return CompletedConfig{GenericConfig: c.GenericConfig.Complete(), ExtraConfig: &c.ExtraConfig}
 }
 
@@ -160,6 +159,16 @@ func (c CompletedConfig) New() (*Server, error) {
 	}
 	s.Issuer = iss
 	metrics.Leader.WithLabelValues(icfg.Identity).Set(0)
+	if auth := c.ExtraConfig.AuthReadiness; auth != nil {
+		// A replica that takes requests before it can authenticate and authorize them answers them as
+		// system:anonymous (403): it is not ready until both work.
+		if err := generic.AddReadyzChecks(
+			healthz.NamedCheck("certapi-delegated-authentication", auth.checkAuthentication),
+			healthz.NamedCheck("certapi-delegated-authorization", auth.checkAuthorization),
+		); err != nil {
+			return nil, fmt.Errorf("adding the delegated authentication and authorization readiness checks: %w", err)
+		}
+	}
 	if self := c.ExtraConfig.SelfServing; self != nil {
 		s.self = self
 		if err := generic.AddReadyzChecks(healthz.NamedCheck("certapi-serving-certificate", self.check)); err != nil {

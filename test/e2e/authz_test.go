@@ -14,6 +14,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	"github.com/certapi/certapi/test/framework"
 )
 
 // grant creates a Role with rules in ns and binds subject to it.
@@ -35,6 +37,13 @@ func grant(t *testing.T, kube kubernetes.Interface, ns, name string, subject rba
 // serviceAccountConfig returns a client config that authenticates as a new ServiceAccount in ns.
 func serviceAccountConfig(t *testing.T, kube kubernetes.Interface, ns, name string) *rest.Config {
 	t.Helper()
+	return serviceAccountConfigOn(t, cp, kube, ns, name)
+}
+
+// serviceAccountConfigOn returns a client config for own's kube-apiserver that authenticates as a new
+// ServiceAccount in ns; kube is an admin client of the same control plane.
+func serviceAccountConfigOn(t *testing.T, own *framework.ControlPlane, kube kubernetes.Interface, ns, name string) *rest.Config {
+	t.Helper()
 	ctx := context.Background()
 	if _, err := kube.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -45,7 +54,7 @@ func serviceAccountConfig(t *testing.T, kube kubernetes.Interface, ns, name stri
 	if err != nil {
 		t.Fatalf("token for %s/%s: %v", ns, name, err)
 	}
-	cfg := rest.AnonymousClientConfig(cp.AdminConfig)
+	cfg := rest.AnonymousClientConfig(own.AdminConfig)
 	cfg.BearerToken = tok.Status.Token
 	return cfg
 }
