@@ -53,7 +53,7 @@ const (
 const keyCABundle = "ca.crt"
 
 // keyMarkerPrefix starts the value that stands for tls.key in the controller's Secret cache: the
-// SHA-256 of the key's public half, never the key itself (see trimSecret).
+// SHA-256 of the key's public half, never the key itself (see secretView).
 const keyMarkerPrefix = "certapi-public-key-sha256:"
 
 // action is what the controller does about one request's Secret.
@@ -110,9 +110,9 @@ type decision struct {
 // decideInput is everything decide looks at.
 type decideInput struct {
 	Request *certapiv1alpha1.ServingCertRequest
-	// Secret is the Secret spec.secretName names, nil when it does not exist. tls.key may be the cache's
-	// marker (see trimSecret) or the PEM key itself.
-	Secret *corev1.Secret
+	// Secret is what is known of the Secret spec.secretName names (see secretView), nil when it does not
+	// exist.
+	Secret *secretView
 	// CA is the certificate of the CA that signs now; Bundle is the PEM bundle clients must trust.
 	CA     *x509.Certificate
 	Bundle []byte
@@ -159,7 +159,7 @@ func decide(in decideInput) decision {
 		return decision{Action: actionConflict, Conflict: fmt.Sprintf(
 			"Secret %q exists and was not created by certapi; delete it, or annotate it %s=%s to hand it over",
 			name, AnnotationServingCertRequest, req.Name)}
-	case s.Immutable != nil && *s.Immutable:
+	case s.Immutable:
 		return decision{Action: actionConflict, Conflict: fmt.Sprintf(
 			"Secret %q is immutable and certapi must renew it in place; delete it and certapi creates it, "+
 				"or choose another spec.secretName", name)}
@@ -167,7 +167,7 @@ func decide(in decideInput) decision {
 
 	// The Secret is this request's. From here on the answer is "issue" or "wait".
 	delivered := s.Annotations[AnnotationSerialNumber] != ""
-	held := delivered || len(s.Data[corev1.TLSCertKey]) > 0
+	held := delivered || s.HasCert
 	issue := func(why string) decision {
 		return decision{Action: actionIssue, Why: why, Renewal: delivered}
 	}
@@ -180,23 +180,23 @@ func decide(in decideInput) decision {
 	if gen := s.Annotations[AnnotationGeneration]; gen != strconv.FormatInt(req.Generation, 10) {
 		return issue(fmt.Sprintf("the request's spec changed (generation %d; the certificate was issued for %q)", req.Generation, gen))
 	}
-	if !bytes.Equal(s.Data[keyCABundle], in.Bundle) {
+	if s.BundleDigest != sha256.Sum256(in.Bundle) {
 		return issue("the CA bundle changed")
 	}
-	cert, err := parseLeaf(s.Data[corev1.TLSCertKey])
-	if err != nil {
-		return issue(fmt.Sprintf("tls.crt is not usable: %v", err))
+	cert := s.Cert
+	if cert == nil {
+		return issue(fmt.Sprintf("tls.crt is not usable: %s", s.CertError))
 	}
-	if in.CA != nil && !bytes.Equal(cert.AuthorityKeyId, in.CA.SubjectKeyId) {
+	if in.CA != nil && !bytes.Equal(cert.AuthorityKeyID, in.CA.SubjectKeyId) {
 		return issue("the signing CA changed")
 	}
-	if want := signer.SANs(req.Spec.ServiceName, req.Namespace, in.ClusterDomain, req.Spec.DNSNames); !sameNames(cert.DNSNames, want) {
-		return issue(fmt.Sprintf("the certificate's names %v differ from the request's %v", cert.DNSNames, want))
+	if want := signer.SANs(req.Spec.ServiceName, req.Namespace, in.ClusterDomain, req.Spec.DNSNames); cert.TooManyNames || !sameNames(cert.DNSNames, want) {
+		return issue(fmt.Sprintf("the certificate's names differ from the request's %v", want))
 	}
-	if keyMarker(s.Data[corev1.TLSPrivateKeyKey]) != publicKeyMarker(cert) {
+	if s.KeyMarker != cert.PublicKeyMarker {
 		return issue("tls.key is missing or does not belong to tls.crt")
 	}
-	serial := signer.FormatSerialNumber(cert.SerialNumber)
+	serial := cert.SerialNumber
 	if s.Annotations[AnnotationSerialNumber] != serial {
 		return issue("the annotations do not describe the certificate in tls.crt")
 	}
@@ -311,20 +311,4 @@ func publicKeyOfPEM(v []byte) (crypto.PublicKey, error) {
 		return nil, err
 	}
 	return key.Public(), nil
-}
-
-// trimSecret is the Secret cache's transform, also applied to Secrets read with a direct GET: it drops
-// managedFields and replaces tls.key by a marker derived from its public half. The controller learns
-// all it needs (does tls.key belong to tls.crt?) and no private key stays in its memory beyond the
-// moment it is written. It mutates obj, as cache transforms may, and is idempotent.
-func trimSecret(obj any) (any, error) {
-	s, ok := obj.(*corev1.Secret)
-	if !ok {
-		return obj, nil
-	}
-	s.ManagedFields = nil
-	if v, ok := s.Data[corev1.TLSPrivateKeyKey]; ok {
-		s.Data[corev1.TLSPrivateKeyKey] = []byte(keyMarker(v))
-	}
-	return s, nil
 }

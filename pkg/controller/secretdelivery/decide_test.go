@@ -2,11 +2,15 @@ package secretdelivery
 
 import (
 	"bytes"
+	"crypto/rand"
 	"crypto/rsa"
 	"crypto/sha256"
 	"crypto/x509"
 	"encoding/hex"
 	"encoding/pem"
+	"fmt"
+	"math/big"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -38,7 +42,6 @@ func TestDecide(t *testing.T) {
 		f(s)
 		return s
 	}
-	trimmed, _ := trimSecret(current.DeepCopy())
 	immutable := true
 
 	tests := []struct {
@@ -70,12 +73,6 @@ func TestDecide(t *testing.T) {
 		{
 			name:      "current certificate: wait for renewal",
 			secret:    current,
-			want:      actionNone,
-			wantRenew: renewAt,
-		},
-		{
-			name:      "current certificate from the cache (tls.key replaced by its marker)",
-			secret:    trimmed.(*corev1.Secret),
 			want:      actionNone,
 			wantRenew: renewAt,
 		},
@@ -233,7 +230,6 @@ func TestDecide(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			in := decideInput{
 				Request:       req,
-				Secret:        tt.secret,
 				CA:            ca.Certificate,
 				Bundle:        bundle,
 				ClusterDomain: testDomain,
@@ -241,6 +237,9 @@ func TestDecide(t *testing.T) {
 			}
 			if tt.req != nil {
 				in.Request = tt.req
+			}
+			if tt.secret != nil {
+				in.Secret = viewOf(tt.secret)
 			}
 			if tt.ca != nil {
 				in.CA = tt.ca.Certificate
@@ -295,32 +294,113 @@ func TestDecideCurrentUntilRenewal(t *testing.T) {
 		{renewAt, actionIssue},
 		{testNow.Add(4 * time.Hour), actionIssue}, // expired
 	} {
-		d := decide(decideInput{Request: req, Secret: s, CA: ca.Certificate, Bundle: bundle, ClusterDomain: testDomain, Now: tc.at})
+		d := decide(decideInput{Request: req, Secret: viewOf(s), CA: ca.Certificate, Bundle: bundle, ClusterDomain: testDomain, Now: tc.at})
 		if d.Action != tc.want {
 			t.Errorf("at %s: %s (%s); want %s", tc.at, d.Action, d.Why, tc.want)
 		}
 	}
 }
 
-func TestTrimSecretDropsKeyAndIsIdempotent(t *testing.T) {
+// TestViewSecret: the cache's view of a Secret keeps certapi's metadata and a summary of its data, never
+// the private key nor the rest of the data, and is idempotent.
+func TestViewSecret(t *testing.T) {
 	ca := newTestCA(t, testNow.Add(-time.Hour))
 	req := newRequest("webhook", "webhook-svc", "webhook-tls")
-	s := deliveredSecret(t, req, ca, signer.EncodeBundle(ca.Certificate), testNow)
+	req.Spec.DNSNames = []string{"b.webhooks.svc", "a.webhooks.svc"}
+	bundle := signer.EncodeBundle(ca.Certificate)
+	s := deliveredSecret(t, req, ca, bundle, testNow)
 	s.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: FieldManager}}
-	once, _ := trimSecret(s.DeepCopy())
-	key := string(once.(*corev1.Secret).Data[corev1.TLSPrivateKeyKey])
-	if strings.Contains(key, "PRIVATE KEY") || !strings.HasPrefix(key, keyMarkerPrefix) {
-		t.Fatalf("trimmed tls.key = %q; want a marker", key)
+	s.Labels["app"] = "x"
+	s.Annotations["meta.helm.sh/release-name"] = "x"
+	s.Data["blob"] = make([]byte, 1<<20)
+	s.UID = "uid-1"
+
+	got, err := viewSecret(s)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if once.(*corev1.Secret).ManagedFields != nil {
-		t.Errorf("managedFields kept")
+	v, ok := got.(*secretView)
+	if !ok {
+		t.Fatalf("viewSecret gave %T", got)
 	}
-	twice, _ := trimSecret(once.(*corev1.Secret).DeepCopy())
-	if got := string(twice.(*corev1.Secret).Data[corev1.TLSPrivateKeyKey]); got != key {
-		t.Errorf("trimSecret is not idempotent: %q then %q", key, got)
+	if v.Namespace != s.Namespace || v.Name != s.Name || v.UID != s.UID || v.ResourceVersion != s.ResourceVersion {
+		t.Errorf("identity %s/%s %s rv %s; want the Secret's", v.Namespace, v.Name, v.UID, v.ResourceVersion)
 	}
-	if other, _ := trimSecret("not a secret"); other != "not a secret" {
-		t.Errorf("trimSecret changed a non-Secret")
+	if len(v.Labels) != 1 || v.Labels[LabelManaged] != "true" || v.ManagedFields != nil {
+		t.Errorf("labels %v, managedFields %v: want only %s", v.Labels, v.ManagedFields, LabelManaged)
+	}
+	if _, ok := v.Annotations["meta.helm.sh/release-name"]; ok || v.Annotations[AnnotationServingCertRequest] != "webhook" {
+		t.Errorf("annotations %v: want only certapi's", v.Annotations)
+	}
+	cert, err := parseLeaf(s.Data[corev1.TLSCertKey])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !v.HasCert || v.Cert == nil || !bytes.Equal(v.Cert.AuthorityKeyID, ca.Certificate.SubjectKeyId) ||
+		v.Cert.SerialNumber != signer.FormatSerialNumber(cert.SerialNumber) || !v.Cert.NotAfter.Equal(cert.NotAfter) {
+		t.Errorf("certificate summary %+v does not describe tls.crt", v.Cert)
+	}
+	if want := []string{"a.webhooks.svc", "b.webhooks.svc", "webhook-svc.webhooks.svc", "webhook-svc.webhooks.svc." + testDomain}; !slices.Equal(v.Cert.DNSNames, want) {
+		t.Errorf("names %v; want %v", v.Cert.DNSNames, want)
+	}
+	if v.KeyMarker != publicKeyMarker(cert) || v.Cert.PublicKeyMarker != v.KeyMarker {
+		t.Errorf("key marker %q, certificate's %q", v.KeyMarker, v.Cert.PublicKeyMarker)
+	}
+	if v.BundleDigest != sha256.Sum256(bundle) {
+		t.Errorf("bundle digest does not match ca.crt")
+	}
+	if strings.Contains(fmt.Sprintf("%+v", *v), "PRIVATE KEY") {
+		t.Error("the view holds the private key")
+	}
+	if again, _ := viewSecret(v); again != v {
+		t.Error("viewSecret is not idempotent")
+	}
+	if other, _ := viewSecret("not a secret"); other != "not a secret" {
+		t.Errorf("viewSecret changed a non-Secret")
+	}
+}
+
+// TestViewSecretBounds: whatever a labelled Secret holds, its view stays small: unusable data is
+// summarised as an error, and a certificate with more names than any request can have keeps none.
+func TestViewSecretBounds(t *testing.T) {
+	junk := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: testNamespace, Name: "junk", Labels: map[string]string{LabelManaged: "true"}},
+		Data:       map[string][]byte{corev1.TLSCertKey: make([]byte, 1<<20), corev1.TLSPrivateKeyKey: []byte("x"), "blob": make([]byte, 1<<20)},
+	}
+	v := viewOf(junk)
+	if !v.HasCert || v.Cert != nil || v.CertError == "" || v.KeyMarker != "" {
+		t.Errorf("junk: %+v; want HasCert, no summary, an error, no key marker", v)
+	}
+
+	ca := newTestCA(t, testNow.Add(-time.Hour))
+	key, err := signer.GenerateKey(signer.ECDSAP256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := make([]string, maxCachedNames+1)
+	for i := range names {
+		names[i] = fmt.Sprintf("n%d.webhooks.svc", i)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(7), DNSNames: names, NotBefore: testNow.Add(-time.Hour), NotAfter: testNow.Add(time.Hour)}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Certificate, key.Public(), ca.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	many := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: testNamespace, Name: "many"},
+		Data: map[string][]byte{corev1.TLSCertKey: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}}
+	v = viewOf(many)
+	if v.Cert == nil || !v.Cert.TooManyNames || v.Cert.DNSNames != nil {
+		t.Fatalf("a certificate with %d names: summary %+v; want TooManyNames and no names", len(names), v.Cert)
+	}
+	req := newRequest("webhook", "webhook-svc", "many")
+	many.Annotations = map[string]string{AnnotationServingCertRequest: "webhook", AnnotationSerialNumber: "7",
+		AnnotationGeneration: "1", AnnotationRenewalTime: testNow.Add(time.Minute).Format(time.RFC3339)}
+	many.Labels = map[string]string{LabelManaged: "true"}
+	many.Type = corev1.SecretTypeTLS
+	many.Data[keyCABundle] = signer.EncodeBundle(ca.Certificate)
+	if d := decide(decideInput{Request: req, Secret: viewOf(many), CA: ca.Certificate, Bundle: signer.EncodeBundle(ca.Certificate),
+		ClusterDomain: testDomain, Now: testNow}); d.Action != actionIssue || !strings.Contains(d.Why, "names") {
+		t.Errorf("decide on a certificate with too many names: %s (%s); want a re-issue for its names", d.Action, d.Why)
 	}
 }
 
