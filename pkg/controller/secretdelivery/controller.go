@@ -382,6 +382,12 @@ func (c *Controller) syncRequest(ctx context.Context, key types.NamespacedName) 
 	case actionNone:
 		c.markCurrent(req, d)
 		return controller.Result{After: d.RenewAt.Sub(now)}, false, nil
+	case actionRecordUID:
+		if err := c.recordUID(ctx, req, secret); err != nil {
+			return res, false, err
+		}
+		c.markCurrent(req, d)
+		return controller.Result{After: d.RenewAt.Sub(now)}, false, nil
 	case actionConflict:
 		c.reportConflict(req, secret, d.Conflict)
 		return res, true, nil

@@ -35,6 +35,11 @@ const (
 	// AnnotationServingCertRequest names the ServingCertRequest (in the Secret's namespace) that delivers
 	// into the Secret. certapi writes a Secret only when it carries this annotation naming the request.
 	AnnotationServingCertRequest = "certapi.dev/servingcertrequest"
+	// AnnotationServingCertRequestUID is the UID of that ServingCertRequest. certapi records it with
+	// every write; a Secret that records another UID belongs to an earlier request of the same name and
+	// is not written (SecretConflict). A Secret annotated with the name only (handed over from a chart)
+	// is adopted by name, and certapi records the UID.
+	AnnotationServingCertRequestUID = "certapi.dev/servingcertrequest-uid"
 	// AnnotationSerialNumber is the serial of the certificate in tls.crt, lower-case hex.
 	AnnotationSerialNumber = "certapi.dev/serial-number"
 	// AnnotationNotAfter is the notAfter of the certificate in tls.crt, RFC 3339.
@@ -70,6 +75,9 @@ const (
 	actionIssue
 	// actionConflict: the Secret exists and certapi must not touch it.
 	actionConflict
+	// actionRecordUID: the Secret holds a current certificate but does not record the request's UID
+	// (it was written before certapi recorded UIDs); record it, then wait until the renewal time.
+	actionRecordUID
 )
 
 func (a action) String() string {
@@ -84,6 +92,8 @@ func (a action) String() string {
 		return "Issue"
 	case actionConflict:
 		return "Conflict"
+	case actionRecordUID:
+		return "RecordUID"
 	}
 	return "action(" + strconv.Itoa(int(a)) + ")"
 }
@@ -97,9 +107,10 @@ type decision struct {
 	// Renewal is true when the Secret held a certificate certapi delivered before (the Event says
 	// Renewed rather than Issued).
 	Renewal bool
-	// RenewAt is, for actionNone, when the certificate in the Secret is due for renewal.
+	// RenewAt is, for actionNone and actionRecordUID, when the certificate in the Secret is due for
+	// renewal.
 	RenewAt time.Time
-	// Serial and NotAfter describe the current certificate, for actionNone.
+	// Serial and NotAfter describe the current certificate, for actionNone and actionRecordUID.
 	Serial   string
 	NotAfter time.Time
 	// Conflict is, for actionConflict, the message for the Ready condition and the Warning Event: which
@@ -124,9 +135,9 @@ type decideInput struct {
 // decide says what to do about one request's Secret. It is a pure function of its input so that every
 // case can be tested without a cluster.
 //
-// A Secret is certapi's to write only when it is of type kubernetes.io/tls, mutable and annotated
-// AnnotationServingCertRequest=<this request>. Everything else that exists under spec.secretName is a
-// conflict and is never written.
+// A Secret is certapi's to write only when it is of type kubernetes.io/tls, mutable, annotated
+// AnnotationServingCertRequest=<this request> and, if it records a request UID, this request's (see
+// ownership). Everything else that exists under spec.secretName is a conflict and is never written.
 func decide(in decideInput) decision {
 	req := in.Request
 	name := req.Spec.SecretName
@@ -137,32 +148,8 @@ func decide(in decideInput) decision {
 	if s == nil {
 		return decision{Action: actionCreate, Why: fmt.Sprintf("Secret %q does not exist", name)}
 	}
-
-	owner := s.Annotations[AnnotationServingCertRequest]
-	annotated := owner != "" // an empty value names no request
-	switch {
-	case annotated && owner != req.Name:
-		return decision{Action: actionConflict, Conflict: fmt.Sprintf(
-			"Secret %q is delivered to by ServingCertRequest %q (annotation %s=%s); two requests cannot share a Secret: "+
-				"choose another spec.secretName, or annotate the Secret %s=%s to hand it over",
-			name, owner, AnnotationServingCertRequest, owner, AnnotationServingCertRequest, req.Name)}
-	case s.Type != corev1.SecretTypeTLS:
-		typ := string(s.Type)
-		if typ == "" {
-			typ = string(corev1.SecretTypeOpaque)
-		}
-		return decision{Action: actionConflict, Conflict: fmt.Sprintf(
-			"Secret %q has type %s and certapi delivers only into %s Secrets (the type cannot be changed); "+
-				"delete it and certapi creates it, or choose another spec.secretName",
-			name, typ, corev1.SecretTypeTLS)}
-	case !annotated:
-		return decision{Action: actionConflict, Conflict: fmt.Sprintf(
-			"Secret %q exists and was not created by certapi; delete it, or annotate it %s=%s to hand it over",
-			name, AnnotationServingCertRequest, req.Name)}
-	case s.Immutable:
-		return decision{Action: actionConflict, Conflict: fmt.Sprintf(
-			"Secret %q is immutable and certapi must renew it in place; delete it and certapi creates it, "+
-				"or choose another spec.secretName", name)}
+	if conflict := ownership(req, s); conflict != "" {
+		return decision{Action: actionConflict, Conflict: conflict}
 	}
 
 	// The Secret is this request's. From here on the answer is "issue" or "wait".
@@ -207,7 +194,52 @@ func decide(in decideInput) decision {
 	if !in.Now.Before(renewAt) {
 		return issue(fmt.Sprintf("renewal was due at %s", renewAt.UTC().Format(time.RFC3339)))
 	}
+	if s.Annotations[AnnotationServingCertRequestUID] == "" {
+		return decision{Action: actionRecordUID, Why: fmt.Sprintf("the Secret does not record the request's UID (annotation %s)", AnnotationServingCertRequestUID),
+			RenewAt: renewAt, Serial: serial, NotAfter: cert.NotAfter}
+	}
 	return decision{Action: actionNone, RenewAt: renewAt, Serial: serial, NotAfter: cert.NotAfter}
+}
+
+// ownership says why the existing Secret s is not req's to write, or "" when it is: of type
+// kubernetes.io/tls, mutable, annotated AnnotationServingCertRequest=<req's name>, and recording either
+// req's UID or none. The message names the Secret, why certapi leaves it alone, and the fix.
+func ownership(req *certapiv1alpha1.ServingCertRequest, s *secretView) string {
+	name := s.Name
+	owner := s.Annotations[AnnotationServingCertRequest]
+	annotated := owner != "" // an empty value names no request
+	uid := s.Annotations[AnnotationServingCertRequestUID]
+	switch {
+	case annotated && owner != req.Name:
+		return fmt.Sprintf(
+			"Secret %q is delivered to by ServingCertRequest %q (annotation %s=%s); two requests cannot share a Secret: "+
+				"choose another spec.secretName, or annotate the Secret %s=%s to hand it over",
+			name, owner, AnnotationServingCertRequest, owner, AnnotationServingCertRequest, req.Name)
+	case annotated && uid != "" && uid != string(req.UID):
+		return fmt.Sprintf(
+			"Secret %q was delivered to by an earlier ServingCertRequest %q with UID %s (annotation %s), not by this one (UID %s): "+
+				"a request deleted and created again is another request. Remove the annotation %s from the Secret to hand it over "+
+				"to this request, or choose another spec.secretName",
+			name, owner, uid, AnnotationServingCertRequestUID, req.UID, AnnotationServingCertRequestUID)
+	case s.Type != corev1.SecretTypeTLS:
+		typ := string(s.Type)
+		if typ == "" {
+			typ = string(corev1.SecretTypeOpaque)
+		}
+		return fmt.Sprintf(
+			"Secret %q has type %s and certapi delivers only into %s Secrets (the type cannot be changed); "+
+				"delete it and certapi creates it, or choose another spec.secretName",
+			name, typ, corev1.SecretTypeTLS)
+	case !annotated:
+		return fmt.Sprintf(
+			"Secret %q exists and was not created by certapi; delete it, or annotate it %s=%s to hand it over",
+			name, AnnotationServingCertRequest, req.Name)
+	case s.Immutable:
+		return fmt.Sprintf(
+			"Secret %q is immutable and certapi must renew it in place; delete it and certapi creates it, "+
+				"or choose another spec.secretName", name)
+	}
+	return ""
 }
 
 // parseLeaf parses the first certificate of a PEM tls.crt.

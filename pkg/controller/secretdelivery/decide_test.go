@@ -218,6 +218,34 @@ func TestDecide(t *testing.T) {
 				"certapi.dev/servingcertrequest=webhook to hand it over"},
 		},
 		{
+			name: "conflict-uid: the Secret records an earlier request's UID (same name, deleted and created again)",
+			secret: edit(func(s *corev1.Secret) {
+				s.Annotations[AnnotationServingCertRequestUID] = "uid-of-an-earlier-webhook"
+			}),
+			want: actionConflict,
+			whyOrMsg: []string{"earlier ServingCertRequest", "uid-of-an-earlier-webhook", "uid-webhook",
+				"Remove the annotation " + AnnotationServingCertRequestUID},
+		},
+		{
+			name: "record the UID on a current Secret written before certapi recorded it",
+			secret: edit(func(s *corev1.Secret) {
+				delete(s.Annotations, AnnotationServingCertRequestUID)
+			}),
+			want:      actionRecordUID,
+			whyOrMsg:  []string{AnnotationServingCertRequestUID},
+			wantRenew: renewAt,
+		},
+		{
+			name: "a Secret without the UID that needs a certificate anyway is re-issued (the write records it)",
+			secret: edit(func(s *corev1.Secret) {
+				delete(s.Annotations, AnnotationServingCertRequestUID)
+			}),
+			now:      renewAt,
+			want:     actionIssue,
+			renewal:  true,
+			whyOrMsg: []string{"renewal was due"},
+		},
+		{
 			name: "conflict: an immutable Secret cannot be renewed in place",
 			secret: edit(func(s *corev1.Secret) {
 				s.Immutable = &immutable

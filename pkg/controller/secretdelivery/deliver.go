@@ -131,11 +131,12 @@ func desiredSecret(req *certapiv1alpha1.ServingCertRequest, cert *issued) *corev
 			Name:      req.Spec.SecretName,
 			Labels:    map[string]string{LabelManaged: "true"},
 			Annotations: map[string]string{
-				AnnotationServingCertRequest: req.Name,
-				AnnotationSerialNumber:       cert.SerialNumber,
-				AnnotationNotAfter:           formatTime(cert.NotAfter),
-				AnnotationRenewalTime:        formatTime(cert.RenewalTime),
-				AnnotationGeneration:         strconv.FormatInt(req.Generation, 10),
+				AnnotationServingCertRequest:    req.Name,
+				AnnotationServingCertRequestUID: string(req.UID),
+				AnnotationSerialNumber:          cert.SerialNumber,
+				AnnotationNotAfter:              formatTime(cert.NotAfter),
+				AnnotationRenewalTime:           formatTime(cert.RenewalTime),
+				AnnotationGeneration:            strconv.FormatInt(req.Generation, 10),
 			},
 		},
 		Type: corev1.SecretTypeTLS,
@@ -182,6 +183,26 @@ func (c *Controller) write(ctx context.Context, req *certapiv1alpha1.ServingCert
 		return nil, fmt.Errorf("patching Secret %s/%s: %w", want.Namespace, want.Name, err)
 	}
 	return patched, nil
+}
+
+// recordUID adds the request's UID to a Secret that holds its current certificate but was written
+// before certapi recorded UIDs (or handed over by name): a patch of that one annotation, guarded by the
+// resourceVersion decide saw. Nothing else changes; the certificate is not re-issued.
+func (c *Controller) recordUID(ctx context.Context, req *certapiv1alpha1.ServingCertRequest, secret *secretView) error {
+	patch, err := json.Marshal(map[string]any{
+		"metadata": map[string]any{
+			"resourceVersion": secret.ResourceVersion,
+			"annotations":     map[string]string{AnnotationServingCertRequestUID: string(req.UID)},
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("encoding the patch of Secret %s/%s: %w", secret.Namespace, secret.Name, err)
+	}
+	if _, err := c.kube.CoreV1().Secrets(secret.Namespace).Patch(ctx, secret.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager}); err != nil {
+		return fmt.Errorf("recording the request's UID on Secret %s/%s: %w", secret.Namespace, secret.Name, err)
+	}
+	klog.FromContext(ctx).V(2).Info("Recorded the request's UID on its Secret", "request", keyOf(req), "secret", secret.Name)
+	return nil
 }
 
 // reportDenied reports that certapi cannot sign for the request (its names are outside what the CA may

@@ -23,7 +23,7 @@ const maxCachedNameBytes = maxCachedNames * 253
 
 // cachedAnnotations are the only annotations a secretView keeps: certapi's own.
 var cachedAnnotations = []string{
-	AnnotationServingCertRequest, AnnotationSerialNumber,
+	AnnotationServingCertRequest, AnnotationServingCertRequestUID, AnnotationSerialNumber,
 	AnnotationNotAfter, AnnotationRenewalTime, AnnotationGeneration,
 }
 
