@@ -549,22 +549,26 @@ func formatTime(t time.Time) string {
 	return t.UTC().Format(time.RFC3339)
 }
 
-// AllIssuedBy reports whether every Secret certapi delivers holds a certificate signed by ca (matched by
-// authority key id). The rotation loop uses it to drop a distrusted CA once every Secret is re-issued.
-// Before Run has synced its cache it reports false. It parses nothing: the cache holds each
-// certificate's summary.
-func (c *Controller) AllIssuedBy(ca *x509.Certificate) bool {
-	if c.secretInformer == nil || !c.secretInformer.HasSynced() {
-		return false
+// Distrust tallies the labelled Secrets for a pending distrust against the Active CA active (see
+// tallyDistrust): what the distrust waits for and what it does not. ok is false until the caches have
+// synced. It parses nothing (the cache holds each certificate's summary) and is called only while a
+// distrust is pending.
+func (c *Controller) Distrust(active *x509.Certificate) (tally DistrustTally, ok bool) {
+	if c.secretInformer == nil || !c.secretInformer.HasSynced() || !c.requestInformer.HasSynced() {
+		return tally, false
 	}
-	for _, obj := range c.secretInformer.GetStore().List() {
-		s, ok := obj.(*secretView)
-		if !ok || !s.HasCert {
-			continue // an adopted Secret not filled yet holds nothing to distrust
-		}
-		if s.Cert == nil || !bytes.Equal(s.Cert.AuthorityKeyID, ca.SubjectKeyId) {
-			return false
+	objs := c.secretInformer.GetStore().List()
+	secrets := make([]*secretView, 0, len(objs))
+	for _, obj := range objs {
+		if s, ok := obj.(*secretView); ok {
+			secrets = append(secrets, s)
 		}
 	}
-	return true
+	return tallyDistrust(secrets, func(namespace, name string) *certapiv1alpha1.ServingCertRequest {
+		req, err := c.requests.ServingCertRequests(namespace).Get(name)
+		if err != nil {
+			return nil
+		}
+		return req
+	}, active.SubjectKeyId), true
 }

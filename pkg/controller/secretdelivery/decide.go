@@ -242,6 +242,61 @@ func ownership(req *certapiv1alpha1.ServingCertRequest, s *secretView) string {
 	return ""
 }
 
+// MaxReportedSecrets bounds the Secrets a DistrustTally names (it counts them all).
+const MaxReportedSecrets = 10
+
+// DistrustTally is what a pending distrust learns from the labelled Secrets.
+type DistrustTally struct {
+	// Pending are the Secrets the distrust waits for: Secrets certapi delivers now, for an existing
+	// request whose spec.secretName names them, whose certificate is not from the Active CA yet.
+	Pending certapiv1alpha1.SecretsSummary
+	// Unmanaged are the labelled Secrets certapi will not re-issue (no existing request names them, they
+	// are in conflict, or they are not certapi's) that hold a certificate not from the Active CA. Never
+	// waited for.
+	Unmanaged certapiv1alpha1.SecretsSummary
+}
+
+// tallyDistrust sorts the labelled Secrets for a pending distrust: those certapi will re-issue and that
+// still hold a certificate not from the CA with activeKeyID are Pending; those nobody will re-issue that
+// hold one are Unmanaged; the rest (from the Active CA already, or holding no certificate) need nothing.
+// request looks a request up by namespace and name (nil when there is none). A pure function of its
+// input, like decide.
+func tallyDistrust(secrets []*secretView, request func(namespace, name string) *certapiv1alpha1.ServingCertRequest, activeKeyID []byte) DistrustTally {
+	var pending, unmanaged []string
+	for _, s := range secrets {
+		if !s.HasCert || (s.Cert != nil && bytes.Equal(s.Cert.AuthorityKeyID, activeKeyID)) {
+			continue
+		}
+		if delivered(s, request) {
+			pending = append(pending, s.Namespace+"/"+s.Name)
+		} else if s.Cert != nil {
+			unmanaged = append(unmanaged, s.Namespace+"/"+s.Name)
+		}
+	}
+	return DistrustTally{Pending: summarize(pending), Unmanaged: summarize(unmanaged)}
+}
+
+// delivered reports whether certapi delivers into s now: an existing request, not being deleted, whose
+// spec.secretName names s, and whose Secret s is to write (see ownership).
+func delivered(s *secretView, request func(namespace, name string) *certapiv1alpha1.ServingCertRequest) bool {
+	owner := s.Annotations[AnnotationServingCertRequest]
+	if owner == "" {
+		return false
+	}
+	req := request(s.Namespace, owner)
+	return req != nil && req.DeletionTimestamp == nil && req.Spec.SecretName == s.Name && ownership(req, s) == ""
+}
+
+// summarize counts names and keeps the first MaxReportedSecrets in lexical order.
+func summarize(names []string) certapiv1alpha1.SecretsSummary {
+	slices.Sort(names)
+	sum := certapiv1alpha1.SecretsSummary{Count: int32(len(names))}
+	if len(names) > 0 {
+		sum.Names = slices.Clone(names[:min(len(names), MaxReportedSecrets)])
+	}
+	return sum
+}
+
 // parseLeaf parses the first certificate of a PEM tls.crt.
 func parseLeaf(pemBytes []byte) (*x509.Certificate, error) {
 	block, _ := pem.Decode(pemBytes)

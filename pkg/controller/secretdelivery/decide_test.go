@@ -468,3 +468,97 @@ func TestKeyMarkerMatchesFullParse(t *testing.T) {
 		t.Errorf("marker of garbage %q", got)
 	}
 }
+
+// TestTallyDistrust: a pending distrust waits only for the Secrets certapi delivers now for an existing
+// request that names them; every other labelled Secret holding an old certificate is reported, never
+// waited for.
+func TestTallyDistrust(t *testing.T) {
+	oldCA := newTestCA(t, testNow.Add(-time.Hour))
+	newCA := newTestCA(t, testNow.Add(-time.Hour))
+	oldBundle := signer.EncodeBundle(oldCA.Certificate)
+	newBundle := signer.EncodeBundle(newCA.Certificate, oldCA.Certificate)
+
+	live := newRequest("live", "live-svc", "live-tls")
+	requests := map[string]*certapiv1alpha1.ServingCertRequest{"live": live}
+	add := func(r *certapiv1alpha1.ServingCertRequest) *certapiv1alpha1.ServingCertRequest {
+		requests[r.Name] = r
+		return r
+	}
+	// old is the Secret certapi delivered for req before the distrust; edit changes a copy.
+	old := func(req *certapiv1alpha1.ServingCertRequest, edit ...func(*corev1.Secret)) *corev1.Secret {
+		s := deliveredSecret(t, req, oldCA, oldBundle, testNow)
+		for _, f := range edit {
+			f(s)
+		}
+		return s
+	}
+	renamed := func(name string) func(*corev1.Secret) { return func(s *corev1.Secret) { s.Name = name } }
+
+	deleting := add(newRequest("deleting", "deleting-svc", "deleting-tls"))
+	deleting.DeletionTimestamp = &metav1.Time{Time: testNow}
+	add(newRequest("moved", "moved-svc", "moved-new-tls")) // its secretName changed since
+	recreated := add(newRequest("recreated", "recreated-svc", "recreated-tls"))
+	immutable := true
+
+	cases := []struct {
+		name    string
+		secret  *corev1.Secret
+		pending bool
+		report  bool // in Unmanaged
+	}{
+		{name: "delivered for an existing request, old certificate: waited for", secret: old(live), pending: true},
+		{name: "delivered, re-issued by the Active CA: done", secret: deliveredSecret(t, live, newCA, newBundle, testNow)},
+		{name: "delivered, tls.crt unusable: waited for (certapi re-issues it)", pending: true,
+			secret: old(live, func(s *corev1.Secret) { s.Data[corev1.TLSCertKey] = []byte("junk") })},
+		{name: "adopted, not filled yet: nothing to distrust",
+			secret: old(live, func(s *corev1.Secret) { delete(s.Data, corev1.TLSCertKey) })},
+		{name: "foreign: labelled, no annotation", report: true,
+			secret: old(live, renamed("foreign"), func(s *corev1.Secret) { s.Annotations = nil })},
+		{name: "request deleted", report: true, secret: old(newRequest("gone", "gone-svc", "gone-tls"))},
+		{name: "request being deleted", report: true, secret: old(deleting)},
+		{name: "the request names another Secret now", report: true, secret: old(newRequest("moved", "moved-svc", "moved-tls"))},
+		{name: "an earlier request of the same name (UID)", report: true, secret: old(func() *certapiv1alpha1.ServingCertRequest {
+			r := recreated.DeepCopy()
+			r.UID = "uid-of-the-earlier-one"
+			return r
+		}())},
+		{name: "immutable: in conflict", report: true, secret: old(live, renamed("live-tls"), func(s *corev1.Secret) { s.Immutable = &immutable })},
+		{name: "foreign, from the Active CA: nothing to report",
+			secret: func() *corev1.Secret {
+				s := deliveredSecret(t, live, newCA, newBundle, testNow)
+				s.Name, s.Annotations = "foreign-new", nil
+				return s
+			}()},
+		{name: "foreign, junk in tls.crt: no certificate to report",
+			secret: old(live, renamed("junk"), func(s *corev1.Secret) { s.Annotations = nil; s.Data[corev1.TLSCertKey] = []byte("junk") })},
+	}
+	lookup := func(namespace, name string) *certapiv1alpha1.ServingCertRequest {
+		if namespace != testNamespace {
+			return nil
+		}
+		return requests[name]
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got := tallyDistrust([]*secretView{viewOf(tc.secret)}, lookup, newCA.Certificate.SubjectKeyId)
+			want := testNamespace + "/" + tc.secret.Name
+			if tc.pending != (got.Pending.Count == 1 && slices.Equal(got.Pending.Names, []string{want})) || (!tc.pending && got.Pending.Count != 0) {
+				t.Errorf("pending %+v; want it %v", got.Pending, tc.pending)
+			}
+			if tc.report != (got.Unmanaged.Count == 1 && slices.Equal(got.Unmanaged.Names, []string{want})) || (!tc.report && got.Unmanaged.Count != 0) {
+				t.Errorf("unmanaged %+v; want it %v", got.Unmanaged, tc.report)
+			}
+		})
+	}
+
+	// Every Secret is counted; the first MaxReportedSecrets are named, in order.
+	var many []*secretView
+	for i := 14; i >= 0; i-- {
+		many = append(many, viewOf(old(live, renamed(fmt.Sprintf("s-%02d", i)), func(s *corev1.Secret) { s.Annotations = nil })))
+	}
+	got := tallyDistrust(many, lookup, newCA.Certificate.SubjectKeyId)
+	if got.Unmanaged.Count != 15 || len(got.Unmanaged.Names) != MaxReportedSecrets || got.Unmanaged.Names[0] != testNamespace+"/s-00" ||
+		got.Unmanaged.Names[MaxReportedSecrets-1] != testNamespace+"/s-09" {
+		t.Errorf("15 unmanaged Secrets: %+v", got.Unmanaged)
+	}
+}
