@@ -295,7 +295,8 @@ func (c *Controller) onRequestDelete(obj any) {
 
 // onSecret enqueues the request a certapi Secret's annotation names and every request whose
 // spec.secretName names it, so that a deleted Secret is re-created within moments and a Secret that
-// another request gave up is taken over.
+// another request gave up is taken over. A labelled Secret that no existing request names or is named by
+// makes no work.
 func (c *Controller) onSecret(obj any) {
 	var s *secretView
 	switch o := obj.(type) {
@@ -312,7 +313,9 @@ func (c *Controller) onSecret(obj any) {
 		return
 	}
 	if owner := s.Annotations[AnnotationServingCertRequest]; owner != "" {
-		c.queue.Add(types.NamespacedName{Namespace: s.Namespace, Name: owner})
+		if _, err := c.requests.ServingCertRequests(s.Namespace).Get(owner); err == nil {
+			c.queue.Add(types.NamespacedName{Namespace: s.Namespace, Name: owner})
+		}
 	}
 	c.enqueueForSecret(s.Namespace, s.Name)
 }

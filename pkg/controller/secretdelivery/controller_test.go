@@ -573,3 +573,21 @@ func TestNewValidates(t *testing.T) {
 		}
 	}
 }
+
+// TestSecretsNoRequestNamesMakeNoWork: a labelled Secret whose annotation names no existing request, and
+// that no request's secretName names, enqueues nothing; one that an existing request claims does.
+func TestSecretsNoRequestNamesMakeNoWork(t *testing.T) {
+	h := newHarness(t)
+	defer h.c.queue.ShutDown()
+	orphan := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: testNamespace, Name: "orphan",
+		Labels: map[string]string{LabelManaged: "true"}, Annotations: map[string]string{AnnotationServingCertRequest: "gone"}}}
+	h.c.onSecret(viewOf(orphan))
+	if n := h.c.queue.Len(); n != 0 {
+		t.Fatalf("a Secret no request names enqueued %d requests", n)
+	}
+	h.addRequest(t, newRequest("gone", "svc", "elsewhere-tls"))
+	h.c.onSecret(viewOf(orphan))
+	if n := h.c.queue.Len(); n != 1 {
+		t.Fatalf("a Secret annotated for an existing request enqueued %d requests; want 1", n)
+	}
+}
