@@ -39,14 +39,20 @@ func TestSpecChangesNeedRightsOnTheSecret(t *testing.T) {
 		return err == nil, err
 	})
 
-	// A new SAN with secretName unchanged: certapi would re-issue into r-tls.
-	req, err := ec.CertapiV1alpha1().ServingCertRequests(ns).Get(ctx, "r", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	gen := req.Generation
-	req.Spec.DNSNames = []string{"extra." + ns + ".svc"}
-	_, err = ec.CertapiV1alpha1().ServingCertRequests(ns).Update(ctx, req, metav1.UpdateOptions{})
+	// A new SAN with secretName unchanged: certapi would re-issue into r-tls. (Retried while certapi's
+	// status writes make the update conflict.)
+	var gen int64
+	var err error
+	eventually(t, 30*time.Second, "an update that does not conflict with certapi's status writes", func(ctx context.Context) (bool, error) {
+		req, gerr := ec.CertapiV1alpha1().ServingCertRequests(ns).Get(ctx, "r", metav1.GetOptions{})
+		if gerr != nil {
+			return false, gerr
+		}
+		gen = req.Generation
+		req.Spec.DNSNames = []string{"extra." + ns + ".svc"}
+		_, err = ec.CertapiV1alpha1().ServingCertRequests(ns).Update(ctx, req, metav1.UpdateOptions{})
+		return !apierrors.IsConflict(err), nil
+	})
 	if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "may not update secrets") || !strings.Contains(err.Error(), `"r-tls"`) {
 		t.Fatalf("a spec change by a user who may not update the Secret: %v, want 403 that says why", err)
 	}
