@@ -66,6 +66,8 @@ type ExtraConfig struct {
 	RotationGrace time.Duration
 	// MaxCertificateDuration caps every leaf's lifetime; a Retiring CA stays trusted this long.
 	MaxCertificateDuration time.Duration
+	// DistrustDeadline is the longest a distrusted CA stays in the bundle.
+	DistrustDeadline time.Duration
 	// SelfServing, when set, is the provider of certapi's own serving certificate: the server issues it
 	// from its own CA and reports not ready until it has.
 	SelfServing *selfServing
@@ -98,10 +100,12 @@ type Server struct {
 	clusterDomain  string
 	rotationGrace  time.Duration
 	maxDuration    time.Duration
-	leader         LeaderOptions
-	status         atomic.Pointer[status.Writer]
-	self           *selfServing
-	clients        controller.Clients
+	// distrustDeadline is the longest a distrusted CA stays in the bundle.
+	distrustDeadline time.Duration
+	leader           LeaderOptions
+	status           atomic.Pointer[status.Writer]
+	self             *selfServing
+	clients          controller.Clients
 	// broadcaster is the process's one Event broadcaster; recorder reports for the servingcerts path,
 	// and each leader loop takes a recorder of its own name from it.
 	broadcaster events.EventBroadcaster
@@ -121,7 +125,8 @@ func (c CompletedConfig) New() (*Server, error) {
 		return nil, fmt.Errorf("creating the generic API server: %w", err)
 	}
 	s := &Server{GenericAPIServer: generic, statusInterval: c.ExtraConfig.StatusInterval, clusterDomain: c.ExtraConfig.ClusterDomain,
-		rotationGrace: c.ExtraConfig.RotationGrace, maxDuration: c.ExtraConfig.MaxCertificateDuration, leader: c.ExtraConfig.Leader}
+		rotationGrace: c.ExtraConfig.RotationGrace, maxDuration: c.ExtraConfig.MaxCertificateDuration, leader: c.ExtraConfig.Leader,
+		distrustDeadline: c.ExtraConfig.DistrustDeadline}
 	if s.statusInterval <= 0 {
 		// Long enough to fold a burst of renewals against one request into one write, short enough that
 		// Ready follows issuance at once.

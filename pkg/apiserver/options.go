@@ -45,6 +45,13 @@ const EtcdPathPrefix = "/registry/certapi.dev"
 // storagePrefix is the generic registry's prefix; it appends "<group>/<resource>" to it.
 const storagePrefix = "/registry"
 
+// DefaultDistrustDeadline is --distrust-deadline's default: the longest a distrusted CA stays in the bundle.
+const DefaultDistrustDeadline = 15 * time.Minute
+
+// MinDistrustDeadline is the least --distrust-deadline: the time pkg/servingcert clients, which certapi
+// does not track, are given to re-issue (the rotation's distrust dwell).
+const MinDistrustDeadline = 5 * time.Second
+
 func init() {
 	// The generic registry's watch cache keeps, with every object, a snapshot of its index at each event it
 	// still remembers (ListFromCacheSnapshot), to serve paginated and exact-resourceVersion lists from
@@ -77,6 +84,8 @@ type Options struct {
 	ServiceName, ServiceNamespace string
 	// MaxCertificateDuration caps every certificate's lifetime and so how long a Retiring CA stays.
 	MaxCertificateDuration time.Duration
+	// DistrustDeadline is the longest a distrusted CA stays in the bundle, whatever is not re-issued yet.
+	DistrustDeadline time.Duration
 	// Leader holds the sizes of the leader's loops and its kube-apiserver client.
 	Leader LeaderOptions
 	// RequireEncryptedCAKeys refuses to start when the CA private keys would be stored in etcd unencrypted.
@@ -97,6 +106,7 @@ func NewOptions() *Options {
 		HandoffTimeout:         3 * time.Second,
 		RotationGrace:          time.Hour,
 		MaxCertificateDuration: validation.MaxDuration,
+		DistrustDeadline:       DefaultDistrustDeadline,
 		ServiceName:            "certapi",
 		ServiceNamespace:       "certapi-system",
 		Leader:                 DefaultLeaderOptions(),
@@ -154,6 +164,10 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 		"Refuse to start when the CA private keys would be stored in etcd unencrypted: when no --encryption-provider-config is given, or its "+
 			"EncryptionConfiguration does not list the resource "+caKeysResource().String()+" or lists the identity provider first for it. "+
 			"Without this flag certapi logs a loud warning and starts. The deploy manifests turn it on.")
+	fs.DurationVar(&o.DistrustDeadline, "distrust-deadline", o.DistrustDeadline,
+		fmt.Sprintf("After spec.distrust, the longest the distrusted CA stays in the bundle. It leaves every bundle as soon as every Secret certapi "+
+			"delivers for an existing ServingCertRequest, and every certapi replica, holds a certificate of the new CA; at this deadline it leaves "+
+			"regardless, with a Warning Event and a log line, and what was not re-issued stops verifying. At least %s.", MinDistrustDeadline))
 
 	o.Leader.AddFlags(fss.FlagSet("leader loops"))
 
@@ -204,6 +218,10 @@ func (o *Options) Validate() error {
 	}
 	if o.MaxCertificateDuration < 10*time.Second || o.MaxCertificateDuration > validation.MaxDuration {
 		errs = append(errs, fmt.Errorf("--max-certificate-duration %s: must be from 10s to %s", o.MaxCertificateDuration, validation.MaxDuration))
+	}
+	if o.DistrustDeadline < MinDistrustDeadline {
+		errs = append(errs, fmt.Errorf("--distrust-deadline %s: must be at least %s (clients of the servingcerts subresource need a moment to re-issue)",
+			o.DistrustDeadline, MinDistrustDeadline))
 	}
 	if len(o.RecommendedOptions.Etcd.StorageConfig.Transport.ServerList) == 0 && o.DataDir == "" {
 		errs = append(errs, fmt.Errorf("give --etcd-servers, or --data-dir for the embedded etcd"))
@@ -318,6 +336,7 @@ func (o *Options) Config() (*Config, error) {
 			SelfServing:            self,
 			AuthReadiness:          auth,
 			MaxCertificateDuration: o.MaxCertificateDuration,
+			DistrustDeadline:       o.DistrustDeadline,
 			Leader:                 o.Leader,
 			IssuerConfig: issuer.Config{
 				Client:         client,

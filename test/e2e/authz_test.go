@@ -107,7 +107,7 @@ func TestServingCertsAuthorization(t *testing.T) {
 		t.Fatalf("issuing with only create servingcertrequests: %v, want 403", err)
 	}
 
-	// Setting secretName needs create on secrets: the writer lacks it.
+	// Setting secretName needs create and update on that Secret: the writer lacks both.
 	withSecret := request("with-secret", "svc")
 	withSecret.Spec.SecretName = "svc-tls"
 	_, err = writerClient.CertapiV1alpha1().ServingCertRequests(ns).Create(ctx, withSecret, metav1.CreateOptions{})
@@ -117,10 +117,11 @@ func TestServingCertsAuthorization(t *testing.T) {
 	if _, err := admin.CertapiV1alpha1().ServingCertRequests(ns).Get(ctx, "with-secret", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Fatalf("the refused request was stored: %v", err)
 	}
-	// Once it may create Secrets, the same request is accepted.
+	// Once it may create and update that Secret, the same request is accepted.
 	grant(t, kube, ns, "writer-secrets", rbacv1.Subject{Kind: "ServiceAccount", Name: "writer", Namespace: ns},
-		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"create"}})
-	eventually(t, 30*time.Second, "secretName to be accepted once the writer may create Secrets", func(ctx context.Context) (bool, error) {
+		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"create"}},
+		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"update"}, ResourceNames: []string{"svc-tls"}})
+	eventually(t, 30*time.Second, "secretName to be accepted once the writer may create and update the Secret", func(ctx context.Context) (bool, error) {
 		_, err := writerClient.CertapiV1alpha1().ServingCertRequests(ns).Create(ctx, withSecret, metav1.CreateOptions{})
 		if apierrors.IsForbidden(err) {
 			return false, nil
