@@ -234,6 +234,11 @@ func (s *Server) denied(namespace, name, message string) {
 
 // recordIssued is called on the leader after every signature.
 func (s *Server) recordIssued(req issuer.Request, res *issuer.Result) {
+	path := req.Path
+	if path == "" {
+		path = "self"
+	}
+	metrics.Signatures.WithLabelValues(path).Inc()
 	if req.Name == "" {
 		return // certapi's own serving certificate: no request to report on
 	}

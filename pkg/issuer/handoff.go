@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"sync"
@@ -142,7 +143,11 @@ func (i *Issuer) answer(ctx context.Context, key string, value []byte) {
 	var resp handoffResponse
 	if err := json.Unmarshal(value, &req); err != nil {
 		resp.Error = "malformed handoff request"
-	} else if res, err := i.Sign(req.Request); err != nil {
+	} else if res, err := i.Sign(req.Request); errors.Is(err, ErrNotLeading) {
+		// This replica stopped leading (or its lease may have expired) since it saw the request: leave it
+		// to the leader there is, or to the requester's deadline, which answers 503 with Retry-After.
+		return
+	} else if err != nil {
 		resp.Error = err.Error()
 	} else {
 		resp.Result = res
