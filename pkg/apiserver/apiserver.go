@@ -179,7 +179,7 @@ func (c CompletedConfig) New() (*Server, error) {
 	apiGroupInfo.VersionedResourcesStorageMap["v1alpha1"] = map[string]rest.Storage{
 		"servingcertrequests":              scr,
 		"servingcertrequests/status":       scrStatus,
-		"servingcertrequests/servingcerts": servingcertrequest.NewServingCertsREST(scr, iss, s.denied),
+		"servingcertrequests/servingcerts": servingcertrequest.NewServingCertsREST(scr, iss, iss.HandoffTimeout(), s.denied),
 		"certificateauthorities":           ca,
 		"certificateauthorities/status":    caStatus,
 	}

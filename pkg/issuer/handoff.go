@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"math"
 	"sync"
-	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"k8s.io/klog/v2"
@@ -52,9 +51,11 @@ func (i *Issuer) handoff(ctx context.Context, req Request) (*Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: granting a handoff lease: %v", ErrNoLeader, err)
 	}
-	// Revoke with a context of its own: the caller's may be done, and the keys should go at once.
+	// Revoke so that the keys go at once, even if the caller has gone, but within the call's deadline:
+	// if etcd became unreachable meanwhile, the answer must not wait for it. The lease expires anyway.
+	deadline, _ := ctx.Deadline()
 	defer func() {
-		rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
+		rctx, rcancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
 		defer rcancel()
 		if _, err := i.cfg.Client.Revoke(rctx, lease.ID); err != nil {
 			klog.V(2).InfoS("Revoking a handoff lease failed; etcd will expire it", "lease", lease.ID, "err", err)
