@@ -67,7 +67,7 @@ func (cp *ControlPlane) buildCertapiArgs(r *replica) []string {
 	if cp.opts.CertapiEmbeddedEtcd {
 		args = append(args, "--data-dir="+filepath.Join(cp.Dir, "certapi-data"))
 	} else {
-		args = append(args, "--etcd-servers="+cp.EtcdEndpoint)
+		args = append(args, "--etcd-servers="+cp.etcdServers())
 	}
 	args = append(args,
 		"--bind-address=127.0.0.1",
@@ -239,6 +239,27 @@ func (cp *ControlPlane) stopReplica(r *replica, sig syscall.Signal) error {
 		return fmt.Errorf("stopping %s: %w", r.name, err)
 	}
 	return nil
+}
+
+// PauseReplica stops certapi replica i with SIGSTOP, as a long GC stall or a frozen VM would: its
+// sockets stay open (connections to it are accepted by the kernel and then hang, and the proxy
+// still routes to it) but it runs nothing until ResumeReplica. StopReplica and KillReplica work on
+// a paused replica.
+func (cp *ControlPlane) PauseReplica(i int) error {
+	p := cp.runningReplicaProc(i)
+	if p == nil {
+		return fmt.Errorf("PauseReplica: certapi replica %d is not running", i)
+	}
+	return p.Pause()
+}
+
+// ResumeReplica continues certapi replica i after PauseReplica (SIGCONT).
+func (cp *ControlPlane) ResumeReplica(i int) error {
+	p := cp.runningReplicaProc(i)
+	if p == nil {
+		return fmt.Errorf("ResumeReplica: certapi replica %d is not running", i)
+	}
+	return p.Resume()
 }
 
 // ReplicaRunning reports whether certapi replica i is running.
