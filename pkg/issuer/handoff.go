@@ -140,13 +140,16 @@ func (i *Issuer) serveHandoffs(ctx context.Context) error {
 
 func (i *Issuer) answer(ctx context.Context, key string, value []byte) {
 	id := key[len(i.requestsPrefix()):]
+	// The requester waits at most the handoff timeout, so waiting for a lease renewal longer is pointless.
+	signCtx, cancel := context.WithTimeout(ctx, i.cfg.HandoffTimeout)
+	defer cancel()
 	var req handoffRequest
 	var resp handoffResponse
 	if err := json.Unmarshal(value, &req); err != nil {
 		resp.Error = "malformed handoff request"
-	} else if res, err := i.Sign(req.Request); errors.Is(err, ErrNotLeading) {
-		// This replica stopped leading (or its lease may have expired) since it saw the request: leave it
-		// to the leader there is, or to the requester's deadline, which answers 503 with Retry-After.
+	} else if res, led, err := i.signAsLeader(signCtx, req.Request); !led || errors.Is(err, ErrNoLeader) {
+		// This replica stopped leading, or etcd did not renew its lease within the requester's wait: leave
+		// the request to the leader there is, or to the requester's deadline (503 with Retry-After).
 		return
 	} else if err != nil {
 		resp.Error = err.Error()

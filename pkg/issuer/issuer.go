@@ -72,6 +72,9 @@ type Issuer struct {
 	leaseTTL       time.Duration
 	// leaseLapseLogged is set once a refusal to sign for want of a known-valid lease has been logged.
 	leaseLapseLogged atomic.Bool
+	// leaseCh is closed and replaced when the lease becomes known valid again or the term ends, to wake
+	// the calls that wait for that (signAsLeader).
+	leaseCh chan struct{}
 	// now reads the local monotonic clock (time.Now), for the lease; tests replace it.
 	now func() time.Time
 
@@ -205,13 +208,32 @@ func (i *Issuer) Leading() bool {
 // Issue signs req: here when this replica leads, otherwise through the leader. ErrNoLeader (wrapped) means
 // nobody could sign in time.
 func (i *Issuer) Issue(ctx context.Context, req Request) (*Result, error) {
-	if i.Leading() {
-		res, err := i.Sign(req)
-		if !errors.Is(err, ErrNotLeading) {
-			return res, err
-		}
+	if res, led, err := i.signAsLeader(ctx, req); led {
+		return res, err
 	}
 	return i.handoff(ctx, req)
+}
+
+// signAsLeader signs req here when this replica leads; led is false when it does not (or no longer does),
+// and req should go to the leader there is. A leader whose election lease is not known to be alive (etcd
+// was unreachable for a while) waits, within ctx, for etcd to renew the lease, and signs then, or for the
+// term to end; at ctx's end the error wraps ErrNoLeader.
+func (i *Issuer) signAsLeader(ctx context.Context, req Request) (res *Result, led bool, err error) {
+	for {
+		changed := i.leaseChanged() // before the attempt, so that a renewal right after it is not missed
+		res, err := i.Sign(req)
+		if !errors.Is(err, ErrNotLeading) {
+			return res, true, err
+		}
+		if !i.leaseLapsed() {
+			return nil, false, nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return nil, true, fmt.Errorf("%w: etcd did not renew the leader's election lease in time", ErrNoLeader)
+		}
+	}
 }
 
 // ErrNotLeading is returned by Sign on a replica that does not lead (or lost its session a moment ago).
@@ -488,6 +510,9 @@ func (i *Issuer) setLeading(leading bool, auth signer.Authorities) {
 		i.bundle = auth.Bundle()
 	}
 	i.mu.Unlock()
+	if changed {
+		i.signalLease()
+	}
 	if changed && i.cfg.OnLeadershipChange != nil {
 		i.cfg.OnLeadershipChange(leading)
 	}

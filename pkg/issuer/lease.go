@@ -71,7 +71,36 @@ func (i *Issuer) leaseRenewed(sent time.Time, ttl time.Duration) {
 	if !wasValid && leading {
 		i.leaseLapseLogged.Store(false)
 		klog.InfoS("Signing again: etcd renewed the election lease, so it never expired", "identity", i.cfg.Identity)
+		i.signalLease()
 		i.listeners.notify()
+	}
+}
+
+// leaseLapsed reports whether this replica leads but its election lease is not known to be alive now.
+func (i *Issuer) leaseLapsed() bool {
+	i.mu.RLock()
+	defer i.mu.RUnlock()
+	return i.leading && i.auth.Active != nil && !i.leaseValidLocked()
+}
+
+// leaseChanged returns a channel that is closed the next time the lease becomes known valid again or
+// this replica stops leading.
+func (i *Issuer) leaseChanged() <-chan struct{} {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	if i.leaseCh == nil {
+		i.leaseCh = make(chan struct{})
+	}
+	return i.leaseCh
+}
+
+// signalLease wakes the calls waiting in leaseChanged.
+func (i *Issuer) signalLease() {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	if i.leaseCh != nil {
+		close(i.leaseCh)
+		i.leaseCh = nil
 	}
 }
 

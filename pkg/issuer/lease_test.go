@@ -1,13 +1,16 @@
 package issuer
 
 import (
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/clock"
 
 	"github.com/certapi/certapi/pkg/signer"
@@ -77,14 +80,30 @@ func TestRenewalInterval(t *testing.T) {
 
 // fakeMonotonic is a settable clock for the lease; step, when set, is added after every reading.
 type fakeMonotonic struct {
+	mu   sync.Mutex
 	t    time.Time
 	step time.Duration
 }
 
 func (c *fakeMonotonic) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	t := c.t
 	c.t = c.t.Add(c.step)
 	return t
+}
+
+// peek returns the clock's time without a step.
+func (c *fakeMonotonic) peek() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeMonotonic) advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
 }
 
 // leadingIssuer is an Issuer that leads with a fresh CA, its lease granted at clk's current time.
@@ -96,7 +115,7 @@ func leadingIssuer(t *testing.T, clk *fakeMonotonic, ttl time.Duration, onIssued
 	}
 	i := &Issuer{cfg: Config{Identity: "test", ClusterDomain: "cluster.local", Clock: clock.RealClock{},
 		OnIssued: func(Request, *Result) { onIssued() }}, now: clk.now}
-	i.leaseGranted(clk.t, ttl)
+	i.leaseGranted(clk.peek(), ttl)
 	i.setLeading(true, signer.Authorities{Active: ca})
 	return i
 }
@@ -122,12 +141,12 @@ func TestSignOnlyWhileTheLeaseIsKnownValid(t *testing.T) {
 	if _, err := i.Sign(req); err != nil {
 		t.Fatalf("signing right after the grant: %v", err)
 	}
-	clk.t = clk.t.Add(ttl - signingMargin(ttl) - time.Millisecond)
+	clk.advance(ttl - signingMargin(ttl) - time.Millisecond)
 	if _, err := i.Sign(req); err != nil {
 		t.Fatalf("signing just before TTL minus the margin: %v", err)
 	}
 	// Paused past the TTL: the session still looks fine in memory, but the lease may be gone.
-	clk.t = clk.t.Add(10 * time.Second)
+	clk.advance(10 * time.Second)
 	if _, err := i.Sign(req); !errors.Is(err, ErrNotLeading) {
 		t.Fatalf("signing after the lease could have expired: %v, want ErrNotLeading", err)
 	}
@@ -141,12 +160,12 @@ func TestSignOnlyWhileTheLeaseIsKnownValid(t *testing.T) {
 		t.Error("Leading after the lease could have expired")
 	}
 	// etcd answers a keepalive sent now: the lease never expired, and signing resumes.
-	i.leaseRenewed(clk.t, ttl)
+	i.leaseRenewed(clk.peek(), ttl)
 	if _, err := i.Sign(req); err != nil {
 		t.Fatalf("signing after a renewal: %v", err)
 	}
 	// A late answer to an older keepalive does not move the renewal time back.
-	i.leaseRenewed(clk.t.Add(-time.Minute), ttl)
+	i.leaseRenewed(clk.peek().Add(-time.Minute), ttl)
 	if !i.leaseValid() {
 		t.Error("an older renewal moved the lease's known validity back")
 	}
@@ -172,4 +191,76 @@ func TestSignDiscardsASignatureFinishedTooLate(t *testing.T) {
 	if issued != 0 {
 		t.Errorf("OnIssued called %d times for a discarded signature", issued)
 	}
+}
+
+// TestSignAsLeaderWaitsForARenewal: a leader whose lease lapsed (etcd unreachable for a while) holds a
+// call until etcd renews the lease, then signs; it gives up with ErrNoLeader at the call's deadline, and
+// lets the call go to another leader when its term ends meanwhile.
+func TestSignAsLeaderWaitsForARenewal(t *testing.T) {
+	const ttl = 15 * time.Second
+	req := testRequest(t)
+	lapsed := func() (*Issuer, *fakeMonotonic) {
+		clk := &fakeMonotonic{t: time.Now()}
+		i := leadingIssuer(t, clk, ttl, func() {})
+		clk.advance(ttl) // no renewal answered for a whole TTL
+		return i, clk
+	}
+	type outcome struct {
+		res *Result
+		led bool
+		err error
+	}
+	run := func(i *Issuer, ctx context.Context) <-chan outcome {
+		out := make(chan outcome, 1)
+		go func() {
+			res, led, err := i.signAsLeader(ctx, req)
+			out <- outcome{res, led, err}
+		}()
+		return out
+	}
+	// waitBlocked returns once the call is waiting: it has taken the lease channel and found no valid lease.
+	waitBlocked := func(t *testing.T, i *Issuer) {
+		t.Helper()
+		if err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+			return i.leaseLapseLogged.Load(), nil
+		}); err != nil {
+			t.Fatalf("the call never waited for the lease: %v", err)
+		}
+	}
+
+	t.Run("renewed", func(t *testing.T) {
+		i, clk := lapsed()
+		out := run(i, context.Background())
+		waitBlocked(t, i)
+		i.leaseRenewed(clk.peek(), ttl)
+		if o := <-out; o.err != nil || !o.led || o.res == nil {
+			t.Fatalf("after the renewal: %+v, want a certificate", o)
+		}
+	})
+	t.Run("deadline", func(t *testing.T) {
+		i, _ := lapsed()
+		ctx, cancel := context.WithCancel(context.Background())
+		out := run(i, ctx)
+		waitBlocked(t, i)
+		cancel()
+		if o := <-out; !errors.Is(o.err, ErrNoLeader) || !o.led || o.res != nil {
+			t.Fatalf("at the deadline: %+v, want ErrNoLeader", o)
+		}
+	})
+	t.Run("term ended", func(t *testing.T) {
+		i, _ := lapsed()
+		out := run(i, context.Background())
+		waitBlocked(t, i)
+		i.setLeading(false, signer.Authorities{})
+		if o := <-out; o.led || o.err != nil || o.res != nil {
+			t.Fatalf("after the term ended: %+v, want led=false", o)
+		}
+	})
+	t.Run("not leading", func(t *testing.T) {
+		i, _ := lapsed()
+		i.setLeading(false, signer.Authorities{})
+		if res, led, err := i.signAsLeader(context.Background(), req); led || err != nil || res != nil {
+			t.Fatalf("a follower: %v, %v, %v; want led=false", res, led, err)
+		}
+	})
 }
