@@ -193,7 +193,7 @@ func (c CompletedConfig) New() (*Server, error) {
 	apiGroupInfo.VersionedResourcesStorageMap["v1alpha1"] = map[string]rest.Storage{
 		"servingcertrequests":              scr,
 		"servingcertrequests/status":       scrStatus,
-		"servingcertrequests/servingcerts": servingcertrequest.NewServingCertsREST(scr, iss, s.denied),
+		"servingcertrequests/servingcerts": servingcertrequest.NewServingCertsREST(scr, iss, iss.HandoffTimeout(), s.denied),
 		"certificateauthorities":           ca,
 		"certificateauthorities/status":    caStatus,
 	}
@@ -248,6 +248,11 @@ func (s *Server) denied(namespace, name, message string) {
 
 // recordIssued is called on the leader after every signature.
 func (s *Server) recordIssued(req issuer.Request, res *issuer.Result) {
+	path := req.Path
+	if path == "" {
+		path = "self"
+	}
+	metrics.Signatures.WithLabelValues(path).Inc()
 	if req.Name == "" {
 		return // certapi's own serving certificate: no request to report on
 	}

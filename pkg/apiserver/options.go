@@ -144,7 +144,8 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs.DurationVar(&o.LeaderSessionTTL, "leader-session-ttl", o.LeaderSessionTTL,
 		"TTL of the leader's etcd session (whole seconds). A leader that dies is replaced after at most this long; a leader stopped with SIGTERM resigns at once.")
 	fs.DurationVar(&o.HandoffTimeout, "handoff-timeout", o.HandoffTimeout,
-		fmt.Sprintf("How long a replica that does not lead waits for the leader to sign a servingcerts request before it answers 503 with Retry-After: %ds. "+
+		fmt.Sprintf("How long certapi works on one servingcerts call: reading its ServingCertRequest from etcd and signing, on the leader or through a handoff "+
+			"from a follower. Past it (no leader, etcd unreachable) the call is answered 503 with Retry-After: %ds. "+
 			"client-go retries such answers up to 10 times, so a client-go caller waits at most 11 x (handoff-timeout + %ds) in all: 44s with the default.",
 			servingcertrequest.RetryAfterSeconds, servingcertrequest.RetryAfterSeconds))
 
@@ -300,6 +301,9 @@ func (o *Options) Config() (*Config, error) {
 	serverConfig.ShutdownSendRetryAfter = true
 	serverConfig.EffectiveVersion = compatibility.DefaultBuildEffectiveVersion()
 
+	if transport := &o.RecommendedOptions.Etcd.StorageConfig.Transport; tcpEndpoints(transport.ServerList) && transport.EgressLookup == nil {
+		transport.EgressLookup = patientEgress // reconnect at once after an etcd outage
+	}
 	if err := o.RecommendedOptions.ApplyTo(serverConfig); err != nil {
 		return nil, fmt.Errorf("applying options: %w", err)
 	}

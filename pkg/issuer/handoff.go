@@ -5,10 +5,10 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"sync"
-	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"k8s.io/klog/v2"
@@ -51,9 +51,11 @@ func (i *Issuer) handoff(ctx context.Context, req Request) (*Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: granting a handoff lease: %v", ErrNoLeader, err)
 	}
-	// Revoke with a context of its own: the caller's may be done, and the keys should go at once.
+	// Revoke so that the keys go at once, even if the caller has gone, but within the call's deadline:
+	// if etcd became unreachable meanwhile, the answer must not wait for it. The lease expires anyway.
+	deadline, _ := ctx.Deadline()
 	defer func() {
-		rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
+		rctx, rcancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
 		defer rcancel()
 		if _, err := i.cfg.Client.Revoke(rctx, lease.ID); err != nil {
 			klog.V(2).InfoS("Revoking a handoff lease failed; etcd will expire it", "lease", lease.ID, "err", err)
@@ -138,11 +140,18 @@ func (i *Issuer) serveHandoffs(ctx context.Context) error {
 
 func (i *Issuer) answer(ctx context.Context, key string, value []byte) {
 	id := key[len(i.requestsPrefix()):]
+	// The requester waits at most the handoff timeout, so waiting for a lease renewal longer is pointless.
+	signCtx, cancel := context.WithTimeout(ctx, i.cfg.HandoffTimeout)
+	defer cancel()
 	var req handoffRequest
 	var resp handoffResponse
 	if err := json.Unmarshal(value, &req); err != nil {
 		resp.Error = "malformed handoff request"
-	} else if res, err := i.Sign(req.Request); err != nil {
+	} else if res, led, err := i.signAsLeader(signCtx, req.Request); !led || errors.Is(err, ErrNoLeader) {
+		// This replica stopped leading, or etcd did not renew its lease within the requester's wait: leave
+		// the request to the leader there is, or to the requester's deadline (503 with Retry-After).
+		return
+	} else if err != nil {
 		resp.Error = err.Error()
 	} else {
 		resp.Result = res

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -65,6 +66,17 @@ type Issuer struct {
 	// termKey and termRev identify the election key of the current or last term; CA writes are fenced on them.
 	termKey string
 	termRev int64
+	// leaseRenewedAt is when the last successful grant or keepalive of the election lease was sent, and
+	// leaseTTL the TTL etcd answered, on the local monotonic clock (now): see lease.go.
+	leaseRenewedAt time.Time
+	leaseTTL       time.Duration
+	// leaseLapseLogged is set once a refusal to sign for want of a known-valid lease has been logged.
+	leaseLapseLogged atomic.Bool
+	// leaseCh is closed and replaced when the lease becomes known valid again or the term ends, to wake
+	// the calls that wait for that (signAsLeader).
+	leaseCh chan struct{}
+	// now reads the local monotonic clock (time.Now), for the lease; tests replace it.
+	now func() time.Time
 
 	servers serverLease
 
@@ -91,27 +103,37 @@ func New(cfg Config) (*Issuer, error) {
 	if cfg.CADuration <= 0 {
 		cfg.CADuration = signer.DefaultCADuration
 	}
-	return &Issuer{cfg: cfg, store: &keystore{client: cfg.Client, key: cfg.Prefix + "/" + CAKeysResource + "/default", transformer: cfg.Transformer}}, nil
+	return &Issuer{cfg: cfg, now: time.Now, store: &keystore{client: cfg.Client, key: cfg.Prefix + "/" + CAKeysResource + "/default", transformer: cfg.Transformer}}, nil
 }
 
-// Signing returns the Active CA and the trust bundle while this replica leads.
+// Signing returns the Active CA and the trust bundle while this replica leads and its election lease is
+// known to be alive (see lease.go).
 func (i *Issuer) Signing() (*signer.CA, []byte, bool) {
-	i.mu.RLock()
-	defer i.mu.RUnlock()
-	if !i.leading || i.auth.Active == nil {
-		return nil, nil, false
-	}
-	return i.auth.Active, i.bundle, true
+	auth, bundle, ok := i.current()
+	return auth.Active, bundle, ok
 }
 
-// State returns the CAs and the rotation's progress while this replica leads.
+// State returns the CAs and the rotation's progress while this replica leads and its election lease is
+// known to be alive.
 func (i *Issuer) State() (signer.Authorities, bool) {
+	auth, _, ok := i.current()
+	return auth, ok
+}
+
+// current returns the CAs and the bundle while this replica leads and its election lease is known to be
+// alive; a leader whose lease may have expired says so in the log, once per lapse.
+func (i *Issuer) current() (signer.Authorities, []byte, bool) {
 	i.mu.RLock()
-	defer i.mu.RUnlock()
-	if !i.leading || i.auth.Active == nil {
-		return signer.Authorities{}, false
+	leading, auth, bundle, valid := i.leading, i.auth, i.bundle, i.leaseValidLocked()
+	i.mu.RUnlock()
+	if !leading || auth.Active == nil {
+		return signer.Authorities{}, nil, false
 	}
-	return i.auth, true
+	if !valid {
+		i.noteLeaseLapse()
+		return signer.Authorities{}, nil, false
+	}
+	return auth, bundle, true
 }
 
 // Bundle returns the trust bundle while this replica leads; it satisfies the injector's bundle source.
@@ -174,6 +196,9 @@ func (i *Issuer) Rotate(ctx context.Context, req RotationRequest) ([]signer.Rota
 	return steps, nil
 }
 
+// HandoffTimeout is how long a follower waits for the leader to sign (Config.HandoffTimeout, defaulted).
+func (i *Issuer) HandoffTimeout() time.Duration { return i.cfg.HandoffTimeout }
+
 // Leading reports whether this replica leads and can sign.
 func (i *Issuer) Leading() bool {
 	_, _, ok := i.Signing()
@@ -183,20 +208,41 @@ func (i *Issuer) Leading() bool {
 // Issue signs req: here when this replica leads, otherwise through the leader. ErrNoLeader (wrapped) means
 // nobody could sign in time.
 func (i *Issuer) Issue(ctx context.Context, req Request) (*Result, error) {
-	if i.Leading() {
-		res, err := i.Sign(req)
-		if !errors.Is(err, ErrNotLeading) {
-			return res, err
-		}
+	if res, led, err := i.signAsLeader(ctx, req); led {
+		return res, err
 	}
 	return i.handoff(ctx, req)
+}
+
+// signAsLeader signs req here when this replica leads; led is false when it does not (or no longer does),
+// and req should go to the leader there is. A leader whose election lease is not known to be alive (etcd
+// was unreachable for a while) waits, within ctx, for etcd to renew the lease, and signs then, or for the
+// term to end; at ctx's end the error wraps ErrNoLeader.
+func (i *Issuer) signAsLeader(ctx context.Context, req Request) (res *Result, led bool, err error) {
+	for {
+		changed := i.leaseChanged() // before the attempt, so that a renewal right after it is not missed
+		res, err := i.Sign(req)
+		if !errors.Is(err, ErrNotLeading) {
+			return res, true, err
+		}
+		if !i.leaseLapsed() {
+			return nil, false, nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return nil, true, fmt.Errorf("%w: etcd did not renew the leader's election lease in time", ErrNoLeader)
+		}
+	}
 }
 
 // ErrNotLeading is returned by Sign on a replica that does not lead (or lost its session a moment ago).
 var ErrNotLeading = errors.New("this replica does not lead")
 
 // Sign signs req with the Active CA on this replica through Policy.Sign, the one issuance policy, and
-// tells OnIssued. It refuses, with ErrNotLeading, the moment leadership is lost.
+// tells OnIssued. It refuses, with ErrNotLeading, the moment leadership is lost or the election lease is
+// no longer known to be alive, and it discards a signature finished after that moment (a process paused
+// while signing): every certificate it returns was made while this replica certainly led.
 func (i *Issuer) Sign(req Request) (*Result, error) {
 	ca, bundle, ok := i.Signing()
 	if !ok {
@@ -205,6 +251,10 @@ func (i *Issuer) Sign(req Request) (*Result, error) {
 	res, err := i.policy().Sign(ca, bundle, req, i.cfg.Clock.Now())
 	if err != nil {
 		return nil, err
+	}
+	if !i.leaseValid() {
+		i.noteLeaseLapse()
+		return nil, ErrNotLeading
 	}
 	if i.cfg.OnIssued != nil {
 		i.cfg.OnIssued(req, res)
@@ -309,8 +359,20 @@ func (i *Issuer) campaignOnce(ctx context.Context) error {
 	if ttl < 1 {
 		ttl = 1
 	}
-	session, err := concurrency.NewSession(i.cfg.Client, concurrency.WithTTL(ttl), concurrency.WithContext(ctx))
+	// The lease is granted here rather than by the session, to know when it was asked for: etcd starts its
+	// TTL after that moment, so it cannot expire before then + TTL (see lease.go).
+	sent := i.now()
+	lease, err := i.cfg.Client.Grant(ctx, int64(ttl))
 	if err != nil {
+		return fmt.Errorf("granting the election lease: %w", err)
+	}
+	leaseTTL := time.Duration(lease.TTL) * time.Second
+	i.leaseGranted(sent, leaseTTL)
+	session, err := concurrency.NewSession(i.cfg.Client, concurrency.WithTTL(ttl), concurrency.WithLease(lease.ID), concurrency.WithContext(ctx))
+	if err != nil {
+		rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer rcancel()
+		_, _ = i.cfg.Client.Revoke(rctx, lease.ID)
 		return fmt.Errorf("opening an etcd session: %w", err)
 	}
 	defer session.Close()
@@ -320,10 +382,18 @@ func (i *Issuer) campaignOnce(ctx context.Context) error {
 		return fmt.Errorf("campaigning: %w", err)
 	}
 	klog.InfoS("Became leader", "identity", i.cfg.Identity, "key", election.Key())
+	// The grant may be long past after a wait as a follower: renew now, so that the term starts with a
+	// lease known to be alive.
+	if err := i.renewLease(ctx, lease.ID, leaseTTL); err != nil {
+		return err
+	}
 
 	leadCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
+	// Renew the lease and time the renewals: signing stops when the lease is no longer known to be alive,
+	// and the term ends when etcd says it is gone.
+	wg.Go(func() { i.keepLease(leadCtx, lease.ID, leaseTTL, cancel) })
 	// Stop signing the moment the session is gone, before anything else notices.
 	wg.Add(1)
 	go func() {
@@ -440,6 +510,9 @@ func (i *Issuer) setLeading(leading bool, auth signer.Authorities) {
 		i.bundle = auth.Bundle()
 	}
 	i.mu.Unlock()
+	if changed {
+		i.signalLease()
+	}
 	if changed && i.cfg.OnLeadershipChange != nil {
 		i.cfg.OnLeadershipChange(leading)
 	}

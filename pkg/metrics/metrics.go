@@ -73,6 +73,15 @@ var (
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"state"})
 
+	// Signatures counts the certificates this replica signed as leader, by path: what the leader did,
+	// where Issuances counts what each replica answered (a follower's calls are signed by the leader).
+	Signatures = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace:      namespace,
+		Name:           "signatures_total",
+		Help:           "Certificates this replica signed as leader, by path (servingcerts, secret, self for certapi's own serving certificate).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"path"})
+
 	// Leader is 1 on the replica that leads, 0 elsewhere.
 	Leader = metrics.NewGaugeVec(&metrics.GaugeOpts{
 		Namespace:      namespace,
@@ -87,7 +96,7 @@ var registerOnce sync.Once
 // Register adds certapi's metrics to the registry behind /metrics. It is safe to call more than once.
 func Register() {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(Issuances, IssuanceDuration, CertificateNotAfter, CertificateRenewal, CANotAfter, RotationSteps, InjectionTargets, Leader)
+		legacyregistry.MustRegister(Issuances, IssuanceDuration, CertificateNotAfter, CertificateRenewal, CANotAfter, RotationSteps, InjectionTargets, Leader, Signatures)
 	})
 }
 

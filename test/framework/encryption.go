@@ -45,7 +45,7 @@ func AESCBCEncryptionConfig(resources ...string) (string, error) {
 	return b.String(), nil
 }
 
-// EtcdClient returns a new etcd v3 client of the external etcd (EtcdEndpoint), for tests that
+// EtcdClient returns a new etcd v3 client of the external etcd (every member), for tests that
 // read raw keys (certapi's are under CertapiEtcdPrefix) or revoke leases. The caller must Close
 // it. With Options.CertapiEmbeddedEtcd, certapi's own objects are not in this etcd.
 func (cp *ControlPlane) EtcdClient() (*clientv3.Client, error) {
@@ -53,11 +53,11 @@ func (cp *ControlPlane) EtcdClient() (*clientv3.Client, error) {
 		return nil, errors.New("EtcdClient: etcd was not started")
 	}
 	c, err := clientv3.New(clientv3.Config{
-		Endpoints:   []string{cp.EtcdEndpoint},
+		Endpoints:   cp.EtcdEndpoints,
 		DialTimeout: 10 * time.Second,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("creating etcd client for %s: %w", cp.EtcdEndpoint, err)
+		return nil, fmt.Errorf("creating etcd client for %v: %w", cp.EtcdEndpoints, err)
 	}
 	return c, nil
 }

@@ -12,6 +12,11 @@
 // kube-apiserver through a Service of type ExternalName pointing at localhost: at certapi's port
 // with one replica, or with Options.CertapiReplicas > 1 at an in-process round-robin TCP proxy in
 // front of the replicas (ProxyPort), which skips replicas that are down as a Service would.
+//
+// For fault tests, Options.EtcdMembers runs etcd as a cluster of several members, and the
+// ControlPlane can stop, kill and restart etcd members (StopEtcd, KillEtcdMember, StartEtcdMember,
+// ...), kube-apiserver (StopAPIServer, KillAPIServer, StartAPIServer) and certapi replicas, and
+// pause a replica with SIGSTOP (PauseReplica, ResumeReplica).
 package framework
 
 import (
@@ -113,6 +118,11 @@ type Options struct {
 	// EncryptionConfiguration: it is written to <Dir>/encryption-config.yaml (mode 0600) and
 	// given to every replica as --encryption-provider-config. See AESCBCEncryptionConfig.
 	EncryptionConfig string
+	// EtcdMembers is the number of etcd members: 0 or 1 for a single member, as always; 3 (or
+	// any number up to 5) for a cluster of that many on loopback, named "etcd-0".. in Logs, which
+	// kube-apiserver and certapi reach through every member's client URL. StopEtcdMember,
+	// KillEtcdMember and StartEtcdMember take members down and back for fault tests.
+	EtcdMembers int
 	// Stdout, when set, receives one progress line per step.
 	Stdout io.Writer
 }
@@ -123,7 +133,10 @@ type ControlPlane struct {
 	Dir string
 	// EtcdEndpoint is the client URL of the external etcd (http://127.0.0.1:PORT), used by
 	// kube-apiserver and by certapi (under CertapiEtcdPrefix) unless CertapiEmbeddedEtcd is set.
+	// With several members it is member 0's; EtcdEndpoints lists them all.
 	EtcdEndpoint string
+	// EtcdEndpoints is the client URL of every etcd member, member 0 first.
+	EtcdEndpoints []string
 	// APIServerURL is kube-apiserver's URL (https://127.0.0.1:PORT).
 	APIServerURL string
 	// AdminConfig is a client config with a system:masters client certificate and no client-side
@@ -147,15 +160,19 @@ type ControlPlane struct {
 	// PKI holds the paths of every generated key and certificate.
 	PKI *PKI
 
-	opts       Options
-	certapiBin string
-	clientCA   *keyPair
-	out        io.Writer
+	opts         Options
+	certapiBin   string
+	etcdBin      string
+	apiserverBin string
+	ports        *portSet
+	clientCA     *keyPair
+	out          io.Writer
 	// replicas is fixed by Start: one slot per certapi replica (none with SkipCertapi).
 	replicas []*replica
+	// etcdMembers is fixed by Start: one slot per etcd member.
+	etcdMembers []*etcdMember
 
 	mu        sync.Mutex
-	etcd      *Process
 	apiserver *Process
 	proxy     *rrProxy
 	proxyLog  *os.File
@@ -177,6 +194,9 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, retErr error) {
 	}
 	if opts.CertapiReplicas > 1 && opts.CertapiEmbeddedEtcd {
 		return nil, fmt.Errorf("framework.Options: CertapiEmbeddedEtcd runs a single replica; it cannot be combined with CertapiReplicas=%d", opts.CertapiReplicas)
+	}
+	if opts.EtcdMembers < 0 || opts.EtcdMembers > 5 {
+		return nil, fmt.Errorf("framework.Options.EtcdMembers is %d; want 0 to 5", opts.EtcdMembers)
 	}
 	dir, err := filepath.Abs(opts.Dir)
 	if err != nil {
@@ -200,11 +220,11 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, retErr error) {
 	}()
 	begin := time.Now()
 
-	etcdBin, err := toolBinary("etcd", EnvEtcdBin)
+	cp.etcdBin, err = toolBinary("etcd", EnvEtcdBin)
 	if err != nil {
 		return cp, err
 	}
-	apiserverBin, err := toolBinary("kube-apiserver", EnvKubeAPIServerBin)
+	cp.apiserverBin, err = toolBinary("kube-apiserver", EnvKubeAPIServerBin)
 	if err != nil {
 		return cp, err
 	}
@@ -246,11 +266,17 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, retErr error) {
 	}
 
 	replicas := max(opts.CertapiReplicas, 1)
-	ports, err := allocatePorts(filepath.Join(dir, "ports.json"), replicas-1)
+	members := max(opts.EtcdMembers, 1)
+	ports, err := allocatePorts(filepath.Join(dir, "ports.json"), replicas-1, members-1)
 	if err != nil {
 		return cp, err
 	}
-	cp.EtcdEndpoint = fmt.Sprintf("http://127.0.0.1:%d", ports.EtcdClient)
+	cp.ports = ports
+	cp.etcdMembers = cp.newEtcdMembers(members, ports)
+	for _, m := range cp.etcdMembers {
+		cp.EtcdEndpoints = append(cp.EtcdEndpoints, m.clientURL)
+	}
+	cp.EtcdEndpoint = cp.EtcdEndpoints[0]
 	cp.APIServerURL = fmt.Sprintf("https://127.0.0.1:%d", ports.APIServer)
 	cp.CertapiPort = ports.Certapi
 	cp.CertapiURL = fmt.Sprintf("https://127.0.0.1:%d", ports.Certapi)
@@ -264,14 +290,14 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, retErr error) {
 
 	// etcd
 	t0 := time.Now()
-	if err := cp.startEtcd(ctx, etcdBin, ports); err != nil {
+	if err := cp.StartEtcd(ctx); err != nil {
 		return cp, err
 	}
-	cp.progress("etcd ready at %s (%s)", cp.EtcdEndpoint, since(t0))
+	cp.progress("etcd ready at %s (%s)", cp.etcdServers(), since(t0))
 
 	// kube-apiserver
 	t0 = time.Now()
-	if err := cp.startAPIServer(ctx, apiserverBin, ports); err != nil {
+	if err := cp.StartAPIServer(ctx); err != nil {
 		return cp, err
 	}
 	cp.progress("kube-apiserver ready at %s (%s)", cp.APIServerURL, since(t0))
@@ -373,48 +399,20 @@ func (cp *ControlPlane) launch(name, bin string, args []string, slot **Process) 
 }
 
 // ---------------------------------------------------------------------------------------------
-// etcd
-
-func (cp *ControlPlane) startEtcd(ctx context.Context, bin string, ports *portSet) error {
-	peer := fmt.Sprintf("http://127.0.0.1:%d", ports.EtcdPeer)
-	args := []string{
-		"--name=default",
-		"--data-dir=" + filepath.Join(cp.Dir, "etcd"),
-		"--listen-client-urls=" + cp.EtcdEndpoint,
-		"--advertise-client-urls=" + cp.EtcdEndpoint,
-		"--listen-peer-urls=" + peer,
-		"--initial-advertise-peer-urls=" + peer,
-		"--initial-cluster=default=" + peer,
-		"--initial-cluster-state=new",
-		// Throw-away test data: fsync only costs time. A process crash loses nothing (the page
-		// cache survives); only a machine crash could.
-		"--unsafe-no-fsync=true",
-		"--log-level=warn",
-	}
-	p, err := cp.launch(ProcessEtcd, bin, args, &cp.etcd)
-	if err != nil {
-		return err
-	}
-
-	client := &http.Client{Timeout: healthRequestTimeout}
-	return PollUntil(ctx, pollInterval, etcdReadyTimeout, "etcd /health at "+cp.EtcdEndpoint, []*Process{p}, func(ctx context.Context) (bool, string) {
-		body, code, err := HTTPGet(ctx, client, cp.EtcdEndpoint+"/health")
-		if err != nil {
-			return false, err.Error()
-		}
-		return code == http.StatusOK && strings.Contains(body, `"health":"true"`), fmt.Sprintf("HTTP %d: %s", code, body)
-	})
-}
-
-// ---------------------------------------------------------------------------------------------
 // kube-apiserver
 
-func (cp *ControlPlane) startAPIServer(ctx context.Context, bin string, ports *portSet) error {
+// StartAPIServer starts kube-apiserver with the flags and port of Start (stopping it gracefully
+// first if it runs) and waits for its /readyz. With StopAPIServer it restarts kube-apiserver for
+// fault tests; the aggregator finds certapi's APIService again by itself.
+func (cp *ControlPlane) StartAPIServer(ctx context.Context) error {
+	if err := cp.StopAPIServer(); err != nil {
+		return err
+	}
 	pki := cp.PKI
 	args := []string{
-		"--etcd-servers=" + cp.EtcdEndpoint,
+		"--etcd-servers=" + cp.etcdServers(),
 		"--bind-address=127.0.0.1",
-		"--secure-port=" + strconv.Itoa(ports.APIServer),
+		"--secure-port=" + strconv.Itoa(cp.ports.APIServer),
 		"--advertise-address=127.0.0.1",
 		// The lease and master-count reconcilers refuse a loopback advertise address; with no
 		// reconciler the default/kubernetes Service simply has no endpoints, which nothing here needs.
@@ -438,7 +436,7 @@ func (cp *ControlPlane) startAPIServer(ctx context.Context, bin string, ports *p
 		"--enable-aggregator-routing=false",
 		"--v=2",
 	}
-	p, err := cp.launch(ProcessKubeAPIServer, bin, args, &cp.apiserver)
+	p, err := cp.launch(ProcessKubeAPIServer, cp.apiserverBin, args, &cp.apiserver)
 	if err != nil {
 		return err
 	}
@@ -460,6 +458,32 @@ func (cp *ControlPlane) startAPIServer(ctx context.Context, bin string, ports *p
 		}
 		return code == http.StatusOK, fmt.Sprintf("HTTP %d", code)
 	})
+}
+
+// StopAPIServer stops kube-apiserver gracefully (SIGTERM; SIGKILL after a deadline) and waits for
+// it to exit; a no-op when it is not running. With certapi's watches open, kube-apiserver 1.37
+// often needs the SIGKILL: its graceful shutdown outlasts the 20 s deadline.
+func (cp *ControlPlane) StopAPIServer() error {
+	return cp.signalAPIServer(syscall.SIGTERM)
+}
+
+// KillAPIServer kills kube-apiserver with SIGKILL, as a crash would, and waits for it to exit; a
+// no-op when it is not running. StartAPIServer starts it again.
+func (cp *ControlPlane) KillAPIServer() error {
+	return cp.signalAPIServer(syscall.SIGKILL)
+}
+
+func (cp *ControlPlane) signalAPIServer(sig syscall.Signal) error {
+	cp.mu.Lock()
+	p := cp.apiserver
+	cp.mu.Unlock()
+	if p == nil {
+		return nil
+	}
+	if err := p.stop(sig, apiServerStopGrace); err != nil {
+		return fmt.Errorf("stopping %s: %w", ProcessKubeAPIServer, err)
+	}
+	return nil
 }
 
 // failingChecks keeps the failing lines of a verbose /readyz answer.
@@ -685,12 +709,12 @@ func (cp *ControlPlane) Stop() {
 		}
 	}
 	proxy, proxyLog := cp.proxy, cp.proxyLog
-	procs := []struct {
-		p     *Process
-		grace time.Duration
-	}{
-		{cp.apiserver, apiServerStopGrace},
-		{cp.etcd, etcdStopGrace},
+	apiserver := cp.apiserver
+	var etcds []*Process
+	for _, m := range cp.etcdMembers {
+		if m.proc != nil {
+			etcds = append(etcds, m.proc)
+		}
 	}
 	cp.mu.Unlock()
 
@@ -711,14 +735,21 @@ func (cp *ControlPlane) Stop() {
 	if proxyLog != nil {
 		proxyLog.Close()
 	}
-	for _, s := range procs {
-		if s.p == nil {
-			continue
-		}
-		if err := s.p.stop(syscall.SIGTERM, s.grace); err != nil {
-			cp.progress("stopping %s: %v", s.p.name, err)
+	if apiserver != nil {
+		if err := apiserver.stop(syscall.SIGTERM, apiServerStopGrace); err != nil {
+			cp.progress("stopping %s: %v", apiserver.name, err)
 		}
 	}
+	for _, p := range etcds {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := p.stop(syscall.SIGTERM, etcdStopGrace); err != nil {
+				cp.progress("stopping %s: %v", p.name, err)
+			}
+		}()
+	}
+	wg.Wait()
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -340,12 +341,68 @@ func TestCertapiReplicas(t *testing.T) {
 	}
 }
 
+// TestEtcdCluster starts a 3-member etcd cluster under kube-apiserver: kube-apiserver keeps serving
+// with one member stopped and with the raft leader killed, and members rejoin when started again.
+func TestEtcdCluster(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cp := framework.StartT(t, framework.Options{SkipCertapi: true, EtcdMembers: 3})
+	if cp.EtcdMembers() != 3 || len(cp.EtcdEndpoints) != 3 || cp.EtcdMemberName(2) != "etcd-2" {
+		t.Fatalf("members %d, endpoints %v, name of member 2 %q", cp.EtcdMembers(), cp.EtcdEndpoints, cp.EtcdMemberName(2))
+	}
+	admin, err := kubernetes.NewForConfig(cp.AdminConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(name string) {
+		t.Helper()
+		if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			_, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+			return err == nil || apierrors.IsAlreadyExists(err), nil
+		}); err != nil {
+			t.Fatalf("creating namespace %s: %v", name, err)
+		}
+	}
+	leader, err := cp.EtcdLeader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cp.KillEtcdMember(leader); err != nil {
+		t.Fatal(err)
+	}
+	if cp.EtcdMemberRunning(leader) {
+		t.Fatalf("etcd member %d runs after KillEtcdMember", leader)
+	}
+	write("leader-killed")
+	other := (leader + 1) % 3
+	if err := cp.StopEtcdMember(other); err != nil {
+		t.Fatal(err)
+	}
+	if err := cp.StartEtcd(ctx); err != nil { // both back, on their data
+		t.Fatal(err)
+	}
+	write("all-back")
+	if _, err := cp.EtcdLeader(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c, err := cp.EtcdClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	members, err := c.MemberList(ctx)
+	if err != nil || len(members.Members) != 3 {
+		t.Fatalf("member list: %v, %v", members, err)
+	}
+}
+
 // TestReplicaOptions checks the option combinations Start refuses before starting anything.
 func TestReplicaOptions(t *testing.T) {
 	ctx := context.Background()
 	for name, opts := range map[string]framework.Options{
 		"embedded etcd with replicas": {Dir: t.TempDir(), CertapiReplicas: 2, CertapiEmbeddedEtcd: true},
 		"negative replicas":           {Dir: t.TempDir(), CertapiReplicas: -1},
+		"six etcd members":            {Dir: t.TempDir(), EtcdMembers: 6},
 	} {
 		cp, err := framework.Start(ctx, opts)
 		if err == nil {

@@ -18,11 +18,16 @@ type portSet struct {
 	// CertapiReplicas are the ports of certapi replicas 1..N-1 (replica 0 uses Certapi); empty
 	// with a single replica.
 	CertapiReplicas []int `json:"certapiReplicas,omitempty"`
+	// EtcdMemberClients and EtcdMemberPeers are the ports of etcd members 1..N-1 (member 0 uses
+	// EtcdClient and EtcdPeer); empty with a single member.
+	EtcdMemberClients []int `json:"etcdMemberClients,omitempty"`
+	EtcdMemberPeers   []int `json:"etcdMemberPeers,omitempty"`
 }
 
 // allocatePorts returns the ports saved in path when they are still free, and fresh free ports
-// otherwise, with extraCertapi ports for certapi replicas beyond the first, and saves them.
-func allocatePorts(path string, extraCertapi int) (*portSet, error) {
+// otherwise, with extraCertapi ports for certapi replicas beyond the first and two ports (client,
+// peer) for each of extraEtcd etcd members beyond the first, and saves them.
+func allocatePorts(path string, extraCertapi, extraEtcd int) (*portSet, error) {
 	ps := &portSet{}
 	data, err := os.ReadFile(path)
 	switch {
@@ -33,18 +38,14 @@ func allocatePorts(path string, extraCertapi int) (*portSet, error) {
 	case !errors.Is(err, os.ErrNotExist):
 		return nil, fmt.Errorf("reading %s: %w", path, err)
 	}
-	if len(ps.CertapiReplicas) > extraCertapi {
-		ps.CertapiReplicas = ps.CertapiReplicas[:extraCertapi]
-	}
-	for len(ps.CertapiReplicas) < extraCertapi {
-		ps.CertapiReplicas = append(ps.CertapiReplicas, 0)
-	}
-	if extraCertapi == 0 {
-		ps.CertapiReplicas = nil
-	}
+	ps.CertapiReplicas = resized(ps.CertapiReplicas, extraCertapi)
+	ps.EtcdMemberClients = resized(ps.EtcdMemberClients, extraEtcd)
+	ps.EtcdMemberPeers = resized(ps.EtcdMemberPeers, extraEtcd)
 	all := []*int{&ps.EtcdClient, &ps.EtcdPeer, &ps.APIServer, &ps.Certapi}
-	for i := range ps.CertapiReplicas {
-		all = append(all, &ps.CertapiReplicas[i])
+	for _, list := range [][]int{ps.CertapiReplicas, ps.EtcdMemberClients, ps.EtcdMemberPeers} {
+		for i := range list {
+			all = append(all, &list[i])
+		}
 	}
 	// Saved ports that are still free (once each) stay; the others get fresh ones.
 	var kept []int
@@ -71,4 +72,18 @@ func allocatePorts(path string, extraCertapi int) (*portSet, error) {
 		return nil, fmt.Errorf("writing %s: %w", path, err)
 	}
 	return ps, nil
+}
+
+// resized returns ports cut or padded with zeros (to be allocated) to n entries; nil for none.
+func resized(ports []int, n int) []int {
+	if n == 0 {
+		return nil
+	}
+	if len(ports) > n {
+		return ports[:n]
+	}
+	for len(ports) < n {
+		ports = append(ports, 0)
+	}
+	return ports
 }

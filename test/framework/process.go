@@ -87,6 +87,23 @@ func (p *Process) ExitError() error {
 	return fmt.Errorf("%s exited unexpectedly (%w); last lines of %s:\n%s", p.name, werr, p.logPath, tailFile(p.logPath, 30))
 }
 
+// Pause stops the process group with SIGSTOP, as a long GC stall or a frozen VM would: it keeps its
+// sockets and state but runs nothing until Resume. Stop and Kill still work on a paused process.
+func (p *Process) Pause() error { return p.signal(syscall.SIGSTOP) }
+
+// Resume continues a process group stopped by Pause (SIGCONT).
+func (p *Process) Resume() error { return p.signal(syscall.SIGCONT) }
+
+func (p *Process) signal(sig syscall.Signal) error {
+	if done, _ := p.Exited(); done {
+		return fmt.Errorf("signalling %s with %v: it has exited", p.name, sig)
+	}
+	if err := syscall.Kill(-p.Pid(), sig); err != nil {
+		return fmt.Errorf("signalling %s (pgid %d) with %v: %w", p.name, p.Pid(), sig, err)
+	}
+	return nil
+}
+
 // Stop sends SIGTERM to the process group, then SIGKILL when the process has not exited after
 // grace, and waits for the exit. It is idempotent: a later call returns what the first returned.
 // The error says so when SIGKILL was needed.
@@ -115,6 +132,8 @@ func (p *Process) signalAndWait(sig syscall.Signal, grace time.Duration) error {
 		return fmt.Errorf("signalling %s (pgid %d) with %v: %w", p.name, pid, sig, err)
 	}
 	if sig != syscall.SIGKILL {
+		// A paused process (Pause) handles the signal only once it runs again.
+		_ = syscall.Kill(-pid, syscall.SIGCONT)
 		timer := time.NewTimer(grace)
 		defer timer.Stop()
 		select {

@@ -2,6 +2,8 @@ package framework
 
 import (
 	"context"
+	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -63,6 +65,52 @@ func TestProcessStop(t *testing.T) {
 	})
 	if err == nil || !strings.Contains(err.Error(), "exit status 3") || !strings.Contains(err.Error(), "goodbye") {
 		t.Errorf("PollUntil on a process that exited: %v; want its exit status and the end of its log", err)
+	}
+}
+
+// TestProcessPause checks that Pause stops a process (the kernel reports it stopped), Resume runs it
+// again, and Stop ends a paused process with SIGTERM, without the SIGKILL fallback.
+func TestProcessPause(t *testing.T) {
+	sh, err := exec.LookPath("sh")
+	if err != nil {
+		t.Fatalf("no sh to run test processes with: %v", err)
+	}
+	p, err := StartProcess("paused", filepath.Join(t.TempDir(), "paused.log"), sh, []string{"-c", "exec sleep 60"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	state := func() string {
+		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.Pid()))
+		if err != nil {
+			return err.Error()
+		}
+		// pid (comm) state ...: the state follows the last ')'.
+		f := strings.Fields(string(data)[strings.LastIndexByte(string(data), ')')+1:])
+		return f[0]
+	}
+	waitState := func(want string) {
+		t.Helper()
+		if err := PollUntil(context.Background(), 10*time.Millisecond, 10*time.Second, "state "+want, []*Process{p}, func(context.Context) (bool, string) {
+			s := state()
+			return s == want, s
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	waitState("T")
+	if err := p.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	waitState("S")
+	if err := p.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	waitState("T")
+	if err := p.Stop(10 * time.Second); err != nil {
+		t.Errorf("Stop of a paused process: %v", err)
 	}
 }
 

@@ -67,7 +67,7 @@ func (cp *ControlPlane) buildCertapiArgs(r *replica) []string {
 	if cp.opts.CertapiEmbeddedEtcd {
 		args = append(args, "--data-dir="+filepath.Join(cp.Dir, "certapi-data"))
 	} else {
-		args = append(args, "--etcd-servers="+cp.EtcdEndpoint)
+		args = append(args, "--etcd-servers="+cp.etcdServers())
 	}
 	args = append(args,
 		"--bind-address=127.0.0.1",
@@ -241,6 +241,27 @@ func (cp *ControlPlane) stopReplica(r *replica, sig syscall.Signal) error {
 	return nil
 }
 
+// PauseReplica stops certapi replica i with SIGSTOP, as a long GC stall or a frozen VM would: its
+// sockets stay open (connections to it are accepted by the kernel and then hang, and the proxy
+// still routes to it) but it runs nothing until ResumeReplica. StopReplica and KillReplica work on
+// a paused replica.
+func (cp *ControlPlane) PauseReplica(i int) error {
+	p := cp.runningReplicaProc(i)
+	if p == nil {
+		return fmt.Errorf("PauseReplica: certapi replica %d is not running", i)
+	}
+	return p.Pause()
+}
+
+// ResumeReplica continues certapi replica i after PauseReplica (SIGCONT).
+func (cp *ControlPlane) ResumeReplica(i int) error {
+	p := cp.runningReplicaProc(i)
+	if p == nil {
+		return fmt.Errorf("ResumeReplica: certapi replica %d is not running", i)
+	}
+	return p.Resume()
+}
+
 // ReplicaRunning reports whether certapi replica i is running.
 func (cp *ControlPlane) ReplicaRunning(i int) bool {
 	return cp.runningReplicaProc(i) != nil
@@ -255,14 +276,18 @@ func (cp *ControlPlane) ReplicaPID(i int) int {
 	return 0
 }
 
-// PIDs returns the process ids of the running etcd, kube-apiserver and certapi replicas, by their log
-// names ("etcd", "kube-apiserver", "certapi-0", ...): for reading their CPU time or memory from /proc.
+// PIDs returns the process ids of the etcd members, kube-apiserver and certapi replicas that run, by
+// their log names ("etcd", "kube-apiserver", "certapi-0", ...): for reading their CPU time or memory
+// from /proc.
 func (cp *ControlPlane) PIDs() map[string]int {
 	pids := map[string]int{}
 	cp.mu.Lock()
-	for name, p := range map[string]*Process{"etcd": cp.etcd, "kube-apiserver": cp.apiserver} {
-		if p != nil {
-			pids[name] = p.Pid()
+	if cp.apiserver != nil {
+		pids["kube-apiserver"] = cp.apiserver.Pid()
+	}
+	for _, m := range cp.etcdMembers {
+		if m.proc != nil {
+			pids[m.name] = m.proc.Pid()
 		}
 	}
 	cp.mu.Unlock()

@@ -36,6 +36,7 @@ const RetryAfterSeconds = 1
 type ServingCertsREST struct {
 	requests rest.Getter
 	issuer   Issuer
+	timeout  time.Duration
 	denied   func(namespace, name, message string)
 	now      func() time.Time
 }
@@ -48,13 +49,15 @@ var (
 	_ rest.Scoper                   = &ServingCertsREST{}
 )
 
-// NewServingCertsREST returns the subresource storage; requests reads parents, iss signs, and denied (if
-// not nil) is told about each refused request so that it can be recorded as an Event on the parent.
-func NewServingCertsREST(requests rest.Getter, iss Issuer, denied func(namespace, name, message string)) *ServingCertsREST {
+// NewServingCertsREST returns the subresource storage; requests reads parents, iss signs, timeout bounds
+// each call (reading the parent and signing, handoff included: past it the answer is 503 with
+// Retry-After, never a hang, even while etcd is unreachable), and denied (if not nil) is told about
+// each refused request so that it can be recorded as an Event on the parent.
+func NewServingCertsREST(requests rest.Getter, iss Issuer, timeout time.Duration, denied func(namespace, name, message string)) *ServingCertsREST {
 	if denied == nil {
 		denied = func(string, string, string) {}
 	}
-	return &ServingCertsREST{requests: requests, issuer: iss, denied: denied, now: time.Now}
+	return &ServingCertsREST{requests: requests, issuer: iss, timeout: timeout, denied: denied, now: time.Now}
 }
 
 // New returns an empty ServingCert, the body this subresource takes.
@@ -85,8 +88,16 @@ func (r *ServingCertsREST) Create(ctx context.Context, name string, obj runtime.
 		return nil, apierrors.NewBadRequest(fmt.Sprintf("metadata.name %q does not match the ServingCertRequest %q in the URL", sc.Name, name))
 	}
 
-	parentObj, err := r.requests.Get(ctx, name, &metav1.GetOptions{})
+	// One deadline for the whole call: etcd may be unreachable for reading the parent as much as for
+	// the handoff, and a caller must get an answer it can retry rather than wait for the request timeout.
+	callCtx, cancel := context.WithTimeout(ctx, r.timeout)
+	defer cancel()
+	parentObj, err := r.requests.Get(callCtx, name, &metav1.GetOptions{})
 	if err != nil {
+		if callCtx.Err() != nil && ctx.Err() == nil {
+			metrics.Issuances.WithLabelValues(issuer.PathServingCerts, "unavailable").Inc()
+			return nil, unavailable(fmt.Errorf("reading ServingCertRequest %s/%s took longer than %s: %w", ns, name, r.timeout, err))
+		}
 		return nil, err // NotFound names servingcertrequests and the name
 	}
 	parent := parentObj.(*certapi.ServingCertRequest)
@@ -120,7 +131,7 @@ func (r *ServingCertsREST) Create(ctx context.Context, name string, obj runtime.
 	if parent.Spec.RenewBefore != nil {
 		renewBefore = parent.Spec.RenewBefore.Duration
 	}
-	res, err := r.issuer.Issue(ctx, issuer.Request{
+	res, err := r.issuer.Issue(callCtx, issuer.Request{
 		Namespace:     ns,
 		Name:          name,
 		ServiceName:   parent.Spec.ServiceName,
@@ -193,7 +204,7 @@ func unavailable(err error) error {
 		Status:  metav1.StatusFailure,
 		Code:    503,
 		Reason:  metav1.StatusReasonServiceUnavailable,
-		Message: fmt.Sprintf("no certapi replica can sign right now (%v); retry shortly", err),
+		Message: fmt.Sprintf("certapi cannot sign right now (%v); retry shortly", err),
 		Details: &metav1.StatusDetails{RetryAfterSeconds: RetryAfterSeconds},
 	}}
 }
