@@ -1189,6 +1189,26 @@ resources:
 		b, _, _ := unstructured.NestedString(u.Object, "spec", "conversion", "webhook", "clientConfig", "caBundle")
 		return b != "", errors.New("no caBundle yet")
 	})
+	// 4. The signer-linked ClusterTrustBundle (create, and "attest" on the signer) and an annotated
+	// ConfigMap (read and patched in any namespace).
+	waitFor("ClusterTrustBundle certapi.dev:serving:ca", time.Minute, func(ctx context.Context) (bool, error) {
+		b, err := kube.CertificatesV1().ClusterTrustBundles().Get(ctx, "certapi.dev:serving:ca", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		return b.Spec.TrustBundle != "", errors.New("no trustBundle yet")
+	})
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "trust", Namespace: ns, Annotations: map[string]string{"certapi.dev/inject-ca-bundle": "true"}}}
+	if _, err := kube.CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("ca.crt in ConfigMap trust", time.Minute, func(ctx context.Context) (bool, error) {
+		cm, err := kube.CoreV1().ConfigMaps(ns).Get(ctx, "trust", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		return cm.Data["ca.crt"] != "", errors.New("no ca.crt yet")
+	})
 	// Events go out asynchronously: wait until certapi's Event about the delivery is stored, so a refusal
 	// of Event writes would be in the log by now.
 	waitFor("certapi's Event on the delivered request", time.Minute, func(ctx context.Context) (bool, error) {
