@@ -17,6 +17,7 @@ import (
 	"github.com/certapi/certapi/pkg/controller"
 	"github.com/certapi/certapi/pkg/controller/expiry"
 	"github.com/certapi/certapi/pkg/controller/injector"
+	"github.com/certapi/certapi/pkg/controller/podcert"
 	"github.com/certapi/certapi/pkg/controller/rotation"
 	"github.com/certapi/certapi/pkg/controller/secretdelivery"
 	"github.com/certapi/certapi/pkg/controller/status"
@@ -89,6 +90,14 @@ func (s *Server) lead(ctx context.Context) error {
 	} else {
 		klog.FromContext(ctx).Info("kube-apiserver serves no certificates.k8s.io/v1 ClusterTrustBundles (Kubernetes 1.37 or later does): no ClusterTrustBundle is published")
 	}
+	var pcrs *podcert.Signer
+	if served[resourcePodCertificateRequests] {
+		if pcrs, err = podcert.New(podcert.Options{Context: cc, Authority: s.Issuer}); err != nil {
+			return fmt.Errorf("building the PodCertificateRequest signer: %w", err)
+		}
+	} else {
+		klog.FromContext(ctx).Info("kube-apiserver serves no certificates.k8s.io/v1 PodCertificateRequests (Kubernetes 1.37 or later does): signer certapi.dev/serving answers none")
+	}
 	requests := cc.CertapiInformers.Certapi().V1alpha1().ServingCertRequests().Lister()
 	rot, err = rotation.New(rotation.Options{
 		Context:                cc,
@@ -134,6 +143,9 @@ func (s *Server) lead(ctx context.Context) error {
 	}
 	if ctb != nil {
 		runnables = append(runnables, controller.Named{Name: "trustbundle", Runnable: ctb})
+	}
+	if pcrs != nil {
+		runnables = append(runnables, controller.Named{Name: "podcert", Runnable: pcrs})
 	}
 	return cc.RunTerm(ctx, runnables...)
 }
