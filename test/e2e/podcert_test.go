@@ -239,7 +239,9 @@ func TestPodCertificates(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { _ = kube.CoreV1().Nodes().Delete(context.Background(), elsewhereNode.Name, metav1.DeleteOptions{}) })
+		t.Cleanup(func() {
+			_ = kube.CoreV1().Nodes().Delete(context.Background(), elsewhereNode.Name, metav1.DeleteOptions{})
+		})
 		pod, err := node.CreatePod(ctx, &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web-9"},
 			Spec: corev1.PodSpec{ServiceAccountName: "web", Containers: []corev1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10"}},
@@ -484,4 +486,3 @@ func stays(t *testing.T, d time.Duration, what string, cond func(ctx context.Con
 }
 
 func ptrTo[T any](v T) *T { return &v }
-
