@@ -58,6 +58,8 @@ const (
 	mfDeploySingle  = "artifacts/deploy/overlays/single-replica"
 	mfEtcdComponent = "artifacts/deploy/components/etcd"
 	mfArgoCDApp     = "artifacts/examples/argocd/application.yaml"
+	// mfPodCertificates is the example of pods that get their certificate from kubelet.
+	mfPodCertificates = "artifacts/examples/pod-certificates"
 )
 
 // mfKustomization is one directory with a kustomization file, and what `kubectl kustomize` made of it.
@@ -74,7 +76,7 @@ func TestManifests(t *testing.T) {
 		t.Fatal(err)
 	}
 	ks := mfFindKustomizations(t, root)
-	for _, want := range []string{mfDeployBase, mfDeployHA, mfDeploySingle, mfEtcdComponent, "artifacts/examples/argocd/widget-webhook"} {
+	for _, want := range []string{mfDeployBase, mfDeployHA, mfDeploySingle, mfEtcdComponent, "artifacts/examples/argocd/widget-webhook", mfPodCertificates} {
 		if ks[want] == nil {
 			t.Errorf("no kustomization in %s", want)
 		}
@@ -180,12 +182,12 @@ func TestManifests(t *testing.T) {
 			t.Fatal(err)
 		}
 		// No ServiceAccount controller runs here: create the accounts the pods name.
-		for _, sa := range []string{"default", "certapi"} {
+		for _, sa := range []string{"default", "certapi", "web", "client"} {
 			if _, err := kube.CoreV1().ServiceAccounts(ns).Create(context.Background(), &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{}); err != nil {
 				t.Fatal(err)
 			}
 		}
-		for _, dir := range []string{mfDeployHA, mfDeploySingle} {
+		for _, dir := range []string{mfDeployHA, mfDeploySingle, mfPodCertificates} {
 			for _, w := range mfWorkloads(t, ks[dir].objs) {
 				pod := &corev1.Pod{
 					ObjectMeta: metav1.ObjectMeta{Name: w.name, Namespace: ns, Labels: w.template.Labels},
