@@ -486,3 +486,93 @@ func stays(t *testing.T, d time.Duration, what string, cond func(ctx context.Con
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// TestPodCertificatesFromKubeletsManager runs kubelet's own podcertificate manager
+// (k8s.io/kubernetes/pkg/kubelet/podcertificate, in hack/tools' podcertnode) for a node, instead of
+// imitating it: it sees a pod bound to its node, makes the key and the PodCertificateRequest itself, and
+// hands the volume host a credential bundle whose certificate, from certapi, certifies its key and
+// verifies against the ClusterTrustBundle; a key type certapi does not sign ends as kubelet's "denied".
+func TestPodCertificatesFromKubeletsManager(t *testing.T) {
+	ctx := context.Background()
+	c, kube := clients(t, cp.AdminConfig)
+	ns := namespace(t, kube)
+	node, err := cp.NewNode(ctx, "kubelet-"+ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = kube.CoreV1().Nodes().Delete(context.Background(), node.Name, metav1.DeleteOptions{}) })
+	kubelet, err := node.StartKubelet()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := kubelet.Stop(10 * time.Second); err != nil {
+			t.Errorf("stopping podcertnode: %v", err)
+		}
+	})
+	req := request("web", "web")
+	req.Spec.RenewBefore = &metav1.Duration{Duration: 20 * time.Minute}
+	req.Spec.ServiceAccountNames = []string{"web"}
+	if _, err := c.CertapiV1alpha1().ServingCertRequests(ns).Create(ctx, req, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	_, roots := trustBundle(t, kube)
+	mount := func(name, keyType string) (*corev1.Pod, []byte, string) {
+		t.Helper()
+		hour := int32(3600)
+		pod, err := node.CreatePod(ctx, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+			Spec: corev1.PodSpec{
+				ServiceAccountName: "web",
+				Containers:         []corev1.Container{{Name: "server", Image: "registry.k8s.io/pause:3.10"}},
+				Volumes:            []corev1.Volume{framework.PodCertificateVolume("tls", certSource("web", keyType, &hour, nil), pcrSigner)},
+			},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var bundle []byte
+		var why string
+		eventually(t, pcrTimeout, "kubelet's manager to fill the volume of "+name, func(context.Context) (bool, error) {
+			bundle, why = kubelet.Volume(pod, "tls", 0)
+			return bundle != nil || strings.Contains(why, "permanently"), nil
+		})
+		return pod, bundle, why
+	}
+
+	_, bundle, why := mount("web-0", "ECDSAP256")
+	if bundle == nil {
+		t.Fatalf("no credential bundle: %s", why)
+	}
+	keyBlock, rest := pem.Decode(bundle)
+	if keyBlock == nil || keyBlock.Type != "PRIVATE KEY" {
+		t.Fatal("the credential bundle does not start with a PRIVATE KEY block")
+	}
+	key, err := x509.ParsePKCS8PrivateKey(keyBlock.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certBlock, _ := pem.Decode(rest)
+	if certBlock == nil || certBlock.Type != "CERTIFICATE" {
+		t.Fatal("no certificate after the key in the credential bundle")
+	}
+	leaf, err := x509.ParseCertificate(certBlock.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dns := "web." + ns + ".svc"
+	if _, err := leaf.Verify(x509.VerifyOptions{DNSName: dns, Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
+		t.Errorf("the certificate kubelet got does not verify for %s against the ClusterTrustBundle: %v", dns, err)
+	}
+	if !leaf.PublicKey.(interface{ Equal(crypto.PublicKey) bool }).Equal(key.(crypto.Signer).Public()) {
+		t.Error("the certificate does not certify the key kubelet made")
+	}
+	if got := leaf.NotAfter.Sub(leaf.NotBefore); got != time.Hour {
+		t.Errorf("lifetime %s; want the volume's maxExpirationSeconds, 1h", got)
+	}
+
+	_, bundle, why = mount("edwards", "ED25519")
+	if bundle != nil || !strings.Contains(why, `reason="UnsupportedKeyType"`) || !strings.Contains(why, "ECDSAP256, ECDSAP384, RSA3072, RSA4096") {
+		t.Errorf("an ED25519 volume: bundle of %d bytes, %q; want kubelet's permanent denial for UnsupportedKeyType", len(bundle), why)
+	}
+}

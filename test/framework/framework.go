@@ -11,7 +11,8 @@
 // Terminating, no ServiceAccount or token controller runs, Pods never start. kube-apiserver
 // authorizes with Node and RBAC and admits with NodeRestriction, as a real cluster does, so a test
 // can play a kubelet's part with UserConfig("system:node:<node>", "system:nodes") against a Node,
-// Pods and ServiceAccounts it creates itself. certapi is reached by kube-apiserver through a
+// Pods and ServiceAccounts it creates itself (NewNode), or run kubelet's own podcertificate manager for
+// a node (Node.StartKubelet, with podcertnode from `make tools`). certapi is reached by kube-apiserver through a
 // Service of type ExternalName pointing at localhost: at certapi's port with one replica, or with
 // Options.CertapiReplicas > 1 at an in-process round-robin TCP proxy in front of the replicas
 // (ProxyPort), which skips replicas that are down as a Service would.

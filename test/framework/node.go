@@ -11,6 +11,9 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
 	"time"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
@@ -24,6 +27,8 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	watchtools "k8s.io/client-go/tools/watch"
 )
 
@@ -38,6 +43,7 @@ type Node struct {
 	// Client acts as the node.
 	Client kubernetes.Interface
 
+	cp    *ControlPlane
 	admin kubernetes.Interface
 }
 
@@ -63,7 +69,7 @@ func (cp *ControlPlane) NewNode(ctx context.Context, name string) (*Node, error)
 	if err != nil {
 		return nil, fmt.Errorf("creating the client of node %s: %w", name, err)
 	}
-	return &Node{Name: name, UID: node.UID, Client: client, admin: admin}, nil
+	return &Node{Name: name, UID: node.UID, Client: client, cp: cp, admin: admin}, nil
 }
 
 // CreatePod creates pod bound to this node (spec.nodeName, as the scheduler would bind it), as the
@@ -224,4 +230,64 @@ func PodCertificateVolume(name string, source corev1.PodCertificateProjection, t
 		}})
 	}
 	return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: sources}}}
+}
+
+// Kubelet is kubelet's own podcertificate manager running for a Node (see StartKubelet).
+type Kubelet struct {
+	*Process
+	// Dir holds the volumes: <Dir>/<namespace>/<pod>/<volume>/<source index>/credentialbundle.pem, or
+	// an error file that says why there is none.
+	Dir string
+}
+
+// StartKubelet runs podcertnode (built by `make tools` from hack/tools, or $PODCERTNODE_BIN) for this
+// node: kubelet's own podcertificate manager (k8s.io/kubernetes/pkg/kubelet/podcertificate), as the
+// node, for the pods bound to it, writing what it hands the volume host into files under a directory of
+// the control plane's. Stop it with Stop; the control plane's Stop does not.
+func (n *Node) StartKubelet() (*Kubelet, error) {
+	bin, err := toolBinary("podcertnode", EnvPodCertNodeBin)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := n.cp.UserConfig("system:node:"+n.Name, "system:nodes")
+	if err != nil {
+		return nil, err
+	}
+	base := filepath.Join(n.cp.Dir, "nodes", n.Name)
+	if err := os.MkdirAll(base, 0o700); err != nil {
+		return nil, err
+	}
+	kubeconfig := filepath.Join(base, "kubeconfig")
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["local"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
+	kc.AuthInfos["node"] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData}
+	kc.Contexts["node"] = &clientcmdapi.Context{Cluster: "local", AuthInfo: "node"}
+	kc.CurrentContext = "node"
+	if err := clientcmd.WriteToFile(*kc, kubeconfig); err != nil {
+		return nil, fmt.Errorf("writing the kubeconfig of node %s: %w", n.Name, err)
+	}
+	dir := filepath.Join(base, "volumes")
+	name := "podcertnode-" + n.Name
+	p, err := StartProcess(name, n.cp.logPath(name), bin, []string{"--kubeconfig=" + kubeconfig, "--node=" + n.Name, "--dir=" + dir, "-v=4"}, nil)
+	if err != nil {
+		return nil, err
+	}
+	n.cp.mu.Lock()
+	n.cp.logs[name] = p.logPath
+	n.cp.mu.Unlock()
+	return &Kubelet{Process: p, Dir: dir}, nil
+}
+
+// Volume returns what the kubelet wrote for the podCertificate source at index source of volume of
+// pod: the credential bundle (the PKCS#8 key, then the chain), or the reason there is none ("" while
+// neither is written).
+func (k *Kubelet) Volume(pod *corev1.Pod, volume string, source int) (bundle []byte, why string) {
+	at := filepath.Join(k.Dir, pod.Namespace, pod.Name, volume, strconv.Itoa(source))
+	if b, err := os.ReadFile(filepath.Join(at, "credentialbundle.pem")); err == nil {
+		return b, ""
+	}
+	if b, err := os.ReadFile(filepath.Join(at, "error")); err == nil {
+		return nil, string(b)
+	}
+	return nil, ""
 }
