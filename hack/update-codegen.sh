@@ -45,10 +45,6 @@ else
 fi
 mkdir -p "${GOBIN}"
 
-# The schema applyconfiguration-gen reads, made first so that a failure stops here: a process
-# substitution's exit status is lost, and the generator would go on with an empty schema.
-go run ./hack/models-schema > "${TMP}/models-schema.json"
-
 # shellcheck source=/dev/null
 source "${CODEGEN_PKG}/kube_codegen.sh"
 
@@ -64,6 +60,12 @@ kube::codegen::gen_openapi \
     --output-model-name-file "zz_generated.model_name.go" \
     --boilerplate "${BOILERPLATE}" \
     "${SCRIPT_ROOT}/pkg/apis"
+
+# The schema applyconfiguration-gen reads. hack/models-schema builds it from pkg/generated/openapi, so it
+# runs after gen_openapi: before, a change to the API types needed two runs of this script. It goes into
+# a file, not a process substitution, whose exit status would be lost (the generator would go on with an
+# empty schema).
+go run ./hack/models-schema > "${TMP}/models-schema.json"
 
 kube::codegen::gen_client \
     --with-watch \

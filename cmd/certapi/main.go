@@ -37,6 +37,11 @@ It stores its objects in etcd: an external cluster given with --etcd-servers, or
 embedded single-member etcd in --data-dir. Register it with kube-apiserver through an APIService for
 v1alpha1.certapi.dev.
 
+Readiness: /readyz fails until this replica serves a certificate from its own CA, etcd answers, and its
+delegated authentication (the client and request-header CAs of kube-system/extension-apiserver-authentication)
+and authorization work. Until authentication works, every request but the health checks is answered 503
+with Retry-After rather than taken for system:anonymous.
+
 Logs never carry private key material at any verbosity below 8, where client-go starts to log request
 bodies.
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 	"sync"
 	"time"
@@ -92,6 +91,11 @@ func (l *loader) podCertificates(ctx context.Context) error {
 		if got := framework.PodCertificateRequestAnswered(pcr); got != certificatesv1.PodCertificateRequestConditionTypeIssued {
 			return fmt.Errorf("warming up: PodCertificateRequest %s is %s: %+v", pcr.Name, got, pcr.Status.Conditions)
 		}
+	}
+
+	before, err := l.scrapeBoth(ctx)
+	if err != nil {
+		return fmt.Errorf("metrics before the --pcr phase: %w", err)
 	}
 
 	// One watch as the node, as kubelet's informer: when each request is seen answered.
@@ -201,8 +205,10 @@ func (l *loader) podCertificates(ctx context.Context) error {
 		counts[certificatesv1.PodCertificateRequestConditionTypeDenied], counts[certificatesv1.PodCertificateRequestConditionTypeFailed])
 	fmt.Printf("  created to Issued (as the node's watch sees it): p50 %s  p95 %s  p99 %s  max %s\n",
 		pct(latencies, 50), pct(latencies, 95), pct(latencies, 99), latencies[len(latencies)-1])
-	if err := l.printQueues(ctx); err != nil {
-		fmt.Fprintf(os.Stderr, "load: the leader's queue figures: %v\n", err)
+	after, err := l.scrapeBoth(ctx)
+	if err != nil {
+		return fmt.Errorf("metrics after the --pcr phase: %w", err)
 	}
+	printPhase(before, after, o.pcr)
 	return nil
 }

@@ -5,7 +5,6 @@ package apiserver
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -67,9 +66,13 @@ type ExtraConfig struct {
 	RotationGrace time.Duration
 	// MaxCertificateDuration caps every leaf's lifetime; a Retiring CA stays trusted this long.
 	MaxCertificateDuration time.Duration
+	// DistrustDeadline is the longest a distrusted CA stays in the bundle.
+	DistrustDeadline time.Duration
 	// SelfServing, when set, is the provider of certapi's own serving certificate: the server issues it
 	// from its own CA and reports not ready until it has.
 	SelfServing *selfServing
+	// AuthReadiness, when set, holds the /readyz checks of delegated authentication and authorization.
+	AuthReadiness *authReadiness
 	// StatusInterval bounds how often the leader writes one request's status.
 	StatusInterval time.Duration
 	// Leader sizes the leader's loops and its kube-apiserver client.
@@ -97,10 +100,12 @@ type Server struct {
 	clusterDomain  string
 	rotationGrace  time.Duration
 	maxDuration    time.Duration
-	leader         LeaderOptions
-	status         atomic.Pointer[status.Writer]
-	self           *selfServing
-	clients        controller.Clients
+	// distrustDeadline is the longest a distrusted CA stays in the bundle.
+	distrustDeadline time.Duration
+	leader           LeaderOptions
+	status           atomic.Pointer[status.Writer]
+	self             *selfServing
+	clients          controller.Clients
 	// broadcaster is the process's one Event broadcaster; recorder reports for the servingcerts path,
 	// and each leader loop takes a recorder of its own name from it.
 	broadcaster events.EventBroadcaster
@@ -109,9 +114,7 @@ type Server struct {
 
 // Complete fills in the defaults.
 func (c *Config) Complete() CompletedConfig {
-	c.GenericConfig.BuildHandlerChainFunc = func(h http.Handler, conf *genericapiserver.Config) http.Handler {
-		return limitServingCertBodies(genericapiserver.DefaultBuildHandlerChain(h, conf))
-	}
+	c.GenericConfig.BuildHandlerChainFunc = handlerChain(c.ExtraConfig.AuthReadiness)
 	return CompletedConfig{GenericConfig: c.GenericConfig.Complete(), ExtraConfig: &c.ExtraConfig}
 }
 
@@ -122,7 +125,8 @@ func (c CompletedConfig) New() (*Server, error) {
 		return nil, fmt.Errorf("creating the generic API server: %w", err)
 	}
 	s := &Server{GenericAPIServer: generic, statusInterval: c.ExtraConfig.StatusInterval, clusterDomain: c.ExtraConfig.ClusterDomain,
-		rotationGrace: c.ExtraConfig.RotationGrace, maxDuration: c.ExtraConfig.MaxCertificateDuration, leader: c.ExtraConfig.Leader}
+		rotationGrace: c.ExtraConfig.RotationGrace, maxDuration: c.ExtraConfig.MaxCertificateDuration, leader: c.ExtraConfig.Leader,
+		distrustDeadline: c.ExtraConfig.DistrustDeadline}
 	if s.statusInterval <= 0 {
 		// Long enough to fold a burst of renewals against one request into one write, short enough that
 		// Ready follows issuance at once.
@@ -160,6 +164,16 @@ func (c CompletedConfig) New() (*Server, error) {
 	}
 	s.Issuer = iss
 	metrics.Leader.WithLabelValues(icfg.Identity).Set(0)
+	if auth := c.ExtraConfig.AuthReadiness; auth != nil {
+		// A replica that takes requests before it can authenticate and authorize them answers them as
+		// system:anonymous (403): it is not ready until both work.
+		if err := generic.AddReadyzChecks(
+			healthz.NamedCheck("certapi-delegated-authentication", auth.checkAuthentication),
+			healthz.NamedCheck("certapi-delegated-authorization", auth.checkAuthorization),
+		); err != nil {
+			return nil, fmt.Errorf("adding the delegated authentication and authorization readiness checks: %w", err)
+		}
+	}
 	if self := c.ExtraConfig.SelfServing; self != nil {
 		s.self = self
 		if err := generic.AddReadyzChecks(healthz.NamedCheck("certapi-serving-certificate", self.check)); err != nil {

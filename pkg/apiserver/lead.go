@@ -105,16 +105,17 @@ func (s *Server) lead(ctx context.Context) error {
 		Targets:                targets{inj: inj, ctb: ctb},
 		Grace:                  s.rotationGrace,
 		MaxCertificateDuration: s.maxDuration,
-		Reissued: func(ctx context.Context, ca *x509.Certificate) bool {
-			// Every delivered Secret, and every certapi replica's own serving certificate, comes from ca.
-			if !delivery.AllIssuedBy(ca) {
-				return false
+		DistrustDeadline:       s.distrustDeadline,
+		Distrust: func(ctx context.Context, active *x509.Certificate) rotation.DistrustProgress {
+			// What a distrust waits for: every Secret certapi delivers for an existing request, and every
+			// certapi replica's own serving certificate, from the Active CA.
+			tally, ok := delivery.Distrust(active)
+			p := rotation.DistrustProgress{Known: ok, PendingSecrets: tally.Pending, UnmanagedSecrets: tally.Unmanaged}
+			if s.self != nil && ok {
+				n, err := s.Issuer.ServingNotFrom(ctx, signer.FormatSerialNumber(active.SerialNumber))
+				p.Known, p.PendingReplicas = err == nil, n
 			}
-			if s.self == nil {
-				return true
-			}
-			ok, err := s.Issuer.AllServeFrom(ctx, signer.FormatSerialNumber(ca.SerialNumber))
-			return err == nil && ok
+			return p
 		},
 		BundleChanged: func(_ context.Context, bundle []byte) {
 			// Every request's status.caBundle follows; the writer coalesces and paces the writes.

@@ -45,6 +45,13 @@ const EtcdPathPrefix = "/registry/certapi.dev"
 // storagePrefix is the generic registry's prefix; it appends "<group>/<resource>" to it.
 const storagePrefix = "/registry"
 
+// DefaultDistrustDeadline is --distrust-deadline's default: the longest a distrusted CA stays in the bundle.
+const DefaultDistrustDeadline = 15 * time.Minute
+
+// MinDistrustDeadline is the least --distrust-deadline: the time pkg/servingcert clients, which certapi
+// does not track, are given to re-issue (the rotation's distrust dwell).
+const MinDistrustDeadline = 5 * time.Second
+
 func init() {
 	// The generic registry's watch cache keeps, with every object, a snapshot of its index at each event it
 	// still remembers (ListFromCacheSnapshot), to serve paginated and exact-resourceVersion lists from
@@ -77,8 +84,12 @@ type Options struct {
 	ServiceName, ServiceNamespace string
 	// MaxCertificateDuration caps every certificate's lifetime and so how long a Retiring CA stays.
 	MaxCertificateDuration time.Duration
+	// DistrustDeadline is the longest a distrusted CA stays in the bundle, whatever is not re-issued yet.
+	DistrustDeadline time.Duration
 	// Leader holds the sizes of the leader's loops and its kube-apiserver client.
 	Leader LeaderOptions
+	// RequireEncryptedCAKeys refuses to start when the CA private keys would be stored in etcd unencrypted.
+	RequireEncryptedCAKeys bool
 
 	embeddedEtcd *EmbeddedEtcd
 	etcdClient   *clientv3.Client
@@ -95,10 +106,14 @@ func NewOptions() *Options {
 		HandoffTimeout:         3 * time.Second,
 		RotationGrace:          time.Hour,
 		MaxCertificateDuration: validation.MaxDuration,
+		DistrustDeadline:       DefaultDistrustDeadline,
 		ServiceName:            "certapi",
 		ServiceNamespace:       "certapi-system",
 		Leader:                 DefaultLeaderOptions(),
 	}
+	// /debug/pprof serves heap profiles, which hold whatever the heap holds, to anyone authorized for it:
+	// off unless an admin turns it on to debug (--profiling).
+	o.RecommendedOptions.Features.EnableProfiling = false
 	// Without --tls-cert-file certapi issues its own certificate in memory: nothing is written to disk.
 	o.RecommendedOptions.SecureServing.ServerCert.CertDirectory = ""
 	o.RecommendedOptions.Etcd.StorageConfig.EncodeVersioner = runtime.NewMultiGroupVersioner(v1alpha1.SchemeGroupVersion, schema.GroupKind{Group: v1alpha1.GroupName})
@@ -145,6 +160,15 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 		"Caps every certificate's lifetime, whatever a request asks. A Retiring CA stays in the bundle this long after the switch (or until "+
 			"its own notAfter), so no certificate it signed loses trust while valid. Lower it only to test rotation end to end.")
 
+	fs.BoolVar(&o.RequireEncryptedCAKeys, "require-encrypted-ca-keys", o.RequireEncryptedCAKeys,
+		"Refuse to start when the CA private keys would be stored in etcd unencrypted: when no --encryption-provider-config is given, or its "+
+			"EncryptionConfiguration does not list the resource "+caKeysResource().String()+" or lists the identity provider first for it. "+
+			"Without this flag certapi logs a loud warning and starts. The deploy manifests turn it on.")
+	fs.DurationVar(&o.DistrustDeadline, "distrust-deadline", o.DistrustDeadline,
+		fmt.Sprintf("After spec.distrust, the longest the distrusted CA stays in the bundle. It leaves every bundle as soon as every Secret certapi "+
+			"delivers for an existing ServingCertRequest, and every certapi replica, holds a certificate of the new CA; at this deadline it leaves "+
+			"regardless, with a Warning Event and a log line, and what was not re-issued stops verifying. At least %s.", MinDistrustDeadline))
+
 	o.Leader.AddFlags(fss.FlagSet("leader loops"))
 
 	o.RecommendedOptions.Etcd.AddFlags(fss.FlagSet("etcd"))
@@ -154,6 +178,7 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	o.RecommendedOptions.Authorization.AddFlags(fss.FlagSet("authorization"))
 	o.RecommendedOptions.Audit.AddFlags(fss.FlagSet("auditing"))
 	o.RecommendedOptions.Features.AddFlags(fss.FlagSet("features"))
+	fss.FlagSet("features").Lookup("profiling").Usage += ". Off by default in certapi: a heap profile holds whatever certapi's memory holds; turn it on only to debug."
 	o.RecommendedOptions.CoreAPI.AddFlags(fss.FlagSet("kubernetes api"))
 	o.RecommendedOptions.Admission.AddFlags(fss.FlagSet("admission"))
 	o.RecommendedOptions.EgressSelector.AddFlags(fss.FlagSet("egress selector"))
@@ -193,6 +218,10 @@ func (o *Options) Validate() error {
 	}
 	if o.MaxCertificateDuration < 10*time.Second || o.MaxCertificateDuration > validation.MaxDuration {
 		errs = append(errs, fmt.Errorf("--max-certificate-duration %s: must be from 10s to %s", o.MaxCertificateDuration, validation.MaxDuration))
+	}
+	if o.DistrustDeadline < MinDistrustDeadline {
+		errs = append(errs, fmt.Errorf("--distrust-deadline %s: must be at least %s (clients of the servingcerts subresource need a moment to re-issue)",
+			o.DistrustDeadline, MinDistrustDeadline))
 	}
 	if len(o.RecommendedOptions.Etcd.StorageConfig.Transport.ServerList) == 0 && o.DataDir == "" {
 		errs = append(errs, fmt.Errorf("give --etcd-servers, or --data-dir for the embedded etcd"))
@@ -275,7 +304,7 @@ func (o *Options) Config() (*Config, error) {
 		return nil, fmt.Errorf("applying options: %w", err)
 	}
 
-	transformer, err := caKeysTransformer(serverConfig)
+	transformer, err := caKeysTransformer(serverConfig, o.RequireEncryptedCAKeys)
 	if err != nil {
 		return nil, err
 	}
@@ -288,6 +317,16 @@ func (o *Options) Config() (*Config, error) {
 	if identity == "" {
 		identity = defaultIdentity()
 	}
+	authn := o.RecommendedOptions.Authentication
+	auth := &authReadiness{
+		clientCAExpected:      authn != nil && (authn.ClientCert != genericoptions.ClientCertAuthenticationOptions{} || !authn.SkipInClusterLookup),
+		requestHeaderExpected: authn != nil && (authn.RequestHeader.ClientCAFile != "" || !authn.SkipInClusterLookup),
+		requestHeader:         serverConfig.Authentication.RequestHeaderConfig,
+		authorizer:            serverConfig.Authorization.Authorizer,
+	}
+	if serverConfig.SecureServing != nil {
+		auth.clientCAs = serverConfig.SecureServing.ClientCA
+	}
 	return &Config{
 		GenericConfig: serverConfig,
 		ExtraConfig: ExtraConfig{
@@ -295,7 +334,9 @@ func (o *Options) Config() (*Config, error) {
 			KubeConfig:             serverConfig.ClientConfig,
 			RotationGrace:          o.RotationGrace,
 			SelfServing:            self,
+			AuthReadiness:          auth,
 			MaxCertificateDuration: o.MaxCertificateDuration,
+			DistrustDeadline:       o.DistrustDeadline,
 			Leader:                 o.Leader,
 			IssuerConfig: issuer.Config{
 				Client:         client,
@@ -309,30 +350,50 @@ func (o *Options) Config() (*Config, error) {
 	}, nil
 }
 
-// caKeysTransformer returns the value transformer the storage layer would use for the CA key pairs, and
-// warns loudly when it would store them unencrypted.
-func caKeysTransformer(c *genericapiserver.RecommendedConfig) (value.Transformer, error) {
-	resource := certapi.Resource(issuer.CAKeysResource)
+// caKeysResource is the resource an EncryptionConfiguration lists to encrypt the CA private keys.
+func caKeysResource() schema.GroupResource { return certapi.Resource(issuer.CAKeysResource) }
+
+// caKeysTransformer returns the value transformer the storage layer would use for the CA key pairs. When
+// it would store them unencrypted it warns loudly, or, with require (--require-encrypted-ca-keys), fails.
+func caKeysTransformer(c *genericapiserver.RecommendedConfig, require bool) (value.Transformer, error) {
+	resource := caKeysResource()
 	opts, err := c.RESTOptionsGetter.GetRESTOptions(resource, &certapi.CertificateAuthority{})
 	if err != nil {
 		return nil, fmt.Errorf("getting storage options for %s: %w", resource, err)
 	}
 	t := opts.StorageConfig.Transformer
-	if t == nil {
-		klog.InfoS("WARNING: the CA private keys are stored in etcd UNENCRYPTED: no --encryption-provider-config is given. List the resource in an EncryptionConfiguration to encrypt them at rest.", "resource", resource.String())
-		return nil, nil
-	}
-	// A resource the EncryptionConfiguration does not list gets the identity transformer: probe for it.
-	probe, err := t.TransformToStorage(context.Background(), []byte("probe"), value.DefaultContext("probe"))
+	unencrypted, err := caKeysUnencrypted(t)
 	if err != nil {
 		return nil, fmt.Errorf("probing the encryption of %s: %w", resource, err)
 	}
-	if !bytes.HasPrefix(probe, []byte("k8s:enc:")) {
-		klog.InfoS("WARNING: the CA private keys are stored in etcd UNENCRYPTED: the EncryptionConfiguration does not list this resource, or lists identity first.", "resource", resource.String())
-	} else {
+	switch {
+	case unencrypted == "":
 		klog.InfoS("CA private keys are encrypted at rest", "resource", resource.String())
+	case require:
+		return nil, fmt.Errorf("--require-encrypted-ca-keys: the CA private keys would be stored in etcd unencrypted: %s; "+
+			"list the resource %s in the EncryptionConfiguration given with --encryption-provider-config, with an encrypting provider first", unencrypted, resource)
+	default:
+		klog.InfoS("WARNING: the CA private keys are stored in etcd UNENCRYPTED: "+unencrypted+". List the resource in an EncryptionConfiguration "+
+			"given with --encryption-provider-config to encrypt them at rest; --require-encrypted-ca-keys refuses to start without.", "resource", resource.String())
 	}
 	return t, nil
+}
+
+// caKeysUnencrypted says why values written through t would be stored unencrypted, or "" when they would
+// be encrypted. A resource the EncryptionConfiguration does not list gets the identity transformer, so t
+// is probed: encrypting providers write the "k8s:enc:" prefix.
+func caKeysUnencrypted(t value.Transformer) (string, error) {
+	if t == nil {
+		return "no --encryption-provider-config is given", nil
+	}
+	probe, err := t.TransformToStorage(context.Background(), []byte("probe"), value.DefaultContext("probe"))
+	if err != nil {
+		return "", err
+	}
+	if !bytes.HasPrefix(probe, []byte("k8s:enc:")) {
+		return "the EncryptionConfiguration does not list the resource, or lists the identity provider first for it", nil
+	}
+	return "", nil
 }
 
 func defaultIdentity() string {

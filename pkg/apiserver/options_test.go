@@ -1,10 +1,15 @@
 package apiserver
 
 import (
+	"bytes"
+	"context"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/spf13/pflag"
 	"k8s.io/apiserver/pkg/features"
+	"k8s.io/apiserver/pkg/storage/value"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 )
 
@@ -23,5 +28,93 @@ func TestListFromCacheSnapshotOffByDefault(t *testing.T) {
 	}
 	if !utilfeature.DefaultFeatureGate.Enabled(features.ListFromCacheSnapshot) {
 		t.Errorf("--feature-gates=ListFromCacheSnapshot=true did not turn it on")
+	}
+}
+
+func TestProfilingOffByDefault(t *testing.T) {
+	o := NewOptions()
+	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
+	o.AddFlags(fs)
+	if err := fs.Parse(nil); err != nil {
+		t.Fatal(err)
+	}
+	if o.RecommendedOptions.Features.EnableProfiling {
+		t.Error("profiling is on by default")
+	}
+	if o.RequireEncryptedCAKeys {
+		t.Error("--require-encrypted-ca-keys is on by default; the deploy manifests turn it on")
+	}
+	if err := fs.Parse([]string{"--profiling", "--require-encrypted-ca-keys"}); err != nil {
+		t.Fatal(err)
+	}
+	if !o.RecommendedOptions.Features.EnableProfiling || !o.RequireEncryptedCAKeys {
+		t.Error("--profiling --require-encrypted-ca-keys did not turn them on")
+	}
+}
+
+// prefixTransformer writes a fixed prefix before the data, as encrypting providers write theirs.
+type prefixTransformer struct{ prefix string }
+
+func (p prefixTransformer) TransformFromStorage(_ context.Context, data []byte, _ value.Context) ([]byte, bool, error) {
+	return bytes.TrimPrefix(data, []byte(p.prefix)), false, nil
+}
+
+func (p prefixTransformer) TransformToStorage(_ context.Context, data []byte, _ value.Context) ([]byte, error) {
+	return append([]byte(p.prefix), data...), nil
+}
+
+func TestCAKeysUnencrypted(t *testing.T) {
+	cases := []struct {
+		name string
+		t    value.Transformer
+		want string // "" when encrypted
+	}{
+		{"no encryption configuration", nil, "no --encryption-provider-config"},
+		{"not listed, or identity first", prefixTransformer{""}, "does not list the resource, or lists the identity provider first"},
+		{"secretbox", prefixTransformer{"k8s:enc:secretbox:v1:key1:"}, ""},
+		{"KMS v2", prefixTransformer{"k8s:enc:kms:v2:plugin:"}, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := caKeysUnencrypted(tc.t)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
+				t.Fatalf("got %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestDistrustDeadlineFlag(t *testing.T) {
+	for _, tc := range []struct {
+		args    []string
+		want    time.Duration
+		invalid bool
+	}{
+		{args: nil, want: 15 * time.Minute},
+		{args: []string{"--distrust-deadline=30s"}, want: 30 * time.Second},
+		{args: []string{"--distrust-deadline=5s"}, want: 5 * time.Second},
+		{args: []string{"--distrust-deadline=1s"}, want: time.Second, invalid: true},
+		{args: []string{"--distrust-deadline=0"}, want: 0, invalid: true},
+	} {
+		o := NewOptions()
+		fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
+		o.AddFlags(fs)
+		if err := fs.Parse(tc.args); err != nil {
+			t.Fatal(err)
+		}
+		if o.DistrustDeadline != tc.want {
+			t.Errorf("%v: DistrustDeadline %s; want %s", tc.args, o.DistrustDeadline, tc.want)
+		}
+		err := o.Validate()
+		if got := err != nil && strings.Contains(err.Error(), "--distrust-deadline"); got != tc.invalid {
+			t.Errorf("%v: Validate() = %v; want a --distrust-deadline error: %v", tc.args, err, tc.invalid)
+		}
+	}
+	fss := NewOptions().Flags()
+	if f := fss.FlagSet("certapi").Lookup("distrust-deadline"); f == nil || !strings.Contains(f.Usage, "Warning Event") {
+		t.Errorf("--help does not explain --distrust-deadline: %+v", f)
 	}
 }

@@ -40,6 +40,7 @@ type caEntry struct {
 	Role           string     `json:"role"`
 	Until          *time.Time `json:"until,omitempty"`
 	Distrusted     bool       `json:"distrusted,omitempty"`
+	DistrustedAt   *time.Time `json:"distrustedAt,omitempty"`
 	CertificatePEM string     `json:"certificatePEM"`
 	KeyPEM         string     `json:"keyPEM"`
 }
@@ -69,25 +70,25 @@ func encodeRecord(a signer.Authorities) (caRecord, error) {
 	rec := caRecord{APIVersion: "certapi.dev/internal", Kind: "CertificateAuthorityKeys",
 		NextPublished: timePtr(a.NextPublished), ForceRotation: a.ForceRotation, Distrust: a.Distrust,
 		SwitchedAt: timePtr(a.SwitchedAt), ForcedSwitch: a.ForcedSwitch}
-	add := func(role string, ca *signer.CA, until time.Time, distrusted bool) error {
+	add := func(role string, ca *signer.CA, r signer.Retiring) error {
 		keyPEM, err := ca.KeyPEM()
 		if err != nil {
 			return fmt.Errorf("encoding a CA key: %w", err)
 		}
-		rec.Authorities = append(rec.Authorities, caEntry{Role: role, Until: timePtr(until), Distrusted: distrusted,
-			CertificatePEM: string(ca.CertificatePEM()), KeyPEM: string(keyPEM)})
+		rec.Authorities = append(rec.Authorities, caEntry{Role: role, Until: timePtr(r.Until), Distrusted: r.Distrusted,
+			DistrustedAt: timePtr(r.DistrustedAt), CertificatePEM: string(ca.CertificatePEM()), KeyPEM: string(keyPEM)})
 		return nil
 	}
-	if err := add(RoleActive, a.Active, time.Time{}, false); err != nil {
+	if err := add(RoleActive, a.Active, signer.Retiring{}); err != nil {
 		return rec, err
 	}
 	if a.Next != nil {
-		if err := add(RoleNext, a.Next, time.Time{}, false); err != nil {
+		if err := add(RoleNext, a.Next, signer.Retiring{}); err != nil {
 			return rec, err
 		}
 	}
 	for _, r := range a.Retiring {
-		if err := add(RoleRetiring, r.CA, r.Until, r.Distrusted); err != nil {
+		if err := add(RoleRetiring, r.CA, r); err != nil {
 			return rec, err
 		}
 	}
@@ -108,7 +109,7 @@ func decodeRecord(rec caRecord) (signer.Authorities, error) {
 		case RoleNext:
 			a.Next = ca
 		case RoleRetiring:
-			a.Retiring = append(a.Retiring, signer.Retiring{CA: ca, Until: timeOf(e.Until), Distrusted: e.Distrusted})
+			a.Retiring = append(a.Retiring, signer.Retiring{CA: ca, Until: timeOf(e.Until), Distrusted: e.Distrusted, DistrustedAt: timeOf(e.DistrustedAt)})
 		default:
 			return a, fmt.Errorf("CA %d of the stored record has unknown role %q", i, e.Role)
 		}

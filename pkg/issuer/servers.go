@@ -54,16 +54,18 @@ func (i *Issuer) PublishServing(ctx context.Context, serial string) error {
 	return nil
 }
 
-// AllServeFrom reports whether every live replica serves with a certificate signed by the CA with serial.
-func (i *Issuer) AllServeFrom(ctx context.Context, serial string) (bool, error) {
+// ServingNotFrom returns how many live replicas serve with a certificate not signed by the CA with
+// serial.
+func (i *Issuer) ServingNotFrom(ctx context.Context, serial string) (int, error) {
 	resp, err := i.cfg.Client.Get(ctx, i.serversPrefix(), clientv3.WithPrefix())
 	if err != nil {
-		return false, fmt.Errorf("reading the replicas' serving records: %w", err)
+		return 0, fmt.Errorf("reading the replicas' serving records: %w", err)
 	}
+	n := 0
 	for _, kv := range resp.Kvs {
 		if string(kv.Value) != serial {
-			return false, nil
+			n++
 		}
 	}
-	return true, nil
+	return n, nil
 }

@@ -33,8 +33,12 @@ type Retiring struct {
 	// Until is when it leaves the bundle: the switch time plus the longest certificate lifetime, or its own
 	// notAfter, whichever is first. Unused when Distrusted.
 	Until time.Time
-	// Distrusted CAs leave the bundle as soon as every delivered certificate comes from the Active CA.
+	// Distrusted CAs leave the bundle as soon as every delivered certificate comes from the Active CA, or
+	// at the distrust deadline (RotationPolicy.DistrustDeadline after DistrustedAt), whichever is first.
 	Distrusted bool
+	// DistrustedAt is when it was distrusted. Zero in a record written before it was kept: the
+	// Authorities' SwitchedAt stands in (see DistrustedSince).
+	DistrustedAt time.Time
 }
 
 // RotationPolicy holds the durations a rotation is timed by.
@@ -48,6 +52,10 @@ type RotationPolicy struct {
 	// does not track, re-issue when they see the distrust (pkg/servingcert within a second), and need
 	// that long to do it before the old CA stops being trusted.
 	DistrustDwell time.Duration
+	// DistrustDeadline, when positive, is the longest a distrusted CA stays in the bundle: once it has
+	// passed, the CA leaves every bundle whatever it still waits for (StepDistrustDeadline). Zero: no
+	// deadline.
+	DistrustDeadline time.Duration
 }
 
 // RotationInput is what the world looks like to one planning step.
@@ -75,6 +83,9 @@ const (
 	StepRetire         RotationStep = "Retire"
 	StepDistrust       RotationStep = "Distrust"
 	StepDropDistrusted RotationStep = "DropDistrusted"
+	// StepDistrustDeadline drops a distrusted CA at its deadline although not everything it waited for
+	// was re-issued.
+	StepDistrustDeadline RotationStep = "DistrustDeadline"
 )
 
 // Plan returns the Authorities after the next step that is due, and which step that was (StepNone when
@@ -92,9 +103,9 @@ func (a Authorities) Plan(in RotationInput, p RotationPolicy) (Authorities, Rota
 		if err != nil {
 			return a, StepNone, err
 		}
-		out.Retiring = append(out.Retiring, Retiring{CA: a.Active, Distrusted: true})
+		out.Retiring = append(out.Retiring, Retiring{CA: a.Active, Distrusted: true, DistrustedAt: in.Now})
 		if a.Next != nil {
-			out.Retiring = append(out.Retiring, Retiring{CA: a.Next, Distrusted: true})
+			out.Retiring = append(out.Retiring, Retiring{CA: a.Next, Distrusted: true, DistrustedAt: in.Now})
 		}
 		out.Active, out.Next, out.NextPublished = ca, nil, time.Time{}
 		out.Distrust = in.Distrust
@@ -102,9 +113,14 @@ func (a Authorities) Plan(in RotationInput, p RotationPolicy) (Authorities, Rota
 		return out, StepDistrust, nil
 	}
 	for i, r := range out.Retiring {
-		if r.Distrusted && in.Reissued && !in.Now.Before(a.SwitchedAt.Add(p.DistrustDwell)) {
+		since := a.DistrustedSince(r)
+		if r.Distrusted && in.Reissued && !in.Now.Before(since.Add(p.DistrustDwell)) {
 			out.Retiring = append(out.Retiring[:i:i], out.Retiring[i+1:]...)
 			return out, StepDropDistrusted, nil
+		}
+		if r.Distrusted && p.DistrustDeadline > 0 && !in.Now.Before(since.Add(p.DistrustDeadline)) {
+			out.Retiring = append(out.Retiring[:i:i], out.Retiring[i+1:]...)
+			return out, StepDistrustDeadline, nil
 		}
 		if !r.Distrusted && !in.Now.Before(r.Until) {
 			out.Retiring = append(out.Retiring[:i:i], out.Retiring[i+1:]...)
@@ -148,6 +164,30 @@ func (a Authorities) Plan(in RotationInput, p RotationPolicy) (Authorities, Rota
 	return out, StepSwitch, nil
 }
 
+// DistrustedSince is when the distrusted CA r was distrusted: its DistrustedAt, or for a record written
+// before that was kept, the switch the distrust made.
+func (a Authorities) DistrustedSince(r Retiring) time.Time {
+	if !r.DistrustedAt.IsZero() {
+		return r.DistrustedAt
+	}
+	return a.SwitchedAt
+}
+
+// DistrustDeadline is the earliest time at which a distrusted CA leaves the bundle whatever it still
+// waits for; zero when no CA is distrusted or p has no deadline.
+func (a Authorities) DistrustDeadline(p RotationPolicy) time.Time {
+	var due time.Time
+	for _, r := range a.Retiring {
+		if !r.Distrusted || p.DistrustDeadline <= 0 {
+			continue
+		}
+		if t := a.DistrustedSince(r).Add(p.DistrustDeadline); due.IsZero() || t.Before(due) {
+			due = t
+		}
+	}
+	return due
+}
+
 // Certificates returns every CA certificate clients must trust, in the bundle's fixed order: Active,
 // Next, then Retiring in the order they retired.
 func (a Authorities) Certificates() []*x509.Certificate {
@@ -170,7 +210,7 @@ func (a Authorities) Bundle() []byte {
 }
 
 // NextDue returns the earliest time at which a step becomes due by the clock alone (a Retiring CA's
-// Until, the end of the grace period, the one-third and one-sixth marks of the Active CA's life), or the
+// Until, a distrust deadline, the end of the grace period, the one-third and one-sixth marks of the Active CA's life), or the
 // zero time when no such step is ahead. Steps that wait on the world (targets, re-issuance, spec
 // changes) are not in it: their own events start them. The rotation loop sleeps until then.
 func (a Authorities) NextDue(p RotationPolicy) time.Time {
@@ -187,6 +227,9 @@ func (a Authorities) NextDue(p RotationPolicy) time.Time {
 		if !r.Distrusted {
 			consider(r.Until)
 		}
+	}
+	if d := a.DistrustDeadline(p); !d.IsZero() {
+		consider(d)
 	}
 	notBefore, notAfter := a.Active.Certificate.NotBefore, a.Active.Certificate.NotAfter
 	life := notAfter.Sub(notBefore)

@@ -155,6 +155,77 @@ func TestDistrustDropsTheOldCAOnceReissued(t *testing.T) {
 	}
 }
 
+// TestDistrustDeadline: the pure decision behind --distrust-deadline. A distrusted CA leaves the bundle
+// once everything it waits for is re-issued (after the dwell), or at its deadline whatever is left
+// (StepDistrustDeadline); each distrusted CA counts from its own distrust.
+func TestDistrustDeadline(t *testing.T) {
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	mk := func() (*CA, error) {
+		return NewCA(CAOptions{ClusterDomain: "cluster.local", Duration: 8760 * time.Hour, Now: now})
+	}
+	old, _ := mk()
+	older, _ := mk()
+	pol := RotationPolicy{Grace: time.Hour, MaxCertificateDuration: 2160 * time.Hour, DistrustDwell: 5 * time.Second, DistrustDeadline: 15 * time.Minute}
+	distrusted, _, err := Authorities{Active: old}.Plan(RotationInput{Now: now, Distrust: "x", NewCA: mk}, pol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := distrusted.Retiring; len(r) != 1 || !r[0].Distrusted || !r[0].DistrustedAt.Equal(now) {
+		t.Fatalf("after the distrust: %+v; want one distrusted CA, distrusted at %s", r, now)
+	}
+	if got, want := distrusted.DistrustDeadline(pol), now.Add(15*time.Minute); !got.Equal(want) {
+		t.Errorf("DistrustDeadline = %s; want %s", got, want)
+	}
+	// A second CA distrusted earlier (by an earlier distrust) has its own, earlier deadline.
+	two := distrusted
+	two.Retiring = append([]Retiring{{CA: older, Distrusted: true, DistrustedAt: now.Add(-10 * time.Minute)}}, distrusted.Retiring...)
+
+	cases := []struct {
+		name       string
+		a          Authorities
+		pol        RotationPolicy
+		at         time.Duration // after the distrust
+		reissued   bool
+		want       RotationStep
+		wantLeft   int // CAs left in the bundle after the step
+		wantLeftCA *CA
+	}{
+		{name: "pending, before the deadline: wait", a: distrusted, pol: pol, at: 15*time.Minute - time.Second, want: StepNone, wantLeft: 2},
+		{name: "re-issued, within the dwell: wait", a: distrusted, pol: pol, at: 4 * time.Second, reissued: true, want: StepNone, wantLeft: 2},
+		{name: "re-issued after the dwell: drop", a: distrusted, pol: pol, at: 5 * time.Second, reissued: true, want: StepDropDistrusted, wantLeft: 1},
+		{name: "pending at the deadline: drop regardless", a: distrusted, pol: pol, at: 15 * time.Minute, want: StepDistrustDeadline, wantLeft: 1},
+		{name: "re-issued and past the deadline: an ordinary drop", a: distrusted, pol: pol, at: time.Hour, reissued: true, want: StepDropDistrusted, wantLeft: 1},
+		{name: "no deadline configured: wait for ever", a: distrusted, pol: RotationPolicy{DistrustDwell: 5 * time.Second}, at: 1000 * time.Hour, want: StepNone, wantLeft: 2},
+		{name: "the earlier-distrusted CA reaches its deadline first", a: two, pol: pol, at: 5 * time.Minute, want: StepDistrustDeadline, wantLeft: 2, wantLeftCA: old},
+		{name: "record without a distrust time counts from the switch", a: func() Authorities {
+			a := distrusted
+			a.Retiring = []Retiring{{CA: old, Distrusted: true}}
+			return a
+		}(), pol: pol, at: 15 * time.Minute, want: StepDistrustDeadline, wantLeft: 1},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got, step, err := tc.a.Plan(RotationInput{Now: now.Add(tc.at), Distrust: "x", Reissued: tc.reissued, NewCA: mk}, tc.pol)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if step != tc.want {
+				t.Fatalf("step %q; want %q", step, tc.want)
+			}
+			if n := len(got.Certificates()); n != tc.wantLeft {
+				t.Errorf("%d CAs in the bundle; want %d", n, tc.wantLeft)
+			}
+			if tc.wantLeftCA != nil && !got.Retiring[0].CA.Certificate.Equal(tc.wantLeftCA.Certificate) {
+				t.Errorf("the CA distrusted later left first")
+			}
+		})
+	}
+	// The loop sleeps until the deadline: NextDue names it.
+	if got, want := distrusted.NextDue(pol), now.Add(15*time.Minute); !got.Equal(want) {
+		t.Errorf("NextDue = %s; want the deadline %s", got, want)
+	}
+}
+
 // TestNextDue: the rotation loop sleeps until NextDue, so it must name exactly the moment the clock makes
 // a step due, and Plan must agree: nothing due just before it, a step due at it.
 func TestNextDue(t *testing.T) {

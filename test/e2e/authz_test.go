@@ -14,6 +14,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	"github.com/certapi/certapi/test/framework"
 )
 
 // grant creates a Role with rules in ns and binds subject to it.
@@ -35,6 +37,13 @@ func grant(t *testing.T, kube kubernetes.Interface, ns, name string, subject rba
 // serviceAccountConfig returns a client config that authenticates as a new ServiceAccount in ns.
 func serviceAccountConfig(t *testing.T, kube kubernetes.Interface, ns, name string) *rest.Config {
 	t.Helper()
+	return serviceAccountConfigOn(t, cp, kube, ns, name)
+}
+
+// serviceAccountConfigOn returns a client config for own's kube-apiserver that authenticates as a new
+// ServiceAccount in ns; kube is an admin client of the same control plane.
+func serviceAccountConfigOn(t *testing.T, own *framework.ControlPlane, kube kubernetes.Interface, ns, name string) *rest.Config {
+	t.Helper()
 	ctx := context.Background()
 	if _, err := kube.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -45,7 +54,7 @@ func serviceAccountConfig(t *testing.T, kube kubernetes.Interface, ns, name stri
 	if err != nil {
 		t.Fatalf("token for %s/%s: %v", ns, name, err)
 	}
-	cfg := rest.AnonymousClientConfig(cp.AdminConfig)
+	cfg := rest.AnonymousClientConfig(own.AdminConfig)
 	cfg.BearerToken = tok.Status.Token
 	return cfg
 }
@@ -98,7 +107,7 @@ func TestServingCertsAuthorization(t *testing.T) {
 		t.Fatalf("issuing with only create servingcertrequests: %v, want 403", err)
 	}
 
-	// Setting secretName needs create on secrets: the writer lacks it.
+	// Setting secretName needs create and update on that Secret: the writer lacks both.
 	withSecret := request("with-secret", "svc")
 	withSecret.Spec.SecretName = "svc-tls"
 	_, err = writerClient.CertapiV1alpha1().ServingCertRequests(ns).Create(ctx, withSecret, metav1.CreateOptions{})
@@ -108,10 +117,11 @@ func TestServingCertsAuthorization(t *testing.T) {
 	if _, err := admin.CertapiV1alpha1().ServingCertRequests(ns).Get(ctx, "with-secret", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Fatalf("the refused request was stored: %v", err)
 	}
-	// Once it may create Secrets, the same request is accepted.
+	// Once it may create and update that Secret, the same request is accepted.
 	grant(t, kube, ns, "writer-secrets", rbacv1.Subject{Kind: "ServiceAccount", Name: "writer", Namespace: ns},
-		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"create"}})
-	eventually(t, 30*time.Second, "secretName to be accepted once the writer may create Secrets", func(ctx context.Context) (bool, error) {
+		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"create"}},
+		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"update"}, ResourceNames: []string{"svc-tls"}})
+	eventually(t, 30*time.Second, "secretName to be accepted once the writer may create and update the Secret", func(ctx context.Context) (bool, error) {
 		_, err := writerClient.CertapiV1alpha1().ServingCertRequests(ns).Create(ctx, withSecret, metav1.CreateOptions{})
 		if apierrors.IsForbidden(err) {
 			return false, nil

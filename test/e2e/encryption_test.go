@@ -6,7 +6,14 @@ import (
 	"crypto/elliptic"
 	"crypto/x509"
 	"encoding/pem"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -87,5 +94,82 @@ func TestCAKeysEncryptedAtRest(t *testing.T) {
 func TestUnencryptedWarning(t *testing.T) {
 	if !logContains(t, cp.Logs()["certapi"], "the CA private keys are stored in etcd UNENCRYPTED") {
 		t.Fatal("no warning about unencrypted CA keys in certapi's log")
+	}
+}
+
+// TestRequireEncryptedCAKeys: with --require-encrypted-ca-keys certapi refuses to start, with a message
+// that names the resource to list, when the CA keys would be stored unencrypted: no encryption
+// configuration, one that does not list the resource, one that lists identity first.
+func TestRequireEncryptedCAKeys(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	bin, err := framework.CertapiBinary(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// An identity with no rights at all: were certapi to start anyway, it could change nothing in the shared
+	// control plane. It needs none to get as far as the check (no in-cluster authentication lookup).
+	nobody, err := cp.UserConfig("e2e-require-encrypted")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.MkdirTemp("", "reqenc-") // short: the embedded etcd's sockets live in it
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	mfWriteKubeconfig(t, kubeconfig, nobody)
+	secretsOnly, err := framework.AESCBCEncryptionConfig("secrets")
+	if err != nil {
+		t.Fatal(err)
+	}
+	listed, err := framework.AESCBCEncryptionConfig("certificateauthoritykeys.certapi.dev")
+	if err != nil {
+		t.Fatal(err)
+	}
+	identityFirst := strings.Replace(listed, "  providers:\n", "  providers:\n  - identity: {}\n", 1)
+	for _, tc := range []struct {
+		name, config, why string
+	}{
+		{"no encryption configuration", "", "no --encryption-provider-config is given"},
+		{"the resource is not listed", secretsOnly, "does not list the resource"},
+		{"identity first", identityFirst, "lists the identity provider first"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sub := filepath.Join(dir, strings.ReplaceAll(tc.name, " ", "-"))
+			args := []string{
+				"--require-encrypted-ca-keys",
+				"--data-dir=" + filepath.Join(sub, "data"),
+				"--bind-address=127.0.0.1",
+				fmt.Sprintf("--secure-port=%d", mfFreePort(t)),
+				"--kubeconfig=" + kubeconfig,
+				"--authentication-kubeconfig=" + kubeconfig,
+				"--authorization-kubeconfig=" + kubeconfig,
+				"--authentication-skip-lookup",
+			}
+			if tc.config != "" {
+				if err := os.MkdirAll(sub, 0o700); err != nil {
+					t.Fatal(err)
+				}
+				file := filepath.Join(sub, "encryption.yaml")
+				if err := os.WriteFile(file, []byte(tc.config), 0o600); err != nil {
+					t.Fatal(err)
+				}
+				args = append(args, "--encryption-provider-config="+file)
+			}
+			runCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+			defer cancel()
+			out, err := exec.CommandContext(runCtx, bin, args...).CombinedOutput()
+			var exit *exec.ExitError
+			if !errors.As(err, &exit) || exit.ExitCode() <= 0 {
+				t.Fatalf("certapi: %v; want it to refuse to start (exit non-zero)\n%s", err, mfTail(string(out), 30))
+			}
+			for _, want := range []string{"--require-encrypted-ca-keys", "certificateauthoritykeys.certapi.dev", tc.why} {
+				if !strings.Contains(string(out), want) {
+					t.Errorf("certapi's output does not say %q:\n%s", want, mfTail(string(out), 30))
+				}
+			}
+		})
 	}
 }

@@ -324,6 +324,12 @@ func TestManifests(t *testing.T) {
 			if _, ok := args["encryption-provider-config"]; !ok {
 				t.Errorf("%s: no --encryption-provider-config: the CA keys would be stored unencrypted", dir)
 			}
+			if v, ok := args["require-encrypted-ca-keys"]; !ok || (v != "" && v != "true") {
+				t.Errorf("%s: --require-encrypted-ca-keys is not on: a broken encryption configuration would store the CA keys unencrypted", dir)
+			}
+			if v, ok := args["profiling"]; ok && v != "false" {
+				t.Errorf("%s: --profiling=%q; profiling stays off in production", dir, v)
+			}
 		}
 	})
 
@@ -474,6 +480,10 @@ func TestManifests(t *testing.T) {
 				}
 			}
 		}
+	})
+
+	t.Run("admission policies type-check", func(t *testing.T) {
+		mfTypeCheckPolicies(t, ks[mfDeployBase].objs)
 	})
 
 	t.Run("the image's build context holds what certapi needs", func(t *testing.T) {
@@ -978,7 +988,9 @@ func mfSelectorMatches(selector, labels map[string]string) bool {
 // ServiceAccount, and the arguments of the base Deployment, on a control plane of its own (the RBAC is
 // applied for real there): certapi must come up, serve itself so that kube-apiserver trusts it (which
 // needs its APIService injected), deliver a Secret and inject caBundles, and never be told "forbidden".
-// It also proves the encryption resource name the README gives.
+// The base's ValidatingAdmissionPolicies apply too: certapi's injection passes them, and every change but
+// a caBundle made with certapi's identity is refused. It also proves the encryption resource name the
+// README gives, with --require-encrypted-ca-keys on as the base has it.
 func TestManifestsRBACRunsCertapi(t *testing.T) {
 	root, err := filepath.Abs(filepath.Join("..", ".."))
 	if err != nil {
@@ -1178,6 +1190,13 @@ resources:
 		}
 		return len(w.Webhooks[0].ClientConfig.CABundle) > 0, errors.New("no caBundle yet")
 	})
+	waitFor("caBundle in MutatingWebhookConfiguration mf-rbac", time.Minute, func(ctx context.Context) (bool, error) {
+		w, err := kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, "mf-rbac", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		return len(w.Webhooks[0].ClientConfig.CABundle) > 0, errors.New("no caBundle yet")
+	})
 	dyn, err := dynamic.NewForConfig(own.AdminConfig)
 	if err != nil {
 		t.Fatal(err)
@@ -1226,6 +1245,25 @@ resources:
 		return false, errors.New("no Event yet")
 	})
 
+	// 5. The admission policies let certapi's ServiceAccount change caBundle fields and nothing else
+	// (certapi's own writes above went through them), and leave other users alone.
+	injected, err := kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, "mf-rbac", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Run("certapi's ServiceAccount may change only caBundle fields", func(t *testing.T) {
+		mfCheckCABundleOnly(t, own, saConfig, ns)
+	})
+	// The caBundle the ServiceAccount changed there is drift to certapi: it puts its own back, through
+	// the policies.
+	waitFor("certapi to restore the caBundle of ValidatingWebhookConfiguration mf-rbac", time.Minute, func(ctx context.Context) (bool, error) {
+		w, err := kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, "mf-rbac", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		return bytes.Equal(w.Webhooks[0].ClientConfig.CABundle, injected.Webhooks[0].ClientConfig.CABundle), errors.New("not restored yet")
+	})
+
 	data, err := os.ReadFile(logPath)
 	if err != nil {
 		t.Fatal(err)
@@ -1240,8 +1278,8 @@ resources:
 	}
 }
 
-// mfInjectionTargets returns a ValidatingWebhookConfiguration and a CRD that opt in to injection;
-// their webhooks match nothing that exists, so they block nothing.
+// mfInjectionTargets returns a validating and a mutating webhook configuration and a CRD that opt in to
+// injection; their webhooks match nothing that exists, so they block nothing.
 func mfInjectionTargets(t *testing.T, ns string) []*unstructured.Unstructured {
 	t.Helper()
 	objs, err := mfDecode([]byte(`
@@ -1258,6 +1296,25 @@ webhooks:
   failurePolicy: Ignore
   clientConfig:
     service: {name: webhook, namespace: ` + ns + `, path: /validate}
+  rules:
+  - apiGroups: ["example.com"]
+    apiVersions: ["v1"]
+    operations: ["CREATE"]
+    resources: ["nothings"]
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingWebhookConfiguration
+metadata:
+  name: mf-rbac
+  annotations:
+    certapi.dev/inject-ca-bundle: "true"
+webhooks:
+- name: mf-rbac.example.com
+  admissionReviewVersions: ["v1"]
+  sideEffects: None
+  failurePolicy: Ignore
+  clientConfig:
+    service: {name: webhook, namespace: ` + ns + `, path: /mutate}
   rules:
   - apiGroups: ["example.com"]
     apiVersions: ["v1"]

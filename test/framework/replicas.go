@@ -255,6 +255,25 @@ func (cp *ControlPlane) ReplicaPID(i int) int {
 	return 0
 }
 
+// PIDs returns the process ids of the running etcd, kube-apiserver and certapi replicas, by their log
+// names ("etcd", "kube-apiserver", "certapi-0", ...): for reading their CPU time or memory from /proc.
+func (cp *ControlPlane) PIDs() map[string]int {
+	pids := map[string]int{}
+	cp.mu.Lock()
+	for name, p := range map[string]*Process{"etcd": cp.etcd, "kube-apiserver": cp.apiserver} {
+		if p != nil {
+			pids[name] = p.Pid()
+		}
+	}
+	cp.mu.Unlock()
+	for i := range cp.replicas {
+		if pid := cp.ReplicaPID(i); pid != 0 {
+			pids[cp.ReplicaName(i)] = pid
+		}
+	}
+	return pids
+}
+
 // runningReplicaProc returns the process of certapi replica i, or nil when it is not running.
 func (cp *ControlPlane) runningReplicaProc(i int) *Process {
 	if i < 0 || i >= len(cp.replicas) {

@@ -1,6 +1,7 @@
 // Package secretaccess is the admission plugin that guards spec.secretName: asking certapi to deliver a
-// private key into a Secret is asking it to create a Secret, so the requester must be allowed to do that
-// themselves. Without it, anyone who may write ServingCertRequests could make certapi write Secrets.
+// private key into a Secret is asking it to create or overwrite that Secret, so the requester must be
+// allowed to do that themselves. Without it, anyone who may write ServingCertRequests could make certapi
+// write Secrets.
 package secretaccess
 
 import (
@@ -9,6 +10,7 @@ import (
 	"fmt"
 	"io"
 
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apiserver/pkg/admission"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 
@@ -25,9 +27,12 @@ func Register(plugins *admission.Plugins) {
 	})
 }
 
-// Plugin refuses a ServingCertRequest whose secretName is set or changed by a user who may not create
-// Secrets in its namespace. It asks the same authorizer that guards certapi's own API, which for an
-// aggregated server is a SubjectAccessReview to kube-apiserver.
+// Plugin refuses a ServingCertRequest create or spec change that makes certapi write the Secret
+// spec.secretName names, when the requesting user may not both create and update that Secret. certapi
+// writes the Secret when a request with secretName is created, when secretName is set or changed, and
+// on any other spec change while secretName is set (the certificate is re-issued for the new spec). It
+// asks the same authorizer that guards certapi's own API, which for an aggregated server is a
+// SubjectAccessReview to kube-apiserver.
 type Plugin struct {
 	*admission.Handler
 	authorizer authorizer.Authorizer
@@ -58,29 +63,45 @@ func (p *Plugin) Validate(ctx context.Context, a admission.Attributes, _ admissi
 	if !ok || obj.Spec.SecretName == "" {
 		return nil
 	}
+	why := "setting secretName asks certapi to write it"
 	if a.GetOperation() == admission.Update {
-		if old, ok := a.GetOldObject().(*certapi.ServingCertRequest); ok && old.Spec.SecretName == obj.Spec.SecretName {
-			return nil // already allowed when it was set
+		old, ok := a.GetOldObject().(*certapi.ServingCertRequest)
+		switch {
+		case !ok:
+		case apiequality.Semantic.DeepEqual(old.Spec, obj.Spec):
+			return nil // certapi writes nothing new: the spec is what was allowed before
+		case old.Spec.SecretName == obj.Spec.SecretName:
+			why = "a change of the spec makes certapi re-issue the certificate in it"
 		}
 	}
 	user := a.GetUserInfo()
-	decision, reason, err := p.authorizer.Authorize(ctx, authorizer.AttributesRecord{
-		User:            user,
-		Verb:            "create",
-		Namespace:       a.GetNamespace(),
-		APIVersion:      "v1",
-		Resource:        "secrets",
-		ResourceRequest: true,
-	})
-	if decision == authorizer.DecisionAllow {
-		return nil
+	// create as kube-apiserver authorizes it (a create has no name yet), update on that Secret by name.
+	for _, verb := range []string{"create", "update"} {
+		name := obj.Spec.SecretName
+		if verb == "create" {
+			name = ""
+		}
+		decision, reason, err := p.authorizer.Authorize(ctx, authorizer.AttributesRecord{
+			User:            user,
+			Verb:            verb,
+			Namespace:       a.GetNamespace(),
+			APIVersion:      "v1",
+			Resource:        "secrets",
+			Name:            name,
+			ResourceRequest: true,
+		})
+		if decision == authorizer.DecisionAllow {
+			continue
+		}
+		msg := fmt.Sprintf("spec.secretName %q: user %q may not %s secrets in namespace %q, and %s on their behalf; "+
+			"get RBAC create and update on Secret %q there, or leave secretName unset and use the servingcerts subresource",
+			obj.Spec.SecretName, user.GetName(), verb, a.GetNamespace(), why, obj.Spec.SecretName)
+		if err != nil {
+			msg += fmt.Sprintf(" (authorization check failed: %v)", err)
+		} else if reason != "" {
+			msg += " (" + reason + ")"
+		}
+		return admission.NewForbidden(a, errors.New(msg))
 	}
-	msg := fmt.Sprintf("spec.secretName %q: user %q may not create secrets in namespace %q, and setting secretName asks certapi to create one on their behalf; get RBAC create on secrets there, or leave secretName unset and use the servingcerts subresource",
-		obj.Spec.SecretName, user.GetName(), a.GetNamespace())
-	if err != nil {
-		msg += fmt.Sprintf(" (authorization check failed: %v)", err)
-	} else if reason != "" {
-		msg += " (" + reason + ")"
-	}
-	return admission.NewForbidden(a, errors.New(msg))
+	return nil
 }

@@ -5,6 +5,8 @@ package castatus
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
@@ -20,31 +22,34 @@ import (
 // Name is the only CertificateAuthority.
 const Name = "default"
 
-// Sync writes obj's status from the leader's CAs and the injection summary, if it differs.
-func Sync(ctx context.Context, client versioned.Interface, obj *certapiv1alpha1.CertificateAuthority, auth signer.Authorities, injection *certapiv1alpha1.InjectionSummary) error {
+// Sync writes obj's status from the leader's CAs, the injection summary and the distrust's status, if it
+// differs.
+func Sync(ctx context.Context, client versioned.Interface, obj *certapiv1alpha1.CertificateAuthority, auth signer.Authorities,
+	injection *certapiv1alpha1.InjectionSummary, distrust *certapiv1alpha1.DistrustStatus) error {
 	want := obj.DeepCopy()
 	st := &want.Status
 	st.CABundle = string(auth.Bundle())
-	ref := refOf(auth.Active)
+	ref := RefOf(auth.Active)
 	st.Active = &ref
 	st.ObservedGeneration = obj.Generation
 	st.Injection = injection
+	st.Distrust = distrust
 	st.Certificates = nil
-	add := func(ca *signer.CA, role certapiv1alpha1.CertificateAuthorityRole) {
+	add := func(ca *signer.CA, role certapiv1alpha1.CertificateAuthorityRole, distrusted bool) {
 		st.Certificates = append(st.Certificates, certapiv1alpha1.CertificateAuthorityCertificate{
-			CertificateAuthorityRef: refOf(ca), Role: role,
+			CertificateAuthorityRef: RefOf(ca), Role: role, Distrusted: distrusted,
 			NotBefore: metav1.NewTime(ca.Certificate.NotBefore), NotAfter: metav1.NewTime(ca.Certificate.NotAfter),
 		})
 		metrics.CANotAfter.WithLabelValues(string(role)).Set(float64(ca.Certificate.NotAfter.Unix()))
 	}
-	add(auth.Active, certapiv1alpha1.CARoleActive)
+	add(auth.Active, certapiv1alpha1.CARoleActive, false)
 	if auth.Next != nil {
-		add(auth.Next, certapiv1alpha1.CARoleNext)
+		add(auth.Next, certapiv1alpha1.CARoleNext, false)
 	} else {
 		metrics.CANotAfter.DeleteLabelValues(string(certapiv1alpha1.CARoleNext))
 	}
 	for _, r := range auth.Retiring {
-		add(r.CA, certapiv1alpha1.CARoleRetiring)
+		add(r.CA, certapiv1alpha1.CARoleRetiring, r.Distrusted)
 	}
 	if len(auth.Retiring) == 0 {
 		metrics.CANotAfter.DeleteLabelValues(string(certapiv1alpha1.CARoleRetiring))
@@ -55,7 +60,7 @@ func Sync(ctx context.Context, client versioned.Interface, obj *certapiv1alpha1.
 		Type: certapiv1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: "Signing", ObservedGeneration: obj.Generation,
 		Message: fmt.Sprintf("the Active CA %s signs; it expires %s", ref.SerialNumber, active.NotAfter.UTC().Format(time.RFC3339)),
 	})
-	meta.SetStatusCondition(&st.Conditions, rotating(auth, obj.Generation))
+	meta.SetStatusCondition(&st.Conditions, rotating(auth, distrust, obj.Generation))
 
 	if apiequality.Semantic.DeepEqual(obj.Status, want.Status) {
 		return nil
@@ -68,29 +73,67 @@ func Sync(ctx context.Context, client versioned.Interface, obj *certapiv1alpha1.
 }
 
 // rotating says where a rotation stands, in words an admin can act on.
-func rotating(auth signer.Authorities, generation int64) metav1.Condition {
+func rotating(auth signer.Authorities, distrust *certapiv1alpha1.DistrustStatus, generation int64) metav1.Condition {
 	c := metav1.Condition{Type: certapiv1alpha1.ConditionRotating, Status: metav1.ConditionFalse, Reason: certapiv1alpha1.RotatingReasonIdle, ObservedGeneration: generation, Message: "no rotation is running"}
 	switch {
 	case auth.Next != nil:
 		c.Status, c.Reason = metav1.ConditionTrue, certapiv1alpha1.RotatingReasonNextPublished
 		c.Message = fmt.Sprintf("the Next CA %s was published %s; it signs once every target holds it and the grace period has passed",
-			refOf(auth.Next).SerialNumber, auth.NextPublished.UTC().Format(time.RFC3339))
+			RefOf(auth.Next).SerialNumber, auth.NextPublished.UTC().Format(time.RFC3339))
 	case len(auth.Retiring) > 0:
 		c.Status, c.Reason = metav1.ConditionTrue, certapiv1alpha1.RotatingReasonRetiring
 		r := auth.Retiring[0]
-		if r.Distrusted {
+		if i := slices.IndexFunc(auth.Retiring, func(r signer.Retiring) bool { return r.Distrusted }); i >= 0 {
 			c.Reason = certapiv1alpha1.RotatingReasonDistrusted
-			c.Message = fmt.Sprintf("the distrusted CA %s leaves the bundle once every delivered certificate is re-issued", refOf(r.CA).SerialNumber)
+			c.Message = distrustMessage(RefOf(auth.Retiring[i].CA).SerialNumber, distrust)
 		} else {
-			c.Message = fmt.Sprintf("the Retiring CA %s leaves the bundle at %s, when no certificate it signed can still be valid", refOf(r.CA).SerialNumber, r.Until.UTC().Format(time.RFC3339))
+			c.Message = fmt.Sprintf("the Retiring CA %s leaves the bundle at %s, when no certificate it signed can still be valid", RefOf(r.CA).SerialNumber, r.Until.UTC().Format(time.RFC3339))
 		}
-		if auth.ForcedSwitch {
+		if auth.ForcedSwitch && c.Reason != certapiv1alpha1.RotatingReasonDistrusted { // a distrust switches at once by design
 			c.Message += fmt.Sprintf("; the switch at %s was FORCED before every target held the new CA", auth.SwitchedAt.UTC().Format(time.RFC3339))
 		}
 	}
 	return c
 }
 
-func refOf(ca *signer.CA) certapiv1alpha1.CertificateAuthorityRef {
+// distrustMessage says what a pending distrust of the CA with serial waits for and what it does not.
+func distrustMessage(serial string, d *certapiv1alpha1.DistrustStatus) string {
+	msg := fmt.Sprintf("the distrusted CA %s leaves the bundle once every Secret certapi delivers for an existing request, and every certapi replica, "+
+		"holds a certificate of the Active CA", serial)
+	if d == nil {
+		return msg
+	}
+	if d.Deadline != nil {
+		msg += fmt.Sprintf(", or at %s (the distrust deadline) regardless", d.Deadline.UTC().Format(time.RFC3339))
+	}
+	var waits []string
+	if s := d.PendingSecrets; s != nil && s.Count > 0 {
+		waits = append(waits, fmt.Sprintf("%s not re-issued yet (%s)", count(s.Count, "Secret"), strings.Join(s.Names, ", ")))
+	}
+	if d.PendingReplicas > 0 {
+		waits = append(waits, fmt.Sprintf("%s not serving from the Active CA yet", count(d.PendingReplicas, "certapi replica")))
+	}
+	if len(waits) > 0 {
+		msg += "; waiting for " + strings.Join(waits, " and ")
+	}
+	if s := d.UnmanagedSecrets; s != nil && s.Count > 0 {
+		msg += fmt.Sprintf("; not waiting for %s certapi does not re-issue (%s)", count(s.Count, "labelled Secret"), strings.Join(s.Names, ", "))
+	}
+	if d.PendingTargets > 0 {
+		msg += fmt.Sprintf("; %s not holding the current bundle yet", count(d.PendingTargets, "injection target"))
+	}
+	return msg + "; see status.distrust"
+}
+
+// count says "1 thing" or "n things".
+func count(n int32, thing string) string {
+	if n == 1 {
+		return "1 " + thing
+	}
+	return fmt.Sprintf("%d %ss", n, thing)
+}
+
+// RefOf identifies ca as status does: its serial and subject key id.
+func RefOf(ca *signer.CA) certapiv1alpha1.CertificateAuthorityRef {
 	return certapiv1alpha1.CertificateAuthorityRef{SerialNumber: signer.FormatSerialNumber(ca.Certificate.SerialNumber), SubjectKeyID: ca.SubjectKeyID()}
 }

@@ -13,6 +13,7 @@ package podcert
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -20,10 +21,10 @@ import (
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	certificateslisters "k8s.io/client-go/listers/certificates/v1"
@@ -52,7 +53,7 @@ const maxNoteLength = 1000
 // Options configure New.
 type Options struct {
 	// Context is the leadership term's: its Kube client needs list and watch on podcertificaterequests,
-	// update on podcertificaterequests/status, sign on signers/certapi.dev/serving (certificates.k8s.io),
+	// patch on podcertificaterequests/status, sign on signers/certapi.dev/serving (certificates.k8s.io),
 	// and get on pods. Required.
 	Context *controller.Context
 	// Authority signs, through the one issuance policy. Required.
@@ -303,23 +304,33 @@ func (s *Signer) answer(ctx context.Context, in Input, d Decision, start time.Ti
 	return nil
 }
 
-// writeStatus sets the one terminal condition (and, for Issued, the certificate) through the status
-// subresource, guarded by the resourceVersion the decision was made on. A request deleted meanwhile is
+// writeStatus sets the one terminal condition (and, for Issued, the certificate) with a patch of the
+// status subresource, guarded by the resourceVersion the decision was made on. A request deleted meanwhile is
 // done with.
 func (s *Signer) writeStatus(ctx context.Context, pcr *certificatesv1.PodCertificateRequest, condType, reason, msg string,
 	issued *certificatesv1.PodCertificateRequestStatus) error {
-	out := pcr.DeepCopy()
+	st := certificatesv1.PodCertificateRequestStatus{}
 	if issued != nil {
-		out.Status = *issued
+		st = *issued
 	}
-	meta.SetStatusCondition(&out.Status.Conditions, metav1.Condition{
+	st.Conditions = append(append([]metav1.Condition(nil), pcr.Status.Conditions...), metav1.Condition{
 		Type:               condType,
 		Status:             metav1.ConditionTrue,
 		Reason:             reason,
 		Message:            truncate1k(msg),
 		LastTransitionTime: metav1.NewTime(s.clock.Now()),
 	})
-	_, err := s.kube.CertificatesV1().PodCertificateRequests(pcr.Namespace).UpdateStatus(ctx, out, metav1.UpdateOptions{FieldManager: "certapi"})
+	// A merge patch of the status subresource that carries the resourceVersion the decision was made
+	// on: kube-apiserver refuses it (409) if the request changed since.
+	patch, err := json.Marshal(map[string]any{
+		"metadata": map[string]string{"resourceVersion": pcr.ResourceVersion},
+		"status":   st,
+	})
+	if err != nil {
+		return fmt.Errorf("making the status patch of PodCertificateRequest %s/%s: %w", pcr.Namespace, pcr.Name, err)
+	}
+	_, err = s.kube.CertificatesV1().PodCertificateRequests(pcr.Namespace).Patch(ctx, pcr.Name, types.MergePatchType, patch,
+		metav1.PatchOptions{FieldManager: "certapi"}, "status")
 	if apierrors.IsNotFound(err) {
 		return nil
 	}

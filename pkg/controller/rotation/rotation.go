@@ -10,6 +10,8 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -34,7 +36,8 @@ import (
 const ReportingController = "certapi.dev/rotation"
 
 // distrustRecheck is how often a pending distrust looks again at what it waits for (every delivered
-// Secret and every replica re-issued): only while one is pending, never when idle.
+// Secret and every replica re-issued): only while one is pending, never when idle. Each look reads the
+// Secret cache's summaries and one etcd range; it parses no certificate.
 const distrustRecheck = time.Second
 
 // distrustDwell is the least time a distrusted CA stays in the bundle (signer.RotationPolicy's
@@ -68,11 +71,15 @@ type Options struct {
 	Authority Authority
 	// Targets is the injector. Required: without it the gate would check nothing but the grace period.
 	Targets Targets
-	// Reissued reports whether every delivered certificate comes from the given CA; asked only while a
-	// distrusted CA waits to leave the bundle. Required.
-	Reissued func(ctx context.Context, ca *x509.Certificate) bool
+	// Distrust tells how far a pending distrust has come against the Active CA active: what it waits
+	// for (Secrets certapi delivers, certapi's replicas) and what it does not. Asked only while a
+	// distrusted CA is in the bundle. Required.
+	Distrust func(ctx context.Context, active *x509.Certificate) DistrustProgress
 	// Grace is the least time between publishing Next and letting it sign.
 	Grace time.Duration
+	// DistrustDeadline, when positive, is the longest a distrusted CA stays in the bundle: after it, the CA
+	// leaves every bundle whatever it still waits for, with a Warning Event and a log line.
+	DistrustDeadline time.Duration
 	// MaxCertificateDuration bounds every leaf's lifetime, and so how long a Retiring CA stays.
 	MaxCertificateDuration time.Duration
 	// BundleChanged, when set, is called after steps that changed the bundle, with the new bundle.
@@ -89,6 +96,28 @@ type Controller struct {
 	informer cache.SharedIndexInformer
 	recorder events.EventRecorder
 	queue    *controller.Queue[string]
+
+	// lastUnmanaged is the report of unmanaged Secrets last recorded as an Event this term, so that each
+	// distinct report is recorded once. Only sync (one worker) touches it.
+	lastUnmanaged string
+}
+
+// DistrustProgress is how far a pending distrust has come: what it waits for, and what it does not.
+type DistrustProgress struct {
+	// Known is false when that could not be told (the caches have not synced, etcd did not answer): the
+	// distrust then waits, up to its deadline.
+	Known bool
+	// PendingSecrets are the Secrets certapi delivers for an existing request whose certificate is not
+	// from the Active CA yet; UnmanagedSecrets those it will not re-issue (see
+	// certapiv1alpha1.DistrustStatus).
+	PendingSecrets, UnmanagedSecrets certapiv1alpha1.SecretsSummary
+	// PendingReplicas is the number of certapi replicas not serving with a certificate of the Active CA.
+	PendingReplicas int
+}
+
+// Done reports whether everything the distrust waits for comes from the Active CA.
+func (p DistrustProgress) Done() bool {
+	return p.Known && p.PendingSecrets.Count == 0 && p.PendingReplicas == 0
 }
 
 // New checks o and registers the CertificateAuthority informer with the term.
@@ -100,8 +129,8 @@ func New(o Options) (*Controller, error) {
 		return nil, errors.New("rotation: Options.Authority is required")
 	case o.Targets == nil:
 		return nil, errors.New("rotation: Options.Targets is required")
-	case o.Reissued == nil:
-		return nil, errors.New("rotation: Options.Reissued is required")
+	case o.Distrust == nil:
+		return nil, errors.New("rotation: Options.Distrust is required")
 	}
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
@@ -174,7 +203,8 @@ func (c *Controller) sync(ctx context.Context, _ string) (controller.Result, err
 	if obj.Spec.Duration != nil {
 		caDuration = obj.Spec.Duration.Duration
 	}
-	policy := signer.RotationPolicy{Grace: c.o.Grace, MaxCertificateDuration: c.o.MaxCertificateDuration, DistrustDwell: distrustDwell}
+	policy := signer.RotationPolicy{Grace: c.o.Grace, MaxCertificateDuration: c.o.MaxCertificateDuration,
+		DistrustDwell: distrustDwell, DistrustDeadline: c.o.DistrustDeadline}
 	req := issuer.RotationRequest{
 		ForceRotation:  obj.Spec.ForceRotation,
 		Distrust:       obj.Spec.Distrust,
@@ -182,14 +212,22 @@ func (c *Controller) sync(ctx context.Context, _ string) (controller.Result, err
 		Policy:         policy,
 		NextEverywhere: c.o.Targets.AllHold(before.Bundle()),
 	}
+	// Only while a distrust is pending: what it waits for, against the Active CA.
+	var progress *DistrustProgress
 	if distrustPending(before) {
-		req.Reissued = c.o.Reissued(ctx, before.Active.Certificate)
+		p := c.o.Distrust(ctx, before.Active.Certificate)
+		progress = &p
+		req.Reissued = p.Done()
 	}
 	steps, err := c.o.Authority.Rotate(ctx, req)
 	after, ok := c.o.Authority.State()
+	if ok && distrustPending(after) && (progress == nil || !after.Active.Certificate.Equal(before.Active.Certificate)) {
+		p := c.o.Distrust(ctx, after.Active.Certificate) // a distrust just started
+		progress = &p
+	}
 	if len(steps) > 0 && ok {
 		for _, s := range steps {
-			c.announce(obj, s, after)
+			c.announce(obj, s, before, after, progress, policy)
 		}
 		if c.o.BundleChanged != nil {
 			c.o.BundleChanged(ctx, after.Bundle())
@@ -202,10 +240,38 @@ func (c *Controller) sync(ctx context.Context, _ string) (controller.Result, err
 		return controller.Result{}, nil
 	}
 	summary := c.o.Targets.Summary()
-	if err := castatus.Sync(ctx, c.client, obj, after, &summary); err != nil {
+	distrust := distrustStatus(distrustInput{
+		Previous: obj.Status.Distrust, Before: before, After: after, Steps: steps, Progress: progress,
+		PendingTargets: summary.Targets - summary.UpToDate - summary.Skipped - summary.Conflicts,
+		Policy:         policy, Now: c.o.Clock.Now(),
+	})
+	if distrustPending(after) {
+		c.reportUnmanaged(obj, after, progress)
+	}
+	if err := castatus.Sync(ctx, c.client, obj, after, &summary, distrust); err != nil {
 		return controller.Result{}, err
 	}
 	return controller.Result{After: c.wait(after, policy)}, nil
+}
+
+// reportUnmanaged records a Warning Event naming the labelled Secrets a pending distrust does not wait
+// for, once for each distinct report.
+func (c *Controller) reportUnmanaged(obj *certapiv1alpha1.CertificateAuthority, after signer.Authorities, p *DistrustProgress) {
+	if p == nil || !p.Known || p.UnmanagedSecrets.Count == 0 {
+		return
+	}
+	msg := fmt.Sprintf("distrust %q: %s labelled %s=true hold certificates not signed by the Active CA %s, and certapi will not re-issue them "+
+		"(no existing ServingCertRequest names them, they are in conflict, or they are not certapi's); the distrusted CA leaves the bundle "+
+		"without waiting for them, and whoever uses them must replace them: %s",
+		after.Distrust, countSecrets(p.UnmanagedSecrets), secretdeliveryLabel, signer.FormatSerialNumber(after.Active.Certificate.SerialNumber),
+		namesOf(p.UnmanagedSecrets))
+	if msg == c.lastUnmanaged {
+		return
+	}
+	c.lastUnmanaged = msg
+	klog.InfoS("WARNING: a distrust does not wait for Secrets certapi will not re-issue", "distrust", after.Distrust,
+		"count", p.UnmanagedSecrets.Count, "secrets", p.UnmanagedSecrets.Names)
+	c.recorder.Eventf(regarding(obj), nil, corev1.EventTypeWarning, ReasonDistrustUnmanagedSecrets, "DistrustCA", "%s", truncate(msg))
 }
 
 // wait is how long until the clock alone makes a step due, or distrustRecheck while a distrust waits
@@ -232,8 +298,10 @@ func distrustPending(a signer.Authorities) bool {
 	return false
 }
 
-// announce makes each step visible: log, Event, metric. A forced switch is loud on purpose.
-func (c *Controller) announce(obj *certapiv1alpha1.CertificateAuthority, s signer.RotationStep, after signer.Authorities) {
+// announce makes each step visible: log, Event, metric. A forced switch, a distrust and its deadline are
+// loud on purpose.
+func (c *Controller) announce(obj *certapiv1alpha1.CertificateAuthority, s signer.RotationStep, before, after signer.Authorities,
+	progress *DistrustProgress, policy signer.RotationPolicy) {
 	active := signer.FormatSerialNumber(after.Active.Certificate.SerialNumber)
 	var msg, eventType = "", corev1.EventTypeNormal
 	switch s {
@@ -248,9 +316,36 @@ func (c *Controller) announce(obj *certapiv1alpha1.CertificateAuthority, s signe
 		msg = "a Retiring CA left the bundle: no certificate it signed can still be valid"
 	case signer.StepDistrust:
 		eventType = corev1.EventTypeWarning
-		msg = fmt.Sprintf("distrust %q: the new CA %s signs from now on; the distrusted CA leaves the bundle once every Secret is re-issued", after.Distrust, active)
+		msg = fmt.Sprintf("distrust %q: the new CA %s signs from now on; the distrusted CA %s leaves every bundle once every Secret certapi delivers "+
+			"for an existing request, and every certapi replica, holds a certificate of the new CA", after.Distrust, active, distrustedSerials(after))
+		if d := after.DistrustDeadline(policy); !d.IsZero() {
+			msg += fmt.Sprintf(", and at the latest at %s (--distrust-deadline %s)", d.UTC().Format(time.RFC3339), policy.DistrustDeadline)
+		}
 	case signer.StepDropDistrusted:
-		msg = "the distrusted CA left the bundle: every delivered certificate comes from the Active CA"
+		msg = fmt.Sprintf("the distrusted CA %s left the bundle: every Secret certapi delivers, and every certapi replica, holds a certificate of the Active CA",
+			droppedSerials(before, after))
+		if progress != nil && progress.UnmanagedSecrets.Count > 0 {
+			msg += fmt.Sprintf("; %s that certapi does not re-issue still hold certificates of other CAs: %s",
+				countSecrets(progress.UnmanagedSecrets), namesOf(progress.UnmanagedSecrets))
+		}
+	case signer.StepDistrustDeadline:
+		eventType = corev1.EventTypeWarning
+		msg = fmt.Sprintf("the distrust deadline passed (--distrust-deadline %s): the distrusted CA %s left every bundle although not everything was re-issued",
+			policy.DistrustDeadline, droppedSerials(before, after))
+		if progress != nil && progress.Known {
+			var left []string
+			if progress.PendingSecrets.Count > 0 {
+				left = append(left, fmt.Sprintf("%s certapi delivers (%s)", countSecrets(progress.PendingSecrets), namesOf(progress.PendingSecrets)))
+			}
+			if n := progress.PendingReplicas; n == 1 {
+				left = append(left, "1 certapi replica")
+			} else if n > 1 {
+				left = append(left, fmt.Sprintf("%d certapi replicas", n))
+			}
+			if len(left) > 0 {
+				msg += fmt.Sprintf(": %s did not hold a certificate of the Active CA %s yet, and no longer verify until re-issued", strings.Join(left, " and "), active)
+			}
+		}
 	}
 	metrics.RotationSteps.WithLabelValues(string(s)).Inc()
 	if eventType == corev1.EventTypeWarning {
@@ -258,7 +353,69 @@ func (c *Controller) announce(obj *certapiv1alpha1.CertificateAuthority, s signe
 	} else {
 		klog.InfoS("CA rotation step", "step", s, "message", msg)
 	}
-	c.recorder.Eventf(regarding(obj), nil, eventType, string(s), "RotateCA", "%s", msg)
+	c.recorder.Eventf(regarding(obj), nil, eventType, string(s), "RotateCA", "%s", truncate(msg))
+}
+
+// ReasonDistrustUnmanagedSecrets is the reason of the Warning Event that names the labelled Secrets a
+// distrust does not wait for.
+const ReasonDistrustUnmanagedSecrets = "DistrustUnmanagedSecrets"
+
+// secretdeliveryLabel is the label of the Secrets certapi delivers (secretdelivery.LabelManaged).
+const secretdeliveryLabel = "certapi.dev/managed"
+
+// maxNote bounds an Event's note (events.k8s.io allows 1 KiB).
+const maxNote = 1000
+
+func truncate(s string) string {
+	if len(s) <= maxNote {
+		return s
+	}
+	return s[:maxNote-3] + "..."
+}
+
+// countSecrets says "1 Secret" or "N Secrets".
+func countSecrets(s certapiv1alpha1.SecretsSummary) string {
+	if s.Count == 1 {
+		return "1 Secret"
+	}
+	return fmt.Sprintf("%d Secrets", s.Count)
+}
+
+// namesOf lists the Secrets a summary names, and how many more it counts.
+func namesOf(s certapiv1alpha1.SecretsSummary) string {
+	out := strings.Join(s.Names, ", ")
+	if more := int(s.Count) - len(s.Names); more > 0 {
+		out += fmt.Sprintf(" and %d more", more)
+	}
+	if out == "" {
+		out = "none"
+	}
+	return out
+}
+
+// distrustedSerials lists the serials of the distrusted CAs in a.
+func distrustedSerials(a signer.Authorities) string {
+	var out []string
+	for _, r := range a.Retiring {
+		if r.Distrusted {
+			out = append(out, signer.FormatSerialNumber(r.CA.Certificate.SerialNumber))
+		}
+	}
+	return strings.Join(out, ", ")
+}
+
+// droppedSerials lists the serials of the distrusted CAs of before that after no longer holds.
+func droppedSerials(before, after signer.Authorities) string {
+	var out []string
+	for _, r := range before.Retiring {
+		if !r.Distrusted {
+			continue
+		}
+		if !slices.ContainsFunc(after.Retiring, func(o signer.Retiring) bool { return o.CA.Certificate.Equal(r.CA.Certificate) }) {
+			out = append(out, signer.FormatSerialNumber(r.CA.Certificate.SerialNumber))
+		}
+	}
+	return strings.Join(out, ", ")
 }
 
 // regarding is the CertificateAuthority an Event is about, by reference only: informer objects carry no

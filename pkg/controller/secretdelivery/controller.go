@@ -5,14 +5,14 @@
 // reporting the conflict on the request.
 //
 // It watches only certapi's own Secrets (label certapi.dev/managed=true), never every Secret in the
-// cluster, and keeps no private key in its cache: see trimSecret.
+// cluster, and its cache keeps a small summary of each (see secretView): no private key, and nothing
+// that grows with the size of a Secret someone else labelled.
 package secretdelivery
 
 import (
 	"bytes"
 	"context"
 	"crypto/x509"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"sync"
@@ -27,7 +27,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
-	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
@@ -97,8 +96,8 @@ type Controller struct {
 
 	requestInformer cache.SharedIndexInformer
 	requests        certapilisters.ServingCertRequestLister
-	secretInformer  cache.SharedIndexInformer
-	secrets         corelisters.SecretLister
+	// secretInformer's store holds a *secretView per labelled Secret (its transform is viewSecret).
+	secretInformer cache.SharedIndexInformer
 
 	queue           *controller.Queue[types.NamespacedName]
 	conflictBackoff workqueue.TypedRateLimiter[types.NamespacedName]
@@ -154,14 +153,12 @@ func New(o Options) (*Controller, error) {
 		}
 	}
 
-	// Only certapi's Secrets, with tls.key replaced by a marker: memory stays small, and no private key
-	// sits in the cache.
+	// Only certapi's Secrets, each reduced to its secretView: memory stays small whatever the Secrets
+	// hold, and no private key sits in the cache. The store holds secretViews, so there is no lister.
 	secretFactory := informers.NewSharedInformerFactoryWithOptions(c.kube, 0,
 		informers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = LabelManaged + "=true" }),
-		informers.WithTransform(trimSecret))
-	secretInformer := secretFactory.Core().V1().Secrets()
-	c.secretInformer = secretInformer.Informer()
-	c.secrets = secretInformer.Lister()
+		informers.WithTransform(viewSecret))
+	c.secretInformer = secretFactory.Core().V1().Secrets().Informer()
 	o.Context.AddFactory(secretFactory)
 
 	c.queue = controller.NewQueue(controller.QueueOptions[types.NamespacedName]{
@@ -298,14 +295,15 @@ func (c *Controller) onRequestDelete(obj any) {
 
 // onSecret enqueues the request a certapi Secret's annotation names and every request whose
 // spec.secretName names it, so that a deleted Secret is re-created within moments and a Secret that
-// another request gave up is taken over.
+// another request gave up is taken over. A labelled Secret that no existing request names or is named by
+// makes no work.
 func (c *Controller) onSecret(obj any) {
-	var s *corev1.Secret
+	var s *secretView
 	switch o := obj.(type) {
-	case *corev1.Secret:
+	case *secretView:
 		s = o
 	case cache.DeletedFinalStateUnknown:
-		if ds, ok := o.Obj.(*corev1.Secret); ok {
+		if ds, ok := o.Obj.(*secretView); ok {
 			s = ds
 		} else if ns, name, err := cache.SplitMetaNamespaceKey(o.Key); err == nil {
 			c.enqueueForSecret(ns, name)
@@ -315,7 +313,9 @@ func (c *Controller) onSecret(obj any) {
 		return
 	}
 	if owner := s.Annotations[AnnotationServingCertRequest]; owner != "" {
-		c.queue.Add(types.NamespacedName{Namespace: s.Namespace, Name: owner})
+		if _, err := c.requests.ServingCertRequests(s.Namespace).Get(owner); err == nil {
+			c.queue.Add(types.NamespacedName{Namespace: s.Namespace, Name: owner})
+		}
 	}
 	c.enqueueForSecret(s.Namespace, s.Name)
 }
@@ -385,6 +385,12 @@ func (c *Controller) syncRequest(ctx context.Context, key types.NamespacedName) 
 	case actionNone:
 		c.markCurrent(req, d)
 		return controller.Result{After: d.RenewAt.Sub(now)}, false, nil
+	case actionRecordUID:
+		if err := c.recordUID(ctx, req, secret); err != nil {
+			return res, false, err
+		}
+		c.markCurrent(req, d)
+		return controller.Result{After: d.RenewAt.Sub(now)}, false, nil
 	case actionConflict:
 		c.reportConflict(req, secret, d.Conflict)
 		return res, true, nil
@@ -398,25 +404,30 @@ func (c *Controller) syncRequest(ctx context.Context, key types.NamespacedName) 
 	return res, false, nil
 }
 
-// getSecret returns namespace/name, trimmed (see trimSecret), or nil when it does not exist. A certapi
-// Secret comes from the cache; any other is read directly, since the cache holds only certapi's.
-func (c *Controller) getSecret(ctx context.Context, namespace, name string) (*corev1.Secret, error) {
-	s, err := c.secrets.Secrets(namespace).Get(name)
-	if err == nil {
-		return s, nil
+// getSecret returns the secretView of namespace/name, or nil when it does not exist. A certapi Secret
+// comes from the cache; any other is read directly, since the cache holds only certapi's.
+func (c *Controller) getSecret(ctx context.Context, namespace, name string) (*secretView, error) {
+	if v := c.cachedSecret(namespace, name); v != nil {
+		return v, nil
 	}
-	if !apierrors.IsNotFound(err) {
-		return nil, fmt.Errorf("getting Secret %s/%s from the cache: %w", namespace, name, err)
-	}
-	s, err = c.kube.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
+	s, err := c.kube.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("getting Secret %s/%s: %w", namespace, name, err)
 	}
-	trimmed, _ := trimSecret(s)
-	return trimmed.(*corev1.Secret), nil
+	return viewOf(s), nil
+}
+
+// cachedSecret returns the cache's view of namespace/name, nil when it holds none.
+func (c *Controller) cachedSecret(namespace, name string) *secretView {
+	obj, ok, err := c.secretInformer.GetIndexer().GetByKey(namespace + "/" + name)
+	if err != nil || !ok {
+		return nil
+	}
+	v, _ := obj.(*secretView)
+	return v
 }
 
 // markCurrent sets Ready=True when the Secret holds a current certificate and the request does not say
@@ -438,7 +449,7 @@ func (c *Controller) markCurrent(req *certapiv1alpha1.ServingCertRequest, d deci
 
 // reportConflict sets Ready=False with reason SecretConflict and records a Warning Event, once per
 // distinct message: the retries that follow do not repeat it.
-func (c *Controller) reportConflict(req *certapiv1alpha1.ServingCertRequest, secret *corev1.Secret, msg string) {
+func (c *Controller) reportConflict(req *certapiv1alpha1.ServingCertRequest, secret *secretView, msg string) {
 	key := keyOf(req)
 	c.mu.Lock()
 	same := c.reported[key] == msg
@@ -522,13 +533,18 @@ func regarding(req *certapiv1alpha1.ServingCertRequest) *certapiv1alpha1.Serving
 
 // related is the Secret an Event also concerns, by reference only: never its data. nil when there is
 // no Secret (an untyped nil: a typed nil pointer would make the recorder panic).
-func related(s *corev1.Secret) runtime.Object {
+func related(s *secretView) runtime.Object {
 	if s == nil {
 		return nil
 	}
+	return secretRef(&s.ObjectMeta)
+}
+
+// secretRef is a reference to the Secret m describes, for an Event.
+func secretRef(m *metav1.ObjectMeta) runtime.Object {
 	return &corev1.Secret{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
-		ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: s.Name, UID: s.UID},
+		ObjectMeta: metav1.ObjectMeta{Namespace: m.Namespace, Name: m.Name, UID: m.UID},
 	}
 }
 
@@ -536,26 +552,26 @@ func formatTime(t time.Time) string {
 	return t.UTC().Format(time.RFC3339)
 }
 
-// AllIssuedBy reports whether every Secret certapi delivers holds a certificate signed by ca (matched by
-// authority key id). The rotation loop uses it to drop a distrusted CA once every Secret is re-issued.
-// Before Run has synced its cache it reports false.
-func (c *Controller) AllIssuedBy(ca *x509.Certificate) bool {
-	if c.secretInformer == nil || !c.secretInformer.HasSynced() {
-		return false
+// Distrust tallies the labelled Secrets for a pending distrust against the Active CA active (see
+// tallyDistrust): what the distrust waits for and what it does not. ok is false until the caches have
+// synced. It parses nothing (the cache holds each certificate's summary) and is called only while a
+// distrust is pending.
+func (c *Controller) Distrust(active *x509.Certificate) (tally DistrustTally, ok bool) {
+	if c.secretInformer == nil || !c.secretInformer.HasSynced() || !c.requestInformer.HasSynced() {
+		return tally, false
 	}
-	for _, obj := range c.secretInformer.GetStore().List() {
-		s, ok := obj.(*corev1.Secret)
-		if !ok {
-			continue
-		}
-		block, _ := pem.Decode(s.Data[corev1.TLSCertKey])
-		if block == nil {
-			continue // an adopted Secret not filled yet holds nothing to distrust
-		}
-		cert, err := x509.ParseCertificate(block.Bytes)
-		if err != nil || !bytes.Equal(cert.AuthorityKeyId, ca.SubjectKeyId) {
-			return false
+	objs := c.secretInformer.GetStore().List()
+	secrets := make([]*secretView, 0, len(objs))
+	for _, obj := range objs {
+		if s, ok := obj.(*secretView); ok {
+			secrets = append(secrets, s)
 		}
 	}
-	return true
+	return tallyDistrust(secrets, func(namespace, name string) *certapiv1alpha1.ServingCertRequest {
+		req, err := c.requests.ServingCertRequests(namespace).Get(name)
+		if err != nil {
+			return nil
+		}
+		return req
+	}, active.SubjectKeyId), true
 }

@@ -168,6 +168,46 @@ func TestSyncCreatesSecret(t *testing.T) {
 	}
 }
 
+// TestSyncRecordsTheRequestUID: a current Secret that names its request but not the request's UID (one
+// written before certapi recorded UIDs) gets the UID in one patch of that annotation, guarded by its
+// resourceVersion, and keeps its certificate.
+func TestSyncRecordsTheRequestUID(t *testing.T) {
+	req := newRequest("webhook", "webhook-svc", "webhook-tls")
+	h := newHarness(t)
+	s := deliveredSecret(t, req, h.ca, h.bundle, testNow)
+	delete(s.Annotations, AnnotationServingCertRequestUID)
+	if err := h.kube.Tracker().Add(s); err != nil {
+		t.Fatal(err)
+	}
+	h.addRequest(t, req)
+	h.cacheSecret(t, s)
+
+	res, _, err := h.c.syncRequest(context.Background(), keyFor(req))
+	if err != nil {
+		t.Fatalf("sync: %v", err)
+	}
+	if got := h.secretWrites(); !reflect.DeepEqual(got, []string{"patch"}) {
+		t.Fatalf("Secret writes %v; want one patch", got)
+	}
+	for _, a := range h.kube.Actions() {
+		if p, ok := a.(k8stesting.PatchAction); ok {
+			want := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q},"resourceVersion":%q}}`, AnnotationServingCertRequestUID, req.UID, s.ResourceVersion)
+			if string(p.GetPatch()) != want {
+				t.Errorf("patch %s; want %s", p.GetPatch(), want)
+			}
+		}
+	}
+	got := getSecret(t, h, "webhook-tls")
+	if got.Annotations[AnnotationServingCertRequestUID] != string(req.UID) || string(got.Data[corev1.TLSCertKey]) != string(s.Data[corev1.TLSCertKey]) {
+		t.Errorf("Secret after the sync: UID %q, same certificate %v", got.Annotations[AnnotationServingCertRequestUID],
+			string(got.Data[corev1.TLSCertKey]) == string(s.Data[corev1.TLSCertKey]))
+	}
+	renewAt, _ := time.Parse(time.RFC3339, s.Annotations[AnnotationRenewalTime])
+	if res.After != renewAt.Sub(testNow) {
+		t.Errorf("requeued after %s; want until the renewal time", res.After)
+	}
+}
+
 func TestSyncKeyAlgorithms(t *testing.T) {
 	for _, alg := range []certapiv1alpha1.KeyAlgorithm{certapiv1alpha1.KeyAlgorithmECDSAP384, certapiv1alpha1.KeyAlgorithmRSA2048} {
 		t.Run(string(alg), func(t *testing.T) {
@@ -531,5 +571,23 @@ func TestNewValidates(t *testing.T) {
 		if _, err := New(o); err == nil {
 			t.Errorf("%s: New accepted it", name)
 		}
+	}
+}
+
+// TestSecretsNoRequestNamesMakeNoWork: a labelled Secret whose annotation names no existing request, and
+// that no request's secretName names, enqueues nothing; one that an existing request claims does.
+func TestSecretsNoRequestNamesMakeNoWork(t *testing.T) {
+	h := newHarness(t)
+	defer h.c.queue.ShutDown()
+	orphan := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: testNamespace, Name: "orphan",
+		Labels: map[string]string{LabelManaged: "true"}, Annotations: map[string]string{AnnotationServingCertRequest: "gone"}}}
+	h.c.onSecret(viewOf(orphan))
+	if n := h.c.queue.Len(); n != 0 {
+		t.Fatalf("a Secret no request names enqueued %d requests", n)
+	}
+	h.addRequest(t, newRequest("gone", "svc", "elsewhere-tls"))
+	h.c.onSecret(viewOf(orphan))
+	if n := h.c.queue.Len(); n != 1 {
+		t.Fatalf("a Secret annotated for an existing request enqueued %d requests; want 1", n)
 	}
 }

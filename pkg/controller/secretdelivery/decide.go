@@ -35,6 +35,11 @@ const (
 	// AnnotationServingCertRequest names the ServingCertRequest (in the Secret's namespace) that delivers
 	// into the Secret. certapi writes a Secret only when it carries this annotation naming the request.
 	AnnotationServingCertRequest = "certapi.dev/servingcertrequest"
+	// AnnotationServingCertRequestUID is the UID of that ServingCertRequest. certapi records it with
+	// every write; a Secret that records another UID belongs to an earlier request of the same name and
+	// is not written (SecretConflict). A Secret annotated with the name only (handed over from a chart)
+	// is adopted by name, and certapi records the UID.
+	AnnotationServingCertRequestUID = "certapi.dev/servingcertrequest-uid"
 	// AnnotationSerialNumber is the serial of the certificate in tls.crt, lower-case hex.
 	AnnotationSerialNumber = "certapi.dev/serial-number"
 	// AnnotationNotAfter is the notAfter of the certificate in tls.crt, RFC 3339.
@@ -53,7 +58,7 @@ const (
 const keyCABundle = "ca.crt"
 
 // keyMarkerPrefix starts the value that stands for tls.key in the controller's Secret cache: the
-// SHA-256 of the key's public half, never the key itself (see trimSecret).
+// SHA-256 of the key's public half, never the key itself (see secretView).
 const keyMarkerPrefix = "certapi-public-key-sha256:"
 
 // action is what the controller does about one request's Secret.
@@ -70,6 +75,9 @@ const (
 	actionIssue
 	// actionConflict: the Secret exists and certapi must not touch it.
 	actionConflict
+	// actionRecordUID: the Secret holds a current certificate but does not record the request's UID
+	// (it was written before certapi recorded UIDs); record it, then wait until the renewal time.
+	actionRecordUID
 )
 
 func (a action) String() string {
@@ -84,6 +92,8 @@ func (a action) String() string {
 		return "Issue"
 	case actionConflict:
 		return "Conflict"
+	case actionRecordUID:
+		return "RecordUID"
 	}
 	return "action(" + strconv.Itoa(int(a)) + ")"
 }
@@ -97,9 +107,10 @@ type decision struct {
 	// Renewal is true when the Secret held a certificate certapi delivered before (the Event says
 	// Renewed rather than Issued).
 	Renewal bool
-	// RenewAt is, for actionNone, when the certificate in the Secret is due for renewal.
+	// RenewAt is, for actionNone and actionRecordUID, when the certificate in the Secret is due for
+	// renewal.
 	RenewAt time.Time
-	// Serial and NotAfter describe the current certificate, for actionNone.
+	// Serial and NotAfter describe the current certificate, for actionNone and actionRecordUID.
 	Serial   string
 	NotAfter time.Time
 	// Conflict is, for actionConflict, the message for the Ready condition and the Warning Event: which
@@ -110,9 +121,9 @@ type decision struct {
 // decideInput is everything decide looks at.
 type decideInput struct {
 	Request *certapiv1alpha1.ServingCertRequest
-	// Secret is the Secret spec.secretName names, nil when it does not exist. tls.key may be the cache's
-	// marker (see trimSecret) or the PEM key itself.
-	Secret *corev1.Secret
+	// Secret is what is known of the Secret spec.secretName names (see secretView), nil when it does not
+	// exist.
+	Secret *secretView
 	// CA is the certificate of the CA that signs now; Bundle is the PEM bundle clients must trust.
 	CA     *x509.Certificate
 	Bundle []byte
@@ -124,9 +135,9 @@ type decideInput struct {
 // decide says what to do about one request's Secret. It is a pure function of its input so that every
 // case can be tested without a cluster.
 //
-// A Secret is certapi's to write only when it is of type kubernetes.io/tls, mutable and annotated
-// AnnotationServingCertRequest=<this request>. Everything else that exists under spec.secretName is a
-// conflict and is never written.
+// A Secret is certapi's to write only when it is of type kubernetes.io/tls, mutable, annotated
+// AnnotationServingCertRequest=<this request> and, if it records a request UID, this request's (see
+// ownership). Everything else that exists under spec.secretName is a conflict and is never written.
 func decide(in decideInput) decision {
 	req := in.Request
 	name := req.Spec.SecretName
@@ -137,37 +148,13 @@ func decide(in decideInput) decision {
 	if s == nil {
 		return decision{Action: actionCreate, Why: fmt.Sprintf("Secret %q does not exist", name)}
 	}
-
-	owner := s.Annotations[AnnotationServingCertRequest]
-	annotated := owner != "" // an empty value names no request
-	switch {
-	case annotated && owner != req.Name:
-		return decision{Action: actionConflict, Conflict: fmt.Sprintf(
-			"Secret %q is delivered to by ServingCertRequest %q (annotation %s=%s); two requests cannot share a Secret: "+
-				"choose another spec.secretName, or annotate the Secret %s=%s to hand it over",
-			name, owner, AnnotationServingCertRequest, owner, AnnotationServingCertRequest, req.Name)}
-	case s.Type != corev1.SecretTypeTLS:
-		typ := string(s.Type)
-		if typ == "" {
-			typ = string(corev1.SecretTypeOpaque)
-		}
-		return decision{Action: actionConflict, Conflict: fmt.Sprintf(
-			"Secret %q has type %s and certapi delivers only into %s Secrets (the type cannot be changed); "+
-				"delete it and certapi creates it, or choose another spec.secretName",
-			name, typ, corev1.SecretTypeTLS)}
-	case !annotated:
-		return decision{Action: actionConflict, Conflict: fmt.Sprintf(
-			"Secret %q exists and was not created by certapi; delete it, or annotate it %s=%s to hand it over",
-			name, AnnotationServingCertRequest, req.Name)}
-	case s.Immutable != nil && *s.Immutable:
-		return decision{Action: actionConflict, Conflict: fmt.Sprintf(
-			"Secret %q is immutable and certapi must renew it in place; delete it and certapi creates it, "+
-				"or choose another spec.secretName", name)}
+	if conflict := ownership(req, s); conflict != "" {
+		return decision{Action: actionConflict, Conflict: conflict}
 	}
 
 	// The Secret is this request's. From here on the answer is "issue" or "wait".
 	delivered := s.Annotations[AnnotationSerialNumber] != ""
-	held := delivered || len(s.Data[corev1.TLSCertKey]) > 0
+	held := delivered || s.HasCert
 	issue := func(why string) decision {
 		return decision{Action: actionIssue, Why: why, Renewal: delivered}
 	}
@@ -180,23 +167,23 @@ func decide(in decideInput) decision {
 	if gen := s.Annotations[AnnotationGeneration]; gen != strconv.FormatInt(req.Generation, 10) {
 		return issue(fmt.Sprintf("the request's spec changed (generation %d; the certificate was issued for %q)", req.Generation, gen))
 	}
-	if !bytes.Equal(s.Data[keyCABundle], in.Bundle) {
+	if s.BundleDigest != sha256.Sum256(in.Bundle) {
 		return issue("the CA bundle changed")
 	}
-	cert, err := parseLeaf(s.Data[corev1.TLSCertKey])
-	if err != nil {
-		return issue(fmt.Sprintf("tls.crt is not usable: %v", err))
+	cert := s.Cert
+	if cert == nil {
+		return issue(fmt.Sprintf("tls.crt is not usable: %s", s.CertError))
 	}
-	if in.CA != nil && !bytes.Equal(cert.AuthorityKeyId, in.CA.SubjectKeyId) {
+	if in.CA != nil && !bytes.Equal(cert.AuthorityKeyID, in.CA.SubjectKeyId) {
 		return issue("the signing CA changed")
 	}
-	if want := signer.SANs(req.Spec.ServiceName, req.Namespace, in.ClusterDomain, req.Spec.DNSNames); !sameNames(cert.DNSNames, want) {
-		return issue(fmt.Sprintf("the certificate's names %v differ from the request's %v", cert.DNSNames, want))
+	if want := signer.SANs(req.Spec.ServiceName, req.Namespace, in.ClusterDomain, req.Spec.DNSNames); cert.TooManyNames || !sameNames(cert.DNSNames, want) {
+		return issue(fmt.Sprintf("the certificate's names differ from the request's %v", want))
 	}
-	if keyMarker(s.Data[corev1.TLSPrivateKeyKey]) != publicKeyMarker(cert) {
+	if s.KeyMarker != cert.PublicKeyMarker {
 		return issue("tls.key is missing or does not belong to tls.crt")
 	}
-	serial := signer.FormatSerialNumber(cert.SerialNumber)
+	serial := cert.SerialNumber
 	if s.Annotations[AnnotationSerialNumber] != serial {
 		return issue("the annotations do not describe the certificate in tls.crt")
 	}
@@ -207,7 +194,107 @@ func decide(in decideInput) decision {
 	if !in.Now.Before(renewAt) {
 		return issue(fmt.Sprintf("renewal was due at %s", renewAt.UTC().Format(time.RFC3339)))
 	}
+	if s.Annotations[AnnotationServingCertRequestUID] == "" {
+		return decision{Action: actionRecordUID, Why: fmt.Sprintf("the Secret does not record the request's UID (annotation %s)", AnnotationServingCertRequestUID),
+			RenewAt: renewAt, Serial: serial, NotAfter: cert.NotAfter}
+	}
 	return decision{Action: actionNone, RenewAt: renewAt, Serial: serial, NotAfter: cert.NotAfter}
+}
+
+// ownership says why the existing Secret s is not req's to write, or "" when it is: of type
+// kubernetes.io/tls, mutable, annotated AnnotationServingCertRequest=<req's name>, and recording either
+// req's UID or none. The message names the Secret, why certapi leaves it alone, and the fix.
+func ownership(req *certapiv1alpha1.ServingCertRequest, s *secretView) string {
+	name := s.Name
+	owner := s.Annotations[AnnotationServingCertRequest]
+	annotated := owner != "" // an empty value names no request
+	uid := s.Annotations[AnnotationServingCertRequestUID]
+	switch {
+	case annotated && owner != req.Name:
+		return fmt.Sprintf(
+			"Secret %q is delivered to by ServingCertRequest %q (annotation %s=%s); two requests cannot share a Secret: "+
+				"choose another spec.secretName, or annotate the Secret %s=%s to hand it over",
+			name, owner, AnnotationServingCertRequest, owner, AnnotationServingCertRequest, req.Name)
+	case annotated && uid != "" && uid != string(req.UID):
+		return fmt.Sprintf(
+			"Secret %q was delivered to by an earlier ServingCertRequest %q with UID %s (annotation %s), not by this one (UID %s): "+
+				"a request deleted and created again is another request. Remove the annotation %s from the Secret to hand it over "+
+				"to this request, or choose another spec.secretName",
+			name, owner, uid, AnnotationServingCertRequestUID, req.UID, AnnotationServingCertRequestUID)
+	case s.Type != corev1.SecretTypeTLS:
+		typ := string(s.Type)
+		if typ == "" {
+			typ = string(corev1.SecretTypeOpaque)
+		}
+		return fmt.Sprintf(
+			"Secret %q has type %s and certapi delivers only into %s Secrets (the type cannot be changed); "+
+				"delete it and certapi creates it, or choose another spec.secretName",
+			name, typ, corev1.SecretTypeTLS)
+	case !annotated:
+		return fmt.Sprintf(
+			"Secret %q exists and was not created by certapi; delete it, or annotate it %s=%s to hand it over",
+			name, AnnotationServingCertRequest, req.Name)
+	case s.Immutable:
+		return fmt.Sprintf(
+			"Secret %q is immutable and certapi must renew it in place; delete it and certapi creates it, "+
+				"or choose another spec.secretName", name)
+	}
+	return ""
+}
+
+// MaxReportedSecrets bounds the Secrets a DistrustTally names (it counts them all).
+const MaxReportedSecrets = 10
+
+// DistrustTally is what a pending distrust learns from the labelled Secrets.
+type DistrustTally struct {
+	// Pending are the Secrets the distrust waits for: Secrets certapi delivers now, for an existing
+	// request whose spec.secretName names them, whose certificate is not from the Active CA yet.
+	Pending certapiv1alpha1.SecretsSummary
+	// Unmanaged are the labelled Secrets certapi will not re-issue (no existing request names them, they
+	// are in conflict, or they are not certapi's) that hold a certificate not from the Active CA. Never
+	// waited for.
+	Unmanaged certapiv1alpha1.SecretsSummary
+}
+
+// tallyDistrust sorts the labelled Secrets for a pending distrust: those certapi will re-issue and that
+// still hold a certificate not from the CA with activeKeyID are Pending; those nobody will re-issue that
+// hold one are Unmanaged; the rest (from the Active CA already, or holding no certificate) need nothing.
+// request looks a request up by namespace and name (nil when there is none). A pure function of its
+// input, like decide.
+func tallyDistrust(secrets []*secretView, request func(namespace, name string) *certapiv1alpha1.ServingCertRequest, activeKeyID []byte) DistrustTally {
+	var pending, unmanaged []string
+	for _, s := range secrets {
+		if !s.HasCert || (s.Cert != nil && bytes.Equal(s.Cert.AuthorityKeyID, activeKeyID)) {
+			continue
+		}
+		if delivered(s, request) {
+			pending = append(pending, s.Namespace+"/"+s.Name)
+		} else if s.Cert != nil {
+			unmanaged = append(unmanaged, s.Namespace+"/"+s.Name)
+		}
+	}
+	return DistrustTally{Pending: summarize(pending), Unmanaged: summarize(unmanaged)}
+}
+
+// delivered reports whether certapi delivers into s now: an existing request, not being deleted, whose
+// spec.secretName names s, and whose Secret s is to write (see ownership).
+func delivered(s *secretView, request func(namespace, name string) *certapiv1alpha1.ServingCertRequest) bool {
+	owner := s.Annotations[AnnotationServingCertRequest]
+	if owner == "" {
+		return false
+	}
+	req := request(s.Namespace, owner)
+	return req != nil && req.DeletionTimestamp == nil && req.Spec.SecretName == s.Name && ownership(req, s) == ""
+}
+
+// summarize counts names and keeps the first MaxReportedSecrets in lexical order.
+func summarize(names []string) certapiv1alpha1.SecretsSummary {
+	slices.Sort(names)
+	sum := certapiv1alpha1.SecretsSummary{Count: int32(len(names))}
+	if len(names) > 0 {
+		sum.Names = slices.Clone(names[:min(len(names), MaxReportedSecrets)])
+	}
+	return sum
 }
 
 // parseLeaf parses the first certificate of a PEM tls.crt.
@@ -311,20 +398,4 @@ func publicKeyOfPEM(v []byte) (crypto.PublicKey, error) {
 		return nil, err
 	}
 	return key.Public(), nil
-}
-
-// trimSecret is the Secret cache's transform, also applied to Secrets read with a direct GET: it drops
-// managedFields and replaces tls.key by a marker derived from its public half. The controller learns
-// all it needs (does tls.key belong to tls.crt?) and no private key stays in its memory beyond the
-// moment it is written. It mutates obj, as cache transforms may, and is idempotent.
-func trimSecret(obj any) (any, error) {
-	s, ok := obj.(*corev1.Secret)
-	if !ok {
-		return obj, nil
-	}
-	s.ManagedFields = nil
-	if v, ok := s.Data[corev1.TLSPrivateKeyKey]; ok {
-		s.Data[corev1.TLSPrivateKeyKey] = []byte(keyMarker(v))
-	}
-	return s, nil
 }

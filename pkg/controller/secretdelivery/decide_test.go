@@ -2,11 +2,15 @@ package secretdelivery
 
 import (
 	"bytes"
+	"crypto/rand"
 	"crypto/rsa"
 	"crypto/sha256"
 	"crypto/x509"
 	"encoding/hex"
 	"encoding/pem"
+	"fmt"
+	"math/big"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -38,7 +42,6 @@ func TestDecide(t *testing.T) {
 		f(s)
 		return s
 	}
-	trimmed, _ := trimSecret(current.DeepCopy())
 	immutable := true
 
 	tests := []struct {
@@ -70,12 +73,6 @@ func TestDecide(t *testing.T) {
 		{
 			name:      "current certificate: wait for renewal",
 			secret:    current,
-			want:      actionNone,
-			wantRenew: renewAt,
-		},
-		{
-			name:      "current certificate from the cache (tls.key replaced by its marker)",
-			secret:    trimmed.(*corev1.Secret),
 			want:      actionNone,
 			wantRenew: renewAt,
 		},
@@ -221,6 +218,34 @@ func TestDecide(t *testing.T) {
 				"certapi.dev/servingcertrequest=webhook to hand it over"},
 		},
 		{
+			name: "conflict-uid: the Secret records an earlier request's UID (same name, deleted and created again)",
+			secret: edit(func(s *corev1.Secret) {
+				s.Annotations[AnnotationServingCertRequestUID] = "uid-of-an-earlier-webhook"
+			}),
+			want: actionConflict,
+			whyOrMsg: []string{"earlier ServingCertRequest", "uid-of-an-earlier-webhook", "uid-webhook",
+				"Remove the annotation " + AnnotationServingCertRequestUID},
+		},
+		{
+			name: "record the UID on a current Secret written before certapi recorded it",
+			secret: edit(func(s *corev1.Secret) {
+				delete(s.Annotations, AnnotationServingCertRequestUID)
+			}),
+			want:      actionRecordUID,
+			whyOrMsg:  []string{AnnotationServingCertRequestUID},
+			wantRenew: renewAt,
+		},
+		{
+			name: "a Secret without the UID that needs a certificate anyway is re-issued (the write records it)",
+			secret: edit(func(s *corev1.Secret) {
+				delete(s.Annotations, AnnotationServingCertRequestUID)
+			}),
+			now:      renewAt,
+			want:     actionIssue,
+			renewal:  true,
+			whyOrMsg: []string{"renewal was due"},
+		},
+		{
 			name: "conflict: an immutable Secret cannot be renewed in place",
 			secret: edit(func(s *corev1.Secret) {
 				s.Immutable = &immutable
@@ -233,7 +258,6 @@ func TestDecide(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			in := decideInput{
 				Request:       req,
-				Secret:        tt.secret,
 				CA:            ca.Certificate,
 				Bundle:        bundle,
 				ClusterDomain: testDomain,
@@ -241,6 +265,9 @@ func TestDecide(t *testing.T) {
 			}
 			if tt.req != nil {
 				in.Request = tt.req
+			}
+			if tt.secret != nil {
+				in.Secret = viewOf(tt.secret)
 			}
 			if tt.ca != nil {
 				in.CA = tt.ca.Certificate
@@ -295,32 +322,113 @@ func TestDecideCurrentUntilRenewal(t *testing.T) {
 		{renewAt, actionIssue},
 		{testNow.Add(4 * time.Hour), actionIssue}, // expired
 	} {
-		d := decide(decideInput{Request: req, Secret: s, CA: ca.Certificate, Bundle: bundle, ClusterDomain: testDomain, Now: tc.at})
+		d := decide(decideInput{Request: req, Secret: viewOf(s), CA: ca.Certificate, Bundle: bundle, ClusterDomain: testDomain, Now: tc.at})
 		if d.Action != tc.want {
 			t.Errorf("at %s: %s (%s); want %s", tc.at, d.Action, d.Why, tc.want)
 		}
 	}
 }
 
-func TestTrimSecretDropsKeyAndIsIdempotent(t *testing.T) {
+// TestViewSecret: the cache's view of a Secret keeps certapi's metadata and a summary of its data, never
+// the private key nor the rest of the data, and is idempotent.
+func TestViewSecret(t *testing.T) {
 	ca := newTestCA(t, testNow.Add(-time.Hour))
 	req := newRequest("webhook", "webhook-svc", "webhook-tls")
-	s := deliveredSecret(t, req, ca, signer.EncodeBundle(ca.Certificate), testNow)
+	req.Spec.DNSNames = []string{"b.webhooks.svc", "a.webhooks.svc"}
+	bundle := signer.EncodeBundle(ca.Certificate)
+	s := deliveredSecret(t, req, ca, bundle, testNow)
 	s.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: FieldManager}}
-	once, _ := trimSecret(s.DeepCopy())
-	key := string(once.(*corev1.Secret).Data[corev1.TLSPrivateKeyKey])
-	if strings.Contains(key, "PRIVATE KEY") || !strings.HasPrefix(key, keyMarkerPrefix) {
-		t.Fatalf("trimmed tls.key = %q; want a marker", key)
+	s.Labels["app"] = "x"
+	s.Annotations["meta.helm.sh/release-name"] = "x"
+	s.Data["blob"] = make([]byte, 1<<20)
+	s.UID = "uid-1"
+
+	got, err := viewSecret(s)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if once.(*corev1.Secret).ManagedFields != nil {
-		t.Errorf("managedFields kept")
+	v, ok := got.(*secretView)
+	if !ok {
+		t.Fatalf("viewSecret gave %T", got)
 	}
-	twice, _ := trimSecret(once.(*corev1.Secret).DeepCopy())
-	if got := string(twice.(*corev1.Secret).Data[corev1.TLSPrivateKeyKey]); got != key {
-		t.Errorf("trimSecret is not idempotent: %q then %q", key, got)
+	if v.Namespace != s.Namespace || v.Name != s.Name || v.UID != s.UID || v.ResourceVersion != s.ResourceVersion {
+		t.Errorf("identity %s/%s %s rv %s; want the Secret's", v.Namespace, v.Name, v.UID, v.ResourceVersion)
 	}
-	if other, _ := trimSecret("not a secret"); other != "not a secret" {
-		t.Errorf("trimSecret changed a non-Secret")
+	if len(v.Labels) != 1 || v.Labels[LabelManaged] != "true" || v.ManagedFields != nil {
+		t.Errorf("labels %v, managedFields %v: want only %s", v.Labels, v.ManagedFields, LabelManaged)
+	}
+	if _, ok := v.Annotations["meta.helm.sh/release-name"]; ok || v.Annotations[AnnotationServingCertRequest] != "webhook" {
+		t.Errorf("annotations %v: want only certapi's", v.Annotations)
+	}
+	cert, err := parseLeaf(s.Data[corev1.TLSCertKey])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !v.HasCert || v.Cert == nil || !bytes.Equal(v.Cert.AuthorityKeyID, ca.Certificate.SubjectKeyId) ||
+		v.Cert.SerialNumber != signer.FormatSerialNumber(cert.SerialNumber) || !v.Cert.NotAfter.Equal(cert.NotAfter) {
+		t.Errorf("certificate summary %+v does not describe tls.crt", v.Cert)
+	}
+	if want := []string{"a.webhooks.svc", "b.webhooks.svc", "webhook-svc.webhooks.svc", "webhook-svc.webhooks.svc." + testDomain}; !slices.Equal(v.Cert.DNSNames, want) {
+		t.Errorf("names %v; want %v", v.Cert.DNSNames, want)
+	}
+	if v.KeyMarker != publicKeyMarker(cert) || v.Cert.PublicKeyMarker != v.KeyMarker {
+		t.Errorf("key marker %q, certificate's %q", v.KeyMarker, v.Cert.PublicKeyMarker)
+	}
+	if v.BundleDigest != sha256.Sum256(bundle) {
+		t.Errorf("bundle digest does not match ca.crt")
+	}
+	if strings.Contains(fmt.Sprintf("%+v", *v), "PRIVATE KEY") {
+		t.Error("the view holds the private key")
+	}
+	if again, _ := viewSecret(v); again != v {
+		t.Error("viewSecret is not idempotent")
+	}
+	if other, _ := viewSecret("not a secret"); other != "not a secret" {
+		t.Errorf("viewSecret changed a non-Secret")
+	}
+}
+
+// TestViewSecretBounds: whatever a labelled Secret holds, its view stays small: unusable data is
+// summarised as an error, and a certificate with more names than any request can have keeps none.
+func TestViewSecretBounds(t *testing.T) {
+	junk := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: testNamespace, Name: "junk", Labels: map[string]string{LabelManaged: "true"}},
+		Data:       map[string][]byte{corev1.TLSCertKey: make([]byte, 1<<20), corev1.TLSPrivateKeyKey: []byte("x"), "blob": make([]byte, 1<<20)},
+	}
+	v := viewOf(junk)
+	if !v.HasCert || v.Cert != nil || v.CertError == "" || v.KeyMarker != "" {
+		t.Errorf("junk: %+v; want HasCert, no summary, an error, no key marker", v)
+	}
+
+	ca := newTestCA(t, testNow.Add(-time.Hour))
+	key, err := signer.GenerateKey(signer.ECDSAP256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := make([]string, maxCachedNames+1)
+	for i := range names {
+		names[i] = fmt.Sprintf("n%d.webhooks.svc", i)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(7), DNSNames: names, NotBefore: testNow.Add(-time.Hour), NotAfter: testNow.Add(time.Hour)}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Certificate, key.Public(), ca.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	many := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: testNamespace, Name: "many"},
+		Data: map[string][]byte{corev1.TLSCertKey: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}}
+	v = viewOf(many)
+	if v.Cert == nil || !v.Cert.TooManyNames || v.Cert.DNSNames != nil {
+		t.Fatalf("a certificate with %d names: summary %+v; want TooManyNames and no names", len(names), v.Cert)
+	}
+	req := newRequest("webhook", "webhook-svc", "many")
+	many.Annotations = map[string]string{AnnotationServingCertRequest: "webhook", AnnotationSerialNumber: "7",
+		AnnotationGeneration: "1", AnnotationRenewalTime: testNow.Add(time.Minute).Format(time.RFC3339)}
+	many.Labels = map[string]string{LabelManaged: "true"}
+	many.Type = corev1.SecretTypeTLS
+	many.Data[keyCABundle] = signer.EncodeBundle(ca.Certificate)
+	if d := decide(decideInput{Request: req, Secret: viewOf(many), CA: ca.Certificate, Bundle: signer.EncodeBundle(ca.Certificate),
+		ClusterDomain: testDomain, Now: testNow}); d.Action != actionIssue || !strings.Contains(d.Why, "names") {
+		t.Errorf("decide on a certificate with too many names: %s (%s); want a re-issue for its names", d.Action, d.Why)
 	}
 }
 
@@ -358,5 +466,99 @@ func TestKeyMarkerMatchesFullParse(t *testing.T) {
 	}
 	if got := keyMarker([]byte("not a key")); got != "" {
 		t.Errorf("marker of garbage %q", got)
+	}
+}
+
+// TestTallyDistrust: a pending distrust waits only for the Secrets certapi delivers now for an existing
+// request that names them; every other labelled Secret holding an old certificate is reported, never
+// waited for.
+func TestTallyDistrust(t *testing.T) {
+	oldCA := newTestCA(t, testNow.Add(-time.Hour))
+	newCA := newTestCA(t, testNow.Add(-time.Hour))
+	oldBundle := signer.EncodeBundle(oldCA.Certificate)
+	newBundle := signer.EncodeBundle(newCA.Certificate, oldCA.Certificate)
+
+	live := newRequest("live", "live-svc", "live-tls")
+	requests := map[string]*certapiv1alpha1.ServingCertRequest{"live": live}
+	add := func(r *certapiv1alpha1.ServingCertRequest) *certapiv1alpha1.ServingCertRequest {
+		requests[r.Name] = r
+		return r
+	}
+	// old is the Secret certapi delivered for req before the distrust; edit changes a copy.
+	old := func(req *certapiv1alpha1.ServingCertRequest, edit ...func(*corev1.Secret)) *corev1.Secret {
+		s := deliveredSecret(t, req, oldCA, oldBundle, testNow)
+		for _, f := range edit {
+			f(s)
+		}
+		return s
+	}
+	renamed := func(name string) func(*corev1.Secret) { return func(s *corev1.Secret) { s.Name = name } }
+
+	deleting := add(newRequest("deleting", "deleting-svc", "deleting-tls"))
+	deleting.DeletionTimestamp = &metav1.Time{Time: testNow}
+	add(newRequest("moved", "moved-svc", "moved-new-tls")) // its secretName changed since
+	recreated := add(newRequest("recreated", "recreated-svc", "recreated-tls"))
+	immutable := true
+
+	cases := []struct {
+		name    string
+		secret  *corev1.Secret
+		pending bool
+		report  bool // in Unmanaged
+	}{
+		{name: "delivered for an existing request, old certificate: waited for", secret: old(live), pending: true},
+		{name: "delivered, re-issued by the Active CA: done", secret: deliveredSecret(t, live, newCA, newBundle, testNow)},
+		{name: "delivered, tls.crt unusable: waited for (certapi re-issues it)", pending: true,
+			secret: old(live, func(s *corev1.Secret) { s.Data[corev1.TLSCertKey] = []byte("junk") })},
+		{name: "adopted, not filled yet: nothing to distrust",
+			secret: old(live, func(s *corev1.Secret) { delete(s.Data, corev1.TLSCertKey) })},
+		{name: "foreign: labelled, no annotation", report: true,
+			secret: old(live, renamed("foreign"), func(s *corev1.Secret) { s.Annotations = nil })},
+		{name: "request deleted", report: true, secret: old(newRequest("gone", "gone-svc", "gone-tls"))},
+		{name: "request being deleted", report: true, secret: old(deleting)},
+		{name: "the request names another Secret now", report: true, secret: old(newRequest("moved", "moved-svc", "moved-tls"))},
+		{name: "an earlier request of the same name (UID)", report: true, secret: old(func() *certapiv1alpha1.ServingCertRequest {
+			r := recreated.DeepCopy()
+			r.UID = "uid-of-the-earlier-one"
+			return r
+		}())},
+		{name: "immutable: in conflict", report: true, secret: old(live, renamed("live-tls"), func(s *corev1.Secret) { s.Immutable = &immutable })},
+		{name: "foreign, from the Active CA: nothing to report",
+			secret: func() *corev1.Secret {
+				s := deliveredSecret(t, live, newCA, newBundle, testNow)
+				s.Name, s.Annotations = "foreign-new", nil
+				return s
+			}()},
+		{name: "foreign, junk in tls.crt: no certificate to report",
+			secret: old(live, renamed("junk"), func(s *corev1.Secret) { s.Annotations = nil; s.Data[corev1.TLSCertKey] = []byte("junk") })},
+	}
+	lookup := func(namespace, name string) *certapiv1alpha1.ServingCertRequest {
+		if namespace != testNamespace {
+			return nil
+		}
+		return requests[name]
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got := tallyDistrust([]*secretView{viewOf(tc.secret)}, lookup, newCA.Certificate.SubjectKeyId)
+			want := testNamespace + "/" + tc.secret.Name
+			if tc.pending != (got.Pending.Count == 1 && slices.Equal(got.Pending.Names, []string{want})) || (!tc.pending && got.Pending.Count != 0) {
+				t.Errorf("pending %+v; want it %v", got.Pending, tc.pending)
+			}
+			if tc.report != (got.Unmanaged.Count == 1 && slices.Equal(got.Unmanaged.Names, []string{want})) || (!tc.report && got.Unmanaged.Count != 0) {
+				t.Errorf("unmanaged %+v; want it %v", got.Unmanaged, tc.report)
+			}
+		})
+	}
+
+	// Every Secret is counted; the first MaxReportedSecrets are named, in order.
+	var many []*secretView
+	for i := 14; i >= 0; i-- {
+		many = append(many, viewOf(old(live, renamed(fmt.Sprintf("s-%02d", i)), func(s *corev1.Secret) { s.Annotations = nil })))
+	}
+	got := tallyDistrust(many, lookup, newCA.Certificate.SubjectKeyId)
+	if got.Unmanaged.Count != 15 || len(got.Unmanaged.Names) != MaxReportedSecrets || got.Unmanaged.Names[0] != testNamespace+"/s-00" ||
+		got.Unmanaged.Names[MaxReportedSecrets-1] != testNamespace+"/s-09" {
+		t.Errorf("15 unmanaged Secrets: %+v", got.Unmanaged)
 	}
 }

@@ -72,7 +72,7 @@ func (c *Controller) issue(req *certapiv1alpha1.ServingCertRequest) (*issued, er
 // deliver issues a certificate for req and writes it into the request's Secret: a create when secret is
 // nil, otherwise a patch guarded by the resourceVersion decide saw. Then it reports the delivery (status,
 // Event, OnIssued) and returns the renewal time.
-func (c *Controller) deliver(ctx context.Context, req *certapiv1alpha1.ServingCertRequest, secret *corev1.Secret,
+func (c *Controller) deliver(ctx context.Context, req *certapiv1alpha1.ServingCertRequest, secret *secretView,
 	now time.Time, d decision) (time.Time, error) {
 	key := keyOf(req)
 	logger := klog.FromContext(ctx)
@@ -114,7 +114,7 @@ func (c *Controller) deliver(ctx context.Context, req *certapiv1alpha1.ServingCe
 	if d.Renewal {
 		reason, action, verb = "Renewed", "RenewCertificate", "Renewed certificate in"
 	}
-	c.recorder.Eventf(regarding(req), related(written), corev1.EventTypeNormal, reason, action, "%s",
+	c.recorder.Eventf(regarding(req), secretRef(&written.ObjectMeta), corev1.EventTypeNormal, reason, action, "%s",
 		truncateNote(fmt.Sprintf("%s Secret %q: serial %s, valid until %s, renewal at %s (%s)",
 			verb, req.Spec.SecretName, cert.SerialNumber, formatTime(cert.NotAfter), formatTime(cert.RenewalTime), d.Why)))
 	logger.V(2).Info(reason+" certificate", "request", key, "secret", req.Spec.SecretName,
@@ -131,11 +131,12 @@ func desiredSecret(req *certapiv1alpha1.ServingCertRequest, cert *issued) *corev
 			Name:      req.Spec.SecretName,
 			Labels:    map[string]string{LabelManaged: "true"},
 			Annotations: map[string]string{
-				AnnotationServingCertRequest: req.Name,
-				AnnotationSerialNumber:       cert.SerialNumber,
-				AnnotationNotAfter:           formatTime(cert.NotAfter),
-				AnnotationRenewalTime:        formatTime(cert.RenewalTime),
-				AnnotationGeneration:         strconv.FormatInt(req.Generation, 10),
+				AnnotationServingCertRequest:    req.Name,
+				AnnotationServingCertRequestUID: string(req.UID),
+				AnnotationSerialNumber:          cert.SerialNumber,
+				AnnotationNotAfter:              formatTime(cert.NotAfter),
+				AnnotationRenewalTime:           formatTime(cert.RenewalTime),
+				AnnotationGeneration:            strconv.FormatInt(req.Generation, 10),
 			},
 		},
 		Type: corev1.SecretTypeTLS,
@@ -148,7 +149,7 @@ func desiredSecret(req *certapiv1alpha1.ServingCertRequest, cert *issued) *corev
 }
 
 // write creates or patches the Secret with cert. It returns the Secret written, for its reference.
-func (c *Controller) write(ctx context.Context, req *certapiv1alpha1.ServingCertRequest, secret *corev1.Secret,
+func (c *Controller) write(ctx context.Context, req *certapiv1alpha1.ServingCertRequest, secret *secretView,
 	cert *issued) (*corev1.Secret, error) {
 	secrets := c.kube.CoreV1().Secrets(req.Namespace)
 	want := desiredSecret(req, cert)
@@ -184,9 +185,29 @@ func (c *Controller) write(ctx context.Context, req *certapiv1alpha1.ServingCert
 	return patched, nil
 }
 
+// recordUID adds the request's UID to a Secret that holds its current certificate but was written
+// before certapi recorded UIDs (or handed over by name): a patch of that one annotation, guarded by the
+// resourceVersion decide saw. Nothing else changes; the certificate is not re-issued.
+func (c *Controller) recordUID(ctx context.Context, req *certapiv1alpha1.ServingCertRequest, secret *secretView) error {
+	patch, err := json.Marshal(map[string]any{
+		"metadata": map[string]any{
+			"resourceVersion": secret.ResourceVersion,
+			"annotations":     map[string]string{AnnotationServingCertRequestUID: string(req.UID)},
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("encoding the patch of Secret %s/%s: %w", secret.Namespace, secret.Name, err)
+	}
+	if _, err := c.kube.CoreV1().Secrets(secret.Namespace).Patch(ctx, secret.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager}); err != nil {
+		return fmt.Errorf("recording the request's UID on Secret %s/%s: %w", secret.Namespace, secret.Name, err)
+	}
+	klog.FromContext(ctx).V(2).Info("Recorded the request's UID on its Secret", "request", keyOf(req), "secret", secret.Name)
+	return nil
+}
+
 // reportDenied reports that certapi cannot sign for the request (its names are outside what the CA may
 // sign, the CA has expired, ...): Ready=False, reason Denied, and a Warning Event once per message.
-func (c *Controller) reportDenied(req *certapiv1alpha1.ServingCertRequest, secret *corev1.Secret, err error) {
+func (c *Controller) reportDenied(req *certapiv1alpha1.ServingCertRequest, secret *secretView, err error) {
 	key := keyOf(req)
 	msg := truncateNote(fmt.Sprintf("cannot issue a certificate for Secret %q: %v", req.Spec.SecretName, err))
 	c.mu.Lock()
@@ -202,7 +223,7 @@ func (c *Controller) reportDenied(req *certapiv1alpha1.ServingCertRequest, secre
 // reportWriteFailure reports a Secret write that failed (RBAC, a terminating namespace, an unreachable
 // kube-apiserver...). While the certificate already in the Secret is valid the request stays Ready with
 // reason Renewing; otherwise it is not Ready (Pending).
-func (c *Controller) reportWriteFailure(req *certapiv1alpha1.ServingCertRequest, secret *corev1.Secret, d decision, err error, now time.Time) {
+func (c *Controller) reportWriteFailure(req *certapiv1alpha1.ServingCertRequest, secret *secretView, d decision, err error, now time.Time) {
 	ready := status.Ready{
 		Status:     metav1.ConditionFalse,
 		Reason:     status.ReasonPending,

@@ -203,8 +203,7 @@ func (h *harness) addRequest(tb testing.TB, req *certapiv1alpha1.ServingCertRequ
 // cacheSecret puts a copy of s into the Secret cache, transformed as the informer would.
 func (h *harness) cacheSecret(tb testing.TB, s *corev1.Secret) {
 	tb.Helper()
-	cp, _ := trimSecret(s.DeepCopy())
-	if err := h.c.secretInformer.GetIndexer().Add(cp); err != nil {
+	if err := h.c.secretInformer.GetIndexer().Add(viewOf(s)); err != nil {
 		tb.Fatal(err)
 	}
 }

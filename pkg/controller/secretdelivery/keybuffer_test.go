@@ -151,11 +151,11 @@ func TestDeliverSendsTheKeyIntactOnRetry(t *testing.T) {
 			bundle := signer.EncodeBundle(ca.Certificate)
 			req := newRequest("webhook", "webhook-svc", "webhook-tls")
 
-			var existing, cached *corev1.Secret
+			var existing *corev1.Secret
+			var cached *secretView
 			if tc.existing {
 				existing = deliveredSecret(t, req, ca, bundle, now.Add(-time.Minute))
-				c, _ := trimSecret(existing.DeepCopy())
-				cached = c.(*corev1.Secret)
+				cached = viewOf(existing)
 			}
 			srv := newKeyBufferServer(t, existing)
 			c, err := New(Options{

@@ -66,7 +66,7 @@ type fakeClientset interface {
 // copyingWatches makes every watch of cs send its own copy of each object, as a real kube-apiserver does
 // (it decodes a new object for every event). The fake's watch sends the objects it stores, when it
 // replays them from the watch's resourceVersion, without copying them (k8s.io/client-go v0.37.2,
-// testing/fixture.go, tracker.Watch), and the informers' transforms (trimSecret; the Context's
+// testing/fixture.go, tracker.Watch), and the informers' transforms (viewSecret; the Context's
 // ServingCertRequest transform) change in place what they are given, as client-go allows: that changed
 // the fake's stored object while a Get copied it, a data race under -race. This reactor replaces the
 // fake's default one, which it mirrors, and copies each event's object.

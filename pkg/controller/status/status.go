@@ -189,10 +189,10 @@ func (w *Writer) write(ctx context.Context, key types.NamespacedName, p *pending
 	})
 }
 
-// patchFromCache writes the change with one merge patch of the status subresource, computed against the
-// term's informer cache and guarded by the cached resourceVersion, instead of a read and an update: two
-// requests become one for each issuance. done is false when the cache cannot answer (the request is not
-// in it yet); a Conflict error means the cache is behind. The cache drops status.certificate and
+// patchFromCache writes the change with one write of the status subresource, computed against the term's
+// informer cache and guarded by the cached resourceVersion, instead of a read and a write: two requests
+// become one for each issuance. done is false when the cache cannot answer (the request is not in it
+// yet); a Conflict error means the cache is behind. The cache drops status.certificate and
 // status.caBundle (see controller.Context), so they are written whenever they are set, never read.
 func (w *Writer) patchFromCache(ctx context.Context, key types.NamespacedName, p *pending) (done bool, err error) {
 	cached, err := w.cache.ServingCertRequests(key.Namespace).Get(key.Name)
@@ -205,24 +205,31 @@ func (w *Writer) patchFromCache(ctx context.Context, key types.NamespacedName, p
 	obj := cached.DeepCopy()
 	before := obj.Status.SerialNumber
 	changed := Apply(obj, p.issued, p.ready)
-	st := obj.Status
-	status := map[string]any{}
-	if st.SerialNumber != before {
-		status["certificate"] = st.Certificate
-		status["caBundle"] = st.CABundle
-		status["serialNumber"] = st.SerialNumber
-		status["notBefore"] = st.NotBefore
-		status["notAfter"] = st.NotAfter
-		status["renewalTime"] = st.RenewalTime
-		status["lastIssued"] = st.LastIssued
+	if p.bundle != nil && obj.Status.SerialNumber != "" {
+		obj.Status.CABundle = *p.bundle
 	}
-	if p.bundle != nil && st.SerialNumber != "" {
+	scrs := w.client.CertapiV1alpha1().ServingCertRequests(key.Namespace)
+	if obj.Status.SerialNumber != before {
+		// A new certificate: every status field is known (the cache's, and the certificate and bundle just
+		// issued), so the whole status goes in one update. The server decodes it once, where a merge patch
+		// costs it an encode, a merge and a decode more, and this is the write that follows every
+		// issuance. The status strategy keeps the stored spec, labels and annotations, and the server
+		// keeps the stored managedFields when none are sent.
+		_, err = scrs.UpdateStatus(ctx, obj, metav1.UpdateOptions{FieldManager: "certapi"})
+		if apierrors.IsNotFound(err) {
+			return true, nil // deleted meanwhile: nothing to report on
+		}
+		return err == nil, err
+	}
+	// No new certificate: patch only what changed, leaving the stored certificate alone.
+	status := map[string]any{}
+	if p.bundle != nil && obj.Status.SerialNumber != "" {
 		// Whether it differs is not known here (the cache drops the bundle); an equal one writes nothing.
 		status["caBundle"] = *p.bundle
 	}
 	if changed {
-		status["conditions"] = st.Conditions
-		status["observedGeneration"] = st.ObservedGeneration
+		status["conditions"] = obj.Status.Conditions
+		status["observedGeneration"] = obj.Status.ObservedGeneration
 	}
 	if len(status) == 0 {
 		return true, nil
@@ -234,8 +241,7 @@ func (w *Writer) patchFromCache(ctx context.Context, key types.NamespacedName, p
 	if err != nil {
 		return false, fmt.Errorf("encoding the status patch of %s: %w", key, err)
 	}
-	_, err = w.client.CertapiV1alpha1().ServingCertRequests(key.Namespace).Patch(ctx, key.Name, types.MergePatchType, patch,
-		metav1.PatchOptions{FieldManager: "certapi"}, "status")
+	_, err = scrs.Patch(ctx, key.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "certapi"}, "status")
 	if apierrors.IsNotFound(err) {
 		return true, nil // deleted meanwhile: nothing to report on
 	}

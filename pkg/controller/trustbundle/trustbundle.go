@@ -1,12 +1,12 @@
 // Package trustbundle is the leader's publisher of certapi's CA bundle as a signer-linked
 // ClusterTrustBundle: one object, Name, with spec.signerName certapi.dev/serving, which pods mount with a
 // clusterTrustBundle projected volume (by name, or by signerName). It holds the bundle in canonical form
-// (the injector's: parsed, deduplicated, in order), is written only when it differs, with an update
-// guarded by resourceVersion under field manager certapi, and is re-created if deleted. It is a rotation
+// (the injector's: parsed, deduplicated, in order), is written only when it differs, with a JSON patch
+// guarded by a test of the resourceVersion under field manager certapi, and is re-created if deleted. It is a rotation
 // target like every injected object: the gate waits until it holds the bundle (AllHold).
 //
 // Writing a ClusterTrustBundle with a signerName needs the "attest" verb on signers/certapi.dev/serving
-// (certificates.k8s.io), besides create, update, get, list and watch on clustertrustbundles.
+// (certificates.k8s.io), besides create, patch, get, list and watch on clustertrustbundles.
 //
 // The shape is kubernetes' rootcacertpublisher: an informer (on this one object, by a field selector),
 // the term's queue, and one sync function.
@@ -14,6 +14,7 @@ package trustbundle
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -22,6 +23,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -107,7 +109,7 @@ func New(o Options) (*Publisher, error) {
 	o.Context.AddFactory(factory)
 	p.queue = controller.NewQueue(controller.QueueOptions[string]{
 		Name: "trustbundle", Workers: 1, Sync: p.sync,
-		Quiet: func(err error) bool { return apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) },
+		Quiet: func(err error) bool { return stale(err) || apierrors.IsAlreadyExists(err) },
 	})
 	return p, nil
 }
@@ -197,11 +199,17 @@ func (p *Publisher) sync(ctx context.Context, _ string) (controller.Result, erro
 		}
 		logger.V(2).Info("Created the ClusterTrustBundle", "name", Name)
 	case ActionUpdate:
-		b := cur.DeepCopy()
-		b.Spec.TrustBundle = want
-		// The resourceVersion of the cached copy guards the update: a change since is a conflict, retried.
-		if _, err := p.kube.CertificatesV1().ClusterTrustBundles().Update(ctx, b, metav1.UpdateOptions{FieldManager: FieldManager}); err != nil {
-			if !apierrors.IsConflict(err) {
+		// A JSON patch whose first operation tests the resourceVersion of the cached copy: a change
+		// since makes it fail (422), and the informer brings the change back here.
+		patch, err := json.Marshal([]map[string]string{
+			{"op": "test", "path": "/metadata/resourceVersion", "value": cur.ResourceVersion},
+			{"op": "replace", "path": "/spec/trustBundle", "value": want},
+		})
+		if err != nil {
+			return controller.Result{}, fmt.Errorf("making the patch of ClusterTrustBundle %s: %w", Name, err)
+		}
+		if _, err := p.kube.CertificatesV1().ClusterTrustBundles().Patch(ctx, Name, types.JSONPatchType, patch, metav1.PatchOptions{FieldManager: FieldManager}); err != nil {
+			if !stale(err) {
 				p.setProblem(fmt.Sprintf("updating ClusterTrustBundle %s: %v", Name, err))
 			}
 			return controller.Result{}, fmt.Errorf("updating ClusterTrustBundle %s: %w", Name, err)
@@ -210,6 +218,12 @@ func (p *Publisher) sync(ctx context.Context, _ string) (controller.Result, erro
 	}
 	p.setProblem("")
 	return controller.Result{}, nil
+}
+
+// stale reports whether a write failed because the object changed since it was read: a conflict, or the
+// patch's resourceVersion test failing (422).
+func stale(err error) bool {
+	return apierrors.IsConflict(err) || apierrors.IsInvalid(err)
 }
 
 // want is the canonical bundle; ok=false when the Source has none.

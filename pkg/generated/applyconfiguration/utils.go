@@ -42,8 +42,12 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &certapiv1alpha1.CertificateAuthoritySpecApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("CertificateAuthorityStatus"):
 		return &certapiv1alpha1.CertificateAuthorityStatusApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("DistrustStatus"):
+		return &certapiv1alpha1.DistrustStatusApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("InjectionSummary"):
 		return &certapiv1alpha1.InjectionSummaryApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("SecretsSummary"):
+		return &certapiv1alpha1.SecretsSummaryApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("ServingCertRequest"):
 		return &certapiv1alpha1.ServingCertRequestApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("ServingCertRequestSpec"):

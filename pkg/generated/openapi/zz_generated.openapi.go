@@ -39,7 +39,9 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1alpha1.CertificateAuthorityRef{}.OpenAPIModelName():         schema_pkg_apis_certapi_v1alpha1_CertificateAuthorityRef(ref),
 		v1alpha1.CertificateAuthoritySpec{}.OpenAPIModelName():        schema_pkg_apis_certapi_v1alpha1_CertificateAuthoritySpec(ref),
 		v1alpha1.CertificateAuthorityStatus{}.OpenAPIModelName():      schema_pkg_apis_certapi_v1alpha1_CertificateAuthorityStatus(ref),
+		v1alpha1.DistrustStatus{}.OpenAPIModelName():                  schema_pkg_apis_certapi_v1alpha1_DistrustStatus(ref),
 		v1alpha1.InjectionSummary{}.OpenAPIModelName():                schema_pkg_apis_certapi_v1alpha1_InjectionSummary(ref),
+		v1alpha1.SecretsSummary{}.OpenAPIModelName():                  schema_pkg_apis_certapi_v1alpha1_SecretsSummary(ref),
 		v1alpha1.ServingCert{}.OpenAPIModelName():                     schema_pkg_apis_certapi_v1alpha1_ServingCert(ref),
 		v1alpha1.ServingCertRequest{}.OpenAPIModelName():              schema_pkg_apis_certapi_v1alpha1_ServingCertRequest(ref),
 		v1alpha1.ServingCertRequestList{}.OpenAPIModelName():          schema_pkg_apis_certapi_v1alpha1_ServingCertRequestList(ref),
@@ -184,6 +186,13 @@ func schema_pkg_apis_certapi_v1alpha1_CertificateAuthorityCertificate(ref common
 							Enum:        []interface{}{"Active", "Next", "Retiring"},
 						},
 					},
+					"distrusted": {
+						SchemaProps: spec.SchemaProps{
+							Description: "distrusted marks a Retiring CA that spec.distrust removes from trust: it leaves the bundle as soon as status.distrust says, not when its certificates expire.",
+							Type:        []string{"boolean"},
+							Format:      "",
+						},
+					},
 					"notBefore": {
 						SchemaProps: spec.SchemaProps{
 							Description: "notBefore of the CA certificate.",
@@ -305,7 +314,7 @@ func schema_pkg_apis_certapi_v1alpha1_CertificateAuthoritySpec(ref common.Refere
 					},
 					"distrust": {
 						SchemaProps: spec.SchemaProps{
-							Description: "distrust: a new value starts an emergency rotation that drops the current CA from the bundle as soon as every delivered certificate has been re-issued.",
+							Description: "distrust: a new value starts an emergency rotation: a new CA signs at once, and the current CA leaves the bundle as soon as every Secret certapi delivers for an existing request (and every certapi replica) has been re-issued, or at certapi's --distrust-deadline (default 15m), whichever comes first. status.distrust shows its progress.",
 							Type:        []string{"string"},
 							Format:      "",
 						},
@@ -390,11 +399,111 @@ func schema_pkg_apis_certapi_v1alpha1_CertificateAuthorityStatus(ref common.Refe
 							Ref:         ref(v1alpha1.InjectionSummary{}.OpenAPIModelName()),
 						},
 					},
+					"distrust": {
+						SchemaProps: spec.SchemaProps{
+							Description: "distrust shows the last distrust (spec.distrust): which CAs it removes from trust, what it waits for, what it does not wait for, and how it ended.",
+							Ref:         ref(v1alpha1.DistrustStatus{}.OpenAPIModelName()),
+						},
+					},
 				},
 			},
 		},
 		Dependencies: []string{
-			v1alpha1.CertificateAuthorityCertificate{}.OpenAPIModelName(), v1alpha1.CertificateAuthorityRef{}.OpenAPIModelName(), v1alpha1.InjectionSummary{}.OpenAPIModelName(), v1.Condition{}.OpenAPIModelName()},
+			v1alpha1.CertificateAuthorityCertificate{}.OpenAPIModelName(), v1alpha1.CertificateAuthorityRef{}.OpenAPIModelName(), v1alpha1.DistrustStatus{}.OpenAPIModelName(), v1alpha1.InjectionSummary{}.OpenAPIModelName(), v1.Condition{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_certapi_v1alpha1_DistrustStatus(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "DistrustStatus is where a distrust stands.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"distrust": {
+						SchemaProps: spec.SchemaProps{
+							Description: "distrust is the spec.distrust value acted on.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"distrusted": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "distrusted identifies the CAs it removes from trust: the Active CA of the time, and the Next CA if one was published. While in the bundle they are listed in certificates with distrusted: true.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref(v1alpha1.CertificateAuthorityRef{}.OpenAPIModelName()),
+									},
+								},
+							},
+						},
+					},
+					"startedAt": {
+						SchemaProps: spec.SchemaProps{
+							Description: "startedAt is when the distrust took effect: a new CA signs from then on.",
+							Ref:         ref(v1.Time{}.OpenAPIModelName()),
+						},
+					},
+					"deadline": {
+						SchemaProps: spec.SchemaProps{
+							Description: "deadline is when the distrusted CAs leave every bundle even if what the distrust waits for is not done: startedAt plus certapi's --distrust-deadline.",
+							Ref:         ref(v1.Time{}.OpenAPIModelName()),
+						},
+					},
+					"completedAt": {
+						SchemaProps: spec.SchemaProps{
+							Description: "completedAt is when the distrusted CAs left the bundle; unset while the distrust is pending.",
+							Ref:         ref(v1.Time{}.OpenAPIModelName()),
+						},
+					},
+					"completion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "completion says how the distrust ended: Reissued or Deadline.\n\nPossible enum values:\n - `\"Deadline\"` : the distrust deadline passed first, and the distrusted CAs left every bundle regardless; pendingSecrets and pendingReplicas say what was left behind.\n - `\"Reissued\"` : everything the distrust waited for was re-issued by the Active CA.",
+							Type:        []string{"string"},
+							Format:      "",
+							Enum:        []interface{}{"Deadline", "Reissued"},
+						},
+					},
+					"pendingSecrets": {
+						SchemaProps: spec.SchemaProps{
+							Description: "pendingSecrets are the Secrets the distrust waits for: Secrets certapi delivers now, for an existing ServingCertRequest whose spec.secretName names them, that do not hold a certificate of the Active CA yet. After a completion by deadline: those that were left behind.",
+							Ref:         ref(v1alpha1.SecretsSummary{}.OpenAPIModelName()),
+						},
+					},
+					"pendingReplicas": {
+						SchemaProps: spec.SchemaProps{
+							Description: "pendingReplicas is the number of certapi replicas that do not serve with a certificate of the Active CA yet; the distrust waits for them too.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"unmanagedSecrets": {
+						SchemaProps: spec.SchemaProps{
+							Description: "unmanagedSecrets are the Secrets labelled certapi.dev/managed=true that hold a certificate not signed by the Active CA and that certapi will not re-issue: no existing request names them (it was deleted, or another request took the name), they are in conflict, or they are not certapi's. The distrust never waits for them; whoever uses them must replace them.",
+							Ref:         ref(v1alpha1.SecretsSummary{}.OpenAPIModelName()),
+						},
+					},
+					"pendingTargets": {
+						SchemaProps: spec.SchemaProps{
+							Description: "pendingTargets is, while the distrust is pending, the number of caBundle injection targets that do not hold the current bundle yet (they do not trust the new CA yet). The distrust does not wait for them; status.injection has the details.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+				},
+				Required: []string{"distrust", "startedAt"},
+			},
+		},
+		Dependencies: []string{
+			v1alpha1.CertificateAuthorityRef{}.OpenAPIModelName(), v1alpha1.SecretsSummary{}.OpenAPIModelName(), v1.Time{}.OpenAPIModelName()},
 	}
 }
 
@@ -439,6 +548,47 @@ func schema_pkg_apis_certapi_v1alpha1_InjectionSummary(ref common.ReferenceCallb
 					},
 				},
 				Required: []string{"targets", "upToDate", "skipped", "conflicts"},
+			},
+		},
+	}
+}
+
+func schema_pkg_apis_certapi_v1alpha1_SecretsSummary(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "SecretsSummary counts Secrets and names the first few.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"count": {
+						SchemaProps: spec.SchemaProps{
+							Description: "count is how many there are.",
+							Default:     0,
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"names": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "names are the first few (at most 10), as namespace/name, in lexical order.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Type:   []string{"string"},
+										Format: "",
+									},
+								},
+							},
+						},
+					},
+				},
+				Required: []string{"count"},
 			},
 		},
 	}

@@ -216,8 +216,10 @@ type CertificateAuthoritySpec struct {
 	// +optional
 	ForceRotation string `json:"forceRotation,omitempty"`
 
-	// distrust: a new value starts an emergency rotation that drops the current CA from the bundle as
-	// soon as every delivered certificate has been re-issued.
+	// distrust: a new value starts an emergency rotation: a new CA signs at once, and the current CA
+	// leaves the bundle as soon as every Secret certapi delivers for an existing request (and every
+	// certapi replica) has been re-issued, or at certapi's --distrust-deadline (default 15m), whichever
+	// comes first. status.distrust shows its progress.
 	// +optional
 	Distrust string `json:"distrust,omitempty"`
 }
@@ -250,6 +252,85 @@ type CertificateAuthorityStatus struct {
 	// injection summarises the objects that opted in to caBundle injection.
 	// +optional
 	Injection *InjectionSummary `json:"injection,omitempty"`
+
+	// distrust shows the last distrust (spec.distrust): which CAs it removes from trust, what it waits
+	// for, what it does not wait for, and how it ended.
+	// +optional
+	Distrust *DistrustStatus `json:"distrust,omitempty"`
+}
+
+// DistrustCompletion says how a distrust ended.
+// +enum
+type DistrustCompletion string
+
+const (
+	// DistrustCompletionReissued: everything the distrust waited for was re-issued by the Active CA.
+	DistrustCompletionReissued DistrustCompletion = "Reissued"
+	// DistrustCompletionDeadline: the distrust deadline passed first, and the distrusted CAs left every
+	// bundle regardless; pendingSecrets and pendingReplicas say what was left behind.
+	DistrustCompletionDeadline DistrustCompletion = "Deadline"
+)
+
+// DistrustStatus is where a distrust stands.
+type DistrustStatus struct {
+	// distrust is the spec.distrust value acted on.
+	Distrust string `json:"distrust"`
+
+	// distrusted identifies the CAs it removes from trust: the Active CA of the time, and the Next CA if
+	// one was published. While in the bundle they are listed in certificates with distrusted: true.
+	// +optional
+	// +listType=atomic
+	Distrusted []CertificateAuthorityRef `json:"distrusted,omitempty"`
+
+	// startedAt is when the distrust took effect: a new CA signs from then on.
+	StartedAt metav1.Time `json:"startedAt"`
+
+	// deadline is when the distrusted CAs leave every bundle even if what the distrust waits for is not
+	// done: startedAt plus certapi's --distrust-deadline.
+	// +optional
+	Deadline *metav1.Time `json:"deadline,omitempty"`
+
+	// completedAt is when the distrusted CAs left the bundle; unset while the distrust is pending.
+	// +optional
+	CompletedAt *metav1.Time `json:"completedAt,omitempty"`
+
+	// completion says how the distrust ended: Reissued or Deadline.
+	// +optional
+	Completion DistrustCompletion `json:"completion,omitempty"`
+
+	// pendingSecrets are the Secrets the distrust waits for: Secrets certapi delivers now, for an
+	// existing ServingCertRequest whose spec.secretName names them, that do not hold a certificate of the
+	// Active CA yet. After a completion by deadline: those that were left behind.
+	// +optional
+	PendingSecrets *SecretsSummary `json:"pendingSecrets,omitempty"`
+
+	// pendingReplicas is the number of certapi replicas that do not serve with a certificate of the
+	// Active CA yet; the distrust waits for them too.
+	// +optional
+	PendingReplicas int32 `json:"pendingReplicas,omitempty"`
+
+	// unmanagedSecrets are the Secrets labelled certapi.dev/managed=true that hold a certificate not
+	// signed by the Active CA and that certapi will not re-issue: no existing request names them (it was
+	// deleted, or another request took the name), they are in conflict, or they are not certapi's. The
+	// distrust never waits for them; whoever uses them must replace them.
+	// +optional
+	UnmanagedSecrets *SecretsSummary `json:"unmanagedSecrets,omitempty"`
+
+	// pendingTargets is, while the distrust is pending, the number of caBundle injection targets that do
+	// not hold the current bundle yet (they do not trust the new CA yet). The distrust does not wait for
+	// them; status.injection has the details.
+	// +optional
+	PendingTargets int32 `json:"pendingTargets,omitempty"`
+}
+
+// SecretsSummary counts Secrets and names the first few.
+type SecretsSummary struct {
+	// count is how many there are.
+	Count int32 `json:"count"`
+	// names are the first few (at most 10), as namespace/name, in lexical order.
+	// +optional
+	// +listType=atomic
+	Names []string `json:"names,omitempty"`
 }
 
 // CertificateAuthorityRef identifies one CA certificate.
@@ -265,6 +346,10 @@ type CertificateAuthorityCertificate struct {
 	CertificateAuthorityRef `json:",inline"`
 	// role is Active, Next or Retiring.
 	Role CertificateAuthorityRole `json:"role"`
+	// distrusted marks a Retiring CA that spec.distrust removes from trust: it leaves the bundle as soon
+	// as status.distrust says, not when its certificates expire.
+	// +optional
+	Distrusted bool `json:"distrusted,omitempty"`
 	// notBefore of the CA certificate.
 	NotBefore metav1.Time `json:"notBefore"`
 	// notAfter of the CA certificate.

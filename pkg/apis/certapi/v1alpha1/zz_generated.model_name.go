@@ -52,8 +52,18 @@ func (in CertificateAuthorityStatus) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in DistrustStatus) OpenAPIModelName() string {
+	return "com.github.certapi.certapi.pkg.apis.certapi.v1alpha1.DistrustStatus"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in InjectionSummary) OpenAPIModelName() string {
 	return "com.github.certapi.certapi.pkg.apis.certapi.v1alpha1.InjectionSummary"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in SecretsSummary) OpenAPIModelName() string {
+	return "com.github.certapi.certapi.pkg.apis.certapi.v1alpha1.SecretsSummary"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.

@@ -63,6 +63,9 @@ var schemaYAML = typed.YAMLObject(`types:
 - name: com.github.certapi.certapi.pkg.apis.certapi.v1alpha1.CertificateAuthorityCertificate
   map:
     fields:
+    - name: distrusted
+      type:
+        scalar: boolean
     - name: notAfter
       type:
         namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
@@ -127,12 +130,52 @@ var schemaYAML = typed.YAMLObject(`types:
           elementRelationship: associative
           keys:
           - type
+    - name: distrust
+      type:
+        namedType: com.github.certapi.certapi.pkg.apis.certapi.v1alpha1.DistrustStatus
     - name: injection
       type:
         namedType: com.github.certapi.certapi.pkg.apis.certapi.v1alpha1.InjectionSummary
     - name: observedGeneration
       type:
         scalar: numeric
+- name: com.github.certapi.certapi.pkg.apis.certapi.v1alpha1.DistrustStatus
+  map:
+    fields:
+    - name: completedAt
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: completion
+      type:
+        scalar: string
+    - name: deadline
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: distrust
+      type:
+        scalar: string
+      default: ""
+    - name: distrusted
+      type:
+        list:
+          elementType:
+            namedType: com.github.certapi.certapi.pkg.apis.certapi.v1alpha1.CertificateAuthorityRef
+          elementRelationship: atomic
+    - name: pendingReplicas
+      type:
+        scalar: numeric
+    - name: pendingSecrets
+      type:
+        namedType: com.github.certapi.certapi.pkg.apis.certapi.v1alpha1.SecretsSummary
+    - name: pendingTargets
+      type:
+        scalar: numeric
+    - name: startedAt
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: unmanagedSecrets
+      type:
+        namedType: com.github.certapi.certapi.pkg.apis.certapi.v1alpha1.SecretsSummary
 - name: com.github.certapi.certapi.pkg.apis.certapi.v1alpha1.InjectionSummary
   map:
     fields:
@@ -152,6 +195,19 @@ var schemaYAML = typed.YAMLObject(`types:
       type:
         scalar: numeric
       default: 0
+- name: com.github.certapi.certapi.pkg.apis.certapi.v1alpha1.SecretsSummary
+  map:
+    fields:
+    - name: count
+      type:
+        scalar: numeric
+      default: 0
+    - name: names
+      type:
+        list:
+          elementType:
+            scalar: string
+          elementRelationship: atomic
 - name: com.github.certapi.certapi.pkg.apis.certapi.v1alpha1.ServingCertRequest
   map:
     fields:

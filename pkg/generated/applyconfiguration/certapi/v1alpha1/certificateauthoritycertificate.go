@@ -31,6 +31,9 @@ type CertificateAuthorityCertificateApplyConfiguration struct {
 	CertificateAuthorityRefApplyConfiguration `json:""`
 	// role is Active, Next or Retiring.
 	Role *certapiv1alpha1.CertificateAuthorityRole `json:"role,omitempty"`
+	// distrusted marks a Retiring CA that spec.distrust removes from trust: it leaves the bundle as soon
+	// as status.distrust says, not when its certificates expire.
+	Distrusted *bool `json:"distrusted,omitempty"`
 	// notBefore of the CA certificate.
 	NotBefore *v1.Time `json:"notBefore,omitempty"`
 	// notAfter of the CA certificate.
@@ -64,6 +67,14 @@ func (b *CertificateAuthorityCertificateApplyConfiguration) WithSubjectKeyID(val
 // If called multiple times, the Role field is set to the value of the last call.
 func (b *CertificateAuthorityCertificateApplyConfiguration) WithRole(value certapiv1alpha1.CertificateAuthorityRole) *CertificateAuthorityCertificateApplyConfiguration {
 	b.Role = &value
+	return b
+}
+
+// WithDistrusted sets the Distrusted field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Distrusted field is set to the value of the last call.
+func (b *CertificateAuthorityCertificateApplyConfiguration) WithDistrusted(value bool) *CertificateAuthorityCertificateApplyConfiguration {
+	b.Distrusted = &value
 	return b
 }
 

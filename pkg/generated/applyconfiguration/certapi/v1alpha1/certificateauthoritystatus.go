@@ -39,6 +39,9 @@ type CertificateAuthorityStatusApplyConfiguration struct {
 	Certificates []CertificateAuthorityCertificateApplyConfiguration `json:"certificates,omitempty"`
 	// injection summarises the objects that opted in to caBundle injection.
 	Injection *InjectionSummaryApplyConfiguration `json:"injection,omitempty"`
+	// distrust shows the last distrust (spec.distrust): which CAs it removes from trust, what it waits
+	// for, what it does not wait for, and how it ended.
+	Distrust *DistrustStatusApplyConfiguration `json:"distrust,omitempty"`
 }
 
 // CertificateAuthorityStatusApplyConfiguration constructs a declarative configuration of the CertificateAuthorityStatus type for use with
@@ -102,5 +105,13 @@ func (b *CertificateAuthorityStatusApplyConfiguration) WithCertificates(values .
 // If called multiple times, the Injection field is set to the value of the last call.
 func (b *CertificateAuthorityStatusApplyConfiguration) WithInjection(value *InjectionSummaryApplyConfiguration) *CertificateAuthorityStatusApplyConfiguration {
 	b.Injection = value
+	return b
+}
+
+// WithDistrust sets the Distrust field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Distrust field is set to the value of the last call.
+func (b *CertificateAuthorityStatusApplyConfiguration) WithDistrust(value *DistrustStatusApplyConfiguration) *CertificateAuthorityStatusApplyConfiguration {
+	b.Distrust = value
 	return b
 }

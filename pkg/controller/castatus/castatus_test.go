@@ -1,0 +1,46 @@
+package castatus
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
+	"github.com/certapi/certapi/pkg/signer"
+)
+
+// TestRotatingSaysWhatADistrustWaitsFor: two minutes after a distrust, the Rotating condition alone tells
+// an admin why the distrusted CA is still in the bundle and when it leaves regardless.
+func TestRotatingSaysWhatADistrustWaitsFor(t *testing.T) {
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	mk := func() *signer.CA {
+		ca, err := signer.NewCA(signer.CAOptions{ClusterDomain: "cluster.local", Duration: 8760 * time.Hour, Now: now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ca
+	}
+	oldCA := mk()
+	auth := signer.Authorities{Active: mk(), Distrust: "leak", SwitchedAt: now, ForcedSwitch: true,
+		Retiring: []signer.Retiring{{CA: oldCA, Distrusted: true, DistrustedAt: now}}}
+	deadline := metav1.NewTime(now.Add(15 * time.Minute))
+	d := &certapiv1alpha1.DistrustStatus{Distrust: "leak", Deadline: &deadline,
+		PendingSecrets:   &certapiv1alpha1.SecretsSummary{Count: 2, Names: []string{"a/x-tls", "b/y-tls"}},
+		UnmanagedSecrets: &certapiv1alpha1.SecretsSummary{Count: 1, Names: []string{"a/foreign"}},
+		PendingReplicas:  1, PendingTargets: 3}
+	c := rotating(auth, d, 2)
+	if c.Status != metav1.ConditionTrue || c.Reason != certapiv1alpha1.RotatingReasonDistrusted {
+		t.Fatalf("condition %+v; want True, Distrusted", c)
+	}
+	for _, want := range []string{signer.FormatSerialNumber(oldCA.Certificate.SerialNumber), "2030-01-01T00:15:00Z", "2 Secrets not re-issued yet (a/x-tls, b/y-tls)",
+		"1 certapi replica not serving", "not waiting for 1 labelled Secret certapi does not re-issue (a/foreign)", "3 injection targets", "status.distrust"} {
+		if !strings.Contains(c.Message, want) {
+			t.Errorf("message %q does not say %q", c.Message, want)
+		}
+	}
+	if strings.Contains(c.Message, "FORCED") {
+		t.Errorf("message %q calls a distrust's switch forced", c.Message)
+	}
+}

@@ -1,0 +1,82 @@
+package rotation
+
+import (
+	"testing"
+	"time"
+
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
+	"github.com/certapi/certapi/pkg/signer"
+)
+
+func TestDistrustStatus(t *testing.T) {
+	now := time.Date(2030, 1, 1, 0, 0, 0, 123, time.UTC)
+	mk := func() *signer.CA {
+		ca, err := signer.NewCA(signer.CAOptions{ClusterDomain: "cluster.local", Duration: 8760 * time.Hour, Now: now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ca
+	}
+	oldCA, newCA := mk(), mk()
+	pol := signer.RotationPolicy{DistrustDwell: 5 * time.Second, DistrustDeadline: 15 * time.Minute}
+	pending := signer.Authorities{Active: newCA, Distrust: "leak", SwitchedAt: now,
+		Retiring: []signer.Retiring{{CA: oldCA, Distrusted: true, DistrustedAt: now}}}
+	done := signer.Authorities{Active: newCA, Distrust: "leak", SwitchedAt: now}
+	secrets := func(names ...string) certapiv1alpha1.SecretsSummary {
+		return certapiv1alpha1.SecretsSummary{Count: int32(len(names)), Names: names}
+	}
+	progress := &DistrustProgress{Known: true, PendingSecrets: secrets("a/live-tls"), UnmanagedSecrets: secrets("a/foreign", "a/gone-tls"), PendingReplicas: 1}
+	started := metav1.NewTime(now.Truncate(time.Second))
+	deadline := metav1.NewTime(now.Add(15 * time.Minute).Truncate(time.Second))
+	later := now.Add(time.Minute)
+	completed := metav1.NewTime(later.Truncate(time.Second))
+	oldRef := certapiv1alpha1.CertificateAuthorityRef{SerialNumber: signer.FormatSerialNumber(oldCA.Certificate.SerialNumber), SubjectKeyID: oldCA.SubjectKeyID()}
+	pendingStatus := &certapiv1alpha1.DistrustStatus{Distrust: "leak", Distrusted: []certapiv1alpha1.CertificateAuthorityRef{oldRef},
+		StartedAt: started, Deadline: &deadline, PendingSecrets: &progress.PendingSecrets, UnmanagedSecrets: &progress.UnmanagedSecrets,
+		PendingReplicas: 1, PendingTargets: 3}
+
+	cases := []struct {
+		name string
+		in   distrustInput
+		want *certapiv1alpha1.DistrustStatus
+	}{
+		{name: "pending: which CA, until when, what it waits for and what not",
+			in:   distrustInput{Before: pending, After: pending, Progress: progress, PendingTargets: 3, Policy: pol, Now: now},
+			want: pendingStatus},
+		{name: "pending, progress not known this time: what was known stays",
+			in:   distrustInput{Previous: pendingStatus, Before: pending, After: pending, Progress: &DistrustProgress{}, PendingTargets: 3, Policy: pol, Now: now},
+			want: pendingStatus},
+		{name: "re-issued: complete, nothing left pending, the unmanaged Secrets still named",
+			in: distrustInput{Previous: pendingStatus, Before: pending, After: done, Steps: []signer.RotationStep{signer.StepDropDistrusted},
+				Progress: &DistrustProgress{Known: true, UnmanagedSecrets: progress.UnmanagedSecrets}, Policy: pol, Now: later},
+			want: &certapiv1alpha1.DistrustStatus{Distrust: "leak", Distrusted: []certapiv1alpha1.CertificateAuthorityRef{oldRef},
+				StartedAt: started, Deadline: &deadline, CompletedAt: &completed, Completion: certapiv1alpha1.DistrustCompletionReissued,
+				UnmanagedSecrets: &progress.UnmanagedSecrets}},
+		{name: "deadline: complete, what was left behind named",
+			in: distrustInput{Previous: pendingStatus, Before: pending, After: done, Steps: []signer.RotationStep{signer.StepDistrustDeadline},
+				Progress: progress, Policy: pol, Now: later},
+			want: &certapiv1alpha1.DistrustStatus{Distrust: "leak", Distrusted: []certapiv1alpha1.CertificateAuthorityRef{oldRef},
+				StartedAt: started, Deadline: &deadline, CompletedAt: &completed, Completion: certapiv1alpha1.DistrustCompletionDeadline,
+				PendingSecrets: &progress.PendingSecrets, PendingReplicas: 1, UnmanagedSecrets: &progress.UnmanagedSecrets}},
+		{name: "completed before this status was ever written: described from the CAs before",
+			in: distrustInput{Before: pending, After: done, Steps: []signer.RotationStep{signer.StepDropDistrusted},
+				Progress: &DistrustProgress{Known: true}, Policy: pol, Now: later},
+			want: &certapiv1alpha1.DistrustStatus{Distrust: "leak", Distrusted: []certapiv1alpha1.CertificateAuthorityRef{oldRef},
+				StartedAt: started, Deadline: &deadline, CompletedAt: &completed, Completion: certapiv1alpha1.DistrustCompletionReissued}},
+		{name: "nothing pending, no step: the last distrust's status stays as it is",
+			in:   distrustInput{Previous: pendingStatus, Before: done, After: done, Policy: pol, Now: later},
+			want: pendingStatus},
+		{name: "never distrusted: none", in: distrustInput{Before: signer.Authorities{Active: newCA}, After: signer.Authorities{Active: newCA}, Policy: pol, Now: now}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got := distrustStatus(tc.in)
+			if !apiequality.Semantic.DeepEqual(got, tc.want) {
+				t.Errorf("got  %+v\nwant %+v", got, tc.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,144 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// TestSpecChangesNeedRightsOnTheSecret: a change to a request's spec makes certapi re-issue the
+// certificate in its Secret, so whoever makes it must be allowed to create and update that Secret
+// themselves; a user who may update the request but not the Secret is refused, and the Secret is left
+// as it was.
+func TestSpecChangesNeedRightsOnTheSecret(t *testing.T) {
+	ctx := context.Background()
+	admin, kube := clients(t, cp.AdminConfig)
+	ns := namespace(t, kube)
+	deliveredRequest(t, admin, kube, ns, "r")
+	before := waitSecret(t, kube, ns, "r-tls", nil)
+
+	editor := serviceAccountConfig(t, kube, ns, "editor")
+	subject := rbacv1.Subject{Kind: "ServiceAccount", Name: "editor", Namespace: ns}
+	grant(t, kube, ns, "editor", subject,
+		rbacv1.PolicyRule{APIGroups: []string{"certapi.dev"}, Resources: []string{"servingcertrequests"}, Verbs: []string{"get", "update", "patch"}},
+		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"create"}})
+	ec, _ := clients(t, editor)
+	eventually(t, 30*time.Second, "the editor's Role to take effect", func(ctx context.Context) (bool, error) {
+		_, err := ec.CertapiV1alpha1().ServingCertRequests(ns).Get(ctx, "r", metav1.GetOptions{})
+		if apierrors.IsForbidden(err) {
+			return false, nil
+		}
+		return err == nil, err
+	})
+
+	// A new SAN with secretName unchanged: certapi would re-issue into r-tls. (Retried while certapi's
+	// status writes make the update conflict.)
+	var gen int64
+	var err error
+	eventually(t, 30*time.Second, "an update that does not conflict with certapi's status writes", func(ctx context.Context) (bool, error) {
+		req, gerr := ec.CertapiV1alpha1().ServingCertRequests(ns).Get(ctx, "r", metav1.GetOptions{})
+		if gerr != nil {
+			return false, gerr
+		}
+		gen = req.Generation
+		req.Spec.DNSNames = []string{"extra." + ns + ".svc"}
+		_, err = ec.CertapiV1alpha1().ServingCertRequests(ns).Update(ctx, req, metav1.UpdateOptions{})
+		return !apierrors.IsConflict(err), nil
+	})
+	if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "may not update secrets") || !strings.Contains(err.Error(), `"r-tls"`) {
+		t.Fatalf("a spec change by a user who may not update the Secret: %v, want 403 that says why", err)
+	}
+	got, err := admin.CertapiV1alpha1().ServingCertRequests(ns).Get(ctx, "r", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Generation != gen || len(got.Spec.DNSNames) != 0 {
+		t.Fatalf("the refused change was stored: generation %d -> %d, dnsNames %v", gen, got.Generation, got.Spec.DNSNames)
+	}
+	s, err := kube.CoreV1().Secrets(ns).Get(ctx, "r-tls", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(s.Data["tls.crt"], before.Data["tls.crt"]) {
+		t.Fatal("the Secret was re-issued after a refused change")
+	}
+
+	// With update on that Secret the same change is accepted and certapi re-issues into it.
+	grant(t, kube, ns, "editor-secret", subject,
+		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"update"}, ResourceNames: []string{"r-tls"}})
+	eventually(t, 30*time.Second, "the change to be accepted once the editor may update the Secret", func(ctx context.Context) (bool, error) {
+		req, err := ec.CertapiV1alpha1().ServingCertRequests(ns).Get(ctx, "r", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		req.Spec.DNSNames = []string{"extra." + ns + ".svc"}
+		_, err = ec.CertapiV1alpha1().ServingCertRequests(ns).Update(ctx, req, metav1.UpdateOptions{})
+		if apierrors.IsForbidden(err) || apierrors.IsConflict(err) {
+			return false, nil
+		}
+		return err == nil, err
+	})
+	waitSecret(t, kube, ns, "r-tls", func(s *corev1.Secret) bool { return !bytes.Equal(s.Data["tls.crt"], before.Data["tls.crt"]) })
+}
+
+// TestSecretOfAnEarlierRequestIsNotOverwritten: a Secret records the UID of the request it was
+// delivered for. A new request of the same name is a different request: it does not take that Secret
+// over (SecretConflict) unless someone who may edit the Secret removes the UID annotation.
+func TestSecretOfAnEarlierRequestIsNotOverwritten(t *testing.T) {
+	ctx := context.Background()
+	c, kube := clients(t, cp.AdminConfig)
+	ns := namespace(t, kube)
+	deliveredRequest(t, c, kube, ns, "u")
+	first := waitSecret(t, kube, ns, "u-tls", nil)
+	firstReq, err := c.CertapiV1alpha1().ServingCertRequests(ns).Get(ctx, "u", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := first.Annotations["certapi.dev/servingcertrequest-uid"]; got != string(firstReq.UID) {
+		t.Fatalf("the Secret's annotation certapi.dev/servingcertrequest-uid is %q, want the request's UID %s", got, firstReq.UID)
+	}
+
+	if err := c.CertapiV1alpha1().ServingCertRequests(ns).Delete(ctx, "u", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "the request to be deleted", func(ctx context.Context) (bool, error) {
+		_, err := c.CertapiV1alpha1().ServingCertRequests(ns).Get(ctx, "u", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+	again := request("u", "u")
+	again.Spec.SecretName = "u-tls"
+	if _, err := c.CertapiV1alpha1().ServingCertRequests(ns).Create(ctx, again, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	r := waitReady(t, c, ns, "u", metav1.ConditionFalse, "SecretConflict")
+	msg := meta.FindStatusCondition(r.Status.Conditions, "Ready").Message
+	if !strings.Contains(msg, string(firstReq.UID)) || !strings.Contains(msg, "certapi.dev/servingcertrequest-uid") {
+		t.Errorf("the conflict message %q does not name the earlier request's UID and the annotation to remove", msg)
+	}
+	s, err := kube.CoreV1().Secrets(ns).Get(ctx, "u-tls", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.ResourceVersion != first.ResourceVersion || !bytes.Equal(s.Data["tls.crt"], first.Data["tls.crt"]) {
+		t.Fatal("certapi wrote a Secret that records another request's UID")
+	}
+
+	// Removing the UID annotation hands the Secret over by name: certapi re-issues it for the new request.
+	delete(s.Annotations, "certapi.dev/servingcertrequest-uid")
+	if _, err := kube.CoreV1().Secrets(ns).Update(ctx, s, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	r = waitReady(t, c, ns, "u", metav1.ConditionTrue, "Issued")
+	s = waitSecret(t, kube, ns, "u-tls", func(s *corev1.Secret) bool {
+		return s.Annotations["certapi.dev/servingcertrequest-uid"] == string(r.UID)
+	})
+	verifySecret(t, s, "u", ns)
+}
