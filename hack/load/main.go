@@ -1,6 +1,7 @@
 // Command load measures certapi through kube-apiserver's aggregation layer with client-go, as operators
-// call it: synchronous issuance on the servingcerts subresource at a given rate or concurrency, and the
-// time for N ServingCertRequests with secretName to be Ready with their Secrets.
+// call it: synchronous issuance on the servingcerts subresource at a given rate or concurrency, the time
+// for N ServingCertRequests with secretName to be Ready with their Secrets, caBundle injection (--inject),
+// memory (--requests), and PodCertificateRequests made as a kubelet makes them (--pcr).
 //
 //	go run ./hack/load --local                     # start a local stack (test/framework) and measure
 //	go run ./hack/load --kubeconfig=... -n ns ...  # measure an existing cluster
@@ -66,6 +67,8 @@ type options struct {
 	heap        string
 	cpuProfile  string
 	inject      int
+	pcr         int
+	pcrRate     float64
 	certapiArgs []string
 }
 
@@ -87,6 +90,8 @@ func main() {
 		return nil
 	})
 	flag.IntVar(&o.inject, "inject", 0, "Create this many annotated ValidatingWebhookConfigurations: report injection latency of new objects (median, max over the first 100), then force a CA rotation and report the time from Next published to all of them holding it.")
+	flag.IntVar(&o.pcr, "pcr", 0, "With --local: make this many PodCertificateRequests as a node's kubelet (system:node:load-node) for pods that a ServingCertRequest allows, and report the time from each create to Issued as the node's watch sees it (p50, p95, p99, max).")
+	flag.Float64Var(&o.pcrRate, "pcr-rate", 50, "PodCertificateRequests per second that --pcr makes (open loop); 0 makes them as fast as it can, 32 at a time.")
 	flag.IntVar(&o.requests, "requests", 0, "With --local: create this many ServingCertRequests (no Secrets), then report certapi's resident memory.")
 	flag.Parse()
 	if err := run(o); err != nil {
@@ -186,6 +191,7 @@ func run(o options) error {
 		{o.secrets > 0, l.secretDelivery},
 		{o.requests > 0, l.memory},
 		{o.inject > 0, l.injection},
+		{o.pcr > 0, l.podCertificates},
 	}
 	for _, p := range phases {
 		if !p.on {

@@ -2,8 +2,8 @@
 // loopback (test/framework), with certapi registered through an APIService whose caBundle certapi injects
 // itself; makes a ServingCertRequest with the kubectl plugin; starts the example webhook of
 // artifacts/examples/webhook, which gets its serving certificate from certapi through pkg/servingcert; has
-// certapi inject the webhook's caBundle; and shows kube-apiserver calling the webhook and enforcing its
-// decision. It prints that as a short walkthrough (logs go to files), then runs until SIGINT or SIGTERM
+// certapi inject the webhook's caBundle; shows kube-apiserver calling the webhook and enforcing its
+// decision; and has certapi answer a PodCertificateRequest made as a kubelet makes it. It prints that as a short walkthrough (logs go to files), then runs until SIGINT or SIGTERM
 // and stops everything it started.
 //
 // hack/local-up.sh (make local-up) builds what it needs into _output/bin and runs it. The line
@@ -16,6 +16,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"flag"
 	"fmt"
@@ -64,6 +65,14 @@ const (
 	demoNamespace    = "demo"
 	validateLabel    = "example.certapi.dev/validate"
 	injectAnnotation = "certapi.dev/inject-ca-bundle"
+)
+
+// Step 6's pod certificate: certapi's signer, the ClusterTrustBundle it keeps, and the Node the pod is
+// bound to (no kubelet runs; local-up plays its part).
+const (
+	podCertSigner = "certapi.dev/serving"
+	podCertBundle = "certapi.dev:serving:ca"
+	podCertNode   = "local-node"
 )
 
 // rotationGrace is certapi's --rotation-grace here: no kubelet has to propagate a Secret's ca.crt, and a
@@ -162,7 +171,7 @@ type demo struct {
 func (d *demo) up(ctx context.Context) error {
 	fmt.Fprintf(d.out, "certapi local-up: etcd, kube-apiserver and certapi on 127.0.0.1, then the example webhook of %s.\n", exampleDir)
 	fmt.Fprintf(d.out, "Logs: %s\n\n", d.show(filepath.Join(d.dir, "logs")))
-	steps := []func(context.Context) error{d.controlPlane, d.request, d.startWebhook, d.register, d.enforce}
+	steps := []func(context.Context) error{d.controlPlane, d.request, d.startWebhook, d.register, d.enforce, d.podCertificate}
 	for _, step := range steps {
 		if err := step(ctx); err != nil {
 			return err
@@ -434,6 +443,81 @@ func (d *demo) enforce(ctx context.Context) error {
 	return nil
 }
 
+// 6. A pod certificate, the way kubelet gets one: a ServingCertRequest that lets ServiceAccount web have
+// it, a Pod with a podCertificate volume bound to a Node, and, as that node's kubelet
+// (system:node:<node>, checked by the Node authorizer and NodeRestriction), the PodCertificateRequest for a
+// key made on the node; certapi answers it, and the certificate verifies against the ClusterTrustBundle
+// that pods mount.
+func (d *demo) podCertificate(ctx context.Context) error {
+	fmt.Fprintf(d.out, "6. A pod certificate from kubelet's path (signer %s): a request for Service web that ServiceAccount web may use,\n", podCertSigner)
+	fmt.Fprintf(d.out, "   a pod with a podCertificate volume on node %s, and its PodCertificateRequest made as system:node:%s:\n", podCertNode, podCertNode)
+	if _, err := d.kubectlOK(ctx, "create", "servingcertrequest", "web", "-n", demoNamespace, "--service=web", "--service-account=web"); err != nil {
+		return err
+	}
+	node, err := d.cp.NewNode(ctx, podCertNode)
+	if err != nil {
+		return err
+	}
+	source := corev1.PodCertificateProjection{
+		SignerName:      podCertSigner,
+		KeyType:         "ECDSAP256",
+		UserAnnotations: map[string]string{"certapi.dev/servingcertrequest": "web"},
+	}
+	pod, err := node.CreatePod(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: demoNamespace, Name: "web-0"},
+		Spec: corev1.PodSpec{
+			ServiceAccountName: "web",
+			Containers:         []corev1.Container{{Name: "server", Image: "registry.k8s.io/pause:3.10"}},
+			Volumes:            []corev1.Volume{framework.PodCertificateVolume("tls", source, podCertSigner)},
+		},
+	})
+	if err != nil {
+		return err
+	}
+	key, err := framework.PodCertificateKey(source.KeyType)
+	if err != nil {
+		return err
+	}
+	stepCtx, cancel := context.WithTimeout(ctx, stepTimeout)
+	defer cancel()
+	t0 := time.Now()
+	pcr, err := node.CreatePodCertificateRequest(stepCtx, pod, pod.Spec.Volumes[0].Projected.Sources[0].PodCertificate, key)
+	if err != nil {
+		return err
+	}
+	if pcr, err = node.WaitPodCertificateRequest(stepCtx, demoNamespace, pcr.Name); err != nil {
+		return err
+	}
+	took := since(t0)
+	if state := framework.PodCertificateRequestAnswered(pcr); state != "Issued" {
+		return fmt.Errorf("PodCertificateRequest %s/%s: %s: %+v", demoNamespace, pcr.Name, state, pcr.Status.Conditions)
+	}
+	ctb, err := d.kube.CertificatesV1().ClusterTrustBundles().Get(ctx, podCertBundle, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("getting ClusterTrustBundle %s: %w", podCertBundle, err)
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM([]byte(ctb.Spec.TrustBundle)) {
+		return fmt.Errorf("ClusterTrustBundle %s holds no certificate", podCertBundle)
+	}
+	leafPEM, _ := pem.Decode([]byte(pcr.Status.CertificateChain))
+	if leafPEM == nil {
+		return fmt.Errorf("PodCertificateRequest %s/%s: no certificate in status.certificateChain", demoNamespace, pcr.Name)
+	}
+	leaf, err := x509.ParseCertificate(leafPEM.Bytes)
+	if err != nil {
+		return err
+	}
+	name := "web." + demoNamespace + ".svc"
+	if _, err := leaf.Verify(x509.VerifyOptions{DNSName: name, Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
+		return fmt.Errorf("the pod certificate does not verify for %s against ClusterTrustBundle %s: %w", name, podCertBundle, err)
+	}
+	fmt.Fprintf(d.out, "   PodCertificateRequest %s Issued %s after it was created: a certificate for %s for the node's key,\n", pcr.Name, took, strings.Join(leaf.DNSNames, ", "))
+	fmt.Fprintf(d.out, "   valid until %s, kubelet refreshes it at %s; it verifies against ClusterTrustBundle %s\n",
+		pcr.Status.NotAfter.UTC().Format(time.RFC3339), pcr.Status.BeginRefreshAt.UTC().Format(time.RFC3339), podCertBundle)
+	return nil
+}
+
 func (d *demo) whatNext() {
 	kubeconfig := d.shell(d.cp.Kubeconfig)
 	logs := d.show(filepath.Join(d.dir, "logs"))
@@ -447,6 +531,8 @@ func (d *demo) whatNext() {
 		{"kubectl create -n " + demoNamespace + " -f " + forbidden, "still denied: the same process kept serving"},
 		{"kubectl create servingcertrequest my-app -n " + demoNamespace + " --service=my-app --secret=my-app-tls --wait", ""},
 		{"kubectl get secret my-app-tls -n " + demoNamespace + " -o yaml", "tls.crt, tls.key, ca.crt, kept renewed by certapi"},
+		{"kubectl get podcertificaterequests -n " + demoNamespace + " -o wide", "the pod certificate of step 6, Issued"},
+		{"kubectl get clustertrustbundle " + podCertBundle + " -o yaml", "the bundle pods mount, kept by certapi"},
 	}
 	fmt.Fprintln(d.out, "What to try next, in another shell:")
 	for _, l := range lines {

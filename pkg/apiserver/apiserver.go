@@ -260,9 +260,9 @@ func (s *Server) recordIssued(req issuer.Request, res *issuer.Result) {
 		// Secret delivery reports a certificate once it is in the Secret.
 		return
 	}
-	// The recorder aggregates repeats, so N pods renewing against one request do not flood the namespace.
-	s.recorder.Eventf(requestRef(req.Namespace, req.Name), nil, corev1.EventTypeNormal, status.ReasonIssued, "IssueServingCert",
-		"issued certificate %s for %s.%s.svc, valid until %s", res.SerialNumber, req.ServiceName, req.Namespace, res.NotAfter.UTC().Format(time.RFC3339))
+	if req.Path != issuer.PathPCR { // the PodCertificateRequest signer records its own Event, naming the pod
+		s.recordIssuedEvent(req, res)
+	}
 	if w := s.status.Load(); w != nil {
 		w.RecordIssued(types.NamespacedName{Namespace: req.Namespace, Name: req.Name}, status.Issued{
 			Certificate:  res.CertificatePEM,
@@ -274,4 +274,11 @@ func (s *Server) recordIssued(req issuer.Request, res *issuer.Result) {
 			IssuedAt:     time.Now(),
 		})
 	}
+}
+
+// recordIssuedEvent records an Issued Event on the request. The recorder aggregates repeats, so N pods
+// renewing against one request do not flood the namespace.
+func (s *Server) recordIssuedEvent(req issuer.Request, res *issuer.Result) {
+	s.recorder.Eventf(requestRef(req.Namespace, req.Name), nil, corev1.EventTypeNormal, status.ReasonIssued, "IssueServingCert",
+		"issued certificate %s for %s.%s.svc, valid until %s", res.SerialNumber, req.ServiceName, req.Namespace, res.NotAfter.UTC().Format(time.RFC3339))
 }

@@ -5,17 +5,23 @@ import (
 	"crypto/x509"
 	"fmt"
 
+	certificatesv1 "k8s.io/api/certificates/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	restclient "k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
 
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	"github.com/certapi/certapi/pkg/controller"
 	"github.com/certapi/certapi/pkg/controller/expiry"
 	"github.com/certapi/certapi/pkg/controller/injector"
+	"github.com/certapi/certapi/pkg/controller/podcert"
 	"github.com/certapi/certapi/pkg/controller/rotation"
 	"github.com/certapi/certapi/pkg/controller/secretdelivery"
 	"github.com/certapi/certapi/pkg/controller/status"
+	"github.com/certapi/certapi/pkg/controller/trustbundle"
 	"github.com/certapi/certapi/pkg/generated/clientset/versioned"
 	"github.com/certapi/certapi/pkg/metrics"
 	"github.com/certapi/certapi/pkg/signer"
@@ -72,11 +78,31 @@ func (s *Server) lead(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("building caBundle injection: %w", err)
 	}
+	served, err := servedCertificatesV1(s.clients.Kube)
+	if err != nil {
+		return err
+	}
+	var ctb *trustbundle.Publisher
+	if served[resourceClusterTrustBundles] {
+		if ctb, err = trustbundle.New(trustbundle.Options{Context: cc, Source: s.Issuer, OnChange: func() { rot.Progress() }}); err != nil {
+			return fmt.Errorf("building the ClusterTrustBundle publisher: %w", err)
+		}
+	} else {
+		klog.FromContext(ctx).Info("kube-apiserver serves no certificates.k8s.io/v1 ClusterTrustBundles (Kubernetes 1.37 or later does): no ClusterTrustBundle is published")
+	}
+	var pcrs *podcert.Signer
+	if served[resourcePodCertificateRequests] {
+		if pcrs, err = podcert.New(podcert.Options{Context: cc, Authority: s.Issuer}); err != nil {
+			return fmt.Errorf("building the PodCertificateRequest signer: %w", err)
+		}
+	} else {
+		klog.FromContext(ctx).Info("kube-apiserver serves no certificates.k8s.io/v1 PodCertificateRequests (Kubernetes 1.37 or later does): signer certapi.dev/serving answers none")
+	}
 	requests := cc.CertapiInformers.Certapi().V1alpha1().ServingCertRequests().Lister()
 	rot, err = rotation.New(rotation.Options{
 		Context:                cc,
 		Authority:              s.Issuer,
-		Targets:                targets{inj},
+		Targets:                targets{inj: inj, ctb: ctb},
 		Grace:                  s.rotationGrace,
 		MaxCertificateDuration: s.maxDuration,
 		DistrustDeadline:       s.distrustDeadline,
@@ -109,20 +135,68 @@ func (s *Server) lead(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("building the expiry metrics: %w", err)
 	}
-	return cc.RunTerm(ctx,
-		controller.Named{Name: "status", Runnable: w},
-		controller.Named{Name: "expiry", Runnable: expiries},
-		controller.Named{Name: "secretdelivery", Runnable: delivery},
-		controller.Named{Name: "injector", Runnable: inj},
-		controller.Named{Name: "rotation", Runnable: rot},
-	)
+	runnables := []controller.Named{
+		{Name: "status", Runnable: w},
+		{Name: "expiry", Runnable: expiries},
+		{Name: "secretdelivery", Runnable: delivery},
+		{Name: "injector", Runnable: inj},
+		{Name: "rotation", Runnable: rot},
+	}
+	if ctb != nil {
+		runnables = append(runnables, controller.Named{Name: "trustbundle", Runnable: ctb})
+	}
+	if pcrs != nil {
+		runnables = append(runnables, controller.Named{Name: "podcert", Runnable: pcrs})
+	}
+	return cc.RunTerm(ctx, runnables...)
 }
 
-// targets adapts the injector to what the rotation needs, and publishes its summary as a metric.
-type targets struct{ *injector.Injector }
+// The certificates.k8s.io/v1 resources the leader's loops use when kube-apiserver serves them.
+const (
+	resourceClusterTrustBundles    = "clustertrustbundles"
+	resourcePodCertificateRequests = "podcertificaterequests"
+)
+
+// servedCertificatesV1 returns the resources of certificates.k8s.io/v1 that kube-apiserver serves:
+// ClusterTrustBundles and PodCertificateRequests are GA in Kubernetes 1.37, and certapi runs without
+// them on an older cluster.
+func servedCertificatesV1(kube kubernetes.Interface) (map[string]bool, error) {
+	list, err := kube.Discovery().ServerResourcesForGroupVersion(certificatesv1.SchemeGroupVersion.String())
+	if apierrors.IsNotFound(err) {
+		return map[string]bool{}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("discovering the resources of %s: %w", certificatesv1.SchemeGroupVersion, err)
+	}
+	served := map[string]bool{}
+	for _, r := range list.APIResources {
+		served[r.Name] = true
+	}
+	return served, nil
+}
+
+// targets adapts the injector and the ClusterTrustBundle publisher (nil when there is none) to what
+// the rotation needs, and publishes their summary as a metric: the ClusterTrustBundle is one more
+// target, which the gate waits for like any injected object.
+type targets struct {
+	inj *injector.Injector
+	ctb *trustbundle.Publisher
+}
+
+func (t targets) AllHold(bundle []byte) bool {
+	return t.inj.AllHold(bundle) && (t.ctb == nil || t.ctb.Holds(bundle))
+}
 
 func (t targets) Summary() certapiv1alpha1.InjectionSummary {
-	s := t.Injector.Summary()
+	s := t.inj.Summary()
+	if t.ctb != nil {
+		s.Targets++
+		if t.ctb.UpToDate() {
+			s.UpToDate++
+		} else {
+			s.Pending++
+		}
+	}
 	metrics.InjectionTargets.WithLabelValues("UpToDate").Set(float64(s.UpToDate))
 	metrics.InjectionTargets.WithLabelValues("Skipped").Set(float64(s.Skipped))
 	metrics.InjectionTargets.WithLabelValues("Conflict").Set(float64(s.Conflicts))

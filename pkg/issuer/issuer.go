@@ -268,7 +268,7 @@ func (i *Issuer) policy() Policy {
 
 // Policy is certapi's one issuance policy. Every path signs through its Sign, so that none can drift
 // from another: the servingcerts subresource (on the leader or through the handoff), Secret delivery,
-// and later the PodCertificateRequest signer.
+// and the PodCertificateRequest signer.
 type Policy struct {
 	// ClusterDomain gives every certificate's second SAN.
 	ClusterDomain string
@@ -277,7 +277,8 @@ type Policy struct {
 }
 
 // Sign signs req with ca at now: the key must be of a type certapi accepts (signer.CheckPublicKey), the
-// lifetime is capped by MaxCertificateDuration, and the renewal time is signer.RenewalTime rounded up to
+// lifetime is capped by MaxCertificateDuration and by req.MaxLifetime (which counts the backdate:
+// signer.Backdate, or PCRBackdate on PathPCR), and the renewal time is signer.RenewalTime rounded up to
 // a whole second, as the API and the Secret annotations carry it.
 func (p Policy) Sign(ca *signer.CA, bundle []byte, req Request, now time.Time) (*Result, error) {
 	pub := req.PublicKey
@@ -293,6 +294,13 @@ func (p Policy) Sign(ca *signer.CA, bundle []byte, req Request, now time.Time) (
 	if max := p.MaxCertificateDuration; max > 0 && req.Duration > max {
 		req.Duration = max
 	}
+	backdate := signer.Backdate
+	if req.Path == PathPCR {
+		backdate = PCRBackdate
+	}
+	if req.MaxLifetime > 0 && req.Duration > req.MaxLifetime-backdate {
+		req.Duration = req.MaxLifetime - backdate
+	}
 	leaf, err := ca.Sign(signer.LeafRequest{
 		ServiceName:   req.ServiceName,
 		Namespace:     req.Namespace,
@@ -300,6 +308,7 @@ func (p Policy) Sign(ca *signer.CA, bundle []byte, req Request, now time.Time) (
 		DNSNames:      req.DNSNames,
 		PublicKey:     pub,
 		Duration:      req.Duration,
+		Backdate:      backdate,
 		Now:           now,
 	})
 	if err != nil {

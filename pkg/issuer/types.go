@@ -19,16 +19,26 @@ type Request struct {
 	// PublicKey, when set, is used instead of PublicKeyPKIX by a caller on the leader that holds the key
 	// itself (Secret delivery); it never crosses the handoff.
 	PublicKey crypto.PublicKey `json:"-"`
-	// Path says which way the certificate goes out (PathServingCerts, PathSecret, ...), for metrics and
-	// for what the leader reports after signing.
+	// Path says which way the certificate goes out (PathServingCerts, PathSecret, PathPCR), for metrics
+	// and for what the leader reports after signing. PathPCR also selects PCRBackdate.
 	Path string `json:"path,omitempty"`
+	// MaxLifetime, when positive, caps the leaf's whole validity, notAfter - notBefore with the backdate
+	// included: a PodCertificateRequest's spec.maxExpirationSeconds.
+	MaxLifetime time.Duration `json:"maxLifetime,omitempty"`
 }
 
 // The issuance paths, as the metrics label them.
 const (
 	PathServingCerts = "servingcerts"
 	PathSecret       = "secret"
+	// PathPCR is a PodCertificateRequest answered by the leader's signer.
+	PathPCR = "pcr"
 )
+
+// PCRBackdate is how far before now a PodCertificateRequest's leaf starts. kube-apiserver refuses a
+// PCR status whose notBefore is not within 5 minutes of its own clock, so the usual signer.Backdate
+// (5 minutes) is too much there; one minute still covers a kubelet whose clock is a little behind.
+const PCRBackdate = time.Minute
 
 // Result is a signed certificate and what a caller needs to use and renew it.
 type Result struct {

@@ -16,11 +16,12 @@ import (
 const namespace = "certapi"
 
 var (
-	// Issuances counts signatures by path (servingcerts, secret) and result (issued, invalid, unavailable, error).
+	// Issuances counts signatures by path (servingcerts, secret, pcr) and result (issued, invalid, unavailable,
+	// denied, failed, error).
 	Issuances = metrics.NewCounterVec(&metrics.CounterOpts{
 		Namespace:      namespace,
 		Name:           "issuances_total",
-		Help:           "Certificate issuances by path (servingcerts, secret) and result (issued, invalid, unavailable, error).",
+		Help:           "Certificate issuances by path (servingcerts, secret, pcr: PodCertificateRequests) and result (issued, invalid, unavailable, denied, failed, error).",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"path", "result"})
 

@@ -37,6 +37,8 @@ type LeafRequest struct {
 	// Duration is the requested lifetime counted from Now. The leaf's
 	// notAfter is capped at the CA's notAfter.
 	Duration time.Duration
+	// Backdate is how far before Now notBefore lies; zero means Backdate.
+	Backdate time.Duration
 	// Now is the issuance time; zero means time.Now().
 	Now time.Time
 }
@@ -61,7 +63,7 @@ type Leaf struct {
 // digitalSignature (plus keyEncipherment for RSA keys, which RSA key
 // exchange needs), basic constraints cA false, a subject key identifier
 // computed from the key and the CA's as authority key identifier, a random
-// 128-bit positive serial, notBefore = Now - Backdate (not before the CA's
+// 128-bit positive serial, notBefore = Now - Backdate (or req.Backdate; not before the CA's
 // notBefore) and notAfter = min(Now + Duration, CA notAfter): a leaf never
 // outlives its CA.
 func (ca *CA) Sign(req LeafRequest) (*Leaf, error) {
@@ -96,7 +98,11 @@ func (ca *CA) Sign(req LeafRequest) (*Leaf, error) {
 	if !now.Before(caCert.NotAfter) {
 		return nil, fmt.Errorf("signing: CA expired at %s", caCert.NotAfter.Format(time.RFC3339))
 	}
-	notBefore := now.Add(-Backdate)
+	backdate := req.Backdate
+	if backdate <= 0 {
+		backdate = Backdate
+	}
+	notBefore := now.Add(-backdate)
 	if notBefore.Before(caCert.NotBefore) {
 		notBefore = caCert.NotBefore
 	}

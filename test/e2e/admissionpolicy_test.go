@@ -29,14 +29,16 @@ var (
 	gvrMWC        = schema.GroupVersionResource{Group: "admissionregistration.k8s.io", Version: "v1", Resource: "mutatingwebhookconfigurations"}
 	gvrCRD        = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
 	gvrAPIService = schema.GroupVersionResource{Group: "apiregistration.k8s.io", Version: "v1", Resource: "apiservices"}
+	gvrConfigMap  = schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
 )
 
 // mfCheckCABundleOnly runs on the control plane of TestManifestsRBACRunsCertapi, where the base manifests
 // (policies included) are applied for real and certapi has injected its bundle, under those policies, into
 // the ValidatingWebhookConfiguration mf-rbac, the MutatingWebhookConfiguration mf-rbac, the CRD
-// mfwidgets.example.com and its own APIService. As certapi's ServiceAccount (sa), every change but a
-// caBundle is refused by kube-apiserver; the same changes by another user are not.
-func mfCheckCABundleOnly(t *testing.T, own *framework.ControlPlane, sa *rest.Config) {
+// mfwidgets.example.com, its own APIService and the ConfigMap trust of namespace ns. As certapi's
+// ServiceAccount (sa), every change but a caBundle is refused by kube-apiserver; the same changes by
+// another user are not.
+func mfCheckCABundleOnly(t *testing.T, own *framework.ControlPlane, sa *rest.Config, ns string) {
 	ctx := context.Background()
 	asSA, err := dynamic.NewForConfig(sa)
 	if err != nil {
@@ -48,14 +50,20 @@ func mfCheckCABundleOnly(t *testing.T, own *framework.ControlPlane, sa *rest.Con
 	}
 
 	patch := func(client dynamic.Interface, gvr schema.GroupVersionResource, name string, ops ...string) error {
-		_, err := client.Resource(gvr).Patch(ctx, name, types.JSONPatchType, []byte("["+strings.Join(ops, ",")+"]"), metav1.PatchOptions{})
+		var r dynamic.ResourceInterface = client.Resource(gvr)
+		if gvr == gvrConfigMap {
+			r = client.Resource(gvr).Namespace(ns)
+		}
+		_, err := r.Patch(ctx, name, types.JSONPatchType, []byte("["+strings.Join(ops, ",")+"]"), metav1.PatchOptions{})
 		return err
 	}
 	// A policy takes effect once kube-apiserver's admission plugin has seen it; certapi's own
 	// (caBundle) writes do not show that. Wait until a label change by the ServiceAccount is refused.
 	eventually(t, time.Minute, "the policies to take effect", func(context.Context) (bool, error) {
 		err := patch(asSA, gvrVWC, "mf-rbac", `{"op":"add","path":"/metadata/labels","value":{"probe":"x"}}`)
-		return err != nil && strings.Contains(err.Error(), "certapi-cabundle-only-webhooks"), nil
+		errCM := patch(asSA, gvrConfigMap, "trust", `{"op":"add","path":"/metadata/labels","value":{"probe":"x"}}`)
+		return err != nil && strings.Contains(err.Error(), "certapi-cabundle-only-webhooks") &&
+			errCM != nil && strings.Contains(errCM.Error(), "certapi-cabundle-only-configmaps"), nil
 	})
 
 	// bundlePlusNewline is a different caBundle value that still holds the same certificates.
@@ -77,6 +85,19 @@ func mfCheckCABundleOnly(t *testing.T, own *framework.ControlPlane, sa *rest.Con
 			t.Fatalf("%s %s has no caBundle at %v yet: %v", gvr.Resource, name, path, err)
 		}
 		return fmt.Sprintf("%q", base64.StdEncoding.EncodeToString(append(pem, '\n')))
+	}
+
+	configMapBundlePlusNewline := func() string {
+		t.Helper()
+		u, err := asAdmin.Resource(gvrConfigMap).Namespace(ns).Get(ctx, "trust", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pem, _, _ := unstructured.NestedString(u.Object, "data", "ca.crt")
+		if pem == "" {
+			t.Fatalf("ConfigMap %s/trust has no ca.crt yet", ns)
+		}
+		return fmt.Sprintf("%q", pem+"\n")
 	}
 
 	cases := []struct {
@@ -117,6 +138,14 @@ func mfCheckCABundleOnly(t *testing.T, own *framework.ControlPlane, sa *rest.Con
 			op: `{"op":"replace","path":"/webhooks/0/clientConfig/caBundle","value":` + bundlePlusNewline(gvrMWC, "mf-rbac", "webhooks", "clientConfig", "caBundle") + `}`},
 		{name: "CRD conversion caBundle", gvr: gvrCRD, object: "mfwidgets.example.com",
 			op: `{"op":"replace","path":"/spec/conversion/webhook/clientConfig/caBundle","value":` + bundlePlusNewline(gvrCRD, "mfwidgets.example.com", "spec", "conversion", "webhook", "clientConfig", "caBundle") + `}`},
+		{name: "ConfigMap label", gvr: gvrConfigMap, object: "trust",
+			op: `{"op":"add","path":"/metadata/labels","value":{"x":"y"}}`, refusal: "labels"},
+		{name: "ConfigMap another key", gvr: gvrConfigMap, object: "trust",
+			op: `{"op":"add","path":"/data/other","value":"x"}`, refusal: "another key of data", adminToo: true},
+		{name: "ConfigMap binaryData", gvr: gvrConfigMap, object: "trust",
+			op: `{"op":"add","path":"/binaryData","value":{"x":"eA=="}}`, refusal: "binaryData"},
+		{name: "ConfigMap ca.crt", gvr: gvrConfigMap, object: "trust",
+			op: `{"op":"replace","path":"/data/ca.crt","value":` + configMapBundlePlusNewline() + `}`},
 		{name: "APIService caBundle", gvr: gvrAPIService, object: framework.CertapiAPIService,
 			op: `{"op":"replace","path":"/spec/caBundle","value":` + bundlePlusNewline(gvrAPIService, framework.CertapiAPIService, "spec", "caBundle") + `}`},
 	}

@@ -53,6 +53,8 @@ func TestLocalUp(t *testing.T) {
 		"created with no caBundle; certapi injected its CA bundle",
 		"$ kubectl create configmap allowed -n demo --from-literal=greeting=hello\n   configmap/allowed created\n",
 		`admission webhook "configmaps.example.certapi.dev" denied the request: ConfigMap "forbidden" is labelled example.certapi.dev/forbidden=true`,
+		"$ kubectl create servingcertrequest web -n demo --service=web --service-account=web\n   servingcertrequest.certapi.dev/web created\n",
+		"it verifies against ClusterTrustBundle certapi.dev:serving:ca",
 		"kubectl get certificateauthority default -o yaml",
 		"forceRotation",
 	} {

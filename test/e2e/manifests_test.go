@@ -58,6 +58,8 @@ const (
 	mfDeploySingle  = "artifacts/deploy/overlays/single-replica"
 	mfEtcdComponent = "artifacts/deploy/components/etcd"
 	mfArgoCDApp     = "artifacts/examples/argocd/application.yaml"
+	// mfPodCertificates is the example of pods that get their certificate from kubelet.
+	mfPodCertificates = "artifacts/examples/pod-certificates"
 )
 
 // mfKustomization is one directory with a kustomization file, and what `kubectl kustomize` made of it.
@@ -74,7 +76,7 @@ func TestManifests(t *testing.T) {
 		t.Fatal(err)
 	}
 	ks := mfFindKustomizations(t, root)
-	for _, want := range []string{mfDeployBase, mfDeployHA, mfDeploySingle, mfEtcdComponent, "artifacts/examples/argocd/widget-webhook"} {
+	for _, want := range []string{mfDeployBase, mfDeployHA, mfDeploySingle, mfEtcdComponent, "artifacts/examples/argocd/widget-webhook", mfPodCertificates} {
 		if ks[want] == nil {
 			t.Errorf("no kustomization in %s", want)
 		}
@@ -180,12 +182,12 @@ func TestManifests(t *testing.T) {
 			t.Fatal(err)
 		}
 		// No ServiceAccount controller runs here: create the accounts the pods name.
-		for _, sa := range []string{"default", "certapi"} {
+		for _, sa := range []string{"default", "certapi", "web", "client"} {
 			if _, err := kube.CoreV1().ServiceAccounts(ns).Create(context.Background(), &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{}); err != nil {
 				t.Fatal(err)
 			}
 		}
-		for _, dir := range []string{mfDeployHA, mfDeploySingle} {
+		for _, dir := range []string{mfDeployHA, mfDeploySingle, mfPodCertificates} {
 			for _, w := range mfWorkloads(t, ks[dir].objs) {
 				pod := &corev1.Pod{
 					ObjectMeta: metav1.ObjectMeta{Name: w.name, Namespace: ns, Labels: w.template.Labels},
@@ -1208,6 +1210,26 @@ resources:
 		b, _, _ := unstructured.NestedString(u.Object, "spec", "conversion", "webhook", "clientConfig", "caBundle")
 		return b != "", errors.New("no caBundle yet")
 	})
+	// 4. The signer-linked ClusterTrustBundle (create, and "attest" on the signer) and an annotated
+	// ConfigMap (read and patched in any namespace).
+	waitFor("ClusterTrustBundle certapi.dev:serving:ca", time.Minute, func(ctx context.Context) (bool, error) {
+		b, err := kube.CertificatesV1().ClusterTrustBundles().Get(ctx, "certapi.dev:serving:ca", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		return b.Spec.TrustBundle != "", errors.New("no trustBundle yet")
+	})
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "trust", Namespace: ns, Annotations: map[string]string{"certapi.dev/inject-ca-bundle": "true"}}}
+	if _, err := kube.CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("ca.crt in ConfigMap trust", time.Minute, func(ctx context.Context) (bool, error) {
+		cm, err := kube.CoreV1().ConfigMaps(ns).Get(ctx, "trust", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		return cm.Data["ca.crt"] != "", errors.New("no ca.crt yet")
+	})
 	// Events go out asynchronously: wait until certapi's Event about the delivery is stored, so a refusal
 	// of Event writes would be in the log by now.
 	waitFor("certapi's Event on the delivered request", time.Minute, func(ctx context.Context) (bool, error) {
@@ -1223,14 +1245,14 @@ resources:
 		return false, errors.New("no Event yet")
 	})
 
-	// 4. The admission policies let certapi's ServiceAccount change caBundle fields and nothing else
+	// 5. The admission policies let certapi's ServiceAccount change caBundle fields and nothing else
 	// (certapi's own writes above went through them), and leave other users alone.
 	injected, err := kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, "mf-rbac", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Run("certapi's ServiceAccount may change only caBundle fields", func(t *testing.T) {
-		mfCheckCABundleOnly(t, own, saConfig)
+		mfCheckCABundleOnly(t, own, saConfig, ns)
 	})
 	// The caBundle the ServiceAccount changed there is drift to certapi: it puts its own back, through
 	// the policies.

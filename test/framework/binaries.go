@@ -26,6 +26,8 @@ const (
 	EnvEtcdBin = "ETCD_BIN"
 	// EnvKubeAPIServerBin names a kube-apiserver binary to use instead of <repo>/_output/bin/kube-apiserver.
 	EnvKubeAPIServerBin = "KUBE_APISERVER_BIN"
+	// EnvPodCertNodeBin names a podcertnode binary to use instead of <repo>/_output/bin/podcertnode.
+	EnvPodCertNodeBin = "PODCERTNODE_BIN"
 )
 
 // RepoRoot returns the root of the certapi repository: the nearest directory, walking up from the

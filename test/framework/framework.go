@@ -8,10 +8,14 @@
 // HTTPGet and PrintLogTails.
 //
 // There is no controller manager, scheduler or kubelet: namespaces that are deleted stay
-// Terminating, no ServiceAccount or token controller runs, Pods never start. certapi is reached by
-// kube-apiserver through a Service of type ExternalName pointing at localhost: at certapi's port
-// with one replica, or with Options.CertapiReplicas > 1 at an in-process round-robin TCP proxy in
-// front of the replicas (ProxyPort), which skips replicas that are down as a Service would.
+// Terminating, no ServiceAccount or token controller runs, Pods never start. kube-apiserver
+// authorizes with Node and RBAC and admits with NodeRestriction, as a real cluster does, so a test
+// can play a kubelet's part with UserConfig("system:node:<node>", "system:nodes") against a Node,
+// Pods and ServiceAccounts it creates itself (NewNode), or run kubelet's own podcertificate manager for
+// a node (Node.StartKubelet, with podcertnode from `make tools`). certapi is reached by kube-apiserver
+// through a Service of type ExternalName pointing at localhost: at certapi's port with one replica, or
+// with Options.CertapiReplicas > 1 at an in-process round-robin TCP proxy in front of the replicas
+// (ProxyPort), which skips replicas that are down as a Service would.
 //
 // For fault tests, Options.EtcdMembers runs etcd as a cluster of several members, and the
 // ControlPlane can stop, kill and restart etcd members (StopEtcd, KillEtcdMember, StartEtcdMember,
@@ -421,7 +425,12 @@ func (cp *ControlPlane) StartAPIServer(ctx context.Context) error {
 		"--tls-cert-file=" + pki.APIServerCert,
 		"--tls-private-key-file=" + pki.APIServerKey,
 		"--client-ca-file=" + pki.ClientCACert,
-		"--authorization-mode=RBAC",
+		// As a real cluster runs it: the Node authorizer and NodeRestriction are what stand between a
+		// kubelet (system:node:<name>) and PodCertificateRequests for pods not on its node.
+		// certificates.k8s.io/v1 PodCertificateRequests and ClusterTrustBundles are GA and served by
+		// default in 1.37: no feature gate or runtime-config is needed.
+		"--authorization-mode=Node,RBAC",
+		"--enable-admission-plugins=NodeRestriction",
 		"--service-account-key-file=" + pki.ServiceAccountPub,
 		"--service-account-signing-key-file=" + pki.ServiceAccountKey,
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",

@@ -69,6 +69,14 @@ type ServingCertRequestSpec struct {
 	// kubernetes.io/tls Secret in the request's namespace, and to keep it renewed.
 	// +optional
 	SecretName string `json:"secretName,omitempty"`
+
+	// serviceAccountNames are the ServiceAccounts of this namespace whose pods may receive this
+	// request's certificate from kubelet, through a podCertificate projected volume with signerName
+	// certapi.dev/serving and userAnnotations certapi.dev/servingcertrequest: <this request's name>.
+	// Empty: none. At most 100 names, each a ServiceAccount name (a DNS subdomain).
+	// +optional
+	// +listType=set
+	ServiceAccountNames []string `json:"serviceAccountNames,omitempty"`
 }
 
 // ServingCertRequestStatus reports the latest certificate issued for a request, by either path.

@@ -372,6 +372,11 @@ func (in *ServingCertRequestSpec) DeepCopyInto(out *ServingCertRequestSpec) {
 		*out = new(v1.Duration)
 		**out = **in
 	}
+	if in.ServiceAccountNames != nil {
+		in, out := &in.ServiceAccountNames, &out.ServiceAccountNames
+		*out = make([]string, len(*in))
+		copy(*out, *in)
+	}
 	return
 }
 

@@ -45,7 +45,9 @@ var (
 		*.SVC.NAMESPACE.svc[.CLUSTER_DOMAIN] for the pods of a headless Service. With --secret, certapi
 		delivers tls.crt, tls.key and ca.crt into that kubernetes.io/tls Secret and keeps it renewed;
 		without it, a workload gets its certificates through the request's servingcerts subresource (for
-		example with the Go package github.com/certapi/certapi/pkg/servingcert).
+		example with the Go package github.com/certapi/certapi/pkg/servingcert). With --service-account,
+		kubelet gives the pods of that ServiceAccount the certificate in a podCertificate projected volume
+		(signerName certapi.dev/serving, userAnnotations certapi.dev/servingcertrequest: NAME).
 
 		The server checks the request and rejects it with a message that names the field; only
 		--key-algorithm is checked before anything is sent.
@@ -64,6 +66,9 @@ var (
 
 		# Add the names of a headless Service's pods; a 30-day lifetime, renewed 10 days before expiry, RSA keys
 		kubectl create servingcertrequest db -n data --service=db --dns-name='*.db.data.svc' --duration=720h --renew-before=240h --key-algorithm=RSA3072 --secret=db-tls
+
+		# Let kubelet give the pods of the ServiceAccount my-webhook the certificate in a podCertificate volume
+		kubectl create servingcertrequest my-webhook -n webhooks --service=my-webhook --service-account=my-webhook
 
 		# Print the object without sending it, to keep in a manifest
 		kubectl create servingcertrequest my-webhook --service=my-webhook --dry-run=client -o yaml
@@ -94,6 +99,8 @@ type Options struct {
 	KeyAlgorithm string
 	// SecretName is --secret.
 	SecretName string
+	// ServiceAccountNames is --service-account.
+	ServiceAccountNames []string
 	// FieldManager is --field-manager.
 	FieldManager string
 	// Wait is --wait.
@@ -167,6 +174,8 @@ func NewCmd(streams genericiooptions.IOStreams) *cobra.Command {
 		"Private key certapi generates for --secret (spec.keyAlgorithm), one of "+keyAlgorithmList()+" (any case). Unset, the server uses ECDSAP256.")
 	own.StringVar(&o.SecretName, "secret", o.SecretName,
 		"kubernetes.io/tls Secret in the request's namespace that certapi creates and keeps renewed with tls.crt, tls.key and ca.crt (spec.secretName). Needs permission to create Secrets there.")
+	own.StringSliceVar(&o.ServiceAccountNames, "service-account", o.ServiceAccountNames,
+		"ServiceAccount, in the request's namespace, whose pods may get the certificate from kubelet through a podCertificate projected volume with signerName certapi.dev/serving (spec.serviceAccountNames). Repeat the flag, or separate names with commas, for more than one.")
 	own.BoolVar(&o.Wait, "wait", o.Wait,
 		"After creating the request, watch it until its Ready condition is True (with --secret: until the Secret holds a current certificate), then print it. Not with --dry-run.")
 	own.DurationVar(&o.Timeout, "timeout", o.Timeout,
@@ -246,13 +255,14 @@ func (o *Options) Validate() error {
 // request builds the object from the options.
 func (o *Options) request() (*certapiv1alpha1.ServingCertRequest, error) {
 	p := RequestParams{
-		Name:         o.Name,
-		Service:      o.Service,
-		DNSNames:     o.DNSNames,
-		Duration:     o.Duration,
-		RenewBefore:  o.RenewBefore,
-		KeyAlgorithm: o.KeyAlgorithm,
-		SecretName:   o.SecretName,
+		Name:                o.Name,
+		Service:             o.Service,
+		DNSNames:            o.DNSNames,
+		Duration:            o.Duration,
+		RenewBefore:         o.RenewBefore,
+		KeyAlgorithm:        o.KeyAlgorithm,
+		SecretName:          o.SecretName,
+		ServiceAccountNames: o.ServiceAccountNames,
 	}
 	if o.EnforceNamespace {
 		p.Namespace = o.Namespace

@@ -58,7 +58,7 @@ func TestClientDryRunPrintsTheObject(t *testing.T) {
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			args := append([]string{"web", "--service=web", "--dns-name=a.x.svc,b.x.svc", "--dns-name=c.x.svc",
-				"--duration=720h", "--renew-before=240h", "--key-algorithm=rsa2048", "--secret=web-tls",
+				"--duration=720h", "--renew-before=240h", "--key-algorithm=rsa2048", "--secret=web-tls", "--service-account=web,web-canary",
 				"--dry-run=client", "-o", "yaml"}, tc.args...)
 			out, errOut, err := execute(t, args...)
 			if err != nil {
@@ -74,7 +74,8 @@ func TestClientDryRunPrintsTheObject(t *testing.T) {
 			s := got.Spec
 			if s.ServiceName != "web" || strings.Join(s.DNSNames, " ") != "a.x.svc b.x.svc c.x.svc" ||
 				s.Duration.Duration.String() != "720h0m0s" || s.RenewBefore.Duration.String() != "240h0m0s" ||
-				s.KeyAlgorithm != certapiv1alpha1.KeyAlgorithmRSA2048 || s.SecretName != "web-tls" {
+				s.KeyAlgorithm != certapiv1alpha1.KeyAlgorithmRSA2048 || s.SecretName != "web-tls" ||
+				strings.Join(s.ServiceAccountNames, " ") != "web web-canary" {
 				t.Fatalf("spec: %+v", s)
 			}
 		})

@@ -38,6 +38,8 @@ type RequestParams struct {
 	KeyAlgorithm string
 	// SecretName is spec.secretName.
 	SecretName string
+	// ServiceAccountNames are spec.serviceAccountNames, sent as given: the server validates them.
+	ServiceAccountNames []string
 }
 
 // NewServingCertRequest builds the object the command sends. It checks only what the server cannot
@@ -60,6 +62,11 @@ func NewServingCertRequest(p RequestParams) (*certapiv1alpha1.ServingCertRequest
 			return nil, fmt.Errorf("--dns-name must not be empty")
 		}
 	}
+	for _, n := range p.ServiceAccountNames {
+		if strings.TrimSpace(n) == "" {
+			return nil, fmt.Errorf("--service-account must not be empty")
+		}
+	}
 	obj := &certapiv1alpha1.ServingCertRequest{
 		TypeMeta: metav1.TypeMeta{
 			APIVersion: certapiv1alpha1.SchemeGroupVersion.String(),
@@ -74,6 +81,9 @@ func NewServingCertRequest(p RequestParams) (*certapiv1alpha1.ServingCertRequest
 	}
 	if len(p.DNSNames) > 0 {
 		obj.Spec.DNSNames = append([]string(nil), p.DNSNames...)
+	}
+	if len(p.ServiceAccountNames) > 0 {
+		obj.Spec.ServiceAccountNames = append([]string(nil), p.ServiceAccountNames...)
 	}
 	if p.Duration != 0 {
 		obj.Spec.Duration = &metav1.Duration{Duration: p.Duration}

@@ -32,6 +32,8 @@ func TestNewServingCertRequest(t *testing.T) {
 			RenewBefore:  240 * time.Hour,
 			KeyAlgorithm: "RSA3072",
 			SecretName:   "svc-tls",
+
+			ServiceAccountNames: []string{"svc", "svc-canary"},
 		},
 		wantNS: "ns",
 		want: certapiv1alpha1.ServingCertRequestSpec{
@@ -41,6 +43,8 @@ func TestNewServingCertRequest(t *testing.T) {
 			RenewBefore:  &metav1.Duration{Duration: 240 * time.Hour},
 			KeyAlgorithm: certapiv1alpha1.KeyAlgorithmRSA3072,
 			SecretName:   "svc-tls",
+
+			ServiceAccountNames: []string{"svc", "svc-canary"},
 		},
 	}, {
 		name:   "key algorithm in any case",
@@ -54,6 +58,10 @@ func TestNewServingCertRequest(t *testing.T) {
 		name:    "unknown key algorithm",
 		params:  RequestParams{Name: "a", Service: "svc", KeyAlgorithm: "Ed25519"},
 		wantErr: `invalid --key-algorithm "Ed25519": must be one of ECDSAP256, ECDSAP384, RSA2048, RSA3072, RSA4096`,
+	}, {
+		name:    "empty service account",
+		params:  RequestParams{Name: "a", Service: "svc", ServiceAccountNames: []string{""}},
+		wantErr: "--service-account must not be empty",
 	}, {
 		name:    "no service",
 		params:  RequestParams{Name: "a"},

@@ -60,6 +60,24 @@ type slot struct {
 	// owners are the field managers other than certapi that own the field, from managedFields: who
 	// wrote the value certapi would restore.
 	owners []string
+	// text says the field is a string holding the PEM (a ConfigMap's data), not bytes (base64 in
+	// JSON, as every caBundle).
+	text bool
+	// wrapKey, when set, says the field's map does not exist yet: the patch adds, at Path, a map
+	// holding the value under wrapKey.
+	wrapKey string
+}
+
+// value is what the patch writes into s for bundle.
+func (s slot) value(bundle []byte) any {
+	var v any = base64.StdEncoding.EncodeToString(bundle)
+	if s.text {
+		v = string(bundle)
+	}
+	if s.wrapKey != "" {
+		return map[string]any{s.wrapKey: v}
+	}
+	return v
 }
 
 // ownerEntry is one managedFields entry, parsed.
@@ -114,12 +132,11 @@ func decide(obs *observation, bundle []byte, d digest, held map[string]digest) p
 	}
 	var ops []jsonPatchOp
 	var p plan
-	value := base64.StdEncoding.EncodeToString(bundle)
 	for _, s := range obs.Slots {
 		if s.Digest == d {
 			continue
 		}
-		ops = append(ops, jsonPatchOp{Op: "add", Path: s.Path, Value: value})
+		ops = append(ops, jsonPatchOp{Op: "add", Path: s.Path, Value: s.value(bundle)})
 		p.write = append(p.write, slotLabel(s))
 		if h, ok := held[s.Name]; ok && h == d {
 			p.overwritten = append(p.overwritten, slotLabel(s))

@@ -24,6 +24,7 @@ func trimMetadata(obj any) (any, error) {
 		TypeMeta: m.TypeMeta,
 		ObjectMeta: metav1.ObjectMeta{
 			Name:              m.Name,
+			Namespace:         m.Namespace,
 			UID:               m.UID,
 			ResourceVersion:   m.ResourceVersion,
 			DeletionTimestamp: m.DeletionTimestamp,
@@ -81,7 +82,7 @@ func (i *Injector) onObject(kind Kind, obj any) {
 	if !ok {
 		return
 	}
-	k := key{kind, m.Name}
+	k := key{kind, storeKey(m)}
 	i.mu.Lock()
 	_, tracked := i.objects[k]
 	if optedIn(m) && !tracked {
@@ -92,6 +93,15 @@ func (i *Injector) onObject(kind Kind, obj any) {
 	if tracked {
 		i.queue.Add(k)
 	}
+}
+
+// storeKey is m's key in its informer's store, and so in the injector: "<namespace>/<name>" for a
+// namespaced object, the name for a cluster-scoped one.
+func storeKey(m *metav1.PartialObjectMetadata) string {
+	if m.Namespace != "" {
+		return m.Namespace + "/" + m.Name
+	}
+	return m.Name
 }
 
 // onDelete forgets a deleted object; its caBundle stays as it is.

@@ -11,7 +11,7 @@ func TestTrimMetadata(t *testing.T) {
 	in := &metav1.PartialObjectMetadata{
 		TypeMeta: metav1.TypeMeta{Kind: "PartialObjectMetadata"},
 		ObjectMeta: metav1.ObjectMeta{
-			Name: "x", UID: "u", ResourceVersion: "5", Labels: map[string]string{"a": "b"},
+			Name: "x", Namespace: "ns", UID: "u", ResourceVersion: "5", Labels: map[string]string{"a": "b"},
 			Annotations: map[string]string{
 				AnnotationInject: "true", "cert-manager.io/inject-ca-from": "ns/c",
 				"kubectl.kubernetes.io/last-applied-configuration": strings.Repeat("x", 1<<16),
@@ -24,7 +24,7 @@ func TestTrimMetadata(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := out.(*metav1.PartialObjectMetadata)
-	if m.Name != "x" || m.UID != "u" || m.ResourceVersion != "5" || m.Labels != nil || m.ManagedFields != nil {
+	if m.Name != "x" || m.Namespace != "ns" || storeKey(m) != "ns/x" || m.UID != "u" || m.ResourceVersion != "5" || m.Labels != nil || m.ManagedFields != nil {
 		t.Errorf("trimmed = %+v", m.ObjectMeta)
 	}
 	if len(m.Annotations) != 3 || m.Annotations[AnnotationInject] != "true" || m.Annotations["cert-manager.io/inject-ca-from"] != "ns/c" || m.Annotations[annotationsHashKey] == "" {

@@ -2,7 +2,8 @@
 // with the annotation certapi.dev/inject-ca-bundle: "true": ValidatingWebhookConfigurations and
 // MutatingWebhookConfigurations (every webhooks[] entry whose clientConfig names a service),
 // CustomResourceDefinitions (spec.conversion.webhook.clientConfig.caBundle, with strategy Webhook and a
-// service) and APIServices (spec.caBundle, unless local or insecureSkipTLSVerify).
+// service), APIServices (spec.caBundle, unless local or insecureSkipTLSVerify) and ConfigMaps
+// (data["ca.crt"], as PEM text, unless immutable), for clients that cannot mount a ClusterTrustBundle.
 //
 // How it writes (DESIGN.md, "Opting in to caBundle injection"):
 //   - Only the caBundle fields, under field manager "certapi", with an RFC 6902 JSON patch whose first
@@ -25,10 +26,11 @@
 //   - An object that another injector also claims (cert-manager.io/inject-ca-*,
 //     cert-manager.io/inject-apiserver-ca, service.beta.openshift.io/inject-cabundle) is never touched:
 //     it is counted as a conflict and a Warning Event on it says why and what to do. (Events about
-//     these cluster-scoped objects are recorded in namespace default, as events.k8s.io does.)
+//     cluster-scoped objects are recorded in namespace default, as events.k8s.io does; those about a
+//     ConfigMap, in its namespace.)
 //   - Removing the annotation stops management and leaves the caBundle as it is.
 //
-// It watches the four kinds with metadata-only informers, whose cache keeps only names, UIDs,
+// It watches the five kinds with metadata-only informers, whose cache keeps only names, UIDs,
 // resourceVersions and the annotations that matter, and reads in full only the objects that opt in,
 // once per change; an object it patched is not read again (the patch response is the new state).
 //
@@ -37,7 +39,7 @@
 // (what to write, as a pure function of an observation and the bundle), state.go (per-object state,
 // fight detection, Summary and AllHold) and bundle.go (the canonical bundle). kinds.go holds the
 // registry of target kinds over a shared accessor; each kind has its own file (webhookconfiguration.go,
-// crd.go, apiservice.go) with its observe function.
+// crd.go, apiservice.go, configmaps.go) with its observe function.
 package injector
 
 import (
@@ -98,7 +100,8 @@ type BundleSource interface {
 type Options struct {
 	// Context is the leadership term's: its clients need get, list, watch and patch on
 	// validatingwebhookconfigurations and mutatingwebhookconfigurations (admissionregistration.k8s.io),
-	// customresourcedefinitions (apiextensions.k8s.io) and apiservices (apiregistration.k8s.io), and
+	// customresourcedefinitions (apiextensions.k8s.io), apiservices (apiregistration.k8s.io) and
+	// configmaps (in every namespace), and
 	// create and patch on events (events.k8s.io). Required.
 	Context *controller.Context
 	// Source gives the bundle and tells when it changes. Required.
@@ -228,7 +231,7 @@ func (i *Injector) Run(ctx context.Context) error {
 		synced = append(synced, reg.HasSynced)
 	}
 	slow := time.AfterFunc(30*time.Second, func() {
-		logger.Info("Still waiting for the informer caches; can certapi list and watch webhook configurations, CRDs and APIServices?")
+		logger.Info("Still waiting for the informer caches; can certapi list and watch webhook configurations, CRDs, APIServices and ConfigMaps?")
 	})
 	ok := cache.WaitForCacheSync(ctx.Done(), synced...)
 	slow.Stop()

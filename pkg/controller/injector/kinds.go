@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
 	aggregatorclient "k8s.io/kube-aggregator/pkg/client/clientset_generated/clientset"
 )
 
@@ -22,6 +23,7 @@ var registry = []*kindSpec{
 	mutatingWebhookConfigurations,
 	customResourceDefinitions,
 	apiServices,
+	configMaps,
 }
 
 // Kinds lists the kinds, in the order Summary reports them.
@@ -33,12 +35,15 @@ var Kinds = func() []Kind {
 	return kinds
 }()
 
-// kindSpec describes one kind that can opt in. Every kind is cluster-scoped.
+// kindSpec describes one kind that can opt in.
 type kindSpec struct {
 	kind Kind
 	// gvr is what the kind's metadata informer watches; its group and version are the apiVersion of
 	// the Events about the kind's objects.
 	gvr schema.GroupVersionResource
+	// namespaced kinds have keys "<namespace>/<name>", as their informer's store has them; the others
+	// are cluster-scoped and keyed by name.
+	namespaced bool
 	// newAccessor makes the kind's accessor from the injector's clients.
 	newAccessor func(clientsets) accessor
 }
@@ -56,7 +61,7 @@ type clientsets struct {
 }
 
 // accessor reads and patches objects of one kind, in full, and returns what it read as an
-// observation. Apart from the metadata informers, which need only the kind's gvr, it is all the
+// observation. name is the object's key: "<namespace>/<name>" for a namespaced kind. Apart from the metadata informers, which need only the kind's gvr, it is all the
 // injector knows of a kind: everything else works on observations.
 type accessor interface {
 	get(ctx context.Context, name string) (*observation, error)
@@ -112,4 +117,33 @@ func (a typedAccessor[T]) patch(ctx context.Context, name string, patch []byte) 
 		return nil, err
 	}
 	return a.observe(o), nil
+}
+
+// namespacedAccessor is the accessor of a namespaced kind with a generated typed client: the client of
+// a namespace, and the kind's observe function. Names are "<namespace>/<name>".
+type namespacedAccessor[T any] struct {
+	client  func(namespace string) typedClient[T]
+	observe func(T) *observation
+}
+
+// newNamespacedAccessor infers T from observe, like newTypedAccessor; client is the clientset's
+// per-namespace getter (e.g. CoreV1().ConfigMaps).
+func newNamespacedAccessor[T any, C typedClient[T]](client func(namespace string) C, observe func(T) *observation) accessor {
+	return namespacedAccessor[T]{client: func(ns string) typedClient[T] { return client(ns) }, observe: observe}
+}
+
+func (a namespacedAccessor[T]) get(ctx context.Context, key string) (*observation, error) {
+	ns, name, err := cache.SplitMetaNamespaceKey(key)
+	if err != nil {
+		return nil, err
+	}
+	return typedAccessor[T]{client: a.client(ns), observe: a.observe}.get(ctx, name)
+}
+
+func (a namespacedAccessor[T]) patch(ctx context.Context, key string, patch []byte) (*observation, error) {
+	ns, name, err := cache.SplitMetaNamespaceKey(key)
+	if err != nil {
+		return nil, err
+	}
+	return typedAccessor[T]{client: a.client(ns), observe: a.observe}.patch(ctx, name, patch)
 }

@@ -77,7 +77,7 @@ func (s Summary) InjectionSummary() *certapiv1alpha1.InjectionSummary {
 	}
 }
 
-// key names one object; every kind is cluster-scoped.
+// key names one object: by name, or "<namespace>/<name>" for a namespaced kind (see kindSpec).
 type key struct {
 	kind Kind
 	name string
@@ -272,7 +272,7 @@ func (i *Injector) coolingDown(k key, m *metav1.PartialObjectMetadata, now time.
 func (i *Injector) regarding(k key, m *metav1.PartialObjectMetadata) *metav1.PartialObjectMetadata {
 	return &metav1.PartialObjectMetadata{
 		TypeMeta:   metav1.TypeMeta{APIVersion: i.kinds[k.kind].apiVersion(), Kind: string(k.kind)},
-		ObjectMeta: metav1.ObjectMeta{Name: m.Name, UID: m.UID, ResourceVersion: m.ResourceVersion},
+		ObjectMeta: metav1.ObjectMeta{Name: m.Name, Namespace: m.Namespace, UID: m.UID, ResourceVersion: m.ResourceVersion},
 	}
 }
 

@@ -798,6 +798,25 @@ func schema_pkg_apis_certapi_v1alpha1_ServingCertRequestSpec(ref common.Referenc
 							Format:      "",
 						},
 					},
+					"serviceAccountNames": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "set",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "serviceAccountNames are the ServiceAccounts of this namespace whose pods may receive this request's certificate from kubelet, through a podCertificate projected volume with signerName certapi.dev/serving and userAnnotations certapi.dev/servingcertrequest: <this request's name>. Empty: none. At most 100 names, each a ServiceAccount name (a DNS subdomain).",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Type:   []string{"string"},
+										Format: "",
+									},
+								},
+							},
+						},
+					},
 				},
 				Required: []string{"serviceName"},
 			},

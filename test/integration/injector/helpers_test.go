@@ -13,6 +13,7 @@ import (
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -264,6 +265,9 @@ func (e *env) apply(kind injector.Kind, name, manifest, manager string) error {
 		_, err = e.ext.ApiextensionsV1().CustomResourceDefinitions().Patch(ctx, name, types.ApplyPatchType, []byte(manifest), opts)
 	case injector.KindAPIService:
 		_, err = e.agg.ApiregistrationV1().APIServices().Patch(ctx, name, types.ApplyPatchType, []byte(manifest), opts)
+	case injector.KindConfigMap:
+		ns, n := splitKey(name)
+		_, err = e.kube.CoreV1().ConfigMaps(ns).Patch(ctx, n, types.ApplyPatchType, []byte(manifest), opts)
 	}
 	return err
 }
@@ -295,6 +299,9 @@ func (e *env) patch(kind injector.Kind, name, manager string, patch string) erro
 		_, err = e.ext.ApiextensionsV1().CustomResourceDefinitions().Patch(ctx, name, pt, []byte(patch), opts)
 	case injector.KindAPIService:
 		_, err = e.agg.ApiregistrationV1().APIServices().Patch(ctx, name, pt, []byte(patch), opts)
+	case injector.KindConfigMap:
+		ns, n := splitKey(name)
+		_, err = e.kube.CoreV1().ConfigMaps(ns).Patch(ctx, n, pt, []byte(patch), opts)
 	}
 	return err
 }
@@ -312,6 +319,9 @@ func (e *env) cleanup(kind injector.Kind, name string) {
 			err = e.ext.ApiextensionsV1().CustomResourceDefinitions().Delete(ctx, name, metav1.DeleteOptions{})
 		case injector.KindAPIService:
 			err = e.agg.ApiregistrationV1().APIServices().Delete(ctx, name, metav1.DeleteOptions{})
+		case injector.KindConfigMap:
+			ns, n := splitKey(name)
+			err = e.kube.CoreV1().ConfigMaps(ns).Delete(ctx, n, metav1.DeleteOptions{})
 		}
 		if err != nil && !apierrors.IsNotFound(err) {
 			e.t.Errorf("deleting %s %s: %v", kind, name, err)
@@ -354,14 +364,20 @@ func (e *env) problem(kind injector.Kind, name string) *injector.Problem {
 	return nil
 }
 
-// warningEvent returns the first Warning Event with reason regarding kind/name, or nil.
+// warningEvent returns the first Warning Event with reason regarding kind/name, or nil. Events about
+// a ConfigMap ("<namespace>/<name>") are in its namespace, the others in default.
 func (e *env) warningEvent(ctx context.Context, kind injector.Kind, name, reason string) (*eventInfo, error) {
-	evs, err := e.kube.EventsV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{})
+	ns, regardingNS := metav1.NamespaceDefault, ""
+	if kind == injector.KindConfigMap {
+		ns, name = splitKey(name)
+		regardingNS = ns
+	}
+	evs, err := e.kube.EventsV1().Events(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, err
 	}
 	for _, ev := range evs.Items {
-		if ev.Regarding.Kind == string(kind) && ev.Regarding.Name == name && ev.Reason == reason && ev.Type == "Warning" {
+		if ev.Regarding.Kind == string(kind) && ev.Regarding.Name == name && ev.Regarding.Namespace == regardingNS && ev.Reason == reason && ev.Type == "Warning" {
 			return &eventInfo{note: ev.Note, controller: ev.ReportingController, apiVersion: ev.Regarding.APIVersion}, nil
 		}
 	}
@@ -440,3 +456,29 @@ func newBundle(tb testing.TB, n int) []byte {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// splitKey splits a namespaced key "<namespace>/<name>".
+func splitKey(key string) (namespace, name string) {
+	namespace, name, _ = strings.Cut(key, "/")
+	return namespace, name
+}
+
+// configMapManifest is ConfigMap namespace/name with the given annotations and data (nil for none).
+func configMapManifest(namespace, name string, annotations, data map[string]string) string {
+	d := ""
+	if data != nil {
+		d = `,"data":` + jsonMap(data)
+	}
+	return fmt.Sprintf(`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"namespace":%q,"name":%q,"annotations":%s}%s}`,
+		namespace, name, jsonMap(annotations), d)
+}
+
+// namespace creates namespace name unless it exists. Nothing deletes it: without a controller manager a
+// deleted namespace stays Terminating, and the tests delete what they make in it.
+func (e *env) namespace(name string) {
+	e.t.Helper()
+	_, err := e.kube.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		e.t.Fatalf("creating namespace %s: %v", name, err)
+	}
+}

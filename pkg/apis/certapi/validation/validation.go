@@ -28,6 +28,8 @@ const (
 	MaxCADuration = 10 * 8760 * time.Hour
 	// MaxDNSNames bounds spec.dnsNames; a certificate is not a directory.
 	MaxDNSNames = 100
+	// MaxServiceAccountNames bounds spec.serviceAccountNames.
+	MaxServiceAccountNames = 100
 	// maxTriggerLength bounds forceRotation and distrust, which are compared, never parsed.
 	maxTriggerLength = 256
 )
@@ -148,6 +150,21 @@ func validateServingCertRequestSpec(spec *certapi.ServingCertRequestSpec, namesp
 		for _, msg := range utilvalidation.IsDNS1123Subdomain(spec.SecretName) {
 			allErrs = append(allErrs, field.Invalid(fldPath.Child("secretName"), spec.SecretName, msg))
 		}
+	}
+
+	saPath := fldPath.Child("serviceAccountNames")
+	if len(spec.ServiceAccountNames) > MaxServiceAccountNames {
+		allErrs = append(allErrs, field.TooMany(saPath, len(spec.ServiceAccountNames), MaxServiceAccountNames))
+	}
+	seen := sets.New[string]()
+	for i, sa := range spec.ServiceAccountNames {
+		for _, msg := range apimachineryvalidation.NameIsDNSSubdomain(sa, false) {
+			allErrs = append(allErrs, field.Invalid(saPath.Index(i), sa, "must be the name of a ServiceAccount in this namespace: "+msg))
+		}
+		if seen.Has(sa) {
+			allErrs = append(allErrs, field.Duplicate(saPath.Index(i), sa))
+		}
+		seen.Insert(sa)
 	}
 	return allErrs
 }

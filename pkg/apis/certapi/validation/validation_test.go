@@ -1,6 +1,7 @@
 package validation
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -65,6 +66,14 @@ func TestValidateServingCertRequest(t *testing.T) {
 		{name: "renewBefore negative", ns: "team-a", mutate: func(s *certapi.ServingCertRequestSpec) { s.RenewBefore = dur(-time.Hour) }, field: "spec.renewBefore", message: "positive"},
 		{name: "unknown key algorithm", ns: "team-a", mutate: func(s *certapi.ServingCertRequestSpec) { s.KeyAlgorithm = "Ed25519" }, field: "spec.keyAlgorithm", message: `"ECDSAP256"`},
 		{name: "invalid secretName", ns: "team-a", mutate: func(s *certapi.ServingCertRequestSpec) { s.SecretName = "Not_Valid" }, field: "spec.secretName", message: "RFC 1123"},
+		{name: "serviceAccountNames", ns: "team-a", mutate: func(s *certapi.ServingCertRequestSpec) { s.ServiceAccountNames = []string{"webhook", "webhook.v2"} }},
+		{name: "invalid serviceAccountName", ns: "team-a", mutate: func(s *certapi.ServingCertRequestSpec) { s.ServiceAccountNames = []string{"webhook", "Not_Valid"} }, field: "spec.serviceAccountNames[1]", message: "ServiceAccount"},
+		{name: "repeated serviceAccountName", ns: "team-a", mutate: func(s *certapi.ServingCertRequestSpec) { s.ServiceAccountNames = []string{"webhook", "webhook"} }, field: "spec.serviceAccountNames[1]", message: "Duplicate"},
+		{name: "too many serviceAccountNames", ns: "team-a", mutate: func(s *certapi.ServingCertRequestSpec) {
+			for i := range MaxServiceAccountNames + 1 {
+				s.ServiceAccountNames = append(s.ServiceAccountNames, fmt.Sprintf("sa-%d", i))
+			}
+		}, field: "spec.serviceAccountNames", message: "Too many"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

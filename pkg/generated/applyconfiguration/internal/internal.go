@@ -250,6 +250,12 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: secretName
       type:
         scalar: string
+    - name: serviceAccountNames
+      type:
+        list:
+          elementType:
+            scalar: string
+          elementRelationship: associative
     - name: serviceName
       type:
         scalar: string

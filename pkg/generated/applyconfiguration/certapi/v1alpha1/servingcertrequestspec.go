@@ -48,6 +48,11 @@ type ServingCertRequestSpecApplyConfiguration struct {
 	// secretName, when set, asks certapi to deliver tls.crt, tls.key and ca.crt into this
 	// kubernetes.io/tls Secret in the request's namespace, and to keep it renewed.
 	SecretName *string `json:"secretName,omitempty"`
+	// serviceAccountNames are the ServiceAccounts of this namespace whose pods may receive this
+	// request's certificate from kubelet, through a podCertificate projected volume with signerName
+	// certapi.dev/serving and userAnnotations certapi.dev/servingcertrequest: <this request's name>.
+	// Empty: none. At most 100 names, each a ServiceAccount name (a DNS subdomain).
+	ServiceAccountNames []string `json:"serviceAccountNames,omitempty"`
 }
 
 // ServingCertRequestSpecApplyConfiguration constructs a declarative configuration of the ServingCertRequestSpec type for use with
@@ -103,5 +108,15 @@ func (b *ServingCertRequestSpecApplyConfiguration) WithKeyAlgorithm(value certap
 // If called multiple times, the SecretName field is set to the value of the last call.
 func (b *ServingCertRequestSpecApplyConfiguration) WithSecretName(value string) *ServingCertRequestSpecApplyConfiguration {
 	b.SecretName = &value
+	return b
+}
+
+// WithServiceAccountNames adds the given value to the ServiceAccountNames field in the declarative configuration
+// and returns the receiver, so that objects can be build by chaining "With" function invocations.
+// If called multiple times, values provided by each call will be appended to the ServiceAccountNames field.
+func (b *ServingCertRequestSpecApplyConfiguration) WithServiceAccountNames(values ...string) *ServingCertRequestSpecApplyConfiguration {
+	for i := range values {
+		b.ServiceAccountNames = append(b.ServiceAccountNames, values[i])
+	}
 	return b
 }

@@ -1,0 +1,293 @@
+// Package trustbundle is the leader's publisher of certapi's CA bundle as a signer-linked
+// ClusterTrustBundle: one object, Name, with spec.signerName certapi.dev/serving, which pods mount with a
+// clusterTrustBundle projected volume (by name, or by signerName). It holds the bundle in canonical form
+// (the injector's: parsed, deduplicated, in order), is written only when it differs, with a JSON patch
+// guarded by a test of the resourceVersion under field manager certapi, and is re-created if deleted. It is a rotation
+// target like every injected object: the gate waits until it holds the bundle (AllHold).
+//
+// Writing a ClusterTrustBundle with a signerName needs the "attest" verb on signers/certapi.dev/serving
+// (certificates.k8s.io), besides create, patch, get, list and watch on clustertrustbundles.
+//
+// The shape is kubernetes' rootcacertpublisher: an informer (on this one object, by a field selector),
+// the term's queue, and one sync function.
+package trustbundle
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+
+	certificatesv1 "k8s.io/api/certificates/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apiserver/pkg/server/dynamiccertificates"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	certificateslisters "k8s.io/client-go/listers/certificates/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
+	"github.com/certapi/certapi/pkg/controller"
+	"github.com/certapi/certapi/pkg/signer"
+)
+
+// Name is the ClusterTrustBundle certapi keeps: the signer name with "/" as ":" (as the API requires of
+// a signer-linked bundle), then "ca".
+const Name = "certapi.dev:serving:ca"
+
+// FieldManager is the field manager of every write.
+const FieldManager = "certapi"
+
+// BundleSource gives the trust bundle to publish and says when it changes (the issuer).
+type BundleSource interface {
+	// Bundle returns the current PEM bundle; ok=false means there is none yet: do nothing.
+	Bundle() (pem []byte, ok bool)
+	// AddListener tells lis when the bundle may have changed; remove unregisters it.
+	AddListener(lis dynamiccertificates.Listener) (remove func())
+}
+
+// Options configure New.
+type Options struct {
+	// Context is the leadership term's. Required.
+	Context *controller.Context
+	// Source gives the bundle and tells when it changes. Required.
+	Source BundleSource
+	// OnChange, when set, is called after each sync, when the bundle's state may have changed (the
+	// rotation gate waits on it). It must not block.
+	OnChange func()
+}
+
+// Publisher keeps the ClusterTrustBundle. Make one per leadership term with New and call Run once.
+type Publisher struct {
+	source   BundleSource
+	kube     kubernetes.Interface
+	informer cache.SharedIndexInformer
+	lister   certificateslisters.ClusterTrustBundleLister
+	queue    *controller.Queue[string]
+	onChange func()
+
+	mu sync.Mutex
+	// problem is why the last sync failed; "" when it did not.
+	problem string
+	synced  bool
+}
+
+// New checks o and registers an informer on the one ClusterTrustBundle with the term.
+func New(o Options) (*Publisher, error) {
+	switch {
+	case o.Context == nil:
+		return nil, errors.New("trustbundle: Options.Context is required")
+	case o.Source == nil:
+		return nil, errors.New("trustbundle: Options.Source is required")
+	}
+	factory := informers.NewSharedInformerFactoryWithOptions(o.Context.Kube, 0,
+		informers.WithTweakListOptions(func(lo *metav1.ListOptions) {
+			lo.FieldSelector = fields.OneTermEqualSelector("metadata.name", Name).String()
+		}),
+		informers.WithTransform(func(obj any) (any, error) {
+			if b, ok := obj.(*certificatesv1.ClusterTrustBundle); ok {
+				b.ManagedFields = nil
+			}
+			return obj, nil
+		}))
+	inf := factory.Certificates().V1().ClusterTrustBundles()
+	p := &Publisher{
+		source:   o.Source,
+		kube:     o.Context.Kube,
+		informer: inf.Informer(),
+		lister:   inf.Lister(),
+		onChange: o.OnChange,
+	}
+	if p.onChange == nil {
+		p.onChange = func() {}
+	}
+	o.Context.AddFactory(factory)
+	p.queue = controller.NewQueue(controller.QueueOptions[string]{
+		Name: "trustbundle", Workers: 1, Sync: p.sync,
+		Quiet: func(err error) bool { return stale(err) || apierrors.IsAlreadyExists(err) },
+	})
+	return p, nil
+}
+
+// Run keeps the ClusterTrustBundle until ctx ends. Run may be called once.
+func (p *Publisher) Run(ctx context.Context) error {
+	defer p.queue.ShutDown()
+	logger := klog.FromContext(ctx)
+	enqueue := func() { p.queue.Add(Name) }
+	reg, err := p.informer.AddEventHandlerWithOptions(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { enqueue() },
+		UpdateFunc: func(any, any) { enqueue() },
+		DeleteFunc: func(any) { enqueue() },
+	}, cache.HandlerOptions{Logger: &logger})
+	if err != nil {
+		return fmt.Errorf("watching ClusterTrustBundle %s: %w", Name, err)
+	}
+	defer func() { _ = p.informer.RemoveEventHandler(reg) }()
+	if !cache.WaitFor(ctx, "ClusterTrustBundle cache", reg.HasSyncedChecker()) {
+		return nil
+	}
+	p.mu.Lock()
+	p.synced = true
+	p.mu.Unlock()
+	defer p.source.AddListener(listenerFunc(enqueue))()
+	enqueue()
+	logger.Info("Publishing the CA bundle", "clusterTrustBundle", Name, "signerName", certapiv1alpha1.PodCertificateSignerName)
+	p.queue.Run(ctx)
+	return nil
+}
+
+// Action is what sync does to the ClusterTrustBundle.
+type Action string
+
+// Actions.
+const (
+	ActionNone   Action = "None"
+	ActionCreate Action = "Create"
+	ActionUpdate Action = "Update"
+	// ActionWait: the object is being deleted; the informer brings its deletion, then it is created.
+	ActionWait Action = "Wait"
+)
+
+// Decide says what to do with the ClusterTrustBundle cur (nil when there is none) to make it hold the
+// canonical bundle want.
+func Decide(cur *certificatesv1.ClusterTrustBundle, want string) Action {
+	switch {
+	case cur == nil:
+		return ActionCreate
+	case cur.DeletionTimestamp != nil:
+		return ActionWait
+	case cur.Spec.TrustBundle != want:
+		return ActionUpdate
+	}
+	return ActionNone
+}
+
+func (p *Publisher) sync(ctx context.Context, _ string) (controller.Result, error) {
+	defer p.onChange()
+	want, ok, err := p.want()
+	if err != nil {
+		p.setProblem("the CA bundle does not parse, so the ClusterTrustBundle is not written: " + err.Error())
+		return controller.Result{}, nil // the next bundle change triggers again
+	}
+	if !ok {
+		return controller.Result{}, nil
+	}
+	cur, err := p.lister.Get(Name)
+	if apierrors.IsNotFound(err) {
+		cur, err = nil, nil
+	}
+	if err != nil {
+		return controller.Result{}, fmt.Errorf("reading ClusterTrustBundle %s from the cache: %w", Name, err)
+	}
+	logger := klog.FromContext(ctx)
+	switch Decide(cur, want) {
+	case ActionCreate:
+		b := &certificatesv1.ClusterTrustBundle{
+			ObjectMeta: metav1.ObjectMeta{Name: Name},
+			Spec:       certificatesv1.ClusterTrustBundleSpec{SignerName: certapiv1alpha1.PodCertificateSignerName, TrustBundle: want},
+		}
+		if _, err := p.kube.CertificatesV1().ClusterTrustBundles().Create(ctx, b, metav1.CreateOptions{FieldManager: FieldManager}); err != nil {
+			if !apierrors.IsAlreadyExists(err) { // the informer has not seen it yet: retried
+				p.setProblem(fmt.Sprintf("creating ClusterTrustBundle %s: %v", Name, err))
+			}
+			return controller.Result{}, fmt.Errorf("creating ClusterTrustBundle %s: %w", Name, err)
+		}
+		logger.V(2).Info("Created the ClusterTrustBundle", "name", Name)
+	case ActionUpdate:
+		// A JSON patch whose first operation tests the resourceVersion of the cached copy: a change
+		// since makes it fail (422), and the informer brings the change back here.
+		patch, err := json.Marshal([]map[string]string{
+			{"op": "test", "path": "/metadata/resourceVersion", "value": cur.ResourceVersion},
+			{"op": "replace", "path": "/spec/trustBundle", "value": want},
+		})
+		if err != nil {
+			return controller.Result{}, fmt.Errorf("making the patch of ClusterTrustBundle %s: %w", Name, err)
+		}
+		if _, err := p.kube.CertificatesV1().ClusterTrustBundles().Patch(ctx, Name, types.JSONPatchType, patch, metav1.PatchOptions{FieldManager: FieldManager}); err != nil {
+			if !stale(err) {
+				p.setProblem(fmt.Sprintf("updating ClusterTrustBundle %s: %v", Name, err))
+			}
+			return controller.Result{}, fmt.Errorf("updating ClusterTrustBundle %s: %w", Name, err)
+		}
+		logger.V(2).Info("Updated the ClusterTrustBundle", "name", Name)
+	}
+	p.setProblem("")
+	return controller.Result{}, nil
+}
+
+// stale reports whether a write failed because the object changed since it was read: a conflict, or the
+// patch's resourceVersion test failing (422).
+func stale(err error) bool {
+	return apierrors.IsConflict(err) || apierrors.IsInvalid(err)
+}
+
+// want is the canonical bundle; ok=false when the Source has none.
+func (p *Publisher) want() (string, bool, error) {
+	raw, ok := p.source.Bundle()
+	if !ok || len(raw) == 0 {
+		return "", false, nil
+	}
+	s, err := canonical(raw)
+	return s, err == nil, err
+}
+
+// canonical is the bundle as the injector writes it: parsed, deduplicated, in order.
+func canonical(raw []byte) (string, error) {
+	certs, err := signer.ParseBundle(raw)
+	if err != nil {
+		return "", err
+	}
+	return string(signer.EncodeBundle(certs...)), nil
+}
+
+func (p *Publisher) setProblem(msg string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.problem = msg
+}
+
+// Problem is why the ClusterTrustBundle could not be written last time; "" when it could.
+func (p *Publisher) Problem() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.problem
+}
+
+// HasSynced reports whether Run has seen the first list of the ClusterTrustBundle.
+func (p *Publisher) HasSynced() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.synced
+}
+
+// Holds reports whether the ClusterTrustBundle, as the informer last saw it, holds exactly bundle (in
+// canonical form): the rotation gate. It is false before the informer has synced and for a bundle that
+// does not parse.
+func (p *Publisher) Holds(bundle []byte) bool {
+	if !p.HasSynced() {
+		return false
+	}
+	want, err := canonical(bundle)
+	if err != nil {
+		return false
+	}
+	cur, err := p.lister.Get(Name)
+	return err == nil && Decide(cur, want) == ActionNone
+}
+
+// UpToDate reports whether the ClusterTrustBundle holds the Source's current bundle.
+func (p *Publisher) UpToDate() bool {
+	raw, ok := p.source.Bundle()
+	return ok && p.Holds(raw)
+}
+
+// listenerFunc adapts a function to the Source's listener.
+type listenerFunc func()
+
+// Enqueue calls f.
+func (f listenerFunc) Enqueue() { f() }

@@ -1,0 +1,187 @@
+// Package trustbundle_test tests the ClusterTrustBundle publisher against a real etcd and
+// kube-apiserver: it creates the signer-linked bundle, follows the Source, restores what another writer
+// changes, re-creates it when deleted, and Holds says when the gate may open.
+package trustbundle_test
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apiserver/pkg/server/dynamiccertificates"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/events"
+
+	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
+	"github.com/certapi/certapi/pkg/controller"
+	"github.com/certapi/certapi/pkg/controller/trustbundle"
+	"github.com/certapi/certapi/pkg/signer"
+	"github.com/certapi/certapi/test/framework"
+)
+
+// bound is how soon a change must reach the ClusterTrustBundle: "within a second", as for injection.
+const bound = time.Second
+
+// source is a BundleSource the test sets; it tells its listeners of every set.
+type source struct {
+	mu        sync.Mutex
+	pem       []byte
+	listeners []dynamiccertificates.Listener
+}
+
+func (s *source) Bundle() ([]byte, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return bytes.Clone(s.pem), len(s.pem) > 0
+}
+
+func (s *source) AddListener(l dynamiccertificates.Listener) func() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.listeners = append(s.listeners, l)
+	return func() {}
+}
+
+func (s *source) set(pem []byte) {
+	s.mu.Lock()
+	s.pem = bytes.Clone(pem)
+	ls := append([]dynamiccertificates.Listener(nil), s.listeners...)
+	s.mu.Unlock()
+	for _, l := range ls {
+		l.Enqueue()
+	}
+}
+
+func newBundle(t *testing.T) []byte {
+	t.Helper()
+	ca, err := signer.NewCA(signer.CAOptions{ClusterDomain: "cluster.local", Now: time.Now()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return signer.EncodeBundle(ca.Certificate)
+}
+
+func waitFor(t *testing.T, what string, timeout time.Duration, cond func(context.Context) (bool, error)) time.Duration {
+	t.Helper()
+	start := time.Now()
+	var last error
+	err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		ok, err := cond(ctx)
+		if err != nil {
+			last = err
+			return false, nil
+		}
+		return ok, nil
+	})
+	if err != nil {
+		t.Fatalf("timed out after %s waiting for %s (last error: %v)", timeout, what, last)
+	}
+	return time.Since(start)
+}
+
+func TestClusterTrustBundle(t *testing.T) {
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cp, err := framework.Start(ctx, framework.Options{Dir: dir, SkipCertapi: true})
+	if err != nil {
+		if cp != nil {
+			framework.PrintLogTails(os.Stderr, cp.Logs())
+		}
+		t.Fatalf("starting etcd and kube-apiserver: %v", err)
+	}
+	defer cp.Stop()
+
+	b1 := newBundle(t)
+	src := &source{}
+	src.set(b1)
+	kube := kubernetes.NewForConfigOrDie(rest.CopyConfig(cp.AdminConfig))
+	clients, err := controller.NewKubeClients(rest.CopyConfig(cp.AdminConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	termCtx, endTerm := context.WithCancel(context.Background())
+	broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: clients.Kube.EventsV1()})
+	cc := controller.NewContext("cluster.local", clients, broadcaster)
+	var changes sync.WaitGroup
+	changes.Add(1)
+	var once sync.Once
+	p, err := trustbundle.New(trustbundle.Options{Context: cc, Source: src, OnChange: func() { once.Do(changes.Done) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cc.RunTerm(termCtx, controller.Named{Name: "trustbundle", Runnable: p}) }()
+	defer func() {
+		endTerm()
+		if err := <-done; err != nil {
+			t.Errorf("RunTerm: %v", err)
+		}
+	}()
+	ctbs := kube.CertificatesV1().ClusterTrustBundles()
+	holds := func(want []byte) func(context.Context) (bool, error) {
+		return func(ctx context.Context) (bool, error) {
+			b, err := ctbs.Get(ctx, trustbundle.Name, metav1.GetOptions{})
+			if err != nil {
+				return false, err
+			}
+			return b.Spec.TrustBundle == string(want), nil
+		}
+	}
+
+	took := waitFor(t, "the ClusterTrustBundle created", 30*time.Second, holds(b1))
+	t.Logf("ClusterTrustBundle created %s after the term started", took)
+	changes.Wait() // OnChange was called
+	b, err := ctbs.Get(ctx, trustbundle.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Spec.SignerName != certapiv1alpha1.PodCertificateSignerName {
+		t.Errorf("signerName %q", b.Spec.SignerName)
+	}
+	if len(b.ManagedFields) != 1 || b.ManagedFields[0].Manager != trustbundle.FieldManager {
+		t.Errorf("managedFields = %+v; want one entry of %s", b.ManagedFields, trustbundle.FieldManager)
+	}
+	// Pods find it by signer name, as a clusterTrustBundle projection with signerName does.
+	bySigner, err := ctbs.List(ctx, metav1.ListOptions{FieldSelector: "spec.signerName=" + certapiv1alpha1.PodCertificateSignerName})
+	if err != nil || len(bySigner.Items) != 1 {
+		t.Errorf("listing by signerName: %v, %d items", err, len(bySigner.Items))
+	}
+	waitFor(t, "Holds(b1)", bound, func(context.Context) (bool, error) { return p.Holds(b1) && p.UpToDate(), nil })
+
+	// A rotation's [Active, Next] reaches it, and Holds follows.
+	b2 := append(bytes.Clone(b1), newBundle(t)...)
+	if p.Holds(b2) {
+		t.Fatal("Holds(b2) before the Source changed")
+	}
+	src.set(b2)
+	took = waitFor(t, "the new bundle", bound, holds(b2))
+	t.Logf("the new bundle reached the ClusterTrustBundle %s after the Source changed", took)
+	waitFor(t, "Holds(b2)", bound, func(context.Context) (bool, error) { return p.Holds(b2) && !p.Holds(b1), nil })
+
+	// Another writer's bundle is put back.
+	cur, err := ctbs.Get(ctx, trustbundle.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur.Spec.TrustBundle = string(b1)
+	if _, err := ctbs.Update(ctx, cur, metav1.UpdateOptions{FieldManager: "intruder"}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the bundle restored", bound, holds(b2))
+
+	// Deleted: re-created.
+	if err := ctbs.Delete(ctx, trustbundle.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the ClusterTrustBundle re-created", bound, holds(b2))
+	if p.Problem() != "" {
+		t.Errorf("Problem() = %q", p.Problem())
+	}
+}
