@@ -21,19 +21,21 @@ E2E_TIMEOUT ?= 40m
 
 all: build
 
-## build: certapi and the kubectl plugin kubectl-create-servingcertrequest into _output/bin
+## build: certapi and the kubectl plugins kubectl-create-servingcertrequest and kubectl-certapi into _output/bin
 build:
 	$(GO) build -o $(BIN)/certapi ./cmd/certapi
 	$(GO) build -o $(BIN)/kubectl-create-servingcertrequest ./cmd/kubectl-create-servingcertrequest
+	$(GO) build -o $(BIN)/kubectl-certapi ./cmd/kubectl-certapi
 
-## install: build, then copy certapi and kubectl-create-servingcertrequest into $(DESTDIR)$(PREFIX)/bin
-## (PREFIX defaults to /usr/local; e.g. `make install PREFIX=~/.local`). With that directory on PATH,
-## kubectl 1.26 or later runs the plugin for `kubectl create servingcertrequest`.
+## install: build, then copy certapi, kubectl-create-servingcertrequest and kubectl-certapi into
+## $(DESTDIR)$(PREFIX)/bin (PREFIX defaults to /usr/local; e.g. `make install PREFIX=~/.local`). With that
+## directory on PATH, kubectl 1.26 or later runs the plugins for `kubectl create servingcertrequest` and
+## `kubectl certapi`.
 .PHONY: install
 install: PREFIX ?= /usr/local
 install: build
 	install -d $(DESTDIR)$(PREFIX)/bin
-	install -m 0755 $(BIN)/certapi $(BIN)/kubectl-create-servingcertrequest $(DESTDIR)$(PREFIX)/bin/
+	install -m 0755 $(BIN)/certapi $(BIN)/kubectl-create-servingcertrequest $(BIN)/kubectl-certapi $(DESTDIR)$(PREFIX)/bin/
 
 ## tools: kube-apiserver, etcd and kubectl from the Go module proxy into _output/bin (skipped when current)
 tools:

@@ -55,6 +55,10 @@ func TestLocalUp(t *testing.T) {
 		`admission webhook "configmaps.example.certapi.dev" denied the request: ConfigMap "forbidden" is labelled example.certapi.dev/forbidden=true`,
 		"kubectl get certificateauthority default -o yaml",
 		"forceRotation",
+		"6. certapi as an admin sees it, with the kubectl plugin",
+		"$ kubectl certapi status\n   CERTIFICATE AUTHORITY   LEADER",
+		"Injection: 2 targets: 2 up to date",
+		"kubectl certapi rotate --wait",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the walkthrough lacks %q", want)
