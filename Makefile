@@ -17,7 +17,7 @@ RACE ?= -race
 # Integration and end-to-end tests start real processes; give them room on a 2-core machine.
 E2E_TIMEOUT ?= 40m
 
-.PHONY: all build tools test verify unit integration e2e codegen local-up clean
+.PHONY: all build tools test verify unit integration e2e codegen local-up image clean
 
 all: build
 
@@ -36,6 +36,14 @@ install: PREFIX ?= /usr/local
 install: build
 	install -d $(DESTDIR)$(PREFIX)/bin
 	install -m 0755 $(BIN)/certapi $(BIN)/kubectl-create-servingcertrequest $(BIN)/kubectl-certapi $(DESTDIR)$(PREFIX)/bin/
+
+## image: certapi's container image as an archive, _output/certapi-image.tar, built without Docker by
+## hack/image (go-containerregistry): a static certapi in an empty base with the user, entrypoint, port and
+## labels of artifacts/deploy/Dockerfile. `docker load -i`, `podman load -i` and `crane push` take it.
+## ARCH=arm64 builds for another architecture; TAG=registry/certapi:v1 names it (default certapi:<git describe>).
+image: ARCH ?= $(shell $(GO) env GOARCH)
+image:
+	$(GO) run ./hack/image --output $(CURDIR)/_output/certapi-image.tar --arch $(ARCH) $(if $(TAG),--tag $(TAG))
 
 ## tools: kube-apiserver, etcd and kubectl from the Go module proxy into _output/bin (skipped when current)
 tools:
