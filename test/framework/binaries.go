@@ -26,6 +26,10 @@ const (
 	EnvEtcdBin = "ETCD_BIN"
 	// EnvKubeAPIServerBin names a kube-apiserver binary to use instead of <repo>/_output/bin/kube-apiserver.
 	EnvKubeAPIServerBin = "KUBE_APISERVER_BIN"
+	// EnvPromtoolBin names a promtool binary to use instead of <repo>/_output/bin/promtool.
+	EnvPromtoolBin = "PROMTOOL_BIN"
+	// EnvPrometheusBin names a prometheus binary to use instead of <repo>/_output/bin/prometheus.
+	EnvPrometheusBin = "PROMETHEUS_BIN"
 )
 
 // RepoRoot returns the root of the certapi repository: the nearest directory, walking up from the
@@ -93,6 +97,18 @@ func toolBinary(name, envVar string) (string, error) {
 // built by `make tools`. Tests that need only etcd start it themselves.
 func EtcdBinary() (string, error) {
 	return toolBinary("etcd", EnvEtcdBin)
+}
+
+// PromtoolBinary returns Prometheus's promtool: $PROMTOOL_BIN if set, otherwise <repo>/_output/bin/promtool,
+// built by `make tools`.
+func PromtoolBinary() (string, error) {
+	return toolBinary("promtool", EnvPromtoolBin)
+}
+
+// PrometheusBinary returns the Prometheus server: $PROMETHEUS_BIN if set, otherwise
+// <repo>/_output/bin/prometheus, built by `make tools`.
+func PrometheusBinary() (string, error) {
+	return toolBinary("prometheus", EnvPrometheusBin)
 }
 
 // certapiBuild remembers a successful build for the life of the process. A failed build is not
