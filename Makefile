@@ -6,6 +6,8 @@
 #   test/integration/<component>   one component (issuer, injector) against a real etcd and/or
 #                                  kube-apiserver from _output/bin, through its exported API
 #   test/e2e                       the whole system: certapi processes behind kube-apiserver
+#   test/monitoring                artifacts/monitoring with promtool and a real Prometheus scraping certapi
+#   test/image                     make image's archive, read back and run
 #   test/framework                 starts those processes; its own tests start them too
 # `make e2e` runs all of test/; `make integration` only test/integration.
 SHELL := /usr/bin/env bash
@@ -45,7 +47,8 @@ image: ARCH ?= $(shell $(GO) env GOARCH)
 image:
 	$(GO) run ./hack/image --output $(CURDIR)/_output/certapi-image.tar --arch $(ARCH) $(if $(TAG),--tag $(TAG))
 
-## tools: kube-apiserver, etcd and kubectl from the Go module proxy into _output/bin (skipped when current)
+## tools: kube-apiserver, etcd, kubectl, promtool and prometheus from the Go module proxy into _output/bin
+## (skipped when current)
 tools:
 	./hack/build-tools.sh
 
