@@ -6,6 +6,7 @@ import (
 	"encoding/pem"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -227,6 +228,9 @@ func rotationReport(ca *certapiv1alpha1.CertificateAuthority, inj *InjectionRepo
 	case certapiv1alpha1.RotatingReasonRetiring:
 		r.WaitingFor = append(r.WaitingFor, "the Retiring CA to leave the bundle when no certificate it signed can still be valid: "+cond.Message)
 	case certapiv1alpha1.RotatingReasonDistrusted:
+		if d := ca.Status.Distrust; d != nil && d.CompletedAt == nil {
+			break // said below, from status.distrust
+		}
 		switch {
 		case reqs.Error != "":
 			r.WaitingFor = append(r.WaitingFor, "every Secret certapi delivers to be re-issued by the Active CA (the requests could not be listed: "+reqs.Error+")")
@@ -236,7 +240,43 @@ func rotationReport(ca *certapiv1alpha1.CertificateAuthority, inj *InjectionRepo
 		}
 		r.WaitingFor = append(r.WaitingFor, "clients of the servingcerts subresource (pkg/servingcert) re-issue by themselves when they see the distrust")
 	}
+	if d := ca.Status.Distrust; d != nil && d.CompletedAt == nil {
+		r.WaitingFor = append(r.WaitingFor, distrustWaits(d)...)
+	}
 	return r
+}
+
+// distrustWaits says what a running distrust waits for, from status.distrust.
+func distrustWaits(d *certapiv1alpha1.DistrustStatus) []string {
+	var out []string
+	if ps := d.PendingSecrets; ps != nil && ps.Count > 0 {
+		out = append(out, fmt.Sprintf("%d delivered Secrets to be re-issued by the Active CA%s", ps.Count, names(ps)))
+	} else {
+		out = append(out, "nothing from the delivered Secrets: every one is re-issued")
+	}
+	if d.PendingReplicas > 0 {
+		out = append(out, fmt.Sprintf("%d certapi replicas to serve a certificate of the Active CA", d.PendingReplicas))
+	}
+	if d.Deadline != nil {
+		out = append(out, fmt.Sprintf("at the latest %s (certapi's --distrust-deadline): the distrusted CA leaves every bundle then, whatever is still pending",
+			formatTime(d.Deadline.Time)))
+	}
+	if us := d.UnmanagedSecrets; us != nil && us.Count > 0 {
+		out = append(out, fmt.Sprintf("(not waited for: %d labelled Secrets certapi will not re-issue%s; they stop verifying when the CA leaves)", us.Count, names(us)))
+	}
+	return out
+}
+
+// names lists a summary's names, if it has any, as ": a, b".
+func names(s *certapiv1alpha1.SecretsSummary) string {
+	if len(s.Names) == 0 {
+		return ""
+	}
+	more := ""
+	if int(s.Count) > len(s.Names) {
+		more = ", ..."
+	}
+	return ": " + strings.Join(s.Names, ", ") + more
 }
 
 // requestsReport counts the requests and picks those nearest expiry.

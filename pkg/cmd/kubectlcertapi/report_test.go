@@ -126,6 +126,23 @@ func TestBuildReportRotation(t *testing.T) {
 		}(),
 		want: []string{"every Secret certapi delivers to be re-issued by the Active CA: 1 of 2 are (all namespaces)", "pkg/servingcert"},
 	}, {
+		name: "distrusted, with status.distrust: what it waits for and until when",
+		ca: func() *certapiv1alpha1.CertificateAuthority {
+			ca := caObject(metav1.Condition{Type: "Rotating", Status: "True", Reason: "Distrusted"}, nil, caEntry(next, "Active"), caEntry(active, "Retiring"))
+			deadline := metav1.NewTime(t0.Add(15 * time.Minute))
+			ca.Status.Distrust = &certapiv1alpha1.DistrustStatus{Distrust: "leak", StartedAt: metav1.NewTime(t0), Deadline: &deadline,
+				PendingSecrets:   &certapiv1alpha1.SecretsSummary{Count: 12, Names: []string{"a/x-tls", "b/y-tls"}},
+				PendingReplicas:  1,
+				UnmanagedSecrets: &certapiv1alpha1.SecretsSummary{Count: 1, Names: []string{"c/old-tls"}}}
+			return ca
+		}(),
+		want: []string{
+			"12 delivered Secrets to be re-issued by the Active CA: a/x-tls, b/y-tls, ...",
+			"1 certapi replicas to serve a certificate of the Active CA",
+			"at the latest " + formatTime(t0.Add(15*time.Minute)) + " (certapi's --distrust-deadline)",
+			"(not waited for: 1 labelled Secrets certapi will not re-issue: c/old-tls;",
+		},
+	}, {
 		name: "a spec change not acted on yet",
 		ca: func() *certapiv1alpha1.CertificateAuthority {
 			ca := caObject(idle(), nil, caEntry(active, "Active"))
