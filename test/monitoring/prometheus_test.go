@@ -21,6 +21,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/yaml"
 
@@ -60,13 +61,13 @@ func TestPrometheusScrapesCertapi(t *testing.T) {
 		}
 	}
 	issue()
-	before := activeSerial(t, c)
-	ca, err := c.CertapiV1alpha1().CertificateAuthorities().Get(ctx, "default", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca.Spec.ForceRotation = "prometheus-test"
-	if _, err := c.CertapiV1alpha1().CertificateAuthorities().Update(ctx, ca, metav1.UpdateOptions{}); err != nil {
+	var before string
+	poll(t, time.Minute, "CertificateAuthority/default to name the Active CA", func(context.Context) (bool, error) {
+		before = activeSerial(t, c)
+		return before != "", nil
+	})
+	patch := []byte(`{"spec":{"forceRotation":"prometheus-test"}}`)
+	if _, err := c.CertapiV1alpha1().CertificateAuthorities().Patch(ctx, "default", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	poll(t, time.Minute, "the forced rotation to switch", func(context.Context) (bool, error) {
