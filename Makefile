@@ -6,6 +6,8 @@
 #   test/integration/<component>   one component (issuer, injector, trustbundle) against a real etcd and/or
 #                                  kube-apiserver from _output/bin, through its exported API
 #   test/e2e                       the whole system: certapi processes behind kube-apiserver
+#   test/monitoring                artifacts/monitoring with promtool and a real Prometheus scraping certapi
+#   test/image                     make image's archive, read back and run
 #   test/framework                 starts those processes; its own tests start them too
 # `make e2e` runs all of test/; `make integration` only test/integration.
 SHELL := /usr/bin/env bash
@@ -17,25 +19,36 @@ RACE ?= -race
 # Integration and end-to-end tests start real processes; give them room on a 2-core machine.
 E2E_TIMEOUT ?= 40m
 
-.PHONY: all build tools test verify unit integration e2e codegen local-up clean
+.PHONY: all build tools test verify unit integration e2e codegen local-up image clean
 
 all: build
 
-## build: certapi and the kubectl plugin kubectl-create-servingcertrequest into _output/bin
+## build: certapi and the kubectl plugins kubectl-create-servingcertrequest and kubectl-certapi into _output/bin
 build:
 	$(GO) build -o $(BIN)/certapi ./cmd/certapi
 	$(GO) build -o $(BIN)/kubectl-create-servingcertrequest ./cmd/kubectl-create-servingcertrequest
+	$(GO) build -o $(BIN)/kubectl-certapi ./cmd/kubectl-certapi
 
-## install: build, then copy certapi and kubectl-create-servingcertrequest into $(DESTDIR)$(PREFIX)/bin
-## (PREFIX defaults to /usr/local; e.g. `make install PREFIX=~/.local`). With that directory on PATH,
-## kubectl 1.26 or later runs the plugin for `kubectl create servingcertrequest`.
+## install: build, then copy certapi, kubectl-create-servingcertrequest and kubectl-certapi into
+## $(DESTDIR)$(PREFIX)/bin (PREFIX defaults to /usr/local; e.g. `make install PREFIX=~/.local`). With that
+## directory on PATH, kubectl 1.26 or later runs the plugins for `kubectl create servingcertrequest` and
+## `kubectl certapi`.
 .PHONY: install
 install: PREFIX ?= /usr/local
 install: build
 	install -d $(DESTDIR)$(PREFIX)/bin
-	install -m 0755 $(BIN)/certapi $(BIN)/kubectl-create-servingcertrequest $(DESTDIR)$(PREFIX)/bin/
+	install -m 0755 $(BIN)/certapi $(BIN)/kubectl-create-servingcertrequest $(BIN)/kubectl-certapi $(DESTDIR)$(PREFIX)/bin/
 
-## tools: kube-apiserver, etcd and kubectl from the Go module proxy into _output/bin (skipped when current)
+## image: certapi's container image as an archive, _output/certapi-image.tar, built without Docker by
+## hack/image (go-containerregistry): a static certapi in an empty base with the user, entrypoint, port and
+## labels of artifacts/deploy/Dockerfile. `docker load -i`, `podman load -i` and `crane push` take it.
+## ARCH=arm64 builds for another architecture; TAG=registry/certapi:v1 names it (default certapi:<git describe>).
+image: ARCH ?= $(shell $(GO) env GOARCH)
+image:
+	$(GO) run ./hack/image --output $(CURDIR)/_output/certapi-image.tar --arch $(ARCH) $(if $(TAG),--tag $(TAG))
+
+## tools: kube-apiserver, etcd, kubectl, promtool and prometheus from the Go module proxy into _output/bin
+## (skipped when current)
 tools:
 	./hack/build-tools.sh
 

@@ -5,20 +5,21 @@
 # State, kubeconfig and logs go to _output/local (--dir=DIR for another directory, emptied at start).
 #
 # Builds what it needs first, into _output/bin: the tools (make tools; skipped when current), certapi
-# (unless $CERTAPI_BIN names a prebuilt one), the kubectl plugin, the example webhook and local-up itself.
+# (unless $CERTAPI_BIN names a prebuilt one), the kubectl plugins, the example webhook and local-up itself.
 set -o errexit -o nounset -o pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
 cd "${ROOT}"
 ./hack/build-tools.sh
 BIN="${ROOT}/_output/bin"
 if [[ -z "${CERTAPI_BIN:-}" ]]; then
-  echo "building certapi, kubectl-create-servingcertrequest, example-webhook and local-up into ${BIN}"
+  echo "building certapi, kubectl-create-servingcertrequest, kubectl-certapi, example-webhook and local-up into ${BIN}"
   go build -o "${BIN}/certapi" ./cmd/certapi
   export CERTAPI_BIN="${BIN}/certapi"
 else
-  echo "building kubectl-create-servingcertrequest, example-webhook and local-up into ${BIN} (certapi: ${CERTAPI_BIN})"
+  echo "building kubectl-create-servingcertrequest, kubectl-certapi, example-webhook and local-up into ${BIN} (certapi: ${CERTAPI_BIN})"
 fi
 go build -o "${BIN}/kubectl-create-servingcertrequest" ./cmd/kubectl-create-servingcertrequest
+go build -o "${BIN}/kubectl-certapi" ./cmd/kubectl-certapi
 go build -o "${BIN}/example-webhook" ./artifacts/examples/webhook
 go build -o "${BIN}/local-up" ./hack/local-up
 exec "${BIN}/local-up" --bin-dir="${BIN}" "$@"

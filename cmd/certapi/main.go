@@ -27,6 +27,7 @@ func main() {
 func newCommand(ctx context.Context) *cobra.Command {
 	o := apiserver.NewOptions()
 	logOptions := logs.NewOptions()
+	var showVersion bool
 	cmd := &cobra.Command{
 		Use:   "certapi",
 		Short: "Issue TLS serving certificates for in-cluster webhooks from an in-cluster CA",
@@ -51,6 +52,10 @@ the other quarter is for the pages of its executable the kernel maps and counts 
 With no cgroup limit it sets none. GOMEMLIMIT=off turns the limit off.`,
 		SilenceUsage: true,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if showVersion {
+				_, err := fmt.Fprintln(cmd.OutOrStdout(), versionString())
+				return err
+			}
 			if len(args) > 0 {
 				return fmt.Errorf("certapi takes no arguments, got %q", args)
 			}
@@ -68,6 +73,7 @@ With no cgroup limit it sets none. GOMEMLIMIT=off turns the limit off.`,
 
 	fss := o.Flags()
 	logsapi.AddFlags(logOptions, fss.FlagSet("logging"))
+	fss.FlagSet("version").BoolVar(&showVersion, "version", false, "Print certapi's version, the commit it was built from, and the Go version and platform, then exit.")
 	cliflag.SetUsageAndHelpFunc(cmd, fss, termWidth())
 	for _, f := range fss.FlagSets {
 		cmd.Flags().AddFlagSet(f)

@@ -62,6 +62,7 @@ const (
 	webhookName      = "example-webhook" // the ServiceAccount, ServingCertRequest, Service and VWC
 	webhookBinary    = "example-webhook" // in the bin directory, built by hack/local-up.sh
 	pluginBinary     = "kubectl-create-servingcertrequest"
+	adminPlugin      = "kubectl-certapi"
 	demoNamespace    = "demo"
 	validateLabel    = "example.certapi.dev/validate"
 	injectAnnotation = "certapi.dev/inject-ca-bundle"
@@ -88,7 +89,7 @@ const (
 
 func main() {
 	dir := flag.String("dir", filepath.Join("_output", "local"), "Directory for the stack's PKI, data, logs and kubeconfig; emptied at start.")
-	bin := flag.String("bin-dir", "", "Directory holding example-webhook and kubectl-create-servingcertrequest (and kubectl, else kubectl is looked up on PATH). Default: <repository>/_output/bin.")
+	bin := flag.String("bin-dir", "", "Directory holding example-webhook, kubectl-create-servingcertrequest and kubectl-certapi (and kubectl, else kubectl is looked up on PATH). Default: <repository>/_output/bin.")
 	flag.Parse()
 	if err := run(*dir, *bin); err != nil {
 		fmt.Fprintf(os.Stderr, "local-up: %v\n", err)
@@ -112,7 +113,7 @@ func run(dirFlag, binFlag string) error {
 	if bin, err = filepath.Abs(bin); err != nil {
 		return err
 	}
-	for _, b := range []string{webhookBinary, pluginBinary} {
+	for _, b := range []string{webhookBinary, pluginBinary, adminPlugin} {
 		if _, err := os.Stat(filepath.Join(bin, b)); err != nil {
 			return fmt.Errorf("%s: %w (hack/local-up.sh builds it)", filepath.Join(bin, b), err)
 		}
@@ -171,7 +172,7 @@ type demo struct {
 func (d *demo) up(ctx context.Context) error {
 	fmt.Fprintf(d.out, "certapi local-up: etcd, kube-apiserver and certapi on 127.0.0.1, then the example webhook of %s.\n", exampleDir)
 	fmt.Fprintf(d.out, "Logs: %s\n\n", d.show(filepath.Join(d.dir, "logs")))
-	steps := []func(context.Context) error{d.controlPlane, d.request, d.startWebhook, d.register, d.enforce, d.podCertificate}
+	steps := []func(context.Context) error{d.controlPlane, d.request, d.startWebhook, d.register, d.enforce, d.podCertificate, d.status}
 	for _, step := range steps {
 		if err := step(ctx); err != nil {
 			return err
@@ -518,6 +519,14 @@ func (d *demo) podCertificate(ctx context.Context) error {
 	return nil
 }
 
+// 7. certapi as an admin sees it, with the kubectl plugin kubectl-certapi.
+func (d *demo) status(ctx context.Context) error {
+	fmt.Fprintf(d.out, "7. certapi as an admin sees it, with the kubectl plugin %s: the leader, the CA and its rotation,\n", d.show(filepath.Join(d.bin, adminPlugin)))
+	fmt.Fprintln(d.out, "   the injection targets (certapi's APIService and the webhook configuration) and the requests nearest expiry:")
+	_, err := d.kubectlOK(ctx, "certapi", "status")
+	return err
+}
+
 func (d *demo) whatNext() {
 	kubeconfig := d.shell(d.cp.Kubeconfig)
 	logs := d.show(filepath.Join(d.dir, "logs"))
@@ -526,13 +535,14 @@ func (d *demo) whatNext() {
 		{fmt.Sprintf("export KUBECONFIG=%s PATH=%s:$PATH", kubeconfig, d.shell(d.bin)), ""},
 		{"kubectl get scr -A", "the request, Ready, and its latest issuance"},
 		{"kubectl get certificateauthority default -o yaml", "the bundle, the Active CA, the injection summary"},
-		{`kubectl patch certificateauthority default --type=merge -p "{\"spec\":{\"forceRotation\":\"$(date +%s)\"}}"`, ""},
+		{"kubectl certapi rotate --wait", "a forced rotation (spec.forceRotation), step by step until the new CA signs"},
 		{"tail -f " + logs + "/example-webhook.log", `within a minute: "The Active CA changed; re-issuing", no restart`},
 		{"kubectl create -n " + demoNamespace + " -f " + forbidden, "still denied: the same process kept serving"},
 		{"kubectl create servingcertrequest my-app -n " + demoNamespace + " --service=my-app --secret=my-app-tls --wait", ""},
-		{"kubectl get secret my-app-tls -n " + demoNamespace + " -o yaml", "tls.crt, tls.key, ca.crt, kept renewed by certapi"},
+		{"kubectl certapi inspect secret my-app-tls -n " + demoNamespace, "tls.crt, tls.key, ca.crt, kept renewed by certapi"},
 		{"kubectl get podcertificaterequests -n " + demoNamespace + " -o wide", "the pod certificate of step 6, Issued"},
 		{"kubectl get clustertrustbundle " + podCertBundle + " -o yaml", "the bundle pods mount, kept by certapi"},
+		{"kubectl certapi check", "exit status 0 while certapi serves"},
 	}
 	fmt.Fprintln(d.out, "What to try next, in another shell:")
 	for _, l := range lines {
@@ -596,10 +606,11 @@ func (d *demo) runKubectl(ctx context.Context, args ...string) (kubectlResult, e
 		return res, fmt.Errorf("running kubectl %s: %w", strings.Join(args, " "), err)
 	}
 	for _, s := range []string{res.stdout, res.stderr} {
-		for _, line := range strings.Split(strings.TrimRight(s, "\n"), "\n") {
-			if line != "" {
-				fmt.Fprintf(d.out, "   %s\n", line)
-			}
+		if s = strings.TrimRight(s, "\n"); s == "" {
+			continue
+		}
+		for _, line := range strings.Split(s, "\n") {
+			fmt.Fprintln(d.out, strings.TrimRight("   "+line, " "))
 		}
 	}
 	return res, nil

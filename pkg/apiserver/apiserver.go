@@ -186,7 +186,7 @@ func (c CompletedConfig) New() (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	ca, caStatus, err := certificateauthority.NewREST(Scheme, c.GenericConfig.RESTOptionsGetter)
+	ca, caStatus, err := certificateauthority.NewREST(Scheme, c.GenericConfig.RESTOptionsGetter, iss.Leader)
 	if err != nil {
 		return nil, err
 	}

@@ -205,6 +205,26 @@ func (i *Issuer) Leading() bool {
 	return ok
 }
 
+// Leader returns the identity of the replica that holds the leader election now, read from etcd (this
+// replica's own identity, without a read, while it leads). ok is false when no replica holds it: nobody
+// signs, delivers Secrets or injects bundles until one does. A replica that has just won the election and
+// is still loading the CA counts as the leader.
+func (i *Issuer) Leader(ctx context.Context) (identity string, ok bool, err error) {
+	if i.Leading() {
+		return i.cfg.Identity, true, nil
+	}
+	// The election's keys are <prefix>/leader/<lease>; the one created first is the leader's
+	// (concurrency.Election.Leader, which needs a session of its own).
+	resp, err := i.cfg.Client.Get(ctx, i.cfg.Prefix+"/leader/", clientv3.WithFirstCreate()...)
+	if err != nil {
+		return "", false, fmt.Errorf("reading the leader election from etcd: %w", err)
+	}
+	if len(resp.Kvs) == 0 {
+		return "", false, nil
+	}
+	return string(resp.Kvs[0].Value), true, nil
+}
+
 // Issue signs req: here when this replica leads, otherwise through the leader. ErrNoLeader (wrapped) means
 // nobody could sign in time.
 func (i *Issuer) Issue(ctx context.Context, req Request) (*Result, error) {

@@ -57,6 +57,10 @@ func TestLocalUp(t *testing.T) {
 		"it verifies against ClusterTrustBundle certapi.dev:serving:ca",
 		"kubectl get certificateauthority default -o yaml",
 		"forceRotation",
+		"7. certapi as an admin sees it, with the kubectl plugin",
+		"$ kubectl certapi status\n   CERTIFICATE AUTHORITY   LEADER",
+		"Injection: 2 targets: 2 up to date",
+		"kubectl certapi rotate --wait",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the walkthrough lacks %q", want)

@@ -28,15 +28,21 @@ const pluginName = "kubectl-create-servingcertrequest"
 // buildPlugin builds the plugin into a temporary directory and returns that directory.
 func buildPlugin(t *testing.T) string {
 	t.Helper()
+	return buildPluginNamed(t, pluginName)
+}
+
+// buildPluginNamed builds ./cmd/<name> into a temporary directory and returns that directory.
+func buildPluginNamed(t *testing.T, name string) string {
+	t.Helper()
 	root, err := framework.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	build := exec.Command("go", "build", "-o", filepath.Join(dir, pluginName), "./cmd/"+pluginName)
+	build := exec.Command("go", "build", "-o", filepath.Join(dir, name), "./cmd/"+name)
 	build.Dir = root
 	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building the plugin: %v\n%s", err, out)
+		t.Fatalf("building %s: %v\n%s", name, err, out)
 	}
 	return dir
 }
@@ -55,6 +61,11 @@ type pluginRunner struct {
 }
 
 func newPluginRunner(t *testing.T, dir string) *pluginRunner {
+	return newPluginRunnerFor(t, dir, cp.Kubeconfig)
+}
+
+// newPluginRunnerFor is newPluginRunner for the control plane whose admin kubeconfig is kubeconfig.
+func newPluginRunnerFor(t *testing.T, dir, kubeconfig string) *pluginRunner {
 	var env []string
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "PATH=") && !strings.HasPrefix(kv, "KUBECONFIG=") && !strings.HasPrefix(kv, "KUBERC=") {
@@ -63,7 +74,7 @@ func newPluginRunner(t *testing.T, dir string) *pluginRunner {
 	}
 	env = append(env,
 		"PATH="+dir+string(os.PathListSeparator)+os.Getenv("PATH"),
-		"KUBECONFIG="+cp.Kubeconfig,
+		"KUBECONFIG="+kubeconfig,
 		"KUBERC=off", // a developer's kubectl preferences must not change what the test sees
 	)
 	return &pluginRunner{t: t, env: env}
@@ -73,7 +84,13 @@ func newPluginRunner(t *testing.T, dir string) *pluginRunner {
 // the plugin's name, so every flag comes after it.
 func (r *pluginRunner) create(args ...string) pluginRun {
 	r.t.Helper()
-	cmd := exec.Command(kubectlPath(r.t), append([]string{"create", "servingcertrequest"}, args...)...)
+	return r.kubectl(append([]string{"create", "servingcertrequest"}, args...)...)
+}
+
+// kubectl runs the real kubectl with args.
+func (r *pluginRunner) kubectl(args ...string) pluginRun {
+	r.t.Helper()
+	cmd := exec.Command(kubectlPath(r.t), args...)
 	cmd.Env = r.env
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -84,7 +101,7 @@ func (r *pluginRunner) create(args ...string) pluginRun {
 	case errors.As(err, &exit):
 		res.code = exit.ExitCode()
 	case err != nil:
-		r.t.Fatalf("running kubectl create servingcertrequest %s: %v", strings.Join(args, " "), err)
+		r.t.Fatalf("running kubectl %s: %v", strings.Join(args, " "), err)
 	}
 	return res
 }

@@ -28,6 +28,10 @@ const (
 	EnvKubeAPIServerBin = "KUBE_APISERVER_BIN"
 	// EnvPodCertNodeBin names a podcertnode binary to use instead of <repo>/_output/bin/podcertnode.
 	EnvPodCertNodeBin = "PODCERTNODE_BIN"
+	// EnvPromtoolBin names a promtool binary to use instead of <repo>/_output/bin/promtool.
+	EnvPromtoolBin = "PROMTOOL_BIN"
+	// EnvPrometheusBin names a prometheus binary to use instead of <repo>/_output/bin/prometheus.
+	EnvPrometheusBin = "PROMETHEUS_BIN"
 )
 
 // RepoRoot returns the root of the certapi repository: the nearest directory, walking up from the
@@ -95,6 +99,18 @@ func toolBinary(name, envVar string) (string, error) {
 // built by `make tools`. Tests that need only etcd start it themselves.
 func EtcdBinary() (string, error) {
 	return toolBinary("etcd", EnvEtcdBin)
+}
+
+// PromtoolBinary returns Prometheus's promtool: $PROMTOOL_BIN if set, otherwise <repo>/_output/bin/promtool,
+// built by `make tools`.
+func PromtoolBinary() (string, error) {
+	return toolBinary("promtool", EnvPromtoolBin)
+}
+
+// PrometheusBinary returns the Prometheus server: $PROMETHEUS_BIN if set, otherwise
+// <repo>/_output/bin/prometheus, built by `make tools`.
+func PrometheusBinary() (string, error) {
+	return toolBinary("prometheus", EnvPrometheusBin)
 }
 
 // certapiBuild remembers a successful build for the life of the process. A failed build is not

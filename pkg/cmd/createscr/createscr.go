@@ -22,6 +22,7 @@ import (
 	"k8s.io/kubectl/pkg/util/templates"
 
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
+	"github.com/certapi/certapi/pkg/cmd/internal/help"
 	"github.com/certapi/certapi/pkg/generated/clientset/versioned"
 	"github.com/certapi/certapi/pkg/generated/clientset/versioned/scheme"
 )
@@ -199,9 +200,11 @@ func NewCmd(streams genericiooptions.IOStreams) *cobra.Command {
 	o.ConfigFlags.AddFlags(conn)
 	cmd.PersistentFlags().AddFlagSet(conn)
 
-	setUsage(cmd, []flagGroup{
-		{title: "Options", flags: own},
-		{title: "Kubeconfig and connection options (as kubectl's)", flags: conn},
+	help.SetUsage(cmd, func(*cobra.Command) []help.FlagGroup {
+		return []help.FlagGroup{
+			{Title: "Options", Flags: own},
+			{Title: "Kubeconfig and connection options (as kubectl's)", Flags: conn},
+		}
 	})
 	return cmd
 }

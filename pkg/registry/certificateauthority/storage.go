@@ -13,6 +13,7 @@ import (
 	"k8s.io/apiserver/pkg/registry/generic"
 	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
 	"k8s.io/apiserver/pkg/registry/rest"
+	"k8s.io/klog/v2"
 	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
 
 	"github.com/certapi/certapi/pkg/apis/certapi"
@@ -46,8 +47,14 @@ type StatusREST struct {
 	store *genericregistry.Store
 }
 
-// NewREST returns the storage of the CertificateAuthority and of its status.
-func NewREST(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter) (*REST, *StatusREST, error) {
+// LeaderFunc names the replica that holds the leader election now; ok is false when none does. The
+// table's Leader column calls it on every read, so that `kubectl get certificateauthority` and
+// `kubectl certapi check` see who leads now, not what was last written.
+type LeaderFunc func(ctx context.Context) (identity string, ok bool, err error)
+
+// NewREST returns the storage of the CertificateAuthority and of its status. leader, when not nil, fills
+// the table's Leader column.
+func NewREST(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, leader LeaderFunc) (*REST, *StatusREST, error) {
 	s := NewStrategy(scheme)
 	store := &genericregistry.Store{
 		NewFunc:                   func() runtime.Object { return &certapi.CertificateAuthority{} },
@@ -61,7 +68,7 @@ func NewREST(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter) (*RES
 		DeleteStrategy:      s,
 		ResetFieldsStrategy: s,
 
-		TableConvertor: tableConvertor{},
+		TableConvertor: tableConvertor{leader: leader},
 	}
 	if err := store.CompleteWithOptions(&generic.StoreOptions{RESTOptions: optsGetter, AttrFunc: GetAttrs}); err != nil {
 		return nil, nil, fmt.Errorf("completing CertificateAuthority storage: %w", err)
@@ -99,7 +106,9 @@ func (r *StatusREST) ConvertToTable(ctx context.Context, object runtime.Object, 
 	return r.store.ConvertToTable(ctx, object, tableOptions)
 }
 
-type tableConvertor struct{}
+type tableConvertor struct {
+	leader LeaderFunc
+}
 
 var columns = []metav1.TableColumnDefinition{
 	{Name: "Name", Type: "string", Format: "name", Description: "Name of the CA (always default)."},
@@ -107,10 +116,11 @@ var columns = []metav1.TableColumnDefinition{
 	{Name: "Rotating", Type: "string", Description: "The Rotating condition's status."},
 	{Name: "Active", Type: "string", Description: "Serial number of the CA that signs now."},
 	{Name: "Not After", Type: "string", Format: "date-time", Description: "When the Active CA expires."},
+	{Name: "Leader", Type: "string", Description: "The certapi replica that leads now (holds the CA key and signs), read at each request; <none> when no replica does."},
 	{Name: "Age", Type: "string", Description: "Time since the CA object was created."},
 }
 
-func (tableConvertor) ConvertToTable(ctx context.Context, obj runtime.Object, tableOptions runtime.Object) (*metav1.Table, error) {
+func (c tableConvertor) ConvertToTable(ctx context.Context, obj runtime.Object, tableOptions runtime.Object) (*metav1.Table, error) {
 	table := &metav1.Table{}
 	if opt, ok := tableOptions.(*metav1.TableOptions); !ok || !opt.NoHeaders {
 		table.ColumnDefinitions = columns
@@ -129,6 +139,10 @@ func (tableConvertor) ConvertToTable(ctx context.Context, obj runtime.Object, ta
 		return nil, fmt.Errorf("cannot print %T as a CertificateAuthority table", obj)
 	}
 	now := time.Now()
+	leader := ""
+	if len(items) > 0 {
+		leader = c.leaderCell(ctx)
+	}
 	for i := range items {
 		ca := &items[i]
 		status := func(t string) string {
@@ -149,9 +163,26 @@ func (tableConvertor) ConvertToTable(ctx context.Context, obj runtime.Object, ta
 			}
 		}
 		table.Rows = append(table.Rows, metav1.TableRow{
-			Cells:  []interface{}{ca.Name, status(certapi.ConditionReady), status("Rotating"), active, notAfter, duration.HumanDuration(now.Sub(ca.CreationTimestamp.Time))},
+			Cells:  []interface{}{ca.Name, status(certapi.ConditionReady), status("Rotating"), active, notAfter, leader, duration.HumanDuration(now.Sub(ca.CreationTimestamp.Time))},
 			Object: runtime.RawExtension{Object: ca},
 		})
 	}
 	return table, nil
+}
+
+// leaderCell is the Leader column: the identity of the replica that leads, <none>, or <unknown> when the
+// election could not be read.
+func (c tableConvertor) leaderCell(ctx context.Context) string {
+	if c.leader == nil {
+		return "<unknown>"
+	}
+	id, ok, err := c.leader(ctx)
+	switch {
+	case err != nil:
+		klog.FromContext(ctx).Error(err, "Reading the leader election for the CertificateAuthority table")
+		return "<unknown>"
+	case !ok:
+		return "<none>"
+	}
+	return id
 }

@@ -295,6 +295,37 @@ func TestFollowerHandsOffToTheLeader(t *testing.T) {
 	}
 }
 
+// TestLeaderNamesTheElectedReplica: every replica, leader or not, names the leader from the election,
+// and none once every replica has stopped.
+func TestLeaderNamesTheElectedReplica(t *testing.T) {
+	ctx := context.Background()
+	prefix := fmt.Sprintf("/test/leader-%d", time.Now().UnixNano())
+	idle, err := issuer.New(issuer.Config{Client: newClient(t), Prefix: prefix, Identity: "observer"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id, ok, err := idle.Leader(ctx); err != nil || ok {
+		t.Fatalf("before any replica runs: Leader() = %q, %v, %v; want none", id, ok, err)
+	}
+	a := startIssuer(t, prefix, "a")
+	waitLeader(t, a)
+	b := startIssuer(t, prefix, "b")
+	for _, r := range []*issuer.Issuer{a.Issuer, b.Issuer, idle} {
+		if id, ok, err := r.Leader(ctx); err != nil || !ok || id != "a" {
+			t.Fatalf("with a leading: Leader() = %q, %v, %v; want a", id, ok, err)
+		}
+	}
+	a.stop() // resigns: b takes over at once
+	waitLeader(t, b)
+	if id, ok, err := idle.Leader(ctx); err != nil || !ok || id != "b" {
+		t.Fatalf("after a resigned: Leader() = %q, %v, %v; want b", id, ok, err)
+	}
+	b.stop()
+	if id, ok, err := idle.Leader(ctx); err != nil || ok {
+		t.Fatalf("after every replica stopped: Leader() = %q, %v, %v; want none", id, ok, err)
+	}
+}
+
 func TestNoLeaderMeansErrNoLeaderWithinTheDeadline(t *testing.T) {
 	iss, err := issuer.New(issuer.Config{Client: newClient(t), Prefix: fmt.Sprintf("/test/noleader-%d", time.Now().UnixNano()), Identity: "lonely", HandoffTimeout: 500 * time.Millisecond})
 	if err != nil {

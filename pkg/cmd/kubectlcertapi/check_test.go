@@ -1,0 +1,123 @@
+package kubectlcertapi
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	apiregistrationv1 "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
+
+	"github.com/certapi/certapi/pkg/signer"
+)
+
+func TestCheck(t *testing.T) {
+	active := newCA(t, t0.Add(-24*time.Hour), 365*24*time.Hour)
+	older := newCA(t, t0.Add(-24*time.Hour), 365*24*time.Hour)
+	ca := caObject(idle(), nil, caEntry(active, "Active"))
+	apiService := func(available apiregistrationv1.ConditionStatus, bundle []byte, skip bool) *apiregistrationv1.APIService {
+		s := &apiregistrationv1.APIService{ObjectMeta: metav1.ObjectMeta{Name: apiServiceName},
+			Spec: apiregistrationv1.APIServiceSpec{Group: "certapi.dev", Version: "v1alpha1", CABundle: bundle, InsecureSkipTLSVerify: skip,
+				Service: &apiregistrationv1.ServiceReference{Namespace: "certapi-system", Name: "certapi"}}}
+		if available != "" {
+			s.Status.Conditions = []apiregistrationv1.APIServiceCondition{{Type: apiregistrationv1.Available, Status: available, Reason: "FailedDiscoveryCheck", Message: "no response"}}
+		}
+		return s
+	}
+	bundle := signer.EncodeBundle(active.Certificate)
+	healthy := CheckInput{CA: ca, Leader: "certapi-0", APIService: apiService("True", bundle, false), Now: t0}
+
+	for _, tc := range []struct {
+		name    string
+		change  func(*CheckInput)
+		failing []string
+		detail  string
+	}{
+		{name: "healthy", change: func(*CheckInput) {}},
+		{name: "discovery fails", change: func(in *CheckInput) {
+			in.DiscoveryErr = errFake("the server is currently unable to handle the request")
+		},
+			failing: []string{checkAPI}, detail: "discovery of certapi.dev/v1alpha1 through kube-apiserver failed: the server is currently unable"},
+		{name: "the read fails: the certificate is not verified either", change: func(in *CheckInput) { in.CA, in.CAErr = nil, errFake("x509: certificate signed by unknown authority") },
+			failing: []string{checkAPI, checkCertificate}, detail: "x509: certificate signed by unknown authority"},
+		{name: "APIService not available", change: func(in *CheckInput) { in.APIService = apiService("False", bundle, false) },
+			failing: []string{checkAPIService}, detail: "is not Available: FailedDiscoveryCheck: no response"},
+		{name: "APIService without conditions", change: func(in *CheckInput) { in.APIService = apiService("", bundle, false) },
+			failing: []string{checkAPIService}, detail: "has no Available condition yet"},
+		{name: "no leader", change: func(in *CheckInput) { in.Leader = "<none>" },
+			failing: []string{checkLeader}, detail: "no certapi replica leads"},
+		{name: "election unreadable", change: func(in *CheckInput) { in.Leader = "<unknown>" },
+			failing: []string{checkLeader}, detail: "could not read its leader election"},
+		{name: "leader column missing", change: func(in *CheckInput) { in.Leader, in.LeaderErr = "", errFake("no Leader column") },
+			failing: []string{checkLeader}, detail: "the leader could not be read: no Leader column"},
+		{name: "verification off", change: func(in *CheckInput) { in.APIService = apiService("True", nil, true) },
+			failing: []string{checkCertificate}, detail: "sets insecureSkipTLSVerify"},
+		{name: "no caBundle", change: func(in *CheckInput) { in.APIService = apiService("True", nil, false) },
+			failing: []string{checkCertificate}, detail: "has no caBundle"},
+		{name: "a stale caBundle", change: func(in *CheckInput) {
+			in.APIService = apiService("True", signer.EncodeBundle(older.Certificate), false)
+		},
+			failing: []string{checkCertificate}, detail: "caBundle lacks the Active CA " + serial(active)},
+		{name: "an expired CA", change: func(in *CheckInput) { in.Now = active.Certificate.NotAfter },
+			failing: []string{checkCertificate}, detail: "expired at"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := healthy
+			tc.change(&in)
+			results := Check(in)
+			if len(results) != 4 {
+				t.Fatalf("%d results, want 4", len(results))
+			}
+			if got := strings.Join(failing(results), ","); got != strings.Join(tc.failing, ",") {
+				t.Fatalf("failing %q, want %q: %+v", got, tc.failing, results)
+			}
+			var details []string
+			for _, r := range results {
+				details = append(details, r.Detail)
+			}
+			if !strings.Contains(strings.Join(details, "\n"), tc.detail) {
+				t.Errorf("details %q lack %q", details, tc.detail)
+			}
+		})
+	}
+
+	var out bytes.Buffer
+	if err := PrintChecks(&out, Check(healthy)); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"CHECK                 RESULT   DETAIL",
+		"API served            ok       kube-apiserver serves certapi.dev/v1alpha1 from certapi",
+		"leader                ok       certapi-0 leads",
+		"serving certificate   ok       kube-apiserver verified certapi's certificate for certapi.certapi-system.svc",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
+func TestLeaderFromTable(t *testing.T) {
+	cols := []metav1.TableColumnDefinition{{Name: "Name"}, {Name: "Leader"}, {Name: "Age"}}
+	for _, tc := range []struct {
+		name    string
+		table   metav1.Table
+		want    string
+		wantErr string
+	}{
+		{"a leader", metav1.Table{ColumnDefinitions: cols, Rows: []metav1.TableRow{{Cells: []any{"default", "certapi-1", "1h"}}}}, "certapi-1", ""},
+		{"none", metav1.Table{ColumnDefinitions: cols, Rows: []metav1.TableRow{{Cells: []any{"default", "<none>", "1h"}}}}, "<none>", ""},
+		{"an older certapi", metav1.Table{ColumnDefinitions: cols[:1], Rows: []metav1.TableRow{{Cells: []any{"default"}}}}, "", "no Leader column"},
+		{"no row", metav1.Table{ColumnDefinitions: cols}, "", "has 0 rows"},
+		{"not a string", metav1.Table{ColumnDefinitions: cols, Rows: []metav1.TableRow{{Cells: []any{"default", 3.0, "1h"}}}}, "", "Leader cell"},
+		{"not a table", metav1.Table{TypeMeta: metav1.TypeMeta{Kind: "CertificateAuthority"}}, "", "not a Table"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := leaderFromTable(&tc.table)
+			if got != tc.want || (err == nil) != (tc.wantErr == "") || (err != nil && !strings.Contains(err.Error(), tc.wantErr)) {
+				t.Fatalf("leaderFromTable = %q, %v; want %q, %q", got, err, tc.want, tc.wantErr)
+			}
+		})
+	}
+}

@@ -1,0 +1,223 @@
+// Package kubectlcertapi is the command behind the kubectl plugin kubectl-certapi, which kubectl runs for
+// `kubectl certapi ...`: day-2 work on certapi for cluster admins. `status` shows the CA, the rotation and
+// what it waits for, the injection summary and the requests nearest expiry; `rotate` and `distrust` start
+// a CA rotation and follow it; `inspect secret` explains a delivered Secret; `check` says whether certapi
+// serves. It is built on k8s.io/cli-runtime, so the kubeconfig, context and namespace flags behave as
+// kubectl's, and it reports errors as kubectl does (k8s.io/kubectl's cmdutil.CheckErr).
+package kubectlcertapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/cli-runtime/pkg/printers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	aggregatorclient "k8s.io/kube-aggregator/pkg/client/clientset_generated/clientset"
+	cmdutil "k8s.io/kubectl/pkg/cmd/util"
+	"k8s.io/kubectl/pkg/util/templates"
+
+	"github.com/certapi/certapi/pkg/cmd/internal/help"
+	"github.com/certapi/certapi/pkg/generated/clientset/versioned"
+)
+
+// Names of certapi's objects this command reads and writes.
+const (
+	// caName is the one CertificateAuthority.
+	caName = "default"
+	// caResource is how kubectl names the CertificateAuthority in its output.
+	caResource = "certificateauthority.certapi.dev/" + caName
+	// apiServiceName is the APIService that registers certapi with kube-apiserver.
+	apiServiceName = "v1alpha1.certapi.dev"
+	// groupVersion is certapi's API.
+	groupVersion = "certapi.dev/v1alpha1"
+)
+
+// FieldManager is the field manager of the writes `rotate` and `distrust` make.
+const FieldManager = "kubectl-certapi"
+
+var rootLong = templates.LongDesc(`
+	Operate certapi, the cluster's certificate authority for webhooks and extension API servers.
+
+	kubectl runs this plugin when kubectl-certapi is on PATH, and passes it the arguments after
+	"kubectl certapi": put every flag, --kubeconfig, --context and -n included, after "certapi".
+	It can also be run directly as kubectl-certapi.`)
+
+var rootExample = templates.Examples(`
+	# The CA, the rotation and what it waits for, injection, and the requests nearest expiry
+	kubectl certapi status
+
+	# Is certapi serving? Exit status 0 only when it is; wait up to two minutes for it
+	kubectl certapi check --wait --timeout=2m
+
+	# Rotate the CA with trust overlap and follow it until the new CA signs
+	kubectl certapi rotate --wait
+
+	# What a delivered Secret holds, and whether it verifies against the current bundle
+	kubectl certapi inspect secret my-webhook-tls -n webhooks`)
+
+// rootOptions are the flags every subcommand shares.
+type rootOptions struct {
+	configFlags *genericclioptions.ConfigFlags
+	genericiooptions.IOStreams
+}
+
+// clients are the API clients the subcommands use.
+type clients struct {
+	certapi    versioned.Interface
+	kube       kubernetes.Interface
+	aggregator aggregatorclient.Interface
+}
+
+// clients makes the clients from the kubeconfig flags, with API warnings printed as kubectl does.
+func (o *rootOptions) clients() (*clients, error) {
+	config, err := o.configFlags.ToRESTConfig()
+	if err != nil {
+		return nil, err
+	}
+	config = rest.CopyConfig(config)
+	config.WarningHandler = rest.NewWarningWriter(o.ErrOut, rest.WarningWriterOptions{
+		Deduplicate: true,
+		Color:       printers.AllowsColorOutput(o.ErrOut),
+	})
+	c := &clients{}
+	if c.certapi, err = versioned.NewForConfig(config); err != nil {
+		return nil, fmt.Errorf("making a certapi client: %w", err)
+	}
+	if c.kube, err = kubernetes.NewForConfig(config); err != nil {
+		return nil, fmt.Errorf("making a Kubernetes client: %w", err)
+	}
+	if c.aggregator, err = aggregatorclient.NewForConfig(config); err != nil {
+		return nil, fmt.Errorf("making an APIService client: %w", err)
+	}
+	return c, nil
+}
+
+// namespace returns the namespace of -n or the kubeconfig's context, and whether -n gave it.
+func (o *rootOptions) namespace() (string, bool, error) {
+	ns, explicit, err := o.configFlags.ToRawKubeConfigLoader().Namespace()
+	if err != nil {
+		return "", false, fmt.Errorf("reading the namespace from the kubeconfig: %w", err)
+	}
+	return ns, explicit, nil
+}
+
+// NewCmd returns the command `kubectl certapi` with its subcommands. Run it through
+// k8s.io/component-base/cli.RunNoErrOutput and pass its error to cmdutil.CheckErr, as kubectl does.
+func NewCmd(streams genericiooptions.IOStreams) *cobra.Command {
+	o := &rootOptions{configFlags: genericclioptions.NewConfigFlags(true).WithWarningPrinter(streams), IOStreams: streams}
+	cmd := &cobra.Command{
+		Use:     "kubectl-certapi",
+		Short:   "Operate certapi: CA status, rotation, distrust, Secret inspection, health check",
+		Long:    rootLong,
+		Example: rootExample,
+		Annotations: map[string]string{
+			cobra.CommandDisplayNameAnnotation: "kubectl certapi",
+		},
+		SilenceUsage: true,
+		// Not runnable itself: without a command it prints its help, with an unknown one it fails.
+		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
+	}
+	cmd.SetOut(streams.Out)
+	cmd.SetErr(streams.ErrOut)
+	cmd.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		return cmdutil.UsageErrorf(c, "%s", err)
+	})
+	conn := pflag.NewFlagSet("kubeconfig", pflag.ContinueOnError)
+	o.configFlags.AddFlags(conn)
+	cmd.PersistentFlags().AddFlagSet(conn)
+
+	own := map[*cobra.Command]*pflag.FlagSet{}
+	for _, sub := range []*cobra.Command{newStatusCmd(o), newCheckCmd(o), newRotateCmd(o), newDistrustCmd(o), newInspectCmd(o)} {
+		addSub(cmd, sub, own)
+	}
+	help.SetUsage(cmd, func(c *cobra.Command) []help.FlagGroup {
+		var groups []help.FlagGroup
+		if fs := own[c]; fs != nil {
+			groups = append(groups, help.FlagGroup{Title: "Options", Flags: fs})
+		}
+		return append(groups, help.FlagGroup{Title: "Kubeconfig and connection options (as kubectl's)", Flags: conn})
+	})
+	return cmd
+}
+
+// addSub adds sub (and, recursively, its subcommands) to parent, noting each one's own flags for --help.
+func addSub(parent, sub *cobra.Command, own map[*cobra.Command]*pflag.FlagSet) {
+	parent.AddCommand(sub)
+	if sub.HasLocalFlags() {
+		own[sub] = sub.LocalNonPersistentFlags()
+	}
+	sub.SilenceUsage = true
+	sub.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		return cmdutil.UsageErrorf(c, "%s", err)
+	})
+	for _, c := range sub.Commands() {
+		if c.HasLocalFlags() {
+			own[c] = c.LocalNonPersistentFlags()
+		}
+		c.SilenceUsage = true
+	}
+}
+
+// tableAccept asks for the server's table of an object (as kubectl get does).
+const tableAccept = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"
+
+// readLeader asks for CertificateAuthority/default as a table, whose Leader column certapi fills at each
+// read with the replica that leads now.
+func readLeader(ctx context.Context, c versioned.Interface) (string, error) {
+	raw, err := c.CertapiV1alpha1().RESTClient().Get().Resource("certificateauthorities").Name(caName).
+		SetHeader("Accept", tableAccept).Do(ctx).Raw()
+	if err != nil {
+		return "", err
+	}
+	table := &metav1.Table{}
+	if err := json.Unmarshal(raw, table); err != nil {
+		return "", fmt.Errorf("decoding the table of %s: %w", caResource, err)
+	}
+	return leaderFromTable(table)
+}
+
+// leaderFromTable reads the Leader column of a CertificateAuthority table.
+func leaderFromTable(table *metav1.Table) (string, error) {
+	if table.Kind != "" && table.Kind != "Table" {
+		return "", fmt.Errorf("the server answered a %s, not a Table, for %s", table.Kind, caResource)
+	}
+	col := -1
+	for i, c := range table.ColumnDefinitions {
+		if c.Name == "Leader" {
+			col = i
+		}
+	}
+	switch {
+	case col < 0:
+		return "", errors.New("the CertificateAuthority table has no Leader column: certapi is older than this plugin")
+	case len(table.Rows) != 1 || len(table.Rows[0].Cells) <= col:
+		return "", fmt.Errorf("the CertificateAuthority table has %d rows, want one with a Leader cell", len(table.Rows))
+	}
+	leader, ok := table.Rows[0].Cells[col].(string)
+	if !ok || leader == "" {
+		return "", fmt.Errorf("the Leader cell of the CertificateAuthority table is %v", table.Rows[0].Cells[col])
+	}
+	return leader, nil
+}
+
+// leaderKnown says whether a Leader cell names a replica.
+func leaderKnown(cell string) bool {
+	return cell != "" && cell != "<none>" && cell != "<unknown>"
+}
+
+// positive checks that the duration flag name is greater than zero.
+func positive(name string, d time.Duration) error {
+	if d <= 0 {
+		return fmt.Errorf("--%s must be greater than zero, got %s", name, d)
+	}
+	return nil
+}

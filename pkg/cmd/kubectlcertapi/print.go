@@ -1,0 +1,136 @@
+package kubectlcertapi
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/duration"
+	"k8s.io/cli-runtime/pkg/printers"
+	"sigs.k8s.io/yaml"
+)
+
+// Output formats of -o for the commands that print a report.
+const (
+	outputTable = ""
+	outputJSON  = "json"
+	outputYAML  = "yaml"
+)
+
+// validOutput checks an -o value.
+func validOutput(o string) error {
+	switch o {
+	case outputTable, outputJSON, outputYAML:
+		return nil
+	}
+	return fmt.Errorf("unable to match a printer suitable for the output format %q, allowed formats are: json,yaml", o)
+}
+
+// printStructured writes v as JSON or YAML.
+func printStructured(w io.Writer, format string, v any) error {
+	switch format {
+	case outputJSON:
+		data, err := json.MarshalIndent(v, "", "    ")
+		if err != nil {
+			return fmt.Errorf("encoding JSON: %w", err)
+		}
+		_, err = fmt.Fprintf(w, "%s\n", data)
+		return err
+	case outputYAML:
+		data, err := yaml.Marshal(v)
+		if err != nil {
+			return fmt.Errorf("encoding YAML: %w", err)
+		}
+		_, err = w.Write(data)
+		return err
+	}
+	return fmt.Errorf("no structured output format %q", format)
+}
+
+// timeLeft says how long until t, as kubectl shows ages; "expired" once t has passed.
+func timeLeft(now, t time.Time) string {
+	if !t.After(now) {
+		return "expired"
+	}
+	return duration.HumanDuration(t.Sub(now))
+}
+
+// PrintReport writes the status report as tables and short paragraphs.
+func PrintReport(out io.Writer, r Report) error {
+	w := printers.GetNewTabWriter(out)
+	fmt.Fprintln(w, "CERTIFICATE AUTHORITY\tLEADER\tREADY\tROTATING")
+	fmt.Fprintf(w, "default\t%s\t%s\t%s\n", r.Leader, conditionCell(r.Ready), conditionCell(r.Rotation.ConditionSummary))
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(out)
+
+	w = printers.GetNewTabWriter(out)
+	fmt.Fprintln(w, "ROLE\tSERIAL\tSUBJECT KEY ID\tNOT BEFORE\tNOT AFTER\tLEFT")
+	for _, c := range r.CertificateAuthorities {
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", c.Role, c.SerialNumber, c.SubjectKeyID, formatTime(c.NotBefore), formatTime(c.NotAfter), timeLeft(r.Time, c.NotAfter))
+	}
+	if len(r.CertificateAuthorities) == 0 {
+		fmt.Fprintln(w, "<none: certapi's leader has not published the CA yet>")
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+
+	fmt.Fprintf(out, "\nRotation: %s", r.Rotation.State)
+	if r.Rotation.Message != "" {
+		fmt.Fprintf(out, ": %s", r.Rotation.Message)
+	}
+	fmt.Fprintln(out)
+	for _, s := range r.Rotation.WaitingFor {
+		fmt.Fprintf(out, "  waiting for %s\n", s)
+	}
+
+	if inj := r.Injection; inj != nil {
+		fmt.Fprintf(out, "\nInjection: %d targets: %d up to date, %d pending, %d skipped, %d in conflict\n",
+			inj.Targets, inj.UpToDate, inj.Pending, inj.Skipped, inj.Conflicts)
+	} else {
+		fmt.Fprintln(out, "\nInjection: no summary yet")
+	}
+
+	q := r.Requests
+	if q.Error != "" {
+		_, err := fmt.Fprintf(out, "\nServingCertRequests (%s): cannot list them: %s\n", q.Scope, q.Error)
+		return err
+	}
+	fmt.Fprintf(out, "\nServingCertRequests (%s): %d, %d not Ready, %d never issued, %d past their renewal time\n",
+		q.Scope, q.Total, q.NotReady, q.NotIssued, q.Overdue)
+	if len(q.NearestExpiry) == 0 {
+		return nil
+	}
+	fmt.Fprintln(out)
+	w = printers.GetNewTabWriter(out)
+	fmt.Fprintln(w, "NAMESPACE\tNAME\tREADY\tNOT AFTER\tLEFT\tRENEWAL\tSIGNED BY")
+	for _, e := range q.NearestExpiry {
+		renewal := "<none>"
+		if e.RenewalTime != nil {
+			renewal = formatTime(*e.RenewalTime)
+			if e.Overdue {
+				renewal += " (overdue)"
+			}
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Namespace, e.Name, e.Ready, formatTime(e.NotAfter), timeLeft(r.Time, e.NotAfter), renewal, e.SignedBy)
+	}
+	return w.Flush()
+}
+
+// conditionCell is a condition as one table cell: Status (Reason).
+func conditionCell(c ConditionSummary) string {
+	if c.Reason == "" {
+		return c.Status
+	}
+	return c.Status + " (" + c.Reason + ")"
+}
+
+// indent prefixes every line of s with prefix.
+func indent(s, prefix string) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return prefix + strings.Join(lines, "\n"+prefix) + "\n"
+}

@@ -1,0 +1,207 @@
+package kubectlcertapi
+
+import (
+	"bytes"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
+)
+
+func request(ns, name, secret, certPEM string, notAfter, renewal *time.Time, ready metav1.ConditionStatus, reason string) certapiv1alpha1.ServingCertRequest {
+	r := certapiv1alpha1.ServingCertRequest{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: certapiv1alpha1.ServingCertRequestSpec{ServiceName: name, SecretName: secret}}
+	r.Status.Certificate = certPEM
+	if notAfter != nil {
+		na := metav1.NewTime(*notAfter)
+		r.Status.NotAfter = &na
+	}
+	if renewal != nil {
+		rt := metav1.NewTime(*renewal)
+		r.Status.RenewalTime = &rt
+	}
+	if ready != "" {
+		r.Status.Conditions = []metav1.Condition{{Type: "Ready", Status: ready, Reason: reason}}
+	}
+	return r
+}
+
+func at(d time.Duration) *time.Time { t := t0.Add(d); return &t }
+
+func TestBuildReportRequests(t *testing.T) {
+	active := newCA(t, t0.Add(-24*time.Hour), 365*24*time.Hour)
+	retiring := newCA(t, t0.Add(-300*24*time.Hour), 365*24*time.Hour)
+	stranger := newCA(t, t0.Add(-24*time.Hour), 365*24*time.Hour)
+	fromActive, _ := leaf(t, active, "a", "ns1", t0, time.Hour)
+	fromRetiring, _ := leaf(t, retiring, "b", "ns1", t0, time.Hour)
+	fromStranger, _ := leaf(t, stranger, "c", "ns2", t0, time.Hour)
+	ca := caObject(idle(), nil, caEntry(active, "Active"), caEntry(retiring, "Retiring"))
+
+	reqs := []certapiv1alpha1.ServingCertRequest{
+		request("ns1", "late", "late-tls", string(fromActive), at(72*time.Hour), at(48*time.Hour), metav1.ConditionTrue, "Issued"),
+		request("ns1", "soon", "soon-tls", string(fromRetiring), at(2*time.Hour), at(-time.Minute), metav1.ConditionTrue, "Issued"),
+		request("ns2", "mid", "", string(fromStranger), at(24*time.Hour), at(12*time.Hour), metav1.ConditionFalse, "SecretConflict"),
+		request("ns2", "never", "never-tls", "", nil, nil, "", ""),
+	}
+	r := BuildReport(ReportInput{Now: t0, CA: ca, Leader: "certapi-0", Requests: reqs, Scope: allNamespaces, Nearest: 2})
+	q := r.Requests
+	if q.Total != 4 || q.NotReady != 2 || q.NotIssued != 1 || q.Overdue != 1 || q.Secrets != 3 || q.SecretsFromActive != 1 {
+		t.Fatalf("counts %+v", q)
+	}
+	if len(q.NearestExpiry) != 2 || q.NearestExpiry[0].Name != "soon" || q.NearestExpiry[1].Name != "mid" {
+		t.Fatalf("nearest %+v, want soon then mid", q.NearestExpiry)
+	}
+	soon, mid := q.NearestExpiry[0], q.NearestExpiry[1]
+	if !soon.Overdue || soon.SignedBy != "Retiring" || soon.Ready != "True (Issued)" {
+		t.Errorf("soon %+v", soon)
+	}
+	if mid.Overdue || mid.SignedBy != "unknown" || mid.Ready != "False (SecretConflict)" {
+		t.Errorf("mid %+v", mid)
+	}
+
+	r = BuildReport(ReportInput{Now: t0, CA: ca, Leader: "x", RequestsError: errors.New("forbidden"), Scope: allNamespaces, Nearest: 5})
+	if r.Requests.Error != "forbidden" || r.Requests.Total != 0 || r.Requests.NearestExpiry == nil {
+		t.Fatalf("with a list error: %+v", r.Requests)
+	}
+}
+
+func TestBuildReportRotation(t *testing.T) {
+	life := 360 * 24 * time.Hour
+	active := newCA(t, t0.Add(-24*time.Hour), life)
+	next := newCA(t, t0, life)
+	notBefore, notAfter := active.Certificate.NotBefore, active.Certificate.NotAfter
+	third, sixth := notAfter.Add(-notAfter.Sub(notBefore)/3), notAfter.Add(-notAfter.Sub(notBefore)/6)
+	since := metav1.NewTime(t0.Add(-10 * time.Minute))
+	for _, tc := range []struct {
+		name           string
+		ca             *certapiv1alpha1.CertificateAuthority
+		requests       []certapiv1alpha1.ServingCertRequest
+		want           []string // substrings of WaitingFor, in order
+		nextRotation   *time.Time
+		forcedSwitchAt *time.Time
+	}{{
+		name:         "idle: the next rotation at a third of the life left",
+		ca:           caObject(idle(), &certapiv1alpha1.InjectionSummary{Targets: 2, UpToDate: 2}, caEntry(active, "Active")),
+		want:         []string{"nothing: the next rotation begins by itself at " + formatTime(third)},
+		nextRotation: &third,
+	}, {
+		name: "next published: pending targets, grace, forced switch",
+		ca: caObject(metav1.Condition{Type: "Rotating", Status: "True", Reason: "NextPublished", Message: "m", LastTransitionTime: since},
+			&certapiv1alpha1.InjectionSummary{Targets: 10, UpToDate: 6, Skipped: 1, Conflicts: 1},
+			caEntry(active, "Active"), caEntry(next, "Next")),
+		want: []string{
+			"2 of 10 injection targets to take the bundle with the Next CA " + serial(next),
+			"(1 targets in conflict and 1 skipped do not hold the gate",
+			"the rotation grace period (certapi's --rotation-grace, default 1h) from " + formatTime(since.Time),
+			"at the latest " + formatTime(sixth) + ", when a sixth of the Active CA's life remains",
+		},
+		forcedSwitchAt: &sixth,
+	}, {
+		name: "next published: every target holds it",
+		ca: caObject(metav1.Condition{Type: "Rotating", Status: "True", Reason: "NextPublished", LastTransitionTime: since},
+			&certapiv1alpha1.InjectionSummary{Targets: 3, UpToDate: 3}, caEntry(active, "Active"), caEntry(next, "Next")),
+		want:           []string{"nothing from the injection targets: every injectable one holds the Next CA", "the rotation grace period", "at the latest"},
+		forcedSwitchAt: &sixth,
+	}, {
+		name: "retiring: the condition's message",
+		ca: caObject(metav1.Condition{Type: "Rotating", Status: "True", Reason: "Retiring", Message: "the Retiring CA 1f leaves the bundle at X"},
+			nil, caEntry(next, "Active"), caEntry(active, "Retiring")),
+		want: []string{"the Retiring CA to leave the bundle when no certificate it signed can still be valid: the Retiring CA 1f leaves the bundle at X"},
+	}, {
+		name: "distrusted: Secrets re-issued so far",
+		ca: caObject(metav1.Condition{Type: "Rotating", Status: "True", Reason: "Distrusted"},
+			nil, caEntry(next, "Active"), caEntry(active, "Retiring")),
+		requests: func() []certapiv1alpha1.ServingCertRequest {
+			newer, _ := leaf(t, next, "a", "ns", t0, time.Hour)
+			older, _ := leaf(t, active, "b", "ns", t0, time.Hour)
+			return []certapiv1alpha1.ServingCertRequest{
+				request("ns", "a", "a-tls", string(newer), at(time.Hour), nil, "True", ""),
+				request("ns", "b", "b-tls", string(older), at(time.Hour), nil, "True", ""),
+				request("ns", "c", "", string(older), at(time.Hour), nil, "True", ""),
+			}
+		}(),
+		want: []string{"every Secret certapi delivers to be re-issued by the Active CA: 1 of 2 are (all namespaces)", "pkg/servingcert"},
+	}, {
+		name: "distrusted, with status.distrust: what it waits for and until when",
+		ca: func() *certapiv1alpha1.CertificateAuthority {
+			ca := caObject(metav1.Condition{Type: "Rotating", Status: "True", Reason: "Distrusted"}, nil, caEntry(next, "Active"), caEntry(active, "Retiring"))
+			deadline := metav1.NewTime(t0.Add(15 * time.Minute))
+			ca.Status.Distrust = &certapiv1alpha1.DistrustStatus{Distrust: "leak", StartedAt: metav1.NewTime(t0), Deadline: &deadline,
+				PendingSecrets:   &certapiv1alpha1.SecretsSummary{Count: 12, Names: []string{"a/x-tls", "b/y-tls"}},
+				PendingReplicas:  1,
+				UnmanagedSecrets: &certapiv1alpha1.SecretsSummary{Count: 1, Names: []string{"c/old-tls"}}}
+			return ca
+		}(),
+		want: []string{
+			"12 delivered Secrets to be re-issued by the Active CA: a/x-tls, b/y-tls, ...",
+			"1 certapi replicas to serve a certificate of the Active CA",
+			"at the latest " + formatTime(t0.Add(15*time.Minute)) + " (certapi's --distrust-deadline)",
+			"(not waited for: 1 labelled Secrets certapi will not re-issue: c/old-tls;",
+		},
+	}, {
+		name: "a spec change not acted on yet",
+		ca: func() *certapiv1alpha1.CertificateAuthority {
+			ca := caObject(idle(), nil, caEntry(active, "Active"))
+			ca.Generation = 3
+			return ca
+		}(),
+		want:         []string{"certapi's leader to act on the latest spec (generation 3; the status describes 1)", "nothing: the next rotation"},
+		nextRotation: &third,
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := BuildReport(ReportInput{Now: t0, CA: tc.ca, Leader: "l", Requests: tc.requests, Scope: allNamespaces, Nearest: 5})
+			if len(r.Rotation.WaitingFor) != len(tc.want) {
+				t.Fatalf("waitingFor %q, want %d entries like %q", r.Rotation.WaitingFor, len(tc.want), tc.want)
+			}
+			for i, w := range tc.want {
+				if !strings.Contains(r.Rotation.WaitingFor[i], w) {
+					t.Errorf("waitingFor[%d] = %q, want it to contain %q", i, r.Rotation.WaitingFor[i], w)
+				}
+			}
+			if !equalTime(r.Rotation.NextRotation, tc.nextRotation) || !equalTime(r.Rotation.ForcedSwitchAt, tc.forcedSwitchAt) {
+				t.Errorf("nextRotation %v forcedSwitchAt %v, want %v %v", r.Rotation.NextRotation, r.Rotation.ForcedSwitchAt, tc.nextRotation, tc.forcedSwitchAt)
+			}
+		})
+	}
+}
+
+func equalTime(a, b *time.Time) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.Equal(*b)
+}
+
+func TestPrintReport(t *testing.T) {
+	active := newCA(t, t0.Add(-24*time.Hour), 365*24*time.Hour)
+	fromActive, _ := leaf(t, active, "web", "team-a", t0, 168*time.Hour)
+	ca := caObject(idle(), &certapiv1alpha1.InjectionSummary{Targets: 4, UpToDate: 2, Skipped: 1, Conflicts: 0}, caEntry(active, "Active"))
+	r := BuildReport(ReportInput{Now: t0, CA: ca, Leader: "certapi-0", Scope: allNamespaces, Nearest: 5,
+		Requests: []certapiv1alpha1.ServingCertRequest{request("team-a", "web", "web-tls", string(fromActive), at(168*time.Hour), at(-time.Hour), "True", "Issued")}})
+	var out bytes.Buffer
+	if err := PrintReport(&out, r); err != nil {
+		t.Fatal(err)
+	}
+	s := out.String()
+	for _, want := range []string{
+		"CERTIFICATE AUTHORITY   LEADER      READY            ROTATING",
+		"default                 certapi-0   True (Signing)   False (Idle)",
+		"Active   " + serial(active) + "   " + active.SubjectKeyID(),
+		"364d",
+		"Rotation: Idle: no rotation is running",
+		"  waiting for nothing: the next rotation begins by itself",
+		"Injection: 4 targets: 2 up to date, 1 pending, 1 skipped, 0 in conflict",
+		"ServingCertRequests (all namespaces): 1, 0 not Ready, 0 never issued, 1 past their renewal time",
+		"NAMESPACE   NAME   READY           NOT AFTER",
+		"team-a      web    True (Issued)   " + formatTime(t0.Add(168*time.Hour)) + "   7d",
+		"(overdue)   Active",
+	} {
+		if !strings.Contains(s, want) {
+			t.Errorf("output lacks %q:\n%s", want, s)
+		}
+	}
+}

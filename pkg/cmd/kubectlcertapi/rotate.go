@@ -1,0 +1,355 @@
+package kubectlcertapi
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
+	watchtools "k8s.io/client-go/tools/watch"
+	cmdutil "k8s.io/kubectl/pkg/cmd/util"
+	"k8s.io/kubectl/pkg/util/templates"
+
+	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
+	certapiclient "github.com/certapi/certapi/pkg/generated/clientset/versioned/typed/certapi/v1alpha1"
+)
+
+// Default limits of --wait.
+const (
+	// DefaultRotateTimeout leaves room for certapi's default --rotation-grace of 1h.
+	DefaultRotateTimeout = 90 * time.Minute
+	// DefaultDistrustTimeout leaves room for certapi's distrust deadline (15 minutes by default).
+	DefaultDistrustTimeout = 30 * time.Minute
+)
+
+// rotationKind is which spec field a command sets.
+type rotationKind string
+
+const (
+	kindRotate   rotationKind = "forceRotation"
+	kindDistrust rotationKind = "distrust"
+)
+
+type rotateOptions struct {
+	*rootOptions
+	kind    rotationKind
+	yes     bool
+	wait    bool
+	timeout time.Duration
+}
+
+func newRotateCmd(root *rootOptions) *cobra.Command {
+	o := &rotateOptions{rootOptions: root, kind: kindRotate, timeout: DefaultRotateTimeout}
+	cmd := &cobra.Command{
+		Use:   "rotate [--wait]",
+		Short: "Rotate the CA with trust overlap (sets spec.forceRotation)",
+		Long: templates.LongDesc(`
+			Start a CA rotation now: set CertificateAuthority/default's spec.forceRotation to a new,
+			generated value. certapi publishes a Next CA in every trust bundle; once every injection target
+			holds it and the rotation grace period has passed, the Next CA signs and the old one is Retiring
+			until no certificate it signed can still be valid. Nothing stops trusting anything: this is the
+			routine rotation. If a rotation is already running, this one starts after it.
+
+			With --wait, follow the steps until the new CA signs.`),
+		Example: templates.Examples(`
+			kubectl certapi rotate
+			kubectl certapi rotate --wait --timeout=2h`),
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := o.validate(cmd); err != nil {
+				return err
+			}
+			return o.run(cmd.Context())
+		},
+	}
+	cmd.Flags().BoolVar(&o.wait, "wait", o.wait, "Follow the rotation, printing each step, until the new CA signs.")
+	cmd.Flags().DurationVar(&o.timeout, "timeout", o.timeout, "How long --wait waits. On timeout the command fails and says where the rotation stands; the rotation goes on.")
+	return cmd
+}
+
+func newDistrustCmd(root *rootOptions) *cobra.Command {
+	o := &rotateOptions{rootOptions: root, kind: kindDistrust, timeout: DefaultDistrustTimeout}
+	cmd := &cobra.Command{
+		Use:   "distrust --yes [--wait]",
+		Short: "Replace a compromised CA at once (sets spec.distrust); needs --yes",
+		Long: templates.LongDesc(`
+			The emergency path for a compromised CA: set CertificateAuthority/default's spec.distrust to a
+			new, generated value. A new CA signs at once; every Secret certapi delivers is re-issued; clients
+			of the servingcerts subresource (pkg/servingcert) re-issue when they see it; and the distrusted
+			CA (with a Next CA, if one was waiting) leaves every trust bundle as soon as that is done, or at
+			certapi's distrust deadline regardless. Certificates it signed that nobody re-issues then stop
+			being trusted. It refuses to run without --yes, and says what it would do.
+
+			With --wait, follow the steps until the distrusted CA has left the bundle.`),
+		Example: templates.Examples(`
+			# Say what a distrust would do now, and do nothing
+			kubectl certapi distrust
+
+			# Do it, and follow it until the distrusted CA has left the bundle
+			kubectl certapi distrust --yes --wait`),
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := o.validate(cmd); err != nil {
+				return err
+			}
+			return o.run(cmd.Context())
+		},
+	}
+	cmd.Flags().BoolVar(&o.yes, "yes", o.yes, "Really distrust the current CA. Without it, the command says what it would do and fails.")
+	cmd.Flags().BoolVar(&o.wait, "wait", o.wait, "Follow the distrust, printing each step, until the distrusted CA has left the bundle.")
+	cmd.Flags().DurationVar(&o.timeout, "timeout", o.timeout, "How long --wait waits. On timeout the command fails and says where the distrust stands; it goes on.")
+	return cmd
+}
+
+func (o *rotateOptions) validate(cmd *cobra.Command) error {
+	if cmd.Flags().Changed("timeout") && !o.wait {
+		return cmdutil.UsageErrorf(cmd, "--timeout is the limit of --wait; add --wait")
+	}
+	return positive("timeout", o.timeout)
+}
+
+func (o *rotateOptions) run(ctx context.Context) error {
+	c, err := o.clients()
+	if err != nil {
+		return err
+	}
+	cas := c.certapi.CertapiV1alpha1().CertificateAuthorities()
+	before, err := cas.Get(ctx, caName, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	if o.kind == kindDistrust && !o.yes {
+		return errors.New(DistrustPlan(before) + "\nRun it again with --yes to do it.")
+	}
+	value, err := generatedValue(time.Now())
+	if err != nil {
+		return err
+	}
+	patch, err := json.Marshal(map[string]any{"spec": map[string]string{string(o.kind): value}})
+	if err != nil {
+		return fmt.Errorf("encoding the patch: %w", err)
+	}
+	after, err := cas.Patch(ctx, caName, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(o.Out, "%s patched: spec.%s=%s\n", caResource, o.kind, value)
+	if o.kind == kindRotate && certificate(before, certapiv1alpha1.CARoleNext) != nil {
+		fmt.Fprintln(o.Out, "a rotation is running; this one starts once its Next CA signs")
+	}
+	if !o.wait {
+		return nil
+	}
+	goal := newRotationGoal(o.kind, before)
+	_, err = followRotation(ctx, cas, after, goal, o.timeout, func(line string) {
+		fmt.Fprintf(o.Out, "%s %s\n", time.Now().UTC().Format(time.TimeOnly), line)
+	})
+	return err
+}
+
+// generatedValue is a value for spec.forceRotation or spec.distrust that no earlier run used: the time
+// and a random suffix.
+func generatedValue(now time.Time) (string, error) {
+	b := make([]byte, 3)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("generating a value: %w", err)
+	}
+	return "kubectl-certapi-" + now.UTC().Format("20060102T150405Z") + "-" + hex.EncodeToString(b), nil
+}
+
+// DistrustPlan says what a distrust of ca's current CAs would do.
+func DistrustPlan(ca *certapiv1alpha1.CertificateAuthority) string {
+	var b strings.Builder
+	b.WriteString("distrust is the emergency path for a compromised CA. It will:\n")
+	active := certificate(ca, certapiv1alpha1.CARoleActive)
+	next := certapiv1alpha1.CertificateAuthorityRole("")
+	if certificate(ca, certapiv1alpha1.CARoleNext) != nil {
+		next = certapiv1alpha1.CARoleNext
+	}
+	switch {
+	case active != nil && next != "":
+		fmt.Fprintf(&b, "  - stop the Active CA %s and the waiting Next CA %s from signing; a new CA signs at once\n",
+			active.SerialNumber, certificate(ca, next).SerialNumber)
+	case active != nil:
+		fmt.Fprintf(&b, "  - stop the Active CA %s from signing; a new CA signs at once\n", active.SerialNumber)
+	default:
+		b.WriteString("  - stop the Active CA from signing; a new CA signs at once\n")
+	}
+	b.WriteString("  - re-issue every Secret certapi delivers; clients of the servingcerts subresource (pkg/servingcert) re-issue by themselves\n")
+	b.WriteString("  - remove the distrusted CA from every trust bundle (webhook configurations, CRDs, APIServices, ConfigMaps,\n" +
+		"    the ClusterTrustBundle, ca.crt of Secrets) as soon as that is done, or at certapi's distrust deadline regardless:\n" +
+		"    certificates it signed that nobody re-issues (Secrets of deleted or conflicting requests, certificates\n" +
+		"    copied elsewhere) stop being trusted then")
+	return b.String()
+}
+
+// rotationGoal says when a rotate or distrust is done.
+type rotationGoal struct {
+	kind rotationKind
+	// old are the serials of the CAs that were Active or Next before the patch.
+	old map[string]bool
+}
+
+func newRotationGoal(kind rotationKind, before *certapiv1alpha1.CertificateAuthority) rotationGoal {
+	g := rotationGoal{kind: kind, old: map[string]bool{}}
+	for _, c := range before.Status.Certificates {
+		if c.Role == certapiv1alpha1.CARoleActive || c.Role == certapiv1alpha1.CARoleNext {
+			g.old[c.SerialNumber] = true
+		}
+	}
+	return g
+}
+
+// Done reports whether ca shows the goal reached: for a rotation, a CA that was neither Active nor Next
+// before signs (with a rotation already running, its Next CA signs first, then the one this run asked
+// for); for a distrust, a new CA signs and no CA that was Active or Next before is left in the bundle.
+func (g rotationGoal) Done(ca *certapiv1alpha1.CertificateAuthority) bool {
+	active := certificate(ca, certapiv1alpha1.CARoleActive)
+	if active == nil || g.old[active.SerialNumber] {
+		return false
+	}
+	if g.kind == kindRotate {
+		return true
+	}
+	for _, c := range ca.Status.Certificates {
+		if g.old[c.SerialNumber] {
+			return false
+		}
+	}
+	return true
+}
+
+// ProgressLines describes ca as a few lines; followRotation prints those that differ from the previous
+// state's, so that each step shows once.
+func ProgressLines(ca *certapiv1alpha1.CertificateAuthority) []string {
+	var lines []string
+	if c := meta.FindStatusCondition(ca.Status.Conditions, certapiv1alpha1.ConditionRotating); c != nil {
+		line := fmt.Sprintf("Rotating=%s (%s)", c.Status, c.Reason)
+		if c.Message != "" {
+			line += ": " + c.Message
+		}
+		lines = append(lines, line)
+	}
+	for _, c := range ca.Status.Certificates {
+		lines = append(lines, fmt.Sprintf("%s CA %s, valid until %s", c.Role, c.SerialNumber, formatTime(c.NotAfter.Time)))
+	}
+	if inj := ca.Status.Injection; inj != nil {
+		lines = append(lines, fmt.Sprintf("injection: %d of %d targets hold the current bundle (%d skipped, %d in conflict)",
+			inj.UpToDate, inj.Targets, inj.Skipped, inj.Conflicts))
+	}
+	return lines
+}
+
+// newLines returns the lines of cur that are not in prev, in cur's order.
+func newLines(prev, cur []string) []string {
+	seen := map[string]bool{}
+	for _, l := range prev {
+		seen[l] = true
+	}
+	var out []string
+	for _, l := range cur {
+		if !seen[l] {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// followRotation watches CertificateAuthority/default from start until goal is done, calling say with
+// each new progress line. On timeout the error says where the rotation stands.
+func followRotation(ctx context.Context, client certapiclient.CertificateAuthorityInterface, start *certapiv1alpha1.CertificateAuthority,
+	goal rotationGoal, timeout time.Duration, say func(string)) (*certapiv1alpha1.CertificateAuthority, error) {
+	waitCtx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+
+	var shown []string
+	last := start
+	observe := func(ca *certapiv1alpha1.CertificateAuthority) bool {
+		last = ca
+		cur := ProgressLines(ca)
+		for _, l := range newLines(shown, cur) {
+			say(l)
+		}
+		shown = cur
+		return goal.Done(ca)
+	}
+	if observe(start) {
+		announceDone(goal, start, say)
+		return start, nil
+	}
+
+	selector := fields.OneTermEqualSelector("metadata.name", caName).String()
+	lw := cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			opts.FieldSelector = selector
+			return client.List(ctx, opts)
+		},
+		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			opts.FieldSelector = selector
+			return client.Watch(ctx, opts)
+		},
+	}, client)
+	check := func(obj any) (bool, error) {
+		ca, ok := obj.(*certapiv1alpha1.CertificateAuthority)
+		if !ok {
+			return false, fmt.Errorf("watching %s: unexpected object %T", caResource, obj)
+		}
+		return observe(ca), nil
+	}
+	precondition := func(store cache.Store) (bool, error) {
+		obj, exists, err := store.GetByKey(caName)
+		if err != nil || !exists {
+			return false, err
+		}
+		return check(obj)
+	}
+	condition := func(ev watch.Event) (bool, error) {
+		switch ev.Type {
+		case watch.Added, watch.Modified:
+			return check(ev.Object)
+		}
+		return false, nil
+	}
+	_, err := watchtools.UntilWithSync(waitCtx, lw, &certapiv1alpha1.CertificateAuthority{}, precondition, condition)
+	switch {
+	case err == nil:
+		announceDone(goal, last, say)
+		return last, nil
+	case errors.Is(waitCtx.Err(), context.DeadlineExceeded) && ctx.Err() == nil:
+		where := "no Rotating condition"
+		if c := meta.FindStatusCondition(last.Status.Conditions, certapiv1alpha1.ConditionRotating); c != nil {
+			where = fmt.Sprintf("Rotating=%s (%s): %s", c.Status, c.Reason, c.Message)
+		}
+		return last, fmt.Errorf("timed out after %s waiting for the %s to complete; it goes on. %s; `kubectl certapi status` says what it waits for", timeout, goal.what(), where)
+	default:
+		return last, fmt.Errorf("following the %s: %w", goal.what(), err)
+	}
+}
+
+func (g rotationGoal) what() string {
+	if g.kind == kindDistrust {
+		return "distrust"
+	}
+	return "rotation"
+}
+
+func announceDone(g rotationGoal, ca *certapiv1alpha1.CertificateAuthority, say func(string)) {
+	active := certificate(ca, certapiv1alpha1.CARoleActive)
+	if g.kind == kindDistrust {
+		say(fmt.Sprintf("done: CA %s signs and the distrusted CA has left the bundle", active.SerialNumber))
+	} else {
+		say(fmt.Sprintf("done: the new CA %s signs", active.SerialNumber))
+	}
+}

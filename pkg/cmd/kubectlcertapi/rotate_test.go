@@ -1,0 +1,107 @@
+package kubectlcertapi
+
+import (
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
+)
+
+func TestGeneratedValue(t *testing.T) {
+	a, err := generatedValue(t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := generatedValue(t0)
+	if !regexp.MustCompile(`^kubectl-certapi-20300601T120000Z-[0-9a-f]{6}$`).MatchString(a) {
+		t.Fatalf("value %q", a)
+	}
+	if a == b {
+		t.Fatalf("two runs in the same second made the same value %q: the second would start nothing", a)
+	}
+}
+
+func TestRotationGoal(t *testing.T) {
+	a, b, c := newCA(t, t0, 24*time.Hour), newCA(t, t0, 24*time.Hour), newCA(t, t0, 24*time.Hour)
+	rot := func(entries ...certapiv1alpha1.CertificateAuthorityCertificate) *certapiv1alpha1.CertificateAuthority {
+		return caObject(idle(), nil, entries...)
+	}
+	idleBefore := rot(caEntry(a, "Active"))
+	runningBefore := rot(caEntry(a, "Active"), caEntry(b, "Next"))
+	for _, tc := range []struct {
+		name   string
+		kind   rotationKind
+		before *certapiv1alpha1.CertificateAuthority
+		now    *certapiv1alpha1.CertificateAuthority
+		done   bool
+	}{
+		{"rotate: nothing yet", kindRotate, idleBefore, rot(caEntry(a, "Active")), false},
+		{"rotate: Next published", kindRotate, idleBefore, rot(caEntry(a, "Active"), caEntry(c, "Next")), false},
+		{"rotate: Next signs", kindRotate, idleBefore, rot(caEntry(c, "Active"), caEntry(a, "Retiring")), true},
+		{"rotate queued: the running rotation's Next signs first", kindRotate, runningBefore, rot(caEntry(b, "Active"), caEntry(a, "Retiring")), false},
+		{"rotate queued: then ours is published", kindRotate, runningBefore, rot(caEntry(b, "Active"), caEntry(c, "Next"), caEntry(a, "Retiring")), false},
+		{"rotate queued: ours signs", kindRotate, runningBefore, rot(caEntry(c, "Active"), caEntry(b, "Retiring"), caEntry(a, "Retiring")), true},
+		{"distrust: new CA signs, old still in the bundle", kindDistrust, runningBefore, rot(caEntry(c, "Active"), caEntry(a, "Retiring"), caEntry(b, "Retiring")), false},
+		{"distrust: one old CA left", kindDistrust, runningBefore, rot(caEntry(c, "Active"), caEntry(b, "Retiring")), false},
+		{"distrust: done", kindDistrust, runningBefore, rot(caEntry(c, "Active")), true},
+		{"distrust: an older Retiring CA does not count", kindDistrust, rot(caEntry(a, "Active"), caEntry(b, "Retiring")), rot(caEntry(c, "Active"), caEntry(b, "Retiring")), true},
+		{"no Active CA in status", kindRotate, idleBefore, rot(), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := newRotationGoal(tc.kind, tc.before).Done(tc.now); got != tc.done {
+				t.Fatalf("Done = %v, want %v", got, tc.done)
+			}
+		})
+	}
+}
+
+func TestProgressLinesShowEachStepOnce(t *testing.T) {
+	a, b := newCA(t, t0, 24*time.Hour), newCA(t, t0, 24*time.Hour)
+	published := metav1.Condition{Type: "Rotating", Status: "True", Reason: "NextPublished", Message: "waits"}
+	steps := []*certapiv1alpha1.CertificateAuthority{
+		caObject(idle(), &certapiv1alpha1.InjectionSummary{Targets: 2, UpToDate: 2}, caEntry(a, "Active")),
+		caObject(published, &certapiv1alpha1.InjectionSummary{Targets: 2, UpToDate: 0}, caEntry(a, "Active"), caEntry(b, "Next")),
+		caObject(published, &certapiv1alpha1.InjectionSummary{Targets: 2, UpToDate: 0}, caEntry(a, "Active"), caEntry(b, "Next")), // a status write that changes nothing shown
+		caObject(published, &certapiv1alpha1.InjectionSummary{Targets: 2, UpToDate: 2}, caEntry(a, "Active"), caEntry(b, "Next")),
+	}
+	var printed [][]string
+	var prev []string
+	for _, s := range steps {
+		cur := ProgressLines(s)
+		printed = append(printed, newLines(prev, cur))
+		prev = cur
+	}
+	until := formatTime(a.Certificate.NotAfter)
+	want := [][]string{
+		{"Rotating=False (Idle): no rotation is running", "Active CA " + serial(a) + ", valid until " + until, "injection: 2 of 2 targets hold the current bundle (0 skipped, 0 in conflict)"},
+		{"Rotating=True (NextPublished): waits", "Next CA " + serial(b) + ", valid until " + formatTime(b.Certificate.NotAfter), "injection: 0 of 2 targets hold the current bundle (0 skipped, 0 in conflict)"},
+		nil,
+		{"injection: 2 of 2 targets hold the current bundle (0 skipped, 0 in conflict)"},
+	}
+	for i := range want {
+		if strings.Join(printed[i], "\n") != strings.Join(want[i], "\n") {
+			t.Errorf("step %d printed %q, want %q", i, printed[i], want[i])
+		}
+	}
+}
+
+func TestDistrustPlanNamesTheCAs(t *testing.T) {
+	a, b := newCA(t, t0, 24*time.Hour), newCA(t, t0, 24*time.Hour)
+	plan := DistrustPlan(caObject(idle(), nil, caEntry(a, "Active"), caEntry(b, "Next")))
+	for _, want := range []string{
+		"stop the Active CA " + serial(a) + " and the waiting Next CA " + serial(b) + " from signing; a new CA signs at once",
+		"re-issue every Secret certapi delivers",
+		"stop being trusted",
+	} {
+		if !strings.Contains(plan, want) {
+			t.Errorf("plan lacks %q:\n%s", want, plan)
+		}
+	}
+	if plan := DistrustPlan(caObject(idle(), nil, caEntry(a, "Active"))); strings.Contains(plan, "Next") {
+		t.Errorf("a plan without a Next CA mentions one:\n%s", plan)
+	}
+}

@@ -1,0 +1,119 @@
+package kubectlcertapi
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	cmdutil "k8s.io/kubectl/pkg/cmd/util"
+	"k8s.io/kubectl/pkg/util/templates"
+
+	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
+	"github.com/certapi/certapi/pkg/generated/clientset/versioned"
+)
+
+// listPageSize is how many ServingCertRequests one list call returns.
+const listPageSize = 500
+
+// allNamespaces is the Scope of requests listed cluster-wide.
+const allNamespaces = "all namespaces"
+
+type statusOptions struct {
+	*rootOptions
+	output  string
+	nearest int
+}
+
+func newStatusCmd(root *rootOptions) *cobra.Command {
+	o := &statusOptions{rootOptions: root, nearest: 10}
+	cmd := &cobra.Command{
+		Use:   "status [-o json|yaml]",
+		Short: "Show the CA, the rotation and what it waits for, injection, and the requests nearest expiry",
+		Long: templates.LongDesc(`
+			Show certapi's state: the replica that leads; the CA certificates in the trust bundle with their
+			roles (Active signs, Next waits to sign, Retiring leaves when nothing it signed is valid) and
+			lifetimes; where a rotation stands and what its next step waits for; how many objects that opted
+			in to caBundle injection hold the current bundle; and the ServingCertRequests whose certificates
+			expire first, with the CA that signed each.
+
+			Requests are listed in every namespace, or only in the one -n names.`),
+		Example: templates.Examples(`
+			kubectl certapi status
+			kubectl certapi status -n webhooks --requests=20
+			kubectl certapi status -o yaml`),
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := validOutput(o.output); err != nil {
+				return cmdutil.UsageErrorf(cmd, "%s", err)
+			}
+			if o.nearest < 0 {
+				return cmdutil.UsageErrorf(cmd, "--requests must not be negative, got %d", o.nearest)
+			}
+			return o.run(cmd.Context())
+		},
+	}
+	cmd.Flags().StringVarP(&o.output, "output", "o", o.output, "Output format: json or yaml. Unset, a table.")
+	cmd.Flags().IntVar(&o.nearest, "requests", o.nearest, "How many ServingCertRequests nearest expiry to list.")
+	return cmd
+}
+
+func (o *statusOptions) run(ctx context.Context) error {
+	c, err := o.clients()
+	if err != nil {
+		return err
+	}
+	ns, explicit, err := o.namespace()
+	if err != nil {
+		return err
+	}
+	scope := allNamespaces
+	if !explicit {
+		ns = metav1.NamespaceAll
+	} else {
+		scope = "namespace " + ns
+	}
+	report, err := readReport(ctx, c, ns, scope, o.nearest)
+	if err != nil {
+		return err
+	}
+	if o.output != outputTable {
+		return printStructured(o.Out, o.output, report)
+	}
+	return PrintReport(o.Out, report)
+}
+
+// readReport reads what the report needs and builds it.
+func readReport(ctx context.Context, c *clients, namespace, scope string, nearest int) (Report, error) {
+	ca, err := c.certapi.CertapiV1alpha1().CertificateAuthorities().Get(ctx, caName, metav1.GetOptions{})
+	if err != nil {
+		return Report{}, err // not wrapped: cmdutil.CheckErr prints the API's errors as kubectl does
+	}
+	leader, err := readLeader(ctx, c.certapi)
+	if err != nil {
+		leader = "<unknown>"
+	}
+	requests, listErr := listRequests(ctx, c.certapi, namespace)
+	return BuildReport(ReportInput{
+		Now: time.Now(), CA: ca, Leader: leader,
+		Requests: requests, RequestsError: listErr, Scope: scope, Nearest: nearest,
+	}), nil
+}
+
+// listRequests lists the ServingCertRequests of namespace (all when empty), a page at a time.
+func listRequests(ctx context.Context, c versioned.Interface, namespace string) ([]certapiv1alpha1.ServingCertRequest, error) {
+	var all []certapiv1alpha1.ServingCertRequest
+	opts := metav1.ListOptions{Limit: listPageSize}
+	for {
+		list, err := c.CertapiV1alpha1().ServingCertRequests(namespace).List(ctx, opts)
+		if err != nil {
+			return nil, fmt.Errorf("listing servingcertrequests: %w", err)
+		}
+		all = append(all, list.Items...)
+		if list.Continue == "" {
+			return all, nil
+		}
+		opts.Continue = list.Continue
+	}
+}

@@ -1,0 +1,66 @@
+package certificateauthority
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/certapi/certapi/pkg/apis/certapi"
+)
+
+func TestTableLeaderColumn(t *testing.T) {
+	ca := &certapi.CertificateAuthority{
+		ObjectMeta: metav1.ObjectMeta{Name: "default", CreationTimestamp: metav1.NewTime(time.Now().Add(-time.Hour))},
+		Status: certapi.CertificateAuthorityStatus{
+			Active: &certapi.CertificateAuthorityRef{SerialNumber: "0a"},
+			Conditions: []metav1.Condition{
+				{Type: certapi.ConditionReady, Status: metav1.ConditionTrue},
+				{Type: "Rotating", Status: metav1.ConditionFalse},
+			},
+			Certificates: []certapi.CertificateAuthorityCertificate{{
+				CertificateAuthorityRef: certapi.CertificateAuthorityRef{SerialNumber: "0a"}, Role: certapi.CARoleActive,
+				NotAfter: metav1.NewTime(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)),
+			}},
+		},
+	}
+	for _, tc := range []struct {
+		name   string
+		leader LeaderFunc
+		want   string
+	}{
+		{"a leader", func(context.Context) (string, bool, error) { return "certapi-1", true, nil }, "certapi-1"},
+		{"no leader", func(context.Context) (string, bool, error) { return "", false, nil }, "<none>"},
+		{"etcd unreadable", func(context.Context) (string, bool, error) { return "", false, errors.New("boom") }, "<unknown>"},
+		{"no function", nil, "<unknown>"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			table, err := tableConvertor{leader: tc.leader}.ConvertToTable(context.Background(), ca, &metav1.TableOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(table.Rows) != 1 || len(table.Rows[0].Cells) != len(columns) {
+				t.Fatalf("rows %+v, want one of %d cells", table.Rows, len(columns))
+			}
+			cells := table.Rows[0].Cells
+			for i, want := range []any{"default", "True", "False", "0a", "2030-01-02T03:04:05Z", tc.want} {
+				if cells[i] != want {
+					t.Errorf("column %s = %v, want %v", columns[i].Name, cells[i], want)
+				}
+			}
+		})
+	}
+}
+
+func TestTableLeaderNotAskedForAnEmptyList(t *testing.T) {
+	asked := false
+	c := tableConvertor{leader: func(context.Context) (string, bool, error) { asked = true; return "x", true, nil }}
+	if _, err := c.ConvertToTable(context.Background(), &certapi.CertificateAuthorityList{}, &metav1.TableOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if asked {
+		t.Fatal("the election was read for an empty list")
+	}
+}

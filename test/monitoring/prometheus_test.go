@@ -1,0 +1,307 @@
+package monitoring
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/yaml"
+
+	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
+	"github.com/certapi/certapi/pkg/generated/clientset/versioned"
+	"github.com/certapi/certapi/test/framework"
+)
+
+// TestPrometheusScrapesCertapi runs a real Prometheus against a running certapi: it scrapes /metrics and
+// /metrics/slis as the ServiceMonitor does (HTTPS, certapi's own CA, a client certificate), loads the
+// alerting rules and the dashboard's queries (as recording rules), and every one of them evaluates
+// without error; each dashboard query returns series, and every metric the alerts read is present.
+func TestPrometheusScrapesCertapi(t *testing.T) {
+	prometheus, err := framework.PrometheusBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	cp := framework.StartT(t, framework.Options{CertapiArgs: []string{"--rotation-grace=1s"}})
+	c, err := versioned.NewForConfig(cp.AdminConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Something for every panel: a request issued through the subresource (issuance rate and latency,
+	// a certificate's times) and a rotation (its steps).
+	scr := &certapiv1alpha1.ServingCertRequest{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default"},
+		Spec: certapiv1alpha1.ServingCertRequestSpec{ServiceName: "web"}}
+	if _, err := c.CertapiV1alpha1().ServingCertRequests("default").Create(ctx, scr, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	issue := func() {
+		t.Helper()
+		sc := &certapiv1alpha1.ServingCert{Spec: certapiv1alpha1.ServingCertSpec{CertificateRequest: csr(t)}}
+		if _, err := c.CertapiV1alpha1().ServingCertRequests("default").CreateServingCert(ctx, "web", sc, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("issuing: %v", err)
+		}
+	}
+	issue()
+	var before string
+	poll(t, time.Minute, "CertificateAuthority/default to name the Active CA", func(context.Context) (bool, error) {
+		before = activeSerial(t, c)
+		return before != "", nil
+	})
+	patch := []byte(`{"spec":{"forceRotation":"prometheus-test"}}`)
+	if _, err := c.CertapiV1alpha1().CertificateAuthorities().Patch(ctx, "default", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, time.Minute, "the forced rotation to switch", func(context.Context) (bool, error) {
+		return activeSerial(t, c) != before, nil
+	})
+
+	// Prometheus, configured as servicemonitor.yaml configures the Prometheus Operator.
+	m := ReadMonitoring(t)
+	dir := t.TempDir()
+	m.WriteRuleFiles(t, dir)
+	bundle, err := cp.CertapiTrustBundle(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "certapi-ca.crt"), bundle, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	target := strings.TrimPrefix(cp.CertapiURL, "https://")
+	job := func(name, path string) map[string]any {
+		return map[string]any{
+			"job_name": name, "scheme": "https", "metrics_path": path,
+			"tls_config": map[string]any{
+				"ca_file": filepath.Join(dir, "certapi-ca.crt"), "server_name": framework.CertapiServiceName + "." + framework.CertapiNamespace + ".svc",
+				"cert_file": cp.PKI.AdminCert, "key_file": cp.PKI.AdminKey,
+			},
+			"static_configs": []any{map[string]any{"targets": []string{target}}},
+		}
+	}
+	config, err := yaml.Marshal(map[string]any{
+		"global":         map[string]any{"scrape_interval": "1s", "evaluation_interval": "1s"},
+		"rule_files":     []string{filepath.Join(dir, "rules.yaml"), filepath.Join(dir, "dashboard-rules.yaml")},
+		"scrape_configs": []any{job("certapi", "/metrics"), job("certapi-slis", "/metrics/slis")},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), config, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ports, err := framework.FreePorts(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	api := "http://127.0.0.1:" + strconv.Itoa(ports[0])
+	proc, err := framework.StartProcess("prometheus", filepath.Join(dir, "prometheus.log"), prometheus, []string{
+		"--config.file=" + filepath.Join(dir, "prometheus.yml"),
+		"--storage.tsdb.path=" + filepath.Join(dir, "data"),
+		"--web.listen-address=127.0.0.1:" + strconv.Itoa(ports[0]),
+		"--log.level=warn",
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := proc.Stop(10 * time.Second); err != nil {
+			t.Logf("stopping prometheus: %v", err)
+		}
+		if t.Failed() {
+			if log, err := os.ReadFile(filepath.Join(dir, "prometheus.log")); err == nil {
+				t.Logf("prometheus log:\n%s", log)
+			}
+		}
+	})
+
+	// Both targets up.
+	poll(t, time.Minute, "Prometheus to scrape both certapi endpoints", func(ctx context.Context) (bool, error) {
+		var targets struct {
+			ActiveTargets []struct {
+				ScrapePool string `json:"scrapePool"`
+				Health     string `json:"health"`
+				LastError  string `json:"lastError"`
+			} `json:"activeTargets"`
+		}
+		if err := get(ctx, api+"/api/v1/targets", &targets); err != nil {
+			return false, nil
+		}
+		up := 0
+		for _, tg := range targets.ActiveTargets {
+			if tg.Health == "up" {
+				up++
+			} else if tg.LastError != "" {
+				t.Logf("%s: %s", tg.ScrapePool, tg.LastError)
+			}
+		}
+		return up == 2, nil
+	})
+	// Another issuance between scrapes, so that rates have something to show. (kubernetes_healthcheck is
+	// there since the framework asked certapi's /readyz at start.)
+	issue()
+
+	// Every rule (alerts and the dashboard's queries) evaluates without error, and each dashboard query
+	// returns series.
+	queries := m.DashboardQueries()
+	poll(t, 90*time.Second, "every rule to evaluate cleanly and every dashboard query to return series", func(ctx context.Context) (bool, error) {
+		var rules struct {
+			Groups []struct {
+				Rules []struct {
+					Name           string `json:"name"`
+					Health         string `json:"health"`
+					LastError      string `json:"lastError"`
+					LastEvaluation string `json:"lastEvaluation"`
+				} `json:"rules"`
+			} `json:"groups"`
+		}
+		if err := get(ctx, api+"/api/v1/rules", &rules); err != nil {
+			return false, nil
+		}
+		n := 0
+		for _, g := range rules.Groups {
+			for _, r := range g.Rules {
+				n++
+				if r.LastError != "" || (r.Health != "ok" && r.Health != "unknown") {
+					return false, fmt.Errorf("rule %s: health %s: %s", r.Name, r.Health, r.LastError)
+				}
+				if r.Health != "ok" {
+					return false, nil // not evaluated yet
+				}
+			}
+		}
+		if want := len(m.Alerts()) + len(queries); n != want {
+			return false, fmt.Errorf("Prometheus loaded %d rules, want %d", n, want)
+		}
+		for name := range queries {
+			if res, err := query(ctx, api, name); err != nil || len(res) == 0 {
+				t.Logf("%s (%s): no series yet (%v)", name, queries[name], err)
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+
+	// Every metric an alert reads is scraped.
+	metric := regexp.MustCompile(`\b(certapi_[a-z_]+|kubernetes_healthcheck)\b`)
+	seen := map[string]bool{}
+	for _, a := range m.Alerts() {
+		for _, name := range metric.FindAllString(a.Expr, -1) {
+			if seen[name] {
+				continue
+			}
+			seen[name] = true
+			res, err := query(context.Background(), api, "count("+name+")")
+			if err != nil || len(res) == 0 {
+				t.Errorf("alert %s reads %s, which Prometheus has no series of (%v)", a.Alert, name, err)
+			}
+		}
+	}
+	t.Logf("metrics the alerts read, all present: %v", slices.Sorted(func(yield func(string) bool) {
+		for k := range seen {
+			if !yield(k) {
+				return
+			}
+		}
+	}))
+
+	// Nothing fires on a healthy certapi.
+	var alerts struct {
+		Alerts []struct {
+			Labels map[string]string `json:"labels"`
+			State  string            `json:"state"`
+		} `json:"alerts"`
+	}
+	if err := get(ctx, api+"/api/v1/alerts", &alerts); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range alerts.Alerts {
+		t.Errorf("alert %s is %s on a healthy certapi: %v", a.Labels["alertname"], a.State, a.Labels)
+	}
+}
+
+// get decodes the data of a Prometheus API response into v.
+func get(ctx context.Context, u string, v any) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	var body struct {
+		Status string          `json:"status"`
+		Error  string          `json:"error"`
+		Data   json.RawMessage `json:"data"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+		return fmt.Errorf("%s: %w", u, err)
+	}
+	if body.Status != "success" {
+		return fmt.Errorf("%s: %s", u, body.Error)
+	}
+	return json.Unmarshal(body.Data, v)
+}
+
+// query runs an instant query and returns its vector.
+func query(ctx context.Context, api, q string) ([]json.RawMessage, error) {
+	var data struct {
+		ResultType string            `json:"resultType"`
+		Result     []json.RawMessage `json:"result"`
+	}
+	if err := get(ctx, api+"/api/v1/query?query="+url.QueryEscape(q), &data); err != nil {
+		return nil, err
+	}
+	return data.Result, nil
+}
+
+func poll(t *testing.T, timeout time.Duration, what string, cond func(context.Context) (bool, error)) {
+	t.Helper()
+	if err := wait.PollUntilContextTimeout(context.Background(), 500*time.Millisecond, timeout, true, cond); err != nil {
+		t.Fatalf("waiting for %s: %v", what, err)
+	}
+}
+
+func activeSerial(t *testing.T, c versioned.Interface) string {
+	t.Helper()
+	ca, err := c.CertapiV1alpha1().CertificateAuthorities().Get(context.Background(), "default", metav1.GetOptions{})
+	if err != nil || ca.Status.Active == nil {
+		return ""
+	}
+	return ca.Status.Active.SerialNumber
+}
+
+// csr is a PEM certificate request for a new P-256 key.
+func csr(t *testing.T) string {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{}, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}))
+}
