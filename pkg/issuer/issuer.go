@@ -246,6 +246,9 @@ func (i *Issuer) signAsLeader(ctx context.Context, req Request) (res *Result, le
 			return res, true, err
 		}
 		if !i.leaseLapsed() {
+			if i.Leading() {
+				continue // etcd renewed the lease between the attempt and this check: sign now
+			}
 			return nil, false, nil
 		}
 		select {
