@@ -522,7 +522,7 @@ func (d *demo) podCertificate(ctx context.Context) error {
 // 7. certapi as an admin sees it, with the kubectl plugin kubectl-certapi.
 func (d *demo) status(ctx context.Context) error {
 	fmt.Fprintf(d.out, "7. certapi as an admin sees it, with the kubectl plugin %s: the leader, the CA and its rotation,\n", d.show(filepath.Join(d.bin, adminPlugin)))
-	fmt.Fprintln(d.out, "   the injection targets (certapi's APIService and the webhook configuration) and the requests nearest expiry:")
+	fmt.Fprintln(d.out, "   the injection targets (certapi's APIService, the webhook configuration and the ClusterTrustBundle) and the requests nearest expiry:")
 	_, err := d.kubectlOK(ctx, "certapi", "status")
 	return err
 }

@@ -70,7 +70,7 @@ func TestKubectlCertapi(t *testing.T) {
 	t.Run("status", func(t *testing.T) {
 		out := certapi("status").succeeded(t).stdout
 		for _, want := range []string{"LEADER", leader, "Active   " + old, "Rotation: Idle", "waiting for nothing: the next rotation begins by itself",
-			"Injection: 1 targets: 1 up to date", "ServingCertRequests (all namespaces): 1, 0 not Ready", ns + "   web "} {
+			"Injection: 2 targets: 2 up to date", "ServingCertRequests (all namespaces): 1, 0 not Ready", ns + "   web "} {
 			if !strings.Contains(out, want) {
 				t.Errorf("status lacks %q:\n%s", want, out)
 			}

@@ -59,7 +59,7 @@ func TestLocalUp(t *testing.T) {
 		"forceRotation",
 		"7. certapi as an admin sees it, with the kubectl plugin",
 		"$ kubectl certapi status\n   CERTIFICATE AUTHORITY   LEADER",
-		"Injection: 2 targets: 2 up to date",
+		"Injection: 3 targets: 3 up to date",
 		"kubectl certapi rotate --wait",
 	} {
 		if !strings.Contains(out, want) {
