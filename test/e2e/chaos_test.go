@@ -196,19 +196,7 @@ func TestEtcdStoppedUnderLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	backAt := time.Now()
-	var recovered time.Time
-	eventually(t, 60*time.Second, "issuance after etcd returned", func(context.Context) (bool, error) {
-		for _, call := range load.answered() {
-			if call.err == nil && call.end().After(backAt) && (recovered.IsZero() || call.end().Before(recovered)) {
-				recovered = call.end()
-			}
-		}
-		return !recovered.IsZero(), nil
-	})
-	// A few more seconds of load after the recovery: it must stay back.
-	eventually(t, 60*time.Second, "sustained issuance after etcd returned", func(context.Context) (bool, error) {
-		return load.count(func(call issueCall) bool { return call.err == nil && call.start.After(recovered) }) >= 5*rate, nil
-	})
+	recovered := waitRecovered(t, load, backAt, "etcd returned", rate)
 	load.finish()
 
 	calls := load.answered()
@@ -289,18 +277,7 @@ func TestEtcdMemberLossUnderLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	allBackAt := time.Now()
-	var recovered time.Time
-	eventually(t, 60*time.Second, "issuance after the quorum returned", func(context.Context) (bool, error) {
-		for _, call := range load.answered() {
-			if call.err == nil && call.end().After(quorumAt) && (recovered.IsZero() || call.end().Before(recovered)) {
-				recovered = call.end()
-			}
-		}
-		return !recovered.IsZero(), nil
-	})
-	eventually(t, 60*time.Second, "sustained issuance after the quorum returned", func(context.Context) (bool, error) {
-		return load.count(func(call issueCall) bool { return call.err == nil && call.start.After(recovered) }) >= 5*rate, nil
-	})
+	recovered := waitRecovered(t, load, quorumAt, "the quorum returned", rate)
 	load.finish()
 
 	calls := load.answered()

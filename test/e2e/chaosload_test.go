@@ -190,6 +190,26 @@ func (s callStats) String() string {
 		s.n, s.byKind[answerOK], s.byKind[answerUnavailable], s.byKind[answerOther], s.max.Round(time.Millisecond), s.p99.Round(time.Millisecond))
 }
 
+// waitRecovered waits until a call that ended after back issued a certificate, and then until rate calls
+// a second have issued for five more seconds (issuance must stay back), and returns when the first of
+// them ended: the moment issuance recovered. what names the event, for the failure message.
+func waitRecovered(t *testing.T, load *issueLoad, back time.Time, what string, rate int) time.Time {
+	t.Helper()
+	var recovered time.Time
+	eventually(t, 60*time.Second, "issuance after "+what, func(context.Context) (bool, error) {
+		for _, call := range load.answered() {
+			if call.err == nil && call.end().After(back) && (recovered.IsZero() || call.end().Before(recovered)) {
+				recovered = call.end()
+			}
+		}
+		return !recovered.IsZero(), nil
+	})
+	eventually(t, 60*time.Second, "sustained issuance after "+what, func(context.Context) (bool, error) {
+		return load.count(func(call issueCall) bool { return call.err == nil && call.start.After(recovered) }) >= 5*rate, nil
+	})
+	return recovered
+}
+
 // between returns the calls that started in [from, to).
 func between(calls []issueCall, from, to time.Time) []issueCall {
 	var out []issueCall
