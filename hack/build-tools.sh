@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the real parts certapi's tests run against: kube-apiserver and kubectl (k8s.io/kubernetes v1.37.x),
-# etcd (go.etcd.io/etcd/server/v3) and podcertnode (kubelet's own podcertificate manager, standing in for a
-# node's kubelet), all from the Go module proxy through the hack/tools module, and
+# etcd (go.etcd.io/etcd/server/v3), podcertnode (kubelet's own podcertificate manager, standing in for a
+# node's kubelet) and kubenode (kubelet, kube-proxy, kube-controller-manager and kube-scheduler in one
+# binary, with a symlink of each name to it), all from the Go module proxy through the hack/tools module, and
 # Prometheus's promtool and server (github.com/prometheus/prometheus) through their own module
 # hack/tools/prometheus, into _output/bin. Each group is skipped when its binaries were built from the same sources and Go; each has
 # its own stamp, so that a change to one never rebuilds the other.
@@ -13,20 +14,31 @@ TOOLS="${ROOT}/hack/tools"
 mkdir -p "${BIN}"
 GOVERSION="$(go env GOVERSION)"
 
-# kube-apiserver, kubectl, etcd and podcertnode.
+# kube-apiserver, kubectl, etcd, podcertnode and kubenode (the node's kubelet, kube-proxy,
+# kube-controller-manager and kube-scheduler: linked once, not four times, which saves most of their
+# build's link time; see README "What a fresh machine needs").
+NODE_COMPONENTS=(kubelet kube-proxy kube-controller-manager kube-scheduler)
 STAMP="${BIN}/.tools-stamp"
-want="$(cd "${TOOLS}" && cat go.mod go.sum tools.go etcd/main.go podcertnode/main.go | sha256sum | cut -d' ' -f1) ${GOVERSION}"
-if [[ -f "${STAMP}" && "$(cat "${STAMP}")" == "${want}" && -x "${BIN}/kube-apiserver" && -x "${BIN}/etcd" && -x "${BIN}/kubectl" && -x "${BIN}/podcertnode" ]]; then
+want="$(cd "${TOOLS}" && cat go.mod go.sum tools.go etcd/main.go podcertnode/main.go kubenode/main.go | sha256sum | cut -d' ' -f1) ${GOVERSION}"
+current=true
+for b in kube-apiserver etcd kubectl podcertnode kubenode "${NODE_COMPONENTS[@]}"; do
+  [[ -x "${BIN}/${b}" ]] || current=false
+done
+if [[ -f "${STAMP}" && "$(cat "${STAMP}")" == "${want}" && "${current}" == true ]]; then
   echo "tools are current in ${BIN}"
 else
   (
     cd "${TOOLS}"
     start=${SECONDS}
-    echo "building etcd, kube-apiserver, kubectl and podcertnode into ${BIN} (a cold build takes about 10 minutes on 2 cores)"
+    echo "building etcd, kube-apiserver, kubectl, podcertnode and kubenode into ${BIN} (a cold build takes about 20 minutes on 2 cores)"
     go build -o "${BIN}/etcd" ./etcd
     go build -o "${BIN}/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver
     go build -o "${BIN}/kubectl" k8s.io/kubernetes/cmd/kubectl
     go build -o "${BIN}/podcertnode" ./podcertnode
+    go build -o "${BIN}/kubenode" ./kubenode
+    for c in "${NODE_COMPONENTS[@]}"; do
+      ln -sfn kubenode "${BIN}/${c}"
+    done
     echo "${want}" > "${STAMP}"
     echo "tools built in $((SECONDS - start))s"
   )
