@@ -19,7 +19,7 @@ RACE ?= -race
 # Integration and end-to-end tests start real processes; give them room on a 2-core machine.
 E2E_TIMEOUT ?= 40m
 
-.PHONY: all build tools test verify unit integration e2e codegen local-up image clean
+.PHONY: all build tools test verify unit integration e2e codegen local-up image images clean
 
 all: build
 
@@ -47,8 +47,18 @@ image: ARCH ?= $(shell $(GO) env GOARCH)
 image:
 	$(GO) run ./hack/image --output $(CURDIR)/_output/certapi-image.tar --arch $(ARCH) $(if $(TAG),--tag $(TAG))
 
-## tools: kube-apiserver, etcd, kubectl, promtool and prometheus from the Go module proxy into _output/bin
-## (skipped when current)
+## images: the test node's images as archives in _output/images, built without Docker by hack/image, for
+## the host's architecture: certapi.tar, example-webhook.tar, pause.tar and coredns.tar, named
+## certapi.dev/certapi:dev, certapi.dev/example-webhook:dev, certapi.dev/pause:3.10 and
+## certapi.dev/coredns:dev (the names `ctr -n k8s.io images import` gives them). Static binaries in empty
+## bases, user 65532; CoreDNS comes from `hack/build-tools.sh coredns`. An archive whose inputs did not
+## change is not written again.
+images:
+	./hack/build-tools.sh coredns
+	$(GO) run ./hack/image --all --output-dir $(CURDIR)/_output/images
+
+## tools: kube-apiserver, etcd, kubectl, promtool, prometheus and coredns from the Go module proxy into
+## _output/bin (skipped when current)
 tools:
 	./hack/build-tools.sh
 

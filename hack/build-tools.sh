@@ -4,8 +4,12 @@
 # node's kubelet) and kubenode (kubelet, kube-proxy, kube-controller-manager and kube-scheduler in one
 # binary, with a symlink of each name to it), all from the Go module proxy through the hack/tools module, and
 # Prometheus's promtool and server (github.com/prometheus/prometheus) through their own module
-# hack/tools/prometheus, into _output/bin. Each group is skipped when its binaries were built from the same sources and Go; each has
-# its own stamp, so that a change to one never rebuilds the other.
+# hack/tools/prometheus, and CoreDNS (github.com/coredns/coredns, only the plugins a cluster DNS needs)
+# through its own module hack/tools/coredns, into _output/bin. Each group is skipped when its binaries
+# were built from the same sources and Go; each has its own stamp, so that a change to one never
+# rebuilds the other.
+#
+# `hack/build-tools.sh coredns` builds only CoreDNS (make images needs nothing else).
 set -o errexit -o nounset -o pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
@@ -13,6 +17,26 @@ BIN="${ROOT}/_output/bin"
 TOOLS="${ROOT}/hack/tools"
 mkdir -p "${BIN}"
 GOVERSION="$(go env GOVERSION)"
+
+# CoreDNS, the test node's cluster DNS, for the certapi.dev/coredns image (make images). Static
+# (CGO_ENABLED=0): it runs in an empty base image.
+CSTAMP="${BIN}/.coredns-stamp"
+cwant="$(cd "${TOOLS}/coredns" && cat go.mod go.sum main.go | sha256sum | cut -d' ' -f1) ${GOVERSION}"
+if [[ -f "${CSTAMP}" && "$(cat "${CSTAMP}")" == "${cwant}" && -x "${BIN}/coredns" ]]; then
+  echo "coredns is current in ${BIN}"
+else
+  (
+    cd "${TOOLS}/coredns"
+    start=${SECONDS}
+    echo "building coredns into ${BIN} (a cold build takes about 3 minutes of CPU)"
+    CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o "${BIN}/coredns" .
+    echo "${cwant}" > "${CSTAMP}"
+    echo "coredns built in $((SECONDS - start))s"
+  )
+fi
+if [[ "${1:-}" == coredns ]]; then
+  exit 0
+fi
 
 # kube-apiserver, kubectl, etcd, podcertnode and kubenode (the node's kubelet, kube-proxy,
 # kube-controller-manager and kube-scheduler: linked once, not four times, which saves most of their
