@@ -84,7 +84,7 @@ integration: tools
 
 ## e2e: everything under test/ (test/integration, test/e2e and test/framework's own tests) against a
 ## real etcd and kube-apiserver from _output/bin and the certapi just built
-e2e: tools build
+e2e: tools build images
 	CERTAPI_BIN=$(BIN)/certapi $(GO) test -count=1 -timeout $(E2E_TIMEOUT) ./test/...
 
 ## test: everything CI runs: verify, unit, then integration and end-to-end (e2e)
