@@ -6,6 +6,8 @@
 #   test/integration/<component>   one component (issuer, injector, trustbundle) against a real etcd and/or
 #                                  kube-apiserver from _output/bin, through its exported API
 #   test/e2e                       the whole system: certapi processes behind kube-apiserver
+#   test/node                      the manifests of artifacts/ applied with kubectl to a real node
+#                                  (kubelet, containerd, kube-proxy, CoreDNS), from `make images`
 #   test/monitoring                artifacts/monitoring with promtool and a real Prometheus scraping certapi
 #   test/image                     make image's archive, read back and run
 #   test/framework                 starts those processes; its own tests start them too
