@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -39,13 +40,25 @@ func BuildTestImage(ctx context.Context, pkg, ref, out string) error {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("go build %s: %w\n%s", pkg, err, out)
 	}
+	return BuildBinaryImage(bin, "/"+binName, ref, out)
+}
+
+// BuildBinaryImage packs the static binary bin as the file at path (e.g. "/usr/local/bin/etcd") of a
+// test-only image, its entrypoint, in an empty base, user 65532, written as a docker-archive tar to out
+// under the name ref.
+func BuildBinaryImage(bin, path, ref, out string) error {
+	work, err := os.MkdirTemp("", "test-image-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(work)
 	data, err := os.ReadFile(bin)
 	if err != nil {
 		return err
 	}
 	var layerTar bytes.Buffer
 	tw := tar.NewWriter(&layerTar)
-	if err := tw.WriteHeader(&tar.Header{Name: binName, Mode: 0o755, Size: int64(len(data)), Typeflag: tar.TypeReg}); err != nil {
+	if err := tw.WriteHeader(&tar.Header{Name: strings.TrimPrefix(path, "/"), Mode: 0o755, Size: int64(len(data)), Typeflag: tar.TypeReg}); err != nil {
 		return err
 	}
 	if _, err := tw.Write(data); err != nil {
@@ -68,7 +81,7 @@ func BuildTestImage(ctx context.Context, pkg, ref, out string) error {
 	}
 	cf = cf.DeepCopy()
 	cf.OS, cf.Architecture = "linux", runtime.GOARCH
-	cf.Config = v1.Config{Entrypoint: []string{"/" + binName}, User: "65532:65532"}
+	cf.Config = v1.Config{Entrypoint: []string{path}, User: "65532:65532"}
 	img, err := mutate.ConfigFile(empty.Image, cf)
 	if err != nil {
 		return err

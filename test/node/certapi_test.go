@@ -2,24 +2,18 @@ package node
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/base64"
-	"fmt"
-	"os"
-	"path/filepath"
+	"errors"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	apiregistrationv1 "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
 	aggregatorclient "k8s.io/kube-aggregator/pkg/client/clientset_generated/clientset"
 
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
-	"github.com/certapi/certapi/test/framework"
+	"github.com/certapi/certapi/test/node/nodetest"
 )
 
 // certapiNamespace is where artifacts/deploy installs certapi.
@@ -44,6 +38,8 @@ func installCertapi(t *testing.T) {
 	t.Helper()
 	install.once.Do(func() {
 		start := time.Now()
+		// Stays set when doInstallCertapi ends the test (t.Fatal) midway.
+		install.err = errors.New("the first test that installed it failed")
 		install.err = doInstallCertapi(t)
 		install.took = time.Since(start)
 	})
@@ -53,55 +49,12 @@ func installCertapi(t *testing.T) {
 }
 
 func doInstallCertapi(t *testing.T) error {
-	kube, _ := clients(t)
-	ctx := context.Background()
-	if _, err := kubectlErr("apply", "-f", repoPath(t, "artifacts/deploy/base/namespace.yaml")); err != nil {
+	if _, err := kubectlErr("apply", "-f", nodetest.RepoPath(t, "artifacts/deploy/base/namespace.yaml")); err != nil {
 		return err
 	}
-	// Step 3 of artifacts/deploy/README.md: the encryption configuration for the CA keys.
-	key := make([]byte, 32)
-	if _, err := rand.Read(key); err != nil {
-		return err
-	}
-	encFile := filepath.Join(t.TempDir(), "encryption-config.yaml")
-	enc := fmt.Sprintf(`apiVersion: apiserver.config.k8s.io/v1
-kind: EncryptionConfiguration
-resources:
-- resources:
-  - certificateauthoritykeys.certapi.dev
-  providers:
-  - secretbox:
-      keys:
-      - name: key1
-        secret: %s
-`, base64.StdEncoding.EncodeToString(key))
-	if err := os.WriteFile(encFile, []byte(enc), 0o600); err != nil {
-		return err
-	}
-	if _, err := kubectlErr("-n", certapiNamespace, "create", "secret", "generic", "certapi-encryption-config", "--from-file=config.yaml="+encFile); err != nil {
-		return err
-	}
-	// The volume a storage class would provision for the claim certapi-data: a directory on the node,
-	// owned by certapi's user (a hostPath volume takes no fsGroup).
-	dataDir := filepath.Join(cp.ClusterNode.Dir, "volumes", "certapi-data")
-	if err := os.MkdirAll(dataDir, 0o755); err != nil {
-		return err
-	}
-	if err := os.Chown(dataDir, 65532, 65532); err != nil {
-		return err
-	}
-	_, err := kube.CoreV1().PersistentVolumes().Create(ctx, &corev1.PersistentVolume{
-		ObjectMeta: metav1.ObjectMeta{Name: "certapi-data"},
-		Spec: corev1.PersistentVolumeSpec{
-			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
-			AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-			PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
-			PersistentVolumeSource:        corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: dataDir}},
-		},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		return err
-	}
+	nodetest.EncryptionConfigSecret(t, cp)
+	// The volume a storage class would provision for the claim certapi-data.
+	nodetest.HostPathPV(t, cp, "certapi-data", "1Gi")
 	dir := kustomization(t, "artifacts/deploy/overlays/single-replica", map[string]string{"ghcr.io/certapi/certapi": images["certapi"]}, `- target:
     kind: Deployment
     name: certapi
@@ -116,17 +69,8 @@ resources:
 	if _, err := kubectlErr("-n", certapiNamespace, "rollout", "status", "deployment/certapi", "--timeout=5m"); err != nil {
 		return err
 	}
-	_, err = kubectlErr("wait", "--for=condition=Available", "apiservice/v1alpha1.certapi.dev", "--timeout=2m")
+	_, err := kubectlErr("wait", "--for=condition=Available", "apiservice/v1alpha1.certapi.dev", "--timeout=2m")
 	return err
-}
-
-func repoPath(t *testing.T, rel string) string {
-	t.Helper()
-	root, err := framework.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return filepath.Join(root, rel)
 }
 
 // TestSingleReplicaOverlay installs certapi from artifacts/deploy/overlays/single-replica as a user does:

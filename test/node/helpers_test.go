@@ -1,164 +1,43 @@
 package node
 
 import (
-	"bytes"
 	"context"
-	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/certapi/certapi/pkg/generated/clientset/versioned"
-	"github.com/certapi/certapi/test/framework"
+	"github.com/certapi/certapi/test/node/nodetest"
 )
 
-// kubectl runs _output/bin/kubectl against the cluster, with _output/bin first on PATH (the kubectl plugins
-// of `make build`), and returns its standard output; it fails the test when kubectl fails.
 func kubectl(t *testing.T, args ...string) string {
 	t.Helper()
-	out, err := kubectlErr(args...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
+	return nodetest.Kubectl(t, cp, args...)
 }
 
-func kubectlErr(args ...string) (string, error) {
-	root, err := framework.RepoRoot()
-	if err != nil {
-		return "", err
-	}
-	bin := filepath.Join(root, "_output", "bin")
-	cmd := exec.Command(filepath.Join(bin, "kubectl"), args...)
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+cp.Kubeconfig, "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"))
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		return stdout.String(), fmt.Errorf("kubectl %s: %w\nstdout: %s\nstderr: %s", strings.Join(args, " "), err, stdout.String(), stderr.String())
-	}
-	return stdout.String(), nil
-}
+func kubectlErr(args ...string) (string, error) { return nodetest.KubectlErr(cp, args...) }
 
-// pluginBinary checks that `make build` put the kubectl plugin name into _output/bin.
 func pluginBinary(t *testing.T, name string) {
 	t.Helper()
-	root, err := framework.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(filepath.Join(root, "_output", "bin", name)); err != nil {
-		t.Fatalf("%v: run `make build` (make e2e does)", err)
-	}
+	nodetest.PluginBinary(t, name)
 }
 
-// kustomization writes, in a directory of its own under _output (kustomize takes a base only by a relative
-// path), a kustomization of the repository's directory base (e.g. "artifacts/deploy/overlays/single-replica")
-// that sets the images the node has imported and imagePullPolicy Never, the way a user points a released
-// overlay at their own registry, plus extra (more kustomization.yaml fields), and returns its directory.
 func kustomization(t *testing.T, base string, setImages map[string]string, extra string) string {
 	t.Helper()
-	root, err := framework.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	parent := filepath.Join(root, "_output", "kustomize")
-	if err := os.MkdirAll(parent, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	dir, err := os.MkdirTemp(parent, strings.ReplaceAll(t.Name(), "/", "_")+"-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	rel, err := filepath.Rel(dir, filepath.Join(root, base))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n- %s\nimages:\n", rel)
-	for from, to := range setImages {
-		name, tag, _ := strings.Cut(to, ":")
-		fmt.Fprintf(&b, "- name: %s\n  newName: %s\n  newTag: %q\n", from, name, tag)
-	}
-	b.WriteString("patches:\n")
-	for _, kind := range []string{"Deployment", "StatefulSet"} {
-		fmt.Fprintf(&b, `- target:
-    kind: %s
-  patch: |-
-    - op: replace
-      path: /spec/template/spec/containers/0/imagePullPolicy
-      value: Never
-`, kind)
-	}
-	b.WriteString(extra)
-	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(b.String()), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return dir
+	return nodetest.Kustomization(t, base, setImages, extra)
 }
 
 func clients(t *testing.T) (kubernetes.Interface, versioned.Interface) {
 	t.Helper()
-	kube, err := kubernetes.NewForConfig(cp.AdminConfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	certapi, err := versioned.NewForConfig(cp.AdminConfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return kube, certapi
+	return nodetest.Clients(t, cp)
 }
 
-// waitFor polls cond every 250 ms until it holds or timeout passes, and fails the test with cond's last
-// word then.
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func(ctx context.Context) (bool, string)) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), timeout+time.Minute)
-	defer cancel()
-	if err := framework.PollUntil(ctx, 250*time.Millisecond, timeout, what, nil, cond); err != nil {
-		t.Fatal(err)
-	}
+	nodetest.WaitFor(t, timeout, what, cond)
 }
 
-// podsReady reports whether every pod matching selector in ns is Ready, and says how they stand.
 func podsReady(ctx context.Context, kube kubernetes.Interface, ns, selector string, want int) (bool, string) {
-	pods, err := kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
-	if err != nil {
-		return false, err.Error()
-	}
-	ready := 0
-	var states []string
-	for _, p := range pods.Items {
-		if p.DeletionTimestamp != nil {
-			continue
-		}
-		isReady := false
-		for _, c := range p.Status.Conditions {
-			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
-				isReady = true
-			}
-		}
-		if isReady {
-			ready++
-		}
-		s := fmt.Sprintf("%s %s ready=%v", p.Name, p.Status.Phase, isReady)
-		for _, cs := range p.Status.ContainerStatuses {
-			if cs.State.Waiting != nil {
-				s += fmt.Sprintf(" %s: %s %s", cs.Name, cs.State.Waiting.Reason, cs.State.Waiting.Message)
-			}
-			if cs.RestartCount > 0 {
-				s += fmt.Sprintf(" %s restarts=%d", cs.Name, cs.RestartCount)
-			}
-		}
-		states = append(states, s)
-	}
-	return ready == want && len(states) == want, strings.Join(states, "; ")
+	return nodetest.PodsReady(ctx, kube, ns, selector, want)
 }
