@@ -92,9 +92,10 @@ e2e: tools build images
 ## test: everything CI runs: verify, unit, then integration and end-to-end (e2e)
 test: verify unit e2e
 
-## local-up: the demo: etcd, kube-apiserver, certapi and the example webhook on loopback, a walkthrough, until Ctrl-C
-local-up: tools build
-	./hack/local-up.sh
+## local-up: the demo: etcd, kube-apiserver, certapi and the example webhook on loopback, a walkthrough, until Ctrl-C.
+## NODE=1 adds a real node (needs root) and runs certapi on it as a pod from artifacts/deploy/overlays/single-replica.
+local-up: tools build $(if $(NODE),images)
+	./hack/local-up.sh $(if $(NODE),--node)
 
 clean:
 	rm -rf _output

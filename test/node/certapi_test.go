@@ -2,7 +2,7 @@ package node
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -13,7 +13,6 @@ import (
 	aggregatorclient "k8s.io/kube-aggregator/pkg/client/clientset_generated/clientset"
 
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
-	"github.com/certapi/certapi/test/node/nodetest"
 )
 
 // certapiNamespace is where artifacts/deploy installs certapi.
@@ -29,48 +28,19 @@ var install struct {
 	took time.Duration
 }
 
-// installCertapi installs certapi once per package as artifacts/deploy/README.md says for the
-// single-replica overlay: the namespace, the Secret certapi-encryption-config, then `kubectl apply -k` of
-// the overlay with the node's image (and imagePullPolicy Never, and a shorter --rotation-grace), plus the
-// PersistentVolume a cluster's storage would provision for its claim. It waits until the APIService is
-// Available.
+// installCertapi installs certapi once per package from artifacts/deploy/overlays/single-replica as
+// artifacts/deploy/README.md says (framework's InstallCertapiSingleReplica, which `make local-up NODE=1`
+// runs too), with a shorter --rotation-grace, and waits until its APIService is Available.
 func installCertapi(t *testing.T) {
 	t.Helper()
 	install.once.Do(func() {
 		start := time.Now()
-		// Stays set when doInstallCertapi ends the test (t.Fatal) midway.
-		install.err = errors.New("the first test that installed it failed")
-		install.err = doInstallCertapi(t)
+		install.err = cp.InstallCertapiSingleReplica(context.Background(), "--rotation-grace="+testRotationGrace)
 		install.took = time.Since(start)
 	})
 	if install.err != nil {
 		t.Fatalf("installing certapi from artifacts/deploy/overlays/single-replica: %v", install.err)
 	}
-}
-
-func doInstallCertapi(t *testing.T) error {
-	if _, err := kubectlErr("apply", "-f", nodetest.RepoPath(t, "artifacts/deploy/base/namespace.yaml")); err != nil {
-		return err
-	}
-	nodetest.EncryptionConfigSecret(t, cp)
-	// The volume a storage class would provision for the claim certapi-data.
-	nodetest.HostPathPV(t, cp, "certapi-data", "1Gi")
-	dir := kustomization(t, "artifacts/deploy/overlays/single-replica", map[string]string{"ghcr.io/certapi/certapi": images["certapi"]}, `- target:
-    kind: Deployment
-    name: certapi
-  patch: |-
-    - op: add
-      path: /spec/template/spec/containers/0/args/-
-      value: --rotation-grace=`+testRotationGrace+`
-`)
-	if _, err := kubectlErr("apply", "-k", dir); err != nil {
-		return err
-	}
-	if _, err := kubectlErr("-n", certapiNamespace, "rollout", "status", "deployment/certapi", "--timeout=5m"); err != nil {
-		return err
-	}
-	_, err := kubectlErr("wait", "--for=condition=Available", "apiservice/v1alpha1.certapi.dev", "--timeout=2m")
-	return err
 }
 
 // TestSingleReplicaOverlay installs certapi from artifacts/deploy/overlays/single-replica as a user does:
@@ -96,32 +66,28 @@ func TestSingleReplicaOverlay(t *testing.T) {
 			t.Errorf("unexpected Secret %s/%s", s.Namespace, s.Name)
 		}
 	}
-	// The APIService holds exactly certapi's CA bundle, injected by certapi.
+	// The APIService holds exactly certapi's CA bundle, injected by certapi. (The CertificateAuthority
+	// object may appear a moment after the APIService is Available.)
 	agg, err := aggregatorclient.NewForConfig(cp.AdminConfig)
 	if err != nil {
 		t.Fatal(err)
 	}
-	apisvc, err := agg.ApiregistrationV1().APIServices().Get(ctx, "v1alpha1.certapi.dev", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, err := certapi.CertapiV1alpha1().CertificateAuthorities().Get(ctx, "default", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(apisvc.Spec.CABundle) == 0 || string(apisvc.Spec.CABundle) != string(ca.Status.CABundle) {
-		t.Errorf("APIService caBundle (%d bytes) is not CertificateAuthority/default's bundle (%d bytes)", len(apisvc.Spec.CABundle), len(ca.Status.CABundle))
-	}
-	if apisvc.Spec.InsecureSkipTLSVerify {
-		t.Error("APIService skips TLS verification")
-	}
-	available := false
-	for _, c := range apisvc.Status.Conditions {
-		available = available || (c.Type == apiregistrationv1.Available && c.Status == apiregistrationv1.ConditionTrue)
-	}
-	if !available {
-		t.Errorf("APIService not Available: %+v", apisvc.Status.Conditions)
-	}
+	waitFor(t, time.Minute, "the APIService Available with CertificateAuthority/default's bundle", func(ctx context.Context) (bool, string) {
+		apisvc, err := agg.ApiregistrationV1().APIServices().Get(ctx, "v1alpha1.certapi.dev", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		ca, err := certapi.CertapiV1alpha1().CertificateAuthorities().Get(ctx, "default", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		available := false
+		for _, c := range apisvc.Status.Conditions {
+			available = available || (c.Type == apiregistrationv1.Available && c.Status == apiregistrationv1.ConditionTrue)
+		}
+		return available && !apisvc.Spec.InsecureSkipTLSVerify && len(apisvc.Spec.CABundle) > 0 && string(apisvc.Spec.CABundle) == ca.Status.CABundle,
+			fmt.Sprintf("Available=%v, insecureSkipTLSVerify=%v, caBundle %d bytes, the CA's %d bytes", available, apisvc.Spec.InsecureSkipTLSVerify, len(apisvc.Spec.CABundle), len(ca.Status.CABundle))
+	})
 
 	ns := "single-replica-plugin"
 	kubectl(t, "create", "namespace", ns)

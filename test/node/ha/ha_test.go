@@ -151,9 +151,13 @@ func TestHAOverlay(t *testing.T) {
 	if out, err := script.CombinedOutput(); err != nil {
 		t.Fatalf("the etcd TLS recipe of components/etcd/README.md: %v\n%s", err, out)
 	}
-	nodetest.EncryptionConfigSecret(t, cp)
+	if err := cp.CreateEncryptionConfigSecret(ctx); err != nil {
+		t.Fatal(err)
+	}
 	for i := range 3 {
-		nodetest.HostPathPV(t, cp, fmt.Sprintf("certapi-etcd-%d", i), "4Gi")
+		if err := cp.CreateHostPathPV(ctx, fmt.Sprintf("certapi-etcd-%d", i), "4Gi"); err != nil {
+			t.Fatal(err)
+		}
 	}
 	dir := nodetest.Kustomization(t, "artifacts/deploy/overlays/ha", map[string]string{
 		"ghcr.io/certapi/certapi": images["certapi"],
