@@ -592,6 +592,11 @@ func (d *demo) whatNext() {
 		{"kubectl get clustertrustbundle " + podCertBundle + " -o yaml", "the bundle pods mount, kept by certapi"},
 		{"kubectl certapi check", "exit status 0 while certapi serves"},
 	}
+	if d.node {
+		lines = append(lines,
+			[2]string{"kubectl get pods -A -o wide", "certapi's pod and CoreDNS on node " + d.cp.ClusterNode.Name},
+			[2]string{"kubectl logs -n " + framework.CertapiNamespace + " deploy/certapi", "certapi's log, from kubelet"})
+	}
 	fmt.Fprintln(d.out, "What to try next, in another shell:")
 	for _, l := range lines {
 		if l[1] == "" {

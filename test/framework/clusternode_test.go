@@ -82,6 +82,11 @@ func TestNodeRunsPods(t *testing.T) {
 		}
 	}
 
+	// kube-apiserver reaches kubelet for a pod's log, as `kubectl logs` does.
+	if _, err := cs.CoreV1().Pods(ns).GetLogs("server", &corev1.PodLogOptions{}).DoRaw(ctx); err != nil {
+		t.Errorf("the server pod's log through kube-apiserver and kubelet: %v", err)
+	}
+
 	node := cp.ClusterNode
 	cp.Stop()
 	if left := node.Leftovers(); len(left) > 0 {

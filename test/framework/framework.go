@@ -463,6 +463,12 @@ func (cp *ControlPlane) StartAPIServer(ctx context.Context) error {
 		"--proxy-client-cert-file=" + pki.FrontProxyClientCert,
 		"--proxy-client-key-file=" + pki.FrontProxyClientKey,
 		"--enable-aggregator-routing=false",
+		// For kubectl logs, exec and port-forward on the node (Options.Node), whose kubelet trusts the
+		// client CA.
+		"--kubelet-client-certificate=" + pki.KubeletClientCert,
+		"--kubelet-client-key=" + pki.KubeletClientKey,
+		// As kubeadm sets it: the node's name (certapi-node) resolves nowhere.
+		"--kubelet-preferred-address-types=InternalIP,ExternalIP,Hostname",
 		"--v=2",
 	}
 	p, err := cp.launch(ProcessKubeAPIServer, cp.apiserverBin, args, &cp.apiserver)
