@@ -550,8 +550,12 @@ func (n *ClusterNode) makeCgroup() error {
 	return nil
 }
 
-// cgroupHierarchies lists the mounted cgroup hierarchies under /sys/fs/cgroup (one on cgroup v2).
+// cgroupHierarchies lists the mounted cgroup hierarchies under /sys/fs/cgroup: one per controller on
+// cgroup v1 (and the named and unified ones of a hybrid layout), /sys/fs/cgroup itself on cgroup v2.
 func cgroupHierarchies() []string {
+	if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err == nil {
+		return []string{"/sys/fs/cgroup"}
+	}
 	entries, err := os.ReadDir("/sys/fs/cgroup")
 	if err != nil {
 		return nil

@@ -454,7 +454,7 @@ func (cp *ControlPlane) StartAPIServer(ctx context.Context) error {
 		"--service-account-key-file=" + pki.ServiceAccountPub,
 		"--service-account-signing-key-file=" + pki.ServiceAccountKey,
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-		"--service-cluster-ip-range=10.0.0.0/24",
+		"--service-cluster-ip-range=" + ServiceCIDR,
 		"--requestheader-client-ca-file=" + pki.FrontProxyCACert,
 		"--requestheader-allowed-names=front-proxy-client",
 		"--requestheader-username-headers=X-Remote-User",
