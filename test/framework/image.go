@@ -5,10 +5,12 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -43,26 +45,37 @@ func BuildTestImage(ctx context.Context, pkg, ref, out string) error {
 	return BuildBinaryImage(bin, "/"+binName, ref, out)
 }
 
-// BuildBinaryImage packs the static binary bin as the file at path (e.g. "/usr/local/bin/etcd") of a
-// test-only image, its entrypoint, in an empty base, user 65532, written as a docker-archive tar to out
-// under the name ref.
+// BuildBinaryImage packs the binary bin as the file at path (e.g. "/usr/local/bin/etcd") of a test-only
+// image, its entrypoint, in an empty base, user 65532, written as a docker-archive tar to out under the
+// name ref. A dynamically linked bin gets the shared libraries `ldd` names (the machine's C library) at the
+// same paths, so that a binary of `make tools` built with cgo runs as it is.
 func BuildBinaryImage(bin, path, ref, out string) error {
 	work, err := os.MkdirTemp("", "test-image-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(work)
-	data, err := os.ReadFile(bin)
+	files := map[string]string{path: bin}
+	libs, err := sharedLibraries(bin)
 	if err != nil {
 		return err
 	}
+	for _, l := range libs {
+		files[l] = l
+	}
 	var layerTar bytes.Buffer
 	tw := tar.NewWriter(&layerTar)
-	if err := tw.WriteHeader(&tar.Header{Name: strings.TrimPrefix(path, "/"), Mode: 0o755, Size: int64(len(data)), Typeflag: tar.TypeReg}); err != nil {
-		return err
-	}
-	if _, err := tw.Write(data); err != nil {
-		return err
+	for _, in := range slices.Sorted(maps.Keys(files)) {
+		data, err := os.ReadFile(files[in]) // through symlinks: the image holds the files themselves
+		if err != nil {
+			return err
+		}
+		if err := tw.WriteHeader(&tar.Header{Name: strings.TrimPrefix(in, "/"), Mode: 0o755, Size: int64(len(data)), Typeflag: tar.TypeReg}); err != nil {
+			return err
+		}
+		if _, err := tw.Write(data); err != nil {
+			return err
+		}
 	}
 	if err := tw.Close(); err != nil {
 		return err
@@ -97,4 +110,27 @@ func BuildBinaryImage(bin, path, ref, out string) error {
 		return fmt.Errorf("writing %s: %w", out, err)
 	}
 	return nil
+}
+
+// sharedLibraries returns the absolute paths of the shared libraries bin loads, from `ldd`; none for a
+// static binary.
+func sharedLibraries(bin string) ([]string, error) {
+	out, err := exec.Command("ldd", bin).CombinedOutput()
+	if err != nil {
+		if strings.Contains(string(out), "not a dynamic executable") {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("ldd %s: %w: %s", bin, err, out)
+	}
+	var libs []string
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Fields(line)
+		for i, w := range f {
+			// "libc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x...)" and "/lib64/ld-linux-x86-64.so.2 (0x...)"
+			if strings.HasPrefix(w, "/") && (i == 0 || f[i-1] == "=>") {
+				libs = append(libs, w)
+			}
+		}
+	}
+	return libs, nil
 }

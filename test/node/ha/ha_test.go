@@ -30,7 +30,7 @@ import (
 	"github.com/certapi/certapi/test/node/nodetest"
 )
 
-// etcdImage is the test image of etcd (hack/tools/etcd built static), for the StatefulSet's
+// etcdImage is the test image of etcd (the etcd of `make tools`), for the StatefulSet's
 // quay.io/coreos/etcd, which cannot be pulled here.
 const etcdImage = "certapi-test/etcd:v3.7.0"
 
@@ -56,7 +56,7 @@ func run(m *testing.M) int {
 	ctx, cancel := context.WithTimeout(context.Background(), framework.StartTimeout+framework.NodeLockTimeout)
 	defer cancel()
 	etcdArchive := filepath.Join(dir, "etcd.tar")
-	if err := buildEtcdImage(ctx, dir, etcdArchive); err != nil {
+	if err := buildEtcdImage(etcdArchive); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
@@ -92,19 +92,12 @@ func run(m *testing.M) int {
 	return code
 }
 
-// buildEtcdImage builds hack/tools/etcd (the etcd of `make tools`) static and packs it as
-// /usr/local/bin/etcd, the command the StatefulSet runs.
-func buildEtcdImage(ctx context.Context, dir, out string) error {
-	root, err := framework.RepoRoot()
+// buildEtcdImage packs the etcd of `make tools` (hack/tools/etcd, v3.7.0) as /usr/local/bin/etcd, the
+// command the StatefulSet runs, with the C library it is linked with.
+func buildEtcdImage(out string) error {
+	bin, err := framework.EtcdBinary()
 	if err != nil {
 		return err
-	}
-	bin := filepath.Join(dir, "etcd")
-	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", bin, "./etcd")
-	cmd.Dir = filepath.Join(root, "hack", "tools")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("building a static etcd: %w\n%s", err, b)
 	}
 	return framework.BuildBinaryImage(bin, "/usr/local/bin/etcd", etcdImage, out)
 }
