@@ -468,11 +468,15 @@ func TestBadValuesAreRefused(t *testing.T) {
 	}{
 		{[]string{"--set", "replicas=3"}, "the embedded etcd is one member inside one pod"},
 		{[]string{"--set", "etcd.mode=external"}, "etcd.mode external needs etcd.external.endpoints"},
-		{[]string{"--set", "etcd.mode=kube"}, `etcd.mode "kube": want embedded, dedicated or external`},
-		{[]string{"--set", "etcd.mode=dedicated", "--set", "etcd.dedicated.members=2"}, "etcd.dedicated.members 2: want 1, 3 or 5"},
 		{[]string{"--set", "encryption.enabled=false"}, "certapi would refuse to start"},
 		{[]string{"--set", "encryption.config=apiVersion: v1"}, "does not list certificateauthoritykeys.certapi.dev"},
-		{[]string{"--set", "podAntiAffinity=strict"}, `podAntiAffinity "strict": want soft, hard or none`},
+		// values.schema.json: a misspelt key is refused, not silently ignored; so are unknown choices.
+		{[]string{"--set", "replica=3"}, "additional properties 'replica' not allowed"},
+		{[]string{"--set", "etcd.external.endpoint=https://etcd:2379"}, "additional properties 'endpoint' not allowed"},
+		{[]string{"--set", "etcd.mode=kube"}, "at '/etcd/mode': value must be one of 'embedded', 'dedicated', 'external'"},
+		{[]string{"--set", "etcd.mode=dedicated", "--set", "etcd.dedicated.members=2"}, "at '/etcd/dedicated/members': value must be one of 1, 3, 5"},
+		{[]string{"--set", "podAntiAffinity=strict"}, "at '/podAntiAffinity': value must be one of 'soft', 'hard', 'none'"},
+		{[]string{"--set", "replicas=three"}, "at '/replicas': got string, want integer"},
 	} {
 		r := runHelm(t, append([]string{"template", release, chartDir, "--namespace", "certapi"}, tc.args...)...)
 		if r.err == nil || !strings.Contains(r.stderr, tc.want) {
