@@ -20,7 +20,7 @@ set -o errexit -o nounset -o pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
 OUT="${1:-${ROOT}}"
-"${ROOT}/hack/build-tools.sh" helm >/dev/null
+"${ROOT}/hack/build-tools.sh" helm
 HELM="${ROOT}/_output/bin/helm"
 CHART="${ROOT}/artifacts/charts/certapi"
 EXAMPLES="${ROOT}/artifacts/charts/examples"
