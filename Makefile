@@ -8,6 +8,8 @@
 #   test/e2e                       the whole system: certapi processes behind kube-apiserver
 #   test/monitoring                artifacts/monitoring with promtool and a real Prometheus scraping certapi
 #   test/image                     make image's archive, read back and run
+#   test/chart                     the Helm chart: helm lint, every example rendered and applied with a
+#                                  server-side dry run, helm install and uninstall against kube-apiserver
 #   test/framework                 starts those processes; its own tests start them too
 # `make e2e` runs all of test/; `make integration` only test/integration.
 SHELL := /usr/bin/env bash
@@ -19,7 +21,7 @@ RACE ?= -race
 # Integration and end-to-end tests start real processes; give them room on a 2-core machine.
 E2E_TIMEOUT ?= 40m
 
-.PHONY: all build tools test verify unit integration e2e codegen local-up image clean
+.PHONY: all build tools test verify unit integration e2e codegen manifests local-up image clean
 
 all: build
 
@@ -47,8 +49,8 @@ image: ARCH ?= $(shell $(GO) env GOARCH)
 image:
 	$(GO) run ./hack/image --output $(CURDIR)/_output/certapi-image.tar --arch $(ARCH) $(if $(TAG),--tag $(TAG))
 
-## tools: kube-apiserver, etcd, kubectl, promtool and prometheus from the Go module proxy into _output/bin
-## (skipped when current)
+## tools: kube-apiserver, etcd, kubectl, promtool, prometheus and helm from the Go module proxy into
+## _output/bin (each group skipped when current; helm is its own module, hack/tools/helm)
 tools:
 	./hack/build-tools.sh
 
@@ -56,9 +58,16 @@ tools:
 codegen:
 	./hack/update-codegen.sh
 
-## verify: generated code, formatting and vet
+## manifests: render artifacts/deploy and artifacts/monitoring's ServiceMonitor and PrometheusRule from the
+## Helm chart artifacts/charts/certapi, their one source
+manifests:
+	./hack/update-manifests.sh
+
+## verify: generated code, the manifests rendered from the Helm chart (builds helm when it is not
+## current), formatting and vet
 verify:
 	./hack/verify-codegen.sh
+	./hack/verify-manifests.sh
 	@out="$$(gofmt -l $$(git ls-files -co --exclude-standard '*.go' | grep -v '^pkg/generated/' | grep -v '/zz_generated'))"; \
 	  if [[ -n "$$out" ]]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
