@@ -6,6 +6,8 @@
 #   test/integration/<component>   one component (issuer, injector, trustbundle) against a real etcd and/or
 #                                  kube-apiserver from _output/bin, through its exported API
 #   test/e2e                       the whole system: certapi processes behind kube-apiserver
+#   test/node                      the manifests of artifacts/ applied with kubectl to a real node
+#                                  (kubelet, containerd, kube-proxy, CoreDNS), from `make images`
 #   test/monitoring                artifacts/monitoring with promtool and a real Prometheus scraping certapi
 #   test/image                     make image's archive, read back and run
 #   test/chart                     the Helm chart: helm lint, every example rendered and applied with a
@@ -21,7 +23,7 @@ RACE ?= -race
 # Integration and end-to-end tests start real processes; give them room on a 2-core machine.
 E2E_TIMEOUT ?= 40m
 
-.PHONY: all build tools test verify unit integration e2e codegen manifests local-up image clean
+.PHONY: all build tools test verify unit integration e2e codegen manifests local-up image images clean
 
 all: build
 
@@ -49,8 +51,19 @@ image: ARCH ?= $(shell $(GO) env GOARCH)
 image:
 	$(GO) run ./hack/image --output $(CURDIR)/_output/certapi-image.tar --arch $(ARCH) $(if $(TAG),--tag $(TAG))
 
-## tools: kube-apiserver, etcd, kubectl, promtool, prometheus and helm from the Go module proxy into
-## _output/bin (each group skipped when current; helm is its own module, hack/tools/helm)
+## images: the test node's images as archives in _output/images, built without Docker by hack/image, for
+## the host's architecture: certapi.tar, example-webhook.tar, pause.tar and coredns.tar, named
+## certapi.dev/certapi:dev, certapi.dev/example-webhook:dev, certapi.dev/pause:3.10 and
+## certapi.dev/coredns:dev (the names `ctr -n k8s.io images import` gives them). Static binaries in empty
+## bases, user 65532; CoreDNS comes from `hack/build-tools.sh coredns`. An archive whose inputs did not
+## change is not written again.
+images:
+	./hack/build-tools.sh coredns
+	$(GO) run ./hack/image --all --output-dir $(CURDIR)/_output/images
+
+## tools: kube-apiserver, etcd, kubectl, kubenode (kubelet, kube-proxy, kube-controller-manager,
+## kube-scheduler), promtool, prometheus, helm and coredns from the Go module proxy into _output/bin (each
+## group skipped when current; prometheus, helm and coredns are modules of their own under hack/tools)
 tools:
 	./hack/build-tools.sh
 
@@ -83,15 +96,16 @@ integration: tools
 
 ## e2e: everything under test/ (test/integration, test/e2e and test/framework's own tests) against a
 ## real etcd and kube-apiserver from _output/bin and the certapi just built
-e2e: tools build
+e2e: tools build images
 	CERTAPI_BIN=$(BIN)/certapi $(GO) test -count=1 -timeout $(E2E_TIMEOUT) ./test/...
 
 ## test: everything CI runs: verify, unit, then integration and end-to-end (e2e)
 test: verify unit e2e
 
-## local-up: the demo: etcd, kube-apiserver, certapi and the example webhook on loopback, a walkthrough, until Ctrl-C
-local-up: tools build
-	./hack/local-up.sh
+## local-up: the demo: etcd, kube-apiserver, certapi and the example webhook on loopback, a walkthrough, until Ctrl-C.
+## NODE=1 adds a real node (needs root) and runs certapi on it as a pod from artifacts/deploy/overlays/single-replica.
+local-up: tools build $(if $(NODE),images)
+	./hack/local-up.sh $(if $(NODE),--node)
 
 clean:
 	rm -rf _output

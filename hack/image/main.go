@@ -1,17 +1,23 @@
-// Command image builds certapi's container image without a Docker engine (make image): a static certapi
-// (CGO_ENABLED=0, built as artifacts/deploy/Dockerfile builds it) in an empty base, as an image archive
-// that `docker load`, `podman load` and `crane push` accept. The archive holds the image twice over the
-// same blobs, as `docker save` has since Docker 25: an OCI image layout (oci-layout, index.json,
-// blobs/sha256/...) and the manifest.json of the older docker-archive format.
+// Command image builds container images without a Docker engine: certapi's (make image), and for the test
+// node (make images) certapi's, the example webhook's, a pause image and CoreDNS's. Each is a static binary
+// (CGO_ENABLED=0) in an empty base, written as an image archive that `ctr images import`, `docker load`,
+// `podman load` and `crane push` accept. The archive holds the image twice over the same blobs, as
+// `docker save` has since Docker 25: an OCI image layout (oci-layout, index.json, blobs/sha256/...) and
+// the manifest.json of the older docker-archive format, whose RepoTags name the image.
 //
-// The user, entrypoint, exposed port, labels and the binary's path come from the final stage of
-// artifacts/deploy/Dockerfile, so the two ways of building cannot drift apart. Only
-// go-containerregistry (pure Go) is used; nothing runs in a container.
+// certapi's and the example webhook's user, entrypoint, exposed ports, labels and binary path come from
+// the final stage of their Dockerfiles, so the two ways of building cannot drift apart; the pause and
+// CoreDNS images are described here. Only go-containerregistry (pure Go) is used; nothing runs in a
+// container.
 package main
 
 import (
 	"archive/tar"
 	"bytes"
+	"crypto/sha256"
+	"debug/buildinfo"
+	"debug/elf"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -37,56 +43,301 @@ import (
 
 // Labels hack/image adds to the Dockerfile's, from the source it builds.
 const (
-	labelVersion  = "org.opencontainers.image.version"
-	labelRevision = "org.opencontainers.image.revision"
+	labelTitle       = "org.opencontainers.image.title"
+	labelDescription = "org.opencontainers.image.description"
+	labelVersion     = "org.opencontainers.image.version"
+	labelRevision    = "org.opencontainers.image.revision"
+	labelSource      = "org.opencontainers.image.source"
 )
 
+// nonroot is the user the images run as: uid and gid 65532, "nonroot" as distroless names it.
+const nonroot = "65532:65532"
+
+// spec is one image hack/image builds.
+type spec struct {
+	// name is the image's short name: --image NAME, and NAME.tar under --output-dir.
+	name string
+	// tag is the name and tag make images gives it: what the test node's manifests and containerd's
+	// sandbox_image refer to once the archive is imported.
+	tag string
+	// pkg is the Go main package built into the image; "" for a binary built by hack/build-tools.sh.
+	pkg string
+	// binary is, when pkg is "", that binary's path relative to the repository root.
+	binary string
+	// dockerfile, when set, is the Dockerfile whose final stage gives the configuration; otherwise
+	// stage does.
+	dockerfile string
+	stage      stage
+	// minimal images hold their binary and nothing else; the others also /etc/passwd, /etc/group and
+	// /tmp, as distroless/static has them.
+	minimal bool
+}
+
+// specs are the images make images builds, in order.
+var specs = []spec{
+	{name: "certapi", tag: "certapi.dev/certapi:dev", pkg: "./cmd/certapi", dockerfile: filepath.Join("artifacts", "deploy", "Dockerfile")},
+	{name: "example-webhook", tag: "certapi.dev/example-webhook:dev", pkg: "./artifacts/examples/webhook", dockerfile: filepath.Join("artifacts", "examples", "webhook", "Dockerfile")},
+	// The sandbox image, as registry.k8s.io/pause:3.10 is: one static binary at /pause. Unlike kubernetes'
+	// (65535) it runs as the same non-root user as the other images.
+	{name: "pause", tag: "certapi.dev/pause:3.10", pkg: "./hack/image/pause", minimal: true, stage: stage{
+		user: nonroot, entrypoint: []string{"/pause"}, binary: "pause",
+		labels: map[string]string{labelTitle: "pause", labelDescription: "Holds a pod's namespaces open and reaps its zombies until SIGTERM (hack/image/pause, after kubernetes' build/pause)"},
+	}},
+	// CoreDNS with only the plugins a cluster DNS needs (hack/tools/coredns). It runs as non-root with no
+	// capability, so it cannot bind port 53: its Corefile listens on 1053 and the kube-dns Service maps
+	// port 53 to that (targetPort: 1053). Granting NET_BIND_SERVICE instead would need a file capability
+	// on the binary, and then every pod that drops ALL capabilities would fail to start it (EPERM at exec).
+	{name: "coredns", tag: "certapi.dev/coredns:dev", binary: filepath.Join("_output", "bin", "coredns"), stage: stage{
+		user: nonroot, entrypoint: []string{"/coredns"}, binary: "coredns", ports: []string{"1053/udp", "1053/tcp"},
+		labels: map[string]string{labelTitle: "coredns", labelDescription: "CoreDNS with the plugins of a cluster DNS, built by certapi's hack/tools/coredns", labelSource: "https://github.com/coredns/coredns"},
+	}},
+}
+
+func lookup(name string) (spec, bool) {
+	i := slices.IndexFunc(specs, func(s spec) bool { return s.name == name })
+	if i < 0 {
+		return spec{}, false
+	}
+	return specs[i], true
+}
+
 func main() {
-	out := flag.String("output", filepath.Join("_output", "certapi-image.tar"), "Where to write the image archive.")
-	arch := flag.String("arch", runtime.GOARCH, "GOARCH of the image (its OS is linux).")
-	tag := flag.String("tag", "", "The image's name and tag in the archive. Default: certapi:<version>.")
-	dockerfile := flag.String("dockerfile", filepath.Join("artifacts", "deploy", "Dockerfile"), "The Dockerfile whose final stage gives the user, entrypoint, port, labels and binary path.")
+	var o options
+	flag.StringVar(&o.image, "image", "certapi", "The image to build: certapi, example-webhook, pause or coredns.")
+	flag.BoolVar(&o.all, "all", false, "Build every image (make images) into --output-dir as NAME.tar, each with its fixed name and tag (certapi.dev/NAME:...).")
+	flag.StringVar(&o.output, "output", "", "Where to write the one image's archive. Default: _output/certapi-image.tar for certapi, --output-dir/NAME.tar for the others.")
+	flag.StringVar(&o.outputDir, "output-dir", filepath.Join("_output", "images"), "Where --all (and an --image other than certapi without --output) writes NAME.tar.")
+	flag.StringVar(&o.binDir, "bin-dir", filepath.Join("_output", "images", "bin"), "Where the static binaries are linked; kept, so that an unchanged binary is not linked again.")
+	flag.StringVar(&o.arch, "arch", runtime.GOARCH, "GOARCH of the images (their OS is linux).")
+	flag.StringVar(&o.tag, "tag", "", "The name and tag of the one image in its archive. Default: certapi:<version> for certapi, the fixed name (certapi.dev/NAME:...) for the others.")
 	flag.Parse()
-	if err := run(*out, *arch, *tag, *dockerfile); err != nil {
+	if err := run(o); err != nil {
 		fmt.Fprintf(os.Stderr, "image: %v\n", err)
 		os.Exit(1)
 	}
 }
 
-func run(out, arch, tag, dockerfile string) error {
+type options struct {
+	image, output, outputDir, binDir, arch, tag string
+	all                                         bool
+}
+
+// job is one archive to write.
+type job struct {
+	spec
+	out, tag string
+}
+
+// jobs resolves the options into what to build.
+func (o options) jobs(version string) ([]job, error) {
+	if o.all {
+		if o.output != "" || o.tag != "" {
+			return nil, errors.New("--all writes every image into --output-dir with its own name: --output and --tag name one image")
+		}
+		var js []job
+		for _, s := range specs {
+			js = append(js, job{spec: s, out: filepath.Join(o.outputDir, s.name+".tar"), tag: s.tag})
+		}
+		return js, nil
+	}
+	s, ok := lookup(o.image)
+	if !ok {
+		var names []string
+		for _, s := range specs {
+			names = append(names, s.name)
+		}
+		return nil, fmt.Errorf("--image %q: want one of %s", o.image, strings.Join(names, ", "))
+	}
+	j := job{spec: s, out: o.output, tag: o.tag}
+	if j.out == "" {
+		j.out = filepath.Join(o.outputDir, s.name+".tar")
+		if s.name == "certapi" {
+			j.out = filepath.Join("_output", "certapi-image.tar")
+		}
+	}
+	if j.tag == "" {
+		j.tag = s.tag
+		if s.name == "certapi" {
+			j.tag = "certapi:" + strings.TrimPrefix(version, "v")
+		}
+	}
+	return []job{j}, nil
+}
+
+func run(o options) error {
 	start := time.Now()
-	stage, err := readFinalStage(dockerfile)
+	src := sourceInfo()
+	js, err := o.jobs(src.version)
 	if err != nil {
 		return err
 	}
-	src := sourceInfo()
-	if tag == "" {
-		tag = "certapi:" + strings.TrimPrefix(src.version, "v")
+	for i := range js {
+		if js[i].dockerfile != "" {
+			if js[i].stage, err = readFinalStage(js[i].dockerfile); err != nil {
+				return err
+			}
+		}
+	}
+	bins, err := buildBinaries(o.binDir, o.arch, src.version, js)
+	if err != nil {
+		return err
+	}
+	self, err := selfDigest()
+	if err != nil {
+		return err
+	}
+	for _, j := range js {
+		if err := write(j, bins[j.name], o.arch, src, self); err != nil {
+			return fmt.Errorf("%s: %w", j.name, err)
+		}
+	}
+	fmt.Printf("done in %s\n", time.Since(start).Round(100*time.Millisecond))
+	if !o.all {
+		out := js[0].out
+		fmt.Printf("load it with `docker load -i %s` or `podman load -i %s`; push it with `crane push %s REGISTRY/%s:TAG`\n", out, out, out, js[0].name)
+	}
+	return nil
+}
+
+// write builds j's image from bin and writes its archive, unless the archive is there already from the
+// same inputs (a stamp beside it records them).
+func write(j job, bin, arch string, src source, self string) error {
+	src, err := j.source(bin, src)
+	if err != nil {
+		return err
+	}
+	binSum, err := fileDigest(bin)
+	if err != nil {
+		return err
+	}
+	if err := checkPlatform(bin, arch); err != nil {
+		return err
+	}
+	stampPath := filepath.Join(filepath.Dir(j.out), "."+filepath.Base(j.out)+".stamp")
+	stamp := fmt.Sprintf("hack/image %s\nbinary %s\ntag %s\narch %s\nstage %#v\nminimal %t\nsource %#v\n", self, binSum, j.tag, arch, j.stage, j.minimal, src)
+	if old, err := os.ReadFile(stampPath); err == nil && string(old) == stamp {
+		if _, err := os.Stat(j.out); err == nil {
+			fmt.Printf("%s is current: %s (linux/%s)\n", j.out, j.tag, arch)
+			return nil
+		}
+	}
+	os.Remove(stampPath)
+	img, err := buildImage(bin, arch, j.stage, j.minimal, src)
+	if err != nil {
+		return err
 	}
 	work, err := os.MkdirTemp("", "certapi-image-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(work)
-
-	bin := filepath.Join(work, "certapi")
-	if err := buildBinary(bin, arch, src.version); err != nil {
-		return err
-	}
-	img, err := buildImage(bin, arch, stage, src)
-	if err != nil {
-		return err
-	}
-	if err := writeArchive(out, filepath.Join(work, "layout"), img, tag, src.time); err != nil {
+	if err := writeArchive(j.out, work, img, j.tag, src.time); err != nil {
 		return err
 	}
 	digest, err := img.Digest()
 	if err != nil {
 		return err
 	}
-	fmt.Printf("wrote %s: %s (linux/%s, %s) in %s\n", out, tag, arch, digest, time.Since(start).Round(100*time.Millisecond))
-	fmt.Printf("load it with `docker load -i %s` or `podman load -i %s`; push it with `crane push %s REGISTRY/certapi:TAG`\n", out, out, out)
+	fmt.Printf("wrote %s: %s (linux/%s, %s)\n", j.out, j.tag, arch, digest)
+	return os.WriteFile(stampPath, []byte(stamp), 0o644)
+}
+
+// source is what an image records about where it came from: certapi's commit for the images of certapi's
+// own programs, the CoreDNS module's version for CoreDNS.
+func (j job) source(bin string, src source) (source, error) {
+	if j.pkg != "" {
+		return src, nil
+	}
+	info, err := buildinfo.ReadFile(bin)
+	if err != nil {
+		return source{}, fmt.Errorf("reading the build information of %s: %w", bin, err)
+	}
+	for _, d := range info.Deps {
+		if d.Path == "github.com/coredns/coredns" {
+			return source{version: d.Version, time: src.time}, nil
+		}
+	}
+	return source{version: "unknown", time: src.time}, nil
+}
+
+// buildBinaries links the Go programs of js, static, into binDir in one go build (which links only what
+// changed), and returns every job's binary by name; a job without a package names a binary built by
+// hack/build-tools.sh, which must exist.
+func buildBinaries(binDir, arch, version string, js []job) (map[string]string, error) {
+	bins := map[string]string{}
+	var pkgs []string
+	for _, j := range js {
+		if j.pkg == "" {
+			if _, err := os.Stat(j.binary); err != nil {
+				return nil, fmt.Errorf("the %s image needs %s: run `make tools` (hack/build-tools.sh) first: %w", j.name, j.binary, err)
+			}
+			bins[j.name] = j.binary
+			continue
+		}
+		pkgs = append(pkgs, j.pkg)
+		bins[j.name] = filepath.Join(binDir, arch, filepath.Base(j.pkg))
+	}
+	if len(pkgs) == 0 {
+		return bins, nil
+	}
+	dir := filepath.Join(binDir, arch) + string(os.PathSeparator)
+	args := append([]string{"build"}, staticBuildFlags(version)...)
+	args = append(args, "-o", dir)
+	cmd := exec.Command("go", append(args, pkgs...)...)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+arch)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("building %s for linux/%s: %w", strings.Join(pkgs, " "), arch, err)
+	}
+	return bins, nil
+}
+
+// staticBuildFlags are the flags the images' Go programs are built with, as artifacts/deploy/Dockerfile
+// builds certapi (with CGO_ENABLED=0): trimmed paths, no symbol table, the version linked in.
+func staticBuildFlags(version string) []string {
+	return []string{"-trimpath", "-ldflags=-s -w -X main.version=" + version}
+}
+
+// checkPlatform refuses a binary that is not a static linux/arch executable.
+func checkPlatform(bin, arch string) error {
+	f, err := elf.Open(bin)
+	if err != nil {
+		return fmt.Errorf("%s: not a Linux executable: %w", bin, err)
+	}
+	defer f.Close()
+	machines := map[string]elf.Machine{"amd64": elf.EM_X86_64, "arm64": elf.EM_AARCH64, "arm": elf.EM_ARM, "ppc64le": elf.EM_PPC64, "s390x": elf.EM_S390, "riscv64": elf.EM_RISCV, "386": elf.EM_386}
+	if m, ok := machines[arch]; ok && f.Machine != m {
+		return fmt.Errorf("%s is for %v, not %s: build it with GOARCH=%s", bin, f.Machine, arch, arch)
+	}
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			return fmt.Errorf("%s is dynamically linked: build it with CGO_ENABLED=0", bin)
+		}
+	}
 	return nil
+}
+
+// fileDigest is the sha256 of a file's content, in hex.
+func fileDigest(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", fmt.Errorf("reading %s: %w", path, err)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// selfDigest identifies this program's build, so that a change to hack/image rewrites every archive.
+func selfDigest() (string, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return "", err
+	}
+	return fileDigest(exe)
 }
 
 // stage is what the Dockerfile's final stage says about the image.
@@ -95,7 +346,7 @@ type stage struct {
 	entrypoint []string
 	ports      []string
 	labels     map[string]string
-	// binary is where the final stage copies the certapi binary.
+	// binary is where the final stage copies the binary, without the leading slash.
 	binary string
 }
 
@@ -156,8 +407,8 @@ func readFinalStage(path string) (stage, error) {
 			}
 		case "COPY":
 			f := strings.Fields(rest)
-			if len(f) != 3 || !strings.HasPrefix(f[0], "--from=") || filepath.Base(f[1]) != "certapi" {
-				return stage{}, fmt.Errorf("%s: COPY %s: want COPY --from=STAGE .../certapi DEST", path, rest)
+			if len(f) != 3 || !strings.HasPrefix(f[0], "--from=") || st.binary != "" {
+				return stage{}, fmt.Errorf("%s: COPY %s: want one COPY --from=STAGE BINARY DEST, of the binary", path, rest)
 			}
 			st.binary = strings.TrimPrefix(f[2], "/")
 		default:
@@ -226,20 +477,9 @@ func sourceInfo() source {
 	return s
 }
 
-// buildBinary builds certapi as the Dockerfile does: static, trimmed paths, no symbol table.
-func buildBinary(out, arch, version string) error {
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w -X main.version="+version, "-o", out, "./cmd/certapi")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+arch)
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("building certapi for linux/%s: %w", arch, err)
-	}
-	return nil
-}
-
 // buildImage puts the binary into an empty base with the stage's configuration.
-func buildImage(bin, arch string, st stage, src source) (v1.Image, error) {
-	layerTar, err := rootfsLayer(bin, st.binary, src.time)
+func buildImage(bin, arch string, st stage, minimal bool, src source) (v1.Image, error) {
+	layerTar, err := rootfsLayer(bin, st.binary, minimal, src.time)
 	if err != nil {
 		return nil, err
 	}
@@ -251,7 +491,7 @@ func buildImage(bin, arch string, st stage, src source) (v1.Image, error) {
 	}
 	base := mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON)
 	img, err := mutate.Append(base, mutate.Addendum{Layer: layer, History: v1.History{
-		Created: v1.Time{Time: src.time}, CreatedBy: "hack/image: COPY certapi /" + st.binary, Comment: "built with go-containerregistry",
+		Created: v1.Time{Time: src.time}, CreatedBy: "hack/image: COPY " + filepath.Base(st.binary) + " /" + st.binary, Comment: "built with go-containerregistry",
 	}})
 	if err != nil {
 		return nil, fmt.Errorf("adding the layer: %w", err)
@@ -289,9 +529,9 @@ func buildImage(bin, arch string, st stage, src source) (v1.Image, error) {
 }
 
 // rootfsLayer is the image's one layer: the binary at dest (mode 0755, owned by root, so the non-root
-// user cannot replace it), the directories above it, /tmp (1777) and /etc/passwd and /etc/group naming
-// root and the user the Dockerfile runs as (65532, "nonroot", as distroless has them).
-func rootfsLayer(bin, dest string, mtime time.Time) ([]byte, error) {
+// user cannot replace it) and the directories above it; unless minimal, also /tmp (1777) and /etc/passwd
+// and /etc/group naming root and the user the images run as (65532, "nonroot", as distroless has them).
+func rootfsLayer(bin, dest string, minimal bool, mtime time.Time) ([]byte, error) {
 	data, err := os.ReadFile(bin)
 	if err != nil {
 		return nil, err
@@ -299,6 +539,9 @@ func rootfsLayer(bin, dest string, mtime time.Time) ([]byte, error) {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	dirs := map[string]bool{"etc/": true, "tmp/": true}
+	if minimal {
+		dirs = map[string]bool{}
+	}
 	for d := filepath.Dir(dest); d != "." && d != "/"; d = filepath.Dir(d) {
 		dirs[d+"/"] = true
 	}
@@ -317,14 +560,18 @@ func rootfsLayer(bin, dest string, mtime time.Time) ([]byte, error) {
 			return nil, err
 		}
 	}
-	files := []struct {
+	type file struct {
 		name string
 		mode int64
 		data []byte
-	}{
+	}
+	files := []file{
 		{"etc/group", 0o644, []byte("root:x:0:\nnonroot:x:65532:\n")},
 		{"etc/passwd", 0o644, []byte("root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n")},
 		{dest, 0o755, data},
+	}
+	if minimal {
+		files = []file{{dest, 0o755, data}}
 	}
 	for _, f := range files {
 		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: f.name, Mode: f.mode, Size: int64(len(f.data)), ModTime: mtime, Format: tar.FormatPAX}); err != nil {

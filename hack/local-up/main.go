@@ -6,6 +6,12 @@
 // decision; and has certapi answer a PodCertificateRequest made as a kubelet makes it. It prints that as a short walkthrough (logs go to files), then runs until SIGINT or SIGTERM
 // and stops everything it started.
 //
+// With --node (make local-up NODE=1) the control plane gets a real node (test/framework's Options.Node:
+// containerd, kubelet, kube-proxy, kube-controller-manager, kube-scheduler, CoreDNS; it needs root and the
+// images of `make images`), and certapi runs as a pod, installed the way a user installs it, from
+// artifacts/deploy/overlays/single-replica (framework's InstallCertapiSingleReplica), instead of as a
+// process; the walkthrough is the same.
+//
 // hack/local-up.sh (make local-up) builds what it needs into _output/bin and runs it. The line
 // "certapi local-up: ready" (readyMarker) is printed once everything is up; tests wait for it.
 package main
@@ -90,14 +96,15 @@ const (
 func main() {
 	dir := flag.String("dir", filepath.Join("_output", "local"), "Directory for the stack's PKI, data, logs and kubeconfig; emptied at start.")
 	bin := flag.String("bin-dir", "", "Directory holding example-webhook, kubectl-create-servingcertrequest and kubectl-certapi (and kubectl, else kubectl is looked up on PATH). Default: <repository>/_output/bin.")
+	node := flag.Bool("node", false, "Also run a real node (containerd, kubelet, kube-proxy, kube-controller-manager, kube-scheduler, CoreDNS; needs root and `make images`) and install certapi on it as a pod from artifacts/deploy/overlays/single-replica, instead of running it as a process.")
 	flag.Parse()
-	if err := run(*dir, *bin); err != nil {
+	if err := run(*dir, *bin, *node); err != nil {
 		fmt.Fprintf(os.Stderr, "local-up: %v\n", err)
 		os.Exit(1)
 	}
 }
 
-func run(dirFlag, binFlag string) error {
+func run(dirFlag, binFlag string, node bool) error {
 	root, err := framework.RepoRoot()
 	if err != nil {
 		return err
@@ -134,7 +141,7 @@ func run(dirFlag, binFlag string) error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	d := &demo{root: root, dir: dir, bin: bin, kubectl: kubectl, out: os.Stdout}
+	d := &demo{root: root, dir: dir, bin: bin, kubectl: kubectl, out: os.Stdout, node: node}
 	defer d.stop()
 	if err := d.up(ctx); err != nil {
 		if ctx.Err() != nil {
@@ -145,7 +152,11 @@ func run(dirFlag, binFlag string) error {
 	}
 	<-ctx.Done()
 	stop() // a second Ctrl-C ends local-up at once (its children die with it)
-	fmt.Fprintln(d.out, "\nstopping the example webhook, certapi, kube-apiserver and etcd ...")
+	if d.node {
+		fmt.Fprintln(d.out, "\nstopping the example webhook, the node (its pods, certapi's among them), kube-apiserver and etcd ...")
+	} else {
+		fmt.Fprintln(d.out, "\nstopping the example webhook, certapi, kube-apiserver and etcd ...")
+	}
 	t0 := time.Now()
 	d.stop()
 	fmt.Fprintf(d.out, "stopped in %s; state and logs are kept in %s\n", since(t0), d.show(dir))
@@ -156,6 +167,8 @@ func run(dirFlag, binFlag string) error {
 type demo struct {
 	root, dir, bin, kubectl string
 	out                     io.Writer
+	// node runs a real node and certapi as a pod on it (--node).
+	node bool
 
 	cp       *framework.ControlPlane
 	progress *os.File
@@ -170,7 +183,12 @@ type demo struct {
 }
 
 func (d *demo) up(ctx context.Context) error {
-	fmt.Fprintf(d.out, "certapi local-up: etcd, kube-apiserver and certapi on 127.0.0.1, then the example webhook of %s.\n", exampleDir)
+	if d.node {
+		fmt.Fprintf(d.out, "certapi local-up: etcd and kube-apiserver on 127.0.0.1 with a node (containerd, kubelet, kube-proxy, CoreDNS),\n"+
+			"certapi as a pod from artifacts/deploy/overlays/single-replica, then the example webhook of %s.\n", exampleDir)
+	} else {
+		fmt.Fprintf(d.out, "certapi local-up: etcd, kube-apiserver and certapi on 127.0.0.1, then the example webhook of %s.\n", exampleDir)
+	}
 	fmt.Fprintf(d.out, "Logs: %s\n\n", d.show(filepath.Join(d.dir, "logs")))
 	steps := []func(context.Context) error{d.controlPlane, d.request, d.startWebhook, d.register, d.enforce, d.podCertificate, d.status}
 	for _, step := range steps {
@@ -180,7 +198,12 @@ func (d *demo) up(ctx context.Context) error {
 		fmt.Fprintln(d.out)
 	}
 	d.whatNext()
-	fmt.Fprintln(d.out, "Ctrl-C stops the example webhook, certapi, kube-apiserver and etcd.")
+	if d.node {
+		fmt.Fprintln(d.out, "Ctrl-C stops the example webhook, the node and its pods (certapi's among them), kube-apiserver and etcd,")
+		fmt.Fprintln(d.out, "and removes what the node added to the machine.")
+	} else {
+		fmt.Fprintln(d.out, "Ctrl-C stops the example webhook, certapi, kube-apiserver and etcd.")
+	}
 	fmt.Fprintln(d.out, readyMarker)
 	return nil
 }
@@ -192,18 +215,38 @@ func (d *demo) controlPlane(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(d.out, "Starting etcd, kube-apiserver and certapi (each step is logged to %s) ...\n", d.show(d.progress.Name()))
 	t0 := time.Now()
-	startCtx, cancel := context.WithTimeout(ctx, framework.StartTimeout)
+	timeout := framework.StartTimeout
+	opts := framework.Options{Dir: d.dir, Stdout: d.progress, CertapiArgs: []string{"--rotation-grace=" + rotationGrace.String()}}
+	if d.node {
+		fmt.Fprintf(d.out, "Starting etcd, kube-apiserver and the node (each step is logged to %s) ...\n", d.show(d.progress.Name()))
+		certapiImage, err := framework.ImageArchive("certapi.tar")
+		if err != nil {
+			return err
+		}
+		timeout += framework.NodeLockTimeout
+		opts.Node, opts.SkipCertapi, opts.NodeImages = true, true, []string{certapiImage}
+	} else {
+		fmt.Fprintf(d.out, "Starting etcd, kube-apiserver and certapi (each step is logged to %s) ...\n", d.show(d.progress.Name()))
+	}
+	startCtx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	cp, err := framework.Start(startCtx, framework.Options{Dir: d.dir, Stdout: d.progress, CertapiArgs: []string{"--rotation-grace=" + rotationGrace.String()}})
+	cp, err := framework.Start(startCtx, opts)
 	if err != nil {
 		if cp != nil && ctx.Err() == nil {
 			framework.PrintLogTails(os.Stderr, cp.Logs())
+			cp.Stop()
 		}
 		return err
 	}
 	d.cp = cp
+	if d.node {
+		fmt.Fprintf(d.out, "   node %s up; installing certapi as users do: kubectl apply -k artifacts/deploy/overlays/single-replica\n", cp.ClusterNode.Name)
+		fmt.Fprintln(d.out, "   (with the Secret certapi-encryption-config and the image certapi.tar of `make images`) ...")
+		if err := cp.InstallCertapiSingleReplica(startCtx, "--rotation-grace="+rotationGrace.String()); err != nil {
+			return err
+		}
+	}
 	up := since(t0)
 	if d.kube, err = kubernetes.NewForConfig(cp.AdminConfig); err != nil {
 		return err
@@ -246,7 +289,12 @@ func (d *demo) controlPlane(ctx context.Context) error {
 	}
 	fmt.Fprintf(d.out, "1. certapi is registered: APIService %s Available, caBundle injected by certapi itself (CA serial %s)\n",
 		framework.CertapiAPIService, serial)
-	fmt.Fprintf(d.out, "   up in %s: etcd %s, kube-apiserver %s, certapi %s\n", up, d.cp.EtcdEndpoint, d.cp.APIServerURL, d.cp.CertapiURL)
+	if d.node {
+		fmt.Fprintf(d.out, "   up in %s: etcd %s, kube-apiserver %s, node %s (pods in %s), certapi as a pod in %s\n", up, d.cp.EtcdEndpoint,
+			d.cp.APIServerURL, d.cp.ClusterNode.IP, d.cp.ClusterNode.PodCIDR, framework.CertapiNamespace)
+	} else {
+		fmt.Fprintf(d.out, "   up in %s: etcd %s, kube-apiserver %s, certapi %s\n", up, d.cp.EtcdEndpoint, d.cp.APIServerURL, d.cp.CertapiURL)
+	}
 	fmt.Fprintf(d.out, "   kubeconfig %s; certapi runs with --rotation-grace=%s (default 1h), so a forced CA rotation completes in seconds\n",
 		d.show(d.cp.Kubeconfig), rotationGrace)
 	return nil
@@ -543,6 +591,11 @@ func (d *demo) whatNext() {
 		{"kubectl get podcertificaterequests -n " + demoNamespace + " -o wide", "the pod certificate of step 6, Issued"},
 		{"kubectl get clustertrustbundle " + podCertBundle + " -o yaml", "the bundle pods mount, kept by certapi"},
 		{"kubectl certapi check", "exit status 0 while certapi serves"},
+	}
+	if d.node {
+		lines = append(lines,
+			[2]string{"kubectl get pods -A -o wide", "certapi's pod and CoreDNS on node " + d.cp.ClusterNode.Name},
+			[2]string{"kubectl logs -n " + framework.CertapiNamespace + " deploy/certapi", "certapi's log, from kubelet"})
 	}
 	fmt.Fprintln(d.out, "What to try next, in another shell:")
 	for _, l := range lines {

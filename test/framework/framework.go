@@ -7,8 +7,11 @@
 // the helpers for what they run and wait for next to it: StartProcess, FreePorts, PollUntil,
 // HTTPGet and PrintLogTails.
 //
-// There is no controller manager, scheduler or kubelet: namespaces that are deleted stay
-// Terminating, no ServiceAccount or token controller runs, Pods never start. kube-apiserver
+// By default there is no controller manager, scheduler or kubelet: namespaces that are deleted stay
+// Terminating, no ServiceAccount or token controller runs, Pods never start. Options.Node adds a real
+// node (ClusterNode): containerd and runc from the machine's packages, a CNI bridge, kubelet,
+// kube-proxy, kube-controller-manager, kube-scheduler and CoreDNS, so that pods run from the images of
+// `make images` as in a cluster; ControlPlane.Stop removes all of it from the machine. kube-apiserver
 // authorizes with Node and RBAC and admits with NodeRestriction, as a real cluster does, so a test
 // can play a kubelet's part with UserConfig("system:node:<node>", "system:nodes") against a Node,
 // Pods and ServiceAccounts it creates itself (NewNode), or run kubelet's own podcertificate manager for
@@ -127,6 +130,15 @@ type Options struct {
 	// kube-apiserver and certapi reach through every member's client URL. StopEtcdMember,
 	// KillEtcdMember and StartEtcdMember take members down and back for fault tests.
 	EtcdMembers int
+	// Node runs a real node with the control plane (see ClusterNode): containerd and runc from the
+	// machine's packages, a CNI bridge, kubelet, kube-proxy, kube-controller-manager, kube-scheduler
+	// (v1.37.2, built by `make tools`) and cluster DNS, after kube-apiserver is ready and before certapi.
+	// It needs root and the image archives of `make images`; one node runs on a machine at a time (Start
+	// waits up to NodeLockTimeout for another test's node to end).
+	Node bool
+	// NodeImages are image archives imported into the node's containerd besides the pause and CoreDNS
+	// images (see ImageArchive), for pods with imagePullPolicy Never or IfNotPresent.
+	NodeImages []string
 	// Stdout, when set, receives one progress line per step.
 	Stdout io.Writer
 }
@@ -163,6 +175,8 @@ type ControlPlane struct {
 	CertapiCABundle []byte
 	// PKI holds the paths of every generated key and certificate.
 	PKI *PKI
+	// ClusterNode is the real node (Options.Node); nil without one.
+	ClusterNode *ClusterNode
 
 	opts         Options
 	certapiBin   string
@@ -306,6 +320,12 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, retErr error) {
 	}
 	cp.progress("kube-apiserver ready at %s (%s)", cp.APIServerURL, since(t0))
 
+	if opts.Node {
+		if err := cp.startNode(ctx); err != nil {
+			return cp, err
+		}
+	}
+
 	if opts.SkipCertapi {
 		cp.progress("control plane ready in %s; kubeconfig %s", since(begin), cp.Kubeconfig)
 		return cp, nil
@@ -434,7 +454,7 @@ func (cp *ControlPlane) StartAPIServer(ctx context.Context) error {
 		"--service-account-key-file=" + pki.ServiceAccountPub,
 		"--service-account-signing-key-file=" + pki.ServiceAccountKey,
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-		"--service-cluster-ip-range=10.0.0.0/24",
+		"--service-cluster-ip-range=" + ServiceCIDR,
 		"--requestheader-client-ca-file=" + pki.FrontProxyCACert,
 		"--requestheader-allowed-names=front-proxy-client",
 		"--requestheader-username-headers=X-Remote-User",
@@ -443,6 +463,12 @@ func (cp *ControlPlane) StartAPIServer(ctx context.Context) error {
 		"--proxy-client-cert-file=" + pki.FrontProxyClientCert,
 		"--proxy-client-key-file=" + pki.FrontProxyClientKey,
 		"--enable-aggregator-routing=false",
+		// For kubectl logs, exec and port-forward on the node (Options.Node), whose kubelet trusts the
+		// client CA.
+		"--kubelet-client-certificate=" + pki.KubeletClientCert,
+		"--kubelet-client-key=" + pki.KubeletClientKey,
+		// As kubeadm sets it: the node's name (certapi-node) resolves nowhere.
+		"--kubelet-preferred-address-types=InternalIP,ExternalIP,Hostname",
 		"--v=2",
 	}
 	p, err := cp.launch(ProcessKubeAPIServer, cp.apiserverBin, args, &cp.apiserver)
@@ -480,6 +506,18 @@ func (cp *ControlPlane) StopAPIServer() error {
 // no-op when it is not running. StartAPIServer starts it again.
 func (cp *ControlPlane) KillAPIServer() error {
 	return cp.signalAPIServer(syscall.SIGKILL)
+}
+
+// apiServerRunning reports whether kube-apiserver's process runs.
+func (cp *ControlPlane) apiServerRunning() bool {
+	cp.mu.Lock()
+	p := cp.apiserver
+	cp.mu.Unlock()
+	if p == nil {
+		return false
+	}
+	done, _ := p.Exited()
+	return !done
 }
 
 func (cp *ControlPlane) signalAPIServer(sig syscall.Signal) error {
@@ -719,6 +757,7 @@ func (cp *ControlPlane) Stop() {
 	}
 	proxy, proxyLog := cp.proxy, cp.proxyLog
 	apiserver := cp.apiserver
+	node := cp.ClusterNode
 	var etcds []*Process
 	for _, m := range cp.etcdMembers {
 		if m.proc != nil {
@@ -738,6 +777,10 @@ func (cp *ControlPlane) Stop() {
 		}()
 	}
 	wg.Wait()
+	if node != nil {
+		// Before kube-apiserver: the node's pods are deleted through it.
+		node.stop()
+	}
 	if proxy != nil {
 		proxy.Close()
 	}

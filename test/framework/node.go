@@ -27,8 +27,6 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	watchtools "k8s.io/client-go/tools/watch"
 )
 
@@ -249,22 +247,13 @@ func (n *Node) StartKubelet() (*Kubelet, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg, err := n.cp.UserConfig("system:node:"+n.Name, "system:nodes")
-	if err != nil {
-		return nil, err
-	}
 	base := filepath.Join(n.cp.Dir, "nodes", n.Name)
 	if err := os.MkdirAll(base, 0o700); err != nil {
 		return nil, err
 	}
 	kubeconfig := filepath.Join(base, "kubeconfig")
-	kc := clientcmdapi.NewConfig()
-	kc.Clusters["local"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
-	kc.AuthInfos["node"] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData}
-	kc.Contexts["node"] = &clientcmdapi.Context{Cluster: "local", AuthInfo: "node"}
-	kc.CurrentContext = "node"
-	if err := clientcmd.WriteToFile(*kc, kubeconfig); err != nil {
-		return nil, fmt.Errorf("writing the kubeconfig of node %s: %w", n.Name, err)
+	if err := n.cp.writeUserKubeconfig(kubeconfig, "system:node:"+n.Name, "system:nodes"); err != nil {
+		return nil, err
 	}
 	dir := filepath.Join(base, "volumes")
 	name := "podcertnode-" + n.Name

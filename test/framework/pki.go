@@ -44,6 +44,10 @@ type PKI struct {
 	// AdminCert and AdminKey are the admin client certificate (CN admin, O system:masters).
 	AdminCert string
 	AdminKey  string
+	// KubeletClientCert and KubeletClientKey are kube-apiserver's client certificate for kubelets
+	// (CN kube-apiserver-kubelet-client, O system:masters), for logs, exec and port-forward on the node.
+	KubeletClientCert string
+	KubeletClientKey  string
 
 	// FrontProxyCA is the requestheader client CA.
 	FrontProxyCACert string
@@ -78,6 +82,8 @@ func newPKIPaths(dir string) *PKI {
 		ClientCAKey:          p("client-ca.key"),
 		AdminCert:            p("admin.crt"),
 		AdminKey:             p("admin.key"),
+		KubeletClientCert:    p("kubelet-client.crt"),
+		KubeletClientKey:     p("kubelet-client.key"),
 		FrontProxyCACert:     p("front-proxy-ca.crt"),
 		FrontProxyCAKey:      p("front-proxy-ca.key"),
 		FrontProxyClientCert: p("front-proxy-client.crt"),
@@ -94,7 +100,7 @@ func newPKIPaths(dir string) *PKI {
 func (p *PKI) allFiles() []string {
 	return []string{
 		p.ServerCACert, p.ServerCAKey, p.APIServerCert, p.APIServerKey,
-		p.ClientCACert, p.ClientCAKey, p.AdminCert, p.AdminKey,
+		p.ClientCACert, p.ClientCAKey, p.AdminCert, p.AdminKey, p.KubeletClientCert, p.KubeletClientKey,
 		p.FrontProxyCACert, p.FrontProxyCAKey, p.FrontProxyClientCert, p.FrontProxyClientKey,
 		p.ServiceAccountKey, p.ServiceAccountPub,
 		p.CertapiCACert, p.CertapiCAKey, p.CertapiCert, p.CertapiKey,
@@ -186,6 +192,7 @@ func (p *PKI) generate() error {
 			[]net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback, net.IPv4(10, 0, 0, 1)}),
 			p.APIServerCert, p.APIServerKey},
 		{clientCA, clientTemplate("admin", []string{"system:masters"}), p.AdminCert, p.AdminKey},
+		{clientCA, clientTemplate("kube-apiserver-kubelet-client", []string{"system:masters"}), p.KubeletClientCert, p.KubeletClientKey},
 		{frontProxyCA, clientTemplate("front-proxy-client", nil), p.FrontProxyClientCert, p.FrontProxyClientKey},
 		{certapiCA, serverTemplate("certapi.certapi-system.svc", certapiServiceDNSNames,
 			[]net.IP{net.IPv4(127, 0, 0, 1)}), p.CertapiCert, p.CertapiKey},

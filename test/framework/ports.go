@@ -87,3 +87,11 @@ func resized(ports []int, n int) []int {
 	}
 	return ports
 }
+
+// all lists every port of the set.
+func (ps *portSet) all() []int {
+	out := []int{ps.EtcdClient, ps.EtcdPeer, ps.APIServer, ps.Certapi}
+	out = append(out, ps.CertapiReplicas...)
+	out = append(out, ps.EtcdMemberClients...)
+	return append(out, ps.EtcdMemberPeers...)
+}

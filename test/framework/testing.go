@@ -15,7 +15,8 @@ const logTailLines = 200
 
 // StartT starts a control plane for a test (in t.TempDir() when opts.Dir is empty) and stops it
 // in t.Cleanup. When the test has failed, the cleanup first prints the last lines of every process
-// log, and the log paths, with t.Log. A failing Start fails the test with t.Fatal.
+// log, and the log paths, with t.Log. A failing Start fails the test with t.Fatal. With opts.Node the
+// deadline of Start is StartTimeout plus NodeLockTimeout, the longest wait for another test's node.
 func StartT(t testing.TB, opts Options) *ControlPlane {
 	t.Helper()
 	if opts.Dir == "" {
@@ -24,7 +25,11 @@ func StartT(t testing.TB, opts Options) *ControlPlane {
 	if opts.Stdout == nil {
 		opts.Stdout = testWriter{t}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), StartTimeout)
+	timeout := StartTimeout
+	if opts.Node {
+		timeout += NodeLockTimeout
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	cp, err := Start(ctx, opts)
 	if err != nil {

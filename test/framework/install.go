@@ -1,0 +1,216 @@
+package framework
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"fmt"
+	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+)
+
+// Installing certapi on the node the way artifacts/deploy/README.md tells users to: what the tests of
+// test/node and `make local-up NODE=1` apply.
+
+// Kubectl runs kubectl (_output/bin/kubectl of `make tools`) against the control plane, with _output/bin
+// first on PATH (the kubectl plugins of `make build`), and returns its standard output; the error carries
+// both outputs.
+func (cp *ControlPlane) Kubectl(ctx context.Context, args ...string) (string, error) {
+	bin, err := toolBinary("kubectl", "KUBECTL_BIN")
+	if err != nil {
+		return "", err
+	}
+	root, err := RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	cmd := exec.CommandContext(ctx, bin, args...)
+	env := slices.DeleteFunc(os.Environ(), func(kv string) bool {
+		return strings.HasPrefix(kv, "PATH=") || strings.HasPrefix(kv, "KUBECONFIG=") || strings.HasPrefix(kv, "KUBERC=")
+	})
+	cmd.Env = append(env, "KUBECONFIG="+cp.Kubeconfig, "KUBERC=off",
+		"PATH="+filepath.Join(root, "_output", "bin")+string(os.PathListSeparator)+os.Getenv("PATH"))
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return stdout.String(), fmt.Errorf("kubectl %s: %w\nstdout: %s\nstderr: %s", strings.Join(args, " "), err, stdout.String(), stderr.String())
+	}
+	return stdout.String(), nil
+}
+
+// OverlayKustomization writes, in a new directory under <repo>/_output/kustomize (kustomize takes a base
+// only by a relative path), a kustomization of the repository's directory base (e.g.
+// "artifacts/deploy/overlays/single-replica") that renames the images as setImages says (name in the
+// manifests -> name:tag imported on the node) and sets imagePullPolicy Never on the first container of
+// every Deployment and StatefulSet, the way a user points a released overlay at their own registry, plus
+// extra (further kustomization.yaml lines, e.g. more items of its patches list). It returns the directory;
+// the caller removes it.
+func OverlayKustomization(base string, setImages map[string]string, extra string) (string, error) {
+	root, err := RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	parent := filepath.Join(root, "_output", "kustomize")
+	if err := os.MkdirAll(parent, 0o755); err != nil {
+		return "", err
+	}
+	dir, err := os.MkdirTemp(parent, filepath.Base(base)+"-")
+	if err != nil {
+		return "", err
+	}
+	rel, err := filepath.Rel(dir, filepath.Join(root, base))
+	if err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n- %s\n", rel)
+	if len(setImages) > 0 {
+		b.WriteString("images:\n")
+		for _, from := range slices.Sorted(maps.Keys(setImages)) {
+			name, tag, _ := strings.Cut(setImages[from], ":")
+			fmt.Fprintf(&b, "- name: %s\n  newName: %s\n  newTag: %q\n", from, name, tag)
+		}
+	}
+	b.WriteString("patches:\n")
+	for _, kind := range []string{"Deployment", "StatefulSet"} {
+		fmt.Fprintf(&b, `- target:
+    kind: %s
+  patch: |-
+    - op: replace
+      path: /spec/template/spec/containers/0/imagePullPolicy
+      value: Never
+`, kind)
+	}
+	b.WriteString(extra)
+	if err := writeFile(filepath.Join(dir, "kustomization.yaml"), []byte(b.String()), 0o644); err != nil {
+		return "", err
+	}
+	return dir, nil
+}
+
+// CreateHostPathPV creates the PersistentVolume name of size (e.g. "4Gi") on a directory of the node owned
+// by uid and gid 65532, the user of certapi's and etcd's pods: what a storage class would provision for a
+// claim (a hostPath volume takes no fsGroup). The node's Stop removes the directory.
+func (cp *ControlPlane) CreateHostPathPV(ctx context.Context, name, size string) error {
+	if cp.ClusterNode == nil {
+		return fmt.Errorf("PersistentVolume %s: no node (Options.Node)", name)
+	}
+	dir := filepath.Join(cp.ClusterNode.Dir, "volumes", name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	if err := os.Chown(dir, 65532, 65532); err != nil {
+		return err
+	}
+	cs, err := kubernetes.NewForConfig(cp.AdminConfig)
+	if err != nil {
+		return err
+	}
+	_, err = cs.CoreV1().PersistentVolumes().Create(ctx, &corev1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: corev1.PersistentVolumeSpec{
+			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse(size)},
+			AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
+			PersistentVolumeSource:        corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: dir}},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("creating PersistentVolume %s: %w", name, err)
+	}
+	return nil
+}
+
+// CreateEncryptionConfigSecret creates, in certapi's namespace (which must exist), the Secret
+// certapi-encryption-config as step 3 of artifacts/deploy/README.md says: an EncryptionConfiguration with a
+// fresh secretbox key for certificateauthoritykeys.certapi.dev under the key config.yaml, made with
+// `kubectl create secret generic --from-file`.
+func (cp *ControlPlane) CreateEncryptionConfigSecret(ctx context.Context) error {
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		return err
+	}
+	dir, err := os.MkdirTemp("", "certapi-encryption-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	file := filepath.Join(dir, "encryption-config.yaml")
+	enc := fmt.Sprintf(`apiVersion: apiserver.config.k8s.io/v1
+kind: EncryptionConfiguration
+resources:
+- resources:
+  - certificateauthoritykeys.certapi.dev
+  providers:
+  - secretbox:
+      keys:
+      - name: key1
+        secret: %s
+`, base64.StdEncoding.EncodeToString(key))
+	if err := writeFile(file, []byte(enc), 0o600); err != nil {
+		return err
+	}
+	_, err = cp.Kubectl(ctx, "-n", CertapiNamespace, "create", "secret", "generic", "certapi-encryption-config", "--from-file=config.yaml="+file)
+	return err
+}
+
+// InstallCertapiSingleReplica installs certapi on the node from artifacts/deploy/overlays/single-replica as
+// artifacts/deploy/README.md says: its namespace, the Secret certapi-encryption-config, the volume for its
+// claim (CreateHostPathPV, as a storage class would provision it), then `kubectl apply -k` of the overlay
+// with the image imported on the node (certapi.tar of `make images`, in Options.NodeImages) and
+// imagePullPolicy Never, and certapi's extraArgs appended to its flags. It waits until the Deployment has
+// rolled out and the APIService is Available.
+func (cp *ControlPlane) InstallCertapiSingleReplica(ctx context.Context, extraArgs ...string) error {
+	if cp.ClusterNode == nil {
+		return fmt.Errorf("installing certapi as a pod: no node (Options.Node)")
+	}
+	names := cp.ClusterNode.Images["certapi.tar"]
+	if len(names) == 0 {
+		return fmt.Errorf("installing certapi as a pod: certapi.tar (make images) is not in Options.NodeImages")
+	}
+	root, err := RepoRoot()
+	if err != nil {
+		return err
+	}
+	if _, err := cp.Kubectl(ctx, "apply", "-f", filepath.Join(root, "artifacts/deploy/base/namespace.yaml")); err != nil {
+		return err
+	}
+	if err := cp.CreateEncryptionConfigSecret(ctx); err != nil {
+		return err
+	}
+	if err := cp.CreateHostPathPV(ctx, "certapi-data", "1Gi"); err != nil {
+		return err
+	}
+	var extra strings.Builder
+	if len(extraArgs) > 0 {
+		extra.WriteString("- target:\n    kind: Deployment\n    name: certapi\n  patch: |-\n")
+		for _, a := range extraArgs {
+			fmt.Fprintf(&extra, "    - op: add\n      path: /spec/template/spec/containers/0/args/-\n      value: %q\n", a)
+		}
+	}
+	dir, err := OverlayKustomization("artifacts/deploy/overlays/single-replica", map[string]string{"ghcr.io/certapi/certapi": names[0]}, extra.String())
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	for _, args := range [][]string{
+		{"apply", "-k", dir},
+		{"-n", CertapiNamespace, "rollout", "status", "deployment/certapi", "--timeout=5m"},
+		{"wait", "--for=condition=Available", "apiservice/" + CertapiAPIService, "--timeout=2m"},
+	} {
+		if _, err := cp.Kubectl(ctx, args...); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,348 @@
+// Package ha installs certapi's production overlay, artifacts/deploy/overlays/ha (three certapi replicas and
+// the three-member etcd StatefulSet of components/etcd, with TLS), on a control plane with a real node, as
+// artifacts/deploy/README.md says, and disrupts it under issuance load. It has a cluster of its own: the
+// overlay takes the same names as test/node's single replica.
+package ha
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/pem"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
+	"github.com/certapi/certapi/pkg/generated/clientset/versioned"
+	"github.com/certapi/certapi/test/framework"
+	"github.com/certapi/certapi/test/node/nodetest"
+)
+
+// etcdImage is the test image of etcd (the etcd of `make tools`), for the StatefulSet's
+// quay.io/coreos/etcd, which cannot be pulled here.
+const etcdImage = "certapi-test/etcd:v3.7.0"
+
+// callBound is the longest a client-go caller can wait for a servingcerts call (README "High
+// availability"): 11 x (--handoff-timeout 3 s + 1 s).
+const callBound = 44 * time.Second
+
+var (
+	cp     *framework.ControlPlane
+	images = map[string]string{}
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "certapi-node-ha-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), framework.StartTimeout+framework.NodeLockTimeout)
+	defer cancel()
+	etcdArchive := filepath.Join(dir, "etcd.tar")
+	if err := buildEtcdImage(etcdArchive); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	certapiArchive, err := framework.ImageArchive("certapi.tar")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	cp, err = framework.Start(ctx, framework.Options{Dir: filepath.Join(dir, "cluster"), Stdout: os.Stderr, SkipCertapi: true, Node: true,
+		NodeImages: []string{certapiArchive, etcdArchive}})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "starting the control plane: %v\n", err)
+		if cp != nil {
+			framework.PrintLogTails(os.Stderr, cp.Logs())
+			cp.Stop()
+		}
+		return 1
+	}
+	images["certapi"] = cp.ClusterNode.Images["certapi.tar"][0]
+	images["etcd"] = cp.ClusterNode.Images["etcd.tar"][0]
+	code := m.Run()
+	cp.Stop()
+	if left := cp.ClusterNode.Leftovers(); len(left) > 0 {
+		fmt.Fprintf(os.Stderr, "FAIL: the node left on the machine: %v\n", left)
+		code = 1
+	}
+	if code != 0 {
+		framework.PrintLogTails(os.Stderr, cp.Logs())
+		fmt.Fprintf(os.Stderr, "logs kept in %s\n", dir)
+	} else {
+		_ = os.RemoveAll(dir)
+	}
+	return code
+}
+
+// buildEtcdImage packs the etcd of `make tools` (hack/tools/etcd, v3.7.0) as /usr/local/bin/etcd, the
+// command the StatefulSet runs, with the C library it is linked with.
+func buildEtcdImage(out string) error {
+	bin, err := framework.EtcdBinary()
+	if err != nil {
+		return err
+	}
+	return framework.BuildBinaryImage(bin, "/usr/local/bin/etcd", etcdImage, out)
+}
+
+// etcdTLSScript returns the shell recipe of artifacts/deploy/components/etcd/README.md that makes the etcd
+// TLS Secrets: the first sh block after "With OpenSSL 3".
+func etcdTLSScript(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile(nodetest.RepoPath(t, "artifacts/deploy/components/etcd/README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(b)
+	i := strings.Index(s, "With OpenSSL 3")
+	if i < 0 {
+		t.Fatal("no OpenSSL recipe in components/etcd/README.md")
+	}
+	s = s[i:]
+	start := strings.Index(s, "```sh\n")
+	end := strings.Index(s[start+6:], "```")
+	if start < 0 || end < 0 {
+		t.Fatal("no sh block after the OpenSSL heading in components/etcd/README.md")
+	}
+	return s[start+6 : start+6+end]
+}
+
+// TestHAOverlay installs overlays/ha as artifacts/deploy/README.md says (the etcd TLS Secrets with the
+// README's OpenSSL recipe, the encryption configuration, `kubectl apply -k`), with the node's images and
+// one change for a one-node cluster: the etcd members' required anti-affinity is dropped. Then, under
+// issuance load through kube-apiserver (client-go, with its retries): exactly one CA; deleting the leader's
+// pod and `kubectl rollout restart` fail no call and keep every call within the documented bound; the
+// PodDisruptionBudget refuses a second eviction while one replica is away.
+func TestHAOverlay(t *testing.T) {
+	root, err := framework.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kube, certapi := nodetest.Clients(t, cp)
+	ctx := context.Background()
+	nodetest.Kubectl(t, cp, "apply", "-f", nodetest.RepoPath(t, "artifacts/deploy/base/namespace.yaml"))
+	script := exec.Command("bash", "-c", etcdTLSScript(t))
+	script.Dir = t.TempDir()
+	script.Env = append(os.Environ(), "KUBECONFIG="+cp.Kubeconfig, "PATH="+filepath.Join(root, "_output", "bin")+string(os.PathListSeparator)+os.Getenv("PATH"))
+	if out, err := script.CombinedOutput(); err != nil {
+		t.Fatalf("the etcd TLS recipe of components/etcd/README.md: %v\n%s", err, out)
+	}
+	if err := cp.CreateEncryptionConfigSecret(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if err := cp.CreateHostPathPV(ctx, fmt.Sprintf("certapi-etcd-%d", i), "4Gi"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dir := nodetest.Kustomization(t, "artifacts/deploy/overlays/ha", map[string]string{
+		"ghcr.io/certapi/certapi": images["certapi"],
+		"quay.io/coreos/etcd":     images["etcd"],
+	}, `- target:
+    kind: StatefulSet
+    name: certapi-etcd
+  patch: |-
+    - op: remove
+      path: /spec/template/spec/affinity
+`)
+	start := time.Now()
+	nodetest.Kubectl(t, cp, "apply", "-k", dir)
+	nodetest.Kubectl(t, cp, "-n", "certapi-system", "rollout", "status", "statefulset/certapi-etcd", "--timeout=5m")
+	nodetest.Kubectl(t, cp, "-n", "certapi-system", "rollout", "status", "deployment/certapi", "--timeout=5m")
+	nodetest.Kubectl(t, cp, "wait", "--for=condition=Available", "apiservice/v1alpha1.certapi.dev", "--timeout=2m")
+	t.Logf("overlays/ha: 3 etcd members, 3 certapi replicas and the APIService Available %s after `kubectl apply -k`", time.Since(start).Round(time.Second))
+
+	ca, err := certapi.CertapiV1alpha1().CertificateAuthorities().Get(ctx, "default", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ca.Status.Certificates) != 1 || ca.Status.Certificates[0].Role != certapiv1alpha1.CARoleActive {
+		t.Fatalf("want exactly one CA, Active, after three replicas started on an empty etcd: %+v", ca.Status.Certificates)
+	}
+	firstCA := ca.Status.Active.SubjectKeyID
+
+	ns := "ha-load"
+	nodetest.Kubectl(t, cp, "create", "namespace", ns)
+	nodetest.Kubectl(t, cp, "create", "servingcertrequest", "load", "-n", ns, "--service=load")
+	l := startLoad(t, certapi, ns, "load")
+
+	// The leader's pod deleted as `kubectl delete pod` does (graceful: certapi resigns on SIGTERM).
+	leader := leaderPod(t)
+	t.Logf("deleting the leader's pod %s under load", leader)
+	nodetest.Kubectl(t, cp, "-n", "certapi-system", "delete", "pod", leader, "--wait=false")
+	nodetest.WaitFor(t, 2*time.Minute, "another replica leading", func(ctx context.Context) (bool, string) {
+		l, err := leaderOf()
+		return err == nil && l != "" && l != leader, fmt.Sprintf("leader %q, %v", l, err)
+	})
+	nodetest.Kubectl(t, cp, "-n", "certapi-system", "rollout", "status", "deployment/certapi", "--timeout=5m")
+	l.check(t, "deleting the leader's pod")
+
+	nodetest.Kubectl(t, cp, "-n", "certapi-system", "rollout", "restart", "deployment/certapi")
+	nodetest.Kubectl(t, cp, "-n", "certapi-system", "rollout", "status", "deployment/certapi", "--timeout=5m")
+	l.check(t, "kubectl rollout restart")
+
+	// The PodDisruptionBudget (maxUnavailable: 1): one eviction goes, a second one at once is refused.
+	selector := "app.kubernetes.io/name=certapi,app.kubernetes.io/component=apiserver"
+	nodetest.WaitFor(t, 2*time.Minute, "three certapi pods Ready, none terminating", func(ctx context.Context) (bool, string) {
+		ready, why := nodetest.PodsReady(ctx, kube, "certapi-system", selector, 3)
+		if !ready {
+			return false, why
+		}
+		pods, err := kube.CoreV1().Pods("certapi-system").List(ctx, metav1.ListOptions{LabelSelector: selector})
+		return err == nil && len(pods.Items) == 3, fmt.Sprintf("%d pods", len(pods.Items))
+	})
+	pods, err := kube.CoreV1().Pods("certapi-system").List(ctx, metav1.ListOptions{LabelSelector: selector})
+	if err != nil || len(pods.Items) != 3 {
+		t.Fatalf("certapi's pods: %v (%d)", err, len(pods.Items))
+	}
+	evict := func(name string) error {
+		return kube.PolicyV1().Evictions("certapi-system").Evict(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "certapi-system"}})
+	}
+	if err := evict(pods.Items[0].Name); err != nil {
+		t.Fatalf("evicting %s: %v", pods.Items[0].Name, err)
+	}
+	if err := evict(pods.Items[1].Name); !apierrors.IsTooManyRequests(err) {
+		t.Errorf("a second eviction at once: %v; want 429 from the PodDisruptionBudget", err)
+	}
+	nodetest.Kubectl(t, cp, "-n", "certapi-system", "rollout", "status", "deployment/certapi", "--timeout=5m")
+	l.check(t, "an eviction")
+	l.stop(t)
+
+	ca, err = certapi.CertapiV1alpha1().CertificateAuthorities().Get(ctx, "default", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ca.Status.Certificates) != 1 || ca.Status.Active.SubjectKeyID != firstCA {
+		t.Errorf("the CA changed through the disruptions: %+v", ca.Status.Certificates)
+	}
+}
+
+// leaderOf returns the identity in the Leader column of `kubectl get certificateauthority` (the pod's name:
+// the manifests set --leader-identity=$(POD_NAME)), "" for none.
+func leaderOf() (string, error) {
+	out, err := nodetest.KubectlErr(cp, "get", "certificateauthority", "default")
+	if err != nil {
+		return "", err
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 2 {
+		return "", fmt.Errorf("unexpected output %q", out)
+	}
+	// Columns are aligned, and some headers have spaces ("NOT AFTER"): the value starts where its header does.
+	at := strings.Index(lines[0], "LEADER")
+	if at >= 0 && at < len(lines[1]) {
+		if f := strings.Fields(lines[1][at:]); len(f) > 0 {
+			if f[0] == "<none>" {
+				return "", nil
+			}
+			return f[0], nil
+		}
+	}
+	return "", fmt.Errorf("no LEADER column in %q", out)
+}
+
+func leaderPod(t *testing.T) string {
+	t.Helper()
+	l, err := leaderOf()
+	if err != nil || l == "" {
+		t.Fatalf("the leader: %q, %v", l, err)
+	}
+	return l
+}
+
+// load issues certificates through kube-apiserver from 4 callers, every 50 ms each, with client-go's own
+// retries (a 503 or 429 with Retry-After is retried), until stopped.
+type load struct {
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu      sync.Mutex
+	calls   int
+	failed  []string
+	slowest time.Duration
+}
+
+func startLoad(t *testing.T, certapi versioned.Interface, ns, name string) *load {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{}, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := &certapiv1alpha1.ServingCert{Spec: certapiv1alpha1.ServingCertSpec{CertificateRequest: string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}))}}
+	ctx, cancel := context.WithCancel(context.Background())
+	l := &load{cancel: cancel}
+	for range 4 {
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			tick := time.NewTicker(50 * time.Millisecond)
+			defer tick.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-tick.C:
+				}
+				callCtx, cancel := context.WithTimeout(ctx, 2*callBound)
+				start := time.Now()
+				_, err := certapi.CertapiV1alpha1().ServingCertRequests(ns).CreateServingCert(callCtx, name, body, metav1.CreateOptions{})
+				took := time.Since(start)
+				cancel()
+				if ctx.Err() != nil {
+					return
+				}
+				l.mu.Lock()
+				l.calls++
+				l.slowest = max(l.slowest, took)
+				if err != nil {
+					l.failed = append(l.failed, fmt.Sprintf("%s: %v", start.Format(time.StampMilli), err))
+				}
+				l.mu.Unlock()
+			}
+		}()
+	}
+	return l
+}
+
+// check fails the test if any call failed or took longer than callBound, and logs the counts since the last
+// check.
+func (l *load) check(t *testing.T, what string) {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	t.Logf("%s: %d calls, %d failed, slowest %s", what, l.calls, len(l.failed), l.slowest.Round(time.Millisecond))
+	if len(l.failed) > 0 {
+		t.Errorf("%s: %d failed calls: %s", what, len(l.failed), strings.Join(l.failed, "; "))
+	}
+	if l.slowest > callBound {
+		t.Errorf("%s: a call took %s, over the documented bound %s", what, l.slowest, callBound)
+	}
+	l.calls, l.failed, l.slowest = 0, nil, 0
+}
+
+func (l *load) stop(t *testing.T) {
+	t.Helper()
+	l.cancel()
+	l.wg.Wait()
+}
