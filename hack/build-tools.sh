@@ -119,7 +119,7 @@ else
   (
     cd "${TOOLS}/coredns"
     start=${SECONDS}
-    echo "building coredns into ${BIN} (a cold build takes about 3 minutes of CPU)"
+    echo "building coredns into ${BIN} (a cold build takes about 4 minutes of CPU)"
     CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o "${BIN}/coredns" .
     echo "${cwant}" > "${CSTAMP}"
     echo "coredns built in $((SECONDS - start))s"
