@@ -9,7 +9,9 @@
 #   test/node                      the manifests of artifacts/ applied with kubectl to a real node
 #                                  (kubelet, containerd, kube-proxy, CoreDNS), from `make images`
 #   test/monitoring                artifacts/monitoring with promtool and a real Prometheus scraping certapi
-#   test/image                     make image's archive, read back and run
+#   test/image                     make image's and make images' archives, read back, each binary run from them
+#   test/chart                     the Helm chart: helm lint, every example rendered and applied with a
+#                                  server-side dry run, helm install and uninstall against kube-apiserver
 #   test/framework                 starts those processes; its own tests start them too
 # `make e2e` runs all of test/; `make integration` only test/integration.
 SHELL := /usr/bin/env bash
@@ -20,16 +22,22 @@ BIN := $(CURDIR)/_output/bin
 RACE ?= -race
 # Integration and end-to-end tests start real processes; give them room on a 2-core machine.
 E2E_TIMEOUT ?= 40m
+# certapi's binaries, `go vet` and the tests under test/ are built as the images need them: static and with
+# trimmed paths (CGO_ENABLED=0, -trimpath). They then share one set of compiled packages, and the images
+# (make image, make images, test/image) only link; with the Go defaults (cgo on, full paths) every package
+# was compiled twice. `make unit` keeps cgo, which the race detector needs. By hand, `CGO_ENABLED=0 go test
+# -trimpath ./test/...` reuses what make compiled.
+STATIC := CGO_ENABLED=0 GOFLAGS="$(strip $(shell $(GO) env GOFLAGS) -trimpath)"
 
-.PHONY: all build tools test verify unit integration e2e codegen local-up image images clean
+.PHONY: all build tools test verify unit integration e2e codegen manifests local-up image images clean
 
 all: build
 
 ## build: certapi and the kubectl plugins kubectl-create-servingcertrequest and kubectl-certapi into _output/bin
 build:
-	$(GO) build -o $(BIN)/certapi ./cmd/certapi
-	$(GO) build -o $(BIN)/kubectl-create-servingcertrequest ./cmd/kubectl-create-servingcertrequest
-	$(GO) build -o $(BIN)/kubectl-certapi ./cmd/kubectl-certapi
+	$(STATIC) $(GO) build -o $(BIN)/certapi ./cmd/certapi
+	$(STATIC) $(GO) build -o $(BIN)/kubectl-create-servingcertrequest ./cmd/kubectl-create-servingcertrequest
+	$(STATIC) $(GO) build -o $(BIN)/kubectl-certapi ./cmd/kubectl-certapi
 
 ## install: build, then copy certapi, kubectl-create-servingcertrequest and kubectl-certapi into
 ## $(DESTDIR)$(PREFIX)/bin (PREFIX defaults to /usr/local; e.g. `make install PREFIX=~/.local`). With that
@@ -47,7 +55,7 @@ install: build
 ## ARCH=arm64 builds for another architecture; TAG=registry/certapi:v1 names it (default certapi:<git describe>).
 image: ARCH ?= $(shell $(GO) env GOARCH)
 image:
-	$(GO) run ./hack/image --output $(CURDIR)/_output/certapi-image.tar --arch $(ARCH) $(if $(TAG),--tag $(TAG))
+	$(STATIC) $(GO) run ./hack/image --output $(CURDIR)/_output/certapi-image.tar --arch $(ARCH) $(if $(TAG),--tag $(TAG))
 
 ## images: the test node's images as archives in _output/images, built without Docker by hack/image, for
 ## the host's architecture: certapi.tar, example-webhook.tar, pause.tar and coredns.tar, named
@@ -57,23 +65,31 @@ image:
 ## change is not written again.
 images:
 	./hack/build-tools.sh coredns
-	$(GO) run ./hack/image --all --output-dir $(CURDIR)/_output/images
+	$(STATIC) $(GO) run ./hack/image --all --output-dir $(CURDIR)/_output/images
 
-## tools: kube-apiserver, etcd, kubectl, promtool, prometheus and coredns from the Go module proxy into
-## _output/bin (skipped when current)
+## tools: kube-apiserver, etcd, kubectl, kubenode (kubelet, kube-proxy, kube-controller-manager,
+## kube-scheduler), promtool, prometheus, helm and coredns from the Go module proxy into _output/bin (each
+## group skipped when current; prometheus, helm and coredns are modules of their own under hack/tools)
 tools:
 	./hack/build-tools.sh
 
 ## codegen: regenerate pkg/generated and the zz_generated files
 codegen:
-	./hack/update-codegen.sh
+	$(STATIC) ./hack/update-codegen.sh
 
-## verify: generated code, formatting and vet
+## manifests: render artifacts/deploy and artifacts/monitoring's ServiceMonitor and PrometheusRule from the
+## Helm chart artifacts/charts/certapi, their one source
+manifests:
+	./hack/update-manifests.sh
+
+## verify: generated code, the manifests rendered from the Helm chart (builds helm when it is not
+## current), formatting and vet
 verify:
-	./hack/verify-codegen.sh
+	$(STATIC) ./hack/verify-codegen.sh
+	./hack/verify-manifests.sh
 	@out="$$(gofmt -l $$(git ls-files -co --exclude-standard '*.go' | grep -v '^pkg/generated/' | grep -v '/zz_generated'))"; \
 	  if [[ -n "$$out" ]]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
-	$(GO) vet ./...
+	$(STATIC) $(GO) vet ./...
 
 ## unit: the unit tests, every package outside test/, with the race detector. They start no process and
 ## need no tools, so this does not build them.
@@ -82,12 +98,12 @@ unit:
 
 ## integration: only test/integration (one component against a real etcd and/or kube-apiserver)
 integration: tools
-	$(GO) test -count=1 -timeout $(E2E_TIMEOUT) ./test/integration/...
+	$(STATIC) $(GO) test -count=1 -timeout $(E2E_TIMEOUT) ./test/integration/...
 
 ## e2e: everything under test/ (test/integration, test/e2e and test/framework's own tests) against a
 ## real etcd and kube-apiserver from _output/bin and the certapi just built
 e2e: tools build images
-	CERTAPI_BIN=$(BIN)/certapi $(GO) test -count=1 -timeout $(E2E_TIMEOUT) ./test/...
+	CERTAPI_BIN=$(BIN)/certapi $(STATIC) $(GO) test -count=1 -timeout $(E2E_TIMEOUT) ./test/...
 
 ## test: everything CI runs: verify, unit, then integration and end-to-end (e2e)
 test: verify unit e2e
@@ -95,7 +111,7 @@ test: verify unit e2e
 ## local-up: the demo: etcd, kube-apiserver, certapi and the example webhook on loopback, a walkthrough, until Ctrl-C.
 ## NODE=1 adds a real node (needs root) and runs certapi on it as a pod from artifacts/deploy/overlays/single-replica.
 local-up: tools build $(if $(NODE),images)
-	./hack/local-up.sh $(if $(NODE),--node)
+	$(STATIC) ./hack/local-up.sh $(if $(NODE),--node)
 
 clean:
 	rm -rf _output

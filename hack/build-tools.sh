@@ -2,14 +2,16 @@
 # Builds the real parts certapi's tests run against: kube-apiserver and kubectl (k8s.io/kubernetes v1.37.x),
 # etcd (go.etcd.io/etcd/server/v3), podcertnode (kubelet's own podcertificate manager, standing in for a
 # node's kubelet) and kubenode (kubelet, kube-proxy, kube-controller-manager and kube-scheduler in one
-# binary, with a symlink of each name to it), all from the Go module proxy through the hack/tools module, and
+# binary, with a symlink of each name to it), all from the Go module proxy through the hack/tools module;
 # Prometheus's promtool and server (github.com/prometheus/prometheus) through their own module
-# hack/tools/prometheus, and CoreDNS (github.com/coredns/coredns, only the plugins a cluster DNS needs)
-# through its own module hack/tools/coredns, into _output/bin. Each group is skipped when its binaries
-# were built from the same sources and Go; each has its own stamp, so that a change to one never
-# rebuilds the other.
+# hack/tools/prometheus; helm (helm.sh/helm/v4) through its own module hack/tools/helm; and CoreDNS
+# (github.com/coredns/coredns, only the plugins a cluster DNS needs) through its own module
+# hack/tools/coredns; into _output/bin. Each group is skipped when its binaries were built from the same
+# sources and Go; each has its own stamp, so that a change to one never rebuilds another.
 #
-# `hack/build-tools.sh coredns` builds only CoreDNS (make images needs nothing else).
+# Usage: hack/build-tools.sh [GROUP...]   GROUP: kube (etcd, kube-apiserver, kubectl, podcertnode,
+# kubenode), prometheus, helm, coredns; all four when none is named. hack/update-manifests.sh builds only
+# helm, make images only coredns.
 set -o errexit -o nounset -o pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
@@ -17,30 +19,22 @@ BIN="${ROOT}/_output/bin"
 TOOLS="${ROOT}/hack/tools"
 mkdir -p "${BIN}"
 GOVERSION="$(go env GOVERSION)"
-
-# CoreDNS, the test node's cluster DNS, for the certapi.dev/coredns image (make images). Static
-# (CGO_ENABLED=0): it runs in an empty base image.
-CSTAMP="${BIN}/.coredns-stamp"
-cwant="$(cd "${TOOLS}/coredns" && cat go.mod go.sum main.go | sha256sum | cut -d' ' -f1) ${GOVERSION}"
-if [[ -f "${CSTAMP}" && "$(cat "${CSTAMP}")" == "${cwant}" && -x "${BIN}/coredns" ]]; then
-  echo "coredns is current in ${BIN}"
-else
-  (
-    cd "${TOOLS}/coredns"
-    start=${SECONDS}
-    echo "building coredns into ${BIN} (a cold build takes about 3 minutes of CPU)"
-    CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o "${BIN}/coredns" .
-    echo "${cwant}" > "${CSTAMP}"
-    echo "coredns built in $((SECONDS - start))s"
-  )
+GROUPS_WANTED=("$@")
+if [[ ${#GROUPS_WANTED[@]} -eq 0 ]]; then
+  GROUPS_WANTED=(kube prometheus helm coredns)
 fi
-if [[ "${1:-}" == coredns ]]; then
-  exit 0
-fi
+for g in "${GROUPS_WANTED[@]}"; do
+  case "${g}" in
+    kube | prometheus | helm | coredns) ;;
+    *) echo "build-tools.sh: unknown group ${g}; want kube, prometheus, helm or coredns" >&2; exit 2 ;;
+  esac
+done
+wanted() { [[ " ${GROUPS_WANTED[*]} " == *" $1 "* ]]; }
 
 # kube-apiserver, kubectl, etcd, podcertnode and kubenode (the node's kubelet, kube-proxy,
 # kube-controller-manager and kube-scheduler: linked once, not four times, which saves most of their
 # build's link time; see README "What a fresh machine needs").
+if wanted kube; then
 NODE_COMPONENTS=(kubelet kube-proxy kube-controller-manager kube-scheduler)
 STAMP="${BIN}/.tools-stamp"
 want="$(cd "${TOOLS}" && cat go.mod go.sum tools.go etcd/main.go podcertnode/main.go kubenode/main.go | sha256sum | cut -d' ' -f1) ${GOVERSION}"
@@ -67,22 +61,68 @@ else
     echo "tools built in $((SECONDS - start))s"
   )
 fi
+fi
 
 # promtool and prometheus, which check the alerting rules and the dashboard in artifacts/monitoring
 # (test/monitoring). Their own module keeps Prometheus's dependencies from moving the versions
 # kube-apiserver is built with.
+if wanted prometheus; then
 PSTAMP="${BIN}/.prometheus-stamp"
-pwant="$(cd "${TOOLS}/prometheus" && cat go.mod go.sum tools.go | sha256sum | cut -d' ' -f1) ${GOVERSION}"
+# remove_all_sd leaves out every service discovery but static, file and HTTP (Prometheus's own build
+# tag): the tests scrape certapi by static_configs, and the cloud SDKs cost about 4 minutes of CPU cold.
+PTAGS=remove_all_sd
+pwant="$(cd "${TOOLS}/prometheus" && cat go.mod go.sum tools.go | sha256sum | cut -d' ' -f1) ${GOVERSION} ${PTAGS}"
 if [[ -f "${PSTAMP}" && "$(cat "${PSTAMP}")" == "${pwant}" && -x "${BIN}/promtool" && -x "${BIN}/prometheus" ]]; then
   echo "promtool and prometheus are current in ${BIN}"
 else
   (
     cd "${TOOLS}/prometheus"
     start=${SECONDS}
-    echo "building promtool and prometheus into ${BIN} (a cold build takes about 10 minutes of CPU)"
-    go build -o "${BIN}/promtool" github.com/prometheus/prometheus/cmd/promtool
-    go build -o "${BIN}/prometheus" github.com/prometheus/prometheus/cmd/prometheus
+    echo "building promtool and prometheus into ${BIN} (a cold build takes about 7 minutes of CPU)"
+    go build -tags "${PTAGS}" -o "${BIN}/" github.com/prometheus/prometheus/cmd/promtool github.com/prometheus/prometheus/cmd/prometheus
     echo "${pwant}" > "${PSTAMP}"
     echo "promtool and prometheus built in $((SECONDS - start))s"
   )
+fi
+fi
+
+# helm, which lints, renders and installs the chart artifacts/charts/certapi (test/chart) and renders
+# artifacts/deploy from it (hack/update-manifests.sh, make verify). Its own module, like Prometheus's:
+# Helm 4 needs newer grpc, OpenTelemetry and golang.org/x modules than k8s.io/kubernetes v1.37.2 is built
+# with. The version is stamped in as Helm's own Makefile does (`helm version`, .Capabilities.HelmVersion).
+if wanted helm; then
+HSTAMP="${BIN}/.helm-stamp"
+hwant="$(cd "${TOOLS}/helm" && cat go.mod go.sum tools.go | sha256sum | cut -d' ' -f1) ${GOVERSION}"
+if [[ -f "${HSTAMP}" && "$(cat "${HSTAMP}")" == "${hwant}" && -x "${BIN}/helm" ]]; then
+  echo "helm is current in ${BIN}"
+else
+  (
+    cd "${TOOLS}/helm"
+    start=${SECONDS}
+    echo "building helm into ${BIN} (a cold build takes about 6 minutes of CPU)"
+    version="$(go list -m -f '{{.Version}}' helm.sh/helm/v4)"
+    go build -ldflags "-X helm.sh/helm/v4/internal/version.version=${version}" -o "${BIN}/helm" helm.sh/helm/v4/cmd/helm
+    echo "${hwant}" > "${HSTAMP}"
+    echo "helm built in $((SECONDS - start))s"
+  )
+fi
+fi
+
+# CoreDNS, the test node's cluster DNS, for the certapi.dev/coredns image (make images). Static
+# (CGO_ENABLED=0): it runs in an empty base image.
+if wanted coredns; then
+CSTAMP="${BIN}/.coredns-stamp"
+cwant="$(cd "${TOOLS}/coredns" && cat go.mod go.sum main.go | sha256sum | cut -d' ' -f1) ${GOVERSION}"
+if [[ -f "${CSTAMP}" && "$(cat "${CSTAMP}")" == "${cwant}" && -x "${BIN}/coredns" ]]; then
+  echo "coredns is current in ${BIN}"
+else
+  (
+    cd "${TOOLS}/coredns"
+    start=${SECONDS}
+    echo "building coredns into ${BIN} (a cold build takes about 4 minutes of CPU)"
+    CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o "${BIN}/coredns" .
+    echo "${cwant}" > "${CSTAMP}"
+    echo "coredns built in $((SECONDS - start))s"
+  )
+fi
 fi

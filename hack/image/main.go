@@ -31,6 +31,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -178,6 +179,13 @@ func run(o options) error {
 			}
 		}
 	}
+	// One hack/image at a time per --bin-dir: go build copies a linked binary into place, and a second
+	// run could read it half-written.
+	unlock, err := lock(o.binDir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	bins, err := buildBinaries(o.binDir, o.arch, src.version, js)
 	if err != nil {
 		return err
@@ -243,7 +251,8 @@ func write(j job, bin, arch string, src source, self string) error {
 }
 
 // source is what an image records about where it came from: certapi's commit for the images of certapi's
-// own programs, the CoreDNS module's version for CoreDNS.
+// own programs; for CoreDNS, the CoreDNS module's version and the Unix epoch as its time, so that its image
+// changes only with its binary, not with every commit of certapi.
 func (j job) source(bin string, src source) (source, error) {
 	if j.pkg != "" {
 		return src, nil
@@ -254,10 +263,10 @@ func (j job) source(bin string, src source) (source, error) {
 	}
 	for _, d := range info.Deps {
 		if d.Path == "github.com/coredns/coredns" {
-			return source{version: d.Version, time: src.time}, nil
+			return source{version: d.Version, time: time.Unix(0, 0).UTC()}, nil
 		}
 	}
-	return source{version: "unknown", time: src.time}, nil
+	return source{}, fmt.Errorf("%s was not built from github.com/coredns/coredns", bin)
 }
 
 // buildBinaries links the Go programs of js, static, into binDir in one go build (which links only what
@@ -315,6 +324,26 @@ func checkPlatform(bin, arch string) error {
 		}
 	}
 	return nil
+}
+
+// lock takes an exclusive lock on dir/.lock, waiting for another hack/image to finish with dir.
+func lock(dir string) (unlock func(), err error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(filepath.Join(dir, ".lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); errors.Is(err, syscall.EWOULDBLOCK) {
+		fmt.Printf("waiting for another hack/image to finish with %s\n", dir)
+		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX)
+	}
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("locking %s: %w", f.Name(), err)
+	}
+	return func() { f.Close() }, nil
 }
 
 // fileDigest is the sha256 of a file's content, in hex.
@@ -634,8 +663,19 @@ func writeArchive(out, dir string, img v1.Image, tag string, mtime time.Time) er
 	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 		return err
 	}
-	tmp := out + ".tmp"
+	// Written beside out and renamed over it: a reader (ctr images import) sees the old archive or the
+	// new one, never half of one.
+	f, err := os.CreateTemp(filepath.Dir(out), "."+filepath.Base(out)+".*.tmp")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	f.Close()
 	if err := tarDir(tmp, dir, mtime); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	if err := os.Chmod(tmp, 0o644); err != nil {
 		os.Remove(tmp)
 		return err
 	}

@@ -77,7 +77,8 @@ func authenticationNotReady(s authnState) error {
 		}
 	}
 	if s.ClientCAExpected && s.ClientCAs == 0 {
-		missing = append(missing, "the client CA (client-ca-file of "+authConfigMap+", or --client-ca-file) is not loaded yet")
+		missing = append(missing, "the client CA (client-ca-file of "+authConfigMap+", or --client-ca-file) is not loaded yet; "+
+			"a kube-apiserver without --client-ca-file publishes none: give certapi --client-ca-file, or --authentication-skip-lookup with the --requestheader-* flags")
 	}
 	if len(missing) == 0 {
 		return nil

@@ -52,22 +52,25 @@ func newClients(loopback, kube *restclient.Config, o LeaderOptions) (controller.
 // cannot be built or fails, the term ends with an error and this replica stops leading: a leader runs
 // all of its loops or none.
 func (s *Server) lead(ctx context.Context) error {
+	defer metrics.ForgetTerm()
 	cc := controller.NewContext(s.clusterDomain, s.clients, s.broadcaster)
 	w := status.New(s.clients.Certapi, s.statusInterval, s.leader.StatusWorkers)
 	w.UseCache(cc.CertapiInformers.Certapi().V1alpha1().ServingCertRequests().Lister())
 	s.status.Store(w)
 	defer s.status.CompareAndSwap(w, nil)
 
+	var rot *rotation.Controller
 	delivery, err := secretdelivery.New(secretdelivery.Options{
 		Context:   cc,
 		Authority: s.Issuer,
 		Status:    w,
 		Workers:   s.leader.SecretWorkers,
+		// A re-issued Secret may be what a pending distrust waits for.
+		OnChange: func() { rot.Reissued() },
 	})
 	if err != nil {
 		return fmt.Errorf("building Secret delivery: %w", err)
 	}
-	var rot *rotation.Controller
 	inj, err := injector.New(injector.Options{
 		Context: cc,
 		Source:  s.Issuer,
@@ -147,6 +150,12 @@ func (s *Server) lead(ctx context.Context) error {
 	}
 	if pcrs != nil {
 		runnables = append(runnables, controller.Named{Name: "podcert", Runnable: pcrs})
+	}
+	if s.self != nil {
+		// A replica re-issuing its own certificate may be what a pending distrust waits for.
+		runnables = append(runnables, controller.Named{Name: "replicas", Runnable: controller.RunFunc(func(ctx context.Context) error {
+			return s.Issuer.WatchServing(ctx, rot.Reissued)
+		})})
 	}
 	return cc.RunTerm(ctx, runnables...)
 }

@@ -131,6 +131,12 @@ type Runnable interface {
 	Run(ctx context.Context) error
 }
 
+// RunFunc makes a function a Runnable.
+type RunFunc func(ctx context.Context) error
+
+// Run calls f.
+func (f RunFunc) Run(ctx context.Context) error { return f(ctx) }
+
 // Named is a Runnable with a name for the log.
 type Named struct {
 	Name string

@@ -3,9 +3,12 @@ package issuer
 import (
 	"context"
 	"fmt"
+	"math"
 	"sync"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // Every replica records which CA signed the certificate it serves with, under a key bound to a lease it
@@ -68,4 +71,33 @@ func (i *Issuer) ServingNotFrom(ctx context.Context, serial string) (int, error)
 		}
 	}
 	return n, nil
+}
+
+// WatchServing calls onChange whenever a replica's serving record changes, appears or expires, until
+// ctx ends: the leader's pending distrust waits for those records, and learns of them by this watch
+// instead of by reading them again and again. A watch that etcd ends (a compaction, a lost member) is
+// opened again after a short backoff; onChange is then called once, since changes may have been missed.
+func (i *Issuer) WatchServing(ctx context.Context, onChange func()) error {
+	initial := wait.Backoff{Duration: 250 * time.Millisecond, Factor: 2, Cap: 5 * time.Second, Steps: math.MaxInt32}
+	backoff := initial
+	for first := true; ; first = false {
+		if !first {
+			onChange()
+		}
+		wch := i.cfg.Client.Watch(clientv3.WithRequireLeader(ctx), i.serversPrefix(), clientv3.WithPrefix())
+		for resp := range wch {
+			if resp.Err() != nil {
+				break
+			}
+			if len(resp.Events) > 0 {
+				onChange()
+				backoff = initial // a working watch resets the backoff
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(backoff.Step()):
+		}
+	}
 }

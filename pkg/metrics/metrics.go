@@ -112,3 +112,13 @@ func ForgetCertificate(namespace, name string) {
 	CertificateNotAfter.DeleteLabelValues(namespace, name)
 	CertificateRenewal.DeleteLabelValues(namespace, name)
 }
+
+// ForgetTerm drops the gauges only a leader publishes (CA lifetimes, injection targets, certificate
+// times) when its term ends, so that a replica that stopped leading does not go on reporting what it saw
+// as leader next to the new leader's figures.
+func ForgetTerm() {
+	CANotAfter.Reset()
+	InjectionTargets.Reset()
+	CertificateNotAfter.Reset()
+	CertificateRenewal.Reset()
+}

@@ -103,6 +103,15 @@ func TestPausedLeaderSignsNothing(t *testing.T) {
 	toOld := func(call issueCall) bool { return call.target == own.ReplicaName(leader) }
 	eventually(t, 30*time.Second, "the resumed replica to say it does not lead", func(context.Context) (bool, error) { return !leads(leader), nil })
 	stepDown := time.Since(resumedAt)
+	// Its term's gauges go with it: only the new leader reports the CA and the injection targets.
+	eventually(t, 30*time.Second, "the resumed replica to drop the leader's gauges", func(context.Context) (bool, error) {
+		has, err := publishesLeaderGauges(own, metricsClient, leader)
+		return err == nil && !has, nil
+	})
+	eventually(t, 30*time.Second, "the new leader to publish the leader's gauges", func(context.Context) (bool, error) {
+		has, err := publishesLeaderGauges(own, metricsClient, follower)
+		return err == nil && has, nil
+	})
 	// Every call that waited for the paused replica is answered, and a few more after it.
 	eventually(t, guard, "answers from the resumed replica", func(context.Context) (bool, error) {
 		return load.count(func(call issueCall) bool { return toOld(call) && call.start.After(resumedAt) }) >= 20, nil

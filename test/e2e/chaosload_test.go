@@ -286,6 +286,15 @@ func signatures(t *testing.T, own *framework.ControlPlane, client *http.Client, 
 	return m["certapi_signatures_total"], m["certapi_leader"] == 1, nil
 }
 
+// leaderOnlyGauges are the series only a leading replica publishes.
+var leaderOnlyGauges = []string{"certapi_ca_not_after_timestamp_seconds", "certapi_injection_targets"}
+
+// publishesLeaderGauges reports whether replica i publishes any of leaderOnlyGauges.
+func publishesLeaderGauges(own *framework.ControlPlane, client *http.Client, i int) (bool, error) {
+	m, err := replicaMetrics(context.Background(), own, client, i, leaderOnlyGauges...)
+	return len(m) > 0, err
+}
+
 // requestUIDs lists the ServingCertRequests of ns by name and UID, through kube-apiserver.
 func requestUIDs(t *testing.T, c versioned.Interface, ns string) map[string]string {
 	t.Helper()

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -34,11 +35,6 @@ import (
 
 // ReportingController is the reportingController of the CertificateAuthority's Events.
 const ReportingController = "certapi.dev/rotation"
-
-// distrustRecheck is how often a pending distrust looks again at what it waits for (every delivered
-// Secret and every replica re-issued): only while one is pending, never when idle. Each look reads the
-// Secret cache's summaries and one etcd range; it parses no certificate.
-const distrustRecheck = time.Second
 
 // distrustDwell is the least time a distrusted CA stays in the bundle (signer.RotationPolicy's
 // DistrustDwell): pkg/servingcert re-issues within a second of seeing the distrust, and a watch event
@@ -100,6 +96,9 @@ type Controller struct {
 	// lastUnmanaged is the report of unmanaged Secrets last recorded as an Event this term, so that each
 	// distinct report is recorded once. Only sync (one worker) touches it.
 	lastUnmanaged string
+	// distrusting is whether the last sync left a distrust pending: only then do re-issued Secrets and
+	// replicas (Reissued) make the controller look again.
+	distrusting atomic.Bool
 }
 
 // DistrustProgress is how far a pending distrust has come: what it waits for, and what it does not.
@@ -158,6 +157,16 @@ func (c *Controller) Enqueue() { c.queue.Add(castatus.Name) }
 // which may open the gate. A burst of progress (a thousand targets taking a new bundle) makes a few
 // looks, not a thousand status writes.
 func (c *Controller) Progress() { c.queue.AddAfter(castatus.Name, progressDelay) }
+
+// Reissued makes the controller look again shortly while a distrust is pending, and does nothing
+// otherwise: Secret delivery calls it when a delivered Secret or a request changes, and the leader when
+// a replica's serving record changes, which is what a pending distrust waits for. A pending distrust is
+// driven by those changes and its dwell and deadline timers, never by polling.
+func (c *Controller) Reissued() {
+	if c.distrusting.Load() {
+		c.Progress()
+	}
+}
 
 // Run drives rotations until ctx ends. Run may be called once.
 func (c *Controller) Run(ctx context.Context) error {
@@ -245,6 +254,7 @@ func (c *Controller) sync(ctx context.Context, _ string) (controller.Result, err
 		PendingTargets: summary.Targets - summary.UpToDate - summary.Skipped - summary.Conflicts,
 		Policy:         policy, Now: c.o.Clock.Now(),
 	})
+	c.distrusting.Store(distrustPending(after))
 	if distrustPending(after) {
 		c.reportUnmanaged(obj, after, progress)
 	}
@@ -274,18 +284,29 @@ func (c *Controller) reportUnmanaged(obj *certapiv1alpha1.CertificateAuthority, 
 	c.recorder.Eventf(regarding(obj), nil, corev1.EventTypeWarning, ReasonDistrustUnmanagedSecrets, "DistrustCA", "%s", truncate(msg))
 }
 
-// wait is how long until the clock alone makes a step due, or distrustRecheck while a distrust waits
-// for re-issuance; zero when nothing is ahead.
+// wait is how long until the clock alone makes a step due (a grace, a deadline, or the end of a pending
+// distrust's dwell); zero when nothing is ahead. What a pending distrust waits for besides the clock
+// arrives through Reissued.
 func (c *Controller) wait(a signer.Authorities, p signer.RotationPolicy) time.Duration {
-	var d time.Duration
-	if due := a.NextDue(p); !due.IsZero() {
-		// A moment past the due time, so that Plan, which compares with the clock, finds it due.
-		d = max(due.Sub(c.o.Clock.Now())+10*time.Millisecond, 10*time.Millisecond)
+	return untilDue(a, p, c.o.Clock.Now())
+}
+
+// untilDue is wait's arithmetic: the time from now to the next step the clock makes due, a moment past
+// it, so that Plan, which compares with the clock, finds it due.
+func untilDue(a signer.Authorities, p signer.RotationPolicy, now time.Time) time.Duration {
+	due := a.NextDue(p)
+	for _, r := range a.Retiring {
+		if !r.Distrusted {
+			continue
+		}
+		if end := a.DistrustedSince(r).Add(p.DistrustDwell); end.After(now) && (due.IsZero() || end.Before(due)) {
+			due = end
+		}
 	}
-	if distrustPending(a) && (d == 0 || d > distrustRecheck) {
-		d = distrustRecheck
+	if due.IsZero() {
+		return 0
 	}
-	return d
+	return max(due.Sub(now)+10*time.Millisecond, 10*time.Millisecond)
 }
 
 // distrustPending reports whether a distrusted CA is still in the bundle.

@@ -81,6 +81,9 @@ type Options struct {
 	Clock clock.PassiveClock
 	// Workers is the number of requests handled concurrently; default DefaultWorkers.
 	Workers int
+	// OnChange, when set, is called after a labelled Secret changes or a request is deleted: what a
+	// pending distrust waits for may have changed (the rotation's Reissued).
+	OnChange func()
 }
 
 // Controller delivers certificates into Secrets. Make one with New for each leadership term and call
@@ -108,6 +111,8 @@ type Controller struct {
 	seenCA, seenBundle []byte
 
 	ran atomic.Bool
+	// onChange is Options.OnChange, or a no-op.
+	onChange func()
 }
 
 // New checks o and builds a Controller. It registers the ServingCertRequest informer of the term's
@@ -133,8 +138,12 @@ func New(o Options) (*Controller, error) {
 		clock:     o.Clock,
 		recorder:  o.Context.Recorder(ReportingController),
 		reported:  map[types.NamespacedName]string{},
+		onChange:  o.OnChange,
 
 		clusterDomain: o.Context.ClusterDomain,
+	}
+	if c.onChange == nil {
+		c.onChange = func() {}
 	}
 	if c.clock == nil {
 		c.clock = clock.RealClock{}
@@ -291,6 +300,7 @@ func (c *Controller) onRequestDelete(obj any) {
 		return
 	}
 	c.forgetConflict(types.NamespacedName{Namespace: key.Namespace, Name: key.Name})
+	c.onChange()
 }
 
 // onSecret enqueues the request a certapi Secret's annotation names and every request whose
@@ -309,6 +319,7 @@ func (c *Controller) onSecret(obj any) {
 			c.enqueueForSecret(ns, name)
 		}
 	}
+	c.onChange()
 	if s == nil {
 		return
 	}

@@ -1,0 +1,143 @@
+{{/* The chart's name: app.kubernetes.io/name of certapi's objects. */}}
+{{- define "certapi.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 55 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* What the objects are named after: the ServiceAccount, Service, ClusterRoles, Secrets. */}}
+{{- define "certapi.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 55 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 55 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 55 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Labels of every object: part-of, and (unless helmLabels is false) Helm's. */}}
+{{- define "certapi.commonLabels" -}}
+app.kubernetes.io/part-of: certapi
+{{- if .Values.helmLabels }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/version: {{ .Values.image.tag | default .Chart.AppVersion | quote }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end }}
+{{- end -}}
+
+{{/* Selector of certapi's pods. Without the release: a Deployment's selector cannot change, and these
+are the same as those of the kustomize manifests, so an install can move from one to the other. */}}
+{{- define "certapi.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "certapi.name" . }}
+app.kubernetes.io/component: apiserver
+{{- end -}}
+
+{{- define "certapi.labels" -}}
+{{ include "certapi.selectorLabels" . }}
+{{ include "certapi.commonLabels" . }}
+{{- end -}}
+
+{{- define "certapi.etcd.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "certapi.name" . }}-etcd
+app.kubernetes.io/component: etcd
+{{- end -}}
+
+{{- define "certapi.etcd.labels" -}}
+{{ include "certapi.etcd.selectorLabels" . }}
+{{ include "certapi.commonLabels" . }}
+{{- end -}}
+
+{{- define "certapi.monitoring.labels" -}}
+app.kubernetes.io/name: {{ include "certapi.name" . }}
+app.kubernetes.io/component: monitoring
+{{ include "certapi.commonLabels" . }}
+{{- end -}}
+
+{{/* The ServiceAccount certapi runs as, as kube-apiserver names it to admission. */}}
+{{- define "certapi.serviceAccountUser" -}}
+system:serviceaccount:{{ .Release.Namespace }}:{{ include "certapi.fullname" . }}
+{{- end -}}
+
+{{- define "certapi.image" -}}
+{{- if .Values.image.digest -}}
+{{ .Values.image.repository }}@{{ .Values.image.digest }}
+{{- else -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}
+{{- end -}}
+
+{{- define "certapi.encryptionSecretName" -}}
+{{- .Values.encryption.secretName | default (printf "%s-encryption-config" (include "certapi.fullname" .)) -}}
+{{- end -}}
+
+{{- define "certapi.etcd.name" -}}
+{{- include "certapi.fullname" . }}-etcd
+{{- end -}}
+
+{{- define "certapi.etcd.serverSecretName" -}}
+{{- .Values.etcd.dedicated.serverSecretName | default (printf "%s-etcd-server-tls" (include "certapi.fullname" .)) -}}
+{{- end -}}
+
+{{- define "certapi.etcd.peerSecretName" -}}
+{{- .Values.etcd.dedicated.peerSecretName | default (printf "%s-etcd-peer-tls" (include "certapi.fullname" .)) -}}
+{{- end -}}
+
+{{/* The Secret with certapi's etcd client certificate; empty when there is none. */}}
+{{- define "certapi.etcd.clientSecretName" -}}
+{{- if eq .Values.etcd.mode "dedicated" -}}
+{{- .Values.etcd.dedicated.clientSecretName | default (printf "%s-etcd-client-tls" (include "certapi.fullname" .)) -}}
+{{- else if eq .Values.etcd.mode "external" -}}
+{{- .Values.etcd.external.clientSecretName -}}
+{{- end -}}
+{{- end -}}
+
+{{/* certapi's --etcd-servers: the members of the dedicated etcd by their stable names, or the external
+endpoints. */}}
+{{- define "certapi.etcd.servers" -}}
+{{- if eq .Values.etcd.mode "dedicated" -}}
+{{- $name := include "certapi.etcd.name" . -}}
+{{- $urls := list -}}
+{{- range $i := until (int .Values.etcd.dedicated.members) -}}
+{{- $urls = append $urls (printf "https://%s-%d.%s.%s.svc:2379" $name $i $name $.Release.Namespace) -}}
+{{- end -}}
+{{- join "," $urls -}}
+{{- else if eq .Values.etcd.mode "external" -}}
+{{- join "," .Values.etcd.external.endpoints -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Refuses values that cannot work, with a message that says why. */}}
+{{- define "certapi.validate" -}}
+{{- /* A cluster that serves the policies (helm install), or a version that does (helm template, offline). */ -}}
+{{- if not (or (.Capabilities.APIVersions.Has "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy") (semverCompare ">=1.30.0-0" .Capabilities.KubeVersion.Version)) -}}
+{{- fail "this cluster serves no admissionregistration.k8s.io/v1 ValidatingAdmissionPolicy: certapi needs Kubernetes 1.30 or newer" -}}
+{{- end -}}
+{{- $mode := .Values.etcd.mode -}}
+{{- if not (has $mode (list "embedded" "dedicated" "external")) -}}
+{{- fail (printf "etcd.mode %q: want embedded, dedicated or external" $mode) -}}
+{{- end -}}
+{{- if and (eq $mode "embedded") (gt (int .Values.replicas) 1) -}}
+{{- fail (printf "replicas %d with etcd.mode embedded: the embedded etcd is one member inside one pod; run several replicas with etcd.mode dedicated or external" (int .Values.replicas)) -}}
+{{- end -}}
+{{- if and (eq $mode "external") (empty .Values.etcd.external.endpoints) -}}
+{{- fail "etcd.mode external needs etcd.external.endpoints: the client URLs of your etcd" -}}
+{{- end -}}
+{{- if and (eq $mode "dedicated") (not (has (int .Values.etcd.dedicated.members) (list 1 3 5))) -}}
+{{- fail (printf "etcd.dedicated.members %v: want 1, 3 or 5 (an odd number keeps a quorum)" .Values.etcd.dedicated.members) -}}
+{{- end -}}
+{{- if and (not .Values.encryption.enabled) .Values.encryption.required -}}
+{{- fail "encryption.enabled false with encryption.required true: certapi would refuse to start; set encryption.required false too (the CA keys are then stored unencrypted)" -}}
+{{- end -}}
+{{- if and .Values.encryption.config (not (contains "certificateauthoritykeys.certapi.dev" .Values.encryption.config)) -}}
+{{- fail "encryption.config does not list certificateauthoritykeys.certapi.dev: certapi's CA keys would be stored unencrypted (and with encryption.required it refuses to start)" -}}
+{{- end -}}
+{{- if not (has .Values.podAntiAffinity (list "soft" "hard" "none")) -}}
+{{- fail (printf "podAntiAffinity %q: want soft, hard or none" .Values.podAntiAffinity) -}}
+{{- end -}}
+{{- if not (has .Values.etcd.dedicated.podAntiAffinity (list "required" "preferred")) -}}
+{{- fail (printf "etcd.dedicated.podAntiAffinity %q: want required or preferred" .Values.etcd.dedicated.podAntiAffinity) -}}
+{{- end -}}
+{{- end -}}

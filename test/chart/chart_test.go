@@ -1,0 +1,736 @@
+package chart
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/restmapper"
+	"sigs.k8s.io/yaml"
+
+	"github.com/certapi/certapi/test/framework"
+)
+
+// release is the release name every test installs or renders: the README's.
+const release = "certapi"
+
+// The example values files the README and artifacts/deploy name; TestExamples fails if one is missing and
+// renders any other values-*.yaml beside them too.
+var wantExamples = []string{"values-single.yaml", "values-ha.yaml", "values-external-etcd.yaml"}
+
+func exampleFiles(t *testing.T) []string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(examples, "values-*.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, f := range files {
+		names = append(names, filepath.Base(f))
+	}
+	for _, want := range wantExamples {
+		if !slices.Contains(names, want) {
+			t.Errorf("no %s in %s", want, examples)
+		}
+	}
+	return files
+}
+
+func TestLint(t *testing.T) {
+	for _, args := range append([][]string{nil}, func() [][]string {
+		var out [][]string
+		for _, f := range exampleFiles(t) {
+			out = append(out, []string{"-f", f})
+		}
+		return out
+	}()...) {
+		r := runHelm(t, append([]string{"lint", "--strict", chartDir}, args...)...)
+		out := r.must(t)
+		if !strings.Contains(out, "1 chart(s) linted, 0 chart(s) failed") {
+			t.Errorf("helm lint --strict %v: %s%s", args, out, r.stderr)
+		}
+	}
+}
+
+// render runs helm template for the release in namespace ns and decodes what it prints.
+func render(t *testing.T, ns string, args ...string) ([]*unstructured.Unstructured, string) {
+	t.Helper()
+	out := runHelm(t, append([]string{"template", release, chartDir, "--namespace", ns}, args...)...).must(t)
+	objs, err := decode([]byte(out))
+	if err != nil {
+		t.Fatalf("helm template %v: the output does not decode: %v", args, err)
+	}
+	if len(objs) == 0 {
+		t.Fatalf("helm template %v rendered nothing", args)
+	}
+	return objs, out
+}
+
+func decode(data []byte) ([]*unstructured.Unstructured, error) {
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+	var objs []*unstructured.Unstructured
+	for {
+		var m map[string]any
+		if err := dec.Decode(&m); err != nil {
+			if errors.Is(err, io.EOF) {
+				return objs, nil
+			}
+			return objs, err
+		}
+		if len(m) > 0 {
+			objs = append(objs, &unstructured.Unstructured{Object: m})
+		}
+	}
+}
+
+func find(objs []*unstructured.Unstructured, kind, name string) *unstructured.Unstructured {
+	for _, u := range objs {
+		if u.GetKind() == kind && u.GetName() == name {
+			return u
+		}
+	}
+	return nil
+}
+
+func convert(t *testing.T, u *unstructured.Unstructured, into any) {
+	t.Helper()
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, into); err != nil {
+		t.Fatalf("%s %s: %v", u.GetKind(), u.GetName(), err)
+	}
+}
+
+// certapiArgs returns the flags of the certapi container of the rendering's Deployment, by name.
+func certapiArgs(t *testing.T, objs []*unstructured.Unstructured) (*appsv1.Deployment, map[string]string) {
+	t.Helper()
+	u := find(objs, "Deployment", release)
+	if u == nil {
+		t.Fatal("no Deployment certapi")
+	}
+	var d appsv1.Deployment
+	convert(t, u, &d)
+	args := map[string]string{}
+	for _, c := range d.Spec.Template.Spec.Containers {
+		if c.Name != "certapi" {
+			continue
+		}
+		for _, a := range c.Args {
+			name, value, _ := strings.Cut(strings.TrimPrefix(a, "--"), "=")
+			args[name] = value
+		}
+	}
+	return &d, args
+}
+
+// secretVolumes returns the Secret of each volume of the pod template.
+func secretVolumes(spec *corev1.PodSpec) []string {
+	var out []string
+	for _, v := range spec.Volumes {
+		if v.Secret != nil {
+			out = append(out, v.Secret.SecretName)
+		}
+	}
+	return out
+}
+
+// TestExamples renders the chart with its defaults and with every example values file, checks what each
+// says it does, and applies each rendering with a server-side dry run to kube-apiserver, in a namespace
+// that warns on anything Pod Security "restricted" refuses.
+func TestExamples(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	bin, err := framework.CertapiBinary(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	flags := helpFlags(t, bin)
+	kube, err := kubernetes.NewForConfig(cp.AdminConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(kube.Discovery()))
+	rulesFile, err := os.ReadFile(filepath.Join(chartDir, "files", "prometheusrule-groups.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rules struct {
+		Groups []any `json:"groups"`
+	}
+	if err := yaml.UnmarshalStrict(rulesFile, &rules); err != nil || len(rules.Groups) == 0 {
+		t.Fatalf("files/prometheusrule-groups.yaml: %d groups, %v", len(rules.Groups), err)
+	}
+
+	cases := []struct {
+		name  string
+		args  []string
+		check func(t *testing.T, ns string, objs []*unstructured.Unstructured)
+	}{
+		{name: "defaults", check: func(t *testing.T, ns string, objs []*unstructured.Unstructured) {
+			checkEmbedded(t, objs)
+		}},
+	}
+	for _, f := range exampleFiles(t) {
+		name := strings.TrimSuffix(filepath.Base(f), ".yaml")
+		var check func(t *testing.T, ns string, objs []*unstructured.Unstructured)
+		switch name {
+		case "values-single":
+			check = func(t *testing.T, ns string, objs []*unstructured.Unstructured) { checkEmbedded(t, objs) }
+		case "values-ha":
+			check = func(t *testing.T, ns string, objs []*unstructured.Unstructured) {
+				checkDedicated(t, ns, objs)
+				checkMonitoring(t, ns, objs, rules.Groups)
+			}
+		case "values-external-etcd":
+			check = func(t *testing.T, ns string, objs []*unstructured.Unstructured) { checkExternal(t, f, objs) }
+		}
+		cases = append(cases, struct {
+			name  string
+			args  []string
+			check func(t *testing.T, ns string, objs []*unstructured.Unstructured)
+		}{name, []string{"-f", f}, check})
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ns := "certapi-dryrun-" + strings.TrimPrefix(tc.name, "values-")
+			objs, out := render(t, ns, tc.args...)
+			if tc.check != nil {
+				tc.check(t, ns, objs)
+			}
+			// Every object says it belongs to the release, and sits in the release's namespace unless it
+			// must be elsewhere.
+			for _, u := range objs {
+				l := u.GetLabels()
+				if l["app.kubernetes.io/part-of"] != "certapi" || l["app.kubernetes.io/instance"] != release || l["app.kubernetes.io/managed-by"] != "Helm" {
+					t.Errorf("%s %s has labels %v; want part-of certapi, instance %s, managed-by Helm", u.GetKind(), u.GetName(), l, release)
+				}
+				gvk := u.GroupVersionKind()
+				m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+				if err != nil {
+					t.Errorf("%s %s: %v", gvk, u.GetName(), err)
+					continue
+				}
+				want := ""
+				if m.Scope.Name() == meta.RESTScopeNameNamespace {
+					want = ns
+					if u.GetKind() == "RoleBinding" && strings.HasSuffix(u.GetName(), ":extension-apiserver-authentication-reader") {
+						want = "kube-system"
+					}
+				}
+				if u.GetNamespace() != want {
+					t.Errorf("%s %s is in namespace %q; want %q", u.GetKind(), u.GetName(), u.GetNamespace(), want)
+				}
+			}
+			// Every flag given to certapi is one certapi has.
+			d, args := certapiArgs(t, objs)
+			for name := range args {
+				if !flags[name] {
+					t.Errorf("certapi has no flag --%s", name)
+				}
+			}
+			if args["service-name"] != release || args["service-namespace"] != ns || args["leader-identity"] != "$(POD_NAME)" {
+				t.Errorf("--service-name=%q --service-namespace=%q --leader-identity=%q; want %s, %s, $(POD_NAME)", args["service-name"], args["service-namespace"], args["leader-identity"], release, ns)
+			}
+			if _, ok := args["require-encrypted-ca-keys"]; !ok || !slices.Contains(secretVolumes(&d.Spec.Template.Spec), "certapi-encryption-config") {
+				t.Errorf("certapi runs without --require-encrypted-ca-keys or without the Secret certapi-encryption-config: %v, volumes %v", args, secretVolumes(&d.Spec.Template.Spec))
+			}
+
+			// The server-side dry run, in a namespace that exists (a dry run creates none) and warns about
+			// pod templates Pod Security "restricted" would refuse.
+			nsObj := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: map[string]string{
+				"pod-security.kubernetes.io/enforce": "restricted",
+				"pod-security.kubernetes.io/warn":    "restricted",
+			}}}
+			if _, err := kube.CoreV1().Namespaces().Create(ctx, nsObj, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			file := filepath.Join(t.TempDir(), "rendered.yaml")
+			if err := os.WriteFile(file, []byte(out), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			r := runKubectl(t, "apply", "--server-side", "--field-manager=chart-test", "--dry-run=server", "-f", file)
+			stdout := r.must(t)
+			if n := strings.Count(stdout, "serverside-applied (server dry run)"); n != len(objs) {
+				t.Errorf("kubectl apply --server-side --dry-run=server applied %d objects; the chart rendered %d:\n%s", n, len(objs), stdout)
+			}
+			if strings.Contains(r.stderr, "Warning") {
+				t.Errorf("kubectl apply --server-side --dry-run=server warned:\n%s", r.stderr)
+			}
+		})
+	}
+}
+
+func checkEmbedded(t *testing.T, objs []*unstructured.Unstructured) {
+	t.Helper()
+	d, args := certapiArgs(t, objs)
+	if d.Spec.Replicas == nil || *d.Spec.Replicas != 1 || d.Spec.Strategy.Type != appsv1.RecreateDeploymentStrategyType {
+		t.Errorf("replicas %v, strategy %q; want 1, Recreate (two pods must never open the embedded etcd's data)", d.Spec.Replicas, d.Spec.Strategy.Type)
+	}
+	for name := range args {
+		if strings.HasPrefix(name, "etcd-") {
+			t.Errorf("the embedded etcd with --%s", name)
+		}
+	}
+	if args["data-dir"] != "/var/lib/certapi/data" {
+		t.Errorf("--data-dir=%q; want a directory below the volume's root", args["data-dir"])
+	}
+	pvc := find(objs, "PersistentVolumeClaim", release+"-data")
+	if pvc == nil {
+		t.Fatal("no PersistentVolumeClaim certapi-data")
+	}
+	if pvc.GetAnnotations()["helm.sh/resource-policy"] != "keep" {
+		t.Errorf("PersistentVolumeClaim certapi-data annotations %v; want helm.sh/resource-policy: keep (the README says helm uninstall keeps it)", pvc.GetAnnotations())
+	}
+	var claim string
+	for _, v := range d.Spec.Template.Spec.Volumes {
+		if v.PersistentVolumeClaim != nil {
+			claim = v.PersistentVolumeClaim.ClaimName
+		}
+	}
+	if claim != pvc.GetName() {
+		t.Errorf("the pod mounts claim %q; want %s", claim, pvc.GetName())
+	}
+	if find(objs, "StatefulSet", release+"-etcd") != nil {
+		t.Error("the embedded etcd with a StatefulSet")
+	}
+}
+
+func checkDedicated(t *testing.T, ns string, objs []*unstructured.Unstructured) {
+	t.Helper()
+	d, args := certapiArgs(t, objs)
+	if d.Spec.Replicas == nil || *d.Spec.Replicas != 3 {
+		t.Errorf("replicas %v; want 3", d.Spec.Replicas)
+	}
+	u := find(objs, "StatefulSet", release+"-etcd")
+	if u == nil {
+		t.Fatal("no StatefulSet certapi-etcd")
+	}
+	var sts appsv1.StatefulSet
+	convert(t, u, &sts)
+	var want []string
+	for i := 0; i < int(*sts.Spec.Replicas); i++ {
+		want = append(want, fmt.Sprintf("https://%s-%d.%s.%s.svc:2379", sts.Name, i, sts.Spec.ServiceName, ns))
+	}
+	if got := args["etcd-servers"]; got != strings.Join(want, ",") || *sts.Spec.Replicas != 3 {
+		t.Errorf("--etcd-servers=%s with %d members; want %s", got, *sts.Spec.Replicas, strings.Join(want, ","))
+	}
+	if p := sts.Spec.PersistentVolumeClaimRetentionPolicy; p == nil || p.WhenDeleted != appsv1.RetainPersistentVolumeClaimRetentionPolicyType {
+		t.Errorf("the etcd claims' retention %+v; want Retain when the StatefulSet is deleted (the README says helm uninstall keeps them)", p)
+	}
+	if !slices.Contains(secretVolumes(&d.Spec.Template.Spec), "certapi-etcd-client-tls") || args["etcd-certfile"] == "" {
+		t.Errorf("certapi has no etcd client certificate: volumes %v, args %v", secretVolumes(&d.Spec.Template.Spec), args)
+	}
+	u = find(objs, "PodDisruptionBudget", release+"-etcd")
+	if u == nil {
+		t.Fatal("no PodDisruptionBudget certapi-etcd")
+	}
+	var pdb policyv1.PodDisruptionBudget
+	convert(t, u, &pdb)
+	if pdb.Spec.MinAvailable == nil || pdb.Spec.MinAvailable.IntValue() != 2 {
+		t.Errorf("etcd PodDisruptionBudget minAvailable %v; want 2 of 3 (a quorum)", pdb.Spec.MinAvailable)
+	}
+}
+
+func checkExternal(t *testing.T, valuesFile string, objs []*unstructured.Unstructured) {
+	t.Helper()
+	data, err := os.ReadFile(valuesFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var values struct {
+		Etcd struct {
+			External struct {
+				Endpoints        []string `json:"endpoints"`
+				ClientSecretName string   `json:"clientSecretName"`
+				Prefix           string   `json:"prefix"`
+			} `json:"external"`
+		} `json:"etcd"`
+	}
+	if err := yaml.Unmarshal(data, &values); err != nil {
+		t.Fatal(err)
+	}
+	ext := values.Etcd.External
+	d, args := certapiArgs(t, objs)
+	if args["etcd-servers"] != strings.Join(ext.Endpoints, ",") || args["etcd-prefix"] != ext.Prefix || ext.Prefix == "" {
+		t.Errorf("--etcd-servers=%q --etcd-prefix=%q; want %q and %q", args["etcd-servers"], args["etcd-prefix"], strings.Join(ext.Endpoints, ","), ext.Prefix)
+	}
+	if !slices.Contains(secretVolumes(&d.Spec.Template.Spec), ext.ClientSecretName) || args["etcd-cafile"] == "" {
+		t.Errorf("certapi's etcd client certificate is not from Secret %s: volumes %v, args %v", ext.ClientSecretName, secretVolumes(&d.Spec.Template.Spec), args)
+	}
+	if a := d.Spec.Template.Spec.Affinity; a == nil || a.PodAntiAffinity == nil || len(a.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution) != 1 {
+		t.Errorf("affinity %+v; want the required anti-affinity of podAntiAffinity: hard", a)
+	}
+	if find(objs, "StatefulSet", release+"-etcd") != nil || find(objs, "PersistentVolumeClaim", release+"-data") != nil {
+		t.Error("an external etcd with a StatefulSet or a claim of certapi's")
+	}
+}
+
+// checkMonitoring checks that the PrometheusRule holds exactly the chart's rules file, and that the
+// ServiceMonitor scrapes certapi's Service with certapi's own name and the CA bundle it injects.
+func checkMonitoring(t *testing.T, ns string, objs []*unstructured.Unstructured, groups []any) {
+	t.Helper()
+	rule := find(objs, "PrometheusRule", release)
+	if rule == nil {
+		t.Fatal("no PrometheusRule")
+	}
+	got, _, _ := unstructured.NestedSlice(rule.Object, "spec", "groups")
+	if !reflect.DeepEqual(got, groups) {
+		t.Errorf("the PrometheusRule's groups are not those of files/prometheusrule-groups.yaml")
+	}
+	sm := find(objs, "ServiceMonitor", release)
+	cm := find(objs, "ConfigMap", release+"-ca")
+	if sm == nil || cm == nil {
+		t.Fatal("no ServiceMonitor or ConfigMap certapi-ca")
+	}
+	if cm.GetAnnotations()["certapi.dev/inject-ca-bundle"] != "true" {
+		t.Errorf("ConfigMap certapi-ca does not opt in to injection: %v", cm.GetAnnotations())
+	}
+	svc := find(objs, "Service", release)
+	sel, _, _ := unstructured.NestedStringMap(sm.Object, "spec", "selector", "matchLabels")
+	if svc == nil || !reflect.DeepEqual(sel, map[string]string{"app.kubernetes.io/name": "certapi", "app.kubernetes.io/component": "apiserver"}) {
+		t.Errorf("ServiceMonitor selects %v; want certapi's Service (labels %v)", sel, svc.GetLabels())
+	}
+	for k, v := range sel {
+		if svc.GetLabels()[k] != v {
+			t.Errorf("ServiceMonitor selects %s=%s; the Service has %v", k, v, svc.GetLabels())
+		}
+	}
+	eps, _, _ := unstructured.NestedSlice(sm.Object, "spec", "endpoints")
+	var paths []string
+	for _, e := range eps {
+		m := e.(map[string]any)
+		paths = append(paths, fmt.Sprint(m["path"]))
+		server, _, _ := unstructured.NestedString(m, "tlsConfig", "serverName")
+		ca, _, _ := unstructured.NestedString(m, "tlsConfig", "ca", "configMap", "name")
+		if server != release+"."+ns+".svc" || ca != cm.GetName() {
+			t.Errorf("endpoint %v: serverName %q, CA ConfigMap %q; want %s.%s.svc and %s", m["path"], server, ca, release, ns, cm.GetName())
+		}
+	}
+	if !reflect.DeepEqual(paths, []string{"/metrics", "/metrics/slis"}) {
+		t.Errorf("ServiceMonitor scrapes %v; want /metrics and /metrics/slis", paths)
+	}
+}
+
+// helpFlags returns the long flags certapi --help lists.
+func helpFlags(t *testing.T, bin string) map[string]bool {
+	t.Helper()
+	out, err := command(context.Background(), bin, "--help")
+	if err != nil {
+		t.Fatalf("certapi --help: %v\n%s", err, out)
+	}
+	flags := map[string]bool{}
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 {
+			continue
+		}
+		word := f[0]
+		if strings.HasPrefix(word, "-") && !strings.HasPrefix(word, "--") && len(f) > 1 {
+			word = f[1] // "-v, --v Level"
+		}
+		if strings.HasPrefix(word, "--") {
+			flags[strings.TrimSuffix(strings.TrimPrefix(word, "--"), ",")] = true
+		}
+	}
+	if !flags["etcd-servers"] || !flags["leader-identity"] {
+		t.Fatalf("certapi --help lists no --etcd-servers or --leader-identity:\n%s", out)
+	}
+	return flags
+}
+
+// TestBadValuesAreRefused: values that cannot work fail the rendering (and so helm install) with a message
+// that says why.
+func TestBadValuesAreRefused(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--set", "replicas=3"}, "the embedded etcd is one member inside one pod"},
+		{[]string{"--set", "etcd.mode=external"}, "etcd.mode external needs etcd.external.endpoints"},
+		{[]string{"--set", "encryption.enabled=false"}, "certapi would refuse to start"},
+		{[]string{"--set", "encryption.config=apiVersion: v1"}, "does not list certificateauthoritykeys.certapi.dev"},
+		// values.schema.json: a misspelt key is refused, not silently ignored; so are unknown choices.
+		{[]string{"--set", "replica=3"}, "additional properties 'replica' not allowed"},
+		{[]string{"--set", "etcd.external.endpoint=https://etcd:2379"}, "additional properties 'endpoint' not allowed"},
+		{[]string{"--set", "etcd.mode=kube"}, "at '/etcd/mode': value must be one of 'embedded', 'dedicated', 'external'"},
+		{[]string{"--set", "etcd.mode=dedicated", "--set", "etcd.dedicated.members=2"}, "at '/etcd/dedicated/members': value must be one of 1, 3, 5"},
+		{[]string{"--set", "podAntiAffinity=strict"}, "at '/podAntiAffinity': value must be one of 'soft', 'hard', 'none'"},
+		{[]string{"--set", "replicas=three"}, "at '/replicas': got string, want integer"},
+	} {
+		r := runHelm(t, append([]string{"template", release, chartDir, "--namespace", "certapi"}, tc.args...)...)
+		if r.err == nil || !strings.Contains(r.stderr, tc.want) {
+			t.Errorf("helm template %v: %v, stderr %q; want a failure saying %q", tc.args, r.err, r.stderr, tc.want)
+		}
+	}
+	// And what those refusals guard is allowed where it works.
+	for _, args := range [][]string{
+		{"--set", "replicas=3", "--set", "etcd.mode=dedicated"},
+		{"--set", "encryption.enabled=false", "--set", "encryption.required=false"},
+	} {
+		render(t, "certapi", args...)
+	}
+}
+
+// objRef names an object found through discovery.
+type objRef struct {
+	resource  schema.GroupResource
+	namespace string
+	name      string
+}
+
+func (o objRef) String() string {
+	if o.namespace == "" {
+		return fmt.Sprintf("%s %s", o.resource, o.name)
+	}
+	return fmt.Sprintf("%s %s/%s", o.resource, o.namespace, o.name)
+}
+
+// certapiObjects lists every object of every resource kube-apiserver serves, in every namespace, and
+// returns those that are certapi's by their labels, Helm's release annotation or their name, each with
+// whether it is being deleted (no controller runs here to finish a deletion a finalizer holds). Discovery
+// must be complete: with unavailable, the API groups in it may fail (the APIService of an installed chart
+// has no certapi behind it here), no other.
+func certapiObjects(t *testing.T, unavailable ...string) map[objRef]bool {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	disco, err := discovery.NewDiscoveryClientForConfig(cp.AdminConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// kube-apiserver's aggregated discovery drops the group of a deleted APIService a moment after the
+	// deletion (until then it reports it stale): wait for discovery to be complete.
+	var lists []*metav1.APIResourceList
+	var last error
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		lists, last = disco.ServerPreferredResources()
+		if last == nil {
+			return true, nil
+		}
+		var failed *discovery.ErrGroupDiscoveryFailed
+		if !errors.As(last, &failed) {
+			return false, nil
+		}
+		for gv := range failed.Groups {
+			if !slices.Contains(unavailable, gv.Group) {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		t.Fatalf("discovery is not complete (groups other than %v fail): %v", unavailable, last)
+	}
+	client, err := metadata.NewForConfig(cp.AdminConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := map[objRef]bool{}
+	for _, list := range lists {
+		gv, err := schema.ParseGroupVersion(list.GroupVersion)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range list.APIResources {
+			if strings.Contains(r.Name, "/") || !slices.Contains(r.Verbs, "list") {
+				continue
+			}
+			items, err := client.Resource(gv.WithResource(r.Name)).List(ctx, metav1.ListOptions{})
+			if err != nil {
+				t.Fatalf("listing %s: %v", gv.WithResource(r.Name), err)
+			}
+			for _, item := range items.Items {
+				if !isCertapis(&item) {
+					continue
+				}
+				found[objRef{schema.GroupResource{Group: gv.Group, Resource: r.Name}, item.Namespace, item.Name}] = item.DeletionTimestamp != nil
+			}
+		}
+	}
+	return found
+}
+
+func isCertapis(m *metav1.PartialObjectMetadata) bool {
+	return m.Labels["app.kubernetes.io/part-of"] == "certapi" ||
+		m.Labels["app.kubernetes.io/instance"] == release ||
+		m.Annotations["meta.helm.sh/release-name"] == release ||
+		strings.Contains(m.Name, "certapi")
+}
+
+func has(set map[objRef]bool, r objRef) bool {
+	_, ok := set[r]
+	return ok
+}
+
+// leftBehind returns the objects of after that were not in before. An object being deleted is gone as
+// far as helm is concerned (a cluster's controllers finish the deletion) unless it is one that must be
+// kept: then the test fails. Events are records, not objects anyone made (kube-apiserver itself reports on
+// a Service, for one), and expire after its --event-ttl: they are logged, not counted.
+func leftBehind(t *testing.T, before, after, kept map[objRef]bool) map[objRef]bool {
+	t.Helper()
+	kube, err := kubernetes.NewForConfig(cp.AdminConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	left := map[objRef]bool{}
+	for r, deleting := range after {
+		switch {
+		case has(before, r):
+		case r.resource.Resource == "events":
+			if r.resource.Group == "" {
+				if e, err := kube.CoreV1().Events(r.namespace).Get(context.Background(), r.name, metav1.GetOptions{}); err == nil {
+					t.Logf("Event %s/%s (not counted): %s %s/%s by %s: %s", r.namespace, r.name, e.Reason, e.InvolvedObject.Kind, e.InvolvedObject.Name, e.Source.Component, e.Message)
+				}
+			}
+		case deleting && kept[r]:
+			t.Errorf("%s, which helm uninstall must keep, is being deleted", r)
+		case deleting:
+			t.Logf("%s is being deleted (a finalizer holds it: no controller runs here)", r)
+		default:
+			left[r] = true
+		}
+	}
+	return left
+}
+
+func sortedRefs(set map[objRef]bool) []string {
+	var out []string
+	for r := range set {
+		out = append(out, r.String())
+	}
+	sort.Strings(out)
+	return out
+}
+
+// TestInstallAndUninstall installs the chart with helm against kube-apiserver, checks that every object of
+// the release is there, uninstalls it and lists, over every resource the API serves, what is left of
+// certapi's: exactly what the README's "Uninstall" says helm uninstall keeps. With the defaults, a new
+// install of the same release then takes over what was kept.
+func TestInstallAndUninstall(t *testing.T) {
+	encFile := filepath.Join(t.TempDir(), "encryption-config.yaml")
+	if err := os.WriteFile(encFile, []byte(`apiVersion: apiserver.config.k8s.io/v1
+kind: EncryptionConfiguration
+resources:
+- resources:
+  - certificateauthoritykeys.certapi.dev
+  providers:
+  - secretbox:
+      keys:
+      - name: key1
+        secret: c2VjcmV0IGlzIHNlY3JldCwgb3IgaXMgaXQ/IDMyIGI=
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	kube, err := kubernetes.NewForConfig(cp.AdminConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := func(resource, ns, name string) objRef {
+		return objRef{schema.GroupResource{Resource: resource}, ns, name}
+	}
+	for _, tc := range []struct {
+		name string
+		ns   string
+		args []string
+		// kept is what helm uninstall leaves, the release's namespace included (helm never deletes a
+		// namespace, not even one --create-namespace made).
+		kept []objRef
+	}{{
+		name: "defaults with the encryption Secret and monitoring",
+		ns:   "certapi",
+		args: []string{"--set-file", "encryption.config=" + encFile, "--set", "monitoring.serviceMonitor.enabled=true", "--set", "monitoring.prometheusRule.enabled=true"},
+		kept: []objRef{ref("namespaces", "", "certapi"), ref("persistentvolumeclaims", "certapi", "certapi-data"), ref("secrets", "certapi", "certapi-encryption-config")},
+	}, {
+		name: "values-ha",
+		ns:   "certapi-ha",
+		args: []string{"-f", filepath.Join(examples, "values-ha.yaml")},
+		kept: []objRef{ref("namespaces", "", "certapi-ha")},
+	}, {
+		name: "values-external-etcd",
+		ns:   "certapi-external",
+		args: []string{"-f", filepath.Join(examples, "values-external-etcd.yaml")},
+		kept: []objRef{ref("namespaces", "", "certapi-external")},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := certapiObjects(t)
+			install := func() {
+				t.Helper()
+				runHelm(t, append([]string{"install", release, chartDir, "--namespace", tc.ns, "--create-namespace"}, tc.args...)...).must(t)
+				manifest, err := decode([]byte(runHelm(t, "get", "manifest", release, "--namespace", tc.ns).must(t)))
+				if err != nil || len(manifest) == 0 {
+					t.Fatalf("helm get manifest: %d objects, %v", len(manifest), err)
+				}
+				// Every object of the release exists, and the listing finds it: so it would find any of
+				// them left behind.
+				during := certapiObjects(t, "certapi.dev")
+				mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(kube.Discovery()))
+				for _, u := range manifest {
+					gvk := u.GroupVersionKind()
+					m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+					if err != nil {
+						t.Fatalf("%s %s: %v", gvk, u.GetName(), err)
+					}
+					if r := (objRef{m.Resource.GroupResource(), u.GetNamespace(), u.GetName()}); !has(during, r) {
+						t.Errorf("%s of the release is not among certapi's objects in the cluster: %v", r, sortedRefs(during))
+					}
+				}
+			}
+			install()
+			runHelm(t, "uninstall", release, "--namespace", tc.ns).must(t)
+			want := map[objRef]bool{}
+			for _, r := range tc.kept {
+				want[r] = true
+			}
+			// No certapi.dev group is left to fail discovery: the APIService is gone.
+			left := leftBehind(t, before, certapiObjects(t), want)
+			if !reflect.DeepEqual(left, want) {
+				t.Fatalf("helm uninstall left %v; want exactly %v", sortedRefs(left), sortedRefs(want))
+			}
+			if tc.ns != "certapi" {
+				return
+			}
+			// A new install of the release takes over the kept claim and Secret (the same objects, so the
+			// same CA keys), and uninstalling it again leaves them again.
+			ctx := context.Background()
+			pvc, err := kube.CoreV1().PersistentVolumeClaims(tc.ns).Get(ctx, "certapi-data", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			install()
+			again, err := kube.CoreV1().PersistentVolumeClaims(tc.ns).Get(ctx, "certapi-data", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if again.UID != pvc.UID {
+				t.Errorf("the re-install replaced the claim certapi-data (UID %s, was %s); want the kept one", again.UID, pvc.UID)
+			}
+			runHelm(t, "uninstall", release, "--namespace", tc.ns).must(t)
+			left = leftBehind(t, before, certapiObjects(t), want)
+			if !reflect.DeepEqual(left, want) {
+				t.Errorf("the second helm uninstall left %v; want exactly %v", sortedRefs(left), sortedRefs(want))
+			}
+		})
+	}
+}
