@@ -30,6 +30,10 @@ for g in "${GROUPS_WANTED[@]}"; do
   esac
 done
 wanted() { [[ " ${GROUPS_WANTED[*]} " == *" $1 "* ]]; }
+# own FILE...: before a build writes them, turns each FILE that is a symlink (a worktree whose _output/bin
+# links another checkout's tools) into a file of this checkout: `go build -o` would touch, or copy into,
+# the other checkout's binary through the link, and `echo > STAMP` would overwrite its stamp.
+own() { local f; for f in "$@"; do if [[ -L "${f}" ]]; then rm -f "${f}"; fi; done; }
 
 # kube-apiserver, kubectl, etcd, podcertnode and kubenode (the node's kubelet, kube-proxy,
 # kube-controller-manager and kube-scheduler: linked once, not four times, which saves most of their
@@ -49,6 +53,7 @@ else
     cd "${TOOLS}"
     start=${SECONDS}
     echo "building etcd, kube-apiserver, kubectl, podcertnode and kubenode into ${BIN} (a cold build takes about 20 minutes on 2 cores)"
+    own "${STAMP}" "${BIN}"/{etcd,kube-apiserver,kubectl,podcertnode,kubenode}
     go build -o "${BIN}/etcd" ./etcd
     go build -o "${BIN}/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver
     go build -o "${BIN}/kubectl" k8s.io/kubernetes/cmd/kubectl
@@ -79,6 +84,7 @@ else
     cd "${TOOLS}/prometheus"
     start=${SECONDS}
     echo "building promtool and prometheus into ${BIN} (a cold build takes about 7 minutes of CPU)"
+    own "${PSTAMP}" "${BIN}"/{promtool,prometheus}
     go build -tags "${PTAGS}" -o "${BIN}/" github.com/prometheus/prometheus/cmd/promtool github.com/prometheus/prometheus/cmd/prometheus
     echo "${pwant}" > "${PSTAMP}"
     echo "promtool and prometheus built in $((SECONDS - start))s"
@@ -100,6 +106,7 @@ else
     cd "${TOOLS}/helm"
     start=${SECONDS}
     echo "building helm into ${BIN} (a cold build takes about 6 minutes of CPU)"
+    own "${HSTAMP}" "${BIN}/helm"
     version="$(go list -m -f '{{.Version}}' helm.sh/helm/v4)"
     go build -ldflags "-X helm.sh/helm/v4/internal/version.version=${version}" -o "${BIN}/helm" helm.sh/helm/v4/cmd/helm
     echo "${hwant}" > "${HSTAMP}"
@@ -120,6 +127,7 @@ else
     cd "${TOOLS}/coredns"
     start=${SECONDS}
     echo "building coredns into ${BIN} (a cold build takes about 4 minutes of CPU)"
+    own "${CSTAMP}" "${BIN}/coredns"
     CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o "${BIN}/coredns" .
     echo "${cwant}" > "${CSTAMP}"
     echo "coredns built in $((SECONDS - start))s"
