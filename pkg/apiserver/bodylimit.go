@@ -23,11 +23,13 @@ const maxServingCertBody = signer.MaxCSRBytes
 // capped at 64 KiB: nothing of a request body is read before authorization. Around it, a body must arrive
 // within the request timeout, and an unread one does not keep its connection (boundRequestBodies); and
 // until delegated authentication is usable, requests are answered 503 rather than taken for anonymous
-// (retryUntilAuthenticationUsable).
+// (retryUntilAuthenticationUsable). Outermost, after SIGTERM every answer closes its connection
+// (retireConnectionsOnShutdown).
 func handlerChain(auth *authReadiness) func(http.Handler, *genericapiserver.Config) http.Handler {
 	return func(apiHandler http.Handler, c *genericapiserver.Config) http.Handler {
 		h := genericapiserver.DefaultBuildHandlerChain(limitServingCertBodies(apiHandler), c)
-		return boundRequestBodies(retryUntilAuthenticationUsable(h, auth, c.Serializer), c.RequestTimeout)
+		h = boundRequestBodies(retryUntilAuthenticationUsable(h, auth, c.Serializer), c.RequestTimeout)
+		return retireConnectionsOnShutdown(h, c.ShutdownInitiatedNotify())
 	}
 }
 

@@ -78,6 +78,9 @@ type Options struct {
 	LeaderSessionTTL time.Duration
 	// HandoffTimeout bounds how long a follower waits for the leader to sign.
 	HandoffTimeout time.Duration
+	// ShutdownDelay is how long a replica answers calls after SIGTERM, closing each connection after its
+	// answer, before it refuses new calls and stops.
+	ShutdownDelay time.Duration
 	// RotationGrace is the least time between publishing a Next CA and letting it sign.
 	RotationGrace time.Duration
 	// ServiceName and ServiceNamespace name the Service in front of certapi; its own certificate is for it.
@@ -104,6 +107,7 @@ func NewOptions() *Options {
 		DataDir:                "/var/lib/certapi",
 		LeaderSessionTTL:       15 * time.Second,
 		HandoffTimeout:         3 * time.Second,
+		ShutdownDelay:          DefaultShutdownDelay,
 		RotationGrace:          time.Hour,
 		MaxCertificateDuration: validation.MaxDuration,
 		DistrustDeadline:       DefaultDistrustDeadline,
@@ -116,6 +120,12 @@ func NewOptions() *Options {
 	o.RecommendedOptions.Features.EnableProfiling = false
 	// Without --tls-cert-file certapi issues its own certificate in memory: nothing is written to disk.
 	o.RecommendedOptions.SecureServing.ServerCert.CertDirectory = ""
+	// HTTP/1.1 only: kube-apiserver's aggregator proxies every call over one HTTP/2 connection per
+	// replica, and when a replica shuts down, the GOAWAY that ends that connection fails every POST the
+	// aggregator has already sent on it with a 503 of its own that no client retries
+	// (kubernetes/kubernetes#135285). Over HTTP/1.1 each call has its own connection, which the
+	// shutdown's 429 + Retry-After closes after its answer. --disable-http2-serving=false restores HTTP/2.
+	o.RecommendedOptions.SecureServing.DisableHTTP2Serving = true
 	o.RecommendedOptions.Etcd.StorageConfig.EncodeVersioner = runtime.NewMultiGroupVersioner(v1alpha1.SchemeGroupVersion, schema.GroupKind{Group: v1alpha1.GroupName})
 	// A webhook whose certificate comes from certapi must never be able to block certapi, so admission
 	// webhooks are off unless an admin turns them on. ValidatingAdmissionPolicy still applies.
@@ -148,6 +158,11 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 			"from a follower. Past it (no leader, etcd unreachable) the call is answered 503 with Retry-After: %ds. "+
 			"client-go retries such answers up to 10 times, so a client-go caller waits at most 11 x (handoff-timeout + %ds) in all: 44s with the default.",
 			servingcertrequest.RetryAfterSeconds, servingcertrequest.RetryAfterSeconds))
+
+	fs.DurationVar(&o.ShutdownDelay, "shutdown-delay-duration", o.ShutdownDelay,
+		"After SIGTERM, how long certapi keeps answering calls before it refuses new ones (429 with Retry-After) and stops. Meanwhile /readyz fails, "+
+			"the leader has already resigned, and every answer closes its connection, so kube-apiserver moves its pooled connections to the other "+
+			"replicas without a failed call. Add it to the pod's preStop sleep and the drain when you set terminationGracePeriodSeconds.")
 
 	fs.StringVar(&o.ServiceName, "service-name", o.ServiceName,
 		"The Service in front of certapi. Unless --tls-cert-file is given, certapi serves with a certificate for <service-name>.<service-namespace>.svc "+
@@ -210,6 +225,9 @@ func (o *Options) Validate() error {
 	errs = append(errs, o.Leader.Validate()...)
 	if o.LeaderSessionTTL < time.Second {
 		errs = append(errs, fmt.Errorf("--leader-session-ttl %s: must be at least 1s", o.LeaderSessionTTL))
+	}
+	if o.ShutdownDelay < 0 || o.ShutdownDelay > 5*time.Minute {
+		errs = append(errs, fmt.Errorf("--shutdown-delay-duration %s: must be from 0s to 5m", o.ShutdownDelay))
 	}
 	if o.HandoffTimeout < 100*time.Millisecond || o.HandoffTimeout > time.Minute {
 		errs = append(errs, fmt.Errorf("--handoff-timeout %s: must be from 100ms to 1m", o.HandoffTimeout))
@@ -299,6 +317,7 @@ func (o *Options) Config() (*Config, error) {
 	// which client-go retries (through kube-apiserver's aggregator, on another connection once this one
 	// closes), rather than meeting a closing connection, which the aggregator can only answer 503.
 	serverConfig.ShutdownSendRetryAfter = true
+	serverConfig.ShutdownDelayDuration = o.ShutdownDelay
 	serverConfig.EffectiveVersion = compatibility.DefaultBuildEffectiveVersion()
 
 	if transport := &o.RecommendedOptions.Etcd.StorageConfig.Transport; tcpEndpoints(transport.ServerList) && transport.EgressLookup == nil {

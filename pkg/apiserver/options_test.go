@@ -118,3 +118,35 @@ func TestDistrustDeadlineFlag(t *testing.T) {
 		t.Errorf("--help does not explain --distrust-deadline: %+v", f)
 	}
 }
+
+func TestShutdownFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args      []string
+		wantDelay time.Duration
+		wantHTTP2 bool
+		invalid   bool
+	}{
+		{args: nil, wantDelay: 5 * time.Second},
+		{args: []string{"--shutdown-delay-duration=0s"}, wantDelay: 0},
+		{args: []string{"--shutdown-delay-duration=20s", "--disable-http2-serving=false"}, wantDelay: 20 * time.Second, wantHTTP2: true},
+		{args: []string{"--shutdown-delay-duration=-1s"}, wantDelay: -time.Second, invalid: true},
+		{args: []string{"--shutdown-delay-duration=6m"}, wantDelay: 6 * time.Minute, invalid: true},
+	} {
+		o := NewOptions()
+		fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
+		o.AddFlags(fs)
+		if err := fs.Parse(tc.args); err != nil {
+			t.Fatal(err)
+		}
+		if o.ShutdownDelay != tc.wantDelay {
+			t.Errorf("%v: ShutdownDelay %s; want %s", tc.args, o.ShutdownDelay, tc.wantDelay)
+		}
+		if http2 := !o.RecommendedOptions.SecureServing.DisableHTTP2Serving; http2 != tc.wantHTTP2 {
+			t.Errorf("%v: HTTP/2 served: %v; want %v", tc.args, http2, tc.wantHTTP2)
+		}
+		err := o.Validate()
+		if got := err != nil && strings.Contains(err.Error(), "--shutdown-delay-duration"); got != tc.invalid {
+			t.Errorf("%v: Validate() = %v; want a --shutdown-delay-duration error: %v", tc.args, err, tc.invalid)
+		}
+	}
+}

@@ -112,20 +112,20 @@ func TestColdStartWithThreeReplicas(t *testing.T) {
 	}
 }
 
-// issueLoop issues through kube-apiserver until stop is closed and reports every call's outcome.
+// issueLoop issues through kube-apiserver from workers goroutines, one call at a time each, until stop
+// is closed, and reports every call's outcome.
 type outcome struct {
 	err  error
 	took time.Duration
 }
 
-func issueLoop(t *testing.T, own *framework.ControlPlane, ns, name string, stop <-chan struct{}, bound time.Duration) (func() []outcome, *sync.WaitGroup) {
+func issueLoop(t *testing.T, own *framework.ControlPlane, ns, name string, workers int, stop <-chan struct{}, bound time.Duration) (func() []outcome, *sync.WaitGroup) {
 	c, _ := clients(t, own.AdminConfig)
 	body := servingCert(csrPEM(t, ecKey(t, elliptic.P256())), nil)
 	var mu sync.Mutex
 	var results []outcome
 	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
+	worker := func() {
 		defer wg.Done()
 		for {
 			select {
@@ -147,7 +147,11 @@ func issueLoop(t *testing.T, own *framework.ControlPlane, ns, name string, stop 
 			case <-time.After(20 * time.Millisecond): // pacing, not synchronisation
 			}
 		}
-	}()
+	}
+	for range workers {
+		wg.Add(1)
+		go worker()
+	}
 	return func() []outcome {
 		mu.Lock()
 		defer mu.Unlock()
@@ -175,7 +179,7 @@ func TestFailover(t *testing.T) {
 	leader := waitLeader(t, own, 30*time.Second)
 
 	stop := make(chan struct{})
-	results, wg := issueLoop(t, own, ns, "loop", stop, bound)
+	results, wg := issueLoop(t, own, ns, "loop", 1, stop, bound)
 	eventually(t, 30*time.Second, "the loop to issue", func(context.Context) (bool, error) { return len(results()) > 5, nil })
 
 	killedAt := time.Now()
@@ -234,6 +238,73 @@ func TestFailover(t *testing.T) {
 	if n := countLeaderKeys(t, own, 1); n != 1 {
 		t.Errorf("election keys: %d, want 1 (one per running replica)", n)
 	}
+}
+
+// TestGracefulStopUnderConcurrentLoad stops, with SIGTERM, the replica that kube-apiserver's proxied
+// calls go to while eight clients issue concurrently through kube-apiserver. No call may fail: a replica
+// that shuts down must hand its callers to the others (429 with Retry-After, which client-go retries),
+// never close a connection under calls that kube-apiserver has already sent, which its aggregator can
+// only answer with a 503 of its own that no client retries (kubernetes/kubernetes#135285: over HTTP/2,
+// one GOAWAY fails every POST in flight on the connection).
+func TestGracefulStopUnderConcurrentLoad(t *testing.T) {
+	const handoff = 2 * time.Second
+	// client-go retries a 429 or 503 with Retry-After up to 10 times; the shutdown 429 says 5 s.
+	bound := 11 * (handoff + 5*time.Second)
+	own := framework.StartT(t, framework.Options{
+		CertapiReplicas:    3,
+		CertapiReplicaArgs: framework.LeaderIdentityArgs,
+		CertapiArgs:        []string{"--handoff-timeout=" + handoff.String()},
+	})
+	c, kube := clients(t, own.AdminConfig)
+	ns := namespace(t, kube)
+	if _, err := c.CertapiV1alpha1().ServingCertRequests(ns).Create(context.Background(), request("load", "load"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitLeader(t, own, 30*time.Second)
+
+	stop := make(chan struct{})
+	results, wg := issueLoop(t, own, ns, "load", 32, stop, bound)
+	eventually(t, 30*time.Second, "the clients to issue", func(context.Context) (bool, error) { return len(results()) > 40, nil })
+
+	// The replica with the most connections from kube-apiserver carries its proxied calls.
+	busiest, most := -1, 0
+	for i, n := range own.ProxyOpenConnections() {
+		if n > most {
+			busiest, most = i, n
+		}
+	}
+	if busiest < 0 {
+		t.Fatal("no replica has a connection from kube-apiserver")
+	}
+	before := len(results())
+	if err := own.StopReplica(busiest); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("stopped replica %d (%d open connections) after %d calls", busiest, most, before)
+	eventually(t, bound+30*time.Second, "more issuance after the stop", func(context.Context) (bool, error) {
+		return len(results()) > before+80, nil
+	})
+	close(stop)
+	wg.Wait()
+
+	var failed int
+	var slowest time.Duration
+	for i, r := range results() {
+		slowest = max(slowest, r.took)
+		if r.err != nil {
+			failed++
+			if failed <= 5 {
+				t.Errorf("call %d failed after %s: %v (%s)", i, r.took, r.err, serverText(r.err))
+			}
+		}
+	}
+	if failed > 0 {
+		t.Errorf("%d of %d calls failed; want none", failed, len(results()))
+	}
+	if slowest > bound {
+		t.Errorf("slowest call %s, want within %s", slowest, bound)
+	}
+	t.Logf("%d calls, %d failed, slowest %s", len(results()), failed, slowest.Round(time.Millisecond))
 }
 
 func countLeaderKeys(t *testing.T, own *framework.ControlPlane, want int64) int64 {

@@ -19,9 +19,10 @@ const proxyDialTimeout = 2 * time.Second
 // rrProxy is a round-robin TCP proxy on loopback standing in for a Service in front of several
 // certapi replicas: kube-apiserver reaches it through the ExternalName Service. Each accepted
 // connection goes to the next backend in round-robin order; a backend that cannot be dialled (a
-// stopped replica) is skipped, as its endpoint would be. Bytes are copied both ways; when either
-// side ends, both connections are closed. Spreading is per connection: kube-apiserver keeps
-// long-lived HTTP/2 connections, so its requests stick to one replica until that connection ends.
+// stopped replica) is skipped, as its endpoint would be, and so is a backend taken out of rotation
+// (SetRouted), as a terminating pod's endpoint is. Bytes are copied both ways; when either side ends,
+// both connections are closed. Spreading is per connection: kube-apiserver pools its connections to
+// the Service, so its requests go to whichever replica a pooled connection was made to.
 type rrProxy struct {
 	ln       net.Listener
 	backends []string // host:port
@@ -37,6 +38,7 @@ type rrProxy struct {
 	next   int   // backend to try first for the next connection
 	routes []int // backend index of every connection routed so far, in order
 	open   []int // open connections per backend
+	out    []bool // backends taken out of rotation: no new connections go to them
 	conns  map[net.Conn]struct{}
 	closed bool
 	wg     sync.WaitGroup
@@ -67,6 +69,7 @@ func newRRProxy(addr string, backends, names []string, log io.Writer) (*rrProxy,
 		cancel:   cancel,
 		log:      log,
 		open:     make([]int, len(backends)),
+		out:      make([]bool, len(backends)),
 		conns:    map[net.Conn]struct{}{},
 	}
 	p.logf("listening on %s; backends %v", ln.Addr(), backends)
@@ -91,6 +94,22 @@ func (p *rrProxy) Open() []int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return slices.Clone(p.open)
+}
+
+// SetRouted puts backend i in or out of rotation. Connections open to a backend taken out stay open,
+// as connections to a terminating pod do once its endpoint is removed.
+func (p *rrProxy) SetRouted(i int, routed bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if i >= 0 && i < len(p.out) {
+		p.out[i] = !routed
+	}
+}
+
+func (p *rrProxy) routed(i int) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return !p.out[i]
 }
 
 // Close stops listening, closes every open connection and waits for the proxy's goroutines to
@@ -228,6 +247,10 @@ func (p *rrProxy) dial(start int) (net.Conn, int, []error) {
 	var errs []error
 	for k := 0; k < n; k++ {
 		i := (start + k) % n
+		if !p.routed(i) {
+			errs = append(errs, fmt.Errorf("%s (%s): out of rotation", p.names[i], p.backends[i]))
+			continue
+		}
 		c, err := d.DialContext(p.ctx, "tcp", p.backends[i])
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s (%s): %w", p.names[i], p.backends[i], err))

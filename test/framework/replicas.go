@@ -57,12 +57,12 @@ func (cp *ControlPlane) newReplicas(n int, ports *portSet) []*replica {
 			port:  port,
 			url:   "https://127.0.0.1:" + strconv.Itoa(port),
 		}
-		rs[i].args = cp.buildCertapiArgs(rs[i])
+		rs[i].args = cp.buildCertapiArgs(rs[i], n)
 	}
 	return rs
 }
 
-func (cp *ControlPlane) buildCertapiArgs(r *replica) []string {
+func (cp *ControlPlane) buildCertapiArgs(r *replica, replicas int) []string {
 	var args []string
 	if cp.opts.CertapiEmbeddedEtcd {
 		args = append(args, "--data-dir="+filepath.Join(cp.Dir, "certapi-data"))
@@ -81,6 +81,11 @@ func (cp *ControlPlane) buildCertapiArgs(r *replica) []string {
 		"--authorization-kubeconfig="+cp.Kubeconfig,
 		"-v=4",
 	)
+	if replicas <= 1 {
+		// The shutdown delay moves kube-apiserver's pooled connections to the other replicas; a single
+		// replica has none to move them to, and every test would wait for it at the end.
+		args = append(args, "--shutdown-delay-duration=0s")
+	}
 	if cp.EncryptionConfigFile != "" {
 		args = append(args, "--encryption-provider-config="+cp.EncryptionConfigFile)
 	}
@@ -177,6 +182,7 @@ func (cp *ControlPlane) StartReplica(ctx context.Context, i int) error {
 	if err != nil {
 		return err
 	}
+	cp.setRouted(i, true)
 	// Readiness only: the replica's certificate comes from certapi's own CA, which the framework learns
 	// only once certapi runs. Trust is proven through kube-apiserver (APIService Available) and by tests.
 	client, err := cp.certapiHTTPClientTrusting(nil)
@@ -205,10 +211,23 @@ func (cp *ControlPlane) launchReplica(r *replica) (*Process, error) {
 	return cp.launch(r.name, cp.certapiBin, r.args, &r.proc)
 }
 
-// StopReplica stops certapi replica i gracefully (SIGTERM; SIGKILL after a deadline) and waits
-// for it to exit. It is a no-op when the replica is not running.
+// StopReplica stops certapi replica i gracefully, the way a pod is deleted: the round-robin proxy
+// stops sending it new connections first (its endpoint is removed), then it gets SIGTERM (SIGKILL
+// after a deadline); StopReplica waits for it to exit. It is a no-op when the replica is not running.
+// StartReplica puts it back in rotation.
 func (cp *ControlPlane) StopReplica(i int) error {
+	cp.setRouted(i, false)
 	return cp.signalReplica(i, syscall.SIGTERM)
+}
+
+// setRouted puts replica i in or out of the round-robin proxy's rotation (no-op without a proxy).
+func (cp *ControlPlane) setRouted(i int, routed bool) {
+	cp.mu.Lock()
+	proxy := cp.proxy
+	cp.mu.Unlock()
+	if proxy != nil {
+		proxy.SetRouted(i, routed)
+	}
 }
 
 // KillReplica kills certapi replica i with SIGKILL and waits for it to exit. It is a no-op when
