@@ -35,9 +35,9 @@ type rrProxy struct {
 
 	mu     sync.Mutex
 	nextID uint64
-	next   int   // backend to try first for the next connection
-	routes []int // backend index of every connection routed so far, in order
-	open   []int // open connections per backend
+	next   int    // backend to try first for the next connection
+	routes []int  // backend index of every connection routed so far, in order
+	open   []int  // open connections per backend
 	out    []bool // backends taken out of rotation: no new connections go to them
 	conns  map[net.Conn]struct{}
 	closed bool
