@@ -54,6 +54,26 @@ func certSource(request, keyType string, maxExpiration *int32, extra map[string]
 // node's kubelet, the PodCertificateRequest for it, and waits until it is answered.
 func podCertificate(t *testing.T, node *framework.Node, ns, name, sa string, source corev1.PodCertificateProjection) *podCert {
 	t.Helper()
+	p := startPodCertificate(t, node, ns, name, sa, source)
+	p.waitAnswered(t, node)
+	return p
+}
+
+// waitAnswered waits until p's PodCertificateRequest is answered and keeps it in p.pcr.
+func (p *podCert) waitAnswered(t *testing.T, node *framework.Node) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), pcrTimeout)
+	defer cancel()
+	pcr, err := node.WaitPodCertificateRequest(ctx, p.pcr.Namespace, p.pcr.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.pcr = pcr
+}
+
+// startPodCertificate is podCertificate without the wait: p.pcr is the request as created.
+func startPodCertificate(t *testing.T, node *framework.Node, ns, name, sa string, source corev1.PodCertificateProjection) *podCert {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), pcrTimeout)
 	defer cancel()
 	pod, err := node.CreatePod(ctx, &corev1.Pod{
@@ -75,11 +95,7 @@ func podCertificate(t *testing.T, node *framework.Node, ns, name, sa string, sou
 	if err != nil {
 		t.Fatal(err)
 	}
-	pcr, err := node.WaitPodCertificateRequest(ctx, ns, created.Name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &podCert{pod: pod, key: key, pcr: pcr}
+	return &podCert{pod: pod, key: key, pcr: created}
 }
 
 // condition returns pcr's terminal condition.
@@ -154,8 +170,8 @@ func verifyIssued(t *testing.T, p *podCert, roots *x509.CertPool, svc string, wa
 
 // TestPodCertificates plays a kubelet that mounts podCertificate volumes for certapi.dev/serving, against
 // the real Node authorizer and NodeRestriction: the pods of an allowed ServiceAccount get the request's
-// certificate for their own key, verifiable against the ClusterTrustBundle; everything else is denied
-// with the API's reasons or certapi's.
+// certificate for their own key, verifiable against the ClusterTrustBundle; a pod whose request does not
+// exist yet waits for it; everything else is denied with the API's reasons or certapi's.
 func TestPodCertificates(t *testing.T) {
 	ctx := context.Background()
 	c, kube := clients(t, cp.AdminConfig)
@@ -209,16 +225,12 @@ func TestPodCertificates(t *testing.T) {
 	}{
 		{"a pod of another ServiceAccount", "intruder", "intruder", "ServiceAccountNotAllowed",
 			certSource("web", "ECDSAP256", nil, nil), `"intruder"`},
-		{"a request in another namespace", "borrower", "web", "ServingCertRequestNotFound",
-			certSource("other", "ECDSAP256", nil, nil), `no ServingCertRequest "other" in namespace ` + ns},
 		{"an unknown annotation", "tenant", "web", certificatesv1.PodCertificateRequestConditionInvalidUserConfig,
 			certSource("web", "ECDSAP256", nil, map[string]string{"example.com/tenant": "a"}), `"example.com/tenant"`},
 		{"no annotation", "anonymous", "web", certificatesv1.PodCertificateRequestConditionInvalidUserConfig,
 			certSource("", "ECDSAP256", nil, nil), certapiv1alpha1.UserAnnotationServingCertRequest},
 		{"an ED25519 key", "edwards", "web", certificatesv1.PodCertificateRequestConditionUnsupportedKeyType,
 			certSource("web", "ED25519", nil, nil), "ECDSAP256, ECDSAP384, RSA3072, RSA4096"},
-		{"a missing request", "orphan", "web", "ServingCertRequestNotFound",
-			certSource("missing", "ECDSAP256", nil, nil), `"missing"`},
 	} {
 		t.Run("denied: "+tc.name, func(t *testing.T) {
 			p := podCertificate(t, node, ns, tc.pod, tc.sa, tc.source)
@@ -233,6 +245,30 @@ func TestPodCertificates(t *testing.T) {
 	}
 	// Denials are Warning Events: on the request when it exists.
 	waitEvent(t, kube, ns, "ServingCertRequest", "web", corev1.EventTypeWarning, "Denied", "intruder")
+
+	// A pod may come before its request (manifests applied in one go): its PodCertificateRequest stays
+	// pending, with a Warning Event, and is issued once the request appears. A request of the same name
+	// in another namespace does not count.
+	t.Run("pending until its request exists", func(t *testing.T) {
+		p := startPodCertificate(t, node, ns, "early", "web", certSource("other", "ECDSAP256", nil, nil))
+		waitEvent(t, kube, ns, "PodCertificateRequest", p.pcr.Name, corev1.EventTypeWarning, "ServingCertRequestNotFound",
+			`no ServingCertRequest "other" in namespace `+ns)
+		pcr, err := kube.CertificatesV1().PodCertificateRequests(ns).Get(ctx, p.pcr.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if answered := framework.PodCertificateRequestAnswered(pcr); answered != "" {
+			t.Fatalf("a PodCertificateRequest whose ServingCertRequest does not exist yet is %s; want it pending", answered)
+		}
+		late := request("other", "other")
+		late.Spec.ServiceAccountNames = []string{"web"}
+		late.Spec.RenewBefore = &metav1.Duration{Duration: 20 * time.Minute}
+		if _, err := c.CertapiV1alpha1().ServingCertRequests(ns).Create(ctx, late, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		p.waitAnswered(t, node)
+		verifyIssued(t, p, roots, "other", 24*time.Hour, 20*time.Minute)
+	})
 
 	t.Run("kubelet cannot ask for a pod on another node", func(t *testing.T) {
 		elsewhereNode, err := cp.NewNode(ctx, "pcr-other-"+ns)

@@ -17,7 +17,8 @@ import (
 // nginx and curl containers (their volumes, ServiceAccounts, request and Service unchanged): the real
 // kubelet makes the key and the PodCertificateRequest of each web pod's podCertificate volume, certapi signs
 // it, kubelet writes the credential bundle the server serves; the client pod trusts it through its
-// clusterTrustBundle volume and reaches the web Service by name over TLS.
+// clusterTrustBundle volume and reaches the web Service by name over TLS. kustomize's default order applies
+// the ServingCertRequest after the Deployments, so the web pods' requests may wait for it.
 func TestPodCertificates(t *testing.T) {
 	installCertapi(t)
 	kube, _ := clients(t)
@@ -44,8 +45,6 @@ func TestPodCertificates(t *testing.T) {
     - op: replace
       path: /spec/template/spec/containers/0/args
       value: []
-sortOptions:
-  order: fifo
 `, images["probe"]))
 	kubectl(t, "apply", "-k", dir)
 	start := time.Now()

@@ -23,8 +23,8 @@ import (
 // Reasons of a Denied condition beyond the two the API defines (certificatesv1's UnsupportedKeyType and
 // InvalidUnverifiedUserAnnotations), also the reasons of the Warning Events.
 const (
-	// ReasonServingCertRequestNotFound: the ServingCertRequest the volume names is not in the pod's
-	// namespace (or is being deleted).
+	// ReasonServingCertRequestNotFound (a Warning Event; the request stays pending): the
+	// ServingCertRequest the volume names is not in the pod's namespace (or is being deleted).
 	ReasonServingCertRequestNotFound = "ServingCertRequestNotFound"
 	// ReasonServiceAccountNotAllowed: the request's spec.serviceAccountNames does not list the pod's
 	// ServiceAccount.
@@ -62,10 +62,14 @@ type Input struct {
 	Request *certapiv1alpha1.ServingCertRequest
 }
 
-// Decision is the answer to one PodCertificateRequest: a denial, or what to sign.
+// Decision is the answer to one PodCertificateRequest: a denial, a wait, or what to sign.
 type Decision struct {
 	// Deny says to deny with Reason and Message (a message that says what would be accepted).
-	Deny    bool
+	Deny bool
+	// Wait says to leave the request pending, saying Reason and Message in a Warning Event, and to look
+	// again when the ServingCertRequest it names appears: manifests applied in one go (kustomize,
+	// Helm, a GitOps tool) may create the pod before its request, and a denial would be final.
+	Wait    bool
 	Reason  string
 	Message string
 	// Sign is what to sign when not denied: the request's identity and lifetime, the PCR's key, its
@@ -120,7 +124,8 @@ func Precheck(pcr *certificatesv1.PodCertificateRequest) (d Decision, done bool)
 }
 
 // Decide answers a PodCertificateRequest. It checks, in order: what Precheck checks, the
-// ServingCertRequest (it exists and lists the pod's ServiceAccount), and the pod (it exists with the UID,
+// ServingCertRequest (it exists, else the request waits for it, and lists the pod's ServiceAccount), and
+// the pod (it exists with the UID,
 // node and ServiceAccount the PodCertificateRequest names, and mounts a podCertificate volume for
 // certapi's signer that names this request).
 func Decide(in Input) Decision {
@@ -134,9 +139,9 @@ func Decide(in Input) Decision {
 
 	req := in.Request
 	if req == nil || req.DeletionTimestamp != nil {
-		return deny(ReasonServingCertRequestNotFound, fmt.Sprintf(
-			"there is no ServingCertRequest %q in namespace %s (a pod gets certificates only from a request in its own namespace); create it with spec.serviceAccountNames: [%s]",
-			name, ns, pcr.Spec.ServiceAccountName))
+		return Decision{Wait: true, Reason: ReasonServingCertRequestNotFound, Message: fmt.Sprintf(
+			"there is no ServingCertRequest %q in namespace %s (a pod gets certificates only from a request in its own namespace); the pod waits until it is created with spec.serviceAccountNames: [%s]",
+			name, ns, pcr.Spec.ServiceAccountName)}
 	}
 	if !slices.Contains(req.Spec.ServiceAccountNames, pcr.Spec.ServiceAccountName) {
 		return deny(ReasonServiceAccountNotAllowed, fmt.Sprintf(

@@ -105,6 +105,7 @@ func TestDecide(t *testing.T) {
 		key     crypto.Signer
 		mutate  func(*Input)
 		reason  string // "" means issue
+		wait    bool   // leave pending (with reason) rather than deny
 		message []string
 	}{
 		{name: "issued", key: p256},
@@ -122,9 +123,10 @@ func TestDecide(t *testing.T) {
 		{name: "RSA 2048", key: rsa2048, reason: certificatesv1.PodCertificateRequestConditionUnsupportedKeyType, message: []string{"RSA2048"}},
 		{name: "garbage stub", key: p256, mutate: func(in *Input) { in.PCR.Spec.StubPKCS10Request = []byte("x") }, reason: ReasonInvalidCertificateRequest},
 
-		{name: "no request in the pod's namespace", key: p256, mutate: func(in *Input) { in.Request = nil },
-			reason: ReasonServingCertRequestNotFound, message: []string{`"web"`, "namespace team-a", "serviceAccountNames: [web]"}},
-		{name: "request being deleted", key: p256, mutate: func(in *Input) { in.Request.DeletionTimestamp = &now }, reason: ReasonServingCertRequestNotFound},
+		{name: "no request in the pod's namespace: wait", key: p256, mutate: func(in *Input) { in.Request = nil },
+			reason: ReasonServingCertRequestNotFound, wait: true, message: []string{`"web"`, "namespace team-a", "serviceAccountNames: [web]"}},
+		{name: "request being deleted: wait", key: p256, mutate: func(in *Input) { in.Request.DeletionTimestamp = &now },
+			reason: ReasonServingCertRequestNotFound, wait: true},
 		{name: "ServiceAccount not listed", key: p256, mutate: func(in *Input) { in.Request.Spec.ServiceAccountNames = []string{"other"} },
 			reason: ReasonServiceAccountNotAllowed, message: []string{`"web"`, `it lists "other"`}},
 		{name: "no ServiceAccount listed", key: p256, mutate: func(in *Input) { in.Request.Spec.ServiceAccountNames = nil },
@@ -147,8 +149,8 @@ func TestDecide(t *testing.T) {
 			}
 			d := Decide(in)
 			if c.reason == "" {
-				if d.Deny {
-					t.Fatalf("denied: %s: %s", d.Reason, d.Message)
+				if d.Deny || d.Wait {
+					t.Fatalf("denied or waiting (%v, %v): %s: %s", d.Deny, d.Wait, d.Reason, d.Message)
 				}
 				s := d.Sign
 				if s.Namespace != "team-a" || s.Name != "web" || s.ServiceName != "web" || strings.Join(s.DNSNames, ",") != "*.web.team-a.svc" ||
@@ -160,8 +162,8 @@ func TestDecide(t *testing.T) {
 				}
 				return
 			}
-			if !d.Deny || d.Reason != c.reason {
-				t.Fatalf("got deny=%v reason %q (%s); want %q", d.Deny, d.Reason, d.Message, c.reason)
+			if d.Deny == c.wait || d.Wait != c.wait || d.Reason != c.reason {
+				t.Fatalf("got deny=%v wait=%v reason %q (%s); want wait=%v reason %q", d.Deny, d.Wait, d.Reason, d.Message, c.wait, c.reason)
 			}
 			for _, m := range c.message {
 				if !strings.Contains(d.Message, m) {

@@ -1,6 +1,7 @@
 // Package podcert is the leader's signer of PodCertificateRequests for certapi.dev/serving: kubelet makes
 // a key on the node and a PodCertificateRequest for a pod's podCertificate projected volume, and this
-// signer answers it once, through the PodCertificateRequest's status subresource: Issued with a
+// signer answers it once, through the PodCertificateRequest's status subresource (or leaves it pending, with
+// a Warning Event, until the ServingCertRequest it names exists): Issued with a
 // certificate for the ServingCertRequest the volume's userAnnotations name (exactly what the request
 // would get from any other path, through the one issuance policy, issuer.Policy, on issuer.PathPCR), or
 // Denied with the API's reasons (UnsupportedKeyType, InvalidUnverifiedUserAnnotations) or certapi's own
@@ -98,6 +99,9 @@ func New(o Options) (*Signer, error) {
 		}),
 		informers.WithTransform(trim))
 	inf := factory.Certificates().V1().PodCertificateRequests()
+	if err := inf.Informer().AddIndexers(cache.Indexers{byRequest: pendingByRequest}); err != nil {
+		return nil, fmt.Errorf("podcert: indexing PodCertificateRequests: %w", err)
+	}
 	cc.AddFactory(factory)
 	reqs := cc.CertapiInformers.Certapi().V1alpha1().ServingCertRequests()
 	s := &Signer{
@@ -124,6 +128,18 @@ func New(o Options) (*Signer, error) {
 		Quiet: apierrors.IsConflict,
 	})
 	return s, nil
+}
+
+// byRequest indexes pending PodCertificateRequests by the ServingCertRequest they name
+// (<namespace>/<name>), so that one that waits for its request is looked at again when it appears.
+const byRequest = "servingCertRequest"
+
+func pendingByRequest(obj any) ([]string, error) {
+	pcr, ok := obj.(*certificatesv1.PodCertificateRequest)
+	if !ok || answered(pcr) || RequestName(pcr) == "" {
+		return nil, nil
+	}
+	return []string{pcr.Namespace + "/" + RequestName(pcr)}, nil
 }
 
 // trim is the informer's transform: managed fields go, and so do the stub request and the certificate
@@ -177,7 +193,27 @@ func (s *Signer) Run(ctx context.Context) error {
 		return fmt.Errorf("watching PodCertificateRequests: %w", err)
 	}
 	defer func() { _ = s.informer.RemoveEventHandler(reg) }()
-	if !cache.WaitForCacheSync(ctx.Done(), reg.HasSynced, s.requests.HasSynced) {
+	// A PodCertificateRequest that waits for its ServingCertRequest is looked at again when it appears.
+	reqReg, err := s.requests.AddEventHandlerWithOptions(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			r, ok := obj.(*certapiv1alpha1.ServingCertRequest)
+			if !ok {
+				return
+			}
+			waiting, err := s.informer.GetIndexer().ByIndex(byRequest, r.Namespace+"/"+r.Name)
+			if err != nil {
+				return
+			}
+			for _, pcr := range waiting {
+				enqueue(pcr)
+			}
+		},
+	}, cache.HandlerOptions{Logger: &logger})
+	if err != nil {
+		return fmt.Errorf("watching ServingCertRequests: %w", err)
+	}
+	defer func() { _ = s.requests.RemoveEventHandler(reqReg) }()
+	if !cache.WaitForCacheSync(ctx.Done(), reg.HasSynced, reqReg.HasSynced) {
 		return nil
 	}
 	logger.Info("Answering PodCertificateRequests", "signerName", certapiv1alpha1.PodCertificateSignerName)
@@ -244,6 +280,12 @@ func (s *Signer) request(ctx context.Context, ns, name string) (*certapiv1alpha1
 func (s *Signer) answer(ctx context.Context, in Input, d Decision, start time.Time) error {
 	pcr := in.PCR
 	logger := klog.FromContext(ctx).WithValues("podCertificateRequest", klog.KObj(pcr), "pod", pcr.Spec.PodName)
+	if d.Wait {
+		s.event(in, corev1.EventTypeWarning, d.Reason, "SignPodCertificate",
+			fmt.Sprintf("PodCertificateRequest %s of pod %s is pending: %s", pcr.Name, pcr.Spec.PodName, d.Message))
+		logger.V(2).Info("A PodCertificateRequest waits", "reason", d.Reason, "message", d.Message)
+		return nil
+	}
 	if d.Deny {
 		if err := s.writeStatus(ctx, pcr, certificatesv1.PodCertificateRequestConditionTypeDenied, d.Reason, d.Message, nil); err != nil {
 			return err
