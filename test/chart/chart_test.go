@@ -1,11 +1,9 @@
 package chart
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -24,7 +22,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/kubernetes"
@@ -80,7 +77,7 @@ func TestLint(t *testing.T) {
 func render(t *testing.T, ns string, args ...string) ([]*unstructured.Unstructured, string) {
 	t.Helper()
 	out := runHelm(t, append([]string{"template", release, chartDir, "--namespace", ns}, args...)...).must(t)
-	objs, err := decode([]byte(out))
+	objs, err := framework.DecodeManifests([]byte(out))
 	if err != nil {
 		t.Fatalf("helm template %v: the output does not decode: %v", args, err)
 	}
@@ -88,23 +85,6 @@ func render(t *testing.T, ns string, args ...string) ([]*unstructured.Unstructur
 		t.Fatalf("helm template %v rendered nothing", args)
 	}
 	return objs, out
-}
-
-func decode(data []byte) ([]*unstructured.Unstructured, error) {
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
-	var objs []*unstructured.Unstructured
-	for {
-		var m map[string]any
-		if err := dec.Decode(&m); err != nil {
-			if errors.Is(err, io.EOF) {
-				return objs, nil
-			}
-			return objs, err
-		}
-		if len(m) > 0 {
-			objs = append(objs, &unstructured.Unstructured{Object: m})
-		}
-	}
 }
 
 func find(objs []*unstructured.Unstructured, kind, name string) *unstructured.Unstructured {
@@ -678,7 +658,7 @@ resources:
 			install := func() {
 				t.Helper()
 				runHelm(t, append([]string{"install", release, chartDir, "--namespace", tc.ns, "--create-namespace"}, tc.args...)...).must(t)
-				manifest, err := decode([]byte(runHelm(t, "get", "manifest", release, "--namespace", tc.ns).must(t)))
+				manifest, err := framework.DecodeManifests([]byte(runHelm(t, "get", "manifest", release, "--namespace", tc.ns).must(t)))
 				if err != nil || len(manifest) == 0 {
 					t.Fatalf("helm get manifest: %d objects, %v", len(manifest), err)
 				}

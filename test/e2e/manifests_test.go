@@ -7,7 +7,6 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"net"
 	"net/url"
@@ -89,7 +88,7 @@ func TestManifests(t *testing.T) {
 			t.Errorf("kubectl kustomize %s: %v\n%s", dir, err, errOut)
 			continue
 		}
-		if k.objs, err = mfDecode(out); err != nil {
+		if k.objs, err = framework.DecodeManifests(out); err != nil {
 			t.Errorf("kubectl kustomize %s: output does not decode: %v", dir, err)
 		}
 		if len(k.objs) == 0 {
@@ -533,7 +532,7 @@ func TestManifests(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		objs, err := mfDecode(data)
+		objs, err := framework.DecodeManifests(data)
 		if err != nil || len(objs) != 1 {
 			t.Fatalf("%s: %d objects, %v", mfArgoCDApp, len(objs), err)
 		}
@@ -654,25 +653,6 @@ func mfRun(t *testing.T, bin string, args ...string) ([]byte, string, error) {
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
 	return stdout.Bytes(), stderr.String(), err
-}
-
-// mfDecode splits a multi-document YAML stream into objects.
-func mfDecode(data []byte) ([]*unstructured.Unstructured, error) {
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
-	var objs []*unstructured.Unstructured
-	for {
-		var m map[string]any
-		if err := dec.Decode(&m); err != nil {
-			if errors.Is(err, io.EOF) {
-				return objs, nil
-			}
-			return objs, err
-		}
-		if len(m) == 0 {
-			continue
-		}
-		objs = append(objs, &unstructured.Unstructured{Object: m})
-	}
 }
 
 // mfNamespaces returns the namespaces of the namespaced objects, and fails for a namespaced object that
@@ -1000,7 +980,7 @@ func TestManifestsRBACRunsCertapi(t *testing.T) {
 	if err != nil {
 		t.Fatalf("kubectl kustomize %s: %v\n%s", mfDeployBase, err, errOut)
 	}
-	objs, err := mfDecode(out)
+	objs, err := framework.DecodeManifests(out)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1282,7 +1262,7 @@ resources:
 // injection; their webhooks match nothing that exists, so they block nothing.
 func mfInjectionTargets(t *testing.T, ns string) []*unstructured.Unstructured {
 	t.Helper()
-	objs, err := mfDecode([]byte(`
+	objs, err := framework.DecodeManifests([]byte(`
 apiVersion: admissionregistration.k8s.io/v1
 kind: ValidatingWebhookConfiguration
 metadata:

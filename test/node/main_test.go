@@ -7,13 +7,12 @@ package node
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/certapi/certapi/test/framework"
+	"github.com/certapi/certapi/test/node/nodetest"
 )
 
 // probeImage is the framework's test image (test/framework/testdata/probe), built by TestMain.
@@ -27,58 +26,19 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(run(m))
-}
-
-func run(m *testing.M) int {
-	dir, err := os.MkdirTemp("", "certapi-node-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), framework.StartTimeout+framework.NodeLockTimeout)
-	defer cancel()
-	probe := filepath.Join(dir, "probe.tar")
-	if err := framework.BuildTestImage(ctx, "./test/framework/testdata/probe", probeImage, probe); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	archives := map[string]string{"probe": probe}
-	for _, name := range []string{"certapi", "example-webhook"} {
-		if archives[name], err = framework.ImageArchive(name + ".tar"); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
+	os.Exit(nodetest.Run(m, "certapi-node-", func(ctx context.Context, dir string) (map[string]string, error) {
+		probe := filepath.Join(dir, "probe.tar")
+		if err := framework.BuildTestImage(ctx, "./test/framework/testdata/probe", probeImage, probe); err != nil {
+			return nil, err
 		}
-	}
-	opts := framework.Options{Dir: filepath.Join(dir, "cluster"), Stdout: os.Stderr, SkipCertapi: true, Node: true}
-	for _, a := range archives {
-		opts.NodeImages = append(opts.NodeImages, a)
-	}
-	cp, err = framework.Start(ctx, opts)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "starting the control plane: %v\n", err)
-		if cp != nil {
-			framework.PrintLogTails(os.Stderr, cp.Logs())
-			cp.Stop()
+		archives := map[string]string{"probe": probe}
+		for _, name := range []string{"certapi", "example-webhook"} {
+			a, err := framework.ImageArchive(name + ".tar")
+			if err != nil {
+				return nil, err
+			}
+			archives[name] = a
 		}
-		return 1
-	}
-	for name, a := range archives {
-		images[name] = cp.ClusterNode.Images[filepath.Base(a)][0]
-	}
-	start := time.Now()
-	code := m.Run()
-	fmt.Fprintf(os.Stderr, "node tests ran in %s\n", time.Since(start).Round(time.Second))
-	cp.Stop()
-	if left := cp.ClusterNode.Leftovers(); len(left) > 0 {
-		fmt.Fprintf(os.Stderr, "FAIL: the node left on the machine: %v\n", left)
-		code = 1
-	}
-	if code != 0 {
-		framework.PrintLogTails(os.Stderr, cp.Logs())
-		fmt.Fprintf(os.Stderr, "logs kept in %s\n", dir)
-	} else {
-		_ = os.RemoveAll(dir)
-	}
-	return code
+		return archives, nil
+	}, func(c *framework.ControlPlane, imgs map[string]string) { cp, images = c, imgs }))
 }

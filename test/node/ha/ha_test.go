@@ -44,52 +44,17 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(run(m))
-}
-
-func run(m *testing.M) int {
-	dir, err := os.MkdirTemp("", "certapi-node-ha-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), framework.StartTimeout+framework.NodeLockTimeout)
-	defer cancel()
-	etcdArchive := filepath.Join(dir, "etcd.tar")
-	if err := buildEtcdImage(etcdArchive); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	certapiArchive, err := framework.ImageArchive("certapi.tar")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	cp, err = framework.Start(ctx, framework.Options{Dir: filepath.Join(dir, "cluster"), Stdout: os.Stderr, SkipCertapi: true, Node: true,
-		NodeImages: []string{certapiArchive, etcdArchive}})
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "starting the control plane: %v\n", err)
-		if cp != nil {
-			framework.PrintLogTails(os.Stderr, cp.Logs())
-			cp.Stop()
+	os.Exit(nodetest.Run(m, "certapi-node-ha-", func(_ context.Context, dir string) (map[string]string, error) {
+		etcdArchive := filepath.Join(dir, "etcd.tar")
+		if err := buildEtcdImage(etcdArchive); err != nil {
+			return nil, err
 		}
-		return 1
-	}
-	images["certapi"] = cp.ClusterNode.Images["certapi.tar"][0]
-	images["etcd"] = cp.ClusterNode.Images["etcd.tar"][0]
-	code := m.Run()
-	cp.Stop()
-	if left := cp.ClusterNode.Leftovers(); len(left) > 0 {
-		fmt.Fprintf(os.Stderr, "FAIL: the node left on the machine: %v\n", left)
-		code = 1
-	}
-	if code != 0 {
-		framework.PrintLogTails(os.Stderr, cp.Logs())
-		fmt.Fprintf(os.Stderr, "logs kept in %s\n", dir)
-	} else {
-		_ = os.RemoveAll(dir)
-	}
-	return code
+		certapiArchive, err := framework.ImageArchive("certapi.tar")
+		if err != nil {
+			return nil, err
+		}
+		return map[string]string{"certapi": certapiArchive, "etcd": etcdArchive}, nil
+	}, func(c *framework.ControlPlane, imgs map[string]string) { cp, images = c, imgs }))
 }
 
 // buildEtcdImage packs the etcd of `make tools` (hack/tools/etcd, v3.7.0) as /usr/local/bin/etcd, the
