@@ -18,7 +18,13 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
 BIN="${ROOT}/_output/bin"
 TOOLS="${ROOT}/hack/tools"
 mkdir -p "${BIN}"
-GOVERSION="$(go env GOVERSION)"
+# Every tool is built as the Makefile builds certapi (its STATIC: no cgo, -trimpath). The tools share most
+# of their packages with certapi at the same versions (k8s.io/apimachinery, client-go, apiserver, etcd's
+# client, grpc, otel...), and the Go build cache reuses a compiled package only for the same flags: built
+# alike, `make test` compiles each of them once instead of twice.
+export CGO_ENABLED=0
+export GOFLAGS="$(go env GOFLAGS) -trimpath"
+TOOLCHAIN="$(go env GOVERSION) CGO_ENABLED=0 -trimpath"
 GROUPS_WANTED=("$@")
 if [[ ${#GROUPS_WANTED[@]} -eq 0 ]]; then
   GROUPS_WANTED=(kube prometheus helm coredns)
@@ -41,7 +47,7 @@ own() { local f; for f in "$@"; do if [[ -L "${f}" ]]; then rm -f "${f}"; fi; do
 if wanted kube; then
 NODE_COMPONENTS=(kubelet kube-proxy kube-controller-manager kube-scheduler)
 STAMP="${BIN}/.tools-stamp"
-want="$(cd "${TOOLS}" && cat go.mod go.sum tools.go etcd/main.go podcertnode/main.go kubenode/main.go | sha256sum | cut -d' ' -f1) ${GOVERSION}"
+want="$(cd "${TOOLS}" && cat go.mod go.sum tools.go etcd/main.go podcertnode/main.go kubenode/main.go | sha256sum | cut -d' ' -f1) ${TOOLCHAIN}"
 current=true
 for b in kube-apiserver etcd kubectl podcertnode kubenode "${NODE_COMPONENTS[@]}"; do
   [[ -x "${BIN}/${b}" ]] || current=false
@@ -54,11 +60,8 @@ else
     start=${SECONDS}
     echo "building etcd, kube-apiserver, kubectl, podcertnode and kubenode into ${BIN} (a cold build takes about 20 minutes on 2 cores)"
     own "${STAMP}" "${BIN}"/{etcd,kube-apiserver,kubectl,podcertnode,kubenode}
-    go build -o "${BIN}/etcd" ./etcd
-    go build -o "${BIN}/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver
-    go build -o "${BIN}/kubectl" k8s.io/kubernetes/cmd/kubectl
-    go build -o "${BIN}/podcertnode" ./podcertnode
-    go build -o "${BIN}/kubenode" ./kubenode
+    # One invocation: the five links overlap each other and the compiles.
+    go build -o "${BIN}/" ./etcd k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl ./podcertnode ./kubenode
     for c in "${NODE_COMPONENTS[@]}"; do
       ln -sfn kubenode "${BIN}/${c}"
     done
@@ -76,7 +79,7 @@ PSTAMP="${BIN}/.prometheus-stamp"
 # remove_all_sd leaves out every service discovery but static, file and HTTP (Prometheus's own build
 # tag): the tests scrape certapi by static_configs, and the cloud SDKs cost about 4 minutes of CPU cold.
 PTAGS=remove_all_sd
-pwant="$(cd "${TOOLS}/prometheus" && cat go.mod go.sum tools.go | sha256sum | cut -d' ' -f1) ${GOVERSION} ${PTAGS}"
+pwant="$(cd "${TOOLS}/prometheus" && cat go.mod go.sum tools.go | sha256sum | cut -d' ' -f1) ${TOOLCHAIN} ${PTAGS}"
 if [[ -f "${PSTAMP}" && "$(cat "${PSTAMP}")" == "${pwant}" && -x "${BIN}/promtool" && -x "${BIN}/prometheus" ]]; then
   echo "promtool and prometheus are current in ${BIN}"
 else
@@ -98,7 +101,7 @@ fi
 # with. The version is stamped in as Helm's own Makefile does (`helm version`, .Capabilities.HelmVersion).
 if wanted helm; then
 HSTAMP="${BIN}/.helm-stamp"
-hwant="$(cd "${TOOLS}/helm" && cat go.mod go.sum tools.go | sha256sum | cut -d' ' -f1) ${GOVERSION}"
+hwant="$(cd "${TOOLS}/helm" && cat go.mod go.sum tools.go | sha256sum | cut -d' ' -f1) ${TOOLCHAIN}"
 if [[ -f "${HSTAMP}" && "$(cat "${HSTAMP}")" == "${hwant}" && -x "${BIN}/helm" ]]; then
   echo "helm is current in ${BIN}"
 else
@@ -119,7 +122,7 @@ fi
 # (CGO_ENABLED=0): it runs in an empty base image.
 if wanted coredns; then
 CSTAMP="${BIN}/.coredns-stamp"
-cwant="$(cd "${TOOLS}/coredns" && cat go.mod go.sum main.go | sha256sum | cut -d' ' -f1) ${GOVERSION}"
+cwant="$(cd "${TOOLS}/coredns" && cat go.mod go.sum main.go | sha256sum | cut -d' ' -f1) ${TOOLCHAIN}"
 if [[ -f "${CSTAMP}" && "$(cat "${CSTAMP}")" == "${cwant}" && -x "${BIN}/coredns" ]]; then
   echo "coredns is current in ${BIN}"
 else
@@ -128,7 +131,7 @@ else
     start=${SECONDS}
     echo "building coredns into ${BIN} (a cold build takes about 4 minutes of CPU)"
     own "${CSTAMP}" "${BIN}/coredns"
-    CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o "${BIN}/coredns" .
+    go build -ldflags="-s -w" -o "${BIN}/coredns" .
     echo "${cwant}" > "${CSTAMP}"
     echo "coredns built in $((SECONDS - start))s"
   )
