@@ -65,13 +65,8 @@ func run(m *testing.M) int {
 	helmHome = filepath.Join(dir, "helm")
 	ctx, cancel := context.WithTimeout(context.Background(), framework.StartTimeout)
 	defer cancel()
-	cp, err = framework.Start(ctx, framework.Options{Dir: filepath.Join(dir, "cp"), SkipCertapi: true, Stdout: os.Stderr})
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "starting the control plane: %v\n", err)
-		if cp != nil {
-			framework.PrintLogTails(os.Stderr, cp.Logs())
-			cp.Stop()
-		}
+	cp = framework.StartMain(ctx, framework.Options{Dir: filepath.Join(dir, "cp"), SkipCertapi: true, Stdout: os.Stderr})
+	if cp == nil {
 		return 1
 	}
 	// The Prometheus Operator's kinds, which a bare kube-apiserver does not serve.

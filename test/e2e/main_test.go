@@ -36,13 +36,8 @@ func run(m *testing.M) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	// -v=6 logs every request URL and more; key material must still never appear (checked below).
-	cp, err = framework.Start(ctx, framework.Options{Dir: dir, Stdout: os.Stderr, CertapiArgs: []string{"-v=6"}})
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "starting the control plane: %v\n", err)
-		if cp != nil {
-			framework.PrintLogTails(os.Stderr, cp.Logs())
-			cp.Stop()
-		}
+	cp = framework.StartMain(ctx, framework.Options{Dir: dir, Stdout: os.Stderr, CertapiArgs: []string{"-v=6"}})
+	if cp == nil {
 		return 1
 	}
 	code := m.Run()

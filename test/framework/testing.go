@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -69,4 +70,19 @@ func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Helper()
 	w.t.Log(strings.TrimRight(string(p), "\r\n"))
 	return len(p), nil
+}
+
+// StartMain is Start for a TestMain, which has no testing.T: when the control plane does not start, it
+// prints why and the last lines of its logs to standard error, stops what did start and returns nil.
+func StartMain(ctx context.Context, opts Options) *ControlPlane {
+	cp, err := Start(ctx, opts)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "starting the control plane: %v\n", err)
+		if cp != nil {
+			PrintLogTails(os.Stderr, cp.Logs())
+			cp.Stop()
+		}
+		return nil
+	}
+	return cp
 }

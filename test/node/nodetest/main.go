@@ -35,13 +35,8 @@ func Run(m *testing.M, prefix string, archives func(ctx context.Context, dir str
 	for _, a := range paths {
 		opts.NodeImages = append(opts.NodeImages, a)
 	}
-	cp, err := framework.Start(ctx, opts)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "starting the control plane: %v\n", err)
-		if cp != nil {
-			framework.PrintLogTails(os.Stderr, cp.Logs())
-			cp.Stop()
-		}
+	cp := framework.StartMain(ctx, opts)
+	if cp == nil {
 		return 1
 	}
 	images := map[string]string{}
