@@ -75,13 +75,8 @@ func (p *Plugin) Validate(ctx context.Context, a admission.Attributes, _ admissi
 		}
 	}
 	user := a.GetUserInfo()
-	// create as kube-apiserver authorizes it (a create has no name yet), update on that Secret by name.
-	for _, verb := range []string{"create", "update"} {
-		name := obj.Spec.SecretName
-		if verb == "create" {
-			name = ""
-		}
-		decision, reason, err := p.authorizer.Authorize(ctx, authorizer.AttributesRecord{
+	ask := func(verb, name string) (authorizer.Decision, string, error) {
+		return p.authorizer.Authorize(ctx, authorizer.AttributesRecord{
 			User:            user,
 			Verb:            verb,
 			Namespace:       a.GetNamespace(),
@@ -90,6 +85,19 @@ func (p *Plugin) Validate(ctx context.Context, a admission.Attributes, _ admissi
 			Name:            name,
 			ResourceRequest: true,
 		})
+	}
+	// create as kube-apiserver authorizes it (a create has no name yet), update on that Secret by name.
+	for _, verb := range []string{"create", "update"} {
+		decision, reason, err := ask(verb, "")
+		if decision == authorizer.DecisionAllow {
+			// Allowed on every Secret of the namespace (no name means all of them), so on this one. The
+			// delegated authorizer caches this answer, which is the same for all of a user's requests in
+			// the namespace; by name, each request with a new secretName would cost a SubjectAccessReview.
+			continue
+		}
+		if verb == "update" {
+			decision, reason, err = ask(verb, obj.Spec.SecretName)
+		}
 		if decision == authorizer.DecisionAllow {
 			continue
 		}

@@ -42,6 +42,7 @@ func scr(secretName string, dnsNames ...string) *certapi.ServingCertRequest {
 
 func TestValidate(t *testing.T) {
 	both := map[string]bool{"create secrets/": true, "update secrets/r-tls": true}
+	namespaceWide := map[string]bool{"create secrets/": true, "update secrets/": true}
 	createOnly := map[string]bool{"create secrets/": true}
 	updateOnly := map[string]bool{"update secrets/r-tls": true}
 	tests := []struct {
@@ -53,23 +54,26 @@ func TestValidate(t *testing.T) {
 		asked    int      // authorization questions
 	}{
 		{name: "create without secretName", op: admission.Create, obj: scr(""), asked: 0},
-		{name: "create with secretName, may create and update", op: admission.Create, obj: scr("r-tls"), allowed: both, asked: 2},
+		// Update is asked for every Secret of the namespace first (one cached answer for all requests),
+		// then for the Secret by name.
+		{name: "create with secretName, may create and update that Secret", op: admission.Create, obj: scr("r-tls"), allowed: both, asked: 3},
+		{name: "create with secretName, may create and update every Secret", op: admission.Create, obj: scr("r-tls"), allowed: namespaceWide, asked: 2},
 		{name: "create with secretName, may not create", op: admission.Create, obj: scr("r-tls"), allowed: updateOnly,
 			wantErr: []string{`may not create secrets in namespace "team"`, "setting secretName asks certapi to write it", "no RBAC rule"}, asked: 1},
 		{name: "create with secretName, may create but not update", op: admission.Create, obj: scr("r-tls"), allowed: createOnly,
-			wantErr: []string{"may not update secrets", `Secret "r-tls"`}, asked: 2},
+			wantErr: []string{"may not update secrets", `Secret "r-tls"`}, asked: 3},
 		{name: "set secretName, may not update it", op: admission.Update, old: scr(""), obj: scr("r-tls"), allowed: createOnly,
-			wantErr: []string{"may not update secrets"}, asked: 2},
-		{name: "change secretName", op: admission.Update, old: scr("old-tls"), obj: scr("r-tls"), allowed: both, asked: 2},
+			wantErr: []string{"may not update secrets"}, asked: 3},
+		{name: "change secretName", op: admission.Update, old: scr("old-tls"), obj: scr("r-tls"), allowed: both, asked: 3},
 		{name: "change the SANs with secretName set, may not update the Secret", op: admission.Update,
 			old: scr("r-tls"), obj: scr("r-tls", "extra.team.svc"), allowed: createOnly,
-			wantErr: []string{"may not update secrets", "a change of the spec makes certapi re-issue the certificate in it"}, asked: 2},
+			wantErr: []string{"may not update secrets", "a change of the spec makes certapi re-issue the certificate in it"}, asked: 3},
 		{name: "change the duration with secretName set, may create and update it", op: admission.Update,
 			old: scr("r-tls"), obj: func() *certapi.ServingCertRequest {
 				r := scr("r-tls")
 				r.Spec.Duration = &metav1.Duration{Duration: 1e12}
 				return r
-			}(), allowed: both, asked: 2},
+			}(), allowed: both, asked: 3},
 		{name: "metadata-only update with secretName set asks nothing", op: admission.Update,
 			old: scr("r-tls"), obj: func() *certapi.ServingCertRequest {
 				r := scr("r-tls")
