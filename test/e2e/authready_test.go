@@ -138,16 +138,16 @@ func TestNotReadyUntilDelegatedAuthIsUsable(t *testing.T) {
 	}
 }
 
-// TestRestartsNeverAnswer401Or403 restarts certapi 20 times while four callers with the right to issue (a
+// TestRestartsNeverAnswer401Or403 restarts certapi 10 times while four callers with the right to issue (a
 // ServiceAccount) call servingcerts through kube-apiserver without pause. Calls may fail while certapi is
 // down (kube-apiserver's 503), but none may be answered 401 or 403. Between restarts the test waits as
 // users would: for the replica's /readyz, the APIService to be Available, and one more certificate.
 // kube-apiserver reaches certapi through an ExternalName, with no readiness gate in between: it sends
 // requests as soon as the new process listens, a moment before the CAs of
 // kube-system/extension-apiserver-authentication are loaded (before the fix, 74-133 of them were taken for
-// system:anonymous and refused).
+// system:anonymous and refused, 4-7 per restart).
 func TestRestartsNeverAnswer401Or403(t *testing.T) {
-	const restarts, workers = 20, 4
+	const restarts, workers = 10, 4
 	own := framework.StartT(t, framework.Options{})
 	c, kube := clients(t, own.AdminConfig)
 	ns := namespace(t, kube)
