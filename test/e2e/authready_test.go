@@ -144,8 +144,8 @@ func TestNotReadyUntilDelegatedAuthIsUsable(t *testing.T) {
 // users would: for the replica's /readyz, the APIService to be Available, and one more certificate.
 // kube-apiserver reaches certapi through an ExternalName, with no readiness gate in between: it sends
 // requests as soon as the new process listens, a moment before the CAs of
-// kube-system/extension-apiserver-authentication are loaded (before the fix, 74-133 of them were taken for
-// system:anonymous and refused: 18-133 in 20 restarts).
+// kube-system/extension-apiserver-authentication are loaded (before the fix, 18-133 of them in 20 restarts
+// were taken for system:anonymous and refused).
 func TestRestartsNeverAnswer401Or403(t *testing.T) {
 	const restarts, workers = 10, 4
 	own := framework.StartT(t, framework.Options{})
