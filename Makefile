@@ -3,7 +3,7 @@
 # Where tests live:
 #   everything outside test/       unit tests (`make unit`): in-process only, with fakes and loopback
 #                                  listeners at most; no etcd, kube-apiserver or other binary, no _output
-#   test/integration/<component>   one component (issuer, injector, trustbundle) against a real etcd and/or
+#   test/integration/<component>   one component (issuer, registry, injector, trustbundle) against a real etcd and/or
 #                                  kube-apiserver from _output/bin, through its exported API
 #   test/e2e                       the whole system: certapi processes behind kube-apiserver
 #   test/node                      the manifests of artifacts/ applied with kubectl to a real node

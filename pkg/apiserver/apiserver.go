@@ -24,11 +24,13 @@ import (
 
 	"github.com/certapi/certapi/pkg/apis/certapi"
 	"github.com/certapi/certapi/pkg/apis/certapi/install"
+	"github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	"github.com/certapi/certapi/pkg/controller"
 	"github.com/certapi/certapi/pkg/controller/status"
 	"github.com/certapi/certapi/pkg/issuer"
 	"github.com/certapi/certapi/pkg/metrics"
 	"github.com/certapi/certapi/pkg/registry/certificateauthority"
+	"github.com/certapi/certapi/pkg/registry/listwatch"
 	"github.com/certapi/certapi/pkg/registry/servingcertrequest"
 )
 
@@ -104,8 +106,10 @@ type Server struct {
 	distrustDeadline time.Duration
 	leader           LeaderOptions
 	status           atomic.Pointer[status.Writer]
-	self             *selfServing
-	clients          controller.Clients
+	// statusUpdater writes request status in-process, through the status subresource's storage.
+	statusUpdater status.Updater
+	self          *selfServing
+	clients       controller.Clients
 	// broadcaster is the process's one Event broadcaster; recorder reports for the servingcerts path,
 	// and each leader loop takes a recorder of its own name from it.
 	broadcaster events.EventBroadcaster
@@ -128,8 +132,8 @@ func (c CompletedConfig) New() (*Server, error) {
 		rotationGrace: c.ExtraConfig.RotationGrace, maxDuration: c.ExtraConfig.MaxCertificateDuration, leader: c.ExtraConfig.Leader,
 		distrustDeadline: c.ExtraConfig.DistrustDeadline}
 	if s.statusInterval <= 0 {
-		// Long enough to fold a burst of renewals against one request into one write, short enough that
-		// Ready follows issuance at once.
+		// A request's first status change is written at once; this bounds how often it is written again,
+		// so that a burst of renewals against one request (many pods of one webhook) makes few writes.
 		s.statusInterval = 200 * time.Millisecond
 	}
 	if s.leader == (LeaderOptions{}) {
@@ -199,6 +203,17 @@ func (c CompletedConfig) New() (*Server, error) {
 	}
 	if err := generic.InstallAPIGroup(&apiGroupInfo); err != nil {
 		return nil, fmt.Errorf("installing the certapi.dev API group: %w", err)
+	}
+	// The leader reads certapi's objects and writes request status through this server's storage, not
+	// through its loopback.
+	s.statusUpdater = servingcertrequest.NewStatusUpdater(scrStatus, Scheme)
+	s.clients.CertapiStorage = &controller.CertapiListWatchers{
+		ServingCertRequests: listwatch.New(scr, Scheme,
+			func() runtime.Object { return &v1alpha1.ServingCertRequest{} },
+			func() runtime.Object { return &v1alpha1.ServingCertRequestList{} }),
+		CertificateAuthorities: listwatch.New(ca, Scheme,
+			func() runtime.Object { return &v1alpha1.CertificateAuthority{} },
+			func() runtime.Object { return &v1alpha1.CertificateAuthorityList{} }),
 	}
 	return s, nil
 }

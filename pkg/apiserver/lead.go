@@ -54,8 +54,7 @@ func newClients(loopback, kube *restclient.Config, o LeaderOptions) (controller.
 func (s *Server) lead(ctx context.Context) error {
 	defer metrics.ForgetTerm()
 	cc := controller.NewContext(s.clusterDomain, s.clients, s.broadcaster)
-	w := status.New(s.clients.Certapi, s.statusInterval, s.leader.StatusWorkers)
-	w.UseCache(cc.CertapiInformers.Certapi().V1alpha1().ServingCertRequests().Lister())
+	w := status.New(s.statusUpdater, s.statusInterval, s.leader.StatusWorkers)
 	s.status.Store(w)
 	defer s.status.CompareAndSwap(w, nil)
 

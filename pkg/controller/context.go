@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
@@ -14,6 +15,7 @@ import (
 	kubescheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	aggregatorclient "k8s.io/kube-aggregator/pkg/client/clientset_generated/clientset"
@@ -75,6 +77,16 @@ type Clients struct {
 	Metadata metadata.Interface
 	// Certapi is certapi's own clientset, through this server's loopback.
 	Certapi versioned.Interface
+	// CertapiStorage, when set, feeds the term's ServingCertRequest and CertificateAuthority informers
+	// from this server's own storage instead of through Certapi (see package listwatch): no object is
+	// encoded, sent to this process over TLS and decoded again.
+	CertapiStorage *CertapiListWatchers
+}
+
+// CertapiListWatchers list and watch certapi's own resources in this process, in their v1alpha1 types.
+type CertapiListWatchers struct {
+	ServingCertRequests    cache.ListerWatcher
+	CertificateAuthorities cache.ListerWatcher
 }
 
 // NewContext makes a term's Context. broadcaster is the process's one Event broadcaster (started by
@@ -87,7 +99,22 @@ func NewContext(clusterDomain string, clients Clients, broadcaster events.EventB
 		broadcaster:      broadcaster,
 	}
 	c.factories = append(c.factories, c.CertapiInformers)
+	if lw := clients.CertapiStorage; lw != nil {
+		// Registered before any controller asks, so the factory's typed informers and listers are these.
+		useListerWatcher(c.CertapiInformers, &certapiv1alpha1.ServingCertRequest{}, lw.ServingCertRequests)
+		useListerWatcher(c.CertapiInformers, &certapiv1alpha1.CertificateAuthority{}, lw.CertificateAuthorities)
+	}
 	return c
+}
+
+// useListerWatcher makes factory's informer of obj's type one that lists and watches with lw.
+func useListerWatcher(factory externalversions.SharedInformerFactory, obj runtime.Object, lw cache.ListerWatcher) {
+	if lw == nil {
+		return
+	}
+	factory.InformerFor(obj, func(_ versioned.Interface, resync time.Duration) cache.SharedIndexInformer {
+		return cache.NewSharedIndexInformer(lw, obj, resync, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	})
 }
 
 // Recorder returns an Event recorder that reports as reportingController (e.g. certapi.dev/injector).

@@ -177,7 +177,7 @@ func newHarness(tb testing.TB, kubeObjects ...runtime.Object) *harness {
 	h.bundle = signer.EncodeBundle(h.ca.Certificate)
 	h.authority.now = h.clock.Now
 	h.authority.set(h.ca, h.bundle, true)
-	h.status = status.New(h.certapi, time.Millisecond, 1)
+	h.status = status.New(status.ClientUpdater(h.certapi), time.Millisecond, 1)
 	c, err := New(Options{
 		Context:   newTestContext(tb, h.kube, h.certapi),
 		Authority: h.authority,

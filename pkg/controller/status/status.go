@@ -4,7 +4,6 @@ package status
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"sync"
 	"time"
@@ -14,11 +13,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/clock"
 
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	"github.com/certapi/certapi/pkg/controller"
 	"github.com/certapi/certapi/pkg/generated/clientset/versioned"
-	certapilisters "github.com/certapi/certapi/pkg/generated/listers/certapi/v1alpha1"
 )
 
 // Condition reasons certapi writes on a request's Ready condition.
@@ -49,65 +48,117 @@ type Ready struct {
 	Generation int64
 }
 
+// pending is what is still to be written for one request, and when its status was last written.
 type pending struct {
 	issued *Issued
 	ready  *Ready
 	bundle *string
+	// written is when the last write for this request was made; zero when none was made within the
+	// interval. A key with a write that recent has its next look scheduled at written + interval.
+	written time.Time
 }
 
-// Writer queues status changes per request and writes the latest of them at most once per interval.
-// Its zero value is not usable; make one with New.
+// empty reports whether nothing is waiting to be written.
+func (p *pending) empty() bool { return p.issued == nil && p.ready == nil && p.bundle == nil }
+
+// Updater writes one request's status: it applies mutate to the stored request and writes the status
+// when mutate reports a change. The server's own storage implements it in-process
+// (servingcertrequest.StatusUpdater); ClientUpdater does it through the API.
+type Updater interface {
+	UpdateStatus(ctx context.Context, key types.NamespacedName, mutate func(*certapiv1alpha1.ServingCertRequest) bool) error
+}
+
+// ClientUpdater is an Updater through the API: a read and, when something changed, a write of the
+// status subresource, read and tried again on a conflict.
+func ClientUpdater(client versioned.Interface) Updater { return clientUpdater{client} }
+
+type clientUpdater struct{ client versioned.Interface }
+
+func (c clientUpdater) UpdateStatus(ctx context.Context, key types.NamespacedName, mutate func(*certapiv1alpha1.ServingCertRequest) bool) error {
+	scrs := c.client.CertapiV1alpha1().ServingCertRequests(key.Namespace)
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		obj, err := scrs.Get(ctx, key.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil // deleted meanwhile: nothing to report on
+		}
+		if err != nil {
+			return fmt.Errorf("getting %s: %w", key, err)
+		}
+		if !mutate(obj) {
+			return nil
+		}
+		_, err = scrs.UpdateStatus(ctx, obj, metav1.UpdateOptions{FieldManager: "certapi"})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return err
+	})
+}
+
+// Writer queues status changes per request and writes each request's status at most once per
+// interval: a change to a request not written within the interval is written at once, later ones
+// wait for the interval's end and go in one write. Its zero value is not usable; make one with New.
 type Writer struct {
-	client   versioned.Interface
-	cache    certapilisters.ServingCertRequestLister
+	updater  Updater
 	interval time.Duration
 	queue    *controller.Queue[types.NamespacedName]
+	now      func() time.Time
 
 	mu      sync.Mutex
 	pending map[types.NamespacedName]*pending
 }
 
-// New returns a Writer that writes each request's status at most once per interval, with workers
-// writes at a time.
-func New(client versioned.Interface, interval time.Duration, workers int) *Writer {
+// New returns a Writer that writes each request's status through updater at most once per interval,
+// with workers writes at a time.
+func New(updater Updater, interval time.Duration, workers int) *Writer {
+	return newWriter(updater, interval, workers, clock.RealClock{})
+}
+
+func newWriter(updater Updater, interval time.Duration, workers int, clk clock.WithTicker) *Writer {
 	w := &Writer{
-		client:   client,
+		updater:  updater,
 		interval: interval,
 		pending:  map[types.NamespacedName]*pending{},
+		now:      clk.Now,
 	}
 	w.queue = controller.NewQueue(controller.QueueOptions[types.NamespacedName]{
 		Name: "servingcertrequest-status", Workers: workers, Sync: w.sync,
-		BackoffBase: 100 * time.Millisecond, BackoffMax: 30 * time.Second,
+		BackoffBase: 100 * time.Millisecond, BackoffMax: 30 * time.Second, Clock: clk,
 	})
 	return w
 }
 
 // RecordIssued notes a certificate issued for key; a later one for the same key replaces it before it is written.
 func (w *Writer) RecordIssued(key types.NamespacedName, issued Issued) {
-	w.mu.Lock()
-	p := w.entry(key)
-	if p.issued == nil || !issued.IssuedAt.Before(p.issued.IssuedAt) {
-		p.issued = &issued
-	}
-	w.mu.Unlock()
-	w.queue.AddAfter(key, w.interval)
+	w.change(key, func(p *pending) {
+		if p.issued == nil || !issued.IssuedAt.Before(p.issued.IssuedAt) {
+			p.issued = &issued
+		}
+	})
 }
 
 // SetBundle notes the trust bundle clients of key's Service should use now (after a CA rotation step), so
 // status.caBundle follows the CA even for requests nobody re-issued yet.
 func (w *Writer) SetBundle(key types.NamespacedName, bundle string) {
-	w.mu.Lock()
-	w.entry(key).bundle = &bundle
-	w.mu.Unlock()
-	w.queue.AddAfter(key, w.interval)
+	w.change(key, func(p *pending) { p.bundle = &bundle })
 }
 
 // SetReady notes the Ready condition for key.
 func (w *Writer) SetReady(key types.NamespacedName, ready Ready) {
+	w.change(key, func(p *pending) { p.ready = &ready })
+}
+
+// change records a change for key and queues key at once unless a write within the interval already
+// scheduled its next look.
+func (w *Writer) change(key types.NamespacedName, f func(*pending)) {
 	w.mu.Lock()
-	w.entry(key).ready = &ready
+	p := w.entry(key)
+	f(p)
+	now := p.written.IsZero()
 	w.mu.Unlock()
-	w.queue.AddAfter(key, w.interval)
+	if now {
+		w.queue.Add(key)
+	}
 }
 
 func (w *Writer) entry(key types.NamespacedName) *pending {
@@ -119,133 +170,69 @@ func (w *Writer) entry(key types.NamespacedName) *pending {
 	return p
 }
 
-// UseCache makes the Writer compute each write against the term's ServingCertRequest cache and send it
-// as one guarded patch, falling back to a read and an update when the cache cannot answer. Call it
-// before Run.
-func (w *Writer) UseCache(cache certapilisters.ServingCertRequestLister) { w.cache = cache }
-
 // Run writes queued status until ctx ends.
 func (w *Writer) Run(ctx context.Context) error {
 	w.queue.Run(ctx)
 	return nil
 }
 
-// sync writes the change pending for key. On failure it puts the change back, unless something newer
-// arrived meanwhile, and the queue retries with backoff.
+// sync writes the change pending for key, then looks at key again after the interval to write what
+// arrived meanwhile. When nothing did, the key's entry goes: its next change is written at once. On
+// failure the change is put back, unless something newer arrived meanwhile, and the queue retries with
+// backoff.
 func (w *Writer) sync(ctx context.Context, key types.NamespacedName) (controller.Result, error) {
 	w.mu.Lock()
 	p := w.pending[key]
-	delete(w.pending, key)
-	w.mu.Unlock()
 	if p == nil {
+		w.mu.Unlock()
 		return controller.Result{}, nil
 	}
-	if err := w.write(ctx, key, p); err != nil {
+	if p.empty() {
+		if !p.written.IsZero() && w.now().Sub(p.written) < w.interval {
+			// Queued again by a retry or a stray add: the scheduled look will come.
+			w.mu.Unlock()
+			return controller.Result{}, nil
+		}
+		delete(w.pending, key)
+		w.mu.Unlock()
+		return controller.Result{}, nil
+	}
+	change := pending{issued: p.issued, ready: p.ready, bundle: p.bundle}
+	p.issued, p.ready, p.bundle = nil, nil, nil
+	w.mu.Unlock()
+
+	if err := w.updater.UpdateStatus(ctx, key, func(obj *certapiv1alpha1.ServingCertRequest) bool {
+		return applyPending(obj, &change)
+	}); err != nil {
 		w.mu.Lock()
 		cur := w.entry(key)
 		if cur.issued == nil {
-			cur.issued = p.issued
+			cur.issued = change.issued
 		}
 		if cur.ready == nil {
-			cur.ready = p.ready
+			cur.ready = change.ready
 		}
 		if cur.bundle == nil {
-			cur.bundle = p.bundle
+			cur.bundle = change.bundle
 		}
 		w.mu.Unlock()
 		return controller.Result{}, fmt.Errorf("writing ServingCertRequest status: %w", err)
 	}
-	return controller.Result{}, nil
+	w.mu.Lock()
+	w.entry(key).written = w.now()
+	w.mu.Unlock()
+	return controller.Result{After: w.interval}, nil
 }
 
-func (w *Writer) write(ctx context.Context, key types.NamespacedName, p *pending) error {
-	if w.cache != nil {
-		done, err := w.patchFromCache(ctx, key, p)
-		if done || (err != nil && !apierrors.IsConflict(err)) {
-			return err
-		}
-		// Not in the cache yet, or the cache is behind (the patch's resourceVersion test failed): read
-		// and write.
-	}
-	scrs := w.client.CertapiV1alpha1().ServingCertRequests(key.Namespace)
-	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		obj, err := scrs.Get(ctx, key.Name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return nil // deleted meanwhile: nothing to report on
-		}
-		if err != nil {
-			return fmt.Errorf("getting %s: %w", key, err)
-		}
-		changed := Apply(obj, p.issued, p.ready)
-		if p.bundle != nil && obj.Status.CABundle != *p.bundle && obj.Status.Certificate != "" {
-			obj.Status.CABundle = *p.bundle
-			changed = true
-		}
-		if !changed {
-			return nil
-		}
-		_, err = scrs.UpdateStatus(ctx, obj, metav1.UpdateOptions{FieldManager: "certapi"})
-		return err
-	})
-}
-
-// patchFromCache writes the change with one write of the status subresource, computed against the term's
-// informer cache and guarded by the cached resourceVersion, instead of a read and a write: two requests
-// become one for each issuance. done is false when the cache cannot answer (the request is not in it
-// yet); a Conflict error means the cache is behind. The cache drops status.certificate and
-// status.caBundle (see controller.Context), so they are written whenever they are set, never read.
-func (w *Writer) patchFromCache(ctx context.Context, key types.NamespacedName, p *pending) (done bool, err error) {
-	cached, err := w.cache.ServingCertRequests(key.Namespace).Get(key.Name)
-	if apierrors.IsNotFound(err) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("getting %s from the cache: %w", key, err)
-	}
-	obj := cached.DeepCopy()
-	before := obj.Status.SerialNumber
+// applyPending merges p into obj's status and reports whether anything changed. A new bundle is taken
+// only by a request that has a certificate: one without has no trust bundle of its own yet.
+func applyPending(obj *certapiv1alpha1.ServingCertRequest, p *pending) bool {
 	changed := Apply(obj, p.issued, p.ready)
-	if p.bundle != nil && obj.Status.SerialNumber != "" {
+	if p.bundle != nil && obj.Status.SerialNumber != "" && obj.Status.CABundle != *p.bundle {
 		obj.Status.CABundle = *p.bundle
+		changed = true
 	}
-	scrs := w.client.CertapiV1alpha1().ServingCertRequests(key.Namespace)
-	if obj.Status.SerialNumber != before {
-		// A new certificate: every status field is known (the cache's, and the certificate and bundle just
-		// issued), so the whole status goes in one update. The server decodes it once, where a merge patch
-		// costs it an encode, a merge and a decode more, and this is the write that follows every
-		// issuance. The status strategy keeps the stored spec, labels and annotations, and the server
-		// keeps the stored managedFields when none are sent.
-		_, err = scrs.UpdateStatus(ctx, obj, metav1.UpdateOptions{FieldManager: "certapi"})
-		if apierrors.IsNotFound(err) {
-			return true, nil // deleted meanwhile: nothing to report on
-		}
-		return err == nil, err
-	}
-	// No new certificate: patch only what changed, leaving the stored certificate alone.
-	status := map[string]any{}
-	if p.bundle != nil && obj.Status.SerialNumber != "" {
-		// Whether it differs is not known here (the cache drops the bundle); an equal one writes nothing.
-		status["caBundle"] = *p.bundle
-	}
-	if changed {
-		status["conditions"] = obj.Status.Conditions
-		status["observedGeneration"] = obj.Status.ObservedGeneration
-	}
-	if len(status) == 0 {
-		return true, nil
-	}
-	patch, err := json.Marshal(map[string]any{
-		"metadata": map[string]any{"resourceVersion": cached.ResourceVersion},
-		"status":   status,
-	})
-	if err != nil {
-		return false, fmt.Errorf("encoding the status patch of %s: %w", key, err)
-	}
-	_, err = scrs.Patch(ctx, key.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "certapi"}, "status")
-	if apierrors.IsNotFound(err) {
-		return true, nil // deleted meanwhile: nothing to report on
-	}
-	return err == nil, err
+	return changed
 }
 
 // Apply merges an issued certificate and a Ready condition into obj's status, and reports whether

@@ -2,84 +2,220 @@ package status
 
 import (
 	"context"
+	"errors"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/cache"
+	"k8s.io/apimachinery/pkg/util/wait"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	certapifake "github.com/certapi/certapi/pkg/generated/clientset/versioned/fake"
-	certapilisters "github.com/certapi/certapi/pkg/generated/listers/certapi/v1alpha1"
 )
 
-// TestWrite: with the request in the cache, a change is one write of the status subresource and no read:
-// an update when a certificate was issued (every status field is known), a patch otherwise; with the
-// cache empty (a new request it has not seen yet), a read and an update. Either way the status ends the
-// same, and the certificate, which the cache never holds, is kept or written.
-func TestWrite(t *testing.T) {
-	key := types.NamespacedName{Namespace: "ns", Name: "r"}
-	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
-	issued := &Issued{Certificate: "CERT", CABundle: "BUNDLE", SerialNumber: "01", NotBefore: now, NotAfter: now.Add(time.Hour),
-		RenewalTime: now.Add(40 * time.Minute), IssuedAt: now}
-	stored := &certapiv1alpha1.ServingCertRequest{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name, Generation: 1, ResourceVersion: "5"}}
-	// Issued already: the stored object holds the certificate, the cache (trimmed) does not.
+var (
+	testKey = types.NamespacedName{Namespace: "ns", Name: "r"}
+	testNow = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+)
+
+func testIssued(serial string) *Issued {
+	return &Issued{Certificate: "CERT" + serial, CABundle: "BUNDLE", SerialNumber: serial, NotBefore: testNow,
+		NotAfter: testNow.Add(time.Hour), RenewalTime: testNow.Add(40 * time.Minute), IssuedAt: testNow}
+}
+
+// TestClientUpdater: through the API, a change is a read and a write of the status subresource, and a
+// change that changes nothing is the read alone.
+func TestClientUpdater(t *testing.T) {
+	stored := &certapiv1alpha1.ServingCertRequest{ObjectMeta: metav1.ObjectMeta{Namespace: testKey.Namespace, Name: testKey.Name, Generation: 1, ResourceVersion: "5"}}
 	issuedStored := stored.DeepCopy()
-	Apply(issuedStored, issued, nil)
-	issuedCached := issuedStored.DeepCopy()
-	issuedCached.Status.Certificate, issuedCached.Status.CABundle = "", ""
+	applyPending(issuedStored, &pending{issued: testIssued("01")})
 	for _, tc := range []struct {
 		name      string
 		stored    *certapiv1alpha1.ServingCertRequest
-		cached    *certapiv1alpha1.ServingCertRequest
-		pending   *pending
+		change    *pending
 		wantVerbs []string
 	}{
-		{name: "issued, from the cache", stored: stored, cached: stored, pending: &pending{issued: issued}, wantVerbs: []string{"update"}},
-		{name: "issued, not in the cache", stored: stored, pending: &pending{issued: issued}, wantVerbs: []string{"get", "update"}},
-		{name: "condition only, from the cache", stored: issuedStored, cached: issuedCached,
-			pending:   &pending{ready: &Ready{Status: metav1.ConditionTrue, Reason: ReasonIssued, Message: "still fine", Generation: 1}},
-			wantVerbs: []string{"patch"}},
+		{name: "issued", stored: stored, change: &pending{issued: testIssued("01")}, wantVerbs: []string{"get", "update"}},
+		{name: "the same certificate again", stored: issuedStored, change: &pending{issued: testIssued("01")}, wantVerbs: []string{"get"}},
+		{name: "a new bundle", stored: issuedStored, change: &pending{bundle: ptr("NEW")}, wantVerbs: []string{"get", "update"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			client := certapifake.NewSimpleClientset(tc.stored.DeepCopy())
-			indexer := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
-			if tc.cached != nil {
-				if err := indexer.Add(tc.cached.DeepCopy()); err != nil {
-					t.Fatal(err)
-				}
-			}
-			w := New(client, time.Millisecond, 1)
-			w.UseCache(certapilisters.NewServingCertRequestLister(indexer))
 			client.ClearActions()
-			if err := w.write(context.Background(), key, tc.pending); err != nil {
+			if err := ClientUpdater(client).UpdateStatus(context.Background(), testKey, func(obj *certapiv1alpha1.ServingCertRequest) bool {
+				return applyPending(obj, tc.change)
+			}); err != nil {
 				t.Fatal(err)
 			}
 			var verbs []string
 			for _, a := range client.Actions() {
 				verbs = append(verbs, a.GetVerb())
-				if a.GetVerb() != "get" && a.GetSubresource() != "status" {
-					t.Errorf("%s of subresource %q; want the status subresource", a.GetVerb(), a.GetSubresource())
+				if a.GetVerb() == "update" && a.GetSubresource() != "status" {
+					t.Errorf("update of subresource %q; want the status subresource", a.GetSubresource())
 				}
 			}
 			if !slices.Equal(verbs, tc.wantVerbs) {
 				t.Errorf("requests %v; want %v", verbs, tc.wantVerbs)
 			}
-			got, err := client.CertapiV1alpha1().ServingCertRequests(key.Namespace).Get(context.Background(), key.Name, metav1.GetOptions{})
+			got, err := client.CertapiV1alpha1().ServingCertRequests(testKey.Namespace).Get(context.Background(), testKey.Name, metav1.GetOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
 			st := got.Status
-			if st.Certificate != "CERT" || st.CABundle != "BUNDLE" || st.SerialNumber != "01" || st.NotAfter == nil || !st.NotAfter.Time.Equal(now.Add(time.Hour)) ||
-				st.RenewalTime == nil || !st.RenewalTime.Time.Equal(now.Add(40*time.Minute)) || st.ObservedGeneration != 1 {
+			if st.Certificate != "CERT01" || st.SerialNumber != "01" || st.NotAfter == nil || !st.NotAfter.Time.Equal(testNow.Add(time.Hour)) ||
+				st.RenewalTime == nil || !st.RenewalTime.Time.Equal(testNow.Add(40*time.Minute)) || st.ObservedGeneration != 1 {
 				t.Errorf("status %+v does not hold the issued certificate", st)
+			}
+			if want := "BUNDLE"; tc.change.bundle != nil {
+				want = *tc.change.bundle
+				if st.CABundle != want {
+					t.Errorf("caBundle %q; want %q", st.CABundle, want)
+				}
 			}
 			if !meta.IsStatusConditionTrue(st.Conditions, certapiv1alpha1.ConditionReady) {
 				t.Errorf("conditions %+v; want Ready=True", st.Conditions)
 			}
 		})
+	}
+}
+
+// TestClientUpdaterDeleted: a request deleted before its status is written is nothing to report on.
+func TestClientUpdaterDeleted(t *testing.T) {
+	err := ClientUpdater(certapifake.NewSimpleClientset()).UpdateStatus(context.Background(), testKey, func(*certapiv1alpha1.ServingCertRequest) bool {
+		t.Error("mutate called for a request that does not exist")
+		return true
+	})
+	if err != nil {
+		t.Errorf("UpdateStatus of a deleted request: %v; want nil", err)
+	}
+}
+
+// recordingUpdater keeps one request in memory and records every write; fail makes the next writes fail.
+type recordingUpdater struct {
+	mu     sync.Mutex
+	obj    certapiv1alpha1.ServingCertRequest
+	writes []certapiv1alpha1.ServingCertRequestStatus
+	fail   int
+}
+
+func (u *recordingUpdater) UpdateStatus(_ context.Context, _ types.NamespacedName, mutate func(*certapiv1alpha1.ServingCertRequest) bool) error {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.fail > 0 {
+		u.fail--
+		return errors.New("kube-apiserver is away")
+	}
+	obj := u.obj.DeepCopy()
+	if !mutate(obj) {
+		return nil
+	}
+	u.obj = *obj
+	u.writes = append(u.writes, *obj.Status.DeepCopy())
+	return nil
+}
+
+func (u *recordingUpdater) count() int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return len(u.writes)
+}
+
+func (u *recordingUpdater) last() certapiv1alpha1.ServingCertRequestStatus {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.writes[len(u.writes)-1]
+}
+
+// waitWrites waits until u has made n writes.
+func waitWrites(t *testing.T, u *recordingUpdater, n int) {
+	t.Helper()
+	if err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return u.count() >= n, nil
+	}); err != nil {
+		t.Fatalf("%d writes; want %d", u.count(), n)
+	}
+}
+
+// pendingEntries is how many requests the Writer keeps an entry for.
+func (w *Writer) pendingEntries() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.pending)
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// TestWriterWritesAtOnceThenCoalesces: a request's first change is written at once, not after the
+// interval; the changes that follow within the interval wait for its end and go in one write, the last
+// of each kind winning; once an interval passes with nothing to write, the request's entry is gone and
+// its next change is written at once again.
+func TestWriterWritesAtOnceThenCoalesces(t *testing.T) {
+	clk := clocktesting.NewFakeClock(testNow)
+	u := &recordingUpdater{obj: certapiv1alpha1.ServingCertRequest{ObjectMeta: metav1.ObjectMeta{Namespace: testKey.Namespace, Name: testKey.Name, Generation: 1}}}
+	const interval = time.Second
+	w := newWriter(u, interval, 1, clk)
+	ctx, cancel := context.WithCancel(context.Background())
+	var done sync.WaitGroup
+	done.Go(func() { _ = w.Run(ctx) })
+	defer func() { cancel(); done.Wait() }()
+
+	w.RecordIssued(testKey, *testIssued("01"))
+	waitWrites(t, u, 1) // the clock has not moved: written at once
+	if got := u.last().SerialNumber; got != "01" {
+		t.Fatalf("first write has serial %q; want 01", got)
+	}
+
+	w.RecordIssued(testKey, *testIssued("02"))
+	w.SetReady(testKey, Ready{Status: metav1.ConditionFalse, Reason: ReasonPending, Message: "first", Generation: 1})
+	w.SetReady(testKey, Ready{Status: metav1.ConditionTrue, Reason: ReasonIssued, Message: "second", Generation: 1})
+	// Within the interval nothing more is written; the queue waits on the clock. Step it a little at a
+	// time: the write must come once the interval has passed, and not before.
+	for step := time.Duration(0); step < interval-100*time.Millisecond; step += 100 * time.Millisecond {
+		clk.Step(100 * time.Millisecond)
+		if n := u.count(); n != 1 {
+			t.Fatalf("%d writes %s after the first; want 1 until the interval (%s) has passed", n, step+100*time.Millisecond, interval)
+		}
+	}
+	clk.Step(100 * time.Millisecond)
+	waitWrites(t, u, 2)
+	st := u.last()
+	if st.SerialNumber != "02" {
+		t.Errorf("coalesced write has serial %q; want the later certificate, 02", st.SerialNumber)
+	}
+	if c := meta.FindStatusCondition(st.Conditions, certapiv1alpha1.ConditionReady); c == nil || c.Message != "second" {
+		t.Errorf("coalesced write has Ready %+v; want the last one set (message %q)", c, "second")
+	}
+
+	// An interval with nothing to write drops the entry.
+	if err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		clk.Step(interval)
+		return w.pendingEntries() == 0, nil
+	}); err != nil {
+		t.Fatalf("%d entries kept after a quiet interval; want none", w.pendingEntries())
+	}
+	w.SetReady(testKey, Ready{Status: metav1.ConditionTrue, Reason: ReasonIssued, Message: "third", Generation: 1})
+	waitWrites(t, u, 3) // at once again
+	if n := u.count(); n != 3 {
+		t.Errorf("%d writes; want 3", n)
+	}
+}
+
+// TestWriterRetriesAFailedWrite: a write that fails is tried again with the change it carried.
+func TestWriterRetriesAFailedWrite(t *testing.T) {
+	u := &recordingUpdater{obj: certapiv1alpha1.ServingCertRequest{ObjectMeta: metav1.ObjectMeta{Namespace: testKey.Namespace, Name: testKey.Name, Generation: 1}}, fail: 2}
+	w := New(u, time.Millisecond, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	var done sync.WaitGroup
+	done.Go(func() { _ = w.Run(ctx) })
+	defer func() { cancel(); done.Wait() }()
+	w.RecordIssued(testKey, *testIssued("01"))
+	waitWrites(t, u, 1)
+	if got := u.last().SerialNumber; got != "01" {
+		t.Errorf("written serial %q after two failures; want 01", got)
 	}
 }
