@@ -32,6 +32,10 @@ import (
 func newClients(loopback, kube *restclient.Config, o LeaderOptions) (controller.Clients, error) {
 	cfg := restclient.CopyConfig(kube)
 	cfg.QPS, cfg.Burst = o.KubeAPIQPS, o.KubeAPIBurst
+	// No gzip: a streamed list (the informers' WatchList) is compressed anew at every flush, so each
+	// watched Secret cost kube-apiserver a gzip writer's set-up, its compression and certapi the
+	// decompression, for bytes that cross the cluster network (or loopback) once.
+	cfg.DisableCompression = true
 	if cfg.UserAgent == "" {
 		cfg.UserAgent = restclient.DefaultKubernetesUserAgent() + " certapi"
 	}
@@ -41,6 +45,7 @@ func newClients(loopback, kube *restclient.Config, o LeaderOptions) (controller.
 	}
 	loopbackConfig := restclient.CopyConfig(loopback)
 	loopbackConfig.QPS, loopbackConfig.Burst = 2000, 4000 // this process talking to itself
+	loopbackConfig.DisableCompression = true              // compressing for itself is work for nothing
 	if c.Certapi, err = versioned.NewForConfig(loopbackConfig); err != nil {
 		return c, fmt.Errorf("creating the loopback client: %w", err)
 	}

@@ -62,6 +62,13 @@ func init() {
 	if err := utilfeature.DefaultMutableFeatureGate.OverrideDefault(features.ListFromCacheSnapshot, false); err != nil {
 		panic(err)
 	}
+	// SizeBasedListCostEstimate keeps the size of every stored object (a map entry per key), so that
+	// priority and fairness can charge a list by its bytes: 1.5 MiB of live heap with 10,000 requests.
+	// certapi's lists are few and its objects small and alike, so a list is charged by its count, as
+	// before Kubernetes 1.34. --feature-gates=SizeBasedListCostEstimate=true turns it on.
+	if err := utilfeature.DefaultMutableFeatureGate.OverrideDefault(features.SizeBasedListCostEstimate, false); err != nil {
+		panic(err)
+	}
 }
 
 // Options are everything a certapi server can be told on its command line.
