@@ -107,6 +107,9 @@ type Controller struct {
 
 	mu       sync.Mutex
 	reported map[types.NamespacedName]string // the conflict last reported per request
+	// readFirst holds the new requests whose Secret must be read before it is written: a create that
+	// took it for absent found one of that name (see mayAssumeAbsent).
+	readFirst map[types.NamespacedName]struct{}
 	// seenCA and seenBundle are the signing CA and bundle the Secrets were last examined against.
 	seenCA, seenBundle []byte
 
@@ -138,6 +141,7 @@ func New(o Options) (*Controller, error) {
 		clock:     o.Clock,
 		recorder:  o.Context.Recorder(ReportingController),
 		reported:  map[types.NamespacedName]string{},
+		readFirst: map[types.NamespacedName]struct{}{},
 		onChange:  o.OnChange,
 
 		clusterDomain: o.Context.ClusterDomain,
@@ -359,6 +363,17 @@ func (c *Controller) sync(ctx context.Context, key types.NamespacedName) (contro
 
 // syncRequest brings one request's Secret up to date; conflict says it is in conflict with a Secret.
 func (c *Controller) syncRequest(ctx context.Context, key types.NamespacedName) (res controller.Result, conflict bool, err error) {
+	res, conflict, err = c.syncOnce(ctx, key)
+	if errors.Is(err, errExists) {
+		// A new request's Secret, taken for absent, exists (a chart shipped it, or another owner has the
+		// name): read it and decide again now, rather than after a retry's backoff.
+		res, conflict, err = c.syncOnce(ctx, key)
+	}
+	return res, conflict, err
+}
+
+// syncOnce is one look at a request and its Secret.
+func (c *Controller) syncOnce(ctx context.Context, key types.NamespacedName) (res controller.Result, conflict bool, err error) {
 	req, err := c.requests.ServingCertRequests(key.Namespace).Get(key.Name)
 	if apierrors.IsNotFound(err) {
 		c.forgetConflict(key) // deleted: its Secret stays, no longer renewed
@@ -378,7 +393,7 @@ func (c *Controller) syncRequest(ctx context.Context, key types.NamespacedName) 
 	if !ok || ca == nil {
 		return controller.Result{After: notSigningRetry}, false, nil
 	}
-	secret, err := c.getSecret(ctx, req.Namespace, req.Spec.SecretName)
+	secret, err := c.getSecret(ctx, req)
 	if err != nil {
 		return res, false, err
 	}
@@ -415,11 +430,16 @@ func (c *Controller) syncRequest(ctx context.Context, key types.NamespacedName) 
 	return res, false, nil
 }
 
-// getSecret returns the secretView of namespace/name, or nil when it does not exist. A certapi Secret
-// comes from the cache; any other is read directly, since the cache holds only certapi's.
-func (c *Controller) getSecret(ctx context.Context, namespace, name string) (*secretView, error) {
+// getSecret returns the secretView of the Secret req names, or nil when it does not exist. A certapi
+// Secret comes from the cache; any other is read directly, since the cache holds only certapi's, except
+// for a new request (see mayAssumeAbsent), whose Secret is taken for absent without a read.
+func (c *Controller) getSecret(ctx context.Context, req *certapiv1alpha1.ServingCertRequest) (*secretView, error) {
+	namespace, name := req.Namespace, req.Spec.SecretName
 	if v := c.cachedSecret(namespace, name); v != nil {
 		return v, nil
+	}
+	if c.mayAssumeAbsent(req) {
+		return nil, nil
 	}
 	s, err := c.kube.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
@@ -429,6 +449,35 @@ func (c *Controller) getSecret(ctx context.Context, namespace, name string) (*se
 		return nil, fmt.Errorf("getting Secret %s/%s: %w", namespace, name, err)
 	}
 	return viewOf(s), nil
+}
+
+// mayAssumeAbsent reports whether the Secret of req, not in the cache, may be taken for absent without
+// reading it: req has never been issued a certificate nor given a Ready condition (it was just
+// created), and no create for it has found a Secret of that name yet. Then the create that follows
+// costs no read of kube-apiserver, and a Secret that does exist (a Helm chart's, another owner's) makes
+// it fail with AlreadyExists, after which the request's Secret is read before every write. All that
+// costs is the certificate signed for that create, which nobody ever sees.
+func (c *Controller) mayAssumeAbsent(req *certapiv1alpha1.ServingCertRequest) bool {
+	if req.Status.SerialNumber != "" || len(req.Status.Conditions) > 0 {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, read := c.readFirst[keyOf(req)]
+	_, reported := c.reported[keyOf(req)]
+	return !read && !reported
+}
+
+// mustReadFirst records that the Secret of key exists although its request took it for absent, and
+// reports whether that is news.
+func (c *Controller) mustReadFirst(key types.NamespacedName) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.readFirst[key]; ok {
+		return false
+	}
+	c.readFirst[key] = struct{}{}
+	return true
 }
 
 // cachedSecret returns the cache's view of namespace/name, nil when it holds none.
@@ -506,10 +555,11 @@ func (c *Controller) clearStaleConflict(req *certapiv1alpha1.ServingCertRequest)
 	c.status.SetReady(keyOf(req), ready)
 }
 
-// forgetConflict drops the conflict remembered for key.
+// forgetConflict drops the conflict remembered for key, and that its Secret must be read first.
 func (c *Controller) forgetConflict(key types.NamespacedName) {
 	c.mu.Lock()
 	delete(c.reported, key)
+	delete(c.readFirst, key)
 	c.mu.Unlock()
 }
 

@@ -24,6 +24,9 @@ import (
 // maxNoteLength bounds the text of an Event (events.k8s.io allows 1 KiB).
 const maxNoteLength = 1000
 
+// errExists says that a create found the Secret a new request took for absent (see mayAssumeAbsent).
+var errExists = errors.New("the Secret taken for absent exists")
+
 // issued is a certificate just signed for a request, with its key, before it is written.
 type issued struct {
 	*issuer.Result
@@ -85,6 +88,9 @@ func (c *Controller) deliver(ctx context.Context, req *certapiv1alpha1.ServingCe
 		return time.Time{}, err
 	}
 	written, err := c.write(ctx, req, secret, cert)
+	if secret == nil && apierrors.IsAlreadyExists(err) && c.mustReadFirst(key) {
+		return time.Time{}, errExists // taken for absent without a read, it exists: read it and decide again
+	}
 	if err != nil {
 		if !apierrors.IsConflict(err) && !apierrors.IsAlreadyExists(err) && !apierrors.IsNotFound(err) {
 			c.reportWriteFailure(req, secret, d, err, now)
