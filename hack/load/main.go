@@ -380,8 +380,9 @@ func (l *loader) memory(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("memory: certapi RSS %d MiB before, %d MiB right after creating %d ServingCertRequests (in %s), %d MiB 30 s after a GC (of which %d MiB anonymous: heap and stacks; the rest maps the binary)\n",
-		before.rss>>20, after.rss>>20, o.requests, created.Round(time.Millisecond), steady.rss>>20, steady.anon>>20)
+	fmt.Printf("memory: certapi RSS %s before, %s right after creating %d ServingCertRequests (in %s), %s 30 s after a GC "+
+		"(anonymous: heap and stacks; file: the pages of certapi's binary the kernel maps)\n",
+		before, after, o.requests, created.Round(time.Millisecond), steady)
 	return nil
 }
 
@@ -389,6 +390,11 @@ func (l *loader) memory(ctx context.Context) error {
 type memSample struct {
 	rss  int64 // all of it
 	anon int64 // its anonymous part: heap and stacks; the rest maps the binary
+}
+
+// String is the sample in MiB: all of it, then its anonymous and file parts.
+func (m memSample) String() string {
+	return fmt.Sprintf("%d MiB (%d anonymous, %d file)", m.rss>>20, m.anon>>20, (m.rss-m.anon)>>20)
 }
 
 // certapiMemory reads the resident memory of certapi (replica 0) of the --local control plane from
