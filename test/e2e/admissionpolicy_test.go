@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
 
+	"github.com/certapi/certapi/test/e2e/e2etest"
 	"github.com/certapi/certapi/test/framework"
 )
 
@@ -59,7 +60,7 @@ func mfCheckCABundleOnly(t *testing.T, own *framework.ControlPlane, sa *rest.Con
 	}
 	// A policy takes effect once kube-apiserver's admission plugin has seen it; certapi's own
 	// (caBundle) writes do not show that. Wait until a label change by the ServiceAccount is refused.
-	eventually(t, time.Minute, "the policies to take effect", func(context.Context) (bool, error) {
+	e2etest.Eventually(t, time.Minute, "the policies to take effect", func(context.Context) (bool, error) {
 		err := patch(asSA, gvrVWC, "mf-rbac", `{"op":"add","path":"/metadata/labels","value":{"probe":"x"}}`)
 		errCM := patch(asSA, gvrConfigMap, "trust", `{"op":"add","path":"/metadata/labels","value":{"probe":"x"}}`)
 		return err != nil && strings.Contains(err.Error(), "certapi-cabundle-only-webhooks") &&
@@ -177,7 +178,7 @@ func mfCheckCABundleOnly(t *testing.T, own *framework.ControlPlane, sa *rest.Con
 // at run time.
 func mfTypeCheckPolicies(t *testing.T, objs []*unstructured.Unstructured) {
 	t.Helper()
-	_, kube := clients(t, cp.AdminConfig)
+	_, kube := e2etest.Clients(t, cp.AdminConfig)
 	checker := &validating.TypeChecker{
 		SchemaResolver: &resolver.ClientDiscoveryResolver{Discovery: kube.Discovery()},
 		RestMapper:     restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(kube.Discovery())),

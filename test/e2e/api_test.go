@@ -15,12 +15,13 @@ import (
 
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	"github.com/certapi/certapi/pkg/generated/informers/externalversions"
+	"github.com/certapi/certapi/test/e2e/e2etest"
 )
 
 func TestServingCertRequestLifecycle(t *testing.T) {
 	ctx := context.Background()
-	c, kube := clients(t, cp.AdminConfig)
-	ns := namespace(t, kube)
+	c, kube := e2etest.Clients(t, cp.AdminConfig)
+	ns := e2etest.Namespace(t, kube)
 	scrs := c.CertapiV1alpha1().ServingCertRequests(ns)
 
 	w, err := scrs.Watch(ctx, metav1.ListOptions{})
@@ -29,7 +30,7 @@ func TestServingCertRequestLifecycle(t *testing.T) {
 	}
 	defer w.Stop()
 
-	created, err := scrs.Create(ctx, request("webhook", "webhook"), metav1.CreateOptions{})
+	created, err := scrs.Create(ctx, e2etest.Request("webhook", "webhook"), metav1.CreateOptions{})
 	if err != nil {
 		t.Fatalf("create: %v", err)
 	}
@@ -99,8 +100,8 @@ func TestServingCertRequestLifecycle(t *testing.T) {
 func TestInformersAndListers(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	c, kube := clients(t, cp.AdminConfig)
-	ns := namespace(t, kube)
+	c, kube := e2etest.Clients(t, cp.AdminConfig)
+	ns := e2etest.Namespace(t, kube)
 
 	factory := externalversions.NewSharedInformerFactoryWithOptions(c, 0, externalversions.WithNamespace(ns))
 	informer := factory.Certapi().V1alpha1().ServingCertRequests()
@@ -110,10 +111,10 @@ func TestInformersAndListers(t *testing.T) {
 	if !cache.WaitForCacheSync(ctx.Done(), informer.Informer().HasSynced) {
 		t.Fatal("informer did not sync")
 	}
-	if _, err := c.CertapiV1alpha1().ServingCertRequests(ns).Create(ctx, request("a", "svc-a"), metav1.CreateOptions{}); err != nil {
+	if _, err := c.CertapiV1alpha1().ServingCertRequests(ns).Create(ctx, e2etest.Request("a", "svc-a"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "the lister to see the request", func(context.Context) (bool, error) {
+	e2etest.Eventually(t, 30*time.Second, "the lister to see the request", func(context.Context) (bool, error) {
 		got, err := lister.ServingCertRequests(ns).Get("a")
 		if apierrors.IsNotFound(err) {
 			return false, nil
@@ -124,16 +125,16 @@ func TestInformersAndListers(t *testing.T) {
 
 func TestStatusSubresource(t *testing.T) {
 	ctx := context.Background()
-	c, kube := clients(t, cp.AdminConfig)
-	ns := namespace(t, kube)
+	c, kube := e2etest.Clients(t, cp.AdminConfig)
+	ns := e2etest.Namespace(t, kube)
 	scrs := c.CertapiV1alpha1().ServingCertRequests(ns)
 
-	obj, err := scrs.Create(ctx, request("s", "svc"), metav1.CreateOptions{})
+	obj, err := scrs.Create(ctx, e2etest.Request("s", "svc"), metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	// A create cannot set status.
-	withStatus := request("t", "svc")
+	withStatus := e2etest.Request("t", "svc")
 	withStatus.Status.SerialNumber = "abc"
 	created, err := scrs.Create(ctx, withStatus, metav1.CreateOptions{})
 	if err != nil {
@@ -175,7 +176,7 @@ func TestStatusSubresource(t *testing.T) {
 
 func TestCertificateAuthorityIsSingleAndUndeletable(t *testing.T) {
 	ctx := context.Background()
-	c, _ := clients(t, cp.AdminConfig)
+	c, _ := e2etest.Clients(t, cp.AdminConfig)
 	cas := c.CertapiV1alpha1().CertificateAuthorities()
 
 	_, err := cas.Create(ctx, &certapiv1alpha1.CertificateAuthority{ObjectMeta: metav1.ObjectMeta{Name: "second"}}, metav1.CreateOptions{})
@@ -207,15 +208,15 @@ func TestCertificateAuthorityIsSingleAndUndeletable(t *testing.T) {
 
 func TestDelegatedAuthorization(t *testing.T) {
 	ctx := context.Background()
-	_, kube := clients(t, cp.AdminConfig)
-	mine := namespace(t, kube)
-	other := namespace(t, kube)
+	_, kube := e2etest.Clients(t, cp.AdminConfig)
+	mine := e2etest.Namespace(t, kube)
+	other := e2etest.Namespace(t, kube)
 
 	cfg, err := cp.UserConfig("alice")
 	if err != nil {
 		t.Fatal(err)
 	}
-	alice, _ := clients(t, cfg)
+	alice, _ := e2etest.Clients(t, cfg)
 
 	// No RBAC at all: 403.
 	_, err = alice.CertapiV1alpha1().ServingCertRequests(mine).List(ctx, metav1.ListOptions{})
@@ -242,14 +243,14 @@ func TestDelegatedAuthorization(t *testing.T) {
 	if _, err := kube.RbacV1().RoleBindings(mine).Create(ctx, binding, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "alice's Role to take effect", func(ctx context.Context) (bool, error) {
-		_, err := alice.CertapiV1alpha1().ServingCertRequests(mine).Create(ctx, request("mine", "svc"), metav1.CreateOptions{})
+	e2etest.Eventually(t, 30*time.Second, "alice's Role to take effect", func(ctx context.Context) (bool, error) {
+		_, err := alice.CertapiV1alpha1().ServingCertRequests(mine).Create(ctx, e2etest.Request("mine", "svc"), metav1.CreateOptions{})
 		if apierrors.IsForbidden(err) {
 			return false, nil
 		}
 		return err == nil, err
 	})
-	_, err = alice.CertapiV1alpha1().ServingCertRequests(other).Create(ctx, request("theirs", "svc"), metav1.CreateOptions{})
+	_, err = alice.CertapiV1alpha1().ServingCertRequests(other).Create(ctx, e2etest.Request("theirs", "svc"), metav1.CreateOptions{})
 	if !apierrors.IsForbidden(err) {
 		t.Fatalf("create in another namespace: %v, want 403", err)
 	}

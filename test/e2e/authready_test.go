@@ -17,6 +17,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/certapi/certapi/test/e2e/e2etest"
 	"github.com/certapi/certapi/test/framework"
 )
 
@@ -32,7 +33,7 @@ import (
 // check says to restart.
 func TestNotReadyUntilDelegatedAuthIsUsable(t *testing.T) {
 	own := framework.StartT(t, framework.Options{SkipCertapi: true})
-	_, kube := clients(t, own.AdminConfig)
+	_, kube := e2etest.Clients(t, own.AdminConfig)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	bin, err := framework.CertapiBinary(ctx)
@@ -93,7 +94,7 @@ func TestNotReadyUntilDelegatedAuthIsUsable(t *testing.T) {
 	}
 
 	// Nothing usable: both checks fail, and the log says why.
-	eventually(t, 2*time.Minute, "/readyz to fail both delegated auth checks", func(ctx context.Context) (bool, error) {
+	e2etest.Eventually(t, 2*time.Minute, "/readyz to fail both delegated auth checks", func(ctx context.Context) (bool, error) {
 		if done, _ := p.Exited(); done {
 			return false, fmt.Errorf("certapi exited: %v", p.ExitError())
 		}
@@ -103,7 +104,7 @@ func TestNotReadyUntilDelegatedAuthIsUsable(t *testing.T) {
 		}
 		return strings.Contains(body, "[-]certapi-delegated-authentication failed") && strings.Contains(body, "[-]certapi-delegated-authorization failed"), nil
 	})
-	eventually(t, time.Minute, "the log to say why", func(context.Context) (bool, error) {
+	e2etest.Eventually(t, time.Minute, "the log to say why", func(context.Context) (bool, error) {
 		return logContains(t, logPath, "no request-header configuration") && logContains(t, logPath, "a SubjectAccessReview to kube-apiserver failed"), nil
 	})
 
@@ -125,7 +126,7 @@ func TestNotReadyUntilDelegatedAuthIsUsable(t *testing.T) {
 	}
 	// The client CA loads (the admin's client certificate is recognised, so the single checks answer it)
 	// and authorization answers; the request-header configuration stays missing.
-	eventually(t, 2*time.Minute, "the client CA to load and authorization to answer", func(ctx context.Context) (bool, error) {
+	e2etest.Eventually(t, 2*time.Minute, "the client CA to load and authorization to answer", func(ctx context.Context) (bool, error) {
 		if code, _ := get(ctx, "/readyz/certapi-delegated-authorization"); code != http.StatusOK {
 			return false, nil
 		}
@@ -149,14 +150,14 @@ func TestNotReadyUntilDelegatedAuthIsUsable(t *testing.T) {
 func TestRestartsNeverAnswer401Or403(t *testing.T) {
 	const restarts, workers = 10, 4
 	own := framework.StartT(t, framework.Options{})
-	c, kube := clients(t, own.AdminConfig)
-	ns := namespace(t, kube)
-	if _, err := c.CertapiV1alpha1().ServingCertRequests(ns).Create(context.Background(), request("restarts", "restarts"), metav1.CreateOptions{}); err != nil {
+	c, kube := e2etest.Clients(t, own.AdminConfig)
+	ns := e2etest.Namespace(t, kube)
+	if _, err := c.CertapiV1alpha1().ServingCertRequests(ns).Create(context.Background(), e2etest.Request("restarts", "restarts"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	grantServingCerts(t, kube, ns, "issuer", "restarts")
-	issuer, _ := clients(t, serviceAccountConfigOn(t, own, kube, ns, "issuer"))
-	body := servingCert(csrPEM(t, ecKey(t, elliptic.P256())), nil)
+	issuer, _ := e2etest.Clients(t, serviceAccountConfigOn(t, own, kube, ns, "issuer"))
+	body := e2etest.ServingCert(e2etest.CSRPEM(t, e2etest.ECKey(t, elliptic.P256())), nil)
 	issueOnce := func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
@@ -164,7 +165,7 @@ func TestRestartsNeverAnswer401Or403(t *testing.T) {
 		return err
 	}
 	// Setup only, before any restart: the Role has to reach kube-apiserver's RBAC first.
-	eventually(t, time.Minute, "the issuer ServiceAccount to get a certificate", func(context.Context) (bool, error) {
+	e2etest.Eventually(t, time.Minute, "the issuer ServiceAccount to get a certificate", func(context.Context) (bool, error) {
 		return issueOnce() == nil, nil
 	})
 
@@ -232,7 +233,7 @@ func TestRestartsNeverAnswer401Or403(t *testing.T) {
 			t.Fatalf("restart %d: %v", i+1, err)
 		}
 		before := okCount()
-		eventually(t, time.Minute, fmt.Sprintf("a certificate after restart %d", i+1), func(context.Context) (bool, error) {
+		e2etest.Eventually(t, time.Minute, fmt.Sprintf("a certificate after restart %d", i+1), func(context.Context) (bool, error) {
 			return okCount() > before, nil
 		})
 	}

@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/certapi/certapi/test/e2e/e2etest"
 	"github.com/certapi/certapi/test/framework"
 )
 
@@ -63,29 +64,29 @@ func ptr[T any](v T) *T { return &v }
 
 func TestServingCertsAuthorization(t *testing.T) {
 	ctx := context.Background()
-	admin, kube := clients(t, cp.AdminConfig)
-	ns := namespace(t, kube)
+	admin, kube := e2etest.Clients(t, cp.AdminConfig)
+	ns := e2etest.Namespace(t, kube)
 	for _, n := range []string{"a", "b"} {
-		if _, err := admin.CertapiV1alpha1().ServingCertRequests(ns).Create(ctx, request(n, "svc-"+n), metav1.CreateOptions{}); err != nil {
+		if _, err := admin.CertapiV1alpha1().ServingCertRequests(ns).Create(ctx, e2etest.Request(n, "svc-"+n), metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	csr := csrPEM(t, ecKey(t, elliptic.P256()))
-	issue(t, ns, "a", servingCert(csr, nil)) // the leader is up
+	csr := e2etest.CSRPEM(t, e2etest.ECKey(t, elliptic.P256()))
+	issue(t, ns, "a", e2etest.ServingCert(csr, nil)) // the leader is up
 
 	// The webhook's ServiceAccount may issue for its own request, named, and nothing else.
 	webhook := serviceAccountConfig(t, kube, ns, "webhook")
 	grant(t, kube, ns, "webhook-cert", rbacv1.Subject{Kind: "ServiceAccount", Name: "webhook", Namespace: ns},
 		rbacv1.PolicyRule{APIGroups: []string{"certapi.dev"}, Resources: []string{"servingcertrequests/servingcerts"}, Verbs: []string{"create"}, ResourceNames: []string{"a"}})
-	wc, _ := clients(t, webhook)
-	eventually(t, 30*time.Second, "the webhook's Role to take effect", func(ctx context.Context) (bool, error) {
-		_, err := wc.CertapiV1alpha1().ServingCertRequests(ns).CreateServingCert(ctx, "a", servingCert(csr, nil), metav1.CreateOptions{})
+	wc, _ := e2etest.Clients(t, webhook)
+	e2etest.Eventually(t, 30*time.Second, "the webhook's Role to take effect", func(ctx context.Context) (bool, error) {
+		_, err := wc.CertapiV1alpha1().ServingCertRequests(ns).CreateServingCert(ctx, "a", e2etest.ServingCert(csr, nil), metav1.CreateOptions{})
 		if apierrors.IsForbidden(err) {
 			return false, nil
 		}
 		return err == nil, err
 	})
-	_, err := wc.CertapiV1alpha1().ServingCertRequests(ns).CreateServingCert(ctx, "b", servingCert(csr, nil), metav1.CreateOptions{})
+	_, err := wc.CertapiV1alpha1().ServingCertRequests(ns).CreateServingCert(ctx, "b", e2etest.ServingCert(csr, nil), metav1.CreateOptions{})
 	if !apierrors.IsForbidden(err) {
 		t.Fatalf("issuing for b with resourceNames [a]: %v, want 403", err)
 	}
@@ -94,21 +95,21 @@ func TestServingCertsAuthorization(t *testing.T) {
 	writer := serviceAccountConfig(t, kube, ns, "writer")
 	grant(t, kube, ns, "writer", rbacv1.Subject{Kind: "ServiceAccount", Name: "writer", Namespace: ns},
 		rbacv1.PolicyRule{APIGroups: []string{"certapi.dev"}, Resources: []string{"servingcertrequests"}, Verbs: []string{"create", "get"}})
-	writerClient, _ := clients(t, writer)
-	eventually(t, 30*time.Second, "the writer's Role to take effect", func(ctx context.Context) (bool, error) {
+	writerClient, _ := e2etest.Clients(t, writer)
+	e2etest.Eventually(t, 30*time.Second, "the writer's Role to take effect", func(ctx context.Context) (bool, error) {
 		_, err := writerClient.CertapiV1alpha1().ServingCertRequests(ns).Get(ctx, "a", metav1.GetOptions{})
 		if apierrors.IsForbidden(err) {
 			return false, nil
 		}
 		return err == nil, err
 	})
-	_, err = writerClient.CertapiV1alpha1().ServingCertRequests(ns).CreateServingCert(ctx, "a", servingCert(csr, nil), metav1.CreateOptions{})
+	_, err = writerClient.CertapiV1alpha1().ServingCertRequests(ns).CreateServingCert(ctx, "a", e2etest.ServingCert(csr, nil), metav1.CreateOptions{})
 	if !apierrors.IsForbidden(err) {
 		t.Fatalf("issuing with only create servingcertrequests: %v, want 403", err)
 	}
 
 	// Setting secretName needs create and update on that Secret: the writer lacks both.
-	withSecret := request("with-secret", "svc")
+	withSecret := e2etest.Request("with-secret", "svc")
 	withSecret.Spec.SecretName = "svc-tls"
 	_, err = writerClient.CertapiV1alpha1().ServingCertRequests(ns).Create(ctx, withSecret, metav1.CreateOptions{})
 	if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "may not create secrets") {
@@ -121,7 +122,7 @@ func TestServingCertsAuthorization(t *testing.T) {
 	grant(t, kube, ns, "writer-secrets", rbacv1.Subject{Kind: "ServiceAccount", Name: "writer", Namespace: ns},
 		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"create"}},
 		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"update"}, ResourceNames: []string{"svc-tls"}})
-	eventually(t, 30*time.Second, "secretName to be accepted once the writer may create and update the Secret", func(ctx context.Context) (bool, error) {
+	e2etest.Eventually(t, 30*time.Second, "secretName to be accepted once the writer may create and update the Secret", func(ctx context.Context) (bool, error) {
 		_, err := writerClient.CertapiV1alpha1().ServingCertRequests(ns).Create(ctx, withSecret, metav1.CreateOptions{})
 		if apierrors.IsForbidden(err) {
 			return false, nil

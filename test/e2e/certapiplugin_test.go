@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/certapi/certapi/pkg/cmd/kubectlcertapi"
+	"github.com/certapi/certapi/test/e2e/e2etest"
 	"github.com/certapi/certapi/test/framework"
 )
 
@@ -23,11 +24,11 @@ func TestKubectlCertapi(t *testing.T) {
 		CertapiReplicaArgs: framework.LeaderIdentityArgs,
 		CertapiArgs:        []string{"--rotation-grace=2s", "--max-certificate-duration=20s"},
 	})
-	c, kube := clients(t, own.AdminConfig)
-	ns := namespace(t, kube)
+	c, kube := e2etest.Clients(t, own.AdminConfig)
+	ns := e2etest.Namespace(t, kube)
 	run := newPluginRunnerFor(t, buildPluginNamed(t, "kubectl-certapi"), own.Kubeconfig).kubectl
 	certapi := func(args ...string) pluginRun { t.Helper(); return run(append([]string{"certapi"}, args...)...) }
-	old := activeSerial(t, own)
+	old := e2etest.ActiveSerial(t, own)
 	deliveredRequest(t, c, kube, ns, "web")
 
 	t.Run("kubectl finds the plugin and its help", func(t *testing.T) {
@@ -117,7 +118,7 @@ func TestKubectlCertapi(t *testing.T) {
 	t.Run("distrust refuses without --yes", func(t *testing.T) {
 		res := certapi("distrust")
 		res.failedWith(t, "distrust is the emergency path", "stop the Active CA "+old+" from signing", "Run it again with --yes")
-		if got := caObject(t, c).Spec.Distrust; got != "" {
+		if got := e2etest.CAObject(t, c).Spec.Distrust; got != "" {
 			t.Fatalf("spec.distrust = %q after a refusal", got)
 		}
 	})
@@ -137,7 +138,7 @@ func TestKubectlCertapi(t *testing.T) {
 				t.Errorf("rotate --wait lacks %q", want)
 			}
 		}
-		if got := caObject(t, c).Status.Active.SerialNumber; got != rotated {
+		if got := e2etest.CAObject(t, c).Status.Active.SerialNumber; got != rotated {
 			t.Fatalf("Active is %s after rotate --wait, want %s", got, rotated)
 		}
 		out := certapi("inspect", "secret", "web-tls", "-n", ns).succeeded(t).stdout
@@ -159,13 +160,13 @@ func TestKubectlCertapi(t *testing.T) {
 			!strings.Contains(res.stdout, "Rotating=True (Distrusted)") {
 			t.Errorf("distrust --wait did not show its steps:\n%s", res.stdout)
 		}
-		for _, cert := range caObject(t, c).Status.Certificates {
+		for _, cert := range e2etest.CAObject(t, c).Status.Certificates {
 			if cert.SerialNumber == rotated {
-				t.Fatalf("the distrusted CA %s is still in the bundle: %+v", rotated, caObject(t, c).Status.Certificates)
+				t.Fatalf("the distrusted CA %s is still in the bundle: %+v", rotated, e2etest.CAObject(t, c).Status.Certificates)
 			}
 		}
 		// The Secret was re-issued by the new CA before the distrusted one left.
-		eventually(t, 30*time.Second, "inspect to show the Secret from the Active CA", func(context.Context) (bool, error) {
+		e2etest.Eventually(t, 30*time.Second, "inspect to show the Secret from the Active CA", func(context.Context) (bool, error) {
 			out := certapi("inspect", "secret", "web-tls", "-n", ns).stdout
 			return strings.Contains(out, "Signed by:       Active CA") && strings.Contains(out, "No problems found."), nil
 		})

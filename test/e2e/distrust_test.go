@@ -18,6 +18,7 @@ import (
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	"github.com/certapi/certapi/pkg/generated/clientset/versioned"
 	"github.com/certapi/certapi/pkg/signer"
+	"github.com/certapi/certapi/test/e2e/e2etest"
 	"github.com/certapi/certapi/test/framework"
 )
 
@@ -55,7 +56,7 @@ func injectionTarget(t *testing.T, kube kubernetes.Interface, ns string) string 
 func injectedBundle(t *testing.T, kube kubernetes.Interface, name string, ok func([]byte) bool) []byte {
 	t.Helper()
 	var got []byte
-	eventually(t, 30*time.Second, "the caBundle injected into "+name, func(ctx context.Context) (bool, error) {
+	e2etest.Eventually(t, 30*time.Second, "the caBundle injected into "+name, func(ctx context.Context) (bool, error) {
 		vwc, err := kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return false, nil
@@ -83,7 +84,7 @@ func holdsCA(bundle []byte, serial string) bool {
 // distrust sets spec.distrust.
 func distrust(t *testing.T, c versioned.Interface, value string) {
 	t.Helper()
-	ca := caObject(t, c)
+	ca := e2etest.CAObject(t, c)
 	ca.Spec.Distrust = value
 	if _, err := c.CertapiV1alpha1().CertificateAuthorities().Update(context.Background(), ca, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
@@ -97,9 +98,9 @@ func distrust(t *testing.T, c versioned.Interface, value string) {
 func TestDistrustIgnoresSecretsNobodyReissues(t *testing.T) {
 	ctx := context.Background()
 	own := framework.StartT(t, framework.Options{})
-	c, kube := clients(t, own.AdminConfig)
-	ns := namespace(t, kube)
-	old := activeSerial(t, own)
+	c, kube := e2etest.Clients(t, own.AdminConfig)
+	ns := e2etest.Namespace(t, kube)
+	old := e2etest.ActiveSerial(t, own)
 	target := injectionTarget(t, kube, ns)
 
 	deliveredRequest(t, c, kube, ns, "live")
@@ -123,19 +124,19 @@ func TestDistrustIgnoresSecretsNobodyReissues(t *testing.T) {
 
 	distrust(t, c, "leaked")
 	// The live Secret is re-issued by the new CA...
-	eventually(t, 30*time.Second, "the live Secret to be re-issued by the new CA", func(ctx context.Context) (bool, error) {
+	e2etest.Eventually(t, 30*time.Second, "the live Secret to be re-issued by the new CA", func(ctx context.Context) (bool, error) {
 		s, err := kube.CoreV1().Secrets(ns).Get(ctx, "live-tls", metav1.GetOptions{})
 		if err != nil {
 			return false, nil
 		}
-		active := caObject(t, c).Status.Active.SerialNumber
-		return active != old && issuerSerialOf(t, string(s.Data["tls.crt"]), string(s.Data["ca.crt"])) == active, nil
+		active := e2etest.CAObject(t, c).Status.Active.SerialNumber
+		return active != old && e2etest.IssuerSerialOf(t, string(s.Data["tls.crt"]), string(s.Data["ca.crt"])) == active, nil
 	})
 	reissued := time.Now()
 	// ...and within seconds the distrusted CA is gone from the CA's bundle, every injected bundle and
 	// every delivered ca.crt, although two labelled Secrets still hold its certificates.
-	eventually(t, 30*time.Second, "the distrusted CA to leave the CertificateAuthority's bundle", func(context.Context) (bool, error) {
-		return !holdsCA([]byte(caObject(t, c).Status.CABundle), old), nil
+	e2etest.Eventually(t, 30*time.Second, "the distrusted CA to leave the CertificateAuthority's bundle", func(context.Context) (bool, error) {
+		return !holdsCA([]byte(e2etest.CAObject(t, c).Status.CABundle), old), nil
 	})
 	injectedBundle(t, kube, target, func(b []byte) bool { return !holdsCA(b, old) })
 	waitSecret(t, kube, ns, "live-tls", func(s *corev1.Secret) bool { return !holdsCA(s.Data["ca.crt"], old) })
@@ -154,7 +155,7 @@ func TestDistrustIgnoresSecretsNobodyReissues(t *testing.T) {
 			t.Errorf("certapi re-issued Secret %s, which no request names", name)
 		}
 	}
-	st := caObject(t, c).Status
+	st := e2etest.CAObject(t, c).Status
 	if st.Distrust == nil || st.Distrust.Completion != certapiv1alpha1.DistrustCompletionReissued || st.Distrust.CompletedAt == nil {
 		t.Fatalf("status.distrust %+v: want completed, Reissued", st.Distrust)
 	}
@@ -205,7 +206,7 @@ func freezeSecret(t *testing.T, kube kubernetes.Interface, ns, name string) {
 		_ = kube.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Delete(context.Background(), policyName, metav1.DeleteOptions{})
 		_ = kube.AdmissionregistrationV1().ValidatingAdmissionPolicies().Delete(context.Background(), policyName, metav1.DeleteOptions{})
 	})
-	eventually(t, 30*time.Second, "the policy to freeze Secret "+name, func(ctx context.Context) (bool, error) {
+	e2etest.Eventually(t, 30*time.Second, "the policy to freeze Secret "+name, func(ctx context.Context) (bool, error) {
 		s, err := kube.CoreV1().Secrets(ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return false, err
@@ -221,9 +222,9 @@ func freezeSecret(t *testing.T, kube kubernetes.Interface, ns, name string) {
 // the distrusted CA leaves every bundle regardless, with a Warning Event and a log line.
 func TestDistrustDeadlineForcesTheDrop(t *testing.T) {
 	own := framework.StartT(t, framework.Options{CertapiArgs: []string{"--distrust-deadline=20s"}})
-	c, kube := clients(t, own.AdminConfig)
-	ns := namespace(t, kube)
-	old := activeSerial(t, own)
+	c, kube := e2etest.Clients(t, own.AdminConfig)
+	ns := e2etest.Namespace(t, kube)
+	old := e2etest.ActiveSerial(t, own)
 	target := injectionTarget(t, kube, ns)
 	deliveredRequest(t, c, kube, ns, "live")
 	deliveredRequest(t, c, kube, ns, "stuck")
@@ -232,8 +233,8 @@ func TestDistrustDeadlineForcesTheDrop(t *testing.T) {
 	distrust(t, c, "leaked")
 	// Pending: the status says which CA is distrusted, what the distrust waits for, and until when.
 	var pending *certapiv1alpha1.CertificateAuthorityStatus
-	eventually(t, 15*time.Second, "status.distrust to name the Secret it waits for", func(context.Context) (bool, error) {
-		st := caObject(t, c).Status
+	e2etest.Eventually(t, 15*time.Second, "status.distrust to name the Secret it waits for", func(context.Context) (bool, error) {
+		st := e2etest.CAObject(t, c).Status
 		d := st.Distrust
 		if d == nil || d.CompletedAt != nil || d.PendingSecrets == nil || !slices.Equal(d.PendingSecrets.Names, []string{ns + "/stuck-tls"}) {
 			return false, nil
@@ -258,8 +259,8 @@ func TestDistrustDeadlineForcesTheDrop(t *testing.T) {
 	}
 
 	// At the deadline the distrusted CA leaves every bundle, although stuck-tls still holds its certificate.
-	eventually(t, 60*time.Second, "the distrusted CA to leave the CertificateAuthority's bundle at the deadline", func(context.Context) (bool, error) {
-		return !holdsCA([]byte(caObject(t, c).Status.CABundle), old), nil
+	e2etest.Eventually(t, 60*time.Second, "the distrusted CA to leave the CertificateAuthority's bundle at the deadline", func(context.Context) (bool, error) {
+		return !holdsCA([]byte(e2etest.CAObject(t, c).Status.CABundle), old), nil
 	})
 	injectedBundle(t, kube, target, func(b []byte) bool { return !holdsCA(b, old) })
 	waitSecret(t, kube, ns, "live-tls", func(s *corev1.Secret) bool { return !holdsCA(s.Data["ca.crt"], old) })
@@ -267,15 +268,15 @@ func TestDistrustDeadlineForcesTheDrop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := issuerSerialOf(t, string(stuck.Data["tls.crt"]), string(stuck.Data["ca.crt"])); got != old {
+	if got := e2etest.IssuerSerialOf(t, string(stuck.Data["tls.crt"]), string(stuck.Data["ca.crt"])); got != old {
 		t.Fatalf("stuck-tls was re-issued (by %s): the policy did not hold it back", got)
 	}
-	d = caObject(t, c).Status.Distrust
+	d = e2etest.CAObject(t, c).Status.Distrust
 	if d == nil || d.Completion != certapiv1alpha1.DistrustCompletionDeadline || d.CompletedAt == nil ||
 		d.PendingSecrets == nil || !slices.Equal(d.PendingSecrets.Names, []string{ns + "/stuck-tls"}) {
 		t.Errorf("status.distrust %+v: want completed by Deadline, stuck-tls left behind", d)
 	}
-	if cond := meta.FindStatusCondition(caObject(t, c).Status.Conditions, certapiv1alpha1.ConditionRotating); cond == nil || cond.Status != metav1.ConditionFalse {
+	if cond := meta.FindStatusCondition(e2etest.CAObject(t, c).Status.Conditions, certapiv1alpha1.ConditionRotating); cond == nil || cond.Status != metav1.ConditionFalse {
 		t.Errorf("Rotating condition %+v after the deadline: want False", cond)
 	}
 	waitCAEvents(t, kube, corev1.EventTypeWarning, "Distrust", "DistrustDeadline")

@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/certapi/certapi/pkg/signer"
+	"github.com/certapi/certapi/test/e2e/e2etest"
 	"github.com/certapi/certapi/test/framework"
 )
 
@@ -43,14 +44,14 @@ func TestCAKeysEncryptedAtRest(t *testing.T) {
 		t.Fatal(err)
 	}
 	own := framework.StartT(t, framework.Options{EncryptionConfig: config})
-	serial := activeSerial(t, own)
+	serial := e2etest.ActiveSerial(t, own)
 
 	etcd, err := own.EtcdClient()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer etcd.Close()
-	resp, err := etcd.Get(context.Background(), caKey)
+	resp, err := etcd.Get(context.Background(), e2etest.CAKey)
 	if err != nil || len(resp.Kvs) != 1 {
 		t.Fatalf("CA record: %v, %d keys", err, len(resp.Kvs))
 	}
@@ -74,16 +75,16 @@ func TestCAKeysEncryptedAtRest(t *testing.T) {
 	if err := own.WaitAPIServiceAvailable(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if got := activeSerial(t, own); got != serial {
+	if got := e2etest.ActiveSerial(t, own); got != serial {
 		t.Fatalf("after a restart the CA is %s, want %s", got, serial)
 	}
 	// It still signs with it.
-	c, kube := clients(t, own.AdminConfig)
-	ns := namespace(t, kube)
-	if _, err := c.CertapiV1alpha1().ServingCertRequests(ns).Create(context.Background(), request("enc", "enc"), metav1.CreateOptions{}); err != nil {
+	c, kube := e2etest.Clients(t, own.AdminConfig)
+	ns := e2etest.Namespace(t, kube)
+	if _, err := c.CertapiV1alpha1().ServingCertRequests(ns).Create(context.Background(), e2etest.Request("enc", "enc"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	out := issueOn(t, own, ns, "enc", servingCert(csrPEM(t, ecKey(t, elliptic.P256())), nil))
+	out := issueOn(t, own, ns, "enc", e2etest.ServingCert(e2etest.CSRPEM(t, e2etest.ECKey(t, elliptic.P256())), nil))
 	if !sameCA(t, out.Status.CABundle, serial) {
 		t.Fatal("the certificate after the restart is not from the same CA")
 	}

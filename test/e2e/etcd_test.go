@@ -9,15 +9,16 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/certapi/certapi/test/e2e/e2etest"
 	"github.com/certapi/certapi/test/framework"
 )
 
 // TestObjectsAreInEtcd reads the raw key of a ServingCertRequest from etcd, under certapi's prefix.
 func TestObjectsAreInEtcd(t *testing.T) {
 	ctx := context.Background()
-	c, kube := clients(t, cp.AdminConfig)
-	ns := namespace(t, kube)
-	if _, err := c.CertapiV1alpha1().ServingCertRequests(ns).Create(ctx, request("stored", "svc"), metav1.CreateOptions{}); err != nil {
+	c, kube := e2etest.Clients(t, cp.AdminConfig)
+	ns := e2etest.Namespace(t, kube)
+	if _, err := c.CertapiV1alpha1().ServingCertRequests(ns).Create(ctx, e2etest.Request("stored", "svc"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	etcd, err := clientv3.New(clientv3.Config{Endpoints: []string{cp.EtcdEndpoint}, DialTimeout: 10 * time.Second})
@@ -43,9 +44,9 @@ func TestObjectsAreInEtcd(t *testing.T) {
 func TestEmbeddedEtcdSurvivesRestart(t *testing.T) {
 	ctx := context.Background()
 	own := framework.StartT(t, framework.Options{CertapiEmbeddedEtcd: true})
-	c, kube := clients(t, own.AdminConfig)
-	ns := namespace(t, kube)
-	if _, err := c.CertapiV1alpha1().ServingCertRequests(ns).Create(ctx, request("durable", "svc"), metav1.CreateOptions{}); err != nil {
+	c, kube := e2etest.Clients(t, own.AdminConfig)
+	ns := e2etest.Namespace(t, kube)
+	if _, err := c.CertapiV1alpha1().ServingCertRequests(ns).Create(ctx, e2etest.Request("durable", "svc"), metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create: %v", err)
 	}
 	if !logContains(t, own.Logs()["certapi"], "Starting embedded etcd") {
@@ -60,7 +61,7 @@ func TestEmbeddedEtcdSurvivesRestart(t *testing.T) {
 	if err := own.WaitAPIServiceAvailable(ctx); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 60*time.Second, "the request to be served again after the restart", func(ctx context.Context) (bool, error) {
+	e2etest.Eventually(t, 60*time.Second, "the request to be served again after the restart", func(ctx context.Context) (bool, error) {
 		got, err := c.CertapiV1alpha1().ServingCertRequests(ns).Get(ctx, "durable", metav1.GetOptions{})
 		if err != nil {
 			return false, nil // the aggregator may still be reconnecting

@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/certapi/certapi/test/e2e/e2etest"
 	"github.com/certapi/certapi/test/framework"
 )
 
@@ -30,9 +31,9 @@ func TestIdleMakesNoAPICalls(t *testing.T) {
 	// -v=6 logs every request certapi makes, so a failure shows which one it was.
 	own := framework.StartT(t, framework.Options{CertapiArgs: []string{"-v=6"}})
 	ctx := context.Background()
-	c, kube := clients(t, own.AdminConfig)
-	ns := namespace(t, kube)
-	req := request("idle", "idle")
+	c, kube := e2etest.Clients(t, own.AdminConfig)
+	ns := e2etest.Namespace(t, kube)
+	req := e2etest.Request("idle", "idle")
 	req.Spec.SecretName = "idle-tls"
 	if _, err := c.CertapiV1alpha1().ServingCertRequests(ns).Create(ctx, req, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -54,7 +55,7 @@ func TestIdleMakesNoAPICalls(t *testing.T) {
 	t.Cleanup(func() {
 		_ = kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(context.Background(), created.Name, metav1.DeleteOptions{})
 	})
-	eventually(t, 60*time.Second, "the Secret delivered and the webhook configuration injected", func(ctx context.Context) (bool, error) {
+	e2etest.Eventually(t, 60*time.Second, "the Secret delivered and the webhook configuration injected", func(ctx context.Context) (bool, error) {
 		s, err := kube.CoreV1().Secrets(ns).Get(ctx, "idle-tls", metav1.GetOptions{})
 		if err != nil {
 			return false, nil
@@ -68,7 +69,7 @@ func TestIdleMakesNoAPICalls(t *testing.T) {
 
 	// Settled: the count stops moving (the status writes and Events of the work above have gone out).
 	var before float64
-	eventually(t, 30*time.Second, "certapi's API calls to settle", func(ctx context.Context) (bool, error) {
+	e2etest.Eventually(t, 30*time.Second, "certapi's API calls to settle", func(ctx context.Context) (bool, error) {
 		n, err := restClientRequests(ctx, own)
 		if err != nil {
 			return false, err

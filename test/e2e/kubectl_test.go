@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/certapi/certapi/test/e2e/e2etest"
 )
 
 // kubectlPath prefers the kubectl that `make tools` builds (same version as kube-apiserver), then PATH.
@@ -49,8 +51,8 @@ func kubectlResult(t *testing.T, args ...string) (string, string, error) {
 }
 
 func TestKubectl(t *testing.T) {
-	c, kube := clients(t, cp.AdminConfig)
-	ns := namespace(t, kube)
+	c, kube := e2etest.Clients(t, cp.AdminConfig)
+	ns := e2etest.Namespace(t, kube)
 
 	if out := kubectl(t, "create", "-n", ns, "-f", testdata("servingcertrequest.yaml")); !strings.Contains(out, "servingcertrequest.certapi.dev/from-yaml created") {
 		t.Fatalf("create -f: %q", out)

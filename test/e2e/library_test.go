@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/certapi/certapi/pkg/servingcert"
+	"github.com/certapi/certapi/test/e2e/e2etest"
 	"github.com/certapi/certapi/test/framework"
 )
 
@@ -36,9 +37,9 @@ import (
 // servingcerts); the refused CA watch is reported once and does not get in the way.
 func TestLibraryServesFromMemoryWithLeastPrivilege(t *testing.T) {
 	ctx := context.Background()
-	admin, kube := clients(t, cp.AdminConfig)
-	ns := namespace(t, kube)
-	if _, err := admin.CertapiV1alpha1().ServingCertRequests(ns).Create(ctx, request("hook", "hook"), metav1.CreateOptions{}); err != nil {
+	admin, kube := e2etest.Clients(t, cp.AdminConfig)
+	ns := e2etest.Namespace(t, kube)
+	if _, err := admin.CertapiV1alpha1().ServingCertRequests(ns).Create(ctx, e2etest.Request("hook", "hook"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	saConfig := serviceAccountConfig(t, kube, ns, "webhook")
@@ -60,7 +61,7 @@ func TestLibraryServesFromMemoryWithLeastPrivilege(t *testing.T) {
 	if _, err := probeWebhook(ctx, addr, nil, serverName); err == nil {
 		t.Fatal("a handshake succeeded before any certificate was issued")
 	}
-	eventually(t, 10*time.Second, "the server to log why the handshake failed", func(context.Context) (bool, error) {
+	e2etest.Eventually(t, 10*time.Second, "the server to log why the handshake failed", func(context.Context) (bool, error) {
 		return strings.Contains(serverLog.String(), "no serving certificate issued yet"), nil
 	})
 
@@ -93,7 +94,7 @@ func TestLibraryServesFromMemoryWithLeastPrivilege(t *testing.T) {
 	if err := src.Checker()(nil); err != nil || !src.Ready() {
 		t.Errorf("Ready %v, Checker %v", src.Ready(), err)
 	}
-	eventually(t, 30*time.Second, "the refused CA watch to be reported", func(context.Context) (bool, error) {
+	e2etest.Eventually(t, 30*time.Second, "the refused CA watch to be reported", func(context.Context) (bool, error) {
 		return logs.count("Not allowed to watch CertificateAuthority/default") == 1, nil
 	})
 	if strings.Contains(logs.String(), "PRIVATE KEY") {
@@ -107,9 +108,9 @@ func TestLibraryServesFromMemoryWithLeastPrivilege(t *testing.T) {
 // documented Role and ClusterRole, so the CA watch runs too.
 func TestLibraryRenewsWithoutRestartUnderHandshakes(t *testing.T) {
 	ctx := context.Background()
-	admin, kube := clients(t, cp.AdminConfig)
-	ns := namespace(t, kube)
-	req := request("renew", "renew")
+	admin, kube := e2etest.Clients(t, cp.AdminConfig)
+	ns := e2etest.Namespace(t, kube)
+	req := e2etest.Request("renew", "renew")
 	req.Spec.Duration = &metav1.Duration{Duration: time.Hour}
 	req.Spec.RenewBefore = &metav1.Duration{Duration: 59*time.Minute + 57*time.Second}
 	if _, err := admin.CertapiV1alpha1().ServingCertRequests(ns).Create(ctx, req, metav1.CreateOptions{}); err != nil {
@@ -137,7 +138,7 @@ func TestLibraryRenewsWithoutRestartUnderHandshakes(t *testing.T) {
 
 	loop := startHandshakeLoop(t, src, addr, "renew."+ns+".svc")
 	begin := time.Now()
-	eventually(t, 60*time.Second, "four distinct certificates seen by the client", func(context.Context) (bool, error) {
+	e2etest.Eventually(t, 60*time.Second, "four distinct certificates seen by the client", func(context.Context) (bool, error) {
 		return loop.distinct() >= 4, nil
 	})
 	st := loop.finish()
@@ -166,9 +167,9 @@ func TestLibraryRenewsWithoutRestartUnderHandshakes(t *testing.T) {
 func TestLibraryKeepsServingWhileCertapiIsDown(t *testing.T) {
 	own := framework.StartT(t, framework.Options{})
 	ctx := context.Background()
-	admin, kube := clients(t, own.AdminConfig)
-	ns := namespace(t, kube)
-	req := request("outage", "outage")
+	admin, kube := e2etest.Clients(t, own.AdminConfig)
+	ns := e2etest.Namespace(t, kube)
+	req := e2etest.Request("outage", "outage")
 	req.Spec.Duration = &metav1.Duration{Duration: time.Hour}
 	req.Spec.RenewBefore = &metav1.Duration{Duration: 59*time.Minute + 57*time.Second}
 	if _, err := admin.CertapiV1alpha1().ServingCertRequests(ns).Create(ctx, req, metav1.CreateOptions{}); err != nil {
@@ -190,7 +191,7 @@ func TestLibraryKeepsServingWhileCertapiIsDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	loop := startHandshakeLoop(t, src, addr, "outage."+ns+".svc")
-	eventually(t, 60*time.Second, "a renewal before the outage", func(context.Context) (bool, error) {
+	e2etest.Eventually(t, 60*time.Second, "a renewal before the outage", func(context.Context) (bool, error) {
 		return loop.distinct() >= 2, nil
 	})
 
@@ -199,7 +200,7 @@ func TestLibraryKeepsServingWhileCertapiIsDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	beforeOutage := loop.distinct()
-	eventually(t, 60*time.Second, "three failed renewals logged", func(context.Context) (bool, error) {
+	e2etest.Eventually(t, 60*time.Second, "three failed renewals logged", func(context.Context) (bool, error) {
 		return logs.count("Renewing the serving certificate failed") >= 3, nil
 	})
 	for _, line := range logs.matching("Renewing the serving certificate failed") {
@@ -220,7 +221,7 @@ func TestLibraryKeepsServingWhileCertapiIsDown(t *testing.T) {
 	if err := own.WaitAPIServiceAvailable(startCtx); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 60*time.Second, "a renewal after certapi is back", func(context.Context) (bool, error) {
+	e2etest.Eventually(t, 60*time.Second, "a renewal after certapi is back", func(context.Context) (bool, error) {
 		return loop.distinct() > beforeOutage, nil
 	})
 	st := loop.finish()
@@ -270,7 +271,7 @@ func grantCAReader(t *testing.T, kube kubernetes.Interface, ns, sa string) {
 		_ = kube.RbacV1().ClusterRoleBindings().Delete(context.Background(), name, metav1.DeleteOptions{})
 	})
 	user := "system:serviceaccount:" + ns + ":" + sa
-	eventually(t, 30*time.Second, "the CA reader ClusterRole to take effect", func(ctx context.Context) (bool, error) {
+	e2etest.Eventually(t, 30*time.Second, "the CA reader ClusterRole to take effect", func(ctx context.Context) (bool, error) {
 		r, err := kube.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
 			User: user, Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"},
 			ResourceAttributes: &authorizationv1.ResourceAttributes{Group: "certapi.dev", Resource: "certificateauthorities", Name: "default", Verb: "watch"},

@@ -14,9 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 
-	"github.com/certapi/certapi/pkg/generated/clientset/versioned"
 	"github.com/certapi/certapi/test/framework"
 )
 
@@ -88,20 +86,6 @@ func keyMaterialIn(own *framework.ControlPlane) []string {
 		}
 	}
 	return leaks
-}
-
-// clients returns a certapi clientset and a Kubernetes clientset for config.
-func clients(t *testing.T, config *rest.Config) (versioned.Interface, kubernetes.Interface) {
-	t.Helper()
-	c, err := versioned.NewForConfig(config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	k, err := kubernetes.NewForConfig(config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c, k
 }
 
 // testdata returns the path of a file under test/e2e/testdata.

@@ -42,6 +42,7 @@ import (
 	apiregistrationv1 "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
 	aggregatorclient "k8s.io/kube-aggregator/pkg/client/clientset_generated/clientset"
 
+	"github.com/certapi/certapi/test/e2e/e2etest"
 	"github.com/certapi/certapi/test/framework"
 )
 
@@ -114,7 +115,7 @@ func TestManifests(t *testing.T) {
 	})
 
 	t.Run("server-side dry run", func(t *testing.T) {
-		_, kube := clients(t, cp.AdminConfig)
+		_, kube := e2etest.Clients(t, cp.AdminConfig)
 		mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(kube.Discovery()))
 		for _, dir := range mfSortedKeys(ks) {
 			k := ks[dir]
@@ -169,8 +170,8 @@ func TestManifests(t *testing.T) {
 		// certapi-system enforces the restricted profile (base/namespace.yaml), so a pod template that
 		// breaks it would never run. Create each pod template for real in a namespace that enforces it
 		// too, with dryRun, so that the PodSecurity admission plugin rules on it.
-		_, kube := clients(t, cp.AdminConfig)
-		ns := namespace(t, kube)
+		_, kube := e2etest.Clients(t, cp.AdminConfig)
+		ns := e2etest.Namespace(t, kube)
 		nsObj, err := kube.CoreV1().Namespaces().Get(context.Background(), ns, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
@@ -1127,7 +1128,7 @@ resources:
 	}
 
 	// 1. kube-apiserver trusts certapi: certapi injected its own CA into its APIService.
-	c, kube := clients(t, own.AdminConfig)
+	c, kube := e2etest.Clients(t, own.AdminConfig)
 	agg := mfAggregator(t, own)
 	waitFor("APIService v1alpha1.certapi.dev Available", 2*time.Minute, func(ctx context.Context) (bool, error) {
 		s, err := agg.ApiregistrationV1().APIServices().Get(ctx, "v1alpha1.certapi.dev", metav1.GetOptions{})
@@ -1147,8 +1148,8 @@ resources:
 	})
 
 	// 2. A Secret is delivered into a namespace that asks.
-	ns := namespace(t, kube)
-	scr := request("rbac", "webhook")
+	ns := e2etest.Namespace(t, kube)
+	scr := e2etest.Request("rbac", "webhook")
 	scr.Spec.SecretName = "webhook-tls"
 	if _, err := c.CertapiV1alpha1().ServingCertRequests(ns).Create(ctx, scr, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)

@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
+	"github.com/certapi/certapi/test/e2e/e2etest"
 	"github.com/certapi/certapi/test/framework"
 )
 
@@ -130,8 +131,8 @@ func (p pluginRun) failedWith(t *testing.T, msgs ...string) {
 
 func TestPlugin(t *testing.T) {
 	ctx := context.Background()
-	c, kube := clients(t, cp.AdminConfig)
-	ns := namespace(t, kube)
+	c, kube := e2etest.Clients(t, cp.AdminConfig)
+	ns := e2etest.Namespace(t, kube)
 	scrs := c.CertapiV1alpha1().ServingCertRequests(ns)
 	kubectlCreate := newPluginRunner(t, buildPlugin(t)).create
 
@@ -281,7 +282,7 @@ func TestPlugin(t *testing.T) {
 	t.Run("--kubeconfig and -n", func(t *testing.T) {
 		// A copy of the admin kubeconfig whose context's namespace is another one; KUBECONFIG still names
 		// the original, which has none (so "default").
-		other := namespace(t, kube)
+		other := e2etest.Namespace(t, kube)
 		cfg, err := clientcmd.LoadFromFile(cp.Kubeconfig)
 		if err != nil {
 			t.Fatal(err)

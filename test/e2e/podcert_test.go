@@ -21,6 +21,7 @@ import (
 
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	"github.com/certapi/certapi/pkg/signer"
+	"github.com/certapi/certapi/test/e2e/e2etest"
 	"github.com/certapi/certapi/test/framework"
 )
 
@@ -114,7 +115,7 @@ func (p *podCert) condition(t *testing.T) metav1.Condition {
 func trustBundle(t *testing.T, kube kubernetes.Interface) (*certificatesv1.ClusterTrustBundle, *x509.CertPool) {
 	t.Helper()
 	var b *certificatesv1.ClusterTrustBundle
-	eventually(t, 30*time.Second, "the ClusterTrustBundle "+ctbName, func(ctx context.Context) (bool, error) {
+	e2etest.Eventually(t, 30*time.Second, "the ClusterTrustBundle "+ctbName, func(ctx context.Context) (bool, error) {
 		var err error
 		b, err = kube.CertificatesV1().ClusterTrustBundles().Get(ctx, ctbName, metav1.GetOptions{})
 		return err == nil, nil
@@ -174,21 +175,21 @@ func verifyIssued(t *testing.T, p *podCert, roots *x509.CertPool, svc string, wa
 // exist yet waits for it; everything else is denied with the API's reasons or certapi's.
 func TestPodCertificates(t *testing.T) {
 	ctx := context.Background()
-	c, kube := clients(t, cp.AdminConfig)
-	ns, elsewhere := namespace(t, kube), namespace(t, kube)
+	c, kube := e2etest.Clients(t, cp.AdminConfig)
+	ns, elsewhere := e2etest.Namespace(t, kube), e2etest.Namespace(t, kube)
 	node, err := cp.NewNode(ctx, "pcr-node-"+ns)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = kube.CoreV1().Nodes().Delete(context.Background(), node.Name, metav1.DeleteOptions{}) })
-	web := request("web", "web")
+	web := e2etest.Request("web", "web")
 	web.Spec.DNSNames = []string{"*.web." + ns + ".svc"}
 	web.Spec.RenewBefore = &metav1.Duration{Duration: 20 * time.Minute}
 	web.Spec.ServiceAccountNames = []string{"web"}
 	if _, err := c.CertapiV1alpha1().ServingCertRequests(ns).Create(ctx, web, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	other := request("other", "other")
+	other := e2etest.Request("other", "other")
 	other.Spec.ServiceAccountNames = []string{"web"}
 	if _, err := c.CertapiV1alpha1().ServingCertRequests(elsewhere).Create(ctx, other, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -204,7 +205,7 @@ func TestPodCertificates(t *testing.T) {
 		}
 		// The request's status shows the latest certificate, by any path, and an Event names the pod.
 		serial := signer.FormatSerialNumber(leaf.SerialNumber)
-		eventually(t, 10*time.Second, "the request's status to show the pod's certificate", func(ctx context.Context) (bool, error) {
+		e2etest.Eventually(t, 10*time.Second, "the request's status to show the pod's certificate", func(ctx context.Context) (bool, error) {
 			r, err := c.CertapiV1alpha1().ServingCertRequests(ns).Get(ctx, "web", metav1.GetOptions{})
 			return err == nil && r.Status.SerialNumber == serial, nil
 		})
@@ -260,7 +261,7 @@ func TestPodCertificates(t *testing.T) {
 		if answered := framework.PodCertificateRequestAnswered(pcr); answered != "" {
 			t.Fatalf("a PodCertificateRequest whose ServingCertRequest does not exist yet is %s; want it pending", answered)
 		}
-		late := request("other", "other")
+		late := e2etest.Request("other", "other")
 		late.Spec.ServiceAccountNames = []string{"web"}
 		late.Spec.RenewBefore = &metav1.Duration{Duration: 20 * time.Minute}
 		if _, err := c.CertapiV1alpha1().ServingCertRequests(ns).Create(ctx, late, metav1.CreateOptions{}); err != nil {
@@ -306,7 +307,7 @@ func TestPodCertificates(t *testing.T) {
 		}
 		want := []string{`certapi_issuances_total{path="pcr",result="issued"}`, `certapi_issuances_total{path="pcr",result="denied"}`,
 			`certapi_issuance_duration_seconds_bucket{path="pcr"`}
-		eventually(t, 10*time.Second, "the pcr metrics", func(ctx context.Context) (bool, error) {
+		e2etest.Eventually(t, 10*time.Second, "the pcr metrics", func(ctx context.Context) (bool, error) {
 			resp, err := client.Get(cp.CertapiURL + "/metrics")
 			if err != nil {
 				return false, nil
@@ -327,7 +328,7 @@ func TestPodCertificates(t *testing.T) {
 // text.
 func waitEvent(t *testing.T, kube kubernetes.Interface, ns, kind, name, eventType, reason, text string) {
 	t.Helper()
-	eventually(t, 30*time.Second, fmt.Sprintf("a %s Event %s on %s %s mentioning %q", eventType, reason, kind, name, text), func(ctx context.Context) (bool, error) {
+	e2etest.Eventually(t, 30*time.Second, fmt.Sprintf("a %s Event %s on %s %s mentioning %q", eventType, reason, kind, name, text), func(ctx context.Context) (bool, error) {
 		evs, err := kube.EventsV1().Events(ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return false, nil
@@ -349,13 +350,13 @@ func TestPodCertificatesThroughRotation(t *testing.T) {
 	ctx := context.Background()
 	// A long --max-certificate-duration: a pod certificate must last an hour.
 	own := framework.StartT(t, framework.Options{CertapiArgs: []string{"--rotation-grace=2s"}})
-	c, kube := clients(t, own.AdminConfig)
-	ns := namespace(t, kube)
+	c, kube := e2etest.Clients(t, own.AdminConfig)
+	ns := e2etest.Namespace(t, kube)
 	node, err := own.NewNode(ctx, "rotation-node")
 	if err != nil {
 		t.Fatal(err)
 	}
-	req := request("web", "web")
+	req := e2etest.Request("web", "web")
 	req.Spec.ServiceAccountNames = []string{"web"}
 	req.Spec.RenewBefore = &metav1.Duration{Duration: 8 * time.Hour}
 	if _, err := c.CertapiV1alpha1().ServingCertRequests(ns).Create(ctx, req, metav1.CreateOptions{}); err != nil {
@@ -365,7 +366,7 @@ func TestPodCertificatesThroughRotation(t *testing.T) {
 	if _, err := kube.CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	old := activeSerial(t, own)
+	old := e2etest.ActiveSerial(t, own)
 	holds := func(ctx context.Context, serial string) (ctb, configMap bool) {
 		b, err := kube.CertificatesV1().ClusterTrustBundles().Get(ctx, ctbName, metav1.GetOptions{})
 		ctb = err == nil && bundleHas(b.Spec.TrustBundle, serial)
@@ -373,7 +374,7 @@ func TestPodCertificatesThroughRotation(t *testing.T) {
 		configMap = err == nil && bundleHas(m.Data["ca.crt"], serial)
 		return ctb, configMap
 	}
-	eventually(t, 30*time.Second, "the ClusterTrustBundle and the ConfigMap to hold the Active CA", func(ctx context.Context) (bool, error) {
+	e2etest.Eventually(t, 30*time.Second, "the ClusterTrustBundle and the ConfigMap to hold the Active CA", func(ctx context.Context) (bool, error) {
 		a, b := holds(ctx, old)
 		return a && b, nil
 	})
@@ -383,14 +384,14 @@ func TestPodCertificatesThroughRotation(t *testing.T) {
 
 	// Nobody may update the ClusterTrustBundle or the ConfigMap: kube-apiserver refuses certapi's writes.
 	unblock := blockUpdates(t, kube, ns)
-	c0 := caObject(t, c)
+	c0 := e2etest.CAObject(t, c)
 	c0.Spec.ForceRotation = "pcr-1"
 	if _, err := c.CertapiV1alpha1().CertificateAuthorities().Update(ctx, c0, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	var next string
-	eventually(t, 30*time.Second, "the Next CA published", func(context.Context) (bool, error) {
-		for _, cert := range caObject(t, c).Status.Certificates {
+	e2etest.Eventually(t, 30*time.Second, "the Next CA published", func(context.Context) (bool, error) {
+		for _, cert := range e2etest.CAObject(t, c).Status.Certificates {
 			if cert.Role == certapiv1alpha1.CARoleNext {
 				next = cert.SerialNumber
 			}
@@ -399,15 +400,15 @@ func TestPodCertificatesThroughRotation(t *testing.T) {
 	})
 	// The gate stays closed past the grace period while they cannot take the bundle.
 	stays(t, 6*time.Second, "the Next CA signs while the ClusterTrustBundle and the ConfigMap lack it", func(ctx context.Context) bool {
-		return caObject(t, c).Status.Active.SerialNumber != old
+		return e2etest.CAObject(t, c).Status.Active.SerialNumber != old
 	})
 	if a, b := holds(ctx, next); a || b {
 		t.Fatalf("the blocked targets hold the Next CA (ClusterTrustBundle %v, ConfigMap %v)", a, b)
 	}
 	unblock()
 	// Once they can, they take it, and only then does it sign.
-	eventually(t, 30*time.Second, "the switch", func(ctx context.Context) (bool, error) {
-		return caObject(t, c).Status.Active.SerialNumber == next, nil
+	e2etest.Eventually(t, 30*time.Second, "the switch", func(ctx context.Context) (bool, error) {
+		return e2etest.CAObject(t, c).Status.Active.SerialNumber == next, nil
 	})
 	if a, b := holds(ctx, next); !a || !b {
 		t.Fatalf("the Next CA signs but the ClusterTrustBundle (%v) or the ConfigMap (%v) lacks it", a, b)
@@ -415,7 +416,7 @@ func TestPodCertificatesThroughRotation(t *testing.T) {
 	after := podCertificate(t, node, ns, "web-1", "web", certSource("web", "ECDSAP256", nil, nil))
 	_, roots = trustBundle(t, kube)
 	verifyIssued(t, after, roots, "web", 24*time.Hour, 8*time.Hour)
-	if got := issuerSerialOf(t, after.pcr.Status.CertificateChain, caObject(t, c).Status.CABundle); got != next {
+	if got := e2etest.IssuerSerialOf(t, after.pcr.Status.CertificateChain, e2etest.CAObject(t, c).Status.CABundle); got != next {
 		t.Errorf("a pod certificate after the switch is from %s, want %s", got, next)
 	}
 	// The pod certificate from before the switch still verifies: the old CA is Retiring, still trusted.
@@ -477,7 +478,7 @@ func blockUpdates(t *testing.T, kube kubernetes.Interface, ns string) func() {
 	}
 	t.Cleanup(lift)
 	// kube-apiserver enforces a policy once its informer has it: probe with dry-run updates until both are refused.
-	eventually(t, 30*time.Second, "the policy to refuse updates", func(ctx context.Context) (bool, error) {
+	e2etest.Eventually(t, 30*time.Second, "the policy to refuse updates", func(ctx context.Context) (bool, error) {
 		b, err := kube.CertificatesV1().ClusterTrustBundles().Get(ctx, ctbName, metav1.GetOptions{})
 		if err != nil {
 			return false, nil
@@ -494,7 +495,7 @@ func blockUpdates(t *testing.T, kube kubernetes.Interface, ns string) func() {
 	})
 	return func() {
 		lift()
-		eventually(t, 30*time.Second, "the policy to be lifted", func(ctx context.Context) (bool, error) {
+		e2etest.Eventually(t, 30*time.Second, "the policy to be lifted", func(ctx context.Context) (bool, error) {
 			m, err := kube.CoreV1().ConfigMaps(ns).Get(ctx, "gated", metav1.GetOptions{})
 			if err != nil {
 				return false, nil
@@ -530,8 +531,8 @@ func ptrTo[T any](v T) *T { return &v }
 // verifies against the ClusterTrustBundle; a key type certapi does not sign ends as kubelet's "denied".
 func TestPodCertificatesFromKubeletsManager(t *testing.T) {
 	ctx := context.Background()
-	c, kube := clients(t, cp.AdminConfig)
-	ns := namespace(t, kube)
+	c, kube := e2etest.Clients(t, cp.AdminConfig)
+	ns := e2etest.Namespace(t, kube)
 	node, err := cp.NewNode(ctx, "kubelet-"+ns)
 	if err != nil {
 		t.Fatal(err)
@@ -546,7 +547,7 @@ func TestPodCertificatesFromKubeletsManager(t *testing.T) {
 			t.Errorf("stopping podcertnode: %v", err)
 		}
 	})
-	req := request("web", "web")
+	req := e2etest.Request("web", "web")
 	req.Spec.RenewBefore = &metav1.Duration{Duration: 20 * time.Minute}
 	req.Spec.ServiceAccountNames = []string{"web"}
 	if _, err := c.CertapiV1alpha1().ServingCertRequests(ns).Create(ctx, req, metav1.CreateOptions{}); err != nil {
@@ -569,7 +570,7 @@ func TestPodCertificatesFromKubeletsManager(t *testing.T) {
 		}
 		var bundle []byte
 		var why string
-		eventually(t, pcrTimeout, "kubelet's manager to fill the volume of "+name, func(context.Context) (bool, error) {
+		e2etest.Eventually(t, pcrTimeout, "kubelet's manager to fill the volume of "+name, func(context.Context) (bool, error) {
 			bundle, why = kubelet.Volume(pod, "tls", 0)
 			return bundle != nil || strings.Contains(why, "permanently"), nil
 		})

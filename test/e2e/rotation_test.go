@@ -14,7 +14,7 @@ import (
 
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	"github.com/certapi/certapi/pkg/generated/clientset/versioned"
-	"github.com/certapi/certapi/pkg/signer"
+	"github.com/certapi/certapi/test/e2e/e2etest"
 	"github.com/certapi/certapi/test/framework"
 )
 
@@ -22,15 +22,6 @@ import (
 // period and certificates of at most 20 s, so a Retiring CA leaves the bundle 20 s after the switch.
 func rotationPlane(t *testing.T) *framework.ControlPlane {
 	return framework.StartT(t, framework.Options{CertapiArgs: []string{"--rotation-grace=2s", "--max-certificate-duration=20s"}})
-}
-
-func caObject(t *testing.T, c versioned.Interface) *certapiv1alpha1.CertificateAuthority {
-	t.Helper()
-	ca, err := c.CertapiV1alpha1().CertificateAuthorities().Get(context.Background(), "default", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ca
 }
 
 func roles(ca *certapiv1alpha1.CertificateAuthority) map[certapiv1alpha1.CertificateAuthorityRole]int {
@@ -44,26 +35,26 @@ func roles(ca *certapiv1alpha1.CertificateAuthority) map[certapiv1alpha1.Certifi
 func TestForcedRotationRunsToTheEnd(t *testing.T) {
 	ctx := context.Background()
 	own := rotationPlane(t)
-	c, kube := clients(t, own.AdminConfig)
-	ns := namespace(t, kube)
-	old := activeSerial(t, own)
+	c, kube := e2etest.Clients(t, own.AdminConfig)
+	ns := e2etest.Namespace(t, kube)
+	old := e2etest.ActiveSerial(t, own)
 
 	deliveredRequest(t, c, kube, ns, "rot")
 	// A request served only through the subresource, never re-issued during the rotation.
-	if _, err := c.CertapiV1alpha1().ServingCertRequests(ns).Create(ctx, request("plain", "plain"), metav1.CreateOptions{}); err != nil {
+	if _, err := c.CertapiV1alpha1().ServingCertRequests(ns).Create(ctx, e2etest.Request("plain", "plain"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	issueOn(t, own, ns, "plain", servingCert(csrPEM(t, ecKey(t, elliptic.P256())), nil))
+	issueOn(t, own, ns, "plain", e2etest.ServingCert(e2etest.CSRPEM(t, e2etest.ECKey(t, elliptic.P256())), nil))
 
-	ca := caObject(t, c)
+	ca := e2etest.CAObject(t, c)
 	ca.Spec.ForceRotation = "e2e-1"
 	if _, err := c.CertapiV1alpha1().CertificateAuthorities().Update(ctx, ca, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	// Next is published first: trusted everywhere before it signs.
 	var nextSerial string
-	eventually(t, 30*time.Second, "the Next CA in the bundle, or the switch", func(context.Context) (bool, error) {
-		ca := caObject(t, c)
+	e2etest.Eventually(t, 30*time.Second, "the Next CA in the bundle, or the switch", func(context.Context) (bool, error) {
+		ca := e2etest.CAObject(t, c)
 		for _, cert := range ca.Status.Certificates {
 			if cert.Role == certapiv1alpha1.CARoleNext {
 				nextSerial = cert.SerialNumber
@@ -72,35 +63,35 @@ func TestForcedRotationRunsToTheEnd(t *testing.T) {
 		return nextSerial != "" || ca.Status.Active.SerialNumber != old, nil
 	})
 	// Then the switch: the new CA signs, the old one is Retiring, and the Secret's ca.crt holds both.
-	eventually(t, 30*time.Second, "the switch", func(context.Context) (bool, error) {
-		ca := caObject(t, c)
+	e2etest.Eventually(t, 30*time.Second, "the switch", func(context.Context) (bool, error) {
+		ca := e2etest.CAObject(t, c)
 		r := roles(ca)
 		return ca.Status.Active.SerialNumber != old && r[certapiv1alpha1.CARoleRetiring] == 1, nil
 	})
-	newSerial := caObject(t, c).Status.Active.SerialNumber
+	newSerial := e2etest.CAObject(t, c).Status.Active.SerialNumber
 	if nextSerial != "" && nextSerial != newSerial {
 		t.Errorf("Active is %s, want the published Next %s", newSerial, nextSerial)
 	}
-	out := issueOn(t, own, ns, "rot", servingCert(csrPEM(t, ecKey(t, elliptic.P256())), nil))
-	leafCA := issuerSerialOf(t, out.Status.Certificate, out.Status.CABundle)
+	out := issueOn(t, own, ns, "rot", e2etest.ServingCert(e2etest.CSRPEM(t, e2etest.ECKey(t, elliptic.P256())), nil))
+	leafCA := e2etest.IssuerSerialOf(t, out.Status.Certificate, out.Status.CABundle)
 	if leafCA != newSerial {
 		t.Errorf("a certificate issued after the switch is from %s, want %s", leafCA, newSerial)
 	}
-	s := waitSecret(t, kube, ns, "rot-tls", func(s *corev1.Secret) bool { return bundleSize(s.Data["ca.crt"]) == 2 })
+	s := waitSecret(t, kube, ns, "rot-tls", func(s *corev1.Secret) bool { return e2etest.BundleSize(s.Data["ca.crt"]) == 2 })
 	verifySecret(t, s, "rot", ns)
 	// Finally the Retiring CA leaves, 20 s (the maximum certificate lifetime here) after the switch.
-	eventually(t, 60*time.Second, "the Retiring CA to leave the bundle", func(context.Context) (bool, error) {
-		ca := caObject(t, c)
-		return len(ca.Status.Certificates) == 1 && bundleSize([]byte(ca.Status.CABundle)) == 1, nil
+	e2etest.Eventually(t, 60*time.Second, "the Retiring CA to leave the bundle", func(context.Context) (bool, error) {
+		ca := e2etest.CAObject(t, c)
+		return len(ca.Status.Certificates) == 1 && e2etest.BundleSize([]byte(ca.Status.CABundle)) == 1, nil
 	})
 	// Every request's status follows the bundle, including one nobody re-issued.
-	final := caObject(t, c).Status.CABundle
-	eventually(t, 30*time.Second, "the plain request's status.caBundle to follow", func(ctx context.Context) (bool, error) {
+	final := e2etest.CAObject(t, c).Status.CABundle
+	e2etest.Eventually(t, 30*time.Second, "the plain request's status.caBundle to follow", func(ctx context.Context) (bool, error) {
 		r, err := c.CertapiV1alpha1().ServingCertRequests(ns).Get(ctx, "plain", metav1.GetOptions{})
 		return err == nil && r.Status.CABundle == final, nil
 	})
-	s = waitSecret(t, kube, ns, "rot-tls", func(s *corev1.Secret) bool { return bundleSize(s.Data["ca.crt"]) == 1 })
-	if got := issuerSerialOf(t, string(s.Data["tls.crt"]), string(s.Data["ca.crt"])); got != newSerial {
+	s = waitSecret(t, kube, ns, "rot-tls", func(s *corev1.Secret) bool { return e2etest.BundleSize(s.Data["ca.crt"]) == 1 })
+	if got := e2etest.IssuerSerialOf(t, string(s.Data["tls.crt"]), string(s.Data["ca.crt"])); got != newSerial {
 		t.Errorf("the Secret's certificate is from %s, want %s", got, newSerial)
 	}
 	// Every step is an Event regarding the CertificateAuthority, readable from kube-apiserver.
@@ -111,7 +102,7 @@ func TestForcedRotationRunsToTheEnd(t *testing.T) {
 // reported by certapi's rotation; their notes carry no key material.
 func waitCAEvents(t *testing.T, kube kubernetes.Interface, eventType string, reasons ...string) {
 	t.Helper()
-	eventually(t, 30*time.Second, fmt.Sprintf("the CertificateAuthority's Events %v", reasons), func(ctx context.Context) (bool, error) {
+	e2etest.Eventually(t, 30*time.Second, fmt.Sprintf("the CertificateAuthority's Events %v", reasons), func(ctx context.Context) (bool, error) {
 		evs, err := kube.EventsV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return false, nil
@@ -140,14 +131,14 @@ func waitCAEvents(t *testing.T, kube kubernetes.Interface, eventType string, rea
 func TestDistrustReplacesTheCAAtOnce(t *testing.T) {
 	ctx := context.Background()
 	own := rotationPlane(t)
-	c, kube := clients(t, own.AdminConfig)
-	ns := namespace(t, kube)
-	old := activeSerial(t, own)
+	c, kube := e2etest.Clients(t, own.AdminConfig)
+	ns := e2etest.Namespace(t, kube)
+	old := e2etest.ActiveSerial(t, own)
 	deliveredRequest(t, c, kube, ns, "dis")
 	// A webhook on pkg/servingcert, called through kube-apiserver every 100 ms during the distrust.
 	w := startWebhook(t, own, ns, "guard", admissionHandler(t))
 	registerValidatingWebhook(t, kube, w)
-	eventually(t, 30*time.Second, "the webhook to answer through kube-apiserver", func(ctx context.Context) (bool, error) {
+	e2etest.Eventually(t, 30*time.Second, "the webhook to answer through kube-apiserver", func(ctx context.Context) (bool, error) {
 		_, err := kube.CoreV1().ConfigMaps(ns).Create(ctx, configMap(fmt.Sprintf("warm-%d", time.Now().UnixNano())), metav1.CreateOptions{})
 		return err == nil, nil
 	})
@@ -170,25 +161,25 @@ func TestDistrustReplacesTheCAAtOnce(t *testing.T) {
 		}
 	}()
 
-	ca := caObject(t, c)
+	ca := e2etest.CAObject(t, c)
 	ca.Spec.Distrust = "key-leaked"
 	if _, err := c.CertapiV1alpha1().CertificateAuthorities().Update(ctx, ca, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	// Well before any Retiring period could end: new Active, Secret re-issued, old CA gone.
 	start := time.Now()
-	eventually(t, 15*time.Second, "the distrusted CA to leave the bundle", func(context.Context) (bool, error) {
-		ca := caObject(t, c)
+	e2etest.Eventually(t, 15*time.Second, "the distrusted CA to leave the bundle", func(context.Context) (bool, error) {
+		ca := e2etest.CAObject(t, c)
 		return ca.Status.Active.SerialNumber != old && len(ca.Status.Certificates) == 1, nil
 	})
 	t.Logf("distrusted CA dropped %s after the request", time.Since(start).Round(time.Millisecond))
-	s := waitSecret(t, kube, ns, "dis-tls", func(s *corev1.Secret) bool { return bundleSize(s.Data["ca.crt"]) == 1 })
-	if got := issuerSerialOf(t, string(s.Data["tls.crt"]), string(s.Data["ca.crt"])); got == old {
+	s := waitSecret(t, kube, ns, "dis-tls", func(s *corev1.Secret) bool { return e2etest.BundleSize(s.Data["ca.crt"]) == 1 })
+	if got := e2etest.IssuerSerialOf(t, string(s.Data["tls.crt"]), string(s.Data["ca.crt"])); got == old {
 		t.Fatal("the Secret still holds a certificate from the distrusted CA")
 	}
 	// The library re-issued at once on the Distrusted signal, so its webhook never lost trust.
 	cert, err := w.source.GetCertificate(nil)
-	if err != nil || issuerSerialOf(t, pemOf(cert), caObject(t, c).Status.CABundle) == old {
+	if err != nil || e2etest.IssuerSerialOf(t, pemOf(cert), e2etest.CAObject(t, c).Status.CABundle) == old {
 		t.Fatalf("the webhook still serves a certificate from the distrusted CA (%v)", err)
 	}
 	waitCAEvents(t, kube, corev1.EventTypeWarning, "Distrust")
@@ -201,38 +192,10 @@ func TestDistrustReplacesTheCAAtOnce(t *testing.T) {
 	}
 }
 
-// issuerSerialOf returns the serial of the CA in bundle that signed certPEM.
-func issuerSerialOf(t *testing.T, certPEM, bundle string) string {
-	t.Helper()
-	leaf, err := signer.ParseBundle([]byte(certPEM))
-	if err != nil || len(leaf) != 1 {
-		t.Fatalf("parsing the certificate: %v", err)
-	}
-	cas, err := signer.ParseBundle([]byte(bundle))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, ca := range cas {
-		if leaf[0].CheckSignatureFrom(ca) == nil {
-			return signer.FormatSerialNumber(ca.SerialNumber)
-		}
-	}
-	t.Fatal("no CA in the bundle signed the certificate")
-	return ""
-}
-
-func bundleSize(pem []byte) int {
-	certs, err := signer.ParseBundle(pem)
-	if err != nil {
-		return -1
-	}
-	return len(certs)
-}
-
 // deliveredRequest creates a request for Service name with secretName <name>-tls and waits for the Secret.
 func deliveredRequest(t *testing.T, c versioned.Interface, kube kubernetes.Interface, ns, name string) {
 	t.Helper()
-	req := request(name, name)
+	req := e2etest.Request(name, name)
 	req.Spec.SecretName = name + "-tls"
 	if _, err := c.CertapiV1alpha1().ServingCertRequests(ns).Create(context.Background(), req, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)

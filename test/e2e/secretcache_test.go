@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/certapi/certapi/test/e2e/e2etest"
 	"github.com/certapi/certapi/test/framework"
 )
 
@@ -69,8 +70,8 @@ func bigSecrets(t *testing.T, kube kubernetes.Interface, ns, prefix string, n, s
 func TestLabelledSecretsDoNotGrowTheLeader(t *testing.T) {
 	ctx := context.Background()
 	own := framework.StartT(t, framework.Options{})
-	c, kube := clients(t, own.AdminConfig)
-	ns := namespace(t, kube)
+	c, kube := e2etest.Clients(t, own.AdminConfig)
+	ns := e2etest.Namespace(t, kube)
 	// The marker's Secret, deleted and re-created by certapi, tells when the leader's Secret cache has
 	// seen every Secret event before it (a watch delivers events in order).
 	deliveredRequest(t, c, kube, ns, "marker")
@@ -83,7 +84,7 @@ func TestLabelledSecretsDoNotGrowTheLeader(t *testing.T) {
 		if err := kube.CoreV1().Secrets(ns).Delete(ctx, "marker-tls", metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, 60*time.Second, "certapi to re-create the marker Secret", func(ctx context.Context) (bool, error) {
+		e2etest.Eventually(t, 60*time.Second, "certapi to re-create the marker Secret", func(ctx context.Context) (bool, error) {
 			s, err := kube.CoreV1().Secrets(ns).Get(ctx, "marker-tls", metav1.GetOptions{})
 			return err == nil && s.UID != old.UID && len(s.Data["tls.crt"]) > 0, nil
 		})

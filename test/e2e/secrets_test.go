@@ -18,6 +18,7 @@ import (
 
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	"github.com/certapi/certapi/pkg/generated/clientset/versioned"
+	"github.com/certapi/certapi/test/e2e/e2etest"
 )
 
 // verifySecret checks a delivered Secret: tls.crt verifies against ca.crt for the Service, and tls.key
@@ -51,7 +52,7 @@ func verifySecret(t *testing.T, s *corev1.Secret, svc, ns string) string {
 func waitSecret(t *testing.T, kube kubernetes.Interface, ns, name string, ok func(*corev1.Secret) bool) *corev1.Secret {
 	t.Helper()
 	var got *corev1.Secret
-	eventually(t, 60*time.Second, "Secret "+ns+"/"+name, func(ctx context.Context) (bool, error) {
+	e2etest.Eventually(t, 60*time.Second, "Secret "+ns+"/"+name, func(ctx context.Context) (bool, error) {
 		s, err := kube.CoreV1().Secrets(ns).Get(ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return false, nil
@@ -68,7 +69,7 @@ func waitSecret(t *testing.T, kube kubernetes.Interface, ns, name string, ok fun
 func waitReady(t *testing.T, c versioned.Interface, ns, name string, status metav1.ConditionStatus, reason string) *certapiv1alpha1.ServingCertRequest {
 	t.Helper()
 	var got *certapiv1alpha1.ServingCertRequest
-	eventually(t, 60*time.Second, "request "+name+" Ready="+string(status)+" "+reason, func(ctx context.Context) (bool, error) {
+	e2etest.Eventually(t, 60*time.Second, "request "+name+" Ready="+string(status)+" "+reason, func(ctx context.Context) (bool, error) {
 		r, err := c.CertapiV1alpha1().ServingCertRequests(ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return false, err
@@ -82,10 +83,10 @@ func waitReady(t *testing.T, c versioned.Interface, ns, name string, status meta
 
 func TestSecretDelivery(t *testing.T) {
 	ctx := context.Background()
-	c, kube := clients(t, cp.AdminConfig)
-	ns := namespace(t, kube)
+	c, kube := e2etest.Clients(t, cp.AdminConfig)
+	ns := e2etest.Namespace(t, kube)
 
-	req := request("web", "web")
+	req := e2etest.Request("web", "web")
 	req.Spec.SecretName = "web-tls"
 	req.Spec.KeyAlgorithm = certapiv1alpha1.KeyAlgorithmRSA2048
 	if _, err := c.CertapiV1alpha1().ServingCertRequests(ns).Create(ctx, req, metav1.CreateOptions{}); err != nil {
@@ -129,7 +130,7 @@ func TestSecretDelivery(t *testing.T) {
 		if err := c.CertapiV1alpha1().ServingCertRequests(ns).Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, 10*time.Second, "the request to be gone", func(ctx context.Context) (bool, error) {
+		e2etest.Eventually(t, 10*time.Second, "the request to be gone", func(ctx context.Context) (bool, error) {
 			_, err := c.CertapiV1alpha1().ServingCertRequests(ns).Get(ctx, "web", metav1.GetOptions{})
 			return apierrors.IsNotFound(err), nil
 		})
@@ -141,9 +142,9 @@ func TestSecretDelivery(t *testing.T) {
 
 func TestSecretRenewal(t *testing.T) {
 	ctx := context.Background()
-	c, kube := clients(t, cp.AdminConfig)
-	ns := namespace(t, kube)
-	req := request("fast", "fast")
+	c, kube := e2etest.Clients(t, cp.AdminConfig)
+	ns := e2etest.Namespace(t, kube)
+	req := e2etest.Request("fast", "fast")
 	req.Spec.SecretName = "fast-tls"
 	req.Spec.Duration = &metav1.Duration{Duration: time.Hour}
 	req.Spec.RenewBefore = &metav1.Duration{Duration: time.Hour - 5*time.Second}
@@ -152,7 +153,7 @@ func TestSecretRenewal(t *testing.T) {
 	}
 	seen := map[string]bool{}
 	var uid string
-	eventually(t, 90*time.Second, "three certificates renewed in place", func(ctx context.Context) (bool, error) {
+	e2etest.Eventually(t, 90*time.Second, "three certificates renewed in place", func(ctx context.Context) (bool, error) {
 		s, err := kube.CoreV1().Secrets(ns).Get(ctx, "fast-tls", metav1.GetOptions{})
 		if apierrors.IsNotFound(err) || (err == nil && len(s.Data["tls.crt"]) == 0) {
 			return false, nil
@@ -172,8 +173,8 @@ func TestSecretRenewal(t *testing.T) {
 
 func TestSecretConflicts(t *testing.T) {
 	ctx := context.Background()
-	c, kube := clients(t, cp.AdminConfig)
-	ns := namespace(t, kube)
+	c, kube := e2etest.Clients(t, cp.AdminConfig)
+	ns := e2etest.Namespace(t, kube)
 
 	foreign := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "foreign"}, Type: corev1.SecretTypeTLS,
 		Data: map[string][]byte{"tls.crt": []byte("not ours"), "tls.key": []byte("not ours either")}}
@@ -190,7 +191,7 @@ func TestSecretConflicts(t *testing.T) {
 		before[s.Name] = created
 	}
 	claim := func(name, secret string) {
-		r := request(name, name)
+		r := e2etest.Request(name, name)
 		r.Spec.SecretName = secret
 		if _, err := c.CertapiV1alpha1().ServingCertRequests(ns).Create(ctx, r, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
@@ -228,7 +229,7 @@ func TestSecretConflicts(t *testing.T) {
 	}
 
 	// Each conflict is an Event on the request that names the Secret.
-	eventually(t, 30*time.Second, "conflict Events", func(ctx context.Context) (bool, error) {
+	e2etest.Eventually(t, 30*time.Second, "conflict Events", func(ctx context.Context) (bool, error) {
 		evs, err := kube.EventsV1().Events(ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return false, err

@@ -12,6 +12,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/certapi/certapi/test/e2e/e2etest"
 )
 
 // TestSpecChangesNeedRightsOnTheSecret: a change to a request's spec makes certapi re-issue the
@@ -20,8 +22,8 @@ import (
 // as it was.
 func TestSpecChangesNeedRightsOnTheSecret(t *testing.T) {
 	ctx := context.Background()
-	admin, kube := clients(t, cp.AdminConfig)
-	ns := namespace(t, kube)
+	admin, kube := e2etest.Clients(t, cp.AdminConfig)
+	ns := e2etest.Namespace(t, kube)
 	deliveredRequest(t, admin, kube, ns, "r")
 	before := waitSecret(t, kube, ns, "r-tls", nil)
 
@@ -30,8 +32,8 @@ func TestSpecChangesNeedRightsOnTheSecret(t *testing.T) {
 	grant(t, kube, ns, "editor", subject,
 		rbacv1.PolicyRule{APIGroups: []string{"certapi.dev"}, Resources: []string{"servingcertrequests"}, Verbs: []string{"get", "update", "patch"}},
 		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"create"}})
-	ec, _ := clients(t, editor)
-	eventually(t, 30*time.Second, "the editor's Role to take effect", func(ctx context.Context) (bool, error) {
+	ec, _ := e2etest.Clients(t, editor)
+	e2etest.Eventually(t, 30*time.Second, "the editor's Role to take effect", func(ctx context.Context) (bool, error) {
 		_, err := ec.CertapiV1alpha1().ServingCertRequests(ns).Get(ctx, "r", metav1.GetOptions{})
 		if apierrors.IsForbidden(err) {
 			return false, nil
@@ -43,7 +45,7 @@ func TestSpecChangesNeedRightsOnTheSecret(t *testing.T) {
 	// status writes make the update conflict.)
 	var gen int64
 	var err error
-	eventually(t, 30*time.Second, "an update that does not conflict with certapi's status writes", func(ctx context.Context) (bool, error) {
+	e2etest.Eventually(t, 30*time.Second, "an update that does not conflict with certapi's status writes", func(ctx context.Context) (bool, error) {
 		req, gerr := ec.CertapiV1alpha1().ServingCertRequests(ns).Get(ctx, "r", metav1.GetOptions{})
 		if gerr != nil {
 			return false, gerr
@@ -74,7 +76,7 @@ func TestSpecChangesNeedRightsOnTheSecret(t *testing.T) {
 	// With update on that Secret the same change is accepted and certapi re-issues into it.
 	grant(t, kube, ns, "editor-secret", subject,
 		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"update"}, ResourceNames: []string{"r-tls"}})
-	eventually(t, 30*time.Second, "the change to be accepted once the editor may update the Secret", func(ctx context.Context) (bool, error) {
+	e2etest.Eventually(t, 30*time.Second, "the change to be accepted once the editor may update the Secret", func(ctx context.Context) (bool, error) {
 		req, err := ec.CertapiV1alpha1().ServingCertRequests(ns).Get(ctx, "r", metav1.GetOptions{})
 		if err != nil {
 			return false, err
@@ -94,8 +96,8 @@ func TestSpecChangesNeedRightsOnTheSecret(t *testing.T) {
 // over (SecretConflict) unless someone who may edit the Secret removes the UID annotation.
 func TestSecretOfAnEarlierRequestIsNotOverwritten(t *testing.T) {
 	ctx := context.Background()
-	c, kube := clients(t, cp.AdminConfig)
-	ns := namespace(t, kube)
+	c, kube := e2etest.Clients(t, cp.AdminConfig)
+	ns := e2etest.Namespace(t, kube)
 	deliveredRequest(t, c, kube, ns, "u")
 	first := waitSecret(t, kube, ns, "u-tls", nil)
 	firstReq, err := c.CertapiV1alpha1().ServingCertRequests(ns).Get(ctx, "u", metav1.GetOptions{})
@@ -109,11 +111,11 @@ func TestSecretOfAnEarlierRequestIsNotOverwritten(t *testing.T) {
 	if err := c.CertapiV1alpha1().ServingCertRequests(ns).Delete(ctx, "u", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "the request to be deleted", func(ctx context.Context) (bool, error) {
+	e2etest.Eventually(t, 30*time.Second, "the request to be deleted", func(ctx context.Context) (bool, error) {
 		_, err := c.CertapiV1alpha1().ServingCertRequests(ns).Get(ctx, "u", metav1.GetOptions{})
 		return apierrors.IsNotFound(err), nil
 	})
-	again := request("u", "u")
+	again := e2etest.Request("u", "u")
 	again.Spec.SecretName = "u-tls"
 	if _, err := c.CertapiV1alpha1().ServingCertRequests(ns).Create(ctx, again, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)

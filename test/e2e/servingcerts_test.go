@@ -2,15 +2,12 @@ package e2e
 
 import (
 	"context"
-	"crypto"
-	"crypto/ecdsa"
 	"crypto/ed25519"
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/pem"
 	"io"
 	"net"
@@ -23,35 +20,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
+	"github.com/certapi/certapi/test/e2e/e2etest"
 	"github.com/certapi/certapi/test/framework"
 )
-
-// csrPEM makes a PKCS#10 request for key; its subject and SANs are deliberately foreign, since certapi
-// must ignore them and take the identity from the ServingCertRequest.
-func csrPEM(t *testing.T, key crypto.Signer) string {
-	t.Helper()
-	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{
-		Subject:  pkix.Name{CommonName: "evil.example.com"},
-		DNSNames: []string{"evil.example.com", "kubernetes.default.svc"},
-	}, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}))
-}
-
-func ecKey(t *testing.T, curve elliptic.Curve) *ecdsa.PrivateKey {
-	t.Helper()
-	k, err := ecdsa.GenerateKey(curve, rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return k
-}
-
-func servingCert(csr string, d *metav1.Duration) *certapiv1alpha1.ServingCert {
-	return &certapiv1alpha1.ServingCert{Spec: certapiv1alpha1.ServingCertSpec{CertificateRequest: csr, Duration: d}}
-}
 
 // issue creates a ServingCert on the shared control plane, with retries while certapi's leader starts.
 func issue(t *testing.T, ns, name string, body *certapiv1alpha1.ServingCert) *certapiv1alpha1.ServingCert {
@@ -62,9 +33,9 @@ func issue(t *testing.T, ns, name string, body *certapiv1alpha1.ServingCert) *ce
 // issueOn creates a ServingCert through own's kube-apiserver, with retries while certapi's leader starts.
 func issueOn(t *testing.T, own *framework.ControlPlane, ns, name string, body *certapiv1alpha1.ServingCert) *certapiv1alpha1.ServingCert {
 	t.Helper()
-	c, _ := clients(t, own.AdminConfig)
+	c, _ := e2etest.Clients(t, own.AdminConfig)
 	var out *certapiv1alpha1.ServingCert
-	eventually(t, 60*time.Second, "a certificate from servingcerts", func(ctx context.Context) (bool, error) {
+	e2etest.Eventually(t, 60*time.Second, "a certificate from servingcerts", func(ctx context.Context) (bool, error) {
 		var err error
 		out, err = c.CertapiV1alpha1().ServingCertRequests(ns).CreateServingCert(ctx, name, body, metav1.CreateOptions{})
 		if apierrors.IsServiceUnavailable(err) {
@@ -77,15 +48,15 @@ func issueOn(t *testing.T, own *framework.ControlPlane, ns, name string, body *c
 
 func TestServingCertIsTrustedThroughTheBundle(t *testing.T) {
 	ctx := context.Background()
-	c, kube := clients(t, cp.AdminConfig)
-	ns := namespace(t, kube)
-	req := request("hook", "hook")
+	c, kube := e2etest.Clients(t, cp.AdminConfig)
+	ns := e2etest.Namespace(t, kube)
+	req := e2etest.Request("hook", "hook")
 	req.Spec.DNSNames = []string{"*.hook." + ns + ".svc"}
 	if _, err := c.CertapiV1alpha1().ServingCertRequests(ns).Create(ctx, req, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	key := ecKey(t, elliptic.P256())
-	out := issue(t, ns, "hook", servingCert(csrPEM(t, key), nil))
+	key := e2etest.ECKey(t, elliptic.P256())
+	out := issue(t, ns, "hook", e2etest.ServingCert(e2etest.CSRPEM(t, key), nil))
 
 	if out.Status.Certificate == "" || out.Status.CABundle == "" || out.Status.SerialNumber == "" || out.Status.RenewalTime == nil {
 		t.Fatalf("incomplete status: %+v", out.Status)
@@ -137,7 +108,7 @@ func TestServingCertIsTrustedThroughTheBundle(t *testing.T) {
 	resp.Body.Close()
 
 	// The parent's status follows, written by the leader off the request path.
-	eventually(t, 30*time.Second, "the request's status to show the certificate", func(ctx context.Context) (bool, error) {
+	e2etest.Eventually(t, 30*time.Second, "the request's status to show the certificate", func(ctx context.Context) (bool, error) {
 		got, err := c.CertapiV1alpha1().ServingCertRequests(ns).Get(ctx, "hook", metav1.GetOptions{})
 		if err != nil {
 			return false, err
@@ -145,7 +116,7 @@ func TestServingCertIsTrustedThroughTheBundle(t *testing.T) {
 		return got.Status.SerialNumber == out.Status.SerialNumber && got.Status.LastIssued != nil, nil
 	})
 
-	eventually(t, 30*time.Second, "an Issued Event on the request", func(ctx context.Context) (bool, error) {
+	e2etest.Eventually(t, 30*time.Second, "an Issued Event on the request", func(ctx context.Context) (bool, error) {
 		return hasEvent(ctx, t, ns, "hook", "Normal", "Issued", out.Status.SerialNumber), nil
 	})
 
@@ -161,16 +132,16 @@ func TestServingCertIsTrustedThroughTheBundle(t *testing.T) {
 
 func TestServingCertDryRunAndDuration(t *testing.T) {
 	ctx := context.Background()
-	c, kube := clients(t, cp.AdminConfig)
-	ns := namespace(t, kube)
-	req := request("short", "short")
+	c, kube := e2etest.Clients(t, cp.AdminConfig)
+	ns := e2etest.Namespace(t, kube)
+	req := e2etest.Request("short", "short")
 	req.Spec.Duration = &metav1.Duration{Duration: 2 * time.Hour}
 	if _, err := c.CertapiV1alpha1().ServingCertRequests(ns).Create(ctx, req, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	csr := csrPEM(t, ecKey(t, elliptic.P384()))
+	csr := e2etest.CSRPEM(t, e2etest.ECKey(t, elliptic.P384()))
 
-	dry, err := c.CertapiV1alpha1().ServingCertRequests(ns).CreateServingCert(ctx, "short", servingCert(csr, nil), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	dry, err := c.CertapiV1alpha1().ServingCertRequests(ns).CreateServingCert(ctx, "short", e2etest.ServingCert(csr, nil), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 	if err != nil {
 		t.Fatalf("dry-run: %v", err)
 	}
@@ -178,14 +149,14 @@ func TestServingCertDryRunAndDuration(t *testing.T) {
 		t.Fatal("dry-run signed a certificate")
 	}
 
-	out := issue(t, ns, "short", servingCert(csr, &metav1.Duration{Duration: time.Hour}))
+	out := issue(t, ns, "short", e2etest.ServingCert(csr, &metav1.Duration{Duration: time.Hour}))
 	block, _ := pem.Decode([]byte(out.Status.Certificate))
 	leaf, _ := x509.ParseCertificate(block.Bytes)
 	if got := leaf.NotAfter.Sub(time.Now()); got > time.Hour || got < 55*time.Minute {
 		t.Errorf("asked for 1h, notAfter is %s away", got)
 	}
 
-	_, err = c.CertapiV1alpha1().ServingCertRequests(ns).CreateServingCert(ctx, "short", servingCert(csr, &metav1.Duration{Duration: 3 * time.Hour}), metav1.CreateOptions{})
+	_, err = c.CertapiV1alpha1().ServingCertRequests(ns).CreateServingCert(ctx, "short", e2etest.ServingCert(csr, &metav1.Duration{Duration: 3 * time.Hour}), metav1.CreateOptions{})
 	if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "spec.duration") || !strings.Contains(err.Error(), "at most the ServingCertRequest's duration (2h0m0s)") {
 		t.Fatalf("duration over the parent's: %v, want 422 naming spec.duration and the parent's 2h", err)
 	}
@@ -193,9 +164,9 @@ func TestServingCertDryRunAndDuration(t *testing.T) {
 
 func TestServingCertBadInput(t *testing.T) {
 	ctx := context.Background()
-	c, kube := clients(t, cp.AdminConfig)
-	ns := namespace(t, kube)
-	if _, err := c.CertapiV1alpha1().ServingCertRequests(ns).Create(ctx, request("target", "target"), metav1.CreateOptions{}); err != nil {
+	c, kube := e2etest.Clients(t, cp.AdminConfig)
+	ns := e2etest.Namespace(t, kube)
+	if _, err := c.CertapiV1alpha1().ServingCertRequests(ns).Create(ctx, e2etest.Request("target", "target"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	rsa1024, err := rsa.GenerateKey(rand.Reader, 1024)
@@ -206,7 +177,7 @@ func TestServingCertBadInput(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	good := csrPEM(t, ecKey(t, elliptic.P256()))
+	good := e2etest.CSRPEM(t, e2etest.ECKey(t, elliptic.P256()))
 	tampered := func() string {
 		block, _ := pem.Decode([]byte(good))
 		der := append([]byte(nil), block.Bytes...)
@@ -220,14 +191,14 @@ func TestServingCertBadInput(t *testing.T) {
 	}{
 		{"malformed PEM", "-----BEGIN CERTIFICATE REQUEST-----\nnot base64!\n-----END CERTIFICATE REQUEST-----\n", "PEM"},
 		{"bad signature", tampered, "signature"},
-		{"RSA 1024", csrPEM(t, rsa1024), accepted},
-		{"ECDSA P-521", csrPEM(t, ecKey(t, elliptic.P521())), accepted},
-		{"Ed25519", csrPEM(t, ed), accepted},
+		{"RSA 1024", e2etest.CSRPEM(t, rsa1024), accepted},
+		{"ECDSA P-521", e2etest.CSRPEM(t, e2etest.ECKey(t, elliptic.P521())), accepted},
+		{"Ed25519", e2etest.CSRPEM(t, ed), accepted},
 		{"empty", "", "Required value"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := c.CertapiV1alpha1().ServingCertRequests(ns).CreateServingCert(ctx, "target", servingCert(tc.csr, nil), metav1.CreateOptions{})
+			_, err := c.CertapiV1alpha1().ServingCertRequests(ns).CreateServingCert(ctx, "target", e2etest.ServingCert(tc.csr, nil), metav1.CreateOptions{})
 			if !apierrors.IsInvalid(err) {
 				t.Fatalf("got %v, want 422", err)
 			}
@@ -242,19 +213,19 @@ func TestServingCertBadInput(t *testing.T) {
 
 	t.Run("body over 64 KiB", func(t *testing.T) {
 		big := good + strings.Repeat("#", 70<<10)
-		_, err := c.CertapiV1alpha1().ServingCertRequests(ns).CreateServingCert(ctx, "target", servingCert(big, nil), metav1.CreateOptions{})
+		_, err := c.CertapiV1alpha1().ServingCertRequests(ns).CreateServingCert(ctx, "target", e2etest.ServingCert(big, nil), metav1.CreateOptions{})
 		if !apierrors.IsRequestEntityTooLargeError(err) || !strings.Contains(err.Error(), "at most 65536 bytes") {
 			t.Fatalf("got %v, want 413 that says the limit", err)
 		}
 	})
 	t.Run("parent missing", func(t *testing.T) {
-		_, err := c.CertapiV1alpha1().ServingCertRequests(ns).CreateServingCert(ctx, "nope", servingCert(good, nil), metav1.CreateOptions{})
+		_, err := c.CertapiV1alpha1().ServingCertRequests(ns).CreateServingCert(ctx, "nope", e2etest.ServingCert(good, nil), metav1.CreateOptions{})
 		if !apierrors.IsNotFound(err) || !strings.Contains(err.Error(), `servingcertrequests.certapi.dev "nope" not found`) {
 			t.Fatalf("got %v, want 404 naming the request", err)
 		}
 	})
 	// Each refusal is a Warning Event on the parent, saying what was wrong.
-	eventually(t, 30*time.Second, "a Denied Event on the request", func(ctx context.Context) (bool, error) {
+	e2etest.Eventually(t, 30*time.Second, "a Denied Event on the request", func(ctx context.Context) (bool, error) {
 		return hasEvent(ctx, t, ns, "target", "Warning", "Denied", "spec.certificateRequest"), nil
 	})
 	// Nothing was signed for the parent by any of that.
@@ -268,7 +239,7 @@ func TestServingCertBadInput(t *testing.T) {
 // contains text.
 func hasEvent(ctx context.Context, t *testing.T, ns, name, eventType, reason, text string) bool {
 	t.Helper()
-	_, kube := clients(t, cp.AdminConfig)
+	_, kube := e2etest.Clients(t, cp.AdminConfig)
 	evs, err := kube.EventsV1().Events(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return false
@@ -284,12 +255,12 @@ func hasEvent(ctx context.Context, t *testing.T, ns, name, eventType, reason, te
 // TestMetrics scrapes certapi's /metrics for the series DESIGN.md promises.
 func TestMetrics(t *testing.T) {
 	ctx := context.Background()
-	c, kube := clients(t, cp.AdminConfig)
-	ns := namespace(t, kube)
-	if _, err := c.CertapiV1alpha1().ServingCertRequests(ns).Create(ctx, request("metered", "metered"), metav1.CreateOptions{}); err != nil {
+	c, kube := e2etest.Clients(t, cp.AdminConfig)
+	ns := e2etest.Namespace(t, kube)
+	if _, err := c.CertapiV1alpha1().ServingCertRequests(ns).Create(ctx, e2etest.Request("metered", "metered"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	issue(t, ns, "metered", servingCert(csrPEM(t, ecKey(t, elliptic.P256())), nil))
+	issue(t, ns, "metered", e2etest.ServingCert(e2etest.CSRPEM(t, e2etest.ECKey(t, elliptic.P256())), nil))
 	client, err := cp.CertapiHTTPClient()
 	if err != nil {
 		t.Fatal(err)
@@ -311,7 +282,7 @@ func TestMetrics(t *testing.T) {
 		body, _ := io.ReadAll(resp.Body)
 		return string(body)
 	}
-	eventually(t, 30*time.Second, "certapi's metrics", func(ctx context.Context) (bool, error) {
+	e2etest.Eventually(t, 30*time.Second, "certapi's metrics", func(ctx context.Context) (bool, error) {
 		body := scrape()
 		for _, w := range want {
 			if !strings.Contains(body, w) {
@@ -325,7 +296,7 @@ func TestMetrics(t *testing.T) {
 	if err := c.CertapiV1alpha1().ServingCertRequests(ns).Delete(ctx, "metered", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "the deleted request's series to go", func(ctx context.Context) (bool, error) {
+	e2etest.Eventually(t, 30*time.Second, "the deleted request's series to go", func(ctx context.Context) (bool, error) {
 		body := scrape()
 		return body != "" && !strings.Contains(body, `namespace="`+ns+`"`), nil
 	})

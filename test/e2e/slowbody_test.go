@@ -17,6 +17,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/certapi/certapi/test/e2e/e2etest"
 	"github.com/certapi/certapi/test/framework"
 )
 
@@ -38,14 +39,14 @@ const (
 func TestUnauthenticatedSlowBodiesCostLittle(t *testing.T) {
 	raiseFileLimit(t, slowConns+1000)
 	own := framework.StartT(t, framework.Options{})
-	c, kube := clients(t, own.AdminConfig)
-	ns := namespace(t, kube)
-	if _, err := c.CertapiV1alpha1().ServingCertRequests(ns).Create(context.Background(), request("slow", "slow"), metav1.CreateOptions{}); err != nil {
+	c, kube := e2etest.Clients(t, own.AdminConfig)
+	ns := e2etest.Namespace(t, kube)
+	if _, err := c.CertapiV1alpha1().ServingCertRequests(ns).Create(context.Background(), e2etest.Request("slow", "slow"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	grantServingCerts(t, kube, ns, "issuer", "slow")
-	issuer, _ := clients(t, serviceAccountConfigOn(t, own, kube, ns, "issuer"))
-	body := servingCert(csrPEM(t, ecKey(t, elliptic.P256())), nil)
+	issuer, _ := e2etest.Clients(t, serviceAccountConfigOn(t, own, kube, ns, "issuer"))
+	body := e2etest.ServingCert(e2etest.CSRPEM(t, e2etest.ECKey(t, elliptic.P256())), nil)
 	issueOnce := func() (time.Duration, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
@@ -54,7 +55,7 @@ func TestUnauthenticatedSlowBodiesCostLittle(t *testing.T) {
 		return time.Since(start), err
 	}
 	// Setup only: wait until the Role has reached kube-apiserver's RBAC and certapi's leader signs.
-	eventually(t, 60*time.Second, "the issuer ServiceAccount to get a certificate", func(context.Context) (bool, error) {
+	e2etest.Eventually(t, 60*time.Second, "the issuer ServiceAccount to get a certificate", func(context.Context) (bool, error) {
 		_, err := issueOnce()
 		return err == nil, nil
 	})
@@ -131,7 +132,7 @@ func TestUnauthenticatedSlowBodiesCostLittle(t *testing.T) {
 
 	// Wait until certapi has read everything the clients sent: no byte waits in a receive queue of its
 	// end of these connections (an ended connection has nothing left there either).
-	eventually(t, 2*time.Minute, "certapi to take in every byte sent", func(context.Context) (bool, error) {
+	e2etest.Eventually(t, 2*time.Minute, "certapi to take in every byte sent", func(context.Context) (bool, error) {
 		waiting, err := bytesWaiting(own.CertapiPort, ports)
 		if err != nil {
 			return false, err

@@ -8,6 +8,7 @@ import (
 	aggregator "k8s.io/kube-aggregator/pkg/client/clientset_generated/clientset"
 
 	"github.com/certapi/certapi/pkg/signer"
+	"github.com/certapi/certapi/test/e2e/e2etest"
 	"github.com/certapi/certapi/test/framework"
 )
 
@@ -20,8 +21,8 @@ func pemOf(c *tls.Certificate) string {
 // certificate it serves ("" when that CA is not in the current bundle).
 func servedIssuer(t *testing.T, own *framework.ControlPlane) string {
 	t.Helper()
-	c, _ := clients(t, own.AdminConfig)
-	ca := caObject(t, c)
+	c, _ := e2etest.Clients(t, own.AdminConfig)
+	ca := e2etest.CAObject(t, c)
 	conn, err := tls.Dial("tcp", own.CertapiURL[len("https://"):], &tls.Config{InsecureSkipVerify: true}) // inspected, not trusted
 	if err != nil {
 		return ""

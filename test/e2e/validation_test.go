@@ -11,14 +11,15 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
+	"github.com/certapi/certapi/test/e2e/e2etest"
 )
 
 // TestValidationThroughTheAPI sends every request DESIGN.md forbids through kube-apiserver and checks the
 // 422 names the field and says what is accepted, and that nothing was stored.
 func TestValidationThroughTheAPI(t *testing.T) {
 	ctx := context.Background()
-	c, kube := clients(t, cp.AdminConfig)
-	ns := namespace(t, kube)
+	c, kube := e2etest.Clients(t, cp.AdminConfig)
+	ns := e2etest.Namespace(t, kube)
 	d := func(x time.Duration) *metav1.Duration { return &metav1.Duration{Duration: x} }
 
 	cases := []struct {
@@ -76,7 +77,7 @@ func TestValidationThroughTheAPI(t *testing.T) {
 	})
 
 	t.Run("a bad update is refused and the object is unchanged", func(t *testing.T) {
-		obj, err := c.CertapiV1alpha1().ServingCertRequests(ns).Create(ctx, request("upd", "w"), metav1.CreateOptions{})
+		obj, err := c.CertapiV1alpha1().ServingCertRequests(ns).Create(ctx, e2etest.Request("upd", "w"), metav1.CreateOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -29,6 +29,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/certapi/certapi/pkg/servingcert"
+	"github.com/certapi/certapi/test/e2e/e2etest"
 	"github.com/certapi/certapi/test/framework"
 )
 
@@ -48,8 +49,8 @@ func startWebhook(t *testing.T, own *framework.ControlPlane, ns, svc string, mux
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	c, kube := clients(t, own.AdminConfig)
-	if _, err := c.CertapiV1alpha1().ServingCertRequests(ns).Create(ctx, request(svc, svc), metav1.CreateOptions{}); err != nil {
+	c, kube := e2etest.Clients(t, own.AdminConfig)
+	if _, err := c.CertapiV1alpha1().ServingCertRequests(ns).Create(ctx, e2etest.Request(svc, svc), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	src, err := servingcert.New(servingcert.Options{Client: c, Namespace: ns, Name: svc})
@@ -128,7 +129,7 @@ func registerValidatingWebhook(t *testing.T, kube kubernetes.Interface, w *webho
 	t.Cleanup(func() {
 		_ = kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(context.Background(), name, metav1.DeleteOptions{})
 	})
-	eventually(t, 10*time.Second, "certapi to inject the webhook's caBundle", func(ctx context.Context) (bool, error) {
+	e2etest.Eventually(t, 10*time.Second, "certapi to inject the webhook's caBundle", func(ctx context.Context) (bool, error) {
 		got, err := kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, name, metav1.GetOptions{})
 		return err == nil && len(got.Webhooks[0].ClientConfig.CABundle) > 0, nil
 	})
@@ -141,13 +142,13 @@ func configMap(name string) *corev1.ConfigMap {
 
 func TestAdmissionWebhookTrustedThroughInjection(t *testing.T) {
 	ctx := context.Background()
-	_, kube := clients(t, cp.AdminConfig)
-	ns := namespace(t, kube)
+	_, kube := e2etest.Clients(t, cp.AdminConfig)
+	ns := e2etest.Namespace(t, kube)
 	w := startWebhook(t, cp, ns, "guard", admissionHandler(t))
 	registerValidatingWebhook(t, kube, w)
 
 	// The webhook is called and its decision enforced: allowed is created, denied is refused with its message.
-	eventually(t, 30*time.Second, "an allowed ConfigMap to be created through the webhook", func(ctx context.Context) (bool, error) {
+	e2etest.Eventually(t, 30*time.Second, "an allowed ConfigMap to be created through the webhook", func(ctx context.Context) (bool, error) {
 		_, err := kube.CoreV1().ConfigMaps(ns).Create(ctx, configMap(fmt.Sprintf("allow-%d", time.Now().UnixNano())), metav1.CreateOptions{})
 		return err == nil, nil
 	})
@@ -164,7 +165,7 @@ func TestAdmissionWebhookTrustedThroughInjection(t *testing.T) {
 // certapi injected (its CA bundle), and no insecureSkipTLSVerify.
 func TestCertapiAPIServiceSelfInjected(t *testing.T) {
 	ctx := context.Background()
-	c, _ := clients(t, cp.AdminConfig)
+	c, _ := e2etest.Clients(t, cp.AdminConfig)
 	agg := aggregatorClient(t, cp)
 	svc, err := agg.ApiregistrationV1().APIServices().Get(ctx, framework.CertapiAPIService, metav1.GetOptions{})
 	if err != nil {
@@ -231,8 +232,8 @@ func conversionHandler() *http.ServeMux {
 
 func TestCRDConversionWebhook(t *testing.T) {
 	ctx := context.Background()
-	_, kube := clients(t, cp.AdminConfig)
-	ns := namespace(t, kube)
+	_, kube := e2etest.Clients(t, cp.AdminConfig)
+	ns := e2etest.Namespace(t, kube)
 	w := startWebhook(t, cp, ns, "converter", conversionHandler())
 	ext, err := apiextensionsclient.NewForConfig(cp.AdminConfig)
 	if err != nil {
@@ -270,7 +271,7 @@ func TestCRDConversionWebhook(t *testing.T) {
 	t.Cleanup(func() {
 		_ = ext.ApiextensionsV1().CustomResourceDefinitions().Delete(context.Background(), crd.Name, metav1.DeleteOptions{})
 	})
-	eventually(t, 30*time.Second, "the CRD to be established with an injected conversion caBundle", func(ctx context.Context) (bool, error) {
+	e2etest.Eventually(t, 30*time.Second, "the CRD to be established with an injected conversion caBundle", func(ctx context.Context) (bool, error) {
 		got, err := ext.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, crd.Name, metav1.GetOptions{})
 		if err != nil {
 			return false, err
@@ -292,12 +293,12 @@ func TestCRDConversionWebhook(t *testing.T) {
 		"apiVersion": "certapi.test/v1", "kind": "Widget",
 		"metadata": map[string]any{"name": "w1"}, "spec": map[string]any{"value": "hello"},
 	}}
-	eventually(t, 30*time.Second, "a v1 Widget to be created", func(ctx context.Context) (bool, error) {
+	e2etest.Eventually(t, 30*time.Second, "a v1 Widget to be created", func(ctx context.Context) (bool, error) {
 		_, err := v1.Create(ctx, obj, metav1.CreateOptions{})
 		return err == nil || apierrors.IsAlreadyExists(err), nil
 	})
 	var got *unstructured.Unstructured
-	eventually(t, 30*time.Second, "the Widget read as v2 through the conversion webhook", func(ctx context.Context) (bool, error) {
+	e2etest.Eventually(t, 30*time.Second, "the Widget read as v2 through the conversion webhook", func(ctx context.Context) (bool, error) {
 		got, err = v2.Get(ctx, "w1", metav1.GetOptions{})
 		return err == nil, nil
 	})
@@ -326,12 +327,12 @@ func TestCRDConversionWebhook(t *testing.T) {
 // CA, and the old CA leaves every bundle. No process restarts.
 func TestZeroFailureRotation(t *testing.T) {
 	own := rotationPlane(t)
-	c, kube := clients(t, own.AdminConfig)
-	ns := namespace(t, kube)
+	c, kube := e2etest.Clients(t, own.AdminConfig)
+	ns := e2etest.Namespace(t, kube)
 	w := startWebhook(t, own, ns, "guard", admissionHandler(t))
 	vwc := registerValidatingWebhook(t, kube, w)
-	old := activeSerial(t, own)
-	eventually(t, 30*time.Second, "the webhook to answer through kube-apiserver", func(ctx context.Context) (bool, error) {
+	old := e2etest.ActiveSerial(t, own)
+	e2etest.Eventually(t, 30*time.Second, "the webhook to answer through kube-apiserver", func(ctx context.Context) (bool, error) {
 		_, err := kube.CoreV1().ConfigMaps(ns).Create(ctx, configMap(fmt.Sprintf("warm-%d", time.Now().UnixNano())), metav1.CreateOptions{})
 		return err == nil, nil
 	})
@@ -377,30 +378,30 @@ func TestZeroFailureRotation(t *testing.T) {
 		return err
 	})
 
-	ca := caObject(t, c)
+	ca := e2etest.CAObject(t, c)
 	ca.Spec.ForceRotation = "zero-failure"
 	if _, err := c.CertapiV1alpha1().CertificateAuthorities().Update(context.Background(), ca, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	var newSerial string
 	t.Logf("forced rotation requested at %s", time.Now().Format(time.RFC3339))
-	eventually(t, 60*time.Second, "the switch to the new CA", func(context.Context) (bool, error) {
-		newSerial = caObject(t, c).Status.Active.SerialNumber
+	e2etest.Eventually(t, 60*time.Second, "the switch to the new CA", func(context.Context) (bool, error) {
+		newSerial = e2etest.CAObject(t, c).Status.Active.SerialNumber
 		return newSerial != old, nil
 	})
 	// Both serving certificates move to the new CA without a restart.
-	eventually(t, 60*time.Second, "the webhook's certificate from the new CA", func(context.Context) (bool, error) {
+	e2etest.Eventually(t, 60*time.Second, "the webhook's certificate from the new CA", func(context.Context) (bool, error) {
 		cert, err := w.source.GetCertificate(nil)
-		return err == nil && issuerSerialOf(t, pemOf(cert), caObject(t, c).Status.CABundle) == newSerial, nil
+		return err == nil && e2etest.IssuerSerialOf(t, pemOf(cert), e2etest.CAObject(t, c).Status.CABundle) == newSerial, nil
 	})
-	eventually(t, 60*time.Second, "certapi's own certificate from the new CA", func(context.Context) (bool, error) {
+	e2etest.Eventually(t, 60*time.Second, "certapi's own certificate from the new CA", func(context.Context) (bool, error) {
 		return servedIssuer(t, own) == newSerial, nil
 	})
 	// The old CA leaves the bundle (20 s after the switch in this plane), and every target follows.
 	var where string
 	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 90*time.Second, true, func(ctx context.Context) (bool, error) {
-		ca := caObject(t, c)
-		if n := bundleSize([]byte(ca.Status.CABundle)); n != 1 {
+		ca := e2etest.CAObject(t, c)
+		if n := e2etest.BundleSize([]byte(ca.Status.CABundle)); n != 1 {
 			where = fmt.Sprintf("CertificateAuthority bundle holds %d CAs; Rotating: %+v", n, ca.Status.Conditions)
 			return false, nil
 		}
@@ -420,7 +421,7 @@ func TestZeroFailureRotation(t *testing.T) {
 	mu.Lock()
 	n := calls
 	mu.Unlock()
-	eventually(t, 30*time.Second, "calls after the old CA left", func(context.Context) (bool, error) {
+	e2etest.Eventually(t, 30*time.Second, "calls after the old CA left", func(context.Context) (bool, error) {
 		mu.Lock()
 		defer mu.Unlock()
 		return calls > n+10, nil

@@ -1,4 +1,4 @@
-package e2e
+package faults
 
 import (
 	"context"
@@ -17,10 +17,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/certapi/certapi/test/e2e/e2etest"
 	"github.com/certapi/certapi/test/framework"
 )
-
-const caKey = "/registry/certapi.dev/certificateauthoritykeys/default"
 
 // leaderOf asks every running replica's /metrics which one leads; -1 when none says so.
 func leaderOf(t *testing.T, own *framework.ControlPlane) int {
@@ -53,26 +52,11 @@ func leaderOf(t *testing.T, own *framework.ControlPlane) int {
 func waitLeader(t *testing.T, own *framework.ControlPlane, timeout time.Duration) int {
 	t.Helper()
 	leader := -1
-	eventually(t, timeout, "one replica to lead", func(context.Context) (bool, error) {
+	e2etest.Eventually(t, timeout, "one replica to lead", func(context.Context) (bool, error) {
 		leader = leaderOf(t, own)
 		return leader >= 0, nil
 	})
 	return leader
-}
-
-func activeSerial(t *testing.T, own *framework.ControlPlane) string {
-	t.Helper()
-	c, _ := clients(t, own.AdminConfig)
-	var serial string
-	eventually(t, 60*time.Second, "CertificateAuthority/default to show the Active CA", func(ctx context.Context) (bool, error) {
-		ca, err := c.CertapiV1alpha1().CertificateAuthorities().Get(ctx, "default", metav1.GetOptions{})
-		if err != nil || ca.Status.Active == nil {
-			return false, nil
-		}
-		serial = ca.Status.Active.SerialNumber
-		return true, nil
-	})
-	return serial
 }
 
 func countInLogs(t *testing.T, own *framework.ControlPlane, s string) int {
@@ -94,7 +78,7 @@ func TestColdStartWithThreeReplicas(t *testing.T) {
 	for round := 0; round < 3; round++ {
 		t.Run(fmt.Sprintf("round %d", round), func(t *testing.T) {
 			own := framework.StartT(t, framework.Options{CertapiReplicas: 3, CertapiReplicaArgs: framework.LeaderIdentityArgs})
-			serial := activeSerial(t, own)
+			serial := e2etest.ActiveSerial(t, own)
 			if n := countInLogs(t, own, "Created the cluster's CA"); n != 1 {
 				t.Fatalf("%d replicas created a CA, want exactly 1", n)
 			}
@@ -103,7 +87,7 @@ func TestColdStartWithThreeReplicas(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer etcd.Close()
-			resp, err := etcd.Get(context.Background(), caKey)
+			resp, err := etcd.Get(context.Background(), e2etest.CAKey)
 			if err != nil || len(resp.Kvs) != 1 || resp.Kvs[0].Version != 1 {
 				t.Fatalf("CA record: %v, %d keys, want one written once", err, len(resp.Kvs))
 			}
@@ -120,8 +104,8 @@ type outcome struct {
 }
 
 func issueLoop(t *testing.T, own *framework.ControlPlane, ns, name string, workers int, stop <-chan struct{}, bound time.Duration) (func() []outcome, *sync.WaitGroup) {
-	c, _ := clients(t, own.AdminConfig)
-	body := servingCert(csrPEM(t, ecKey(t, elliptic.P256())), nil)
+	c, _ := e2etest.Clients(t, own.AdminConfig)
+	body := e2etest.ServingCert(e2etest.CSRPEM(t, e2etest.ECKey(t, elliptic.P256())), nil)
 	var mu sync.Mutex
 	var results []outcome
 	var wg sync.WaitGroup
@@ -170,17 +154,17 @@ func TestFailover(t *testing.T) {
 		CertapiReplicaArgs: framework.LeaderIdentityArgs,
 		CertapiArgs:        []string{"--leader-session-ttl=" + ttl.String(), "--handoff-timeout=" + handoff.String()},
 	})
-	c, kube := clients(t, own.AdminConfig)
-	ns := namespace(t, kube)
-	if _, err := c.CertapiV1alpha1().ServingCertRequests(ns).Create(context.Background(), request("loop", "loop"), metav1.CreateOptions{}); err != nil {
+	c, kube := e2etest.Clients(t, own.AdminConfig)
+	ns := e2etest.Namespace(t, kube)
+	if _, err := c.CertapiV1alpha1().ServingCertRequests(ns).Create(context.Background(), e2etest.Request("loop", "loop"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	serial := activeSerial(t, own)
+	serial := e2etest.ActiveSerial(t, own)
 	leader := waitLeader(t, own, 30*time.Second)
 
 	stop := make(chan struct{})
 	results, wg := issueLoop(t, own, ns, "loop", 1, stop, bound)
-	eventually(t, 30*time.Second, "the loop to issue", func(context.Context) (bool, error) { return len(results()) > 5, nil })
+	e2etest.Eventually(t, 30*time.Second, "the loop to issue", func(context.Context) (bool, error) { return len(results()) > 5, nil })
 
 	killedAt := time.Now()
 	if err := own.KillReplica(leader); err != nil {
@@ -195,11 +179,11 @@ func TestFailover(t *testing.T) {
 	if took > ttl+5*time.Second {
 		t.Errorf("takeover took %s, want within the session TTL %s (plus polling)", took, ttl)
 	}
-	if got := activeSerial(t, own); got != serial {
+	if got := e2etest.ActiveSerial(t, own); got != serial {
 		t.Errorf("new leader's CA %s, want the same CA %s", got, serial)
 	}
 	n := len(results())
-	eventually(t, bound+30*time.Second, "issuance to resume", func(context.Context) (bool, error) {
+	e2etest.Eventually(t, bound+30*time.Second, "issuance to resume", func(context.Context) (bool, error) {
 		r := results()
 		return len(r) > n+5 && r[len(r)-1].err == nil, nil
 	})
@@ -210,7 +194,7 @@ func TestFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	third := waitLeader(t, own, 10*time.Second)
-	eventually(t, 30*time.Second, "more issuance after the graceful stop", func(context.Context) (bool, error) {
+	e2etest.Eventually(t, 30*time.Second, "more issuance after the graceful stop", func(context.Context) (bool, error) {
 		return len(results()) > afterKill+20, nil
 	})
 	close(stop)
@@ -255,16 +239,16 @@ func TestGracefulStopUnderConcurrentLoad(t *testing.T) {
 		CertapiReplicaArgs: framework.LeaderIdentityArgs,
 		CertapiArgs:        []string{"--handoff-timeout=" + handoff.String()},
 	})
-	c, kube := clients(t, own.AdminConfig)
-	ns := namespace(t, kube)
-	if _, err := c.CertapiV1alpha1().ServingCertRequests(ns).Create(context.Background(), request("load", "load"), metav1.CreateOptions{}); err != nil {
+	c, kube := e2etest.Clients(t, own.AdminConfig)
+	ns := e2etest.Namespace(t, kube)
+	if _, err := c.CertapiV1alpha1().ServingCertRequests(ns).Create(context.Background(), e2etest.Request("load", "load"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	waitLeader(t, own, 30*time.Second)
 
 	stop := make(chan struct{})
 	results, wg := issueLoop(t, own, ns, "load", 32, stop, bound)
-	eventually(t, 30*time.Second, "the clients to issue", func(context.Context) (bool, error) { return len(results()) > 40, nil })
+	e2etest.Eventually(t, 30*time.Second, "the clients to issue", func(context.Context) (bool, error) { return len(results()) > 40, nil })
 
 	// The replica with the most connections from kube-apiserver carries its proxied calls.
 	busiest, most := -1, 0
@@ -281,7 +265,7 @@ func TestGracefulStopUnderConcurrentLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("stopped replica %d (%d open connections) after %d calls", busiest, most, before)
-	eventually(t, bound+30*time.Second, "more issuance after the stop", func(context.Context) (bool, error) {
+	e2etest.Eventually(t, bound+30*time.Second, "more issuance after the stop", func(context.Context) (bool, error) {
 		return len(results()) > before+80, nil
 	})
 	close(stop)
@@ -315,7 +299,7 @@ func countLeaderKeys(t *testing.T, own *framework.ControlPlane, want int64) int6
 	}
 	defer etcd.Close()
 	var n int64
-	eventually(t, 30*time.Second, "the dead leader's election key to expire", func(ctx context.Context) (bool, error) {
+	e2etest.Eventually(t, 30*time.Second, "the dead leader's election key to expire", func(ctx context.Context) (bool, error) {
 		resp, err := etcd.Get(ctx, "/registry/certapi.dev/leader", clientv3.WithPrefix(), clientv3.WithCountOnly())
 		if err != nil {
 			return false, err
@@ -346,18 +330,18 @@ func TestNoLeaderAnswers503WithRetryAfter(t *testing.T) {
 		CertapiReplicaArgs: framework.LeaderIdentityArgs,
 		CertapiArgs:        []string{"--leader-session-ttl=120s", "--handoff-timeout=" + handoff.String()},
 	})
-	c, kube := clients(t, own.AdminConfig)
-	ns := namespace(t, kube)
-	if _, err := c.CertapiV1alpha1().ServingCertRequests(ns).Create(context.Background(), request("r", "r"), metav1.CreateOptions{}); err != nil {
+	c, kube := e2etest.Clients(t, own.AdminConfig)
+	ns := e2etest.Namespace(t, kube)
+	if _, err := c.CertapiV1alpha1().ServingCertRequests(ns).Create(context.Background(), e2etest.Request("r", "r"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	activeSerial(t, own)
+	e2etest.ActiveSerial(t, own)
 	leader := waitLeader(t, own, 30*time.Second)
 	killedAt := time.Now()
 	if err := own.KillReplica(leader); err != nil {
 		t.Fatal(err)
 	}
-	body := servingCert(csrPEM(t, ecKey(t, elliptic.P256())), nil)
+	body := e2etest.ServingCert(e2etest.CSRPEM(t, e2etest.ECKey(t, elliptic.P256())), nil)
 
 	// One attempt at a time, no client retries: the follower answers 503 with Retry-After after the
 	// handoff timeout. Before kube-apiserver reaches it, only kube-apiserver's own 503 for the killed

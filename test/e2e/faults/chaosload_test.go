@@ -1,4 +1,4 @@
-package e2e
+package faults
 
 import (
 	"bufio"
@@ -19,6 +19,7 @@ import (
 
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	"github.com/certapi/certapi/pkg/generated/clientset/versioned"
+	"github.com/certapi/certapi/test/e2e/e2etest"
 	"github.com/certapi/certapi/test/framework"
 )
 
@@ -32,7 +33,7 @@ type issueTarget struct {
 
 // throughAPIServer sends calls through own's kube-apiserver, as the admin.
 func throughAPIServer(t *testing.T, own *framework.ControlPlane) issueTarget {
-	c, _ := clients(t, own.AdminConfig)
+	c, _ := e2etest.Clients(t, own.AdminConfig)
 	return issueTarget{name: framework.ProcessKubeAPIServer, c: c}
 }
 
@@ -42,7 +43,7 @@ func toReplica(t *testing.T, own *framework.ControlPlane, i int) issueTarget {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, _ := clients(t, cfg)
+	c, _ := e2etest.Clients(t, cfg)
 	return issueTarget{name: own.ReplicaName(i), c: c}
 }
 
@@ -94,7 +95,7 @@ type issueLoad struct {
 // cleanup stops it, if the test does not first.
 func startLoad(t *testing.T, ns string, names []string, rate int, guard time.Duration, targets ...issueTarget) *issueLoad {
 	t.Helper()
-	body := servingCert(csrPEM(t, ecKey(t, elliptic.P256())), nil)
+	body := e2etest.ServingCert(e2etest.CSRPEM(t, e2etest.ECKey(t, elliptic.P256())), nil)
 	l := &issueLoad{stop: make(chan struct{})}
 	interval := time.Second / time.Duration(rate)
 	for _, tg := range targets {
@@ -196,7 +197,7 @@ func (s callStats) String() string {
 func waitRecovered(t *testing.T, load *issueLoad, back time.Time, what string, rate int) time.Time {
 	t.Helper()
 	var recovered time.Time
-	eventually(t, 60*time.Second, "issuance after "+what, func(context.Context) (bool, error) {
+	e2etest.Eventually(t, 60*time.Second, "issuance after "+what, func(context.Context) (bool, error) {
 		for _, call := range load.answered() {
 			if call.err == nil && call.end().After(back) && (recovered.IsZero() || call.end().Before(recovered)) {
 				recovered = call.end()
@@ -204,7 +205,7 @@ func waitRecovered(t *testing.T, load *issueLoad, back time.Time, what string, r
 		}
 		return !recovered.IsZero(), nil
 	})
-	eventually(t, 60*time.Second, "sustained issuance after "+what, func(context.Context) (bool, error) {
+	e2etest.Eventually(t, 60*time.Second, "sustained issuance after "+what, func(context.Context) (bool, error) {
 		return load.count(func(call issueCall) bool { return call.err == nil && call.start.After(recovered) }) >= 5*rate, nil
 	})
 	return recovered
@@ -299,7 +300,7 @@ func publishesLeaderGauges(own *framework.ControlPlane, client *http.Client, i i
 func requestUIDs(t *testing.T, c versioned.Interface, ns string) map[string]string {
 	t.Helper()
 	out := map[string]string{}
-	eventually(t, 60*time.Second, "listing the ServingCertRequests", func(ctx context.Context) (bool, error) {
+	e2etest.Eventually(t, 60*time.Second, "listing the ServingCertRequests", func(ctx context.Context) (bool, error) {
 		list, err := c.CertapiV1alpha1().ServingCertRequests(ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return false, nil
@@ -326,11 +327,11 @@ func oneCA(t *testing.T, own *framework.ControlPlane, serial string) {
 	defer etcd.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	resp, err := etcd.Get(ctx, caKey)
+	resp, err := etcd.Get(ctx, e2etest.CAKey)
 	if err != nil || len(resp.Kvs) != 1 || resp.Kvs[0].Version != 1 {
 		t.Errorf("CA record: %v, %d keys, want one written once", err, len(resp.Kvs))
 	}
-	if got := activeSerial(t, own); got != serial {
+	if got := e2etest.ActiveSerial(t, own); got != serial {
 		t.Errorf("the Active CA is %s, want the one CA %s", got, serial)
 	}
 }
@@ -341,7 +342,7 @@ func createRequests(t *testing.T, c versioned.Interface, ns string, n int) []str
 	var names []string
 	for i := range n {
 		name := fmt.Sprintf("r-%d", i)
-		if _, err := c.CertapiV1alpha1().ServingCertRequests(ns).Create(context.Background(), request(name, name), metav1.CreateOptions{}); err != nil {
+		if _, err := c.CertapiV1alpha1().ServingCertRequests(ns).Create(context.Background(), e2etest.Request(name, name), metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		names = append(names, name)

@@ -1,4 +1,7 @@
-package e2e
+// Package faults runs the fault tests: certapi replicas, etcd and kube-apiserver stopped, paused, killed
+// and restarted under load, each on a control plane of its own. They are a package apart from test/e2e so
+// that `go test ./test/...` runs them beside the rest of the end-to-end tests.
+package faults
 
 import (
 	"context"
@@ -17,6 +20,7 @@ import (
 
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	"github.com/certapi/certapi/pkg/signer"
+	"github.com/certapi/certapi/test/e2e/e2etest"
 	"github.com/certapi/certapi/test/framework"
 )
 
@@ -42,12 +46,12 @@ func TestPausedLeaderSignsNothing(t *testing.T) {
 		CertapiReplicaArgs: framework.LeaderIdentityArgs,
 		CertapiArgs:        []string{"--leader-session-ttl=" + ttl.String(), "--handoff-timeout=" + handoff.String()},
 	})
-	c, kube := clients(t, own.AdminConfig)
-	ns := namespace(t, kube)
-	if _, err := c.CertapiV1alpha1().ServingCertRequests(ns).Create(context.Background(), request("paused", "paused"), metav1.CreateOptions{}); err != nil {
+	c, kube := e2etest.Clients(t, own.AdminConfig)
+	ns := e2etest.Namespace(t, kube)
+	if _, err := c.CertapiV1alpha1().ServingCertRequests(ns).Create(context.Background(), e2etest.Request("paused", "paused"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	serial := activeSerial(t, own)
+	serial := e2etest.ActiveSerial(t, own)
 	leader := waitLeader(t, own, 30*time.Second)
 	follower := 1 - leader
 	metricsClient, err := own.CertapiHTTPClient()
@@ -71,7 +75,7 @@ func TestPausedLeaderSignsNothing(t *testing.T) {
 	// lead to the replica about to be paused.
 	toLeader, toFollower := toReplica(t, own, leader), toReplica(t, own, follower)
 	warm := startLoad(t, ns, []string{"paused"}, 20, guard, toLeader, toFollower)
-	eventually(t, 60*time.Second, "the leader to sign under load", func(context.Context) (bool, error) { return signed(leader) >= 20, nil })
+	e2etest.Eventually(t, 60*time.Second, "the leader to sign under load", func(context.Context) (bool, error) { return signed(leader) >= 20, nil })
 	warm.finish()
 	checkAnswers(t, "before the pause", warm.answered(), attemptBound(handoff))
 	before := signed(leader)
@@ -82,11 +86,11 @@ func TestPausedLeaderSignsNothing(t *testing.T) {
 	}
 	pausedAt := time.Now()
 	load := startLoad(t, ns, []string{"paused"}, 20, guard, toFollower, toLeader)
-	eventually(t, ttl+30*time.Second, "the follower to take over from the paused leader", func(context.Context) (bool, error) {
+	e2etest.Eventually(t, ttl+30*time.Second, "the follower to take over from the paused leader", func(context.Context) (bool, error) {
 		return leads(follower), nil
 	})
 	takeover := time.Since(pausedAt)
-	eventually(t, 30*time.Second, "the new leader to sign under load", func(context.Context) (bool, error) { return signed(follower) >= 10, nil })
+	e2etest.Eventually(t, 30*time.Second, "the new leader to sign under load", func(context.Context) (bool, error) { return signed(follower) >= 10, nil })
 	// The fault itself: paused for twice the TTL at least, well past the lease's end.
 	time.Sleep(time.Until(pausedAt.Add(2 * ttl)))
 	parked := 0
@@ -101,26 +105,26 @@ func TestPausedLeaderSignsNothing(t *testing.T) {
 	resumedAt := time.Now()
 	paused := resumedAt.Sub(pausedAt)
 	toOld := func(call issueCall) bool { return call.target == own.ReplicaName(leader) }
-	eventually(t, 30*time.Second, "the resumed replica to say it does not lead", func(context.Context) (bool, error) { return !leads(leader), nil })
+	e2etest.Eventually(t, 30*time.Second, "the resumed replica to say it does not lead", func(context.Context) (bool, error) { return !leads(leader), nil })
 	stepDown := time.Since(resumedAt)
 	// Its term's gauges go with it: only the new leader reports the CA and the injection targets.
-	eventually(t, 30*time.Second, "the resumed replica to drop the leader's gauges", func(context.Context) (bool, error) {
+	e2etest.Eventually(t, 30*time.Second, "the resumed replica to drop the leader's gauges", func(context.Context) (bool, error) {
 		has, err := publishesLeaderGauges(own, metricsClient, leader)
 		return err == nil && !has, nil
 	})
-	eventually(t, 30*time.Second, "the new leader to publish the leader's gauges", func(context.Context) (bool, error) {
+	e2etest.Eventually(t, 30*time.Second, "the new leader to publish the leader's gauges", func(context.Context) (bool, error) {
 		has, err := publishesLeaderGauges(own, metricsClient, follower)
 		return err == nil && has, nil
 	})
 	// Every call that waited for the paused replica is answered, and a few more after it.
-	eventually(t, guard, "answers from the resumed replica", func(context.Context) (bool, error) {
+	e2etest.Eventually(t, guard, "answers from the resumed replica", func(context.Context) (bool, error) {
 		return load.count(func(call issueCall) bool { return toOld(call) && call.start.After(resumedAt) }) >= 20, nil
 	})
 	load.finish()
 	after := signed(leader)
 
 	calls := load.answered()
-	bundle := caObject(t, c).Status.CABundle // through kube-apiserver, now that no replica is paused
+	bundle := e2etest.CAObject(t, c).Status.CABundle // through kube-apiserver, now that no replica is paused
 	var oldCalls []issueCall
 	for _, call := range calls {
 		if toOld(call) {
@@ -130,7 +134,7 @@ func TestPausedLeaderSignsNothing(t *testing.T) {
 			}
 		}
 		if call.err == nil {
-			if got := issuerSerialOf(t, call.cert, bundle); got != serial {
+			if got := e2etest.IssuerSerialOf(t, call.cert, bundle); got != serial {
 				t.Errorf("a certificate from %s was signed by CA %s, want the one CA %s", call.target, got, serial)
 			}
 		}
@@ -162,9 +166,9 @@ func TestPausedLeaderSignsNothing(t *testing.T) {
 	if err := own.StopReplica(follower); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "the resumed replica to lead again", func(context.Context) (bool, error) { return leads(leader), nil })
+	e2etest.Eventually(t, 30*time.Second, "the resumed replica to lead again", func(context.Context) (bool, error) { return leads(leader), nil })
 	again := startLoad(t, ns, []string{"paused"}, 20, guard, toLeader)
-	eventually(t, 30*time.Second, "the replica to sign again as leader", func(context.Context) (bool, error) { return signed(leader) > after, nil })
+	e2etest.Eventually(t, 30*time.Second, "the replica to sign again as leader", func(context.Context) (bool, error) { return signed(leader) > after, nil })
 	again.finish()
 }
 
@@ -181,15 +185,15 @@ func TestEtcdStoppedUnderLoad(t *testing.T) {
 		CertapiReplicaArgs: framework.LeaderIdentityArgs,
 		CertapiArgs:        []string{"--handoff-timeout=" + handoff.String()},
 	})
-	c, kube := clients(t, own.AdminConfig)
-	ns := namespace(t, kube)
+	c, kube := e2etest.Clients(t, own.AdminConfig)
+	ns := e2etest.Namespace(t, kube)
 	names := createRequests(t, c, ns, 10)
-	serial := activeSerial(t, own)
+	serial := e2etest.ActiveSerial(t, own)
 	waitLeader(t, own, 30*time.Second)
 	requests := requestUIDs(t, c, ns)
 
 	load := startLoad(t, ns, names, rate, bound+30*time.Second, throughAPIServer(t, own))
-	eventually(t, 60*time.Second, "issuance under load", func(context.Context) (bool, error) {
+	e2etest.Eventually(t, 60*time.Second, "issuance under load", func(context.Context) (bool, error) {
 		return load.count(func(call issueCall) bool { return call.err == nil }) >= 100, nil
 	})
 	stoppedAt := time.Now()
@@ -247,17 +251,17 @@ func TestEtcdMemberLossUnderLoad(t *testing.T) {
 		CertapiReplicaArgs: framework.LeaderIdentityArgs,
 		CertapiArgs:        []string{"--handoff-timeout=" + handoff.String()},
 	})
-	c, kube := clients(t, own.AdminConfig)
-	ns := namespace(t, kube)
+	c, kube := e2etest.Clients(t, own.AdminConfig)
+	ns := e2etest.Namespace(t, kube)
 	names := createRequests(t, c, ns, 10)
-	serial := activeSerial(t, own)
+	serial := e2etest.ActiveSerial(t, own)
 	waitLeader(t, own, 30*time.Second)
 	requests := requestUIDs(t, c, ns)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 
 	load := startLoad(t, ns, names, rate, bound+30*time.Second, throughAPIServer(t, own))
-	eventually(t, 60*time.Second, "issuance under load", func(context.Context) (bool, error) {
+	e2etest.Eventually(t, 60*time.Second, "issuance under load", func(context.Context) (bool, error) {
 		return load.count(func(call issueCall) bool { return call.err == nil }) >= 100, nil
 	})
 
@@ -331,9 +335,9 @@ func TestEtcdMemberLossUnderLoad(t *testing.T) {
 func TestAPIServerRestartDuringRotation(t *testing.T) {
 	const targets = 200
 	own := framework.StartT(t, framework.Options{CertapiArgs: []string{"--rotation-grace=5s", "--max-certificate-duration=20s"}})
-	c, kube := clients(t, own.AdminConfig)
-	ns := namespace(t, kube)
-	old := activeSerial(t, own)
+	c, kube := e2etest.Clients(t, own.AdminConfig)
+	ns := e2etest.Namespace(t, kube)
+	old := e2etest.ActiveSerial(t, own)
 	vwcs := kube.AdmissionregistrationV1().ValidatingWebhookConfigurations()
 	fail, none, path, port := admissionregistrationv1.Fail, admissionregistrationv1.SideEffectClassNone, "/validate", int32(443)
 	names := make(chan string, targets)
@@ -398,8 +402,8 @@ func TestAPIServerRestartDuringRotation(t *testing.T) {
 		}
 		return n, nil
 	}
-	eventually(t, 60*time.Second, "every target to hold the bundle", func(ctx context.Context) (bool, error) {
-		n, err := holding(ctx, caObject(t, c).Status.CABundle)
+	e2etest.Eventually(t, 60*time.Second, "every target to hold the bundle", func(ctx context.Context) (bool, error) {
+		n, err := holding(ctx, e2etest.CAObject(t, c).Status.CABundle)
 		return err == nil && n == targets, nil
 	})
 
@@ -409,7 +413,7 @@ func TestAPIServerRestartDuringRotation(t *testing.T) {
 	}
 	var next string
 	var injection certapiv1alpha1.InjectionSummary
-	eventually(t, 30*time.Second, "the Next CA to be published", func(ctx context.Context) (bool, error) {
+	e2etest.Eventually(t, 30*time.Second, "the Next CA to be published", func(ctx context.Context) (bool, error) {
 		ca, err := c.CertapiV1alpha1().CertificateAuthorities().Get(ctx, "default", metav1.GetOptions{})
 		if err != nil {
 			return false, nil
@@ -440,7 +444,7 @@ func TestAPIServerRestartDuringRotation(t *testing.T) {
 		t.Fatal(err)
 	}
 	var switched time.Time
-	eventually(t, 2*time.Minute, "the rotation to complete", func(ctx context.Context) (bool, error) {
+	e2etest.Eventually(t, 2*time.Minute, "the rotation to complete", func(ctx context.Context) (bool, error) {
 		ca, err := c.CertapiV1alpha1().CertificateAuthorities().Get(ctx, "default", metav1.GetOptions{})
 		if err != nil || ca.Status.Active == nil {
 			return false, nil
@@ -452,11 +456,11 @@ func TestAPIServerRestartDuringRotation(t *testing.T) {
 				t.Errorf("when the switch was seen, %d of %d targets trusted the new Active CA", n, targets)
 			}
 		}
-		return ca.Status.Active.SerialNumber == next && len(ca.Status.Certificates) == 1 && bundleSize([]byte(ca.Status.CABundle)) == 1, nil
+		return ca.Status.Active.SerialNumber == next && len(ca.Status.Certificates) == 1 && e2etest.BundleSize([]byte(ca.Status.CABundle)) == 1, nil
 	})
 	done := time.Now()
-	final := caObject(t, c).Status.CABundle
-	eventually(t, 60*time.Second, "every target to hold the final bundle", func(ctx context.Context) (bool, error) {
+	final := e2etest.CAObject(t, c).Status.CABundle
+	e2etest.Eventually(t, 60*time.Second, "every target to hold the final bundle", func(ctx context.Context) (bool, error) {
 		n, err := holding(ctx, final)
 		return err == nil && n == targets, nil
 	})
@@ -465,8 +469,8 @@ func TestAPIServerRestartDuringRotation(t *testing.T) {
 		t.Errorf("the final bundle (%d certificates, %v) is not the published Next CA %s alone (old %s)", len(certs), err, next, old)
 	}
 	var inj *certapiv1alpha1.InjectionSummary
-	eventually(t, 30*time.Second, "the injection summary to count every target up to date", func(context.Context) (bool, error) {
-		inj = caObject(t, c).Status.Injection
+	e2etest.Eventually(t, 30*time.Second, "the injection summary to count every target up to date", func(context.Context) (bool, error) {
+		inj = e2etest.CAObject(t, c).Status.Injection
 		return inj != nil && inj.Targets == targets+2 && inj.UpToDate == inj.Targets, nil // and certapi's own APIService and the ClusterTrustBundle
 	})
 	summarised := time.Now()
