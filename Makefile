@@ -5,7 +5,8 @@
 #                                  listeners at most; no etcd, kube-apiserver or other binary, no _output
 #   test/integration/<component>   one component (issuer, registry, injector, trustbundle) against a real etcd and/or
 #                                  kube-apiserver from _output/bin, through its exported API
-#   test/e2e                       the whole system: certapi processes behind kube-apiserver
+#   test/e2e                       the whole system: certapi processes behind kube-apiserver; test/e2e/faults
+#                                  the same under faults (a package apart, so that it runs beside test/e2e)
 #   test/node                      the manifests of artifacts/ applied with kubectl to a real node
 #                                  (kubelet, containerd, kube-proxy, CoreDNS), from `make images`
 #   test/monitoring                artifacts/monitoring with promtool and a real Prometheus scraping certapi
@@ -105,8 +106,13 @@ integration: tools
 e2e: tools build images
 	CERTAPI_BIN=$(BIN)/certapi $(STATIC) $(GO) test -count=1 -timeout $(E2E_TIMEOUT) ./test/...
 
-## test: everything CI runs: verify, unit, then integration and end-to-end (e2e)
-test: verify unit e2e
+## test: everything CI runs: verify; the tools, certapi and the images; then the unit tests and everything
+## under test/ side by side (two jobs; each one's output is printed whole when it ends). Building the unit
+## tests under the race detector keeps both cores busy, while the tests under test/ leave about half of a
+## 2-core machine idle as they wait on their processes. The unit tests bind only ephemeral ports,
+## test/framework's processes ports below that range.
+test: verify tools build images
+	$(MAKE) --no-print-directory -j2 --output-sync=target unit e2e
 
 ## local-up: the demo: etcd, kube-apiserver, certapi and the example webhook on loopback, a walkthrough, until Ctrl-C.
 ## NODE=1 adds a real node (needs root) and runs certapi on it as a pod from artifacts/deploy/overlays/single-replica.
