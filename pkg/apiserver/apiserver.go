@@ -180,8 +180,11 @@ func (c CompletedConfig) New() (*Server, error) {
 	}
 	if self := c.ExtraConfig.SelfServing; self != nil {
 		s.self = self
-		if err := generic.AddReadyzChecks(healthz.NamedCheck("certapi-serving-certificate", self.check)); err != nil {
-			return nil, fmt.Errorf("adding the serving certificate readiness check: %w", err)
+		if err := generic.AddReadyzChecks(
+			healthz.NamedCheck("certapi-serving-certificate", self.check),
+			healthz.NamedCheck("certapi-certificate-authority", self.checkAuthority),
+		); err != nil {
+			return nil, fmt.Errorf("adding the serving certificate and CertificateAuthority readiness checks: %w", err)
 		}
 	}
 

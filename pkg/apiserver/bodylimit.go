@@ -4,14 +4,15 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"strings"
 	"sync/atomic"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/endpoints/responsewriter"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 
+	"github.com/certapi/certapi/pkg/apis/certapi"
 	"github.com/certapi/certapi/pkg/signer"
 )
 
@@ -39,10 +40,13 @@ func handlerChain(auth *authReadiness) func(http.Handler, *genericapiserver.Conf
 // (megabytes) is far above what this endpoint ever needs.
 //
 // It runs inside the handler chain, next to the API handler: an unauthenticated or unauthorized request
-// never gets here, so it cannot make certapi buffer anything.
+// never gets here, so it cannot make certapi buffer anything. It asks the request info the chain has parsed,
+// not the path's spelling, whether the call is for the subresource: the API routes `.../servingcerts/` (a
+// trailing slash) to the same handler, and every verb with a body is capped, so no spelling gets a large
+// body read and decoded.
 func limitServingCertBodies(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodPost || !strings.HasSuffix(r.URL.Path, "/servingcerts") || r.Body == nil || r.Body == http.NoBody {
+		if r.Body == nil || r.Body == http.NoBody || !isServingCertsRequest(r) {
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -53,6 +57,14 @@ func limitServingCertBodies(next http.Handler) http.Handler {
 		r.Body = &cappedBody{ReadCloser: r.Body, left: left}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// isServingCertsRequest reports whether r is a call of the servingcerts subresource, by the request info
+// the handler chain parsed from its path.
+func isServingCertsRequest(r *http.Request) bool {
+	info, ok := request.RequestInfoFrom(r.Context())
+	return ok && info.IsResourceRequest && info.APIGroup == certapi.GroupName &&
+		info.Resource == "servingcertrequests" && info.Subresource == "servingcerts"
 }
 
 // errServingCertBodyTooLarge is what reading a servingcerts body past the cap returns; the generic handler

@@ -13,6 +13,9 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/util/sets"
+	genericapifilters "k8s.io/apiserver/pkg/endpoints/filters"
+	"k8s.io/apiserver/pkg/endpoints/request"
 )
 
 // countingBody counts what was read from it.
@@ -44,17 +47,21 @@ func TestLimitServingCertBodies(t *testing.T) {
 		{name: "far over, chunked", method: http.MethodPost, path: path, size: 10 * maxServingCertBody, contentLength: -1, wantTooLarge: true, wantMaxRead: maxServingCertBody + 1},
 		{name: "Content-Length over the cap: nothing read", method: http.MethodPost, path: path, size: maxServingCertBody + 1, contentLength: maxServingCertBody + 1, wantTooLarge: true, wantMaxRead: 0},
 		{name: "another path is not capped", method: http.MethodPost, path: "/apis/certapi.dev/v1alpha1/namespaces/ns/servingcertrequests", size: 2 * maxServingCertBody, contentLength: -1, wantMaxRead: 2 * maxServingCertBody},
-		{name: "another verb is not capped", method: http.MethodPut, path: path, size: 2 * maxServingCertBody, contentLength: -1, wantMaxRead: 2 * maxServingCertBody},
+		{name: "a trailing slash is the same subresource", method: http.MethodPost, path: path + "/", size: 10 * maxServingCertBody, contentLength: -1, wantTooLarge: true, wantMaxRead: maxServingCertBody + 1},
+		{name: "every verb with a body is capped", method: http.MethodPut, path: path, size: 2 * maxServingCertBody, contentLength: -1, wantTooLarge: true, wantMaxRead: maxServingCertBody + 1},
+		{name: "the parent's status is not capped", method: http.MethodPut, path: "/apis/certapi.dev/v1alpha1/namespaces/ns/servingcertrequests/a/status", size: 2 * maxServingCertBody, contentLength: -1, wantMaxRead: 2 * maxServingCertBody},
+		{name: "another group's servingcerts is not capped", method: http.MethodPost, path: "/apis/example.com/v1/namespaces/ns/servingcertrequests/a/servingcerts", size: 2 * maxServingCertBody, contentLength: -1, wantMaxRead: 2 * maxServingCertBody},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			client := &countingBody{Reader: strings.NewReader(strings.Repeat("x", tc.size))}
 			var got []byte
 			var readErr error
-			h := limitServingCertBodies(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			// The request info is parsed by the generic chain before the cap runs, as in certapi.
+			h := genericapifilters.WithRequestInfo(limitServingCertBodies(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				// What the generic create handler does first: read the whole body.
 				got, readErr = io.ReadAll(r.Body)
-			}))
+			})), &request.RequestInfoFactory{APIPrefixes: sets.NewString("api", "apis"), GrouplessAPIPrefixes: sets.NewString("api")})
 			r := httptest.NewRequest(tc.method, tc.path, nil)
 			r.Body, r.ContentLength = client, tc.contentLength
 			h.ServeHTTP(httptest.NewRecorder(), r)

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -39,6 +40,10 @@ type selfServing struct {
 	issuedBy  string // serial of the CA that signed the current certificate; "" for the placeholder
 	renewAt   time.Time
 	listeners []dynamiccertificates.Listener
+
+	// caSeen: this replica's watch has seen CertificateAuthority/default, the object every admin command
+	// (rotate, distrust, status) starts from.
+	caSeen atomic.Bool
 }
 
 var _ dynamiccertificates.CertKeyContentProvider = &selfServing{}
@@ -67,6 +72,16 @@ func (s *selfServing) AddListener(l dynamiccertificates.Listener) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.listeners = append(s.listeners, l)
+}
+
+// checkAuthority is a /readyz check: not ready until CertificateAuthority/default exists. The leader
+// creates it with the first CA; a replica that answered before then would serve an API whose one
+// cluster-scoped object an admin's `kubectl certapi rotate` or a patch of it finds missing.
+func (s *selfServing) checkAuthority(*http.Request) error {
+	if !s.caSeen.Load() {
+		return errors.New("CertificateAuthority/" + castatus.Name + " does not exist yet: waiting for the leader to create it")
+	}
+	return nil
 }
 
 // check is a /readyz check: not ready until certapi serves a certificate from its own CA.
@@ -106,7 +121,7 @@ func (s *selfServing) run(ctx context.Context, iss *issuer.Issuer, client versio
 	}))
 	cas := factory.Certapi().V1alpha1().CertificateAuthorities()
 	if _, err := cas.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { poke() },
+		AddFunc:    func(any) { s.caSeen.Store(true); poke() },
 		UpdateFunc: func(any, any) { poke() },
 	}); err != nil {
 		klog.ErrorS(err, "Watching the CertificateAuthority; this replica re-issues its certificate only at its renewal time")

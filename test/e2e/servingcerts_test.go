@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"crypto/elliptic"
@@ -8,6 +9,7 @@ import (
 	"crypto/rsa"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"encoding/pem"
 	"io"
 	"net"
@@ -18,6 +20,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	"github.com/certapi/certapi/test/e2e/e2etest"
@@ -216,6 +219,32 @@ func TestServingCertBadInput(t *testing.T) {
 		_, err := c.CertapiV1alpha1().ServingCertRequests(ns).CreateServingCert(ctx, "target", e2etest.ServingCert(big, nil), metav1.CreateOptions{})
 		if !apierrors.IsRequestEntityTooLargeError(err) || !strings.Contains(err.Error(), "at most 65536 bytes") {
 			t.Fatalf("got %v, want 413 that says the limit", err)
+		}
+	})
+	t.Run("body over 64 KiB, path with a trailing slash", func(t *testing.T) {
+		// The API routes ".../servingcerts/" to the same handler; the cap must not depend on the spelling.
+		body, err := json.Marshal(e2etest.ServingCert(good+strings.Repeat("#", 200<<10), nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		hc, err := rest.HTTPClientFor(cp.AdminConfig)
+		if err != nil {
+			t.Fatal(err)
+		}
+		url := strings.TrimSuffix(cp.AdminConfig.Host, "/") + "/apis/certapi.dev/v1alpha1/namespaces/" + ns + "/servingcertrequests/target/servingcerts/"
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		answer, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(string(answer), "at most 65536 bytes") {
+			t.Fatalf("got %d %s, want 413 that says the limit", resp.StatusCode, answer)
 		}
 	})
 	t.Run("parent missing", func(t *testing.T) {
