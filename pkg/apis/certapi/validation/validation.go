@@ -39,8 +39,9 @@ const (
 	// allows 256 KiB of annotations, and every certapi replica keeps every object in its watch cache and
 	// etcd's raft log: at 256 KiB, a few hundred requests of one tenant would take every replica past its
 	// memory limit. 32 KiB is still room for a dozen tools' labels and annotations and for kubectl's
-	// last-applied-configuration (a copy of the object); the largest spec the other limits allow is
-	// about 52 KiB (MaxDNSNames and MaxServiceAccountNames names of up to 253 characters).
+	// last-applied-configuration (a copy of the object). With the largest spec the other limits allow
+	// (MaxDNSNames names of up to 145 characters with the default cluster domain, MaxServiceAccountNames
+	// of up to 253), a request is at most about 75 KB as JSON.
 	MaxUserMetadataBytes = 32 * 1024
 )
 
