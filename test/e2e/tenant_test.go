@@ -100,9 +100,11 @@ func TestTenantBounds(t *testing.T) {
 		const hard = 3
 		quotaOn(t, kube, ns, hard)
 		for i := range hard {
-			createAsTenant(t, tenant, ns, e2etest.Request(fmt.Sprintf("q%d", i), "svc"))
+			if err := createUnderQuota(t, tenant, ns, e2etest.Request(fmt.Sprintf("q%d", i), "svc")); err != nil {
+				t.Fatalf("request %d under a quota of %d: %v", i+1, hard, err)
+			}
 		}
-		_, err := tenant.CertapiV1alpha1().ServingCertRequests(ns).Create(ctx, e2etest.Request("one-too-many", "svc"), metav1.CreateOptions{})
+		err := createUnderQuota(t, tenant, ns, e2etest.Request("one-too-many", "svc"))
 		if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "exceeded quota") || !strings.Contains(err.Error(), "count/servingcertrequests.certapi.dev") {
 			t.Fatalf("request %d under a quota of %d: %v; want 403 exceeded quota", hard+1, hard, err)
 		}
@@ -236,22 +238,19 @@ func quotaOn(t *testing.T, kube kubernetes.Interface, ns string, hard int64) {
 	}
 }
 
-// createAsTenant creates r in ns under a ResourceQuota, as a client of several API server replicas must:
-// a replica whose quota informer has not yet seen the quota's status refuses with "status unknown", and
-// one that has not yet seen another replica's count conflicts on the quota's status (409), as
-// kube-apiserver does with several replicas. Both are retried.
-func createAsTenant(t *testing.T, c versioned.Interface, ns string, r *certapiv1alpha1.ServingCertRequest) {
+// createUnderQuota creates r in ns under a ResourceQuota and returns the answer, as a client of several
+// API server replicas must: a replica whose quota informer has not yet seen the quota's status refuses
+// with "status unknown", and one that has not yet seen another replica's count conflicts on the quota's
+// status (409), as kube-apiserver does with several replicas. Both are retried.
+func createUnderQuota(t *testing.T, c versioned.Interface, ns string, r *certapiv1alpha1.ServingCertRequest) error {
 	t.Helper()
-	e2etest.Eventually(t, 30*time.Second, "creating "+r.Name, func(ctx context.Context) (bool, error) {
-		_, err := c.CertapiV1alpha1().ServingCertRequests(ns).Create(ctx, r, metav1.CreateOptions{})
-		switch {
-		case err == nil:
-			return true, nil
-		case apierrors.IsConflict(err), apierrors.IsForbidden(err) && strings.Contains(err.Error(), "status unknown for quota"):
-			return false, nil
-		}
-		return false, err
+	var last error
+	e2etest.Eventually(t, 30*time.Second, "an answer to creating "+r.Name+" other than a conflict", func(ctx context.Context) (bool, error) {
+		_, last = c.CertapiV1alpha1().ServingCertRequests(ns).Create(ctx, r, metav1.CreateOptions{})
+		retry := apierrors.IsConflict(last) || (apierrors.IsForbidden(last) && strings.Contains(last.Error(), "status unknown for quota"))
+		return !retry, nil
 	})
+	return last
 }
 
 // largestRequest is request i of ns at the bounds: labels and annotations of
