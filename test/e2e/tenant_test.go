@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
 
+	"github.com/certapi/certapi/pkg/admission/requestquota"
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	"github.com/certapi/certapi/pkg/apis/certapi/validation"
 	"github.com/certapi/certapi/pkg/generated/clientset/versioned"
@@ -37,16 +38,12 @@ const tenantMemoryBound = 192 << 20
 // edit role in its namespaces, against two certapi replicas. Its 250 KiB of annotations are refused with
 // a 422 that names the limit; a ResourceQuota on count/servingcertrequests.certapi.dev refuses its
 // request past the quota with 403; without one, the per-namespace default refuses it past
-// --max-servingcertrequests-per-namespace; and with that namespace full of the largest requests the
-// bounds allow, the leader's and the follower's memory stay under tenantMemoryBound.
+// --max-servingcertrequests-per-namespace (its default); and with that namespace full of the largest
+// requests the bounds allow, the leader's and the follower's memory stay under tenantMemoryBound.
 func TestTenantBounds(t *testing.T) {
-	const perNamespace = 300
+	const perNamespace = requestquota.DefaultMaxPerNamespace
 	ctx := context.Background()
-	own := framework.StartT(t, framework.Options{
-		CertapiReplicas:    2,
-		CertapiReplicaArgs: framework.LeaderIdentityArgs,
-		CertapiArgs:        []string{fmt.Sprintf("--max-servingcertrequests-per-namespace=%d", perNamespace)},
-	})
+	own := framework.StartT(t, framework.Options{CertapiReplicas: 2, CertapiReplicaArgs: framework.LeaderIdentityArgs})
 	admin, kube := e2etest.Clients(t, own.AdminConfig)
 	editRole := createAggregatedRole(t, kube, "certapi:aggregate-to-edit")
 	tenantConfig, err := own.UserConfig("tenant")
