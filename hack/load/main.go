@@ -148,7 +148,9 @@ func run(o options) error {
 		startCtx, cancel := context.WithTimeout(ctx, framework.StartTimeout)
 		// --profiling: the memory figures run a GC through /debug/pprof, and --heap-profile and
 		// --cpu-profile read it; certapi serves it only when told to.
-		args := append([]string{"--profiling"}, o.certapiArgs...)
+		// The load makes --requests (10,000) or --secrets requests in one namespace, past the per-namespace
+		// default that bounds a tenant; --certapi-arg can set it again.
+		args := append([]string{"--profiling", "--max-servingcertrequests-per-namespace=0"}, o.certapiArgs...)
 		cp, err := framework.Start(startCtx, framework.Options{Dir: dir, CertapiReplicas: o.replicas, CertapiArgs: args, Stdout: os.Stderr})
 		cancel()
 		if err != nil {

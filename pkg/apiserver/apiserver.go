@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 
+	"github.com/certapi/certapi/pkg/admission/requestquota"
 	"github.com/certapi/certapi/pkg/apis/certapi"
 	"github.com/certapi/certapi/pkg/apis/certapi/install"
 	"github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
@@ -79,6 +80,9 @@ type ExtraConfig struct {
 	StatusInterval time.Duration
 	// Leader sizes the leader's loops and its kube-apiserver client.
 	Leader LeaderOptions
+	// RequestCounter, when set, is the CertapiServingCertRequestLimit admission plugin's count of each
+	// namespace's ServingCertRequests: the server feeds it from its own storage once it serves.
+	RequestCounter *requestquota.Counter
 }
 
 // Config is the whole configuration of a certapi server.
@@ -206,6 +210,16 @@ func (c CompletedConfig) New() (*Server, error) {
 	}
 	if err := generic.InstallAPIGroup(&apiGroupInfo); err != nil {
 		return nil, fmt.Errorf("installing the certapi.dev API group: %w", err)
+	}
+	if counter := c.ExtraConfig.RequestCounter; counter != nil {
+		// Every replica counts each namespace's requests (names only) from its own watch cache.
+		lw := listwatch.New(scr, Scheme,
+			func() runtime.Object { return &v1alpha1.ServingCertRequest{} },
+			func() runtime.Object { return &v1alpha1.ServingCertRequestList{} })
+		generic.AddPostStartHookOrDie("certapi-servingcertrequest-counter", func(hc genericapiserver.PostStartHookContext) error {
+			go counter.Run(hc, lw)
+			return nil
+		})
 	}
 	// The leader reads certapi's objects and writes request status through this server's storage, not
 	// through its loopback.

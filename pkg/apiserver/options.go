@@ -17,7 +17,9 @@ import (
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/apimachinery/pkg/util/sets"
 	utilvalidation "k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apiserver/pkg/admission"
 	mutatingpolicy "k8s.io/apiserver/pkg/admission/plugin/policy/mutating"
+	"k8s.io/apiserver/pkg/admission/plugin/resourcequota"
 	"k8s.io/apiserver/pkg/admission/plugin/webhook/mutating"
 	"k8s.io/apiserver/pkg/admission/plugin/webhook/validating"
 	"k8s.io/apiserver/pkg/endpoints/openapi"
@@ -29,6 +31,7 @@ import (
 	cliflag "k8s.io/component-base/cli/flag"
 	"k8s.io/klog/v2"
 
+	"github.com/certapi/certapi/pkg/admission/requestquota"
 	"github.com/certapi/certapi/pkg/admission/secretaccess"
 	"github.com/certapi/certapi/pkg/apis/certapi"
 	"github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
@@ -96,6 +99,9 @@ type Options struct {
 	MaxCertificateDuration time.Duration
 	// DistrustDeadline is the longest a distrusted CA stays in the bundle, whatever is not re-issued yet.
 	DistrustDeadline time.Duration
+	// MaxRequestsPerNamespace is how many ServingCertRequests a namespace that no ResourceQuota limits may
+	// hold (--max-servingcertrequests-per-namespace); 0 turns the limit off.
+	MaxRequestsPerNamespace int
 	// Leader holds the sizes of the leader's loops and its kube-apiserver client.
 	Leader LeaderOptions
 	// RequireEncryptedCAKeys refuses to start when the CA private keys would be stored in etcd unencrypted.
@@ -103,24 +109,29 @@ type Options struct {
 
 	embeddedEtcd *EmbeddedEtcd
 	etcdClient   *clientv3.Client
+	// requestCounter counts each namespace's ServingCertRequests for the CertapiServingCertRequestLimit
+	// admission plugin; the server feeds it from its storage.
+	requestCounter *requestquota.Counter
 }
 
 // NewOptions returns the defaults: etcd3 storage under EtcdPathPrefix, delegated authentication and
 // authorization, and an admission chain without admission webhooks.
 func NewOptions() *Options {
 	o := &Options{
-		RecommendedOptions:     genericoptions.NewRecommendedOptions(storagePrefix, Codecs.LegacyCodec(v1alpha1.SchemeGroupVersion)),
-		ClusterDomain:          "cluster.local",
-		DataDir:                "/var/lib/certapi",
-		LeaderSessionTTL:       15 * time.Second,
-		HandoffTimeout:         3 * time.Second,
-		ShutdownDelay:          DefaultShutdownDelay,
-		RotationGrace:          time.Hour,
-		MaxCertificateDuration: validation.MaxDuration,
-		DistrustDeadline:       DefaultDistrustDeadline,
-		ServiceName:            "certapi",
-		ServiceNamespace:       "certapi-system",
-		Leader:                 DefaultLeaderOptions(),
+		RecommendedOptions:      genericoptions.NewRecommendedOptions(storagePrefix, Codecs.LegacyCodec(v1alpha1.SchemeGroupVersion)),
+		ClusterDomain:           "cluster.local",
+		DataDir:                 "/var/lib/certapi",
+		LeaderSessionTTL:        15 * time.Second,
+		HandoffTimeout:          3 * time.Second,
+		ShutdownDelay:           DefaultShutdownDelay,
+		RotationGrace:           time.Hour,
+		MaxCertificateDuration:  validation.MaxDuration,
+		DistrustDeadline:        DefaultDistrustDeadline,
+		MaxRequestsPerNamespace: requestquota.DefaultMaxPerNamespace,
+		requestCounter:          requestquota.NewCounter(),
+		ServiceName:             "certapi",
+		ServiceNamespace:        "certapi-system",
+		Leader:                  DefaultLeaderOptions(),
 	}
 	// /debug/pprof serves heap profiles, which hold whatever the heap holds, to anyone authorized for it:
 	// off unless an admin turns it on to debug (--profiling).
@@ -141,7 +152,18 @@ func NewOptions() *Options {
 	// --enable-admission-plugins=MutatingAdmissionPolicy turns it on.
 	o.RecommendedOptions.Admission.DefaultOffPlugins = sets.New(mutating.PluginName, validating.PluginName, mutatingpolicy.PluginName)
 	secretaccess.Register(o.RecommendedOptions.Admission.Plugins)
-	o.RecommendedOptions.Admission.RecommendedPluginOrder = append(o.RecommendedOptions.Admission.RecommendedPluginOrder, secretaccess.PluginName)
+	// Tenants are bounded in how many ServingCertRequests they keep in certapi's memory: a ResourceQuota
+	// with count/servingcertrequests.certapi.dev is enforced here (kube-apiserver's own ResourceQuota
+	// plugin never sees what it proxies to certapi), and without one the per-namespace default of
+	// --max-servingcertrequests-per-namespace applies. Both come last, after every other check passed, as
+	// in kube-apiserver: quota counts only what is otherwise admitted.
+	requestquota.Register(o.RecommendedOptions.Admission.Plugins)
+	resourcequota.Register(o.RecommendedOptions.Admission.Plugins)
+	o.RecommendedOptions.Admission.RecommendedPluginOrder = append(o.RecommendedOptions.Admission.RecommendedPluginOrder,
+		secretaccess.PluginName, requestquota.PluginName, resourcequota.PluginName)
+	o.RecommendedOptions.ExtraAdmissionInitializers = func(*genericapiserver.RecommendedConfig) ([]admission.PluginInitializer, error) {
+		return []admission.PluginInitializer{requestquota.Initializer{MaxPerNamespace: o.MaxRequestsPerNamespace, Counter: o.requestCounter}}, nil
+	}
 	return o
 }
 
@@ -191,6 +213,12 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 		fmt.Sprintf("After spec.distrust, the longest the distrusted CA stays in the bundle. It leaves every bundle as soon as every Secret certapi "+
 			"delivers for an existing ServingCertRequest, and every certapi replica, holds a certificate of the new CA; at this deadline it leaves "+
 			"regardless, with a Warning Event and a log line, and what was not re-issued stops verifying. At least %s.", MinDistrustDeadline))
+
+	fs.IntVar(&o.MaxRequestsPerNamespace, "max-servingcertrequests-per-namespace", o.MaxRequestsPerNamespace,
+		"How many ServingCertRequests a namespace may hold when no ResourceQuota in it sets "+string(requestquota.QuotaResourceName)+
+			" (one that does replaces this limit, higher or lower, and certapi enforces it). Every replica keeps every request in memory, so this "+
+			"bounds what one tenant can make certapi hold. Each replica counts from its own watch: creates on several replicas within "+
+			"milliseconds of each other may pass it by as many as are in flight. 0 turns it off.")
 
 	o.Leader.AddFlags(fss.FlagSet("leader loops"))
 
@@ -244,6 +272,9 @@ func (o *Options) Validate() error {
 	}
 	if o.MaxCertificateDuration < 10*time.Second || o.MaxCertificateDuration > validation.MaxDuration {
 		errs = append(errs, fmt.Errorf("--max-certificate-duration %s: must be from 10s to %s", o.MaxCertificateDuration, validation.MaxDuration))
+	}
+	if o.MaxRequestsPerNamespace < 0 {
+		errs = append(errs, fmt.Errorf("--max-servingcertrequests-per-namespace %d: must be 0 (no limit) or more", o.MaxRequestsPerNamespace))
 	}
 	if o.DistrustDeadline < MinDistrustDeadline {
 		errs = append(errs, fmt.Errorf("--distrust-deadline %s: must be at least %s (clients of the servingcerts subresource need a moment to re-issue)",
@@ -367,6 +398,7 @@ func (o *Options) Config() (*Config, error) {
 			AuthReadiness:          auth,
 			MaxCertificateDuration: o.MaxCertificateDuration,
 			DistrustDeadline:       o.DistrustDeadline,
+			RequestCounter:         o.requestCounter,
 			Leader:                 o.Leader,
 			IssuerConfig: issuer.Config{
 				Client:         client,

@@ -8,9 +8,12 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	"k8s.io/apiserver/pkg/admission/plugin/resourcequota"
 	"k8s.io/apiserver/pkg/features"
 	"k8s.io/apiserver/pkg/storage/value"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
+
+	"github.com/certapi/certapi/pkg/admission/requestquota"
 )
 
 func TestListFromCacheSnapshotOffByDefault(t *testing.T) {
@@ -148,5 +151,47 @@ func TestShutdownFlags(t *testing.T) {
 		if got := err != nil && strings.Contains(err.Error(), "--shutdown-delay-duration"); got != tc.invalid {
 			t.Errorf("%v: Validate() = %v; want a --shutdown-delay-duration error: %v", tc.args, err, tc.invalid)
 		}
+	}
+}
+
+// TestTenantBoundsInTheAdmissionChain: the per-namespace default and ResourceQuota are in certapi's
+// admission chain, on by default and after every other plugin; the flag takes 0 (off) and refuses less.
+func TestTenantBoundsInTheAdmissionChain(t *testing.T) {
+	o := NewOptions()
+	order := o.RecommendedOptions.Admission.RecommendedPluginOrder
+	if n := len(order); n < 2 || order[n-2] != requestquota.PluginName || order[n-1] != resourcequota.PluginName {
+		t.Errorf("plugin order %v; want %s then %s last", order, requestquota.PluginName, resourcequota.PluginName)
+	}
+	for _, p := range []string{requestquota.PluginName, resourcequota.PluginName} {
+		if o.RecommendedOptions.Admission.DefaultOffPlugins.Has(p) {
+			t.Errorf("%s is off by default", p)
+		}
+	}
+	cases := []struct {
+		args    []string
+		want    int
+		invalid bool
+	}{
+		{want: requestquota.DefaultMaxPerNamespace},
+		{args: []string{"--max-servingcertrequests-per-namespace=0"}, want: 0},
+		{args: []string{"--max-servingcertrequests-per-namespace=5000"}, want: 5000},
+		{args: []string{"--max-servingcertrequests-per-namespace=-1"}, want: -1, invalid: true},
+	}
+	for _, tc := range cases {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			o := NewOptions()
+			fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
+			o.AddFlags(fs)
+			if err := fs.Parse(tc.args); err != nil {
+				t.Fatal(err)
+			}
+			if o.MaxRequestsPerNamespace != tc.want {
+				t.Errorf("limit %d, want %d", o.MaxRequestsPerNamespace, tc.want)
+			}
+			err := o.Validate()
+			if got := err != nil && strings.Contains(err.Error(), "--max-servingcertrequests-per-namespace"); got != tc.invalid {
+				t.Errorf("Validate: %v; want an error about the flag: %v", err, tc.invalid)
+			}
+		})
 	}
 }

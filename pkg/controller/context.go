@@ -7,7 +7,6 @@ import (
 	"sync"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -200,33 +199,34 @@ func (c *Context) RunTerm(ctx context.Context, controllers ...Named) error {
 	return errors.Join(all...)
 }
 
-// trimCertapi drops the parts of certapi's objects that no controller reads: managed fields, kubectl's
-// last-applied-configuration annotation (a second copy of the whole object, for requests kept with
-// `kubectl apply`), and a request's issued certificate and bundle (most of its size), so 10,000
-// requests cost little.
+// trimCertapi drops the parts of certapi's objects that no controller reads: managed fields; every
+// label, annotation, finalizer and owner reference (writers choose them, up to
+// validation.MaxUserMetadataBytes per object, and no controller looks at them on certapi's own objects:
+// the keys certapi reads, such as certapi.dev/servingcertrequest, are on Secrets and PodCertificateRequests,
+// never on a ServingCertRequest or the CertificateAuthority); and a request's issued certificate and bundle
+// (most of its size). So 10,000 requests cost little, and a tenant's metadata costs the leader nothing.
+// The maps are replaced, never changed in place: with the in-process list and watch (see
+// CertapiListWatchers) they may be shared with the server's watch cache.
 func trimCertapi(obj any) (any, error) {
 	switch o := obj.(type) {
 	case *certapiv1alpha1.ServingCertRequest:
-		o.ManagedFields = nil
-		dropLastApplied(&o.ObjectMeta)
+		trimMeta(&o.ObjectMeta)
 		o.Status.Certificate = ""
 		o.Status.CABundle = ""
 	case *certapiv1alpha1.CertificateAuthority:
-		o.ManagedFields = nil
-		dropLastApplied(&o.ObjectMeta)
+		trimMeta(&o.ObjectMeta)
 	}
 	return obj, nil
 }
 
-// dropLastApplied removes kubectl's last-applied-configuration annotation.
-func dropLastApplied(m *metav1.ObjectMeta) {
-	if _, ok := m.Annotations[corev1.LastAppliedConfigAnnotation]; !ok {
-		return
-	}
-	delete(m.Annotations, corev1.LastAppliedConfigAnnotation)
-	if len(m.Annotations) == 0 {
-		m.Annotations = nil
-	}
+// trimMeta keeps what identifies an object and its lifecycle (name, namespace, UID, resourceVersion,
+// generation, timestamps) and drops what its writers choose.
+func trimMeta(m *metav1.ObjectMeta) {
+	m.ManagedFields = nil
+	m.Labels = nil
+	m.Annotations = nil
+	m.Finalizers = nil
+	m.OwnerReferences = nil
 }
 
 // NewKubeClients makes the kube-apiserver clients of Clients from one config: typed, apiextensions

@@ -17,6 +17,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sort"
 	"time"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
@@ -26,6 +27,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	utilvalidation "k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	certificateslisters "k8s.io/client-go/listers/certificates/v1"
@@ -142,20 +144,76 @@ func pendingByRequest(obj any) ([]string, error) {
 	return []string{pcr.Namespace + "/" + RequestName(pcr)}, nil
 }
 
-// trim is the informer's transform: managed fields go, and so do the stub request and the certificate
-// of a PodCertificateRequest that is answered (it is never looked at again), so that the cache of
-// answered requests costs little until kube-controller-manager's cleaner deletes them.
+// trim is the informer's transform: managed fields and the metadata a writer chooses (labels,
+// annotations, finalizers, owner references: the signer reads none of them) go; the userAnnotations are
+// cut to what Decide reads (see TrimUserAnnotations); and so do the stub request, the certificate and the
+// userAnnotations of a PodCertificateRequest that is answered (it is never looked at again), so that the
+// cache of answered requests costs little until kube-controller-manager's cleaner deletes them. A node
+// may put up to 256 KiB of userAnnotations into every request; none of it reaches the cache.
 func trim(obj any) (any, error) {
 	pcr, ok := obj.(*certificatesv1.PodCertificateRequest)
 	if !ok {
 		return obj, nil
 	}
 	pcr.ManagedFields = nil
+	pcr.Labels = nil
+	pcr.Annotations = nil
+	pcr.Finalizers = nil
+	pcr.OwnerReferences = nil
 	if answered(pcr) {
 		pcr.Spec.StubPKCS10Request = nil
+		pcr.Spec.UnverifiedUserAnnotations = nil
 		pcr.Status.CertificateChain = ""
+		return pcr, nil
 	}
+	pcr.Spec.UnverifiedUserAnnotations = TrimUserAnnotations(pcr.Spec.UnverifiedUserAnnotations)
 	return pcr, nil
+}
+
+// maxKeptUnknownKeys is how many unknown userAnnotations keys TrimUserAnnotations keeps, for the denial
+// to name; maxKeptLength is how much of a kept key or of the request name it keeps.
+const (
+	maxKeptUnknownKeys = 8
+	maxKeptLength      = utilvalidation.DNS1123SubdomainMaxLength + 1
+)
+
+// TrimUserAnnotations returns what Decide needs of a PodCertificateRequest's userAnnotations, in a new
+// map: the value of certapi.dev/servingcertrequest (one longer than any valid name, so a value too long
+// is still refused as too long), and the names, not the values, of the first maxKeptUnknownKeys other
+// keys in sorted order, so that the denial still names them; when there were more, a last key
+// "…and N more" (no valid annotation key, so it cannot be mistaken for one) says how many. Decide
+// decides the same on the result as on the original: a request with any unknown key is denied, one
+// without is judged by its request name.
+func TrimUserAnnotations(in map[string]string) map[string]string {
+	if len(in) == 0 {
+		return nil
+	}
+	out := map[string]string{}
+	var unknown []string
+	for k, v := range in {
+		if k == certapiv1alpha1.UserAnnotationServingCertRequest {
+			out[k] = cut(v)
+			continue
+		}
+		unknown = append(unknown, k)
+	}
+	sort.Strings(unknown)
+	for i, k := range unknown {
+		if i == maxKeptUnknownKeys {
+			out[fmt.Sprintf("…and %d more", len(unknown)-i)] = ""
+			break
+		}
+		out[cut(k)] = ""
+	}
+	return out
+}
+
+// cut keeps the first maxKeptLength bytes of s.
+func cut(s string) string {
+	if len(s) <= maxKeptLength {
+		return s
+	}
+	return s[:maxKeptLength]
 }
 
 // answered reports whether a PodCertificateRequest is Issued, Denied or Failed: its status can no longer

@@ -3,12 +3,14 @@
 package validation
 
 import (
+	"encoding/json"
 	"fmt"
 	"net"
 	"strings"
 	"time"
 
 	apimachineryvalidation "k8s.io/apimachinery/pkg/api/validation"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
 	"k8s.io/apimachinery/pkg/util/sets"
 	utilvalidation "k8s.io/apimachinery/pkg/util/validation"
@@ -32,6 +34,15 @@ const (
 	MaxServiceAccountNames = 100
 	// maxTriggerLength bounds forceRotation and distrust, which are compared, never parsed.
 	maxTriggerLength = 256
+	// MaxUserMetadataBytes bounds what a writer puts into the metadata of a certapi object: its labels,
+	// annotations, finalizers and ownerReferences, measured as their JSON encoding. Kubernetes alone
+	// allows 256 KiB of annotations, and every certapi replica keeps every object in its watch cache and
+	// etcd's raft log: at 256 KiB, a few hundred requests of one tenant would take every replica past its
+	// memory limit. 32 KiB is still room for a dozen tools' labels and annotations and for kubectl's
+	// last-applied-configuration (a copy of the object). With the largest spec the other limits allow
+	// (MaxDNSNames names of up to 145 characters with the default cluster domain, MaxServiceAccountNames
+	// of up to 253), a request is at most about 75 KB as JSON.
+	MaxUserMetadataBytes = 32 * 1024
 )
 
 // KeyAlgorithms lists the accepted values of spec.keyAlgorithm, in the order error messages show them.
@@ -74,6 +85,7 @@ func isAPIServerService(name, namespace string) bool {
 // ValidateServingCertRequest validates a request as created, with clusterDomain from the server's flags.
 func ValidateServingCertRequest(obj *certapi.ServingCertRequest, clusterDomain string) field.ErrorList {
 	allErrs := apimachineryvalidation.ValidateObjectMeta(&obj.ObjectMeta, true, apimachineryvalidation.NameIsDNSSubdomain, field.NewPath("metadata"))
+	allErrs = append(allErrs, ValidateUserMetadataSize(&obj.ObjectMeta, nil, "ServingCertRequest", field.NewPath("metadata"))...)
 	allErrs = append(allErrs, validateServingCertRequestSpec(&obj.Spec, obj.Namespace, clusterDomain, field.NewPath("spec"))...)
 	return allErrs
 }
@@ -82,6 +94,7 @@ func ValidateServingCertRequest(obj *certapi.ServingCertRequest, clusterDomain s
 // declaration, and the next certificate follows it.
 func ValidateServingCertRequestUpdate(newObj, oldObj *certapi.ServingCertRequest, clusterDomain string) field.ErrorList {
 	allErrs := apimachineryvalidation.ValidateObjectMetaUpdate(&newObj.ObjectMeta, &oldObj.ObjectMeta, field.NewPath("metadata"))
+	allErrs = append(allErrs, ValidateUserMetadataSize(&newObj.ObjectMeta, &oldObj.ObjectMeta, "ServingCertRequest", field.NewPath("metadata"))...)
 	allErrs = append(allErrs, validateServingCertRequestSpec(&newObj.Spec, newObj.Namespace, clusterDomain, field.NewPath("spec"))...)
 	return allErrs
 }
@@ -235,6 +248,7 @@ func formatHours(d time.Duration) string {
 // ValidateCertificateAuthority validates the CertificateAuthority as created. Only "default" may exist.
 func ValidateCertificateAuthority(obj *certapi.CertificateAuthority) field.ErrorList {
 	allErrs := apimachineryvalidation.ValidateObjectMeta(&obj.ObjectMeta, false, validateCAName, field.NewPath("metadata"))
+	allErrs = append(allErrs, ValidateUserMetadataSize(&obj.ObjectMeta, nil, "CertificateAuthority", field.NewPath("metadata"))...)
 	allErrs = append(allErrs, validateCertificateAuthoritySpec(&obj.Spec, field.NewPath("spec"))...)
 	return allErrs
 }
@@ -242,6 +256,7 @@ func ValidateCertificateAuthority(obj *certapi.CertificateAuthority) field.Error
 // ValidateCertificateAuthorityUpdate validates a spec update of the CertificateAuthority.
 func ValidateCertificateAuthorityUpdate(newObj, oldObj *certapi.CertificateAuthority) field.ErrorList {
 	allErrs := apimachineryvalidation.ValidateObjectMetaUpdate(&newObj.ObjectMeta, &oldObj.ObjectMeta, field.NewPath("metadata"))
+	allErrs = append(allErrs, ValidateUserMetadataSize(&newObj.ObjectMeta, &oldObj.ObjectMeta, "CertificateAuthority", field.NewPath("metadata"))...)
 	allErrs = append(allErrs, validateCertificateAuthoritySpec(&newObj.Spec, field.NewPath("spec"))...)
 	return allErrs
 }
@@ -284,4 +299,33 @@ func validateCertificateAuthoritySpec(spec *certapi.CertificateAuthoritySpec, fl
 		allErrs = append(allErrs, field.TooLong(fldPath.Child("distrust"), "", maxTriggerLength))
 	}
 	return allErrs
+}
+
+// UserMetadataBytes is the size MaxUserMetadataBytes bounds: the JSON encoding of meta's labels,
+// annotations, finalizers and ownerReferences, the parts of an object's metadata its writers choose.
+func UserMetadataBytes(meta *metav1.ObjectMeta) int {
+	b, err := json.Marshal(struct {
+		Labels          map[string]string       `json:"labels,omitempty"`
+		Annotations     map[string]string       `json:"annotations,omitempty"`
+		Finalizers      []string                `json:"finalizers,omitempty"`
+		OwnerReferences []metav1.OwnerReference `json:"ownerReferences,omitempty"`
+	}{meta.Labels, meta.Annotations, meta.Finalizers, meta.OwnerReferences})
+	if err != nil {
+		// Maps of strings, strings and plain structs always encode; count it as over any limit.
+		return MaxUserMetadataBytes + 1
+	}
+	return len(b)
+}
+
+// ValidateUserMetadataSize refuses metadata whose UserMetadataBytes exceed MaxUserMetadataBytes. On an
+// update (old not nil) metadata that does not grow is accepted, so that an object stored before the limit
+// existed can still be edited down, have its finalizers removed, or be deleted.
+func ValidateUserMetadataSize(meta, old *metav1.ObjectMeta, kind string, fldPath *field.Path) field.ErrorList {
+	size := UserMetadataBytes(meta)
+	if size <= MaxUserMetadataBytes || (old != nil && size <= UserMetadataBytes(old)) {
+		return nil
+	}
+	return field.ErrorList{field.Forbidden(fldPath, fmt.Sprintf(
+		"labels, annotations, finalizers and ownerReferences together are %d bytes (as JSON); a %s accepts at most %d bytes (%d KiB) of them, "+
+			"because every certapi replica keeps every object in memory", size, kind, MaxUserMetadataBytes, MaxUserMetadataBytes/1024))}
 }

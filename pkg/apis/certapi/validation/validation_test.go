@@ -7,6 +7,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/certapi/certapi/pkg/apis/certapi"
 )
@@ -137,5 +138,91 @@ func TestValidateCertificateAuthority(t *testing.T) {
 				t.Fatalf("want an error on %s, got %v", tc.field, errs)
 			}
 		})
+	}
+}
+
+// annotations returns annotations whose UserMetadataBytes are exactly size (size >= 20).
+func annotations(size int) map[string]string {
+	// {"annotations":{"a":""}} is 24 bytes; every further byte of the value adds one.
+	m := map[string]string{"a": strings.Repeat("x", size-24)}
+	if got := UserMetadataBytes(&metav1.ObjectMeta{Annotations: m}); got != size {
+		panic(fmt.Sprintf("annotations(%d) measure %d", size, got))
+	}
+	return m
+}
+
+func TestValidateUserMetadataSize(t *testing.T) {
+	big := strings.Repeat("f", 300)
+	manyFinalizers := make([]string, 0, 200)
+	for i := range 200 {
+		manyFinalizers = append(manyFinalizers, fmt.Sprintf("example.com/%d-%s", i, big[:200]))
+	}
+	cases := []struct {
+		name     string
+		meta     metav1.ObjectMeta
+		old      *metav1.ObjectMeta // nil: a create
+		wantErr  bool
+		contains string
+	}{
+		{name: "none", meta: metav1.ObjectMeta{}},
+		{name: "at the limit", meta: metav1.ObjectMeta{Annotations: annotations(MaxUserMetadataBytes)}},
+		{name: "one byte over", meta: metav1.ObjectMeta{Annotations: annotations(MaxUserMetadataBytes + 1)}, wantErr: true,
+			contains: fmt.Sprintf("%d bytes (as JSON); a ServingCertRequest accepts at most %d bytes (32 KiB)", MaxUserMetadataBytes+1, MaxUserMetadataBytes)},
+		{name: "250 KiB of annotations (the review's)", meta: metav1.ObjectMeta{Annotations: map[string]string{"a": strings.Repeat("x", 250*1024)}}, wantErr: true, contains: "32 KiB"},
+		{name: "labels and annotations add up", meta: metav1.ObjectMeta{
+			Labels:      map[string]string{"l": strings.Repeat("x", MaxUserMetadataBytes/2)},
+			Annotations: map[string]string{"a": strings.Repeat("x", MaxUserMetadataBytes/2)},
+		}, wantErr: true},
+		{name: "finalizers count", meta: metav1.ObjectMeta{Finalizers: manyFinalizers}, wantErr: true},
+		{name: "ownerReferences count", meta: metav1.ObjectMeta{OwnerReferences: func() []metav1.OwnerReference {
+			var refs []metav1.OwnerReference
+			for i := range 200 {
+				refs = append(refs, metav1.OwnerReference{APIVersion: "v1", Kind: "ConfigMap", Name: fmt.Sprintf("%d-%s", i, big[:150]), UID: "u"})
+			}
+			return refs
+		}()}, wantErr: true},
+		{name: "update within the limit", meta: metav1.ObjectMeta{Annotations: annotations(1000)}, old: &metav1.ObjectMeta{}},
+		{name: "update past the limit", meta: metav1.ObjectMeta{Annotations: annotations(MaxUserMetadataBytes + 1)}, old: &metav1.ObjectMeta{}, wantErr: true},
+		{name: "update of an object stored over the limit that does not grow it",
+			meta: metav1.ObjectMeta{Annotations: annotations(40000)}, old: &metav1.ObjectMeta{Annotations: annotations(40000), Finalizers: []string{"example.com/f"}}},
+		{name: "update of an object stored over the limit that grows it",
+			meta: metav1.ObjectMeta{Annotations: annotations(40001)}, old: &metav1.ObjectMeta{Annotations: annotations(40000)}, wantErr: true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			errs := ValidateUserMetadataSize(&tc.meta, tc.old, "ServingCertRequest", field.NewPath("metadata"))
+			if !tc.wantErr {
+				if len(errs) != 0 {
+					t.Fatalf("want valid, got %v", errs)
+				}
+				return
+			}
+			if len(errs) != 1 || errs[0].Field != "metadata" || !strings.Contains(errs[0].Error(), tc.contains) {
+				t.Fatalf("want one error on metadata containing %q, got %v", tc.contains, errs)
+			}
+		})
+	}
+}
+
+// TestMetadataLimitIsChecked shows that every create and update of either kind checks the limit, not only
+// the helper.
+func TestMetadataLimitIsChecked(t *testing.T) {
+	over := metav1.ObjectMeta{Annotations: annotations(MaxUserMetadataBytes + 1)}
+	okSCR := scr("team-a", nil)
+	okSCR.ResourceVersion = "1"
+	bigSCR := okSCR.DeepCopy()
+	bigSCR.Annotations = over.Annotations
+	okCA := &certapi.CertificateAuthority{ObjectMeta: metav1.ObjectMeta{Name: "default", ResourceVersion: "1"}, Spec: certapi.CertificateAuthoritySpec{Duration: dur(8760 * time.Hour)}}
+	bigCA := okCA.DeepCopy()
+	bigCA.Annotations = over.Annotations
+	for name, errs := range map[string]field.ErrorList{
+		"ServingCertRequest create":   ValidateServingCertRequest(bigSCR, "cluster.local"),
+		"ServingCertRequest update":   ValidateServingCertRequestUpdate(bigSCR, okSCR, "cluster.local"),
+		"CertificateAuthority create": ValidateCertificateAuthority(bigCA),
+		"CertificateAuthority update": ValidateCertificateAuthorityUpdate(bigCA, okCA),
+	} {
+		if len(errs) != 1 || errs[0].Field != "metadata" || !strings.Contains(errs[0].Error(), "32 KiB") {
+			t.Errorf("%s with %d bytes of annotations: %v; want one error on metadata that names the limit", name, MaxUserMetadataBytes+1, errs)
+		}
 	}
 }
