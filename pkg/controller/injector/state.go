@@ -360,7 +360,7 @@ func (i *Injector) Summary() Summary {
 		state := st.state
 		switch st.state {
 		case StateUpToDate:
-			if st.bundle != cur.digest && st.certs != cur.certs {
+			if st.bundle != cur.digest && (cur.pem == nil || st.certs != cur.certs) {
 				s.Pending++ // up to date with a bundle that is no longer the Source's: not re-checked yet
 				continue
 			}
