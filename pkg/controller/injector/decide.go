@@ -411,10 +411,7 @@ func refusedMessage(kind Kind, name string, err error) string {
 	if reason == "" {
 		reason = "Unknown"
 	}
-	msg := err.Error()
-	if len(msg) > 400 {
-		msg = msg[:397] + "..."
-	}
+	msg := shortError(err)
 	out := fmt.Sprintf("kube-apiserver refused to write the CA bundle into %s %s (%s): %s. Retrying cannot fix that, so it does not hold CA rotations; "+
 		"certapi tries again when the object or the bundle changes. Fix the cause (make room, allow the write), or remove annotation %s.",
 		kind, name, reason, msg, AnnotationInject)
@@ -422,6 +419,16 @@ func refusedMessage(kind Kind, name string, err error) string {
 		out = out[:maxNote-3] + "..."
 	}
 	return out
+}
+
+// shortError is err's message cut to 400 bytes: kube-apiserver may quote the whole patched object in a
+// field error (a tenant's megabyte of ConfigMap data), which has no place in an Event or a log line.
+func shortError(err error) string {
+	msg := err.Error()
+	if len(msg) > 400 {
+		msg = msg[:397] + "..."
+	}
+	return msg
 }
 
 // maxNote bounds the message of a Warning Event (events.k8s.io allows 1 KiB of note).

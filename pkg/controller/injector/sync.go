@@ -104,7 +104,7 @@ func (i *Injector) sync(ctx context.Context, k key) (time.Duration, error) {
 				// bundle re-checks every target.
 				i.setRefused(k, m, obs.ResourceVersion, d, refusedMessage(k.kind, k.name, err))
 				logger.Info("kube-apiserver refused the caBundle write; the target no longer holds CA rotations and is tried again when it changes",
-					"reason", apierrors.ReasonForError(err), "err", err)
+					"reason", apierrors.ReasonForError(err), "err", shortError(err))
 				return 0, nil
 			}
 			if err != nil {
