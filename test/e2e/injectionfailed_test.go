@@ -29,6 +29,7 @@ func TestTenantConfigMapCannotHoldARotation(t *testing.T) {
 	own := rotationPlane(t)
 	c, kube := e2etest.Clients(t, own.AdminConfig)
 	ns := e2etest.Namespace(t, kube)
+	old := e2etest.ActiveSerial(t, own) // and CertificateAuthority/default exists
 	cms := kube.CoreV1().ConfigMaps(ns)
 	optIn := map[string]string{injector.AnnotationInject: "true"}
 	if _, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "trust", Annotations: optIn}}, metav1.CreateOptions{}); err != nil {
@@ -77,7 +78,6 @@ func TestTenantConfigMapCannotHoldARotation(t *testing.T) {
 		return strings.Contains(string(body), `certapi_injection_targets{state="Failed"} 1`), nil
 	})
 
-	old := e2etest.ActiveSerial(t, own)
 	start := time.Now()
 	patch := fmt.Sprintf(`{"spec":{"forceRotation":"e2e-failed-%d"}}`, start.UnixNano())
 	if _, err := c.CertapiV1alpha1().CertificateAuthorities().Patch(ctx, "default", types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
