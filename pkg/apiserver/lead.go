@@ -214,5 +214,6 @@ func (t targets) Summary() certapiv1alpha1.InjectionSummary {
 	metrics.InjectionTargets.WithLabelValues("Skipped").Set(float64(s.Skipped))
 	metrics.InjectionTargets.WithLabelValues("Conflict").Set(float64(s.Conflicts))
 	metrics.InjectionTargets.WithLabelValues("Pending").Set(float64(s.Pending))
+	metrics.InjectionTargets.WithLabelValues("Failed").Set(float64(s.Failed))
 	return *s.InjectionSummary()
 }

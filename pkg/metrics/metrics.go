@@ -66,11 +66,12 @@ var (
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"step"})
 
-	// InjectionTargets counts the objects that opted in to caBundle injection, by state.
+	// InjectionTargets counts the objects that opted in to caBundle injection, by state. Failed deserves
+	// an alert: those objects do not get the bundle, and no longer hold a rotation either.
 	InjectionTargets = metrics.NewGaugeVec(&metrics.GaugeOpts{
 		Namespace:      namespace,
 		Name:           "injection_targets",
-		Help:           "Objects that opted in to caBundle injection, by state: UpToDate, Pending, Skipped, Conflict (leader only).",
+		Help:           "Objects that opted in to caBundle injection, by state: UpToDate, Pending, Skipped, Conflict, Failed (a write kube-apiserver refused for good; it does not hold CA rotations) (leader only).",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"state"})
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -132,6 +133,14 @@ func TestKubectlCertapi(t *testing.T) {
 			t.Fatalf("no new CA in:\n%s", res.stdout)
 		}
 		rotated = m[1]
+		// The done line's summary is of the bundle the rotation waited for: every target held it, so
+		// none is pending (it once read "0 of 4" in the second the switch reordered the bundle).
+		d := regexp.MustCompile(`done: the new CA [0-9a-f]+ signs; injection: (\d+) of (\d+) targets hold the current bundle \((\d+) skipped, (\d+) in conflict`).FindStringSubmatch(res.stdout)
+		if d == nil {
+			t.Errorf("the done line has no injection summary:\n%s", res.stdout)
+		} else if n := atoi(t, d[1]) + atoi(t, d[3]) + atoi(t, d[4]); n != atoi(t, d[2]) || n == 0 {
+			t.Errorf("the done line counts pending targets: %q", d[0])
+		}
 		for _, want := range []string{"certificateauthority.certapi.dev/default patched: spec.forceRotation=kubectl-certapi-",
 			"Rotating=True (NextPublished)", "Next CA " + rotated, "Active CA " + rotated, "Retiring CA " + old} {
 			if !strings.Contains(res.stdout, want) {
@@ -198,4 +207,13 @@ func TestKubectlCertapi(t *testing.T) {
 		}
 		certapi("check", "--wait", "--timeout=3s").failedWith(t, "after waiting 3s", "waiting: API served")
 	})
+}
+
+func atoi(t *testing.T, s string) int {
+	t.Helper()
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		t.Fatalf("%q: %v", s, err)
+	}
+	return n
 }

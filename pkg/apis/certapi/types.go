@@ -360,8 +360,20 @@ type InjectionSummary struct {
 	UpToDate int32 `json:"upToDate"`
 	// skipped is the number with nothing to inject (url-only webhooks, local APIServices, ...).
 	Skipped int32 `json:"skipped"`
-	// conflicts is the number certapi refuses to manage (claimed by another injector, or fought over).
+	// conflicts is the number certapi refuses to manage (claimed by another injector or by
+	// kube-controller-manager, or fought over).
 	Conflicts int32 `json:"conflicts"`
+	// failed is the number whose caBundle write kube-apiserver refuses with an error that retrying
+	// cannot fix (the object would grow past its size limit, an admission policy forbids the write, the
+	// request is malformed). Like conflicts, they do not hold the rotation gate. certapi tries again
+	// when the object or the bundle changes.
+	// +optional
+	Failed int32 `json:"failed,omitempty"`
+	// failedTargets names the first few failed targets (at most 10), as "<Kind> <name>" or
+	// "<Kind> <namespace>/<name>", in order of kind and name.
+	// +optional
+	// +listType=atomic
+	FailedTargets []string `json:"failedTargets,omitempty"`
 }
 
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object

@@ -89,8 +89,11 @@ func PrintReport(out io.Writer, r Report) error {
 	}
 
 	if inj := r.Injection; inj != nil {
-		fmt.Fprintf(out, "\nInjection: %d targets: %d up to date, %d pending, %d skipped, %d in conflict\n",
-			inj.Targets, inj.UpToDate, inj.Pending, inj.Skipped, inj.Conflicts)
+		fmt.Fprintf(out, "\nInjection: %d targets: %d up to date, %d pending, %d skipped, %d in conflict, %d failed\n",
+			inj.Targets, inj.UpToDate, inj.Pending, inj.Skipped, inj.Conflicts, inj.Failed)
+		if inj.Failed > 0 {
+			fmt.Fprintf(out, "  failed (kube-apiserver refused the bundle; rotations do not wait for them): %s\n", inj.failedNames())
+		}
 	} else {
 		fmt.Fprintln(out, "\nInjection: no summary yet")
 	}

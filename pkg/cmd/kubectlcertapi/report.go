@@ -79,6 +79,22 @@ type InjectionReport struct {
 	Pending   int32 `json:"pending"`
 	Skipped   int32 `json:"skipped"`
 	Conflicts int32 `json:"conflicts"`
+	// Failed are the targets whose write kube-apiserver refused for good (too large, forbidden): a
+	// rotation does not wait for them. FailedTargets names the first few.
+	Failed        int32    `json:"failed"`
+	FailedTargets []string `json:"failedTargets,omitempty"`
+}
+
+// failedNames lists the failed targets the report names, and how many more it counts.
+func (r *InjectionReport) failedNames() string {
+	out := strings.Join(r.FailedTargets, ", ")
+	if more := int(r.Failed) - len(r.FailedTargets); more > 0 {
+		if out != "" {
+			out += " and "
+		}
+		out += fmt.Sprintf("%d more", more)
+	}
+	return out
 }
 
 // RequestsReport summarises ServingCertRequests.
@@ -142,7 +158,8 @@ func BuildReport(in ReportInput) Report {
 	}
 	if inj := ca.Status.Injection; inj != nil {
 		r.Injection = &InjectionReport{Targets: inj.Targets, UpToDate: inj.UpToDate, Skipped: inj.Skipped, Conflicts: inj.Conflicts,
-			Pending: max(0, inj.Targets-inj.UpToDate-inj.Skipped-inj.Conflicts)}
+			Failed: inj.Failed, FailedTargets: inj.FailedTargets,
+			Pending: max(0, inj.Targets-inj.UpToDate-inj.Skipped-inj.Conflicts-inj.Failed)}
 	}
 	r.Requests = requestsReport(in)
 	r.Rotation = rotationReport(ca, r.Injection, r.Requests, in.Now)
@@ -214,6 +231,10 @@ func rotationReport(ca *certapiv1alpha1.CertificateAuthority, inj *InjectionRepo
 		if inj != nil && inj.Conflicts+inj.Skipped > 0 {
 			r.WaitingFor = append(r.WaitingFor, fmt.Sprintf("(%d targets in conflict and %d skipped do not hold the gate; `kubectl get certificateauthority default -o yaml` and certapi's Events name them)",
 				inj.Conflicts, inj.Skipped))
+		}
+		if inj != nil && inj.Failed > 0 {
+			r.WaitingFor = append(r.WaitingFor, fmt.Sprintf("(%d failed targets do not hold the gate either: kube-apiserver refused them the bundle, so they will not trust %s; "+
+				"their Warning Events (reason InjectionFailed) say why: %s)", inj.Failed, name, inj.failedNames()))
 		}
 		since := "its publication"
 		if cond.Since != nil {

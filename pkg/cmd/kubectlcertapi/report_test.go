@@ -101,6 +101,19 @@ func TestBuildReportRotation(t *testing.T) {
 		},
 		forcedSwitchAt: &sixth,
 	}, {
+		name: "next published: a failed target is named and not waited for",
+		ca: caObject(metav1.Condition{Type: "Rotating", Status: "True", Reason: "NextPublished", Message: "m", LastTransitionTime: since},
+			&certapiv1alpha1.InjectionSummary{Targets: 4, UpToDate: 3, Failed: 1, FailedTargets: []string{"ConfigMap tenant/big"}},
+			caEntry(active, "Active"), caEntry(next, "Next")),
+		want: []string{
+			"nothing from the injection targets: every injectable one holds the Next CA " + serial(next),
+			"(1 failed targets do not hold the gate either: kube-apiserver refused them the bundle, so they will not trust the Next CA " + serial(next) +
+				"; their Warning Events (reason InjectionFailed) say why: ConfigMap tenant/big)",
+			"the rotation grace period",
+			"at the latest",
+		},
+		forcedSwitchAt: &sixth,
+	}, {
 		name: "next published: every target holds it",
 		ca: caObject(metav1.Condition{Type: "Rotating", Status: "True", Reason: "NextPublished", LastTransitionTime: since},
 			&certapiv1alpha1.InjectionSummary{Targets: 3, UpToDate: 3}, caEntry(active, "Active"), caEntry(next, "Next")),
@@ -194,7 +207,7 @@ func TestPrintReport(t *testing.T) {
 		"364d",
 		"Rotation: Idle: no rotation is running",
 		"  waiting for nothing: the next rotation begins by itself",
-		"Injection: 4 targets: 2 up to date, 1 pending, 1 skipped, 0 in conflict",
+		"Injection: 4 targets: 2 up to date, 1 pending, 1 skipped, 0 in conflict, 0 failed",
 		"ServingCertRequests (all namespaces): 1, 0 not Ready, 0 never issued, 1 past their renewal time",
 		"NAMESPACE   NAME   READY           NOT AFTER",
 		"team-a      web    True (Issued)   " + formatTime(t0.Add(168*time.Hour)) + "   7d",
@@ -202,6 +215,30 @@ func TestPrintReport(t *testing.T) {
 	} {
 		if !strings.Contains(s, want) {
 			t.Errorf("output lacks %q:\n%s", want, s)
+		}
+	}
+}
+
+// TestPrintReportFailedTargets: status counts the failed targets apart from the pending ones and names
+// them, with how many more there are.
+func TestPrintReportFailedTargets(t *testing.T) {
+	active := newCA(t, t0.Add(-24*time.Hour), 365*24*time.Hour)
+	ca := caObject(idle(), &certapiv1alpha1.InjectionSummary{Targets: 15, UpToDate: 2, Skipped: 1, Failed: 12,
+		FailedTargets: []string{"ConfigMap a/big", "ConfigMap b/big"}}, caEntry(active, "Active"))
+	r := BuildReport(ReportInput{Now: t0, CA: ca, Leader: "certapi-0", Scope: allNamespaces, Nearest: 5})
+	if r.Injection.Pending != 0 || r.Injection.Failed != 12 {
+		t.Errorf("injection report = %+v", r.Injection)
+	}
+	var out bytes.Buffer
+	if err := PrintReport(&out, r); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"Injection: 15 targets: 2 up to date, 0 pending, 1 skipped, 0 in conflict, 12 failed",
+		"  failed (kube-apiserver refused the bundle; rotations do not wait for them): ConfigMap a/big, ConfigMap b/big and 10 more",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}
 	}
 }

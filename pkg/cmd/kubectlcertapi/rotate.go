@@ -246,10 +246,20 @@ func ProgressLines(ca *certapiv1alpha1.CertificateAuthority) []string {
 		lines = append(lines, fmt.Sprintf("%s CA %s, valid until %s", c.Role, c.SerialNumber, formatTime(c.NotAfter.Time)))
 	}
 	if inj := ca.Status.Injection; inj != nil {
-		lines = append(lines, fmt.Sprintf("injection: %d of %d targets hold the current bundle (%d skipped, %d in conflict)",
-			inj.UpToDate, inj.Targets, inj.Skipped, inj.Conflicts))
+		lines = append(lines, "injection: "+injectionLine(inj))
 	}
 	return lines
+}
+
+// injectionLine is the injection summary in one line: who holds the current bundle, and who is not
+// waited for (skipped, in conflict, failed, the failed ones by name).
+func injectionLine(inj *certapiv1alpha1.InjectionSummary) string {
+	line := fmt.Sprintf("%d of %d targets hold the current bundle (%d skipped, %d in conflict", inj.UpToDate, inj.Targets, inj.Skipped, inj.Conflicts)
+	if inj.Failed > 0 {
+		r := InjectionReport{Failed: inj.Failed, FailedTargets: inj.FailedTargets}
+		line += fmt.Sprintf(", %d failed and not waited for: %s", inj.Failed, r.failedNames())
+	}
+	return line + ")"
 }
 
 // newLines returns the lines of cur that are not in prev, in cur's order.
@@ -350,6 +360,18 @@ func announceDone(g rotationGoal, ca *certapiv1alpha1.CertificateAuthority, say 
 	if g.kind == kindDistrust {
 		say(fmt.Sprintf("done: CA %s signs and the distrusted CA has left the bundle", active.SerialNumber))
 	} else {
-		say(fmt.Sprintf("done: the new CA %s signs", active.SerialNumber))
+		say(rotationDone(active, ca.Status.Injection))
 	}
+}
+
+// rotationDone is the last line of a rotation: the new CA signs, and how far its bundle reached. The
+// status that shows the switch is written with it, so its summary is of the bundle the rotation waited
+// for (the same CAs, the new one first now): certapi counts a target holding them in the previous order
+// as up to date, never as "0 of N" in the second the order changes.
+func rotationDone(active *certapiv1alpha1.CertificateAuthorityCertificate, inj *certapiv1alpha1.InjectionSummary) string {
+	line := fmt.Sprintf("done: the new CA %s signs", active.SerialNumber)
+	if inj != nil {
+		line += "; injection: " + injectionLine(inj)
+	}
+	return line
 }

@@ -2,6 +2,7 @@ package kubectlcertapi
 
 import (
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -103,5 +104,22 @@ func TestDistrustPlanNamesTheCAs(t *testing.T) {
 	}
 	if plan := DistrustPlan(caObject(idle(), nil, caEntry(a, "Active"))); strings.Contains(plan, "Next") {
 		t.Errorf("a plan without a Next CA mentions one:\n%s", plan)
+	}
+}
+
+// TestRotationDoneLine: the last line of rotate --wait carries the summary of the status that showed
+// the switch, failed targets by name; a failed target shows in the progress lines too.
+func TestRotationDoneLine(t *testing.T) {
+	a, b := newCA(t, t0, 24*time.Hour), newCA(t, t0, 24*time.Hour)
+	inj := &certapiv1alpha1.InjectionSummary{Targets: 5, UpToDate: 4, Failed: 1, FailedTargets: []string{"ConfigMap tenant/big"}}
+	done := caObject(metav1.Condition{Type: "Rotating", Status: "True", Reason: "Retiring", Message: "m"}, inj, caEntry(b, "Active"), caEntry(a, "Retiring"))
+	var said []string
+	announceDone(newRotationGoal(kindRotate, caObject(idle(), nil, caEntry(a, "Active"))), done, func(s string) { said = append(said, s) })
+	want := "done: the new CA " + serial(b) + " signs; injection: 4 of 5 targets hold the current bundle (0 skipped, 0 in conflict, 1 failed and not waited for: ConfigMap tenant/big)"
+	if len(said) != 1 || said[0] != want {
+		t.Errorf("said %q, want %q", said, want)
+	}
+	if lines := ProgressLines(done); !slices.Contains(lines, strings.TrimPrefix(want, "done: the new CA "+serial(b)+" signs; ")) {
+		t.Errorf("progress lines %q lack the injection summary", lines)
 	}
 }

@@ -60,7 +60,7 @@ func Sync(ctx context.Context, client versioned.Interface, obj *certapiv1alpha1.
 		Type: certapiv1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: "Signing", ObservedGeneration: obj.Generation,
 		Message: fmt.Sprintf("the Active CA %s signs; it expires %s", ref.SerialNumber, active.NotAfter.UTC().Format(time.RFC3339)),
 	})
-	meta.SetStatusCondition(&st.Conditions, rotating(auth, distrust, obj.Generation))
+	meta.SetStatusCondition(&st.Conditions, notWaitingFor(rotating(auth, distrust, obj.Generation), injection))
 
 	if apiequality.Semantic.DeepEqual(obj.Status, want.Status) {
 		return nil
@@ -93,6 +93,23 @@ func rotating(auth signer.Authorities, distrust *certapiv1alpha1.DistrustStatus,
 			c.Message += fmt.Sprintf("; the switch at %s was FORCED before every target held the new CA", auth.SwitchedAt.UTC().Format(time.RFC3339))
 		}
 	}
+	return c
+}
+
+// notWaitingFor adds to a Rotating condition whose Next CA waits for the injection targets the ones it
+// does not wait for because kube-apiserver refused them the bundle for good (a ConfigMap too large to
+// take it, a write an admission policy forbids): the switch comes at the grace period, not at the
+// forced-switch deadline months later, and an admin should know which objects lack the new CA.
+func notWaitingFor(c metav1.Condition, inj *certapiv1alpha1.InjectionSummary) metav1.Condition {
+	if c.Reason != certapiv1alpha1.RotatingReasonNextPublished || inj == nil || inj.Failed == 0 {
+		return c
+	}
+	names := strings.Join(inj.FailedTargets, ", ")
+	if more := int(inj.Failed) - len(inj.FailedTargets); more > 0 {
+		names += fmt.Sprintf(" and %d more", more)
+	}
+	c.Message += fmt.Sprintf("; it does not wait for %s whose write kube-apiserver refused (%s): they will not trust the Next CA, see status.injection and their Events",
+		count(inj.Failed, "injection target"), names)
 	return c
 }
 

@@ -44,3 +44,36 @@ func TestRotatingSaysWhatADistrustWaitsFor(t *testing.T) {
 		t.Errorf("message %q calls a distrust's switch forced", c.Message)
 	}
 }
+
+// TestRotatingNamesFailedTargets: while the Next CA waits, the Rotating condition names the targets it
+// does not wait for because their write was refused for good, and says nothing of them otherwise.
+func TestRotatingNamesFailedTargets(t *testing.T) {
+	published := metav1.Condition{Type: certapiv1alpha1.ConditionRotating, Status: metav1.ConditionTrue, Reason: certapiv1alpha1.RotatingReasonNextPublished, Message: "the Next CA 01 was published"}
+	idle := metav1.Condition{Type: certapiv1alpha1.ConditionRotating, Status: metav1.ConditionFalse, Reason: certapiv1alpha1.RotatingReasonIdle, Message: "no rotation is running"}
+	failed := &certapiv1alpha1.InjectionSummary{Targets: 14, UpToDate: 2, Failed: 12, FailedTargets: []string{"ConfigMap a/big", "ConfigMap b/big"}}
+	for _, tc := range []struct {
+		name string
+		c    metav1.Condition
+		inj  *certapiv1alpha1.InjectionSummary
+		want []string
+		same bool
+	}{
+		{name: "Next published, failed targets", c: published, inj: failed,
+			want: []string{"the Next CA 01 was published; it does not wait for 12 injection targets", "ConfigMap a/big, ConfigMap b/big and 10 more", "status.injection"}},
+		{name: "Next published, none failed", c: published, inj: &certapiv1alpha1.InjectionSummary{Targets: 2, UpToDate: 2}, same: true},
+		{name: "no summary yet", c: published, same: true},
+		{name: "idle", c: idle, inj: failed, same: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := notWaitingFor(tc.c, tc.inj)
+			if tc.same && got != tc.c {
+				t.Errorf("condition changed: %q", got.Message)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(got.Message, w) {
+					t.Errorf("message %q does not say %q", got.Message, w)
+				}
+			}
+		})
+	}
+}

@@ -5,11 +5,14 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"net/http"
 	"slices"
 	"sort"
 	"strings"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -322,3 +325,111 @@ func refusal(kind Kind, name string, claims []string) string {
 		strings.Join(claims, ", "), AnnotationInject, strings.Join(claims, " and "))
 	return b.String()
 }
+
+// ---------------------------------------------------------------------------------------------
+// Objects another controller owns
+
+// kubeRootCAConfigMap is the ConfigMap kube-controller-manager's root CA publisher keeps in every
+// namespace: it rewrites ca.crt with the cluster's root CA whenever it differs.
+const kubeRootCAConfigMap = "kube-root-ca.crt"
+
+// ReasonManagedByKubernetes: the object is one that a Kubernetes controller keeps (a namespace's
+// kube-root-ca.crt); certapi would fight it.
+const ReasonManagedByKubernetes = "ManagedByKubernetes"
+
+// refusedTarget returns why certapi refuses to manage an object that opts in, from its kind, its key
+// ("<namespace>/<name>" for a ConfigMap) and its annotations, as a Problem reason and message; "" when
+// it does not refuse. It needs no read of the object: another injector's annotation, or a name that
+// a Kubernetes controller owns, is enough.
+func refusedTarget(kind Kind, name string, annotations map[string]string) (reason, message string) {
+	if claims := foreignClaims(annotations); len(claims) > 0 {
+		return ReasonClaimedByAnotherInjector, refusal(kind, name, claims)
+	}
+	if kind == KindConfigMap {
+		if _, n, _ := strings.Cut(name, "/"); n == kubeRootCAConfigMap {
+			return ReasonManagedByKubernetes, fmt.Sprintf("certapi does not inject the CA bundle into ConfigMap %s: kube-controller-manager's root CA publisher "+
+				"owns %s in every namespace and writes the cluster's root CA into its %s, so the two would overwrite each other. Remove annotation %s from it, "+
+				"and annotate a ConfigMap of another name (or mount the ClusterTrustBundle of signer certapi.dev/serving).",
+				name, kubeRootCAConfigMap, ConfigMapKey, AnnotationInject)
+		}
+	}
+	return "", ""
+}
+
+// ---------------------------------------------------------------------------------------------
+// Failed writes
+
+// writeFailure is how a failed caBundle write is handled.
+type writeFailure int
+
+const (
+	// failureTransient: the server could not answer now (429, 5xx, a timeout, the network): back off
+	// and retry.
+	failureTransient writeFailure = iota
+	// failureStale: the object changed under the write (409, or a JSON patch that no longer applies,
+	// usually its resourceVersion test): read it again and retry.
+	failureStale
+	// failureRefused: kube-apiserver judged this write and refused it (422 with field errors, 413, 400,
+	// 403). The same patch to the same object version gets the same answer, so retrying on a timer
+	// cannot help: the target is Failed until the object or the bundle changes.
+	failureRefused
+)
+
+// classifyWriteError says how to handle err, returned by a caBundle write.
+//
+// A refusal counts from the first one. Validation (the object would be too large, a field would be
+// invalid) and admission (a ValidatingAdmissionPolicy, RBAC) are functions of the object version, the
+// patch and the cluster's policy: retrying the same bytes against the same version is refused again,
+// and the one thing certapi controls, the bundle, only changes with a rotation, which retries every
+// target anyway. Waiting for a few refusals would only hold the rotation gate for longer. A 422
+// without field causes is different: that is kube-apiserver failing to apply the JSON patch itself
+// (its resourceVersion test, or a webhook index that moved), which a fresh read cures, so it is stale.
+func classifyWriteError(err error) writeFailure {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) {
+		return failureTransient
+	}
+	switch {
+	case apierrors.IsConflict(err):
+		return failureStale
+	case apierrors.IsInvalid(err), status.Status().Code == http.StatusUnprocessableEntity:
+		if d := status.Status().Details; d != nil && len(d.Causes) > 0 {
+			return failureRefused
+		}
+		return failureStale
+	case apierrors.IsRequestEntityTooLargeError(err), apierrors.IsBadRequest(err), apierrors.IsForbidden(err):
+		return failureRefused
+	}
+	return failureTransient
+}
+
+// refusedMessage describes a refused write for Problems and Events: the API's reason and message
+// (kube-apiserver's messages name fields and limits, never the values written), and when certapi tries
+// again.
+func refusedMessage(kind Kind, name string, err error) string {
+	reason := string(apierrors.ReasonForError(err))
+	if reason == "" {
+		reason = "Unknown"
+	}
+	msg := shortError(err)
+	out := fmt.Sprintf("kube-apiserver refused to write the CA bundle into %s %s (%s): %s. Retrying cannot fix that, so it does not hold CA rotations; "+
+		"certapi tries again when the object or the bundle changes. Fix the cause (make room, allow the write), or remove annotation %s.",
+		kind, name, reason, msg, AnnotationInject)
+	if len(out) > maxNote {
+		out = out[:maxNote-3] + "..."
+	}
+	return out
+}
+
+// shortError is err's message cut to 400 bytes: kube-apiserver may quote the whole patched object in a
+// field error (a tenant's megabyte of ConfigMap data), which has no place in an Event or a log line.
+func shortError(err error) string {
+	msg := err.Error()
+	if len(msg) > 400 {
+		msg = msg[:397] + "..."
+	}
+	return msg
+}
+
+// maxNote bounds the message of a Warning Event (events.k8s.io allows 1 KiB of note).
+const maxNote = 1000

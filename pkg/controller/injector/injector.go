@@ -28,6 +28,16 @@
 //     it is counted as a conflict and a Warning Event on it says why and what to do. (Events about
 //     cluster-scoped objects are recorded in namespace default, as events.k8s.io does; those about a
 //     ConfigMap, in its namespace.)
+//   - A namespace's kube-root-ca.crt ConfigMap belongs to kube-controller-manager's root CA publisher,
+//     which rewrites its ca.crt: annotated, it is refused like an object another injector claims
+//     (reason ManagedByKubernetes), never written.
+//   - A write kube-apiserver refuses for a reason retrying cannot fix (a ConfigMap that would pass
+//     1 MiB, a field error, a request too large or malformed, a write an admission policy or RBAC
+//     forbids) makes the target Failed at once: a Warning Event (reason InjectionFailed) on it, counted
+//     and named in the summary, and no longer waited for by the rotation gate, so no tenant's object can
+//     hold a rotation. It is tried again when the object changes or the bundle does, never on a timer.
+//     A conflict (409) or a JSON patch that no longer applies is a race, read again and retried; 429
+//     and 5xx back off and retry.
 //   - Removing the annotation stops management and leaves the caBundle as it is.
 //
 // It watches the five kinds with metadata-only informers, whose cache keeps only names, UIDs,

@@ -21,7 +21,9 @@ const (
 	// ReasonNothingToInject: the object opts in but has no caBundle to keep (url webhooks only, a CRD
 	// without webhook conversion, a local or insecure APIService).
 	ReasonNothingToInject = "NothingToInject"
-	// ReasonInjectionFailed: reading or writing the object failed; it is retried with backoff.
+	// ReasonInjectionFailed: reading or writing the object failed. A transient failure (StatePending) is
+	// retried with backoff; a write kube-apiserver refused (StateFailed) is tried again when the object
+	// or the bundle changes, and is the reason of the Warning Event on the object.
 	ReasonInjectionFailed = "InjectionFailed"
 	// ReasonWaitingForBundle: the BundleSource has no bundle yet.
 	ReasonWaitingForBundle = "WaitingForBundle"
@@ -40,10 +42,18 @@ const (
 	StateUpToDate State = "UpToDate"
 	// StateSkipped: the object opts in but has nothing to inject.
 	StateSkipped State = "Skipped"
-	// StateConflict: certapi refuses to manage the object (another injector claims it, or another
-	// writer keeps overwriting it).
+	// StateConflict: certapi refuses to manage the object (another injector or kube-controller-manager
+	// claims it, or another writer keeps overwriting it).
 	StateConflict State = "Conflict"
+	// StateFailed: kube-apiserver refused the write with an error that retrying cannot fix (see
+	// classifyWriteError). Like a conflict it does not hold the rotation gate: one tenant's object that
+	// can never take the bundle must not stop every rotation. It is tried again when the object or the
+	// bundle changes, never on a timer.
+	StateFailed State = "Failed"
 )
+
+// maxNamedFailed bounds InjectionSummary.FailedTargets.
+const maxNamedFailed = 10
 
 // Problem is one target that is not simply up to date, and why.
 type Problem struct {
@@ -55,26 +65,34 @@ type Problem struct {
 }
 
 // Summary counts the targets (the objects that opt in) by state. Targets = UpToDate + Skipped +
-// Conflicts + Pending.
+// Conflicts + Failed + Pending.
 type Summary struct {
 	Targets   int
 	UpToDate  int
 	Skipped   int
 	Conflicts int
+	Failed    int
 	Pending   int
-	// Problems lists every target that is skipped, in conflict, or pending for a known reason, sorted
-	// by kind (in Kinds order) and name.
+	// Problems lists every target that is skipped, in conflict, failed, or pending for a known reason,
+	// sorted by kind (in Kinds order) and name.
 	Problems []Problem
 }
 
 // InjectionSummary is s as CertificateAuthority status.injection.
 func (s Summary) InjectionSummary() *certapiv1alpha1.InjectionSummary {
-	return &certapiv1alpha1.InjectionSummary{
+	out := &certapiv1alpha1.InjectionSummary{
 		Targets:   int32(s.Targets),
 		UpToDate:  int32(s.UpToDate),
 		Skipped:   int32(s.Skipped),
 		Conflicts: int32(s.Conflicts),
+		Failed:    int32(s.Failed),
 	}
+	for _, p := range s.Problems {
+		if p.State == StateFailed && len(out.FailedTargets) < maxNamedFailed {
+			out.FailedTargets = append(out.FailedTargets, string(p.Kind)+" "+p.Name)
+		}
+	}
+	return out
 }
 
 // key names one object: by name, or "<namespace>/<name>" for a namespaced kind (see kindSpec).
@@ -95,6 +113,13 @@ type objState struct {
 	// bundle is the digest of the bundle the object was up to date with (StateUpToDate): after the
 	// Source's bundle changes, Summary counts the object as pending until it has been re-checked.
 	bundle digest
+	// certs is the digest of the set of certificates in that bundle (see canonicalBundle.certs): a
+	// bundle that only changes order (the switch makes Next Active) trusts the same CAs, and Summary
+	// keeps counting the object as up to date while it is re-written.
+	certs digest
+	// refused, for StateFailed, is the write kube-apiserver refused: the object's resourceVersion and
+	// the bundle then. The same pair is not tried again.
+	refused refusedWrite
 	// restorations are the times certapi restored an overwritten caBundle, within fightWindow.
 	restorations []time.Time
 	// foughtUntil ends the cool-down of a fought-over object; foughtAnnotations is its annotations'
@@ -103,6 +128,19 @@ type objState struct {
 	foughtAnnotations string
 	// warned is the message of the last Warning Event, so that retries do not repeat it.
 	warned string
+}
+
+// refusedWrite is a write refused for good: against which object version, with which bundle.
+type refusedWrite struct {
+	resourceVersion string
+	bundle          digest
+}
+
+// refusedFor reports whether a Failed target's refusal still stands for the object at resourceVersion rv
+// and the bundle with digest d: neither changed since, so trying again would be refused again, and the
+// target does not hold the rotation gate.
+func (st *objState) refusedFor(rv string, d digest) bool {
+	return st.state == StateFailed && st.refused.resourceVersion == rv && st.refused.bundle == d
 }
 
 // observed returns k's last observation and a copy of its held digests.
@@ -157,6 +195,30 @@ func (i *Injector) setFailed(k key, obs *observation, msg string) {
 	}
 }
 
+// setRefused records a write that kube-apiserver refused for good (see classifyWriteError) of the bundle
+// with digest d into k at resourceVersion rv, and records a Warning Event, once per distinct message.
+func (i *Injector) setRefused(k key, m *metav1.PartialObjectMetadata, rv string, d digest, msg string) {
+	i.mu.Lock()
+	st := i.state(k)
+	st.state, st.reason, st.message = StateFailed, ReasonInjectionFailed, msg
+	st.refused = refusedWrite{resourceVersion: rv, bundle: d}
+	warn := st.warned != msg
+	st.warned = msg
+	i.mu.Unlock()
+	if warn {
+		i.recorder.Eventf(i.regarding(k, m), nil, corev1.EventTypeWarning, ReasonInjectionFailed, "InjectCABundle", "%s", msg)
+	}
+}
+
+// stillRefused reports whether k failed for good at resourceVersion rv with the bundle d: nothing
+// changed since, so it is not tried again.
+func (i *Injector) stillRefused(k key, rv string, d digest) bool {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	st := i.objects[k]
+	return st != nil && st.refusedFor(rv, d)
+}
+
 func (i *Injector) setSkipped(k key, obs *observation, why string) {
 	i.mu.Lock()
 	defer i.mu.Unlock()
@@ -165,26 +227,26 @@ func (i *Injector) setSkipped(k key, obs *observation, why string) {
 	st.state, st.reason, st.message, st.warned = StateSkipped, ReasonNothingToInject, fmt.Sprintf("nothing to inject into %s %s: %s", k.kind, k.name, why), ""
 }
 
-func (i *Injector) setUpToDate(k key, obs *observation, d digest) {
+func (i *Injector) setUpToDate(k key, obs *observation, b canonicalBundle) {
 	i.mu.Lock()
 	defer i.mu.Unlock()
 	st := i.state(k)
 	st.obs = obs
 	st.state, st.reason, st.message, st.warned = StateUpToDate, "", "", ""
-	st.held = heldBy(obs, d)
-	st.bundle = d
+	st.held = heldBy(obs, b.digest)
+	st.bundle, st.certs = b.digest, b.certs
 }
 
-// setWritten records a successful write of the bundle with digest d; obs is the patch response.
-func (i *Injector) setWritten(k key, obs *observation, d digest) {
+// setWritten records a successful write of the bundle b; obs is the patch response.
+func (i *Injector) setWritten(k key, obs *observation, b canonicalBundle) {
 	i.mu.Lock()
 	defer i.mu.Unlock()
 	st := i.state(k)
 	st.obs = obs
-	st.held = heldBy(obs, d)
-	if obs.holds(d) {
+	st.held = heldBy(obs, b.digest)
+	if obs.holds(b.digest) {
 		st.state, st.reason, st.message, st.warned = StateUpToDate, "", "", ""
-		st.bundle = d
+		st.bundle, st.certs = b.digest, b.certs
 	}
 }
 
@@ -284,17 +346,21 @@ func (i *Injector) forget(k key) {
 }
 
 // Summary counts the targets by state and lists the problems. It is computed on each call from the
-// injector's current view; an object up to date with an earlier bundle counts as pending.
+// injector's current view. An object up to date with an earlier bundle counts as pending, unless that
+// bundle held the same certificates (only their order changed: it trusts what the current one does, and
+// is being re-written); a Failed object whose refused write was of an earlier bundle counts as pending
+// too (it is being tried with the current one).
 func (i *Injector) Summary() Summary {
-	_, current, _ := i.currentBundle()
+	cur := i.currentCanonical()
 	i.mu.Lock()
 	defer i.mu.Unlock()
 	var s Summary
 	for k, st := range i.objects {
 		s.Targets++
+		state := st.state
 		switch st.state {
 		case StateUpToDate:
-			if st.bundle != current {
+			if st.bundle != cur.digest && (cur.pem == nil || st.certs != cur.certs) {
 				s.Pending++ // up to date with a bundle that is no longer the Source's: not re-checked yet
 				continue
 			}
@@ -303,11 +369,18 @@ func (i *Injector) Summary() Summary {
 			s.Skipped++
 		case StateConflict:
 			s.Conflicts++
+		case StateFailed:
+			if st.refused.bundle != cur.digest {
+				s.Pending++ // refused an earlier bundle; being tried with this one
+				state = StatePending
+				break
+			}
+			s.Failed++
 		default:
 			s.Pending++
 		}
 		if st.state != StateUpToDate && st.reason != "" {
-			s.Problems = append(s.Problems, Problem{Kind: k.kind, Name: k.name, State: st.state, Reason: st.reason, Message: st.message})
+			s.Problems = append(s.Problems, Problem{Kind: k.kind, Name: k.name, State: state, Reason: st.reason, Message: st.message})
 		}
 	}
 	order := map[Kind]int{}
@@ -324,10 +397,10 @@ func (i *Injector) Summary() Summary {
 	return s
 }
 
-// AllHold reports whether every injectable target (one that opts in, is not skipped and is not in
-// conflict) holds exactly bundle (compared in canonical form), as far as the informers have seen: the
-// rotation gate. It is false before the informers have synced, while a target has not been read, and
-// for a bundle that does not parse.
+// AllHold reports whether every injectable target (one that opts in, is not skipped, not in conflict,
+// and not Failed for this very bundle and object version) holds exactly bundle (compared in canonical
+// form), as far as the informers have seen: the rotation gate. It is false before the informers have
+// synced, while a target has not been read, and for a bundle that does not parse.
 func (i *Injector) AllHold(bundle []byte) bool {
 	c := i.canonical(bundle)
 	if c.err != nil {
@@ -345,6 +418,9 @@ func (i *Injector) AllHold(bundle []byte) bool {
 		m := i.meta(k)
 		if m == nil || !optedIn(m) {
 			continue // being forgotten
+		}
+		if st.refusedFor(m.ResourceVersion, c.digest) {
+			continue // refused for good; reported, and tried again when it changes
 		}
 		if !st.obs.current(m.UID, m.ResourceVersion) {
 			return false // changed since it was last read: not known to hold it

@@ -32,23 +32,27 @@ func (i *Injector) sync(ctx context.Context, k key) (time.Duration, error) {
 	}
 	i.mu.Unlock()
 
-	if claims := foreignClaims(m.Annotations); len(claims) > 0 {
-		i.setConflict(k, m, ReasonClaimedByAnotherInjector, refusal(k.kind, k.name, claims))
+	if reason, msg := refusedTarget(k.kind, k.name, m.Annotations); reason != "" {
+		i.setConflict(k, m, reason, msg)
 		return 0, nil
 	}
 	now := i.clock.Now()
 	if wait := i.coolingDown(k, m, now); wait > 0 {
 		return wait, nil
 	}
-	bundle, d, err := i.currentBundle()
+	cb := i.currentCanonical()
+	bundle, d := cb.pem, cb.digest
 	switch {
-	case err != nil:
-		i.setPending(k, ReasonInvalidBundle, "the CA bundle to inject does not parse, so nothing is written: "+err.Error())
+	case cb.err != nil:
+		i.setPending(k, ReasonInvalidBundle, "the CA bundle to inject does not parse, so nothing is written: "+cb.err.Error())
 		return 0, nil // the next bundle change triggers again
 	case bundle == nil:
 		i.setPending(k, ReasonWaitingForBundle, "there is no CA bundle to inject yet")
 		return 0, nil
+	case i.stillRefused(k, m.ResourceVersion, d):
+		return 0, nil // refused for good, and neither the object nor the bundle changed since
 	}
+	var err error
 
 	kc := i.kinds[k.kind]
 	logger := klog.FromContext(ctx).WithValues("kind", k.kind, "name", k.name)
@@ -75,7 +79,7 @@ func (i *Injector) sync(ctx context.Context, k key) (time.Duration, error) {
 			return 0, nil
 
 		case p.upToDate && p.release == nil:
-			i.setUpToDate(k, obs, d)
+			i.setUpToDate(k, obs, cb)
 			return 0, nil
 
 		case p.upToDate:
@@ -95,12 +99,20 @@ func (i *Injector) sync(ctx context.Context, k key) (time.Duration, error) {
 				}
 			}
 			resp, err := kc.patch(ctx, k.name, p.patch)
+			if err != nil && classifyWriteError(err) == failureRefused {
+				// Not retried on a timer: the informer brings the object back when it changes, and a new
+				// bundle re-checks every target.
+				i.setRefused(k, m, obs.ResourceVersion, d, refusedMessage(k.kind, k.name, err))
+				logger.Info("kube-apiserver refused the caBundle write; the target no longer holds CA rotations and is tried again when it changes",
+					"reason", apierrors.ReasonForError(err), "err", shortError(err))
+				return 0, nil
+			}
 			if err != nil {
 				i.setFailed(k, obs, i.failure(k, err, fmt.Sprintf("writing the caBundle of %s %s: %v", k.kind, k.name, err)))
 				return 0, err
 			}
 			resp.basedOn = m.ResourceVersion
-			i.setWritten(k, resp, d)
+			i.setWritten(k, resp, cb)
 			logger.V(2).Info("Injected the CA bundle", "slots", p.write, "restored", len(p.overwritten) > 0)
 		}
 	}
@@ -114,7 +126,7 @@ const staleRetries = 3
 
 // failure returns the problem message for a failed write, or "" while a stale write is retried.
 func (i *Injector) failure(k key, err error, msg string) string {
-	if (apierrors.IsInvalid(err) || apierrors.IsConflict(err)) && i.queue.NumRequeues(k) < staleRetries {
+	if classifyWriteError(err) == failureStale && i.queue.NumRequeues(k) < staleRetries {
 		return ""
 	}
 	return msg

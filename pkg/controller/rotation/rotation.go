@@ -46,7 +46,9 @@ const progressDelay = 200 * time.Millisecond
 
 // Targets is what the rotation needs of the injector.
 type Targets interface {
-	// AllHold reports whether every injectable target holds exactly bundle.
+	// AllHold reports whether every injectable target holds exactly bundle: the rotation gate. Targets
+	// that are skipped, in conflict, or whose write kube-apiserver refused for good (Failed: a tenant's
+	// ConfigMap too large to take the bundle) do not count, so that no tenant can hold a rotation.
 	AllHold(bundle []byte) bool
 	// Summary counts the targets by state.
 	Summary() certapiv1alpha1.InjectionSummary
@@ -251,7 +253,7 @@ func (c *Controller) sync(ctx context.Context, _ string) (controller.Result, err
 	summary := c.o.Targets.Summary()
 	distrust := distrustStatus(distrustInput{
 		Previous: obj.Status.Distrust, Before: before, After: after, Steps: steps, Progress: progress,
-		PendingTargets: summary.Targets - summary.UpToDate - summary.Skipped - summary.Conflicts,
+		PendingTargets: pendingTargets(summary),
 		Policy:         policy, Now: c.o.Clock.Now(),
 	})
 	c.distrusting.Store(distrustPending(after))
@@ -262,6 +264,12 @@ func (c *Controller) sync(ctx context.Context, _ string) (controller.Result, err
 		return controller.Result{}, err
 	}
 	return controller.Result{After: c.wait(after, policy)}, nil
+}
+
+// pendingTargets is the number of injection targets still to take the current bundle: neither up to
+// date, nor skipped, nor in conflict, nor Failed (refused for good: reported, never waited for).
+func pendingTargets(s certapiv1alpha1.InjectionSummary) int32 {
+	return max(s.Targets-s.UpToDate-s.Skipped-s.Conflicts-s.Failed, 0)
 }
 
 // reportUnmanaged records a Warning Event naming the labelled Secrets a pending distrust does not wait

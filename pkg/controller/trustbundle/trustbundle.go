@@ -14,9 +14,11 @@ package trustbundle
 
 import (
 	"context"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
@@ -280,10 +282,40 @@ func (p *Publisher) Holds(bundle []byte) bool {
 	return err == nil && Decide(cur, want) == ActionNone
 }
 
-// UpToDate reports whether the ClusterTrustBundle holds the Source's current bundle.
+// UpToDate reports whether the ClusterTrustBundle holds the Source's current certificates, in any
+// order: for the injection summary. When a rotation's Next CA becomes Active only the bundle's order
+// changes, and the ClusterTrustBundle trusts exactly what the new bundle does while it is re-written;
+// counting it as pending then made the summary written with the switch read "3 of 4". The rotation
+// gate uses Holds, which is exact.
 func (p *Publisher) UpToDate() bool {
 	raw, ok := p.source.Bundle()
-	return ok && p.Holds(raw)
+	if !ok || !p.HasSynced() {
+		return false
+	}
+	cur, err := p.lister.Get(Name)
+	return err == nil && sameCertificates([]byte(cur.Spec.TrustBundle), raw)
+}
+
+// sameCertificates reports whether two PEM bundles hold the same set of certificates; false when
+// either does not parse.
+func sameCertificates(a, b []byte) bool {
+	ca, err := signer.ParseBundle(a)
+	if err != nil {
+		return false
+	}
+	cb, err := signer.ParseBundle(b)
+	if err != nil {
+		return false
+	}
+	set := func(certs []*x509.Certificate) []string {
+		out := make([]string, 0, len(certs))
+		for _, c := range certs {
+			out = append(out, string(c.Raw))
+		}
+		slices.Sort(out)
+		return slices.Compact(out)
+	}
+	return slices.Equal(set(ca), set(cb))
 }
 
 // listenerFunc adapts a function to the Source's listener.

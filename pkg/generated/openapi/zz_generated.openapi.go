@@ -540,10 +540,36 @@ func schema_pkg_apis_certapi_v1alpha1_InjectionSummary(ref common.ReferenceCallb
 					},
 					"conflicts": {
 						SchemaProps: spec.SchemaProps{
-							Description: "conflicts is the number certapi refuses to manage (claimed by another injector, or fought over).",
+							Description: "conflicts is the number certapi refuses to manage (claimed by another injector or by kube-controller-manager, or fought over).",
 							Default:     0,
 							Type:        []string{"integer"},
 							Format:      "int32",
+						},
+					},
+					"failed": {
+						SchemaProps: spec.SchemaProps{
+							Description: "failed is the number whose caBundle write kube-apiserver refuses with an error that retrying cannot fix (the object would grow past its size limit, an admission policy forbids the write, the request is malformed). Like conflicts, they do not hold the rotation gate. certapi tries again when the object or the bundle changes.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"failedTargets": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "failedTargets names the first few failed targets (at most 10), as \"<Kind> <name>\" or \"<Kind> <namespace>/<name>\", in order of kind and name.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Type:   []string{"string"},
+										Format: "",
+									},
+								},
+							},
 						},
 					},
 				},

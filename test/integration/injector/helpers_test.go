@@ -111,18 +111,26 @@ func (s *fakeSource) set(pem []byte) {
 }
 
 // writeCounter counts the injector's successful PATCH requests (its writes) by URL path. A patch that
-// kube-apiserver refuses (its resourceVersion test failed) changes nothing and is not counted.
+// kube-apiserver refuses (its resourceVersion test failed) changes nothing and is not counted in
+// counts, only in tries.
 type writeCounter struct {
 	mu     sync.Mutex
 	counts map[string]int
+	tries  map[string]int
 }
 
 func (c *writeCounter) wrap(rt http.RoundTripper) http.RoundTripper {
 	return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
 		resp, err := rt.RoundTrip(req)
-		if req.Method == http.MethodPatch && err == nil && resp.StatusCode < 300 {
+		if req.Method == http.MethodPatch {
 			c.mu.Lock()
-			c.counts[req.URL.Path]++
+			if c.tries == nil {
+				c.tries = map[string]int{}
+			}
+			c.tries[req.URL.Path]++
+			if err == nil && resp.StatusCode < 300 {
+				c.counts[req.URL.Path]++
+			}
 			c.mu.Unlock()
 		}
 		return resp, err
@@ -135,6 +143,19 @@ func (c *writeCounter) patches(suffix string) int {
 	defer c.mu.Unlock()
 	n := 0
 	for p, v := range c.counts {
+		if strings.HasSuffix(p, suffix) {
+			n += v
+		}
+	}
+	return n
+}
+
+// attempts returns how many PATCH requests, refused or not, went to a path ending in suffix.
+func (c *writeCounter) attempts(suffix string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for p, v := range c.tries {
 		if strings.HasSuffix(p, suffix) {
 			n += v
 		}

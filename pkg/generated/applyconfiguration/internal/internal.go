@@ -183,6 +183,15 @@ var schemaYAML = typed.YAMLObject(`types:
       type:
         scalar: numeric
       default: 0
+    - name: failed
+      type:
+        scalar: numeric
+    - name: failedTargets
+      type:
+        list:
+          elementType:
+            scalar: string
+          elementRelationship: atomic
     - name: skipped
       type:
         scalar: numeric

@@ -29,8 +29,17 @@ type InjectionSummaryApplyConfiguration struct {
 	UpToDate *int32 `json:"upToDate,omitempty"`
 	// skipped is the number with nothing to inject (url-only webhooks, local APIServices, ...).
 	Skipped *int32 `json:"skipped,omitempty"`
-	// conflicts is the number certapi refuses to manage (claimed by another injector, or fought over).
+	// conflicts is the number certapi refuses to manage (claimed by another injector or by
+	// kube-controller-manager, or fought over).
 	Conflicts *int32 `json:"conflicts,omitempty"`
+	// failed is the number whose caBundle write kube-apiserver refuses with an error that retrying
+	// cannot fix (the object would grow past its size limit, an admission policy forbids the write, the
+	// request is malformed). Like conflicts, they do not hold the rotation gate. certapi tries again
+	// when the object or the bundle changes.
+	Failed *int32 `json:"failed,omitempty"`
+	// failedTargets names the first few failed targets (at most 10), as "<Kind> <name>" or
+	// "<Kind> <namespace>/<name>", in order of kind and name.
+	FailedTargets []string `json:"failedTargets,omitempty"`
 }
 
 // InjectionSummaryApplyConfiguration constructs a declarative configuration of the InjectionSummary type for use with
@@ -68,5 +77,23 @@ func (b *InjectionSummaryApplyConfiguration) WithSkipped(value int32) *Injection
 // If called multiple times, the Conflicts field is set to the value of the last call.
 func (b *InjectionSummaryApplyConfiguration) WithConflicts(value int32) *InjectionSummaryApplyConfiguration {
 	b.Conflicts = &value
+	return b
+}
+
+// WithFailed sets the Failed field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Failed field is set to the value of the last call.
+func (b *InjectionSummaryApplyConfiguration) WithFailed(value int32) *InjectionSummaryApplyConfiguration {
+	b.Failed = &value
+	return b
+}
+
+// WithFailedTargets adds the given value to the FailedTargets field in the declarative configuration
+// and returns the receiver, so that objects can be build by chaining "With" function invocations.
+// If called multiple times, values provided by each call will be appended to the FailedTargets field.
+func (b *InjectionSummaryApplyConfiguration) WithFailedTargets(values ...string) *InjectionSummaryApplyConfiguration {
+	for i := range values {
+		b.FailedTargets = append(b.FailedTargets, values[i])
+	}
 	return b
 }
