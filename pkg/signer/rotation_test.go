@@ -306,7 +306,7 @@ func TestPlanDistrustAndClockSafety(t *testing.T) {
 	realLife := na.Sub(active.Certificate.NotBefore)
 	pol := RotationPolicy{Grace: time.Hour, MaxCertificateDuration: 48 * time.Hour, DistrustDwell: 5 * time.Second, DistrustDeadline: 15 * time.Minute}
 	full := Authorities{Active: active, Next: next, NextPublished: now.Add(time.Minute), LastStepAt: now.Add(time.Minute),
-		Retiring: []Retiring{{CA: retiring.WithoutKey(), Until: now.Add(40 * time.Hour)}, {CA: distrusted.WithoutKey(), Distrusted: true}},
+		Retiring:   []Retiring{{CA: retiring.WithoutKey(), Until: now.Add(40 * time.Hour)}, {CA: distrusted.WithoutKey(), Distrusted: true}},
 		SwitchedAt: now.Add(-time.Minute)}
 	lagging := Authorities{Active: active, Next: next, NextPublished: na.Add(-realLife/6 - time.Minute)}
 
