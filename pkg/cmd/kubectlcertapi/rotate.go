@@ -99,7 +99,7 @@ func newDistrustCmd(root *rootOptions) *cobra.Command {
 			# Say what a distrust would do now, and do nothing
 			kubectl certapi distrust
 
-			# Do it, and follow it until the distrusted CA has left the bundle
+			# Do it, and follow it until every distrusted CA has left the bundle
 			kubectl certapi distrust --yes --wait`),
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
