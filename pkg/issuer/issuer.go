@@ -56,7 +56,7 @@ type Config struct {
 // Issuer signs certificates for every replica: directly on the leader, through an etcd handoff elsewhere.
 type Issuer struct {
 	cfg   Config
-	store *keystore
+	store caStore
 
 	mu      sync.RWMutex
 	leading bool
@@ -67,7 +67,7 @@ type Issuer struct {
 	termKey string
 	termRev int64
 	// leaseRenewedAt is when the last successful grant or keepalive of the election lease was sent, and
-	// leaseTTL the TTL etcd answered, on the local monotonic clock (now): see lease.go.
+	// leaseTTL the TTL etcd answered, on the local CLOCK_BOOTTIME (now, bootTime): see lease.go.
 	leaseRenewedAt time.Time
 	leaseTTL       time.Duration
 	// leaseLapseLogged is set once a refusal to sign for want of a known-valid lease has been logged.
@@ -75,8 +75,15 @@ type Issuer struct {
 	// leaseCh is closed and replaced when the lease becomes known valid again or the term ends, to wake
 	// the calls that wait for that (signAsLeader).
 	leaseCh chan struct{}
-	// now reads the local monotonic clock (time.Now), for the lease; tests replace it.
+	// now reads the local clock that does not jump and counts suspended time (bootTime), for the lease
+	// and the publication of Next; tests replace it.
 	now func() time.Time
+	// published is the Next CA this replica published in this term, and when by now: the grace period
+	// must pass on that clock too, not only on the wall clock (see effective).
+	published struct {
+		next *x509.Certificate
+		at   time.Time
+	}
 
 	servers serverLease
 
@@ -103,7 +110,7 @@ func New(cfg Config) (*Issuer, error) {
 	if cfg.CADuration <= 0 {
 		cfg.CADuration = signer.DefaultCADuration
 	}
-	return &Issuer{cfg: cfg, now: time.Now, store: &keystore{client: cfg.Client, key: cfg.Prefix + "/" + CAKeysResource + "/default", transformer: cfg.Transformer}}, nil
+	return &Issuer{cfg: cfg, now: bootTime, store: &keystore{client: cfg.Client, key: cfg.Prefix + "/" + CAKeysResource + "/default", transformer: cfg.Transformer}}, nil
 }
 
 // Signing returns the Active CA and the trust bundle while this replica leads and its election lease is
@@ -124,7 +131,7 @@ func (i *Issuer) State() (signer.Authorities, bool) {
 // alive; a leader whose lease may have expired says so in the log, once per lapse.
 func (i *Issuer) current() (signer.Authorities, []byte, bool) {
 	i.mu.RLock()
-	leading, auth, bundle, valid := i.leading, i.auth, i.bundle, i.leaseValidLocked()
+	leading, auth, bundle, valid := i.leading, i.effectiveLocked(i.auth, i.cfg.Clock.Now()), i.bundle, i.leaseValidLocked()
 	i.mu.RUnlock()
 	if !leading || auth.Active == nil {
 		return signer.Authorities{}, nil, false
@@ -155,45 +162,73 @@ type RotationRequest struct {
 	Policy     signer.RotationPolicy
 }
 
-// Rotate applies every rotation step that is due, persisting each one with a fenced write before it takes
-// effect in memory, and returns the steps taken. Only the leader can rotate.
+// Rotate applies the one rotation step that is due, if any, persisting it with a fenced write before it
+// takes effect in memory, and returns it (none, or one). Only the leader can rotate. One step per call,
+// whatever drives it: each step is planned with fresh inputs and a fresh reading of the clock, so a
+// clock that jumped cannot run a whole rotation (publish, switch, retire) in one go, and a step that
+// needs the world to react (targets to take the new bundle, certificates to be re-issued) is followed
+// only once it has. The rotation loop calls again right after a step (it re-arms on the bundle change
+// and on NextDue).
+//
+// An error wrapping signer.ErrClockBehind means the clock reads earlier than the CA record allows:
+// nothing is saved, and signing goes on with the Active CA while it can.
 func (i *Issuer) Rotate(ctx context.Context, req RotationRequest) ([]signer.RotationStep, error) {
-	var steps []signer.RotationStep
-	for n := 0; n < 8; n++ {
-		i.mu.RLock()
-		leading, auth, modRev, key, rev := i.leading, i.auth, i.modRev, i.termKey, i.termRev
-		i.mu.RUnlock()
-		if !leading || auth.Active == nil {
-			return steps, ErrNotLeading
-		}
-		now := i.cfg.Clock.Now()
-		next, step, err := auth.Plan(signer.RotationInput{
-			Now: now, ForceRotation: req.ForceRotation, Distrust: req.Distrust,
-			NextEverywhere: req.NextEverywhere, Reissued: req.Reissued,
-			NewCA: func() (*signer.CA, error) {
-				return signer.NewCA(signer.CAOptions{ClusterDomain: i.cfg.ClusterDomain, Duration: req.CADuration, Now: now})
-			},
-		}, req.Policy)
-		if err != nil || step == signer.StepNone {
-			return steps, err
-		}
-		newRev, err := i.store.save(ctx, next, modRev, key, rev)
-		if err != nil {
-			return steps, fmt.Errorf("persisting rotation step %s: %w", step, err)
-		}
-		i.mu.Lock()
-		if i.leading && i.termKey == key {
-			i.auth, i.bundle, i.modRev = next, next.Bundle(), newRev
-		}
-		i.mu.Unlock()
-		i.listeners.notify()
-		steps = append(steps, step)
-		klog.InfoS("CA rotation step", "step", step, "active", signer.FormatSerialNumber(next.Active.Certificate.SerialNumber), "bundleSize", len(next.Certificates()))
-		// A step that needs the world to react (targets to take the new bundle, certificates to be
-		// re-issued) is followed only in a later call, with fresh inputs.
-		req.NextEverywhere, req.Reissued = false, false
+	i.mu.RLock()
+	leading, stored, modRev, key, rev := i.leading, i.auth, i.modRev, i.termKey, i.termRev
+	i.mu.RUnlock()
+	if !leading || stored.Active == nil {
+		return nil, ErrNotLeading
 	}
-	return steps, nil
+	now := i.cfg.Clock.Now()
+	i.mu.RLock()
+	auth := i.effectiveLocked(stored, now)
+	i.mu.RUnlock()
+	next, step, err := auth.Plan(signer.RotationInput{
+		Now: now, ForceRotation: req.ForceRotation, Distrust: req.Distrust,
+		NextEverywhere: req.NextEverywhere, Reissued: req.Reissued,
+		NewCA: func() (*signer.CA, error) {
+			return signer.NewCA(signer.CAOptions{ClusterDomain: i.cfg.ClusterDomain, Duration: req.CADuration, Now: now})
+		},
+	}, req.Policy)
+	if err != nil {
+		return nil, fmt.Errorf("planning the next rotation step: %w", err)
+	}
+	if step == signer.StepNone {
+		return nil, nil
+	}
+	if next.Next != nil && next.Next == stored.Next {
+		next.NextPublished = stored.NextPublished // the record keeps the wall-clock time it was published at
+	}
+	newRev, err := i.store.save(ctx, next, modRev, key, rev)
+	if err != nil {
+		return nil, fmt.Errorf("persisting rotation step %s: %w", step, err)
+	}
+	i.mu.Lock()
+	if i.leading && i.termKey == key {
+		i.auth, i.bundle, i.modRev = next, next.Bundle(), newRev
+		if step == signer.StepPublishNext {
+			i.published.next, i.published.at = next.Next.Certificate, i.now()
+		}
+	}
+	i.mu.Unlock()
+	i.listeners.notify()
+	klog.InfoS("CA rotation step", "step", step, "active", signer.FormatSerialNumber(next.Active.Certificate.SerialNumber), "bundleSize", len(next.Certificates()))
+	return []signer.RotationStep{step}, nil
+}
+
+// effectiveLocked is a as the rotation sees it at wallNow: when this replica published a's Next CA in
+// this term and the wall clock has since run ahead of the clock that does not jump by more than
+// signer.ClockTolerance (it jumped forward), Next counts as published at wallNow minus the time that
+// really passed. So the grace period passes in real time, and a jump of the wall clock cannot make
+// Next sign before every bundle had the time to take it. The caller holds i.mu.
+func (i *Issuer) effectiveLocked(a signer.Authorities, wallNow time.Time) signer.Authorities {
+	if a.Next == nil || i.published.next == nil || !a.Next.Certificate.Equal(i.published.next) {
+		return a
+	}
+	if real := wallNow.Add(-i.now().Sub(i.published.at)); real.After(a.NextPublished.Add(signer.ClockTolerance)) {
+		a.NextPublished = real
+	}
+	return a
 }
 
 // HandoffTimeout is how long a follower waits for the leader to sign (Config.HandoffTimeout, defaulted).
@@ -500,11 +535,28 @@ func (i *Issuer) lead(ctx context.Context, leaderKey string, leaderRev int64) er
 
 func (i *Issuer) loadOrCreateCA(ctx context.Context, leaderKey string, leaderRev int64) (signer.Authorities, int64, error) {
 	for attempt := 0; attempt < 3; attempt++ {
-		auth, rev, found, err := i.store.load(ctx)
+		l, err := i.store.load(ctx)
+		auth, rev := l.auth, l.modRevision
 		if err != nil {
 			return auth, 0, err
 		}
-		if found {
+		if l.found && l.rewrite != "" {
+			// Rewritten as it is now, fenced like every CA write: encrypted with the configured key, and
+			// without the key of any CA that no longer signs.
+			newRev, err := i.store.save(ctx, auth, rev, leaderKey, leaderRev)
+			if errors.Is(err, ErrFenced) {
+				if !i.stillLeader(ctx, leaderKey, leaderRev) {
+					return auth, 0, err
+				}
+				continue // the record changed meanwhile: read it again
+			}
+			if err != nil {
+				return auth, 0, fmt.Errorf("rewriting the CA record: %w", err)
+			}
+			klog.InfoS("Rewrote the CA record", "reason", l.rewrite)
+			rev = newRev
+		}
+		if l.found {
 			klog.InfoS("Loaded the CA from etcd", "serialNumber", signer.FormatSerialNumber(auth.Active.Certificate.SerialNumber), "bundleSize", len(auth.Certificates()))
 			return auth, rev, nil
 		}
@@ -538,6 +590,9 @@ func (i *Issuer) setLeading(leading bool, auth signer.Authorities) {
 	i.mu.Lock()
 	changed := i.leading != leading
 	i.leading, i.auth, i.bundle = leading, auth, nil
+	if changed {
+		i.published.next = nil
+	}
 	if leading {
 		i.bundle = auth.Bundle()
 	}

@@ -23,7 +23,13 @@ var ErrFenced = errors.New("CA write refused: this replica no longer leads (its 
 
 // caRecord is the stored form of the CA key pairs and the rotation's progress. It goes through the same
 // value transformers as every other certapi object, so an EncryptionConfiguration encrypts it; it is never
-// served by the API.
+// served by the API. It holds the private keys of the CAs that sign or will sign (Active, Next) only: a
+// Retiring CA's entry holds its certificate alone.
+//
+// One record holds every key rather than one etcd key per CA: it is read and written in one fenced
+// transaction as it is, and splitting it would not shrink what a leak exposes, since whoever reads one
+// value under certapi's prefix (an etcd snapshot, a backup, a client with read access) reads them all,
+// and the record holds at most two keys, both of which sign now or will.
 type caRecord struct {
 	APIVersion    string     `json:"apiVersion"`
 	Kind          string     `json:"kind"`
@@ -33,6 +39,8 @@ type caRecord struct {
 	Distrust      string     `json:"distrust,omitempty"`
 	SwitchedAt    *time.Time `json:"switchedAt,omitempty"`
 	ForcedSwitch  bool       `json:"forcedSwitch,omitempty"`
+	// LastStepAt is when the last rotation step was saved (signer.Authorities.LastStepAt).
+	LastStepAt *time.Time `json:"lastStepAt,omitempty"`
 }
 
 type caEntry struct {
@@ -42,7 +50,8 @@ type caEntry struct {
 	Distrusted     bool       `json:"distrusted,omitempty"`
 	DistrustedAt   *time.Time `json:"distrustedAt,omitempty"`
 	CertificatePEM string     `json:"certificatePEM"`
-	KeyPEM         string     `json:"keyPEM"`
+	// KeyPEM is the private key of an Active or Next CA; empty for a Retiring one, which no longer signs.
+	KeyPEM string `json:"keyPEM,omitempty"`
 }
 
 // Roles of CA entries in the record and in CertificateAuthority status.
@@ -69,11 +78,14 @@ func timeOf(t *time.Time) time.Time {
 func encodeRecord(a signer.Authorities) (caRecord, error) {
 	rec := caRecord{APIVersion: "certapi.dev/internal", Kind: "CertificateAuthorityKeys",
 		NextPublished: timePtr(a.NextPublished), ForceRotation: a.ForceRotation, Distrust: a.Distrust,
-		SwitchedAt: timePtr(a.SwitchedAt), ForcedSwitch: a.ForcedSwitch}
+		SwitchedAt: timePtr(a.SwitchedAt), ForcedSwitch: a.ForcedSwitch, LastStepAt: timePtr(a.LastStepAt)}
 	add := func(role string, ca *signer.CA, r signer.Retiring) error {
-		keyPEM, err := ca.KeyPEM()
-		if err != nil {
-			return fmt.Errorf("encoding a CA key: %w", err)
+		var keyPEM []byte
+		if role != RoleRetiring {
+			var err error
+			if keyPEM, err = ca.KeyPEM(); err != nil {
+				return fmt.Errorf("encoding the key of the %s CA: %w", role, err)
+			}
 		}
 		rec.Authorities = append(rec.Authorities, caEntry{Role: role, Until: timePtr(r.Until), Distrusted: r.Distrusted,
 			DistrustedAt: timePtr(r.DistrustedAt), CertificatePEM: string(ca.CertificatePEM()), KeyPEM: string(keyPEM)})
@@ -95,13 +107,22 @@ func encodeRecord(a signer.Authorities) (caRecord, error) {
 	return rec, nil
 }
 
-func decodeRecord(rec caRecord) (signer.Authorities, error) {
-	a := signer.Authorities{NextPublished: timeOf(rec.NextPublished), ForceRotation: rec.ForceRotation, Distrust: rec.Distrust,
-		SwitchedAt: timeOf(rec.SwitchedAt), ForcedSwitch: rec.ForcedSwitch}
+// decodeRecord returns the CAs a record holds. keysToDrop is true when it holds the key of a Retiring
+// CA (a record written before Retiring CAs dropped theirs): the key is not loaded, and the leader
+// rewrites the record without it.
+func decodeRecord(rec caRecord) (a signer.Authorities, keysToDrop bool, err error) {
+	a = signer.Authorities{NextPublished: timeOf(rec.NextPublished), ForceRotation: rec.ForceRotation, Distrust: rec.Distrust,
+		SwitchedAt: timeOf(rec.SwitchedAt), ForcedSwitch: rec.ForcedSwitch, LastStepAt: timeOf(rec.LastStepAt)}
 	for i, e := range rec.Authorities {
-		ca, err := signer.LoadCA([]byte(e.CertificatePEM), []byte(e.KeyPEM))
+		var ca *signer.CA
+		if e.Role == RoleRetiring {
+			keysToDrop = keysToDrop || e.KeyPEM != ""
+			ca, err = signer.LoadCACertificate([]byte(e.CertificatePEM))
+		} else {
+			ca, err = signer.LoadCA([]byte(e.CertificatePEM), []byte(e.KeyPEM))
+		}
 		if err != nil {
-			return a, fmt.Errorf("loading CA %d of the stored record: %w", i, err)
+			return a, false, fmt.Errorf("loading CA %d (%s) of the stored record: %w", i, e.Role, err)
 		}
 		switch e.Role {
 		case RoleActive:
@@ -111,13 +132,13 @@ func decodeRecord(rec caRecord) (signer.Authorities, error) {
 		case RoleRetiring:
 			a.Retiring = append(a.Retiring, signer.Retiring{CA: ca, Until: timeOf(e.Until), Distrusted: e.Distrusted, DistrustedAt: timeOf(e.DistrustedAt)})
 		default:
-			return a, fmt.Errorf("CA %d of the stored record has unknown role %q", i, e.Role)
+			return a, false, fmt.Errorf("CA %d of the stored record has unknown role %q", i, e.Role)
 		}
 	}
 	if a.Active == nil {
-		return a, errors.New("the stored CA record has no Active CA")
+		return a, false, errors.New("the stored CA record has no Active CA")
 	}
-	return a, nil
+	return a, keysToDrop, nil
 }
 
 // keystore reads and writes the CA record in etcd. Writes are fenced on the leader's election key.
@@ -133,29 +154,55 @@ type authenticatedData string
 
 func (d authenticatedData) AuthenticatedData() []byte { return []byte(d) }
 
-// load returns the stored CAs and the record's mod revision; found is false when none is stored.
-func (k *keystore) load(ctx context.Context) (a signer.Authorities, modRevision int64, found bool, err error) {
+// caStore keeps the CA record: keystore in etcd; tests use a fake.
+type caStore interface {
+	load(ctx context.Context) (loaded, error)
+	save(ctx context.Context, a signer.Authorities, modRevision int64, leaderKey string, leaderRev int64) (int64, error)
+}
+
+// loaded is what keystore.load read.
+type loaded struct {
+	auth signer.Authorities
+	// modRevision is the record's, for the next fenced write.
+	modRevision int64
+	// found is false when no record is stored.
+	found bool
+	// rewrite says why the record must be written again as it is now (empty: it need not be): it was
+	// stored in a form the transformer calls stale (unencrypted while encryption is configured now, or
+	// under an old key), or it holds the key of a Retiring CA.
+	rewrite string
+}
+
+// load returns the stored CAs, the record's mod revision, and whether the leader must rewrite it.
+func (k *keystore) load(ctx context.Context) (loaded, error) {
 	resp, err := k.client.Get(ctx, k.key)
 	if err != nil {
-		return a, 0, false, fmt.Errorf("reading the CA record: %w", err)
+		return loaded{}, fmt.Errorf("reading the CA record: %w", err)
 	}
 	if len(resp.Kvs) == 0 {
-		return a, 0, false, nil
+		return loaded{}, nil
 	}
 	kv := resp.Kvs[0]
-	data, _, err := k.transformer.TransformFromStorage(ctx, kv.Value, authenticatedData(k.key))
+	data, stale, err := k.transformer.TransformFromStorage(ctx, kv.Value, authenticatedData(k.key))
 	if err != nil {
-		return a, 0, false, fmt.Errorf("decrypting the CA record (is --encryption-provider-config the one it was written with?): %w", err)
+		return loaded{}, fmt.Errorf("decrypting the CA record (is --encryption-provider-config the one it was written with?): %w", err)
 	}
 	var rec caRecord
 	if err := json.Unmarshal(data, &rec); err != nil {
-		return a, 0, false, fmt.Errorf("decoding the CA record: %w", err)
+		return loaded{}, fmt.Errorf("decoding the CA record: %w", err)
 	}
-	a, err = decodeRecord(rec)
+	a, keysToDrop, err := decodeRecord(rec)
 	if err != nil {
-		return a, 0, false, err
+		return loaded{}, err
 	}
-	return a, kv.ModRevision, true, nil
+	l := loaded{auth: a, modRevision: kv.ModRevision, found: true}
+	switch {
+	case stale:
+		l.rewrite = "it is stored unencrypted or under an old key of the encryption configuration"
+	case keysToDrop:
+		l.rewrite = "it holds the private key of a Retiring CA, which no longer signs"
+	}
+	return l, nil
 }
 
 // save writes a if the record is still at modRevision (0: absent) and the election key leaderKey still

@@ -24,9 +24,9 @@ func TestRecordKeepsTheDistrust(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := decodeRecord(rec)
-	if err != nil {
-		t.Fatal(err)
+	got, keysToDrop, err := decodeRecord(rec)
+	if err != nil || keysToDrop {
+		t.Fatalf("decoding: %v, keys to drop %v", err, keysToDrop)
 	}
 	if len(got.Retiring) != 2 || !got.Retiring[0].Until.Equal(now.Add(time.Hour)) || got.Retiring[0].Distrusted ||
 		!got.Retiring[1].Distrusted || !got.Retiring[1].DistrustedAt.Equal(now.Add(time.Minute)) {
@@ -34,5 +34,63 @@ func TestRecordKeepsTheDistrust(t *testing.T) {
 	}
 	if got.Distrust != "leak" || !got.SwitchedAt.Equal(now) {
 		t.Errorf("distrust %q, switched at %s", got.Distrust, got.SwitchedAt)
+	}
+}
+
+// TestRecordHoldsNoRetiringKey: only the CAs that sign or will sign (Active, Next) have their key in the
+// record; a record written before that, with a Retiring CA's key, loads without it and asks for a
+// rewrite.
+func TestRecordHoldsNoRetiringKey(t *testing.T) {
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	mk := func() *signer.CA {
+		ca, err := signer.NewCA(signer.CAOptions{ClusterDomain: "cluster.local", Duration: 8760 * time.Hour, Now: now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ca
+	}
+	active, next, retiring := mk(), mk(), mk()
+	for _, tc := range []struct {
+		name string
+		// retiringCA is the Retiring CA as the Authorities hold it: with its key (a state read from an
+		// old record) or without.
+		retiringCA *signer.CA
+	}{
+		{"Retiring CA without its key", retiring.WithoutKey()},
+		{"Retiring CA still holding its key in memory", retiring},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := signer.Authorities{Active: active, Next: next, Retiring: []signer.Retiring{{CA: tc.retiringCA, Until: now.Add(time.Hour)}}}
+			rec, err := encodeRecord(a)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range rec.Authorities {
+				if hasKey := e.KeyPEM != ""; hasKey != (e.Role != RoleRetiring) {
+					t.Errorf("%s entry: key stored %v", e.Role, hasKey)
+				}
+			}
+			got, keysToDrop, err := decodeRecord(rec)
+			if err != nil || keysToDrop {
+				t.Fatalf("decoding: %v, keys to drop %v", err, keysToDrop)
+			}
+			if got.Active.Key == nil || got.Next.Key == nil || got.Retiring[0].CA.Key != nil {
+				t.Error("after a round trip: want keys for Active and Next only")
+			}
+		})
+	}
+	// A record of an older certapi: the Retiring entry has its key.
+	rec, err := encodeRecord(signer.Authorities{Active: active, Retiring: []signer.Retiring{{CA: retiring.WithoutKey(), Until: now.Add(time.Hour)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyPEM, err := retiring.KeyPEM()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.Authorities[1].KeyPEM = string(keyPEM)
+	got, keysToDrop, err := decodeRecord(rec)
+	if err != nil || !keysToDrop || got.Retiring[0].CA.Key != nil {
+		t.Fatalf("old record: %v, keys to drop %v, Retiring key loaded %v; want it flagged for a rewrite and not loaded", err, keysToDrop, got.Retiring[0].CA.Key != nil)
 	}
 }

@@ -13,10 +13,12 @@ import (
 	"github.com/certapi/certapi/pkg/signer"
 )
 
-// A leader signs only while its election lease is known to be alive on its own monotonic clock, not
-// merely while the etcd client still believes in its session: a process paused for longer than the TTL
-// (a GC stall, SIGSTOP, a frozen VM) resumes with its session intact in memory, and could otherwise sign
-// for a moment after another replica has taken over.
+// A leader signs only while its election lease is known to be alive on its own CLOCK_BOOTTIME (bootTime),
+// not merely while the etcd client still believes in its session: a process paused for longer than the
+// TTL (a GC stall, SIGSTOP, a frozen or suspended VM) resumes with its session intact in memory, and
+// could otherwise sign for a moment after another replica has taken over. CLOCK_BOOTTIME keeps counting
+// while the machine is suspended or the VM paused, where Go's monotonic clock (CLOCK_MONOTONIC) stops and
+// would make the lease look younger than it is.
 //
 // etcd starts a lease's TTL afresh when it grants or renews it, and only ever extends it (a new etcd
 // leader extends every lease), so a lease renewed by a keepalive sent at local time t cannot expire
@@ -35,7 +37,7 @@ func signingMargin(ttl time.Duration) time.Duration {
 
 // leaseKnownValid reports whether a lease of ttl, last granted or renewed by a request sent at
 // renewedAt, is certainly still alive at now, with margin to spare. All three times are readings of the
-// local monotonic clock; a zero renewedAt (no lease yet) is never valid.
+// local CLOCK_BOOTTIME (bootTime); a zero renewedAt (no lease yet) is never valid.
 func leaseKnownValid(now, renewedAt time.Time, ttl, margin time.Duration) bool {
 	if renewedAt.IsZero() || ttl <= 0 {
 		return false

@@ -28,7 +28,16 @@ const Backdate = 5 * time.Minute
 // method and may be used from several goroutines at once.
 type CA struct {
 	Certificate *x509.Certificate
-	Key         crypto.Signer
+	// Key is nil for a CA that no longer signs (Retiring): its private key is
+	// dropped the moment it stops signing, so that it is in no record and no
+	// memory after that (see WithoutKey, LoadCACertificate).
+	Key crypto.Signer
+}
+
+// WithoutKey returns a copy of ca with its certificate only, for a CA that
+// stops signing: it stays trusted in bundles, but nothing can sign with it.
+func (ca *CA) WithoutKey() *CA {
+	return &CA{Certificate: ca.Certificate}
 }
 
 // CAOptions configures NewCA.
@@ -134,12 +143,32 @@ func PermittedDNSDomains(clusterDomain string) []string {
 }
 
 // LoadCA parses a CA from its PEM certificate (exactly one CERTIFICATE
-// block) and private key (see ParseKeyPEM). It checks that the certificate
-// is a CA allowed to sign certificates, that it has a subject key identifier
-// (leaves carry it as their authority key identifier), that its key is one
-// CheckPublicKey accepts, and that the private key belongs to it, so that a
+// block) and private key (see ParseKeyPEM). It checks the certificate as
+// LoadCACertificate does, and that the private key belongs to it, so that a
 // mismatched pair fails here rather than at the first signature.
 func LoadCA(certPEM, keyPEM []byte) (*CA, error) {
+	ca, err := LoadCACertificate(certPEM)
+	if err != nil {
+		return nil, err
+	}
+	key, err := ParseKeyPEM(keyPEM)
+	if err != nil {
+		return nil, fmt.Errorf("loading CA key: %w", err)
+	}
+	pub, ok := key.Public().(interface{ Equal(crypto.PublicKey) bool })
+	if !ok || !pub.Equal(ca.Certificate.PublicKey) {
+		return nil, errors.New("loading CA: the private key does not match the certificate's public key")
+	}
+	ca.Key = key
+	return ca, nil
+}
+
+// LoadCACertificate parses a CA that no longer signs from its PEM
+// certificate alone (exactly one CERTIFICATE block): the result has no Key.
+// It checks that the certificate is a CA allowed to sign certificates, that
+// it has a subject key identifier (leaves carry it as their authority key
+// identifier), and that its key is one CheckPublicKey accepts.
+func LoadCACertificate(certPEM []byte) (*CA, error) {
 	certs, err := ParseBundle(certPEM)
 	if err != nil {
 		return nil, fmt.Errorf("loading CA certificate: %w", err)
@@ -160,15 +189,7 @@ func LoadCA(certPEM, keyPEM []byte) (*CA, error) {
 	if err := CheckPublicKey(cert.PublicKey); err != nil {
 		return nil, fmt.Errorf("loading CA certificate: %w", err)
 	}
-	key, err := ParseKeyPEM(keyPEM)
-	if err != nil {
-		return nil, fmt.Errorf("loading CA key: %w", err)
-	}
-	pub, ok := key.Public().(interface{ Equal(crypto.PublicKey) bool })
-	if !ok || !pub.Equal(cert.PublicKey) {
-		return nil, errors.New("loading CA: the private key does not match the certificate's public key")
-	}
-	return &CA{Certificate: cert, Key: key}, nil
+	return &CA{Certificate: cert}, nil
 }
 
 // CertificatePEM returns the CA certificate as one PEM CERTIFICATE block.
@@ -177,8 +198,12 @@ func (ca *CA) CertificatePEM() []byte {
 }
 
 // KeyPEM returns the CA private key as PKCS#8 PEM (see EncodeKeyPEM). The
-// result is secret: store it only where CA keys belong, never log it.
+// result is secret: store it only where CA keys belong, never log it. A CA
+// without a key (one that no longer signs) is an error.
 func (ca *CA) KeyPEM() ([]byte, error) {
+	if ca.Key == nil {
+		return nil, errors.New("encoding CA key: the CA has no private key (it no longer signs)")
+	}
 	return EncodeKeyPEM(ca.Key)
 }
 

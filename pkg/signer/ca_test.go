@@ -238,3 +238,39 @@ func checkSerial(t *testing.T, n *big.Int) {
 }
 
 func itoa(n int64) string { return big.NewInt(n).String() }
+
+// TestCertificateOnlyCA: a CA that no longer signs is loaded from its certificate alone, keeps no key,
+// refuses to sign and has no key to encode.
+func TestCertificateOnlyCA(t *testing.T) {
+	ca, err := NewCA(CAOptions{ClusterDomain: "cluster.local", Now: testNow})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		load func() (*CA, error)
+	}{
+		{"WithoutKey", func() (*CA, error) { return ca.WithoutKey(), nil }},
+		{"LoadCACertificate", func() (*CA, error) { return LoadCACertificate(ca.CertificatePEM()) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := tc.load()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Key != nil || !got.Certificate.Equal(ca.Certificate) {
+				t.Fatal("want the certificate and no key")
+			}
+			if _, err := got.KeyPEM(); err == nil {
+				t.Error("KeyPEM of a CA without a key succeeded")
+			}
+			key := testKey(t, string(ECDSAP256))
+			if _, err := got.Sign(LeafRequest{ServiceName: "web", Namespace: "ns", ClusterDomain: "cluster.local", PublicKey: key.Public(), Duration: time.Hour, Now: testNow}); err == nil || !strings.Contains(err.Error(), "no private key") {
+				t.Errorf("Sign: %v; want a refusal for want of a key", err)
+			}
+		})
+	}
+	if ca.Key == nil {
+		t.Fatal("WithoutKey changed the original CA")
+	}
+}

@@ -67,8 +67,11 @@ type Leaf struct {
 // notBefore) and notAfter = min(Now + Duration, CA notAfter): a leaf never
 // outlives its CA.
 func (ca *CA) Sign(req LeafRequest) (*Leaf, error) {
-	if ca == nil || ca.Certificate == nil || ca.Key == nil {
-		return nil, errors.New("signing: CA has no certificate or key")
+	if ca == nil || ca.Certificate == nil {
+		return nil, errors.New("signing: no CA certificate")
+	}
+	if ca.Key == nil {
+		return nil, errors.New("signing: the CA has no private key: it no longer signs (a Retiring CA keeps its certificate only)")
 	}
 	sans, err := checkLeafNames(req)
 	if err != nil {

@@ -3,6 +3,7 @@ package signer
 import (
 	"crypto/x509"
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -16,7 +17,8 @@ type Authorities struct {
 	Next *CA
 	// NextPublished is when Next entered the bundle; the grace period counts from it.
 	NextPublished time.Time
-	// Retiring CAs no longer sign and leave the bundle at their Until time.
+	// Retiring CAs no longer sign and leave the bundle at their Until time. They hold their certificate
+	// only: a CA's private key is dropped the moment it stops signing (see CA.WithoutKey).
 	Retiring []Retiring
 	// ForceRotation is the last spec.forceRotation value a rotation was started for.
 	ForceRotation string
@@ -25,7 +27,24 @@ type Authorities struct {
 	// SwitchedAt is when Active last changed; ForcedSwitch says the gate had not opened then.
 	SwitchedAt   time.Time
 	ForcedSwitch bool
+	// LastStepAt is when the last rotation step was planned, by the clock of the replica that saved it.
+	// Plan refuses to move while the clock reads more than ClockTolerance before it (CheckClock). Zero in
+	// a record written before it was kept: the latest of SwitchedAt, NextPublished and the distrust times
+	// stands in.
+	LastStepAt time.Time
 }
+
+// ClockTolerance is how far the clock may read before the last saved rotation step (LastStepAt) before
+// Plan refuses to move: NTP corrections and the clock difference between replicas stay well within it,
+// and it equals Backdate, by which every CA's notBefore is set back.
+const ClockTolerance = Backdate
+
+// ErrClockBehind is wrapped by the errors of a Plan that refuses to move because the clock reads earlier
+// than the stored state allows: before the Active CA's notBefore, or more than ClockTolerance before
+// the last saved step. Acting on such a clock (or on the wrong one it read before it was corrected) can
+// leave a cluster with no CA that signs now; an admin fixes the clock, or as a last resort sets
+// spec.distrust, which makes a CA valid at the clock as it reads.
+var ErrClockBehind = errors.New("the clock is behind the CA record")
 
 // Retiring is a CA that no longer signs.
 type Retiring struct {
@@ -89,23 +108,55 @@ const (
 )
 
 // Plan returns the Authorities after the next step that is due, and which step that was (StepNone when
-// nothing is due). Callers persist the result and call again until StepNone. It never mutates a.
+// nothing is due). Callers persist the result, one step at a time, and call again with fresh inputs
+// (the rotation loop re-arms after each step). It never mutates a.
+//
+// Clock safety: Plan refuses (an error wrapping ErrClockBehind) while CheckClock does, except for a new
+// distrust, which makes a CA valid at the clock as it reads. A switch, forced or not, needs Next to have
+// been published at least p.Grace earlier and to be valid now; the CA that leaves Active keeps no key.
 func (a Authorities) Plan(in RotationInput, p RotationPolicy) (Authorities, RotationStep, error) {
 	if a.Active == nil {
 		return a, StepNone, errors.New("no Active CA")
 	}
+	distrust := in.Distrust != "" && in.Distrust != a.Distrust
+	if err := a.CheckClock(in.Now); err != nil && !distrust {
+		return a, StepNone, err
+	}
+	out, step, err := a.plan(in, p, distrust)
+	if err != nil || step == StepNone {
+		return a, StepNone, err
+	}
+	if nb := out.Active.Certificate.NotBefore; in.Now.Before(nb) {
+		// Never reached by the steps above; kept so that no future step can store such a state.
+		return a, StepNone, fmt.Errorf("%w: step %s would make the CA %s Active, which is not valid until %s (the clock reads %s)",
+			ErrClockBehind, step, FormatSerialNumber(out.Active.Certificate.SerialNumber), nb.UTC().Format(time.RFC3339), in.Now.UTC().Format(time.RFC3339))
+	}
+	out.LastStepAt = in.Now
+	return out, step, nil
+}
+
+func (a Authorities) plan(in RotationInput, p RotationPolicy, distrust bool) (Authorities, RotationStep, error) {
 	out := a
 	out.Retiring = append([]Retiring(nil), a.Retiring...)
 
-	// Emergency: a distrusted CA stops signing now; the new one signs at once.
-	if in.Distrust != "" && in.Distrust != a.Distrust {
+	// Emergency: every CA older than the new one is distrusted; the new one signs at once, and none of
+	// the old ones signs again.
+	if distrust {
 		ca, err := in.NewCA()
 		if err != nil {
 			return a, StepNone, err
 		}
-		out.Retiring = append(out.Retiring, Retiring{CA: a.Active, Distrusted: true, DistrustedAt: in.Now})
+		for i, r := range out.Retiring {
+			if r.Distrusted {
+				// Already distrusted by an earlier distrust: its deadline still counts from then.
+				out.Retiring[i].DistrustedAt = a.DistrustedSince(r)
+				continue
+			}
+			out.Retiring[i] = Retiring{CA: r.CA.WithoutKey(), Distrusted: true, DistrustedAt: in.Now}
+		}
+		out.Retiring = append(out.Retiring, Retiring{CA: a.Active.WithoutKey(), Distrusted: true, DistrustedAt: in.Now})
 		if a.Next != nil {
-			out.Retiring = append(out.Retiring, Retiring{CA: a.Next, Distrusted: true, DistrustedAt: in.Now})
+			out.Retiring = append(out.Retiring, Retiring{CA: a.Next.WithoutKey(), Distrusted: true, DistrustedAt: in.Now})
 		}
 		out.Active, out.Next, out.NextPublished = ca, nil, time.Time{}
 		out.Distrust = in.Distrust
@@ -146,22 +197,66 @@ func (a Authorities) Plan(in RotationInput, p RotationPolicy) (Authorities, Rota
 		return a, StepNone, nil
 	}
 
-	gateOpen := in.NextEverywhere && !in.Now.Before(a.NextPublished.Add(p.Grace))
+	// Even a forced switch waits for the grace period: a Next CA published a moment ago (after a clock
+	// jump, say) is in no bundle yet.
+	if in.Now.Before(a.NextPublished.Add(p.Grace)) {
+		return a, StepNone, nil
+	}
+	gateOpen := in.NextEverywhere
 	deadline := left <= life/6
 	if !gateOpen && !deadline {
 		return a, StepNone, nil
+	}
+	if nb := a.Next.Certificate.NotBefore; in.Now.Before(nb) {
+		return a, StepNone, fmt.Errorf("%w: the Next CA %s is not valid until %s and the clock reads %s; not switching to it",
+			ErrClockBehind, FormatSerialNumber(a.Next.Certificate.SerialNumber), nb.UTC().Format(time.RFC3339), in.Now.UTC().Format(time.RFC3339))
 	}
 	until := in.Now.Add(p.MaxCertificateDuration)
 	if na := a.Active.Certificate.NotAfter; na.Before(until) {
 		until = na
 	}
-	out.Retiring = append(out.Retiring, Retiring{CA: a.Active, Until: until})
+	out.Retiring = append(out.Retiring, Retiring{CA: a.Active.WithoutKey(), Until: until})
 	out.Active, out.Next, out.NextPublished = a.Next, nil, time.Time{}
 	out.SwitchedAt, out.ForcedSwitch = in.Now, !gateOpen
 	if !gateOpen {
 		return out, StepForcedSwitch, nil
 	}
 	return out, StepSwitch, nil
+}
+
+// CheckClock returns an error wrapping ErrClockBehind when now is earlier than the state allows: before
+// the Active CA's notBefore (it cannot sign), or more than ClockTolerance before the last saved step
+// (the clock went back, or an earlier step was taken under a clock that was ahead). nil otherwise.
+func (a Authorities) CheckClock(now time.Time) error {
+	if a.Active == nil {
+		return nil
+	}
+	if nb := a.Active.Certificate.NotBefore; now.Before(nb) {
+		return fmt.Errorf("%w: the clock reads %s, before the Active CA %s's notBefore %s: the Active CA cannot sign, and no rotation step is taken until the clock is right",
+			ErrClockBehind, now.UTC().Format(time.RFC3339), FormatSerialNumber(a.Active.Certificate.SerialNumber), nb.UTC().Format(time.RFC3339))
+	}
+	if last := a.lastStep(); now.Add(ClockTolerance).Before(last) {
+		return fmt.Errorf("%w: the clock reads %s, %s before the last rotation step was saved (%s); no rotation step is taken until the clock is right",
+			ErrClockBehind, now.UTC().Format(time.RFC3339), last.Sub(now).Round(time.Second), last.UTC().Format(time.RFC3339))
+	}
+	return nil
+}
+
+// lastStep is the latest time the state was saved at, as far as it tells: LastStepAt, or for a record
+// written before that was kept, the latest time it holds.
+func (a Authorities) lastStep() time.Time {
+	last := a.LastStepAt
+	later := func(t time.Time) {
+		if t.After(last) {
+			last = t
+		}
+	}
+	later(a.SwitchedAt)
+	later(a.NextPublished)
+	for _, r := range a.Retiring {
+		later(r.DistrustedAt)
+	}
+	return last
 }
 
 // DistrustedSince is when the distrusted CA r was distrusted: its DistrustedAt, or for a record written
@@ -209,6 +304,13 @@ func (a Authorities) Bundle() []byte {
 	return EncodeBundle(a.Certificates()...)
 }
 
+func latest(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
 // NextDue returns the earliest time at which a step becomes due by the clock alone (a Retiring CA's
 // Until, a distrust deadline, the end of the grace period, the one-third and one-sixth marks of the Active CA's life), or the
 // zero time when no such step is ahead. Steps that wait on the world (targets, re-issuance, spec
@@ -236,8 +338,10 @@ func (a Authorities) NextDue(p RotationPolicy) time.Time {
 	if a.Next == nil {
 		consider(notAfter.Add(-life / 3))
 	} else {
-		consider(a.NextPublished.Add(p.Grace))
-		consider(notAfter.Add(-life / 6))
+		// A switch, forced or not, waits for the grace period.
+		graceEnd := a.NextPublished.Add(p.Grace)
+		consider(graceEnd)
+		consider(latest(notAfter.Add(-life/6), graceEnd))
 	}
 	return due
 }

@@ -1,6 +1,7 @@
 package signer
 
 import (
+	"errors"
 	"testing"
 	"time"
 )
@@ -256,8 +257,10 @@ func TestNextDue(t *testing.T) {
 		{name: "young CA: the one-third mark", a: Authorities{Active: active}, want: na.Add(-realLife / 3), wantStep: StepPublishNext},
 		{name: "Next published, targets hold it: the grace end", a: Authorities{Active: active, Next: next, NextPublished: published},
 			everywhere: true, want: published.Add(pol.Grace), wantStep: StepSwitch},
-		{name: "Next published, targets lag: the one-sixth deadline", a: Authorities{Active: active, Next: next, NextPublished: na.Add(-realLife/6 - time.Minute)},
-			want: na.Add(-realLife / 6), wantStep: StepForcedSwitch},
+		{name: "Next published after the one-sixth mark: a forced switch at the grace end", a: Authorities{Active: active, Next: next, NextPublished: na.Add(-realLife/6 + 2*time.Hour)},
+			want: na.Add(-realLife/6 + 3*time.Hour), wantStep: StepForcedSwitch},
+		{name: "Next published just before the one-sixth deadline: the grace end", a: Authorities{Active: active, Next: next, NextPublished: na.Add(-realLife/6 - time.Minute)},
+			want: na.Add(-realLife/6 - time.Minute + pol.Grace), wantStep: StepForcedSwitch},
 		{name: "a Retiring CA leaves first", a: Authorities{Active: active, Retiring: []Retiring{{CA: next, Until: retireAt}}},
 			want: retireAt, wantStep: StepRetire},
 		{name: "a distrusted CA waits for re-issuance, not the clock", a: Authorities{Active: active, Retiring: []Retiring{{CA: next, Distrusted: true}}},
@@ -282,5 +285,99 @@ func TestNextDue(t *testing.T) {
 	}
 	if !(Authorities{}).NextDue(pol).IsZero() {
 		t.Error("no Active CA: NextDue is not zero")
+	}
+}
+
+// TestPlanDistrustAndClockSafety: a distrust covers every CA older than the new one; a CA that stops
+// signing keeps no key; no switch, not even a forced one, comes within the grace period of Next's
+// publication; and Plan refuses to move on a clock behind the record, except for a distrust.
+func TestPlanDistrustAndClockSafety(t *testing.T) {
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	life := 600 * time.Hour
+	mk := func(at time.Time) *CA {
+		ca, err := NewCA(CAOptions{ClusterDomain: "cluster.local", Duration: life, Now: at})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ca
+	}
+	active, next, retiring, distrusted := mk(now), mk(now), mk(now.Add(-time.Hour)), mk(now.Add(-2*time.Hour))
+	na := active.Certificate.NotAfter
+	realLife := na.Sub(active.Certificate.NotBefore)
+	pol := RotationPolicy{Grace: time.Hour, MaxCertificateDuration: 48 * time.Hour, DistrustDwell: 5 * time.Second, DistrustDeadline: 15 * time.Minute}
+	full := Authorities{Active: active, Next: next, NextPublished: now.Add(time.Minute), LastStepAt: now.Add(time.Minute),
+		Retiring:   []Retiring{{CA: retiring.WithoutKey(), Until: now.Add(40 * time.Hour)}, {CA: distrusted.WithoutKey(), Distrusted: true}},
+		SwitchedAt: now.Add(-time.Minute)}
+	lagging := Authorities{Active: active, Next: next, NextPublished: na.Add(-realLife/6 - time.Minute)}
+
+	cases := []struct {
+		name    string
+		a       Authorities
+		in      RotationInput
+		want    RotationStep
+		wantErr error
+		check   func(t *testing.T, got Authorities)
+	}{
+		{name: "distrust: Active, Next and every Retiring CA are distrusted", a: full,
+			in: RotationInput{Now: now.Add(2 * time.Minute), Distrust: "leak"}, want: StepDistrust,
+			check: func(t *testing.T, got Authorities) {
+				if len(got.Retiring) != 4 || got.Next != nil {
+					t.Fatalf("after the distrust: %d Retiring, Next %v; want the 4 older CAs Retiring, no Next", len(got.Retiring), got.Next)
+				}
+				for i, r := range got.Retiring {
+					if !r.Distrusted || r.CA.Key != nil {
+						t.Errorf("Retiring %d: distrusted %v, key kept %v; want distrusted, no key", i, r.Distrusted, r.CA.Key != nil)
+					}
+				}
+				if !got.Retiring[0].DistrustedAt.Equal(now.Add(2*time.Minute)) || !got.Retiring[1].DistrustedAt.Equal(now.Add(-time.Minute)) {
+					t.Errorf("distrusted at %s and %s; want now, and the earlier distrust's time kept", got.Retiring[0].DistrustedAt, got.Retiring[1].DistrustedAt)
+				}
+				if got.Active.Key == nil || got.Active.Certificate.Equal(active.Certificate) {
+					t.Error("the new Active CA is not a new CA with a key")
+				}
+			}},
+		{name: "switch: the old Active CA keeps no key", a: Authorities{Active: active, Next: next, NextPublished: now},
+			in: RotationInput{Now: now.Add(time.Hour), NextEverywhere: true}, want: StepSwitch,
+			check: func(t *testing.T, got Authorities) {
+				if len(got.Retiring) != 1 || got.Retiring[0].CA.Key != nil || got.Active.Key == nil {
+					t.Fatal("after the switch the Retiring CA still has its key, or the Active one has none")
+				}
+				if !got.LastStepAt.Equal(now.Add(time.Hour)) {
+					t.Errorf("LastStepAt %s; want the step's time", got.LastStepAt)
+				}
+			}},
+		{name: "forced switch within the grace period: wait", a: lagging, in: RotationInput{Now: na.Add(-realLife / 6)}, want: StepNone},
+		{name: "targets hold Next within the grace period: wait", a: lagging, in: RotationInput{Now: na.Add(-realLife / 6), NextEverywhere: true}, want: StepNone},
+		{name: "forced switch once the grace period is over", a: lagging, in: RotationInput{Now: na.Add(-realLife/6 - time.Minute + time.Hour)}, want: StepForcedSwitch},
+		{name: "clock before the Active CA's notBefore: refuse", a: Authorities{Active: active},
+			in: RotationInput{Now: now.Add(-time.Hour), ForceRotation: "r"}, wantErr: ErrClockBehind},
+		{name: "clock behind the last step beyond the tolerance: refuse", a: full,
+			in: RotationInput{Now: now.Add(time.Minute - ClockTolerance - time.Second)}, wantErr: ErrClockBehind},
+		{name: "clock behind the last step within the tolerance: go on", a: full,
+			in: RotationInput{Now: now.Add(time.Minute - ClockTolerance + time.Second)}, want: StepNone},
+		{name: "an old record's latest time stands in for the last step", a: Authorities{Active: active, SwitchedAt: now.Add(time.Hour)},
+			in: RotationInput{Now: now.Add(time.Hour - ClockTolerance - time.Second), ForceRotation: "r"}, wantErr: ErrClockBehind},
+		{name: "clock behind the last step: a distrust still proceeds", a: full,
+			in: RotationInput{Now: now.Add(-time.Hour), Distrust: "leak"}, want: StepDistrust},
+		{name: "Next not valid yet: no switch", a: Authorities{Active: active, Next: mk(now.Add(2 * time.Hour)), NextPublished: now},
+			in: RotationInput{Now: now.Add(time.Hour), NextEverywhere: true}, wantErr: ErrClockBehind},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.in.NewCA = func() (*CA, error) { return mk(tc.in.Now), nil }
+			got, step, err := tc.a.Plan(tc.in, pol)
+			if !errors.Is(err, tc.wantErr) {
+				t.Fatalf("error %v; want %v", err, tc.wantErr)
+			}
+			if step != tc.want {
+				t.Fatalf("step %q; want %q", step, tc.want)
+			}
+			if step == StepNone && (got.Active != tc.a.Active || got.Next != tc.a.Next || len(got.Retiring) != len(tc.a.Retiring)) {
+				t.Fatal("no step, but the state changed")
+			}
+			if tc.check != nil {
+				tc.check(t, got)
+			}
+		})
 	}
 }

@@ -81,6 +81,34 @@ func holdsCA(bundle []byte, serial string) bool {
 	return false
 }
 
+// checkNameConstraints fails t unless every CA certificate in the PEM bundle carries certapi's critical
+// name constraints: DNS names under "svc" and "svc.<cluster domain>" only, and no IP address at all.
+// A verifier that enforces them (Go's, so kube-apiserver's) then rejects a certificate of these CAs for
+// any other name, even one signed by mistake.
+func checkNameConstraints(t *testing.T, what string, bundle []byte) {
+	t.Helper()
+	certs, err := signer.ParseBundle(bundle)
+	if err != nil || len(certs) == 0 {
+		t.Fatalf("%s: parsing the bundle: %d certificates, %v", what, len(certs), err)
+	}
+	for _, c := range certs {
+		serial := signer.FormatSerialNumber(c.SerialNumber)
+		if !c.PermittedDNSDomainsCritical || !slices.Equal(c.PermittedDNSDomains, []string{"svc", "svc." + framework.ClusterDomain}) {
+			t.Errorf("%s: CA %s permits DNS names %q (critical %v); want exactly svc and svc.%s, critical",
+				what, serial, c.PermittedDNSDomains, c.PermittedDNSDomainsCritical, framework.ClusterDomain)
+		}
+		var v4, v6 bool
+		for _, r := range c.ExcludedIPRanges {
+			ones, bits := r.Mask.Size()
+			v4 = v4 || (ones == 0 && bits == 32)
+			v6 = v6 || (ones == 0 && bits == 128)
+		}
+		if !v4 || !v6 {
+			t.Errorf("%s: CA %s excludes IP ranges %v; want every IPv4 and IPv6 address", what, serial, c.ExcludedIPRanges)
+		}
+	}
+}
+
 // distrust sets spec.distrust.
 func distrust(t *testing.T, c versioned.Interface, value string) {
 	t.Helper()
@@ -102,6 +130,9 @@ func TestDistrustIgnoresSecretsNobodyReissues(t *testing.T) {
 	ns := e2etest.Namespace(t, kube)
 	old := e2etest.ActiveSerial(t, own)
 	target := injectionTarget(t, kube, ns)
+	// The CA certapi serves, and every CA it injects, is name-constrained to the cluster's Services.
+	checkNameConstraints(t, "status.caBundle", []byte(e2etest.CAObject(t, c).Status.CABundle))
+	checkNameConstraints(t, "the injected caBundle", injectedBundle(t, kube, target, func([]byte) bool { return true }))
 
 	deliveredRequest(t, c, kube, ns, "live")
 	deliveredRequest(t, c, kube, ns, "gone")
@@ -138,9 +169,11 @@ func TestDistrustIgnoresSecretsNobodyReissues(t *testing.T) {
 	e2etest.Eventually(t, 30*time.Second, "the distrusted CA to leave the CertificateAuthority's bundle", func(context.Context) (bool, error) {
 		return !holdsCA([]byte(e2etest.CAObject(t, c).Status.CABundle), old), nil
 	})
-	injectedBundle(t, kube, target, func(b []byte) bool { return !holdsCA(b, old) })
+	afterDistrust := injectedBundle(t, kube, target, func(b []byte) bool { return !holdsCA(b, old) })
 	waitSecret(t, kube, ns, "live-tls", func(s *corev1.Secret) bool { return !holdsCA(s.Data["ca.crt"], old) })
 	t.Logf("the distrusted CA left every bundle %s after the live Secret was re-issued", time.Since(reissued).Round(time.Millisecond))
+	// The CA the distrust made is name-constrained like the first.
+	checkNameConstraints(t, "the injected caBundle after the distrust", afterDistrust)
 
 	// The Secrets left behind are untouched, and named in the status and an Event.
 	for _, name := range []string{"foreign", "gone-tls"} {

@@ -279,11 +279,11 @@ func distrustWaits(d *certapiv1alpha1.DistrustStatus) []string {
 		out = append(out, fmt.Sprintf("%d certapi replicas to serve a certificate of the Active CA", d.PendingReplicas))
 	}
 	if d.Deadline != nil {
-		out = append(out, fmt.Sprintf("at the latest %s (certapi's --distrust-deadline): the distrusted CA leaves every bundle then, whatever is still pending",
+		out = append(out, fmt.Sprintf("at the latest %s (certapi's --distrust-deadline): every distrusted CA leaves every bundle then, whatever is still pending",
 			formatTime(d.Deadline.Time)))
 	}
 	if us := d.UnmanagedSecrets; us != nil && us.Count > 0 {
-		out = append(out, fmt.Sprintf("(not waited for: %d labelled Secrets certapi will not re-issue%s; they stop verifying when the CA leaves)", us.Count, names(us)))
+		out = append(out, fmt.Sprintf("(not waited for: %d labelled Secrets certapi will not re-issue%s; they stop verifying when the distrusted CAs leave)", us.Count, names(us)))
 	}
 	return out
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -87,17 +88,18 @@ func newDistrustCmd(root *rootOptions) *cobra.Command {
 		Long: templates.LongDesc(`
 			The emergency path for a compromised CA: set CertificateAuthority/default's spec.distrust to a
 			new, generated value. A new CA signs at once; every Secret certapi delivers is re-issued; clients
-			of the servingcerts subresource (pkg/servingcert) re-issue when they see it; and the distrusted
-			CA (with a Next CA, if one was waiting) leaves every trust bundle as soon as that is done, or at
-			certapi's distrust deadline regardless. Certificates it signed that nobody re-issues then stop
-			being trusted. It refuses to run without --yes, and says what it would do.
+			of the servingcerts subresource (pkg/servingcert) re-issue when they see it; and every CA older
+			than the new one (the Active CA, a waiting Next CA and every Retiring CA) is distrusted and
+			leaves every trust bundle as soon as that is done, or at certapi's distrust deadline regardless.
+			Certificates they signed that nobody re-issues then stop being trusted. It refuses to run without
+			--yes, and says what it would do.
 
-			With --wait, follow the steps until the distrusted CA has left the bundle.`),
+			With --wait, follow the steps until only the new CA is left in the bundle.`),
 		Example: templates.Examples(`
 			# Say what a distrust would do now, and do nothing
 			kubectl certapi distrust
 
-			# Do it, and follow it until the distrusted CA has left the bundle
+			# Do it, and follow it until every distrusted CA has left the bundle
 			kubectl certapi distrust --yes --wait`),
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -108,7 +110,7 @@ func newDistrustCmd(root *rootOptions) *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVar(&o.yes, "yes", o.yes, "Really distrust the current CA. Without it, the command says what it would do and fails.")
-	cmd.Flags().BoolVar(&o.wait, "wait", o.wait, "Follow the distrust, printing each step, until the distrusted CA has left the bundle.")
+	cmd.Flags().BoolVar(&o.wait, "wait", o.wait, "Follow the distrust, printing each step, until every distrusted CA has left the bundle.")
 	cmd.Flags().DurationVar(&o.timeout, "timeout", o.timeout, "How long --wait waits. On timeout the command fails and says where the distrust stands; it goes on.")
 	return cmd
 }
@@ -137,11 +139,7 @@ func (o *rotateOptions) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	patch, err := json.Marshal(map[string]any{"spec": map[string]string{string(o.kind): value}})
-	if err != nil {
-		return fmt.Errorf("encoding the patch: %w", err)
-	}
-	after, err := cas.Patch(ctx, caName, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
+	after, err := patchSpec(ctx, cas, o.kind, value, before)
 	if err != nil {
 		return err
 	}
@@ -159,6 +157,53 @@ func (o *rotateOptions) run(ctx context.Context) error {
 	return err
 }
 
+// patchAttempts bounds how often patchSpec retries after a conflict.
+const patchAttempts = 5
+
+// patchSpec sets spec.<kind> to value with a merge patch that carries the resourceVersion read, so that
+// it applies only to the object as read. certapi writes the status often (every rotation step, injection
+// progress), and each write changes the resourceVersion: on a conflict it reads the object again and
+// retries, as long as spec.<kind> is still what it was in before. If someone else set it meanwhile (a
+// second admin's distrust), it does not start another: it says so and fails.
+func patchSpec(ctx context.Context, cas certapiclient.CertificateAuthorityInterface, kind rotationKind, value string,
+	before *certapiv1alpha1.CertificateAuthority) (*certapiv1alpha1.CertificateAuthority, error) {
+	cur := before
+	for attempt := 1; ; attempt++ {
+		patch, err := json.Marshal(map[string]any{
+			"metadata": map[string]string{"resourceVersion": cur.ResourceVersion},
+			"spec":     map[string]string{string(kind): value},
+		})
+		if err != nil {
+			return nil, fmt.Errorf("encoding the patch: %w", err)
+		}
+		after, err := cas.Patch(ctx, caName, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
+		if err == nil {
+			return after, nil
+		}
+		if !apierrors.IsConflict(err) {
+			return nil, fmt.Errorf("patching %s: %w", caResource, err)
+		}
+		if attempt == patchAttempts {
+			return nil, fmt.Errorf("patching %s: it kept changing (%d conflicts); nothing was changed, run the command again: %w", caResource, attempt, err)
+		}
+		if cur, err = cas.Get(ctx, caName, metav1.GetOptions{}); err != nil {
+			return nil, fmt.Errorf("reading %s again after a conflict: %w", caResource, err)
+		}
+		if was, now := specValue(before, kind), specValue(cur, kind); was != now {
+			return nil, fmt.Errorf("%s: spec.%s changed from %q to %q while this command ran (someone else started a %s); "+
+				"not starting another: see `kubectl certapi status`", caResource, kind, was, now, rotationGoal{kind: kind}.what())
+		}
+	}
+}
+
+// specValue is ca's spec.<kind>.
+func specValue(ca *certapiv1alpha1.CertificateAuthority, kind rotationKind) string {
+	if kind == kindDistrust {
+		return ca.Spec.Distrust
+	}
+	return ca.Spec.ForceRotation
+}
+
 // generatedValue is a value for spec.forceRotation or spec.distrust that no earlier run used: the time
 // and a random suffix.
 func generatedValue(now time.Time) (string, error) {
@@ -169,43 +214,48 @@ func generatedValue(now time.Time) (string, error) {
 	return "kubectl-certapi-" + now.UTC().Format("20060102T150405Z") + "-" + hex.EncodeToString(b), nil
 }
 
-// DistrustPlan says what a distrust of ca's current CAs would do.
+// DistrustPlan says what a distrust of ca's current CAs would do: every CA it lists is distrusted.
 func DistrustPlan(ca *certapiv1alpha1.CertificateAuthority) string {
 	var b strings.Builder
 	b.WriteString("distrust is the emergency path for a compromised CA. It will:\n")
 	active := certificate(ca, certapiv1alpha1.CARoleActive)
-	next := certapiv1alpha1.CertificateAuthorityRole("")
-	if certificate(ca, certapiv1alpha1.CARoleNext) != nil {
-		next = certapiv1alpha1.CARoleNext
-	}
-	switch {
-	case active != nil && next != "":
-		fmt.Fprintf(&b, "  - stop the Active CA %s and the waiting Next CA %s from signing; a new CA signs at once\n",
-			active.SerialNumber, certificate(ca, next).SerialNumber)
-	case active != nil:
+	if active != nil {
 		fmt.Fprintf(&b, "  - stop the Active CA %s from signing; a new CA signs at once\n", active.SerialNumber)
-	default:
+	} else {
 		b.WriteString("  - stop the Active CA from signing; a new CA signs at once\n")
 	}
+	var others []string
+	for _, c := range ca.Status.Certificates {
+		switch c.Role {
+		case certapiv1alpha1.CARoleNext:
+			others = append(others, "the waiting Next CA "+c.SerialNumber)
+		case certapiv1alpha1.CARoleRetiring:
+			others = append(others, "the Retiring CA "+c.SerialNumber)
+		}
+	}
+	if len(others) > 0 {
+		fmt.Fprintf(&b, "  - distrust with it every other CA older than the new one: %s\n", strings.Join(others, ", "))
+	}
 	b.WriteString("  - re-issue every Secret certapi delivers; clients of the servingcerts subresource (pkg/servingcert) re-issue by themselves\n")
-	b.WriteString("  - remove the distrusted CA from every trust bundle (webhook configurations, CRDs, APIServices, ConfigMaps,\n" +
-		"    the ClusterTrustBundle, ca.crt of Secrets) as soon as that is done, or at certapi's distrust deadline regardless:\n" +
-		"    certificates it signed that nobody re-issues (Secrets of deleted or conflicting requests, certificates\n" +
-		"    copied elsewhere) stop being trusted then")
+	b.WriteString("  - remove every distrusted CA from every trust bundle (webhook configurations, CRDs, APIServices, ConfigMaps,\n" +
+		"    the ClusterTrustBundle, ca.crt of Secrets) as soon as that is done, or at certapi's distrust deadline regardless,\n" +
+		"    so that only the new CA is trusted: certificates they signed that nobody re-issues (Secrets of deleted or\n" +
+		"    conflicting requests, certificates copied elsewhere) stop being trusted then")
 	return b.String()
 }
 
 // rotationGoal says when a rotate or distrust is done.
 type rotationGoal struct {
 	kind rotationKind
-	// old are the serials of the CAs that were Active or Next before the patch.
+	// old are the serials of the CAs that were Active or Next before the patch, and for a distrust also
+	// the Retiring ones: every CA a distrust distrusts.
 	old map[string]bool
 }
 
 func newRotationGoal(kind rotationKind, before *certapiv1alpha1.CertificateAuthority) rotationGoal {
 	g := rotationGoal{kind: kind, old: map[string]bool{}}
 	for _, c := range before.Status.Certificates {
-		if c.Role == certapiv1alpha1.CARoleActive || c.Role == certapiv1alpha1.CARoleNext {
+		if c.Role == certapiv1alpha1.CARoleActive || c.Role == certapiv1alpha1.CARoleNext || kind == kindDistrust {
 			g.old[c.SerialNumber] = true
 		}
 	}
@@ -214,7 +264,7 @@ func newRotationGoal(kind rotationKind, before *certapiv1alpha1.CertificateAutho
 
 // Done reports whether ca shows the goal reached: for a rotation, a CA that was neither Active nor Next
 // before signs (with a rotation already running, its Next CA signs first, then the one this run asked
-// for); for a distrust, a new CA signs and no CA that was Active or Next before is left in the bundle.
+// for); for a distrust, a new CA signs and no CA that was in the bundle before is left in it.
 func (g rotationGoal) Done(ca *certapiv1alpha1.CertificateAuthority) bool {
 	active := certificate(ca, certapiv1alpha1.CARoleActive)
 	if active == nil || g.old[active.SerialNumber] {
@@ -358,7 +408,7 @@ func (g rotationGoal) what() string {
 func announceDone(g rotationGoal, ca *certapiv1alpha1.CertificateAuthority, say func(string)) {
 	active := certificate(ca, certapiv1alpha1.CARoleActive)
 	if g.kind == kindDistrust {
-		say(fmt.Sprintf("done: CA %s signs and the distrusted CA has left the bundle", active.SerialNumber))
+		say(fmt.Sprintf("done: CA %s signs and every distrusted CA has left the bundle", active.SerialNumber))
 	} else {
 		say(rotationDone(active, ca.Status.Injection))
 	}

@@ -1,15 +1,24 @@
 package kubectlcertapi
 
 import (
+	"context"
+	"encoding/json"
+	"errors"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	clienttesting "k8s.io/client-go/testing"
 
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
+	"github.com/certapi/certapi/pkg/generated/clientset/versioned/fake"
 )
 
 func TestGeneratedValue(t *testing.T) {
@@ -49,7 +58,9 @@ func TestRotationGoal(t *testing.T) {
 		{"distrust: new CA signs, old still in the bundle", kindDistrust, runningBefore, rot(caEntry(c, "Active"), caEntry(a, "Retiring"), caEntry(b, "Retiring")), false},
 		{"distrust: one old CA left", kindDistrust, runningBefore, rot(caEntry(c, "Active"), caEntry(b, "Retiring")), false},
 		{"distrust: done", kindDistrust, runningBefore, rot(caEntry(c, "Active")), true},
-		{"distrust: an older Retiring CA does not count", kindDistrust, rot(caEntry(a, "Active"), caEntry(b, "Retiring")), rot(caEntry(c, "Active"), caEntry(b, "Retiring")), true},
+		{"distrust: a Retiring CA is distrusted too and must leave", kindDistrust, rot(caEntry(a, "Active"), caEntry(b, "Retiring")), rot(caEntry(c, "Active"), caEntry(b, "Retiring")), false},
+		{"distrust: done once the Retiring CA left too", kindDistrust, rot(caEntry(a, "Active"), caEntry(b, "Retiring")), rot(caEntry(c, "Active")), true},
+		{"rotate: an older Retiring CA does not count", kindRotate, rot(caEntry(a, "Active"), caEntry(b, "Retiring")), rot(caEntry(c, "Active"), caEntry(b, "Retiring"), caEntry(a, "Retiring")), true},
 		{"no Active CA in status", kindRotate, idleBefore, rot(), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -91,19 +102,90 @@ func TestProgressLinesShowEachStepOnce(t *testing.T) {
 }
 
 func TestDistrustPlanNamesTheCAs(t *testing.T) {
-	a, b := newCA(t, t0, 24*time.Hour), newCA(t, t0, 24*time.Hour)
-	plan := DistrustPlan(caObject(idle(), nil, caEntry(a, "Active"), caEntry(b, "Next")))
+	a, b, c := newCA(t, t0, 24*time.Hour), newCA(t, t0, 24*time.Hour), newCA(t, t0, 24*time.Hour)
+	plan := DistrustPlan(caObject(idle(), nil, caEntry(a, "Active"), caEntry(b, "Next"), caEntry(c, "Retiring")))
 	for _, want := range []string{
-		"stop the Active CA " + serial(a) + " and the waiting Next CA " + serial(b) + " from signing; a new CA signs at once",
+		"stop the Active CA " + serial(a) + " from signing; a new CA signs at once",
+		"distrust with it every other CA older than the new one: the waiting Next CA " + serial(b) + ", the Retiring CA " + serial(c),
 		"re-issue every Secret certapi delivers",
+		"remove every distrusted CA from every trust bundle",
+		"only the new CA is trusted",
 		"stop being trusted",
 	} {
 		if !strings.Contains(plan, want) {
 			t.Errorf("plan lacks %q:\n%s", want, plan)
 		}
 	}
-	if plan := DistrustPlan(caObject(idle(), nil, caEntry(a, "Active"))); strings.Contains(plan, "Next") {
-		t.Errorf("a plan without a Next CA mentions one:\n%s", plan)
+	if plan := DistrustPlan(caObject(idle(), nil, caEntry(a, "Active"))); strings.Contains(plan, "Next") || strings.Contains(plan, "Retiring") {
+		t.Errorf("a plan without a Next or Retiring CA mentions one:\n%s", plan)
+	}
+}
+
+// TestPatchSpecPreconditions: rotate and distrust patch with the resourceVersion they read; a conflict
+// from a status write is retried on the object read again, and a spec value someone else set meanwhile
+// is reported, not overridden by another rotation or distrust.
+func TestPatchSpecPreconditions(t *testing.T) {
+	type rv = string
+	for _, tc := range []struct {
+		name string
+		// conflicts is how many patches the server refuses with a conflict before it accepts one.
+		conflicts int
+		// meanwhile is spec.distrust on the object read again after a conflict.
+		meanwhile string
+		wantRVs   []rv
+		wantErr   string
+	}{
+		{name: "no conflict", wantRVs: []rv{"1"}},
+		{name: "a status write in between: retried on the fresh object", conflicts: 1, wantRVs: []rv{"1", "2"}},
+		{name: "someone else distrusted meanwhile: reported, not repeated", conflicts: 1, meanwhile: "theirs",
+			wantRVs: []rv{"1"}, wantErr: `spec.distrust changed from "" to "theirs" while this command ran`},
+		{name: "conflicts without end: give up and say so", conflicts: 100, wantRVs: []rv{"1", "2", "3", "4", "5"}, wantErr: "5 conflicts"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := caObject(idle(), nil)
+			before.ResourceVersion = "1"
+			client := fake.NewSimpleClientset()
+			var sent []rv
+			reads := 1
+			client.PrependReactor("get", "certificateauthorities", func(clienttesting.Action) (bool, runtime.Object, error) {
+				reads++
+				cur := before.DeepCopy()
+				cur.ResourceVersion = strconv.Itoa(reads)
+				cur.Spec.Distrust = tc.meanwhile
+				return true, cur, nil
+			})
+			client.PrependReactor("patch", "certificateauthorities", func(a clienttesting.Action) (bool, runtime.Object, error) {
+				var p struct {
+					Metadata struct {
+						ResourceVersion string `json:"resourceVersion"`
+					} `json:"metadata"`
+					Spec map[string]string `json:"spec"`
+				}
+				if err := json.Unmarshal(a.(clienttesting.PatchAction).GetPatch(), &p); err != nil {
+					t.Fatal(err)
+				}
+				sent = append(sent, p.Metadata.ResourceVersion)
+				if len(sent) <= tc.conflicts {
+					return true, nil, apierrors.NewConflict(schema.GroupResource{Group: "certapi.dev", Resource: "certificateauthorities"}, "default", errors.New("the object has been modified"))
+				}
+				after := before.DeepCopy()
+				after.Spec.Distrust = p.Spec["distrust"]
+				return true, after, nil
+			})
+			after, err := patchSpec(context.Background(), client.CertapiV1alpha1().CertificateAuthorities(), kindDistrust, "mine", before)
+			if !slices.Equal(sent, tc.wantRVs) {
+				t.Errorf("patches sent with resourceVersions %q; want %q", sent, tc.wantRVs)
+			}
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("error %v; want one saying %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || after.Spec.Distrust != "mine" {
+				t.Fatalf("patch: %v, spec.distrust %q", err, after.Spec.Distrust)
+			}
+		})
 	}
 }
 

@@ -5,7 +5,6 @@ package castatus
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -83,9 +82,15 @@ func rotating(auth signer.Authorities, distrust *certapiv1alpha1.DistrustStatus,
 	case len(auth.Retiring) > 0:
 		c.Status, c.Reason = metav1.ConditionTrue, certapiv1alpha1.RotatingReasonRetiring
 		r := auth.Retiring[0]
-		if i := slices.IndexFunc(auth.Retiring, func(r signer.Retiring) bool { return r.Distrusted }); i >= 0 {
+		var distrusted []string
+		for _, r := range auth.Retiring {
+			if r.Distrusted {
+				distrusted = append(distrusted, RefOf(r.CA).SerialNumber)
+			}
+		}
+		if len(distrusted) > 0 {
 			c.Reason = certapiv1alpha1.RotatingReasonDistrusted
-			c.Message = distrustMessage(RefOf(auth.Retiring[i].CA).SerialNumber, distrust)
+			c.Message = distrustMessage(distrusted, distrust)
 		} else {
 			c.Message = fmt.Sprintf("the Retiring CA %s leaves the bundle at %s, when no certificate it signed can still be valid", RefOf(r.CA).SerialNumber, r.Until.UTC().Format(time.RFC3339))
 		}
@@ -113,10 +118,15 @@ func notWaitingFor(c metav1.Condition, inj *certapiv1alpha1.InjectionSummary) me
 	return c
 }
 
-// distrustMessage says what a pending distrust of the CA with serial waits for and what it does not.
-func distrustMessage(serial string, d *certapiv1alpha1.DistrustStatus) string {
-	msg := fmt.Sprintf("the distrusted CA %s leaves the bundle once every Secret certapi delivers for an existing request, and every certapi replica, "+
-		"holds a certificate of the Active CA", serial)
+// distrustMessage says what a pending distrust of the CAs with serials (every CA older than the Active
+// one) waits for and what it does not.
+func distrustMessage(serials []string, d *certapiv1alpha1.DistrustStatus) string {
+	what := "the distrusted CA " + serials[0] + " leaves"
+	if len(serials) > 1 {
+		what = "the distrusted CAs " + strings.Join(serials, ", ") + " leave"
+	}
+	msg := fmt.Sprintf("%s the bundle once every Secret certapi delivers for an existing request, and every certapi replica, "+
+		"holds a certificate of the Active CA", what)
 	if d == nil {
 		return msg
 	}

@@ -77,3 +77,24 @@ func TestRotatingNamesFailedTargets(t *testing.T) {
 		})
 	}
 }
+
+// TestRotatingNamesEveryDistrustedCA: a distrust distrusts every CA older than the new one, and the
+// Rotating condition names them all.
+func TestRotatingNamesEveryDistrustedCA(t *testing.T) {
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	mk := func() *signer.CA {
+		ca, err := signer.NewCA(signer.CAOptions{ClusterDomain: "cluster.local", Duration: 8760 * time.Hour, Now: now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ca
+	}
+	a, b, c := mk(), mk(), mk()
+	auth := signer.Authorities{Active: mk(), Distrust: "leak", SwitchedAt: now, ForcedSwitch: true,
+		Retiring: []signer.Retiring{{CA: a, Distrusted: true, DistrustedAt: now}, {CA: b, Distrusted: true, DistrustedAt: now}, {CA: c, Distrusted: true, DistrustedAt: now}}}
+	cond := rotating(auth, nil, 1)
+	want := "the distrusted CAs " + RefOf(a).SerialNumber + ", " + RefOf(b).SerialNumber + ", " + RefOf(c).SerialNumber + " leave the bundle"
+	if cond.Reason != certapiv1alpha1.RotatingReasonDistrusted || !strings.Contains(cond.Message, want) {
+		t.Errorf("condition %s: %q; want Distrusted, saying %q", cond.Reason, cond.Message, want)
+	}
+}

@@ -33,6 +33,14 @@ type distrustInput struct {
 func distrustStatus(in distrustInput) *certapiv1alpha1.DistrustStatus {
 	if distrustPending(in.After) {
 		st := describe(in.After, in.Policy)
+		if prev := in.Previous; prev != nil && prev.Distrust == st.Distrust && prev.CompletedAt == nil {
+			// A distrust distrusts every older CA, and they leave one rotation step at a time: the list
+			// keeps those that already left until the distrust completes.
+			st.Distrusted = mergeRefs(prev.Distrusted, st.Distrusted)
+			if prev.StartedAt.Before(&st.StartedAt) {
+				st.StartedAt = prev.StartedAt
+			}
+		}
 		if p := in.Progress; p != nil && p.Known {
 			st.PendingSecrets = summaryOrNil(p.PendingSecrets)
 			st.UnmanagedSecrets = summaryOrNil(p.UnmanagedSecrets)
@@ -89,6 +97,17 @@ func describe(a signer.Authorities, p signer.RotationPolicy) *certapiv1alpha1.Di
 		st.Deadline = &t
 	}
 	return st
+}
+
+// mergeRefs is a followed by the refs of b that a does not hold.
+func mergeRefs(a, b []certapiv1alpha1.CertificateAuthorityRef) []certapiv1alpha1.CertificateAuthorityRef {
+	out := slices.Clone(a)
+	for _, r := range b {
+		if !slices.Contains(out, r) {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // summaryOrNil is s, or nil when it counts nothing.

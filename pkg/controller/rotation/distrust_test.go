@@ -80,3 +80,46 @@ func TestDistrustStatus(t *testing.T) {
 		})
 	}
 }
+
+// TestDistrustStatusNamesEveryDistrustedCA: a distrust distrusts every CA older than the new one (Active,
+// Next, Retiring); status.distrust.distrusted names them all from the start to the end, although they
+// leave the bundle one step at a time.
+func TestDistrustStatusNamesEveryDistrustedCA(t *testing.T) {
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	mk := func() *signer.CA {
+		ca, err := signer.NewCA(signer.CAOptions{ClusterDomain: "cluster.local", Duration: 8760 * time.Hour, Now: now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ca
+	}
+	pol := signer.RotationPolicy{Grace: time.Hour, MaxCertificateDuration: 48 * time.Hour, DistrustDwell: 5 * time.Second, DistrustDeadline: 15 * time.Minute}
+	active, next, retiring := mk(), mk(), mk()
+	a := signer.Authorities{Active: active, Next: next, NextPublished: now, Retiring: []signer.Retiring{{CA: retiring.WithoutKey(), Until: now.Add(time.Hour)}}}
+	all := []certapiv1alpha1.CertificateAuthorityRef{castatusRef(retiring), castatusRef(active), castatusRef(next)}
+
+	distrusted, step, err := a.Plan(signer.RotationInput{Now: now, Distrust: "leak", NewCA: func() (*signer.CA, error) { return mk(), nil }}, pol)
+	if err != nil || step != signer.StepDistrust {
+		t.Fatalf("distrust: %s, %v", step, err)
+	}
+	var prev *certapiv1alpha1.DistrustStatus
+	before, steps := a, []signer.RotationStep{step}
+	for cur := distrusted; ; {
+		st := distrustStatus(distrustInput{Previous: prev, Before: before, After: cur, Steps: steps, Progress: &DistrustProgress{Known: true}, Policy: pol, Now: now.Add(time.Minute)})
+		if !apiequality.Semantic.DeepEqual(st.Distrusted, all) {
+			t.Fatalf("after %v: status.distrust.distrusted %v; want every older CA %v", steps, st.Distrusted, all)
+		}
+		if st.CompletedAt != nil {
+			break
+		}
+		next, s, err := cur.Plan(signer.RotationInput{Now: now.Add(time.Minute), Distrust: "leak", Reissued: true}, pol)
+		if err != nil || s != signer.StepDropDistrusted {
+			t.Fatalf("with everything re-issued: %s, %v; want a distrusted CA dropped", s, err)
+		}
+		prev, before, cur, steps = st, cur, next, []signer.RotationStep{s}
+	}
+}
+
+func castatusRef(ca *signer.CA) certapiv1alpha1.CertificateAuthorityRef {
+	return certapiv1alpha1.CertificateAuthorityRef{SerialNumber: signer.FormatSerialNumber(ca.Certificate.SerialNumber), SubjectKeyID: ca.SubjectKeyID()}
+}

@@ -98,6 +98,8 @@ type Controller struct {
 	// lastUnmanaged is the report of unmanaged Secrets last recorded as an Event this term, so that each
 	// distinct report is recorded once. Only sync (one worker) touches it.
 	lastUnmanaged string
+	// clockBehind is whether the last Rotate was refused for the clock (noteClock). Only sync touches it.
+	clockBehind bool
 	// distrusting is whether the last sync left a distrust pending: only then do re-issued Secrets and
 	// replicas (Reissued) make the controller look again.
 	distrusting atomic.Bool
@@ -231,6 +233,7 @@ func (c *Controller) sync(ctx context.Context, _ string) (controller.Result, err
 		req.Reissued = p.Done()
 	}
 	steps, err := c.o.Authority.Rotate(ctx, req)
+	c.noteClock(obj, err)
 	after, ok := c.o.Authority.State()
 	if ok && distrustPending(after) && (progress == nil || !after.Active.Certificate.Equal(before.Active.Certificate)) {
 		p := c.o.Distrust(ctx, after.Active.Certificate) // a distrust just started
@@ -270,6 +273,29 @@ func (c *Controller) sync(ctx context.Context, _ string) (controller.Result, err
 // date, nor skipped, nor in conflict, nor Failed (refused for good: reported, never waited for).
 func pendingTargets(s certapiv1alpha1.InjectionSummary) int32 {
 	return max(s.Targets-s.UpToDate-s.Skipped-s.Conflicts-s.Failed, 0)
+}
+
+// ReasonClockBehind is the reason of the Warning Event, and the step label of the
+// certapi_ca_rotation_steps_total count, of a rotation refused because the clock reads earlier than the
+// CA record allows (signer.ErrClockBehind).
+const ReasonClockBehind = "ClockBehind"
+
+// noteClock makes a rotation refused for the clock loud, once per episode: a log line, a Warning Event
+// and the steps metric. The refusal itself is retried with the queue's backoff until the clock is right.
+func (c *Controller) noteClock(obj *certapiv1alpha1.CertificateAuthority, err error) {
+	if !errors.Is(err, signer.ErrClockBehind) {
+		if err == nil {
+			c.clockBehind = false
+		}
+		return
+	}
+	if c.clockBehind {
+		return
+	}
+	c.clockBehind = true
+	metrics.RotationSteps.WithLabelValues(ReasonClockBehind).Inc()
+	klog.InfoS("WARNING: CA rotation refused: the clock is behind the CA record; fix the clock (NTP)", "err", err)
+	c.recorder.Eventf(regarding(obj), nil, corev1.EventTypeWarning, ReasonClockBehind, "RotateCA", "%s", truncate(err.Error()))
 }
 
 // reportUnmanaged records a Warning Event naming the labelled Secrets a pending distrust does not wait
@@ -345,7 +371,7 @@ func (c *Controller) announce(obj *certapiv1alpha1.CertificateAuthority, s signe
 		msg = "a Retiring CA left the bundle: no certificate it signed can still be valid"
 	case signer.StepDistrust:
 		eventType = corev1.EventTypeWarning
-		msg = fmt.Sprintf("distrust %q: the new CA %s signs from now on; the distrusted CA %s leaves every bundle once every Secret certapi delivers "+
+		msg = fmt.Sprintf("distrust %q: the new CA %s signs from now on; every CA older than it is distrusted (%s) and leaves every bundle once every Secret certapi delivers "+
 			"for an existing request, and every certapi replica, holds a certificate of the new CA", after.Distrust, active, distrustedSerials(after))
 		if d := after.DistrustDeadline(policy); !d.IsZero() {
 			msg += fmt.Sprintf(", and at the latest at %s (--distrust-deadline %s)", d.UTC().Format(time.RFC3339), policy.DistrustDeadline)

@@ -314,7 +314,7 @@ func schema_pkg_apis_certapi_v1alpha1_CertificateAuthoritySpec(ref common.Refere
 					},
 					"distrust": {
 						SchemaProps: spec.SchemaProps{
-							Description: "distrust: a new value starts an emergency rotation: a new CA signs at once, and the current CA leaves the bundle as soon as every Secret certapi delivers for an existing request (and every certapi replica) has been re-issued, or at certapi's --distrust-deadline (default 15m), whichever comes first. status.distrust shows its progress.",
+							Description: "distrust: a new value starts an emergency rotation: a new CA signs at once, and every CA older than it (the Active CA, a Next CA and every Retiring CA) is distrusted and leaves the bundle as soon as every Secret certapi delivers for an existing request (and every certapi replica) has been re-issued, or at certapi's --distrust-deadline (default 15m), whichever comes first: then only the new CA is trusted. status.distrust shows its progress.",
 							Type:        []string{"string"},
 							Format:      "",
 						},
@@ -435,7 +435,7 @@ func schema_pkg_apis_certapi_v1alpha1_DistrustStatus(ref common.ReferenceCallbac
 							},
 						},
 						SchemaProps: spec.SchemaProps{
-							Description: "distrusted identifies the CAs it removes from trust: the Active CA of the time, and the Next CA if one was published. While in the bundle they are listed in certificates with distrusted: true.",
+							Description: "distrusted identifies the CAs it removes from trust: every CA older than the one it made (the Active CA of the time, a Next CA if one was published, and every Retiring CA). While in the bundle they are listed in certificates with distrusted: true.",
 							Type:        []string{"array"},
 							Items: &spec.SchemaOrArray{
 								Schema: &spec.Schema{

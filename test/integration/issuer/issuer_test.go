@@ -1,6 +1,7 @@
 package issuer_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -10,6 +11,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
@@ -20,6 +22,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apiserver/pkg/storage/value"
 	"k8s.io/utils/clock"
 
 	"github.com/certapi/certapi/pkg/issuer"
@@ -168,10 +171,16 @@ func activeSerial(r *running) string {
 	return signer.FormatSerialNumber(ca.Certificate.SerialNumber)
 }
 
-// storedCAs returns every CA in the stored record: Active, then Next, then the Retiring ones. No
-// encryption is configured here, so the record is stored as JSON; it is read in the stored form, which
-// a later certapi must still load, and each entry's certificate and key must load as a CA.
-func storedCAs(t *testing.T, prefix string) []*signer.CA {
+// storedEntry is one CA entry of the stored record, in its stored form.
+type storedEntry struct {
+	Role           string `json:"role"`
+	CertificatePEM string `json:"certificatePEM"`
+	KeyPEM         string `json:"keyPEM,omitempty"`
+	Until          string `json:"until,omitempty"`
+}
+
+// rawRecord returns the stored CA record's value as it is in etcd.
+func rawRecord(t *testing.T, prefix string) []byte {
 	t.Helper()
 	resp, err := newClient(t).Get(context.Background(), prefix+"/"+issuer.CAKeysResource+"/default")
 	if err != nil {
@@ -180,28 +189,46 @@ func storedCAs(t *testing.T, prefix string) []*signer.CA {
 	if len(resp.Kvs) != 1 {
 		t.Fatal("loading the CA record: not found")
 	}
+	return resp.Kvs[0].Value
+}
+
+// storedEntries decodes the stored record's CA entries; no encryption is configured, so it is JSON.
+func storedEntries(t *testing.T, prefix string) []storedEntry {
+	t.Helper()
 	var rec struct {
-		Authorities []struct {
-			Role           string `json:"role"`
-			CertificatePEM string `json:"certificatePEM"`
-			KeyPEM         string `json:"keyPEM"`
-		} `json:"authorities"`
+		Authorities []storedEntry `json:"authorities"`
 	}
-	if err := json.Unmarshal(resp.Kvs[0].Value, &rec); err != nil {
+	if err := json.Unmarshal(rawRecord(t, prefix), &rec); err != nil {
 		t.Fatalf("decoding the CA record: %v", err)
 	}
+	return rec.Authorities
+}
+
+// storedCAs returns every CA in the stored record: Active, then Next, then the Retiring ones. No
+// encryption is configured here, so the record is stored as JSON; it is read in the stored form, which
+// a later certapi must still load. Each Active and Next entry must load as a CA with its key; a Retiring
+// entry, which no longer signs, must hold its certificate and no key.
+func storedCAs(t *testing.T, prefix string) []*signer.CA {
+	t.Helper()
 	byRole := map[string][]*signer.CA{}
-	for n, e := range rec.Authorities {
-		ca, err := signer.LoadCA([]byte(e.CertificatePEM), []byte(e.KeyPEM))
-		if err != nil {
-			t.Fatalf("loading CA %d of the stored record: %v", n, err)
-		}
+	for n, e := range storedEntries(t, prefix) {
+		var ca *signer.CA
+		var err error
 		switch e.Role {
-		case issuer.RoleActive, issuer.RoleNext, issuer.RoleRetiring:
-			byRole[e.Role] = append(byRole[e.Role], ca)
+		case issuer.RoleActive, issuer.RoleNext:
+			ca, err = signer.LoadCA([]byte(e.CertificatePEM), []byte(e.KeyPEM))
+		case issuer.RoleRetiring:
+			if e.KeyPEM != "" {
+				t.Fatalf("CA %d of the stored record is Retiring and still has its private key", n)
+			}
+			ca, err = signer.LoadCACertificate([]byte(e.CertificatePEM))
 		default:
 			t.Fatalf("CA %d of the stored record has unknown role %q", n, e.Role)
 		}
+		if err != nil {
+			t.Fatalf("loading CA %d of the stored record: %v", n, err)
+		}
+		byRole[e.Role] = append(byRole[e.Role], ca)
 	}
 	if len(byRole[issuer.RoleActive]) != 1 || len(byRole[issuer.RoleNext]) > 1 {
 		t.Fatalf("the stored CA record has %d Active and %d Next CAs, want 1 and at most 1", len(byRole[issuer.RoleActive]), len(byRole[issuer.RoleNext]))
@@ -472,5 +499,144 @@ func TestRotateIsFencedAndPersisted(t *testing.T) {
 	}
 	if st, _ := b.State(); len(st.Retiring) != 1 {
 		t.Fatal("successor lost the Retiring CA")
+	}
+}
+
+// keysByRole counts the private keys the stored record holds, by role.
+func keysByRole(t *testing.T, prefix string) map[string]int {
+	t.Helper()
+	keys := map[string]int{}
+	for _, e := range storedEntries(t, prefix) {
+		if e.KeyPEM != "" {
+			keys[e.Role]++
+		}
+	}
+	return keys
+}
+
+// TestRecordHoldsOnlySigningKeys: in real etcd, after a rotation and after a distrust, the CA record holds
+// the private keys of the Active CA and of a Next CA only: a CA that no longer signs has its certificate
+// there and nothing else.
+func TestRecordHoldsOnlySigningKeys(t *testing.T) {
+	ctx := context.Background()
+	prefix := fmt.Sprintf("/test/keys-%d", time.Now().UnixNano())
+	a := startIssuer(t, prefix, "a")
+	waitLeader(t, a)
+	pol := signer.RotationPolicy{Grace: 0, MaxCertificateDuration: time.Hour, DistrustDwell: time.Hour}
+	req := issuer.RotationRequest{ForceRotation: "1", CADuration: 48 * time.Hour, Policy: pol}
+	for _, tc := range []struct {
+		name     string
+		req      func(r issuer.RotationRequest) issuer.RotationRequest
+		want     signer.RotationStep
+		wantKeys map[string]int
+		wantCAs  int
+	}{
+		{"Next published", func(r issuer.RotationRequest) issuer.RotationRequest { return r }, signer.StepPublishNext,
+			map[string]int{issuer.RoleActive: 1, issuer.RoleNext: 1}, 2},
+		{"switched: the old Active CA is Retiring", func(r issuer.RotationRequest) issuer.RotationRequest { r.NextEverywhere = true; return r }, signer.StepSwitch,
+			map[string]int{issuer.RoleActive: 1}, 2},
+		{"Next published again", func(r issuer.RotationRequest) issuer.RotationRequest { r.ForceRotation = "2"; return r }, signer.StepPublishNext,
+			map[string]int{issuer.RoleActive: 1, issuer.RoleNext: 1}, 3},
+		{"distrusted: Active, Next and Retiring all distrusted", func(r issuer.RotationRequest) issuer.RotationRequest {
+			r.ForceRotation, r.Distrust = "2", "leak"
+			return r
+		}, signer.StepDistrust, map[string]int{issuer.RoleActive: 1}, 4},
+	} {
+		steps, err := a.Rotate(ctx, tc.req(req))
+		if err != nil || len(steps) != 1 || steps[0] != tc.want {
+			t.Fatalf("%s: steps %v, %v; want %s", tc.name, steps, err, tc.want)
+		}
+		cas := storedCAs(t, prefix) // fails on a Retiring entry with a key
+		if len(cas) != tc.wantCAs {
+			t.Errorf("%s: %d CAs stored; want %d", tc.name, len(cas), tc.wantCAs)
+		}
+		if got := keysByRole(t, prefix); !maps.Equal(got, tc.wantKeys) {
+			t.Errorf("%s: keys stored by role %v; want %v", tc.name, got, tc.wantKeys)
+		}
+	}
+	st, _ := a.State()
+	for _, r := range st.Retiring {
+		if !r.Distrusted || r.CA.Key != nil {
+			t.Errorf("after the distrust, Retiring CA %s: distrusted %v, key in memory %v; want distrusted, no key",
+				signer.FormatSerialNumber(r.CA.Certificate.SerialNumber), r.Distrusted, r.CA.Key != nil)
+		}
+	}
+}
+
+// TestOldRecordIsRewrittenWithoutRetiringKeys: a record written by an older certapi, whose Retiring
+// entry still has its private key, is rewritten without it by the next leader.
+func TestOldRecordIsRewrittenWithoutRetiringKeys(t *testing.T) {
+	prefix := fmt.Sprintf("/test/migrate-%d", time.Now().UnixNano())
+	now := time.Now()
+	mk := func() storedEntry {
+		ca, err := signer.NewCA(signer.CAOptions{ClusterDomain: "cluster.local", Duration: 48 * time.Hour, Now: now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		key, err := ca.KeyPEM()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return storedEntry{CertificatePEM: string(ca.CertificatePEM()), KeyPEM: string(key)}
+	}
+	active, retiring := mk(), mk()
+	active.Role, retiring.Role, retiring.Until = issuer.RoleActive, issuer.RoleRetiring, now.Add(time.Hour).UTC().Format(time.RFC3339)
+	old, err := json.Marshal(map[string]any{"apiVersion": "certapi.dev/internal", "kind": "CertificateAuthorityKeys",
+		"authorities": []storedEntry{active, retiring}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := newClient(t).Put(context.Background(), prefix+"/"+issuer.CAKeysResource+"/default", string(old)); err != nil {
+		t.Fatal(err)
+	}
+	a := startIssuer(t, prefix, "a")
+	waitLeader(t, a)
+	if got := keysByRole(t, prefix); !maps.Equal(got, map[string]int{issuer.RoleActive: 1}) {
+		t.Fatalf("keys stored by role after the leader loaded an old record: %v; want the Active CA's only", got)
+	}
+	if cas := storedCAs(t, prefix); len(cas) != 2 || cas[0].Certificate.Raw == nil {
+		t.Fatalf("%d CAs stored after the rewrite; want the Active and the Retiring one", len(cas))
+	}
+	if st, _ := a.State(); len(st.Retiring) != 1 || st.Retiring[0].CA.Key != nil {
+		t.Fatal("the leader holds the Retiring CA's key in memory")
+	}
+}
+
+// prefixTransformer stands in for an encrypting provider with identity as a fallback, as an
+// EncryptionConfiguration that lists a key before identity is: it writes "enc:" before the data, and
+// reads data without it as stale (stored before encryption was configured).
+type prefixTransformer struct{}
+
+const encPrefix = "enc:"
+
+func (prefixTransformer) TransformFromStorage(_ context.Context, data []byte, _ value.Context) ([]byte, bool, error) {
+	if rest, ok := bytes.CutPrefix(data, []byte(encPrefix)); ok {
+		return rest, false, nil
+	}
+	return data, true, nil
+}
+
+func (prefixTransformer) TransformToStorage(_ context.Context, data []byte, _ value.Context) ([]byte, error) {
+	return append([]byte(encPrefix), data...), nil
+}
+
+// TestStaleRecordIsRewritten: a record stored unencrypted, read by a leader with encryption configured
+// now (the transformer calls it stale), is rewritten encrypted at once, with the same CA.
+func TestStaleRecordIsRewritten(t *testing.T) {
+	prefix := fmt.Sprintf("/test/stale-%d", time.Now().UnixNano())
+	plain := startIssuer(t, prefix, "plain")
+	waitLeader(t, plain)
+	first := activeSerial(plain)
+	plain.stop()
+	if raw := rawRecord(t, prefix); bytes.HasPrefix(raw, []byte(encPrefix)) {
+		t.Fatal("the record was encrypted before encryption was configured")
+	}
+	enc := startIssuerWith(t, issuer.Config{Prefix: prefix, Identity: "encrypting", Transformer: prefixTransformer{}})
+	waitLeader(t, enc)
+	if got := activeSerial(enc); got != first {
+		t.Fatalf("the encrypting leader signs with %s; want the stored CA %s", got, first)
+	}
+	if raw := rawRecord(t, prefix); !bytes.HasPrefix(raw, []byte(encPrefix)) {
+		t.Fatalf("the stale record was not rewritten: it starts %q", raw[:min(len(raw), 16)])
 	}
 }

@@ -216,10 +216,11 @@ type CertificateAuthoritySpec struct {
 	// +optional
 	ForceRotation string `json:"forceRotation,omitempty"`
 
-	// distrust: a new value starts an emergency rotation: a new CA signs at once, and the current CA
-	// leaves the bundle as soon as every Secret certapi delivers for an existing request (and every
-	// certapi replica) has been re-issued, or at certapi's --distrust-deadline (default 15m), whichever
-	// comes first. status.distrust shows its progress.
+	// distrust: a new value starts an emergency rotation: a new CA signs at once, and every CA older
+	// than it (the Active CA, a Next CA and every Retiring CA) is distrusted and leaves the bundle as
+	// soon as every Secret certapi delivers for an existing request (and every certapi replica) has been
+	// re-issued, or at certapi's --distrust-deadline (default 15m), whichever comes first: then only the
+	// new CA is trusted. status.distrust shows its progress.
 	// +optional
 	Distrust string `json:"distrust,omitempty"`
 }
@@ -276,8 +277,9 @@ type DistrustStatus struct {
 	// distrust is the spec.distrust value acted on.
 	Distrust string `json:"distrust"`
 
-	// distrusted identifies the CAs it removes from trust: the Active CA of the time, and the Next CA if
-	// one was published. While in the bundle they are listed in certificates with distrusted: true.
+	// distrusted identifies the CAs it removes from trust: every CA older than the one it made (the
+	// Active CA of the time, a Next CA if one was published, and every Retiring CA). While in the bundle
+	// they are listed in certificates with distrusted: true.
 	// +optional
 	// +listType=atomic
 	Distrusted []CertificateAuthorityRef `json:"distrusted,omitempty"`

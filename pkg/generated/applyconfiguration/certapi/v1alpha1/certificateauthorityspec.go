@@ -31,10 +31,11 @@ type CertificateAuthoritySpecApplyConfiguration struct {
 	Duration *v1.Duration `json:"duration,omitempty"`
 	// forceRotation: a new value starts one rotation (queued if one is running).
 	ForceRotation *string `json:"forceRotation,omitempty"`
-	// distrust: a new value starts an emergency rotation: a new CA signs at once, and the current CA
-	// leaves the bundle as soon as every Secret certapi delivers for an existing request (and every
-	// certapi replica) has been re-issued, or at certapi's --distrust-deadline (default 15m), whichever
-	// comes first. status.distrust shows its progress.
+	// distrust: a new value starts an emergency rotation: a new CA signs at once, and every CA older
+	// than it (the Active CA, a Next CA and every Retiring CA) is distrusted and leaves the bundle as
+	// soon as every Secret certapi delivers for an existing request (and every certapi replica) has been
+	// re-issued, or at certapi's --distrust-deadline (default 15m), whichever comes first: then only the
+	// new CA is trusted. status.distrust shows its progress.
 	Distrust *string `json:"distrust,omitempty"`
 }
 

@@ -30,8 +30,9 @@ import (
 type DistrustStatusApplyConfiguration struct {
 	// distrust is the spec.distrust value acted on.
 	Distrust *string `json:"distrust,omitempty"`
-	// distrusted identifies the CAs it removes from trust: the Active CA of the time, and the Next CA if
-	// one was published. While in the bundle they are listed in certificates with distrusted: true.
+	// distrusted identifies the CAs it removes from trust: every CA older than the one it made (the
+	// Active CA of the time, a Next CA if one was published, and every Retiring CA). While in the bundle
+	// they are listed in certificates with distrusted: true.
 	Distrusted []CertificateAuthorityRefApplyConfiguration `json:"distrusted,omitempty"`
 	// startedAt is when the distrust took effect: a new CA signs from then on.
 	StartedAt *v1.Time `json:"startedAt,omitempty"`
