@@ -314,8 +314,10 @@ func latest(a, b time.Time) time.Time {
 // NextDue returns the earliest time at which a step becomes due by the clock alone (a Retiring CA's
 // Until, a distrust deadline, the end of the grace period, the one-third and one-sixth marks of the Active CA's life), or the
 // zero time when no such step is ahead. Steps that wait on the world (targets, re-issuance, spec
-// changes) are not in it: their own events start them. The rotation loop sleeps until then.
-func (a Authorities) NextDue(p RotationPolicy) time.Time {
+// changes) are not in it: their own events start them. The rotation loop sleeps until then. The grace
+// end counts only while it is ahead of now: once it has passed, the switch waits on the targets, and a
+// time in the past would wake the loop again and again until they hold the bundle.
+func (a Authorities) NextDue(p RotationPolicy, now time.Time) time.Time {
 	if a.Active == nil {
 		return time.Time{}
 	}
@@ -340,7 +342,9 @@ func (a Authorities) NextDue(p RotationPolicy) time.Time {
 	} else {
 		// A switch, forced or not, waits for the grace period.
 		graceEnd := a.NextPublished.Add(p.Grace)
-		consider(graceEnd)
+		if graceEnd.After(now) {
+			consider(graceEnd)
+		}
 		consider(latest(notAfter.Add(-life/6), graceEnd))
 	}
 	return due

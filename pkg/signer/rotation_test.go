@@ -222,7 +222,7 @@ func TestDistrustDeadline(t *testing.T) {
 		})
 	}
 	// The loop sleeps until the deadline: NextDue names it.
-	if got, want := distrusted.NextDue(pol), now.Add(15*time.Minute); !got.Equal(want) {
+	if got, want := distrusted.NextDue(pol, now), now.Add(15*time.Minute); !got.Equal(want) {
 		t.Errorf("NextDue = %s; want the deadline %s", got, want)
 	}
 }
@@ -251,8 +251,10 @@ func TestNextDue(t *testing.T) {
 		a    Authorities
 		// everywhere: every target holds the bundle (the grace end is then the step)
 		everywhere bool
-		want       time.Time
-		wantStep   RotationStep
+		// now is when NextDue is asked; zero: the start
+		now      time.Time
+		want     time.Time
+		wantStep RotationStep
 	}{
 		{name: "young CA: the one-third mark", a: Authorities{Active: active}, want: na.Add(-realLife / 3), wantStep: StepPublishNext},
 		{name: "Next published, targets hold it: the grace end", a: Authorities{Active: active, Next: next, NextPublished: published},
@@ -263,12 +265,18 @@ func TestNextDue(t *testing.T) {
 			want: na.Add(-realLife/6 - time.Minute + pol.Grace), wantStep: StepForcedSwitch},
 		{name: "a Retiring CA leaves first", a: Authorities{Active: active, Retiring: []Retiring{{CA: next, Until: retireAt}}},
 			want: retireAt, wantStep: StepRetire},
+		{name: "grace passed, targets lag: the forced switch, not the past grace end", a: Authorities{Active: active, Next: next, NextPublished: published},
+			now: published.Add(2 * pol.Grace), want: na.Add(-realLife / 6), wantStep: StepForcedSwitch},
 		{name: "a distrusted CA waits for re-issuance, not the clock", a: Authorities{Active: active, Retiring: []Retiring{{CA: next, Distrusted: true}}},
 			want: na.Add(-realLife / 3), wantStep: StepPublishNext},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			got := tc.a.NextDue(pol)
+			asked := tc.now
+			if asked.IsZero() {
+				asked = start
+			}
+			got := tc.a.NextDue(pol, asked)
 			if !got.Equal(tc.want) {
 				t.Fatalf("NextDue = %s; want %s", got, tc.want)
 			}
@@ -283,7 +291,7 @@ func TestNextDue(t *testing.T) {
 			}
 		})
 	}
-	if !(Authorities{}).NextDue(pol).IsZero() {
+	if !(Authorities{}).NextDue(pol, start).IsZero() {
 		t.Error("no Active CA: NextDue is not zero")
 	}
 }

@@ -328,7 +328,7 @@ func (c *Controller) wait(a signer.Authorities, p signer.RotationPolicy) time.Du
 // untilDue is wait's arithmetic: the time from now to the next step the clock makes due, a moment past
 // it, so that Plan, which compares with the clock, finds it due.
 func untilDue(a signer.Authorities, p signer.RotationPolicy, now time.Time) time.Duration {
-	due := a.NextDue(p)
+	due := a.NextDue(p, now)
 	for _, r := range a.Retiring {
 		if !r.Distrusted {
 			continue
