@@ -56,11 +56,6 @@ app.kubernetes.io/component: monitoring
 {{ include "certapi.commonLabels" . }}
 {{- end -}}
 
-{{/* The ServiceAccount certapi runs as, as kube-apiserver names it to admission. */}}
-{{- define "certapi.serviceAccountUser" -}}
-system:serviceaccount:{{ .Release.Namespace }}:{{ include "certapi.fullname" . }}
-{{- end -}}
-
 {{/* The matchConditions of every ValidatingAdmissionPolicy of admission-policy.yaml: the request is made
 by certapi's ServiceAccount, given by its two parameters, the namespace (the release's) and the name (the
 full name), from the same values the ServiceAccount, the Deployment and the RBAC subjects are rendered
