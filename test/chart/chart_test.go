@@ -13,8 +13,10 @@ import (
 	"testing"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -170,7 +172,22 @@ func TestExamples(t *testing.T) {
 	}{
 		{name: "defaults", check: func(t *testing.T, ns string, objs []*unstructured.Unstructured) {
 			checkEmbedded(t, objs)
+			checkSecurity(t, ns, objs, securityWant{refused: []string{"kube-system", "kube-public", "kube-node-lease", ns},
+				networkPolicy: true, priorityClass: "system-cluster-critical"})
 		}},
+		// The values of the admission policies, NetworkPolicies and priority, set otherwise.
+		{name: "security", args: []string{"--set", "etcd.mode=dedicated", "--set", "replicas=3",
+			"--set-json", `networkPolicy.etcdMetricsFrom=[{"namespaceSelector":{"matchLabels":{"kubernetes.io/metadata.name":"monitoring"}},"podSelector":{"matchLabels":{"app.kubernetes.io/name":"prometheus"}}}]`,
+			"--set-json", `secretDelivery.refusedNamespaces=["kube-system","tenant-infra"]`},
+			check: func(t *testing.T, ns string, objs []*unstructured.Unstructured) {
+				checkSecurity(t, ns, objs, securityWant{refused: []string{"kube-system", "tenant-infra", ns},
+					networkPolicy: true, etcdMetrics: true, priorityClass: "system-cluster-critical"})
+			}},
+		{name: "security-off", args: []string{"--set", "networkPolicy.enabled=false", "--set", "secretDelivery.refuseReleaseNamespace=false",
+			"--set", "priorityClassName="},
+			check: func(t *testing.T, ns string, objs []*unstructured.Unstructured) {
+				checkSecurity(t, ns, objs, securityWant{refused: []string{"kube-system", "kube-public", "kube-node-lease"}})
+			}},
 	}
 	for _, f := range exampleFiles(t) {
 		name := strings.TrimSuffix(filepath.Base(f), ".yaml")
@@ -260,6 +277,129 @@ func TestExamples(t *testing.T) {
 			}
 		})
 	}
+}
+
+// securityWant is what checkSecurity expects of a rendering.
+type securityWant struct {
+	// refused: the namespaces the Secret policy refuses, in order.
+	refused []string
+	// networkPolicy: certapi's NetworkPolicy (and, with the dedicated etcd, the members') is rendered;
+	// etcdMetrics: the members' admits scrapes of 2381.
+	networkPolicy, etcdMetrics bool
+	priorityClass              string
+}
+
+// checkSecurity checks the admission policies, NetworkPolicies and priority of a rendering: every policy
+// matches exactly the ServiceAccount the rendering creates (by its namespace and name), the Secret
+// policy refuses the namespaces of the values, and the NetworkPolicies open what values.yaml says.
+func checkSecurity(t *testing.T, ns string, objs []*unstructured.Unstructured, want securityWant) {
+	t.Helper()
+	sa := find(objs, "ServiceAccount", release)
+	if sa == nil || sa.GetNamespace() != ns {
+		t.Fatalf("no ServiceAccount %s in %s", release, ns)
+	}
+	user := "system:serviceaccount:" + sa.GetNamespace() + ":" + sa.GetName()
+	policies := 0
+	for _, u := range objs {
+		if u.GetKind() != "ValidatingAdmissionPolicy" {
+			continue
+		}
+		policies++
+		var p admissionregistrationv1.ValidatingAdmissionPolicy
+		convert(t, u, &p)
+		// The condition joins the namespace and the name parameters; joined, it names the account.
+		if len(p.Spec.MatchConditions) != 1 || strings.ReplaceAll(p.Spec.MatchConditions[0].Expression, "' + '", "") != "request.userInfo.username == '"+user+"'" {
+			t.Errorf("ValidatingAdmissionPolicy %s matches %+v; want certapi's ServiceAccount %s", p.Name, p.Spec.MatchConditions, user)
+		}
+		if p.Name == release+"-secrets" {
+			var quoted []string
+			for _, n := range want.refused {
+				quoted = append(quoted, "'"+n+"'")
+			}
+			wantExpr := "[" + strings.Join(quoted, ", ") + "]"
+			found := false
+			for _, v := range p.Spec.Variables {
+				if v.Name == "refusedNamespaces" {
+					found = true
+					if v.Expression != wantExpr {
+						t.Errorf("the Secret policy refuses %s; want %s", v.Expression, wantExpr)
+					}
+				}
+			}
+			if !found {
+				t.Errorf("the Secret policy has no variable refusedNamespaces")
+			}
+		}
+	}
+	// webhooks, CRDs, APIServices, ConfigMaps, Secrets, ClusterTrustBundles; one binding each.
+	if policies != 6 || len(ofKind(objs, "ValidatingAdmissionPolicyBinding")) != 6 {
+		t.Errorf("%d ValidatingAdmissionPolicies and %d bindings; want 6 of each", policies, len(ofKind(objs, "ValidatingAdmissionPolicyBinding")))
+	}
+
+	np := find(objs, "NetworkPolicy", release)
+	if (np != nil) != want.networkPolicy {
+		t.Errorf("NetworkPolicy %s rendered: %v; want %v", release, np != nil, want.networkPolicy)
+	}
+	if np != nil {
+		var p networkingv1.NetworkPolicy
+		convert(t, np, &p)
+		if len(p.Spec.Ingress) != 1 || len(p.Spec.Ingress[0].From) != 0 || len(p.Spec.Ingress[0].Ports) != 1 || p.Spec.Ingress[0].Ports[0].Port.IntValue() != 8443 {
+			t.Errorf("NetworkPolicy %s admits %+v; want port 8443 from anywhere, nothing else", release, p.Spec.Ingress)
+		}
+	}
+	etcd := find(objs, "NetworkPolicy", release+"-etcd")
+	dedicated := find(objs, "StatefulSet", release+"-etcd") != nil
+	if (etcd != nil) != (want.networkPolicy && dedicated) {
+		t.Errorf("NetworkPolicy %s-etcd rendered: %v; want %v", release, etcd != nil, want.networkPolicy && dedicated)
+	}
+	if etcd != nil {
+		var p networkingv1.NetworkPolicy
+		convert(t, etcd, &p)
+		ports := map[int][]networkingv1.NetworkPolicyPeer{}
+		for _, r := range p.Spec.Ingress {
+			for _, port := range r.Ports {
+				ports[port.Port.IntValue()] = append(ports[port.Port.IntValue()], r.From...)
+			}
+		}
+		component := func(peers []networkingv1.NetworkPolicyPeer) []string {
+			var out []string
+			for _, peer := range peers {
+				if peer.PodSelector != nil && peer.NamespaceSelector == nil {
+					out = append(out, peer.PodSelector.MatchLabels["app.kubernetes.io/component"])
+				}
+			}
+			sort.Strings(out)
+			return out
+		}
+		if got := component(ports[2379]); !slices.Equal(got, []string{"apiserver", "etcd"}) || len(ports[2379]) != 2 {
+			t.Errorf("etcd clients (2379) from %v; want certapi's pods and the members only", ports[2379])
+		}
+		if got := component(ports[2380]); !slices.Equal(got, []string{"etcd"}) || len(ports[2380]) != 1 {
+			t.Errorf("etcd peers (2380) from %v; want the members only", ports[2380])
+		}
+		if n := len(ports[2381]); (n == 1) != want.etcdMetrics || n > 1 || (n == 1 && ports[2381][0].NamespaceSelector == nil) {
+			t.Errorf("etcd metrics (2381) from %v; want networkPolicy.etcdMetricsFrom (metrics set: %v)", ports[2381], want.etcdMetrics)
+		}
+		if len(ports) != 2 && len(ports) != 3 {
+			t.Errorf("etcd NetworkPolicy admits ports %v; want 2379, 2380 and (with etcdMetricsFrom) 2381", ports)
+		}
+	}
+
+	d, _ := certapiArgs(t, objs)
+	if got := d.Spec.Template.Spec.PriorityClassName; got != want.priorityClass {
+		t.Errorf("priorityClassName %q; want %q", got, want.priorityClass)
+	}
+}
+
+// ofKind returns the objects of a kind.
+func ofKind(objs []*unstructured.Unstructured, kind string) []*unstructured.Unstructured {
+	var out []*unstructured.Unstructured
+	for _, u := range objs {
+		if u.GetKind() == kind {
+			out = append(out, u)
+		}
+	}
+	return out
 }
 
 func checkEmbedded(t *testing.T, objs []*unstructured.Unstructured) {
@@ -458,6 +598,8 @@ func TestBadValuesAreRefused(t *testing.T) {
 		{[]string{"--set", "etcd.mode=dedicated", "--set", "etcd.dedicated.members=2"}, "at '/etcd/dedicated/members': value must be one of 1, 3, 5"},
 		{[]string{"--set", "podAntiAffinity=strict"}, "at '/podAntiAffinity': value must be one of 'soft', 'hard', 'none'"},
 		{[]string{"--set", "replicas=three"}, "at '/replicas': got string, want integer"},
+		{[]string{"--set", "secretDelivery.refusedNamespaces[0]=Kube_System"}, "at '/secretDelivery/refusedNamespaces/0'"},
+		{[]string{"--set", "networkPolicy.enable=false"}, "additional properties 'enable' not allowed"},
 	} {
 		r := runHelm(t, append([]string{"template", release, chartDir, "--namespace", "certapi"}, tc.args...)...)
 		if r.err == nil || !strings.Contains(r.stderr, tc.want) {

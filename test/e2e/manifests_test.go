@@ -16,6 +16,7 @@ import (
 	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -1162,6 +1163,53 @@ resources:
 		return len(s.Data["tls.crt"]) > 0, errors.New("no tls.crt yet")
 	})
 
+	// ... into a Secret a chart handed over (the admission policies let certapi adopt it, leaving the
+	// chart's own label, annotation and key), and again, into the first, when the request's spec changes
+	// (a patch of a Secret certapi manages).
+	handed := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "chart-tls", Namespace: ns, Labels: map[string]string{"app": "web"},
+			Annotations: map[string]string{"certapi.dev/servingcertrequest": "rbac-chart", "example.com/owner": "chart"}},
+		Type: corev1.SecretTypeTLS,
+		Data: map[string][]byte{"tls.crt": nil, "tls.key": nil, "extra": []byte("chart")},
+	}
+	if _, err := kube.CoreV1().Secrets(ns).Create(ctx, handed, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	chartReq := e2etest.Request("rbac-chart", "web")
+	chartReq.Spec.SecretName = "chart-tls"
+	if _, err := c.CertapiV1alpha1().ServingCertRequests(ns).Create(ctx, chartReq, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("Secret chart-tls adopted", time.Minute, func(ctx context.Context) (bool, error) {
+		s, err := kube.CoreV1().Secrets(ns).Get(ctx, "chart-tls", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		if len(s.Data["tls.crt"]) == 0 {
+			return false, errors.New("no tls.crt yet")
+		}
+		if s.Labels["app"] != "web" || s.Annotations["example.com/owner"] != "chart" || string(s.Data["extra"]) != "chart" || s.Labels["certapi.dev/managed"] != "true" {
+			return false, fmt.Errorf("adopted Secret: labels %v, annotations %v, extra %q", s.Labels, s.Annotations, s.Data["extra"])
+		}
+		return true, nil
+	})
+	delivered, err := c.CertapiV1alpha1().ServingCertRequests(ns).Get(ctx, scr.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	delivered.Spec.DNSNames = []string{"webhook-alt." + ns + ".svc"}
+	if delivered, err = c.CertapiV1alpha1().ServingCertRequests(ns).Update(ctx, delivered, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("Secret webhook-tls re-issued for the new spec", time.Minute, func(ctx context.Context) (bool, error) {
+		s, err := kube.CoreV1().Secrets(ns).Get(ctx, "webhook-tls", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		gen := s.Annotations["certapi.dev/generation"]
+		return gen == strconv.FormatInt(delivered.Generation, 10), fmt.Errorf("issued for generation %q, want %d", gen, delivered.Generation)
+	})
+
 	// 3. caBundles are injected into a webhook configuration and a CRD that opt in.
 	ownKubectl("apply", "-f", mfWriteObjects(t, mfInjectionTargets(t, ns)))
 	waitFor("caBundle in ValidatingWebhookConfiguration mf-rbac", time.Minute, func(ctx context.Context) (bool, error) {
@@ -1257,6 +1305,12 @@ resources:
 	if !strings.Contains(string(data), "CA private keys are encrypted at rest") {
 		t.Errorf("with an EncryptionConfiguration that lists certificateauthoritykeys.certapi.dev (the name the README gives), certapi does not say the CA keys are encrypted")
 	}
+
+	// 6. A stolen token: after the log was read, because an opted-in kube-root-ca.crt among its targets is
+	// one certapi's injector may itself try to write (and be refused).
+	t.Run("a stolen token of certapi's ServiceAccount", func(t *testing.T) {
+		mfCheckStolenToken(t, own, saConfig, ns)
+	})
 }
 
 // mfInjectionTargets returns a validating and a mutating webhook configuration and a CRD that opt in to

@@ -56,9 +56,28 @@ app.kubernetes.io/component: monitoring
 {{ include "certapi.commonLabels" . }}
 {{- end -}}
 
-{{/* The ServiceAccount certapi runs as, as kube-apiserver names it to admission. */}}
-{{- define "certapi.serviceAccountUser" -}}
-system:serviceaccount:{{ .Release.Namespace }}:{{ include "certapi.fullname" . }}
+{{/* The matchConditions of every ValidatingAdmissionPolicy of admission-policy.yaml: the request is made
+by certapi's ServiceAccount, given by its two parameters, the namespace (the release's) and the name (the
+full name), from the same values the ServiceAccount, the Deployment and the RBAC subjects are rendered
+from, so the policies cannot name another account than the one certapi runs as. Not a paramKind: see
+admission-policy.yaml. */}}
+{{- define "certapi.policy.matchConditions" -}}
+- name: certapi-serviceaccount
+  expression: >-
+    request.userInfo.username == 'system:serviceaccount:' + {{ .Release.Namespace | squote }} + ':' + {{ include "certapi.fullname" . | squote }}
+{{- end -}}
+
+{{/* The namespaces certapi's ServiceAccount may write no Secret in, as a CEL list. */}}
+{{- define "certapi.policy.refusedSecretNamespaces" -}}
+{{- $ns := .Values.secretDelivery.refusedNamespaces | default list -}}
+{{- if .Values.secretDelivery.refuseReleaseNamespace -}}
+{{- $ns = append $ns .Release.Namespace -}}
+{{- end -}}
+{{- $q := list -}}
+{{- range ($ns | uniq) -}}
+{{- $q = append $q (squote .) -}}
+{{- end -}}
+[{{ join ", " $q }}]
 {{- end -}}
 
 {{- define "certapi.image" -}}
