@@ -5,7 +5,6 @@ import (
 	"crypto/elliptic"
 	"errors"
 	"fmt"
-	"io"
 
 	"os"
 	"strings"
@@ -21,39 +20,11 @@ import (
 	"github.com/certapi/certapi/test/framework"
 )
 
-// leaderOf asks every running replica's /metrics which one leads; -1 when none says so.
-func leaderOf(t *testing.T, own *framework.ControlPlane) int {
-	t.Helper()
-	client, err := own.CertapiHTTPClient()
-	if err != nil {
-		t.Fatal(err)
-	}
-	leader := -1
-	for i := 0; i < own.Replicas(); i++ {
-		if !own.ReplicaRunning(i) {
-			continue
-		}
-		resp, err := client.Get(own.CertapiReplicaURL(i) + "/metrics")
-		if err != nil {
-			continue
-		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if strings.Contains(string(body), fmt.Sprintf("certapi_leader{identity=\"certapi-%d\"} 1", i)) {
-			if leader >= 0 {
-				t.Fatalf("replicas %d and %d both say they lead", leader, i)
-			}
-			leader = i
-		}
-	}
-	return leader
-}
-
 func waitLeader(t *testing.T, own *framework.ControlPlane, timeout time.Duration) int {
 	t.Helper()
 	leader := -1
 	e2etest.Eventually(t, timeout, "one replica to lead", func(context.Context) (bool, error) {
-		leader = leaderOf(t, own)
+		leader = e2etest.LeaderOf(t, own)
 		return leader >= 0, nil
 	})
 	return leader
