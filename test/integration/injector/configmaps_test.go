@@ -24,13 +24,7 @@ func TestConfigMaps(t *testing.T) {
 	e.namespace(ns)
 	cms := e.kube.CoreV1().ConfigMaps(ns)
 	holds := func(name string, bundle []byte) func(context.Context) (bool, error) {
-		return func(ctx context.Context) (bool, error) {
-			cm, err := cms.Get(ctx, name, metav1.GetOptions{})
-			if err != nil {
-				return false, err
-			}
-			return cm.Data[injector.ConfigMapKey] == string(bundle), nil
-		}
+		return e.configMapHolds(ns, name, bundle)
 	}
 
 	// No data at all, and data with other keys that stay as they are.

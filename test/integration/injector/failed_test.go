@@ -32,13 +32,7 @@ func TestRefusedWriteDoesNotHoldTheGate(t *testing.T) {
 	e.namespace(ns)
 	cms := e.kube.CoreV1().ConfigMaps(ns)
 	holds := func(name string, bundle []byte) func(context.Context) (bool, error) {
-		return func(ctx context.Context) (bool, error) {
-			cm, err := cms.Get(ctx, name, metav1.GetOptions{})
-			if err != nil {
-				return false, err
-			}
-			return cm.Data[injector.ConfigMapKey] == string(bundle), nil
-		}
+		return e.configMapHolds(ns, name, bundle)
 	}
 
 	e.mustApply(injector.KindConfigMap, ns+"/small", configMapManifest(ns, "small", optIn, nil), "owner")

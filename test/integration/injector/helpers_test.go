@@ -257,6 +257,17 @@ func (e *env) waitFor(what string, timeout time.Duration, cond wait.ConditionWit
 	return time.Since(start)
 }
 
+// configMapHolds is a condition: ConfigMap namespace/name holds bundle as its data["ca.crt"].
+func (e *env) configMapHolds(namespace, name string, bundle []byte) wait.ConditionWithContextFunc {
+	return func(ctx context.Context) (bool, error) {
+		cm, err := e.kube.CoreV1().ConfigMaps(namespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		return cm.Data[injector.ConfigMapKey] == string(bundle), nil
+	}
+}
+
 // never checks that cond does not become true for d (polling every 10 ms): for "left alone".
 func (e *env) never(what string, d time.Duration, cond wait.ConditionWithContextFunc) {
 	e.t.Helper()
