@@ -54,6 +54,7 @@ import (
 	apiregistrationv1helper "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1/helper"
 	aggregatorclient "k8s.io/kube-aggregator/pkg/client/clientset_generated/clientset"
 
+	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	"github.com/certapi/certapi/pkg/generated/clientset/versioned"
 	"github.com/certapi/certapi/test/framework"
 )
@@ -71,7 +72,6 @@ const (
 	adminPlugin      = "kubectl-certapi"
 	demoNamespace    = "demo"
 	validateLabel    = "example.certapi.dev/validate"
-	injectAnnotation = "certapi.dev/inject-ca-bundle"
 )
 
 // Step 6's pod certificate: certapi's signer, the ClusterTrustBundle it keeps, and the Node the pod is
@@ -417,8 +417,8 @@ func (d *demo) register(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if vwc.Annotations[injectAnnotation] != "true" {
-		return fmt.Errorf("%s is not annotated %s: \"true\"", file, injectAnnotation)
+	if vwc.Annotations[certapiv1alpha1.AnnotationInjectCABundle] != "true" {
+		return fmt.Errorf("%s is not annotated %s: \"true\"", file, certapiv1alpha1.AnnotationInjectCABundle)
 	}
 	for i := range vwc.Webhooks {
 		if len(vwc.Webhooks[i].ClientConfig.CABundle) > 0 {

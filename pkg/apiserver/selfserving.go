@@ -20,7 +20,7 @@ import (
 	certutil "k8s.io/client-go/util/cert"
 	"k8s.io/klog/v2"
 
-	"github.com/certapi/certapi/pkg/controller/castatus"
+	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	"github.com/certapi/certapi/pkg/generated/clientset/versioned"
 	"github.com/certapi/certapi/pkg/generated/informers/externalversions"
 	"github.com/certapi/certapi/pkg/issuer"
@@ -79,7 +79,7 @@ func (s *selfServing) AddListener(l dynamiccertificates.Listener) {
 // cluster-scoped object an admin's `kubectl certapi rotate` or a patch of it finds missing.
 func (s *selfServing) checkAuthority(*http.Request) error {
 	if !s.caSeen.Load() {
-		return errors.New("CertificateAuthority/" + castatus.Name + " does not exist yet: waiting for the leader to create it")
+		return errors.New("CertificateAuthority/" + certapiv1alpha1.CertificateAuthorityName + " does not exist yet: waiting for the leader to create it")
 	}
 	return nil
 }
@@ -117,7 +117,7 @@ func (s *selfServing) run(ctx context.Context, iss *issuer.Issuer, client versio
 		}
 	}
 	factory := externalversions.NewSharedInformerFactoryWithOptions(client, 0, externalversions.WithTweakListOptions(func(o *metav1.ListOptions) {
-		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", castatus.Name).String()
+		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", certapiv1alpha1.CertificateAuthorityName).String()
 	}))
 	cas := factory.Certapi().V1alpha1().CertificateAuthorities()
 	if _, err := cas.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -131,7 +131,7 @@ func (s *selfServing) run(ctx context.Context, iss *issuer.Issuer, client versio
 	defer iss.AddListener(issuer.ListenerFunc(poke))()
 
 	activeSerial := func() string {
-		ca, err := cas.Lister().Get(castatus.Name)
+		ca, err := cas.Lister().Get(certapiv1alpha1.CertificateAuthorityName)
 		if err != nil || ca.Status.Active == nil {
 			return ""
 		}

@@ -13,9 +13,6 @@ import (
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 )
 
-// caName is the only CertificateAuthority.
-const caName = "default"
-
 // runCAWatch follows CertificateAuthority/default until ctx ends: it sends the Active CA on out each time
 // it changes (out holds only the latest) and keeps CABundle up to date. It needs only watch, with the
 // field selector metadata.name=default (so that RBAC resourceNames apply): a watch without a resource
@@ -33,7 +30,7 @@ func (s *Source) runCAWatch(ctx context.Context, out chan certapiv1alpha1.Certif
 		lastSent string
 	)
 	for ctx.Err() == nil {
-		w, err := cas.Watch(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", caName).String()})
+		w, err := cas.Watch(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", certapiv1alpha1.CertificateAuthorityName).String()})
 		if err == nil {
 			if refused {
 				s.log.Info("Watching CertificateAuthority/default now: the certificate is re-issued when the Active CA changes")
@@ -91,7 +88,7 @@ func (s *Source) consumeCAWatch(ctx context.Context, w watch.Interface, out chan
 			}
 			switch ev.Type {
 			case watch.Added, watch.Modified:
-				if ca, ok := ev.Object.(*certapiv1alpha1.CertificateAuthority); ok && ca.Name == caName {
+				if ca, ok := ev.Object.(*certapiv1alpha1.CertificateAuthority); ok && ca.Name == certapiv1alpha1.CertificateAuthorityName {
 					s.observeCA(ca, out, lastSent)
 				}
 			case watch.Error:

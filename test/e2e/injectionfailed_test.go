@@ -31,7 +31,7 @@ func TestTenantConfigMapCannotHoldARotation(t *testing.T) {
 	ns := e2etest.Namespace(t, kube)
 	old := e2etest.ActiveSerial(t, own) // and CertificateAuthority/default exists
 	cms := kube.CoreV1().ConfigMaps(ns)
-	optIn := map[string]string{injector.AnnotationInject: "true"}
+	optIn := map[string]string{certapiv1alpha1.AnnotationInjectCABundle: "true"}
 	if _, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "trust", Annotations: optIn}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

@@ -11,9 +11,6 @@ const GroupName = "certapi.dev"
 // SchemeGroupVersion is the internal version of the group.
 var SchemeGroupVersion = schema.GroupVersion{Group: GroupName, Version: runtime.APIVersionInternal}
 
-// CertificateAuthorityName is the name of the only CertificateAuthority object that may exist.
-const CertificateAuthorityName = "default"
-
 // Kind qualifies a kind with this group.
 func Kind(kind string) schema.GroupKind {
 	return SchemeGroupVersion.WithKind(kind).GroupKind()

@@ -301,7 +301,7 @@ func readCheckInput(ctx context.Context, c *clients) CheckInput {
 	defer cancel()
 	in := CheckInput{Now: time.Now()}
 	_, in.DiscoveryErr = c.kube.Discovery().ServerResourcesForGroupVersion(groupVersion)
-	in.CA, in.CAErr = c.certapi.CertapiV1alpha1().CertificateAuthorities().Get(ctx, caName, metav1.GetOptions{})
+	in.CA, in.CAErr = c.certapi.CertapiV1alpha1().CertificateAuthorities().Get(ctx, certapiv1alpha1.CertificateAuthorityName, metav1.GetOptions{})
 	in.Leader, in.LeaderErr = readLeader(ctx, c.certapi)
 	in.APIService, in.APIServiceErr = c.aggregator.ApiregistrationV1().APIServices().Get(ctx, apiServiceName, metav1.GetOptions{})
 	return in

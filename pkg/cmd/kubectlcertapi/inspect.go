@@ -21,16 +21,8 @@ import (
 	cmdutil "k8s.io/kubectl/pkg/cmd/util"
 	"k8s.io/kubectl/pkg/util/templates"
 
+	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	"github.com/certapi/certapi/pkg/signer"
-)
-
-// The label and annotations certapi puts on the Secrets it delivers into (secretdelivery's public
-// contract; a test holds them equal).
-const (
-	labelManaged                 = "certapi.dev/managed"
-	annotationServingCertRequest = "certapi.dev/servingcertrequest"
-	annotationRenewalTime        = "certapi.dev/renewal-time"
-	keyCABundle                  = "ca.crt"
 )
 
 // SecretInspection is what `kubectl certapi inspect secret` reports; -o json|yaml prints it as is.
@@ -78,19 +70,19 @@ type CertificateInfo struct {
 // to role, from CertificateAuthority/default). bundleErr, when set, says why the bundle is unknown.
 func InspectSecret(s *corev1.Secret, bundle []byte, roles map[string]string, bundleErr error, now time.Time) SecretInspection {
 	r := SecretInspection{Namespace: s.Namespace, Name: s.Name, Type: string(s.Type), SignedBy: "unknown", Problems: []string{},
-		Request: s.Annotations[annotationServingCertRequest], Managed: s.Labels[labelManaged] == "true"}
+		Request: s.Annotations[certapiv1alpha1.AnnotationServingCertRequest], Managed: s.Labels[certapiv1alpha1.LabelManaged] == "true"}
 	problem := func(format string, args ...any) { r.Problems = append(r.Problems, fmt.Sprintf(format, args...)) }
 	if s.Type != corev1.SecretTypeTLS {
 		problem("the Secret's type is %q, not %s", s.Type, corev1.SecretTypeTLS)
 	}
 	if r.Request == "" {
-		problem("no %s annotation: certapi does not deliver into this Secret", annotationServingCertRequest)
+		problem("no %s annotation: certapi does not deliver into this Secret", certapiv1alpha1.AnnotationServingCertRequest)
 	}
-	if rt, ok := s.Annotations[annotationRenewalTime]; ok {
+	if rt, ok := s.Annotations[certapiv1alpha1.AnnotationRenewalTime]; ok {
 		if t, err := time.Parse(time.RFC3339, rt); err == nil {
 			r.RenewalTime = &t
 		} else {
-			problem("annotation %s is not an RFC 3339 time", annotationRenewalTime)
+			problem("annotation %s is not an RFC 3339 time", certapiv1alpha1.AnnotationRenewalTime)
 		}
 	}
 
@@ -137,13 +129,13 @@ func InspectSecret(s *corev1.Secret, bundle []byte, roles map[string]string, bun
 		problem("%s", r.VerifyError)
 		return r
 	}
-	caCrt := s.Data[keyCABundle]
+	caCrt := s.Data[certapiv1alpha1.SecretKeyCABundle]
 	r.CABundleCurrent = len(caCrt) > 0 && bytes.Equal(bytes.TrimSpace(caCrt), bytes.TrimSpace(bundle))
 	if !r.CABundleCurrent {
 		if len(caCrt) == 0 {
-			problem("no %s", keyCABundle)
+			problem("no %s", certapiv1alpha1.SecretKeyCABundle)
 		} else {
-			problem("%s is not the current trust bundle (certapi updates it; a rotation or distrust may be under way)", keyCABundle)
+			problem("%s is not the current trust bundle (certapi updates it; a rotation or distrust may be under way)", certapiv1alpha1.SecretKeyCABundle)
 		}
 	}
 	roots := x509.NewCertPool()
@@ -330,7 +322,7 @@ func (o *inspectOptions) run(ctx context.Context, name string) error {
 	}
 	var bundle []byte
 	roles := map[string]string{}
-	ca, bundleErr := c.certapi.CertapiV1alpha1().CertificateAuthorities().Get(ctx, caName, metav1.GetOptions{})
+	ca, bundleErr := c.certapi.CertapiV1alpha1().CertificateAuthorities().Get(ctx, certapiv1alpha1.CertificateAuthorityName, metav1.GetOptions{})
 	if bundleErr == nil {
 		bundle, roles = []byte(ca.Status.CABundle), caRoles(ca)
 	}

@@ -9,16 +9,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/certapi/certapi/pkg/controller/secretdelivery"
+	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	"github.com/certapi/certapi/pkg/signer"
 )
-
-func TestSecretContractNames(t *testing.T) {
-	if labelManaged != secretdelivery.LabelManaged || annotationServingCertRequest != secretdelivery.AnnotationServingCertRequest ||
-		annotationRenewalTime != secretdelivery.AnnotationRenewalTime {
-		t.Fatal("the plugin's names of certapi's Secret label and annotations differ from secretdelivery's")
-	}
-}
 
 func TestInspectSecret(t *testing.T) {
 	active := newCA(t, t0.Add(-24*time.Hour), 365*24*time.Hour)
@@ -33,13 +26,13 @@ func TestInspectSecret(t *testing.T) {
 
 	secret := func(cert, key, ca []byte, renewal string) *corev1.Secret {
 		s := &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "web-tls", Labels: map[string]string{labelManaged: "true"},
-				Annotations: map[string]string{annotationServingCertRequest: "web"}},
+			ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "web-tls", Labels: map[string]string{certapiv1alpha1.LabelManaged: "true"},
+				Annotations: map[string]string{certapiv1alpha1.AnnotationServingCertRequest: "web"}},
 			Type: corev1.SecretTypeTLS,
-			Data: map[string][]byte{corev1.TLSCertKey: cert, corev1.TLSPrivateKeyKey: key, keyCABundle: ca},
+			Data: map[string][]byte{corev1.TLSCertKey: cert, corev1.TLSPrivateKeyKey: key, certapiv1alpha1.SecretKeyCABundle: ca},
 		}
 		if renewal != "" {
-			s.Annotations[annotationRenewalTime] = renewal
+			s.Annotations[certapiv1alpha1.AnnotationRenewalTime] = renewal
 		}
 		return s
 	}

@@ -25,16 +25,15 @@ import (
 	cmdutil "k8s.io/kubectl/pkg/cmd/util"
 	"k8s.io/kubectl/pkg/util/templates"
 
+	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	"github.com/certapi/certapi/pkg/cmd/internal/help"
 	"github.com/certapi/certapi/pkg/generated/clientset/versioned"
 )
 
 // Names of certapi's objects this command reads and writes.
 const (
-	// caName is the one CertificateAuthority.
-	caName = "default"
 	// caResource is how kubectl names the CertificateAuthority in its output.
-	caResource = "certificateauthority.certapi.dev/" + caName
+	caResource = "certificateauthority.certapi.dev/" + certapiv1alpha1.CertificateAuthorityName
 	// apiServiceName is the APIService that registers certapi with kube-apiserver.
 	apiServiceName = "v1alpha1.certapi.dev"
 	// groupVersion is certapi's API.
@@ -173,7 +172,7 @@ const tableAccept = "application/json;as=Table;v=v1;g=meta.k8s.io,application/js
 // readLeader asks for CertificateAuthority/default as a table, whose Leader column certapi fills at each
 // read with the replica that leads now.
 func readLeader(ctx context.Context, c versioned.Interface) (string, error) {
-	raw, err := c.CertapiV1alpha1().RESTClient().Get().Resource("certificateauthorities").Name(caName).
+	raw, err := c.CertapiV1alpha1().RESTClient().Get().Resource("certificateauthorities").Name(certapiv1alpha1.CertificateAuthorityName).
 		SetHeader("Accept", tableAccept).Do(ctx).Raw()
 	if err != nil {
 		return "", err

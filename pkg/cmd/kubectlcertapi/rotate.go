@@ -128,7 +128,7 @@ func (o *rotateOptions) run(ctx context.Context) error {
 		return err
 	}
 	cas := c.certapi.CertapiV1alpha1().CertificateAuthorities()
-	before, err := cas.Get(ctx, caName, metav1.GetOptions{})
+	before, err := cas.Get(ctx, certapiv1alpha1.CertificateAuthorityName, metav1.GetOptions{})
 	if err != nil {
 		return err
 	}
@@ -176,7 +176,7 @@ func patchSpec(ctx context.Context, cas certapiclient.CertificateAuthorityInterf
 		if err != nil {
 			return nil, fmt.Errorf("encoding the patch: %w", err)
 		}
-		after, err := cas.Patch(ctx, caName, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
+		after, err := cas.Patch(ctx, certapiv1alpha1.CertificateAuthorityName, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
 		if err == nil {
 			return after, nil
 		}
@@ -186,7 +186,7 @@ func patchSpec(ctx context.Context, cas certapiclient.CertificateAuthorityInterf
 		if attempt == patchAttempts {
 			return nil, fmt.Errorf("patching %s: it kept changing (%d conflicts); nothing was changed, run the command again: %w", caResource, attempt, err)
 		}
-		if cur, err = cas.Get(ctx, caName, metav1.GetOptions{}); err != nil {
+		if cur, err = cas.Get(ctx, certapiv1alpha1.CertificateAuthorityName, metav1.GetOptions{}); err != nil {
 			return nil, fmt.Errorf("reading %s again after a conflict: %w", caResource, err)
 		}
 		if was, now := specValue(before, kind), specValue(cur, kind); was != now {
@@ -350,7 +350,7 @@ func followRotation(ctx context.Context, client certapiclient.CertificateAuthori
 		return start, nil
 	}
 
-	selector := fields.OneTermEqualSelector("metadata.name", caName).String()
+	selector := fields.OneTermEqualSelector("metadata.name", certapiv1alpha1.CertificateAuthorityName).String()
 	lw := cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 			opts.FieldSelector = selector
@@ -369,7 +369,7 @@ func followRotation(ctx context.Context, client certapiclient.CertificateAuthori
 		return observe(ca), nil
 	}
 	precondition := func(store cache.Store) (bool, error) {
-		obj, exists, err := store.GetByKey(caName)
+		obj, exists, err := store.GetByKey(certapiv1alpha1.CertificateAuthorityName)
 		if err != nil || !exists {
 			return false, err
 		}

@@ -86,7 +86,7 @@ func (o *statusOptions) run(ctx context.Context) error {
 
 // readReport reads what the report needs and builds it.
 func readReport(ctx context.Context, c *clients, namespace, scope string, nearest int) (Report, error) {
-	ca, err := c.certapi.CertapiV1alpha1().CertificateAuthorities().Get(ctx, caName, metav1.GetOptions{})
+	ca, err := c.certapi.CertapiV1alpha1().CertificateAuthorities().Get(ctx, certapiv1alpha1.CertificateAuthorityName, metav1.GetOptions{})
 	if err != nil {
 		return Report{}, err // not wrapped: cmdutil.CheckErr prints the API's errors as kubectl does
 	}

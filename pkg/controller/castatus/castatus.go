@@ -18,9 +18,6 @@ import (
 	"github.com/certapi/certapi/pkg/signer"
 )
 
-// Name is the only CertificateAuthority.
-const Name = "default"
-
 // Sync writes obj's status from the leader's CAs, the injection summary and the distrust's status, if it
 // differs.
 func Sync(ctx context.Context, client versioned.Interface, obj *certapiv1alpha1.CertificateAuthority, auth signer.Authorities,
@@ -64,9 +61,9 @@ func Sync(ctx context.Context, client versioned.Interface, obj *certapiv1alpha1.
 	if apiequality.Semantic.DeepEqual(obj.Status, want.Status) {
 		return nil
 	}
-	_, err := client.CertapiV1alpha1().CertificateAuthorities().UpdateStatus(ctx, want, metav1.UpdateOptions{FieldManager: "certapi"})
+	_, err := client.CertapiV1alpha1().CertificateAuthorities().UpdateStatus(ctx, want, metav1.UpdateOptions{FieldManager: certapiv1alpha1.FieldManager})
 	if err != nil {
-		return fmt.Errorf("writing CertificateAuthority/%s status: %w", Name, err)
+		return fmt.Errorf("writing CertificateAuthority/%s status: %w", certapiv1alpha1.CertificateAuthorityName, err)
 	}
 	return nil
 }

@@ -6,6 +6,8 @@ import (
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 )
 
 func crdWith(conv *apiextensionsv1.CustomResourceConversion, managed ...metav1.ManagedFieldsEntry) *apiextensionsv1.CustomResourceDefinition {
@@ -49,7 +51,7 @@ func TestObserveCRD(t *testing.T) {
 
 	// Injected, and spec.conversion is applied server-side by its owner: certapi gives up its entry.
 	applied := managedEntry("owner", metav1.ManagedFieldsOperationApply, `{"f:spec":{"f:conversion":{"f:strategy":{},"f:webhook":{"f:clientConfig":{"f:service":{"f:name":{}}}}}}}`)
-	ours := managedEntry(FieldManager, metav1.ManagedFieldsOperationUpdate, `{"f:spec":{"f:conversion":{"f:webhook":{"f:clientConfig":{"f:caBundle":{}}}}}}`)
+	ours := managedEntry(certapiv1alpha1.FieldManager, metav1.ManagedFieldsOperationUpdate, `{"f:spec":{"f:conversion":{"f:webhook":{"f:clientConfig":{"f:caBundle":{}}}}}}`)
 	status := managedEntry("kube-apiserver", metav1.ManagedFieldsOperationUpdate, `{"f:status":{"f:conditions":{}}}`)
 	status.Subresource = "status"
 	injected := webhook(apiextensionsv1.WebhookClientConfig{Service: svcRef, CABundle: bundle})
@@ -89,7 +91,7 @@ func TestObserveCRD(t *testing.T) {
 		t.Error("release with no server-side apply owner")
 	}
 	// certapi's entry owns something besides caBundle: never removed.
-	wide := managedEntry(FieldManager, metav1.ManagedFieldsOperationUpdate, `{"f:metadata":{"f:labels":{"f:x":{}}},"f:spec":{"f:conversion":{"f:webhook":{"f:clientConfig":{"f:caBundle":{}}}}}}`)
+	wide := managedEntry(certapiv1alpha1.FieldManager, metav1.ManagedFieldsOperationUpdate, `{"f:metadata":{"f:labels":{"f:x":{}}},"f:spec":{"f:conversion":{"f:webhook":{"f:clientConfig":{"f:caBundle":{}}}}}}`)
 	if p := decide(observeCRD(crdWith(injected, applied, wide)), bundle, d, nil); p.release != nil {
 		t.Error("released an entry that owns more than caBundle")
 	}

@@ -15,6 +15,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 )
 
 // digest is the SHA-256 of a caBundle: the injector keeps digests, not bundles, per object.
@@ -151,7 +153,7 @@ func decide(obs *observation, bundle []byte, d digest, held map[string]digest) p
 			i := obs.certapiEntry
 			p.release = mustJSON([]jsonPatchOp{
 				{Op: "test", Path: "/metadata/resourceVersion", Value: obs.ResourceVersion},
-				{Op: "test", Path: fmt.Sprintf("/metadata/managedFields/%d/manager", i), Value: FieldManager},
+				{Op: "test", Path: fmt.Sprintf("/metadata/managedFields/%d/manager", i), Value: certapiv1alpha1.FieldManager},
 				{Op: "test", Path: fmt.Sprintf("/metadata/managedFields/%d/operation", i), Value: string(metav1.ManagedFieldsOperationUpdate)},
 				{Op: "remove", Path: fmt.Sprintf("/metadata/managedFields/%d", i)},
 			})
@@ -224,7 +226,7 @@ func newObservation(m *metav1.ObjectMeta) (*observation, []ownerEntry) {
 		if e.FieldsV1 != nil {
 			_ = json.Unmarshal(e.FieldsV1.Raw, &fields) // unparsable: owns nothing we can tell
 		}
-		if e.Manager == FieldManager && e.Operation == metav1.ManagedFieldsOperationUpdate {
+		if e.Manager == certapiv1alpha1.FieldManager && e.Operation == metav1.ManagedFieldsOperationUpdate {
 			obs.certapiEntry = i
 			obs.certapiOnlyCABundle = onlyCABundle(fields)
 			continue
@@ -322,7 +324,7 @@ func refusal(kind Kind, name string, claims []string) string {
 		b.WriteString("s")
 	}
 	fmt.Fprintf(&b, " %s), and two injectors would overwrite each other's caBundle. Keep one: remove annotation %s, or remove %s.",
-		strings.Join(claims, ", "), AnnotationInject, strings.Join(claims, " and "))
+		strings.Join(claims, ", "), certapiv1alpha1.AnnotationInjectCABundle, strings.Join(claims, " and "))
 	return b.String()
 }
 
@@ -350,7 +352,7 @@ func refusedTarget(kind Kind, name string, annotations map[string]string) (reaso
 			return ReasonManagedByKubernetes, fmt.Sprintf("certapi does not inject the CA bundle into ConfigMap %s: kube-controller-manager's root CA publisher "+
 				"owns %s in every namespace and writes the cluster's root CA into its %s, so the two would overwrite each other. Remove annotation %s from it, "+
 				"and annotate a ConfigMap of another name (or mount the ClusterTrustBundle of signer certapi.dev/serving).",
-				name, kubeRootCAConfigMap, ConfigMapKey, AnnotationInject)
+				name, kubeRootCAConfigMap, ConfigMapKey, certapiv1alpha1.AnnotationInjectCABundle)
 		}
 	}
 	return "", ""
@@ -414,7 +416,7 @@ func refusedMessage(kind Kind, name string, err error) string {
 	msg := shortError(err)
 	out := fmt.Sprintf("kube-apiserver refused to write the CA bundle into %s %s (%s): %s. Retrying cannot fix that, so it does not hold CA rotations; "+
 		"certapi tries again when the object or the bundle changes. Fix the cause (make room, allow the write), or remove annotation %s.",
-		kind, name, reason, msg, AnnotationInject)
+		kind, name, reason, msg, certapiv1alpha1.AnnotationInjectCABundle)
 	if len(out) > maxNote {
 		out = out[:maxNote-3] + "..."
 	}

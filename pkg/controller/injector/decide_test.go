@@ -11,6 +11,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	"github.com/certapi/certapi/pkg/signer"
 )
 
@@ -151,7 +152,7 @@ func TestForeignClaims(t *testing.T) {
 		annotations map[string]string
 		want        string
 	}{
-		{map[string]string{AnnotationInject: "true"}, ""},
+		{map[string]string{certapiv1alpha1.AnnotationInjectCABundle: "true"}, ""},
 		{map[string]string{"cert-manager.io/inject-ca-from": "ns/cert"}, "cert-manager.io/inject-ca-from"},
 		{map[string]string{"cert-manager.io/inject-ca-from-secret": "ns/s", "cert-manager.io/inject-apiserver-ca": "true"},
 			"cert-manager.io/inject-apiserver-ca,cert-manager.io/inject-ca-from-secret"},
@@ -163,7 +164,7 @@ func TestForeignClaims(t *testing.T) {
 		}
 	}
 	msg := refusal(KindValidatingWebhookConfiguration, "w", []string{"cert-manager.io/inject-ca-from"})
-	for _, s := range []string{"ValidatingWebhookConfiguration w", "cert-manager.io/inject-ca-from", AnnotationInject, "remove"} {
+	for _, s := range []string{"ValidatingWebhookConfiguration w", "cert-manager.io/inject-ca-from", certapiv1alpha1.AnnotationInjectCABundle, "remove"} {
 		if !strings.Contains(msg, s) {
 			t.Errorf("refusal %q does not mention %q", msg, s)
 		}

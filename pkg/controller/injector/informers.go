@@ -7,6 +7,8 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
+
+	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 )
 
 // annotationsHashKey holds, in the informer cache only, a fingerprint of all of an object's
@@ -38,7 +40,7 @@ func trimMetadata(obj any) (any, error) {
 			out.Annotations[k] = v
 		}
 	}
-	if out.Annotations[AnnotationInject] == "true" {
+	if out.Annotations[certapiv1alpha1.AnnotationInjectCABundle] == "true" {
 		out.Annotations[annotationsHashKey] = annotationsHash(m.Annotations)
 	}
 	return out, nil
@@ -46,12 +48,12 @@ func trimMetadata(obj any) (any, error) {
 
 // optedIn reports whether m opts in and is not being deleted.
 func optedIn(m *metav1.PartialObjectMetadata) bool {
-	return m.Annotations[AnnotationInject] == "true" && m.DeletionTimestamp == nil
+	return m.Annotations[certapiv1alpha1.AnnotationInjectCABundle] == "true" && m.DeletionTimestamp == nil
 }
 
 // relevantAnnotation reports whether the informer cache keeps annotation k.
 func relevantAnnotation(k string) bool {
-	return k == AnnotationInject || isForeignInjectorAnnotation(k)
+	return k == certapiv1alpha1.AnnotationInjectCABundle || isForeignInjectorAnnotation(k)
 }
 
 // annotationsHash fingerprints all of an object's annotations, so that a change to any of them can

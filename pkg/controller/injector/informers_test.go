@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 )
 
 func TestTrimMetadata(t *testing.T) {
@@ -13,7 +15,7 @@ func TestTrimMetadata(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{
 			Name: "x", Namespace: "ns", UID: "u", ResourceVersion: "5", Labels: map[string]string{"a": "b"},
 			Annotations: map[string]string{
-				AnnotationInject: "true", "cert-manager.io/inject-ca-from": "ns/c",
+				certapiv1alpha1.AnnotationInjectCABundle: "true", "cert-manager.io/inject-ca-from": "ns/c",
 				"kubectl.kubernetes.io/last-applied-configuration": strings.Repeat("x", 1<<16),
 			},
 			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "m"}},
@@ -27,7 +29,7 @@ func TestTrimMetadata(t *testing.T) {
 	if m.Name != "x" || m.Namespace != "ns" || storeKey(m) != "ns/x" || m.UID != "u" || m.ResourceVersion != "5" || m.Labels != nil || m.ManagedFields != nil {
 		t.Errorf("trimmed = %+v", m.ObjectMeta)
 	}
-	if len(m.Annotations) != 3 || m.Annotations[AnnotationInject] != "true" || m.Annotations["cert-manager.io/inject-ca-from"] != "ns/c" || m.Annotations[annotationsHashKey] == "" {
+	if len(m.Annotations) != 3 || m.Annotations[certapiv1alpha1.AnnotationInjectCABundle] != "true" || m.Annotations["cert-manager.io/inject-ca-from"] != "ns/c" || m.Annotations[annotationsHashKey] == "" {
 		t.Errorf("annotations = %v", m.Annotations)
 	}
 	in.Annotations["other"] = "changed"

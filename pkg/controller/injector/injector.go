@@ -72,10 +72,6 @@ import (
 )
 
 const (
-	// AnnotationInject opts an object in when its value is "true".
-	AnnotationInject = "certapi.dev/inject-ca-bundle"
-	// FieldManager is the field manager of every write.
-	FieldManager = "certapi"
 	// ReportingController is the reportingController of the Events the injector records.
 	ReportingController = "certapi.dev/injector"
 )

@@ -10,6 +10,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	aggregatorclient "k8s.io/kube-aggregator/pkg/client/clientset_generated/clientset"
+
+	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 )
 
 // Kind is a kind of object that can opt in to caBundle injection. Each kind has its own file, with
@@ -112,7 +114,7 @@ func (a typedAccessor[T]) get(ctx context.Context, name string) (*observation, e
 }
 
 func (a typedAccessor[T]) patch(ctx context.Context, name string, patch []byte) (*observation, error) {
-	o, err := a.client.Patch(ctx, name, types.JSONPatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
+	o, err := a.client.Patch(ctx, name, types.JSONPatchType, patch, metav1.PatchOptions{FieldManager: certapiv1alpha1.FieldManager})
 	if err != nil {
 		return nil, err
 	}

@@ -10,10 +10,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 )
 
 func TestRefusedTarget(t *testing.T) {
-	openshift := map[string]string{AnnotationInject: "true", "service.beta.openshift.io/inject-cabundle": "true"}
+	openshift := map[string]string{certapiv1alpha1.AnnotationInjectCABundle: "true", "service.beta.openshift.io/inject-cabundle": "true"}
 	for _, tc := range []struct {
 		name        string
 		kind        Kind
@@ -24,7 +26,7 @@ func TestRefusedTarget(t *testing.T) {
 	}{
 		{name: "a ConfigMap of its own", kind: KindConfigMap, key: "app/trust", annotations: optInOnly()},
 		{name: "kube-root-ca.crt: kube-controller-manager's", kind: KindConfigMap, key: "app/kube-root-ca.crt", annotations: optInOnly(),
-			wantReason: ReasonManagedByKubernetes, wantIn: []string{"ConfigMap app/kube-root-ca.crt", "kube-controller-manager", AnnotationInject, "another name"}},
+			wantReason: ReasonManagedByKubernetes, wantIn: []string{"ConfigMap app/kube-root-ca.crt", "kube-controller-manager", certapiv1alpha1.AnnotationInjectCABundle, "another name"}},
 		{name: "kube-root-ca.crt in kube-system", kind: KindConfigMap, key: "kube-system/kube-root-ca.crt", annotations: optInOnly(),
 			wantReason: ReasonManagedByKubernetes, wantIn: []string{"kube-system/kube-root-ca.crt"}},
 		{name: "a name that only ends like it", kind: KindConfigMap, key: "app/my-kube-root-ca.crt", annotations: optInOnly()},
@@ -51,7 +53,9 @@ func TestRefusedTarget(t *testing.T) {
 	}
 }
 
-func optInOnly() map[string]string { return map[string]string{AnnotationInject: "true"} }
+func optInOnly() map[string]string {
+	return map[string]string{certapiv1alpha1.AnnotationInjectCABundle: "true"}
+}
 
 func TestClassifyWriteError(t *testing.T) {
 	cm := schema.GroupResource{Resource: "configmaps"}
@@ -89,7 +93,7 @@ func TestClassifyWriteError(t *testing.T) {
 func TestRefusedMessage(t *testing.T) {
 	err := apierrors.NewInvalid(schema.GroupKind{Kind: "ConfigMap"}, "big", field.ErrorList{field.TooLong(field.NewPath(""), "", 1048576)})
 	msg := refusedMessage(KindConfigMap, "ns/big", err)
-	for _, s := range []string{"ConfigMap ns/big", "(Invalid)", "Too long", "1048576", "when the object or the bundle changes", AnnotationInject} {
+	for _, s := range []string{"ConfigMap ns/big", "(Invalid)", "Too long", "1048576", "when the object or the bundle changes", certapiv1alpha1.AnnotationInjectCABundle} {
 		if !strings.Contains(msg, s) {
 			t.Errorf("message %q does not mention %q", msg, s)
 		}

@@ -307,7 +307,7 @@ func (i *Injector) restoration(k key, m *metav1.PartialObjectMetadata, obs *obse
 	msg := fmt.Sprintf("the caBundle of %s (%s) was overwritten %d times within %s, last by %s; certapi restored it %d times and now leaves it alone for %s "+
 		"(or until an annotation of the object changes). Stop the other writer (for Argo CD: ignoreDifferences with managedFieldsManagers: [%s] and the RespectIgnoreDifferences=true sync option), "+
 		"or remove annotation %s to let it own the caBundle.",
-		k.name, strings.Join(p.overwritten, ", "), fightLimit+1, fightWindow, by, fightLimit, i.conflictCooldown, FieldManager, AnnotationInject)
+		k.name, strings.Join(p.overwritten, ", "), fightLimit+1, fightWindow, by, fightLimit, i.conflictCooldown, certapiv1alpha1.FieldManager, certapiv1alpha1.AnnotationInjectCABundle)
 	i.setConflict(k, m, ReasonCABundleOverwritten, msg)
 	return true
 }

@@ -7,6 +7,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 	"k8s.io/client-go/tools/cache"
+
+	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 )
 
 // staticSource is a BundleSource whose bundle never changes.
@@ -102,7 +104,7 @@ func TestAllHoldFailed(t *testing.T) {
 			inf := cache.NewSharedIndexInformer(&cache.ListWatch{}, &metav1.PartialObjectMetadata{}, 0, cache.Indexers{})
 			i.informers = map[Kind]cache.SharedIndexInformer{KindConfigMap: inf}
 			m := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "big", UID: "u", ResourceVersion: "5",
-				Annotations: map[string]string{AnnotationInject: "true"}}}
+				Annotations: map[string]string{certapiv1alpha1.AnnotationInjectCABundle: "true"}}}
 			if err := inf.GetStore().Add(m); err != nil {
 				t.Fatal(err)
 			}

@@ -430,7 +430,7 @@ func (s *Signer) writeStatus(ctx context.Context, pcr *certificatesv1.PodCertifi
 		return fmt.Errorf("making the status patch of PodCertificateRequest %s/%s: %w", pcr.Namespace, pcr.Name, err)
 	}
 	_, err = s.kube.CertificatesV1().PodCertificateRequests(pcr.Namespace).Patch(ctx, pcr.Name, types.MergePatchType, patch,
-		metav1.PatchOptions{FieldManager: "certapi"}, "status")
+		metav1.PatchOptions{FieldManager: certapiv1alpha1.FieldManager}, "status")
 	if apierrors.IsNotFound(err) {
 		return nil
 	}

@@ -155,12 +155,14 @@ func New(o Options) (*Controller, error) {
 }
 
 // Enqueue makes the controller look again now.
-func (c *Controller) Enqueue() { c.queue.Add(castatus.Name) }
+func (c *Controller) Enqueue() { c.queue.Add(certapiv1alpha1.CertificateAuthorityName) }
 
 // Progress makes the controller look again shortly: the injector calls it after each target it synced,
 // which may open the gate. A burst of progress (a thousand targets taking a new bundle) makes a few
 // looks, not a thousand status writes.
-func (c *Controller) Progress() { c.queue.AddAfter(castatus.Name, progressDelay) }
+func (c *Controller) Progress() {
+	c.queue.AddAfter(certapiv1alpha1.CertificateAuthorityName, progressDelay)
+}
 
 // Reissued makes the controller look again shortly while a distrust is pending, and does nothing
 // otherwise: Secret delivery calls it when a delivered Secret or a request changes, and the leader when
@@ -195,13 +197,13 @@ func (c *Controller) Run(ctx context.Context) error {
 }
 
 func (c *Controller) sync(ctx context.Context, _ string) (controller.Result, error) {
-	obj, err := c.lister.Get(castatus.Name)
+	obj, err := c.lister.Get(certapiv1alpha1.CertificateAuthorityName)
 	if apierrors.IsNotFound(err) {
 		// The leader creates the CA's public face on first start; the informer brings it back here.
 		_, err := c.client.CertapiV1alpha1().CertificateAuthorities().Create(ctx,
-			&certapiv1alpha1.CertificateAuthority{ObjectMeta: metav1.ObjectMeta{Name: castatus.Name}}, metav1.CreateOptions{FieldManager: "certapi"})
+			&certapiv1alpha1.CertificateAuthority{ObjectMeta: metav1.ObjectMeta{Name: certapiv1alpha1.CertificateAuthorityName}}, metav1.CreateOptions{FieldManager: certapiv1alpha1.FieldManager})
 		if err != nil && !apierrors.IsAlreadyExists(err) {
-			return controller.Result{}, fmt.Errorf("creating CertificateAuthority/%s: %w", castatus.Name, err)
+			return controller.Result{}, fmt.Errorf("creating CertificateAuthority/%s: %w", certapiv1alpha1.CertificateAuthorityName, err)
 		}
 		return controller.Result{}, nil
 	}
@@ -307,7 +309,7 @@ func (c *Controller) reportUnmanaged(obj *certapiv1alpha1.CertificateAuthority, 
 	msg := fmt.Sprintf("distrust %q: %s labelled %s=true hold certificates not signed by the Active CA %s, and certapi will not re-issue them "+
 		"(no existing ServingCertRequest names them, they are in conflict, or they are not certapi's); the distrusted CA leaves the bundle "+
 		"without waiting for them, and whoever uses them must replace them: %s",
-		after.Distrust, countSecrets(p.UnmanagedSecrets), secretdeliveryLabel, signer.FormatSerialNumber(after.Active.Certificate.SerialNumber),
+		after.Distrust, countSecrets(p.UnmanagedSecrets), certapiv1alpha1.LabelManaged, signer.FormatSerialNumber(after.Active.Certificate.SerialNumber),
 		namesOf(p.UnmanagedSecrets))
 	if msg == c.lastUnmanaged {
 		return
@@ -414,9 +416,6 @@ func (c *Controller) announce(obj *certapiv1alpha1.CertificateAuthority, s signe
 // ReasonDistrustUnmanagedSecrets is the reason of the Warning Event that names the labelled Secrets a
 // distrust does not wait for.
 const ReasonDistrustUnmanagedSecrets = "DistrustUnmanagedSecrets"
-
-// secretdeliveryLabel is the label of the Secrets certapi delivers (secretdelivery.LabelManaged).
-const secretdeliveryLabel = "certapi.dev/managed"
 
 // maxNote bounds an Event's note (events.k8s.io allows 1 KiB).
 const maxNote = 1000

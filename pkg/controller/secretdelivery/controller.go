@@ -169,7 +169,7 @@ func New(o Options) (*Controller, error) {
 	// Only certapi's Secrets, each reduced to its secretView: memory stays small whatever the Secrets
 	// hold, and no private key sits in the cache. The store holds secretViews, so there is no lister.
 	secretFactory := informers.NewSharedInformerFactoryWithOptions(c.kube, 0,
-		informers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = LabelManaged + "=true" }),
+		informers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = certapiv1alpha1.LabelManaged + "=true" }),
 		informers.WithTransform(viewSecret))
 	c.secretInformer = secretFactory.Core().V1().Secrets().Informer()
 	o.Context.AddFactory(secretFactory)
@@ -327,7 +327,7 @@ func (c *Controller) onSecret(obj any) {
 	if s == nil {
 		return
 	}
-	if owner := s.Annotations[AnnotationServingCertRequest]; owner != "" {
+	if owner := s.Annotations[certapiv1alpha1.AnnotationServingCertRequest]; owner != "" {
 		if _, err := c.requests.ServingCertRequests(s.Namespace).Get(owner); err == nil {
 			c.queue.Add(types.NamespacedName{Namespace: s.Namespace, Name: owner})
 		}

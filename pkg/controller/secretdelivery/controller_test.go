@@ -104,8 +104,8 @@ func TestSyncCreatesSecret(t *testing.T) {
 	if s.Type != corev1.SecretTypeTLS {
 		t.Errorf("type %q; want kubernetes.io/tls", s.Type)
 	}
-	if s.Labels[LabelManaged] != "true" {
-		t.Errorf("labels %v; want %s=true", s.Labels, LabelManaged)
+	if s.Labels[certapiv1alpha1.LabelManaged] != "true" {
+		t.Errorf("labels %v; want %s=true", s.Labels, certapiv1alpha1.LabelManaged)
 	}
 	if len(s.OwnerReferences) != 0 {
 		t.Errorf("owner references %v; want none (deleting the request must leave the Secret)", s.OwnerReferences)
@@ -114,24 +114,24 @@ func TestSyncCreatesSecret(t *testing.T) {
 		verifyServing(t, s, name, testNow)
 	}
 	cert := verifyServing(t, s, "webhook-svc.webhooks.svc", testNow)
-	if string(s.Data[keyCABundle]) != string(h.bundle) {
+	if string(s.Data[certapiv1alpha1.SecretKeyCABundle]) != string(h.bundle) {
 		t.Errorf("ca.crt is not the Authority's bundle")
 	}
 	serial := signer.FormatSerialNumber(cert.SerialNumber)
 	wantAnn := map[string]string{
-		AnnotationServingCertRequest: "webhook",
-		AnnotationSerialNumber:       serial,
-		AnnotationNotAfter:           cert.NotAfter.UTC().Format(time.RFC3339),
-		AnnotationGeneration:         "1",
+		certapiv1alpha1.AnnotationServingCertRequest: "webhook",
+		certapiv1alpha1.AnnotationSerialNumber:       serial,
+		certapiv1alpha1.AnnotationNotAfter:           cert.NotAfter.UTC().Format(time.RFC3339),
+		certapiv1alpha1.AnnotationGeneration:         "1",
 	}
 	for k, v := range wantAnn {
 		if s.Annotations[k] != v {
 			t.Errorf("annotation %s = %q; want %q", k, s.Annotations[k], v)
 		}
 	}
-	renewAt, err := time.Parse(time.RFC3339, s.Annotations[AnnotationRenewalTime])
+	renewAt, err := time.Parse(time.RFC3339, s.Annotations[certapiv1alpha1.AnnotationRenewalTime])
 	if err != nil {
-		t.Fatalf("annotation %s: %v", AnnotationRenewalTime, err)
+		t.Fatalf("annotation %s: %v", certapiv1alpha1.AnnotationRenewalTime, err)
 	}
 	// Two thirds of the lifetime counted from issuance (the backdated minutes do not count).
 	if want := testNow.Add(cert.NotAfter.Sub(testNow) / 3 * 2); renewAt.Sub(want).Abs() > time.Second {
@@ -145,8 +145,8 @@ func TestSyncCreatesSecret(t *testing.T) {
 	}
 	for _, a := range h.kube.Actions() {
 		if a.GetVerb() == "create" && a.GetResource().Resource == "secrets" {
-			if fm := a.(interface{ GetCreateOptions() metav1.CreateOptions }).GetCreateOptions().FieldManager; fm != FieldManager {
-				t.Errorf("field manager %q; want %q", fm, FieldManager)
+			if fm := a.(interface{ GetCreateOptions() metav1.CreateOptions }).GetCreateOptions().FieldManager; fm != certapiv1alpha1.FieldManager {
+				t.Errorf("field manager %q; want %q", fm, certapiv1alpha1.FieldManager)
 			}
 		}
 	}
@@ -186,7 +186,7 @@ func TestSyncRecordsTheRequestUID(t *testing.T) {
 	req := newRequest("webhook", "webhook-svc", "webhook-tls")
 	h := newHarness(t)
 	s := deliveredSecret(t, req, h.ca, h.bundle, testNow)
-	delete(s.Annotations, AnnotationServingCertRequestUID)
+	delete(s.Annotations, certapiv1alpha1.AnnotationServingCertRequestUID)
 	if err := h.kube.Tracker().Add(s); err != nil {
 		t.Fatal(err)
 	}
@@ -202,18 +202,18 @@ func TestSyncRecordsTheRequestUID(t *testing.T) {
 	}
 	for _, a := range h.kube.Actions() {
 		if p, ok := a.(k8stesting.PatchAction); ok {
-			want := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q},"resourceVersion":%q}}`, AnnotationServingCertRequestUID, req.UID, s.ResourceVersion)
+			want := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q},"resourceVersion":%q}}`, certapiv1alpha1.AnnotationServingCertRequestUID, req.UID, s.ResourceVersion)
 			if string(p.GetPatch()) != want {
 				t.Errorf("patch %s; want %s", p.GetPatch(), want)
 			}
 		}
 	}
 	got := getSecret(t, h, "webhook-tls")
-	if got.Annotations[AnnotationServingCertRequestUID] != string(req.UID) || string(got.Data[corev1.TLSCertKey]) != string(s.Data[corev1.TLSCertKey]) {
-		t.Errorf("Secret after the sync: UID %q, same certificate %v", got.Annotations[AnnotationServingCertRequestUID],
+	if got.Annotations[certapiv1alpha1.AnnotationServingCertRequestUID] != string(req.UID) || string(got.Data[corev1.TLSCertKey]) != string(s.Data[corev1.TLSCertKey]) {
+		t.Errorf("Secret after the sync: UID %q, same certificate %v", got.Annotations[certapiv1alpha1.AnnotationServingCertRequestUID],
 			string(got.Data[corev1.TLSCertKey]) == string(s.Data[corev1.TLSCertKey]))
 	}
-	renewAt, _ := time.Parse(time.RFC3339, s.Annotations[AnnotationRenewalTime])
+	renewAt, _ := time.Parse(time.RFC3339, s.Annotations[certapiv1alpha1.AnnotationRenewalTime])
 	if res.After != renewAt.Sub(testNow) {
 		t.Errorf("requeued after %s; want until the renewal time", res.After)
 	}
@@ -257,7 +257,7 @@ func TestSyncConflictLeavesSecretUntouched(t *testing.T) {
 	}
 	wrongType := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Namespace: testNamespace, Name: "webhook-tls", ResourceVersion: "7",
-			Annotations: map[string]string{AnnotationServingCertRequest: "webhook"}},
+			Annotations: map[string]string{certapiv1alpha1.AnnotationServingCertRequest: "webhook"}},
 		Type: corev1.SecretTypeOpaque,
 		Data: map[string][]byte{"password": []byte("hunter2")},
 	}
@@ -358,7 +358,7 @@ func TestSyncAdoptsAnnotatedSecret(t *testing.T) {
 	shipped := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Namespace: testNamespace, Name: "webhook-tls", ResourceVersion: "5",
 			Labels:      map[string]string{"app.kubernetes.io/managed-by": "Helm"},
-			Annotations: map[string]string{AnnotationServingCertRequest: "webhook", "meta.helm.sh/release-name": "webhook"}},
+			Annotations: map[string]string{certapiv1alpha1.AnnotationServingCertRequest: "webhook", "meta.helm.sh/release-name": "webhook"}},
 		Type: corev1.SecretTypeTLS,
 		Data: map[string][]byte{corev1.TLSCertKey: {}, corev1.TLSPrivateKeyKey: {}, "extra": []byte("kept")},
 	}
@@ -370,7 +370,7 @@ func TestSyncAdoptsAnnotatedSecret(t *testing.T) {
 	}
 	s := getSecret(t, h, "webhook-tls")
 	verifyServing(t, s, "webhook-svc.webhooks.svc", testNow)
-	if s.Labels["app.kubernetes.io/managed-by"] != "Helm" || s.Labels[LabelManaged] != "true" ||
+	if s.Labels["app.kubernetes.io/managed-by"] != "Helm" || s.Labels[certapiv1alpha1.LabelManaged] != "true" ||
 		s.Annotations["meta.helm.sh/release-name"] != "webhook" || string(s.Data["extra"]) != "kept" {
 		t.Errorf("adopted Secret lost the chart's metadata or data, or lacks the label: %+v %+v %v", s.Labels, s.Annotations, s.Data["extra"])
 	}
@@ -397,7 +397,7 @@ func TestSyncRenewsInPlace(t *testing.T) {
 	h.cacheSecret(t, first)
 	h.events()
 
-	renewAt, _ := time.Parse(time.RFC3339, first.Annotations[AnnotationRenewalTime])
+	renewAt, _ := time.Parse(time.RFC3339, first.Annotations[certapiv1alpha1.AnnotationRenewalTime])
 	h.clock.SetTime(renewAt)
 	res, _, err := h.c.syncRequest(context.Background(), keyFor(req))
 	if err != nil {
@@ -405,13 +405,13 @@ func TestSyncRenewsInPlace(t *testing.T) {
 	}
 	second := getSecret(t, h, "webhook-tls")
 	cert := verifyServing(t, second, "webhook-svc.webhooks.svc", renewAt)
-	if second.Annotations[AnnotationSerialNumber] == first.Annotations[AnnotationSerialNumber] {
+	if second.Annotations[certapiv1alpha1.AnnotationSerialNumber] == first.Annotations[certapiv1alpha1.AnnotationSerialNumber] {
 		t.Errorf("serial unchanged after renewal")
 	}
 	if !cert.NotBefore.Before(renewAt) || cert.NotAfter.Sub(renewAt) < certapiv1alpha1.DefaultDuration-time.Second {
 		t.Errorf("renewed certificate valid %s..%s; want a fresh one from %s", cert.NotBefore, cert.NotAfter, renewAt)
 	}
-	newRenew, _ := time.Parse(time.RFC3339, second.Annotations[AnnotationRenewalTime])
+	newRenew, _ := time.Parse(time.RFC3339, second.Annotations[certapiv1alpha1.AnnotationRenewalTime])
 	if res.After != newRenew.Sub(renewAt) || res.After <= 0 {
 		t.Errorf("requeued after %s; want %s", res.After, newRenew.Sub(renewAt))
 	}
@@ -419,7 +419,7 @@ func TestSyncRenewsInPlace(t *testing.T) {
 		t.Errorf("Secret writes %v; want create then patch", w)
 	}
 	evs := h.events()
-	if len(evs) != 1 || !strings.HasPrefix(evs[0], "Normal Renewed RenewCertificate") || !strings.Contains(evs[0], second.Annotations[AnnotationSerialNumber]) {
+	if len(evs) != 1 || !strings.HasPrefix(evs[0], "Normal Renewed RenewCertificate") || !strings.Contains(evs[0], second.Annotations[certapiv1alpha1.AnnotationSerialNumber]) {
 		t.Errorf("events %q; want one Normal Renewed with the new serial", evs)
 	}
 
@@ -431,7 +431,7 @@ func TestSyncRenewsInPlace(t *testing.T) {
 		t.Fatalf("bundle sync: %v", err)
 	}
 	third := getSecret(t, h, "webhook-tls")
-	if string(third.Data[keyCABundle]) != string(signer.EncodeBundle(h.ca.Certificate, next.Certificate)) {
+	if string(third.Data[certapiv1alpha1.SecretKeyCABundle]) != string(signer.EncodeBundle(h.ca.Certificate, next.Certificate)) {
 		t.Errorf("ca.crt not updated to the new bundle")
 	}
 	if evs := h.events(); len(evs) != 1 || !strings.Contains(evs[0], "CA bundle changed") {
@@ -479,7 +479,7 @@ func TestSyncStaleCacheDoesNotOverwrite(t *testing.T) {
 	s := getSecret(t, h, "webhook-tls")
 	stale := s.DeepCopy()
 	stale.ResourceVersion = "0-stale"
-	stale.Annotations[AnnotationGeneration] = "0" // the stale cache thinks a re-issue is due
+	stale.Annotations[certapiv1alpha1.AnnotationGeneration] = "0" // the stale cache thinks a re-issue is due
 	h.cacheSecret(t, stale)
 	_, _, err := h.c.syncRequest(context.Background(), keyFor(req))
 	if !apierrors.IsConflict(err) {
@@ -491,7 +491,7 @@ func TestSyncStaleCacheDoesNotOverwrite(t *testing.T) {
 	if !slices.Equal(patchKeys, []string{"data", "metadata"}) || !slices.Equal(dataKeys, []string{"ca.crt", "tls.crt", "tls.key"}) {
 		t.Errorf("patch touches %v, data %v; want only metadata and certapi's three keys", patchKeys, dataKeys)
 	}
-	if after := getSecret(t, h, "webhook-tls"); after.Annotations[AnnotationSerialNumber] != s.Annotations[AnnotationSerialNumber] {
+	if after := getSecret(t, h, "webhook-tls"); after.Annotations[certapiv1alpha1.AnnotationSerialNumber] != s.Annotations[certapiv1alpha1.AnnotationSerialNumber] {
 		t.Errorf("Secret overwritten despite a stale resourceVersion")
 	}
 	if evs := h.events(); len(evs) != 1 {
@@ -601,7 +601,7 @@ func TestSecretsNoRequestNamesMakeNoWork(t *testing.T) {
 	h := newHarness(t)
 	defer h.c.queue.ShutDown()
 	orphan := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: testNamespace, Name: "orphan",
-		Labels: map[string]string{LabelManaged: "true"}, Annotations: map[string]string{AnnotationServingCertRequest: "gone"}}}
+		Labels: map[string]string{certapiv1alpha1.LabelManaged: "true"}, Annotations: map[string]string{certapiv1alpha1.AnnotationServingCertRequest: "gone"}}}
 	h.c.onSecret(viewOf(orphan))
 	if n := h.c.queue.Len(); n != 0 {
 		t.Fatalf("a Secret no request names enqueued %d requests", n)

@@ -24,39 +24,6 @@ import (
 	"github.com/certapi/certapi/pkg/signer"
 )
 
-// Labels and annotations certapi puts on the Secrets it delivers into. They are part of certapi's public
-// contract: an operator pre-creates a Secret (from a Helm chart, Argo CD, ...) annotated
-// AnnotationServingCertRequest=<request name> to hand it to certapi, and the other annotations let anyone
-// see what the Secret holds without parsing it.
-const (
-	// LabelManaged ("true") marks the Secrets certapi writes. certapi watches only Secrets with this
-	// label, never every Secret in the cluster.
-	LabelManaged = "certapi.dev/managed"
-	// AnnotationServingCertRequest names the ServingCertRequest (in the Secret's namespace) that delivers
-	// into the Secret. certapi writes a Secret only when it carries this annotation naming the request.
-	AnnotationServingCertRequest = "certapi.dev/servingcertrequest"
-	// AnnotationServingCertRequestUID is the UID of that ServingCertRequest. certapi records it with
-	// every write; a Secret that records another UID belongs to an earlier request of the same name and
-	// is not written (SecretConflict). A Secret annotated with the name only (handed over from a chart)
-	// is adopted by name, and certapi records the UID.
-	AnnotationServingCertRequestUID = "certapi.dev/servingcertrequest-uid"
-	// AnnotationSerialNumber is the serial of the certificate in tls.crt, lower-case hex.
-	AnnotationSerialNumber = "certapi.dev/serial-number"
-	// AnnotationNotAfter is the notAfter of the certificate in tls.crt, RFC 3339.
-	AnnotationNotAfter = "certapi.dev/not-after"
-	// AnnotationRenewalTime is when certapi renews the certificate in tls.crt, RFC 3339.
-	AnnotationRenewalTime = "certapi.dev/renewal-time"
-	// AnnotationGeneration is the ServingCertRequest metadata.generation the certificate was issued
-	// for; a different generation means the spec changed and the certificate is re-issued.
-	AnnotationGeneration = "certapi.dev/generation"
-	// FieldManager is the field manager of every write certapi makes to a Secret.
-	FieldManager = "certapi"
-)
-
-// keyCABundle is the Secret data key of the CA bundle, next to corev1.TLSCertKey and
-// corev1.TLSPrivateKeyKey; the name cert-manager and Kubernetes' own service-account Secrets use.
-const keyCABundle = "ca.crt"
-
 // keyMarkerPrefix starts the value that stands for tls.key in the controller's Secret cache: the
 // SHA-256 of the key's public half, never the key itself (see secretView).
 const keyMarkerPrefix = "certapi-public-key-sha256:"
@@ -153,7 +120,7 @@ func decide(in decideInput) decision {
 	}
 
 	// The Secret is this request's. From here on the answer is "issue" or "wait".
-	delivered := s.Annotations[AnnotationSerialNumber] != ""
+	delivered := s.Annotations[certapiv1alpha1.AnnotationSerialNumber] != ""
 	held := delivered || s.HasCert
 	issue := func(why string) decision {
 		return decision{Action: actionIssue, Why: why, Renewal: delivered}
@@ -161,10 +128,10 @@ func decide(in decideInput) decision {
 	if !held {
 		return issue(fmt.Sprintf("Secret %q was handed over to certapi and holds no certificate", name))
 	}
-	if s.Labels[LabelManaged] != "true" {
-		return issue(fmt.Sprintf("Secret %q lacks the label %s=true", name, LabelManaged))
+	if s.Labels[certapiv1alpha1.LabelManaged] != "true" {
+		return issue(fmt.Sprintf("Secret %q lacks the label %s=true", name, certapiv1alpha1.LabelManaged))
 	}
-	if gen := s.Annotations[AnnotationGeneration]; gen != strconv.FormatInt(req.Generation, 10) {
+	if gen := s.Annotations[certapiv1alpha1.AnnotationGeneration]; gen != strconv.FormatInt(req.Generation, 10) {
 		return issue(fmt.Sprintf("the request's spec changed (generation %d; the certificate was issued for %q)", req.Generation, gen))
 	}
 	if s.BundleDigest != sha256.Sum256(in.Bundle) {
@@ -184,18 +151,18 @@ func decide(in decideInput) decision {
 		return issue("tls.key is missing or does not belong to tls.crt")
 	}
 	serial := cert.SerialNumber
-	if s.Annotations[AnnotationSerialNumber] != serial {
+	if s.Annotations[certapiv1alpha1.AnnotationSerialNumber] != serial {
 		return issue("the annotations do not describe the certificate in tls.crt")
 	}
-	renewAt, err := time.Parse(time.RFC3339, s.Annotations[AnnotationRenewalTime])
+	renewAt, err := time.Parse(time.RFC3339, s.Annotations[certapiv1alpha1.AnnotationRenewalTime])
 	if err != nil || renewAt.After(cert.NotAfter) {
-		return issue(fmt.Sprintf("the annotation %s is missing or invalid", AnnotationRenewalTime))
+		return issue(fmt.Sprintf("the annotation %s is missing or invalid", certapiv1alpha1.AnnotationRenewalTime))
 	}
 	if !in.Now.Before(renewAt) {
 		return issue(fmt.Sprintf("renewal was due at %s", renewAt.UTC().Format(time.RFC3339)))
 	}
-	if s.Annotations[AnnotationServingCertRequestUID] == "" {
-		return decision{Action: actionRecordUID, Why: fmt.Sprintf("the Secret does not record the request's UID (annotation %s)", AnnotationServingCertRequestUID),
+	if s.Annotations[certapiv1alpha1.AnnotationServingCertRequestUID] == "" {
+		return decision{Action: actionRecordUID, Why: fmt.Sprintf("the Secret does not record the request's UID (annotation %s)", certapiv1alpha1.AnnotationServingCertRequestUID),
 			RenewAt: renewAt, Serial: serial, NotAfter: cert.NotAfter}
 	}
 	return decision{Action: actionNone, RenewAt: renewAt, Serial: serial, NotAfter: cert.NotAfter}
@@ -206,21 +173,21 @@ func decide(in decideInput) decision {
 // req's UID or none. The message names the Secret, why certapi leaves it alone, and the fix.
 func ownership(req *certapiv1alpha1.ServingCertRequest, s *secretView) string {
 	name := s.Name
-	owner := s.Annotations[AnnotationServingCertRequest]
+	owner := s.Annotations[certapiv1alpha1.AnnotationServingCertRequest]
 	annotated := owner != "" // an empty value names no request
-	uid := s.Annotations[AnnotationServingCertRequestUID]
+	uid := s.Annotations[certapiv1alpha1.AnnotationServingCertRequestUID]
 	switch {
 	case annotated && owner != req.Name:
 		return fmt.Sprintf(
 			"Secret %q is delivered to by ServingCertRequest %q (annotation %s=%s); two requests cannot share a Secret: "+
 				"choose another spec.secretName, or annotate the Secret %s=%s to hand it over",
-			name, owner, AnnotationServingCertRequest, owner, AnnotationServingCertRequest, req.Name)
+			name, owner, certapiv1alpha1.AnnotationServingCertRequest, owner, certapiv1alpha1.AnnotationServingCertRequest, req.Name)
 	case annotated && uid != "" && uid != string(req.UID):
 		return fmt.Sprintf(
 			"Secret %q was delivered to by an earlier ServingCertRequest %q with UID %s (annotation %s), not by this one (UID %s): "+
 				"a request deleted and created again is another request. Remove the annotation %s from the Secret to hand it over "+
 				"to this request, or choose another spec.secretName",
-			name, owner, uid, AnnotationServingCertRequestUID, req.UID, AnnotationServingCertRequestUID)
+			name, owner, uid, certapiv1alpha1.AnnotationServingCertRequestUID, req.UID, certapiv1alpha1.AnnotationServingCertRequestUID)
 	case s.Type != corev1.SecretTypeTLS:
 		typ := string(s.Type)
 		if typ == "" {
@@ -233,7 +200,7 @@ func ownership(req *certapiv1alpha1.ServingCertRequest, s *secretView) string {
 	case !annotated:
 		return fmt.Sprintf(
 			"Secret %q exists and was not created by certapi; delete it, or annotate it %s=%s to hand it over",
-			name, AnnotationServingCertRequest, req.Name)
+			name, certapiv1alpha1.AnnotationServingCertRequest, req.Name)
 	case s.Immutable:
 		return fmt.Sprintf(
 			"Secret %q is immutable and certapi must renew it in place; delete it and certapi creates it, "+
@@ -279,7 +246,7 @@ func tallyDistrust(secrets []*secretView, request func(namespace, name string) *
 // delivered reports whether certapi delivers into s now: an existing request, not being deleted, whose
 // spec.secretName names s, and whose Secret s is to write (see ownership).
 func delivered(s *secretView, request func(namespace, name string) *certapiv1alpha1.ServingCertRequest) bool {
-	owner := s.Annotations[AnnotationServingCertRequest]
+	owner := s.Annotations[certapiv1alpha1.AnnotationServingCertRequest]
 	if owner == "" {
 		return false
 	}

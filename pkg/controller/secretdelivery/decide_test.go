@@ -30,7 +30,7 @@ func TestDecide(t *testing.T) {
 	req := newRequest("webhook", "webhook-svc", "webhook-tls")
 	issuedAt := testNow.Add(-time.Hour)
 	current := deliveredSecret(t, req, ca, bundle, issuedAt)
-	renewAt, err := time.Parse(time.RFC3339, current.Annotations[AnnotationRenewalTime])
+	renewAt, err := time.Parse(time.RFC3339, current.Annotations[certapiv1alpha1.AnnotationRenewalTime])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +88,7 @@ func TestDecide(t *testing.T) {
 			name: "adopt an empty Secret annotated for this request (Helm, Argo CD)",
 			secret: &corev1.Secret{
 				ObjectMeta: metav1.ObjectMeta{Namespace: testNamespace, Name: "webhook-tls", ResourceVersion: "3",
-					Annotations: map[string]string{AnnotationServingCertRequest: "webhook", "meta.helm.sh/release-name": "x"}},
+					Annotations: map[string]string{certapiv1alpha1.AnnotationServingCertRequest: "webhook", "meta.helm.sh/release-name": "x"}},
 				Type: corev1.SecretTypeTLS,
 				Data: map[string][]byte{corev1.TLSCertKey: nil, corev1.TLSPrivateKeyKey: nil},
 			},
@@ -98,8 +98,8 @@ func TestDecide(t *testing.T) {
 		{
 			name: "adopt a Secret handed over with someone else's certificate",
 			secret: edit(func(s *corev1.Secret) {
-				delete(s.Labels, LabelManaged)
-				delete(s.Annotations, AnnotationSerialNumber)
+				delete(s.Labels, certapiv1alpha1.LabelManaged)
+				delete(s.Annotations, certapiv1alpha1.AnnotationSerialNumber)
 			}),
 			want:     actionIssue,
 			whyOrMsg: []string{"lacks the label"},
@@ -165,11 +165,11 @@ func TestDecide(t *testing.T) {
 		{
 			name: "re-issue when the renewal annotation is pushed past notAfter",
 			secret: edit(func(s *corev1.Secret) {
-				s.Annotations[AnnotationRenewalTime] = "2099-01-01T00:00:00Z"
+				s.Annotations[certapiv1alpha1.AnnotationRenewalTime] = "2099-01-01T00:00:00Z"
 			}),
 			want:     actionIssue,
 			renewal:  true,
-			whyOrMsg: []string{AnnotationRenewalTime},
+			whyOrMsg: []string{certapiv1alpha1.AnnotationRenewalTime},
 		},
 		{
 			name: "conflict-foreign: a Secret certapi did not create",
@@ -185,7 +185,7 @@ func TestDecide(t *testing.T) {
 		{
 			name: "conflict-foreign: carries the managed label but no annotation",
 			secret: edit(func(s *corev1.Secret) {
-				delete(s.Annotations, AnnotationServingCertRequest)
+				delete(s.Annotations, certapiv1alpha1.AnnotationServingCertRequest)
 			}),
 			want:     actionConflict,
 			whyOrMsg: []string{"was not created by certapi"},
@@ -194,7 +194,7 @@ func TestDecide(t *testing.T) {
 			name: "conflict-type: annotated for this request but Opaque",
 			secret: &corev1.Secret{
 				ObjectMeta: metav1.ObjectMeta{Namespace: testNamespace, Name: "webhook-tls",
-					Annotations: map[string]string{AnnotationServingCertRequest: "webhook"}},
+					Annotations: map[string]string{certapiv1alpha1.AnnotationServingCertRequest: "webhook"}},
 				Type: corev1.SecretTypeOpaque,
 			},
 			want:     actionConflict,
@@ -211,7 +211,7 @@ func TestDecide(t *testing.T) {
 		{
 			name: "conflict-other-request: another request delivers into it",
 			secret: edit(func(s *corev1.Secret) {
-				s.Annotations[AnnotationServingCertRequest] = "other"
+				s.Annotations[certapiv1alpha1.AnnotationServingCertRequest] = "other"
 			}),
 			want: actionConflict,
 			whyOrMsg: []string{`ServingCertRequest "other"`, "choose another spec.secretName",
@@ -220,25 +220,25 @@ func TestDecide(t *testing.T) {
 		{
 			name: "conflict-uid: the Secret records an earlier request's UID (same name, deleted and created again)",
 			secret: edit(func(s *corev1.Secret) {
-				s.Annotations[AnnotationServingCertRequestUID] = "uid-of-an-earlier-webhook"
+				s.Annotations[certapiv1alpha1.AnnotationServingCertRequestUID] = "uid-of-an-earlier-webhook"
 			}),
 			want: actionConflict,
 			whyOrMsg: []string{"earlier ServingCertRequest", "uid-of-an-earlier-webhook", "uid-webhook",
-				"Remove the annotation " + AnnotationServingCertRequestUID},
+				"Remove the annotation " + certapiv1alpha1.AnnotationServingCertRequestUID},
 		},
 		{
 			name: "record the UID on a current Secret written before certapi recorded it",
 			secret: edit(func(s *corev1.Secret) {
-				delete(s.Annotations, AnnotationServingCertRequestUID)
+				delete(s.Annotations, certapiv1alpha1.AnnotationServingCertRequestUID)
 			}),
 			want:      actionRecordUID,
-			whyOrMsg:  []string{AnnotationServingCertRequestUID},
+			whyOrMsg:  []string{certapiv1alpha1.AnnotationServingCertRequestUID},
 			wantRenew: renewAt,
 		},
 		{
 			name: "a Secret without the UID that needs a certificate anyway is re-issued (the write records it)",
 			secret: edit(func(s *corev1.Secret) {
-				delete(s.Annotations, AnnotationServingCertRequestUID)
+				delete(s.Annotations, certapiv1alpha1.AnnotationServingCertRequestUID)
 			}),
 			now:      renewAt,
 			want:     actionIssue,
@@ -309,7 +309,7 @@ func TestDecideCurrentUntilRenewal(t *testing.T) {
 	req.Spec.Duration = &metav1.Duration{Duration: 3 * time.Hour}
 	req.Spec.RenewBefore = &metav1.Duration{Duration: time.Hour}
 	s := deliveredSecret(t, req, ca, bundle, testNow)
-	renewAt, _ := time.Parse(time.RFC3339, s.Annotations[AnnotationRenewalTime])
+	renewAt, _ := time.Parse(time.RFC3339, s.Annotations[certapiv1alpha1.AnnotationRenewalTime])
 	if want := testNow.Add(2 * time.Hour); !renewAt.Equal(want) {
 		t.Fatalf("renewal time %s; want notAfter - renewBefore = %s", renewAt, want)
 	}
@@ -337,7 +337,7 @@ func TestViewSecret(t *testing.T) {
 	req.Spec.DNSNames = []string{"b.webhooks.svc", "a.webhooks.svc"}
 	bundle := signer.EncodeBundle(ca.Certificate)
 	s := deliveredSecret(t, req, ca, bundle, testNow)
-	s.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: FieldManager}}
+	s.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: certapiv1alpha1.FieldManager}}
 	s.Labels["app"] = "x"
 	s.Annotations["meta.helm.sh/release-name"] = "x"
 	s.Data["blob"] = make([]byte, 1<<20)
@@ -354,10 +354,10 @@ func TestViewSecret(t *testing.T) {
 	if v.Namespace != s.Namespace || v.Name != s.Name || v.UID != s.UID || v.ResourceVersion != s.ResourceVersion {
 		t.Errorf("identity %s/%s %s rv %s; want the Secret's", v.Namespace, v.Name, v.UID, v.ResourceVersion)
 	}
-	if len(v.Labels) != 1 || v.Labels[LabelManaged] != "true" || v.ManagedFields != nil {
-		t.Errorf("labels %v, managedFields %v: want only %s", v.Labels, v.ManagedFields, LabelManaged)
+	if len(v.Labels) != 1 || v.Labels[certapiv1alpha1.LabelManaged] != "true" || v.ManagedFields != nil {
+		t.Errorf("labels %v, managedFields %v: want only %s", v.Labels, v.ManagedFields, certapiv1alpha1.LabelManaged)
 	}
-	if _, ok := v.Annotations["meta.helm.sh/release-name"]; ok || v.Annotations[AnnotationServingCertRequest] != "webhook" {
+	if _, ok := v.Annotations["meta.helm.sh/release-name"]; ok || v.Annotations[certapiv1alpha1.AnnotationServingCertRequest] != "webhook" {
 		t.Errorf("annotations %v: want only certapi's", v.Annotations)
 	}
 	cert, err := parseLeaf(s.Data[corev1.TLSCertKey])
@@ -392,7 +392,7 @@ func TestViewSecret(t *testing.T) {
 // summarised as an error, and a certificate with more names than any request can have keeps none.
 func TestViewSecretBounds(t *testing.T) {
 	junk := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: testNamespace, Name: "junk", Labels: map[string]string{LabelManaged: "true"}},
+		ObjectMeta: metav1.ObjectMeta{Namespace: testNamespace, Name: "junk", Labels: map[string]string{certapiv1alpha1.LabelManaged: "true"}},
 		Data:       map[string][]byte{corev1.TLSCertKey: make([]byte, 1<<20), corev1.TLSPrivateKeyKey: []byte("x"), "blob": make([]byte, 1<<20)},
 	}
 	v := viewOf(junk)
@@ -421,11 +421,11 @@ func TestViewSecretBounds(t *testing.T) {
 		t.Fatalf("a certificate with %d names: summary %+v; want TooManyNames and no names", len(names), v.Cert)
 	}
 	req := newRequest("webhook", "webhook-svc", "many")
-	many.Annotations = map[string]string{AnnotationServingCertRequest: "webhook", AnnotationSerialNumber: "7",
-		AnnotationGeneration: "1", AnnotationRenewalTime: testNow.Add(time.Minute).Format(time.RFC3339)}
-	many.Labels = map[string]string{LabelManaged: "true"}
+	many.Annotations = map[string]string{certapiv1alpha1.AnnotationServingCertRequest: "webhook", certapiv1alpha1.AnnotationSerialNumber: "7",
+		certapiv1alpha1.AnnotationGeneration: "1", certapiv1alpha1.AnnotationRenewalTime: testNow.Add(time.Minute).Format(time.RFC3339)}
+	many.Labels = map[string]string{certapiv1alpha1.LabelManaged: "true"}
 	many.Type = corev1.SecretTypeTLS
-	many.Data[keyCABundle] = signer.EncodeBundle(ca.Certificate)
+	many.Data[certapiv1alpha1.SecretKeyCABundle] = signer.EncodeBundle(ca.Certificate)
 	if d := decide(decideInput{Request: req, Secret: viewOf(many), CA: ca.Certificate, Bundle: signer.EncodeBundle(ca.Certificate),
 		ClusterDomain: testDomain, Now: testNow}); d.Action != actionIssue || !strings.Contains(d.Why, "names") {
 		t.Errorf("decide on a certificate with too many names: %s (%s); want a re-issue for its names", d.Action, d.Why)

@@ -135,21 +135,21 @@ func desiredSecret(req *certapiv1alpha1.ServingCertRequest, cert *issued) *corev
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace: req.Namespace,
 			Name:      req.Spec.SecretName,
-			Labels:    map[string]string{LabelManaged: "true"},
+			Labels:    map[string]string{certapiv1alpha1.LabelManaged: "true"},
 			Annotations: map[string]string{
-				AnnotationServingCertRequest:    req.Name,
-				AnnotationServingCertRequestUID: string(req.UID),
-				AnnotationSerialNumber:          cert.SerialNumber,
-				AnnotationNotAfter:              formatTime(cert.NotAfter),
-				AnnotationRenewalTime:           formatTime(cert.RenewalTime),
-				AnnotationGeneration:            strconv.FormatInt(req.Generation, 10),
+				certapiv1alpha1.AnnotationServingCertRequest:    req.Name,
+				certapiv1alpha1.AnnotationServingCertRequestUID: string(req.UID),
+				certapiv1alpha1.AnnotationSerialNumber:          cert.SerialNumber,
+				certapiv1alpha1.AnnotationNotAfter:              formatTime(cert.NotAfter),
+				certapiv1alpha1.AnnotationRenewalTime:           formatTime(cert.RenewalTime),
+				certapiv1alpha1.AnnotationGeneration:            strconv.FormatInt(req.Generation, 10),
 			},
 		},
 		Type: corev1.SecretTypeTLS,
 		Data: map[string][]byte{
-			corev1.TLSCertKey:       []byte(cert.CertificatePEM),
-			corev1.TLSPrivateKeyKey: cert.keyPEM,
-			keyCABundle:             []byte(cert.CABundle),
+			corev1.TLSCertKey:                 []byte(cert.CertificatePEM),
+			corev1.TLSPrivateKeyKey:           cert.keyPEM,
+			certapiv1alpha1.SecretKeyCABundle: []byte(cert.CABundle),
 		},
 	}
 }
@@ -163,7 +163,7 @@ func (c *Controller) write(ctx context.Context, req *certapiv1alpha1.ServingCert
 	if secret == nil {
 		// A create is atomic: if anyone (another request, a Helm chart) made the Secret meanwhile, it fails
 		// with AlreadyExists and the retry sees that Secret.
-		created, err := secrets.Create(ctx, want, metav1.CreateOptions{FieldManager: FieldManager})
+		created, err := secrets.Create(ctx, want, metav1.CreateOptions{FieldManager: certapiv1alpha1.FieldManager})
 		if err != nil {
 			return nil, fmt.Errorf("creating Secret %s/%s: %w", want.Namespace, want.Name, err)
 		}
@@ -184,7 +184,7 @@ func (c *Controller) write(ctx context.Context, req *certapiv1alpha1.ServingCert
 	if err != nil {
 		return nil, fmt.Errorf("encoding the patch of Secret %s/%s: %w", want.Namespace, want.Name, err)
 	}
-	patched, err := secrets.Patch(ctx, want.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
+	patched, err := secrets.Patch(ctx, want.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: certapiv1alpha1.FieldManager})
 	if err != nil {
 		return nil, fmt.Errorf("patching Secret %s/%s: %w", want.Namespace, want.Name, err)
 	}
@@ -198,13 +198,13 @@ func (c *Controller) recordUID(ctx context.Context, req *certapiv1alpha1.Serving
 	patch, err := json.Marshal(map[string]any{
 		"metadata": map[string]any{
 			"resourceVersion": secret.ResourceVersion,
-			"annotations":     map[string]string{AnnotationServingCertRequestUID: string(req.UID)},
+			"annotations":     map[string]string{certapiv1alpha1.AnnotationServingCertRequestUID: string(req.UID)},
 		},
 	})
 	if err != nil {
 		return fmt.Errorf("encoding the patch of Secret %s/%s: %w", secret.Namespace, secret.Name, err)
 	}
-	if _, err := c.kube.CoreV1().Secrets(secret.Namespace).Patch(ctx, secret.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager}); err != nil {
+	if _, err := c.kube.CoreV1().Secrets(secret.Namespace).Patch(ctx, secret.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: certapiv1alpha1.FieldManager}); err != nil {
 		return fmt.Errorf("recording the request's UID on Secret %s/%s: %w", secret.Namespace, secret.Name, err)
 	}
 	klog.FromContext(ctx).V(2).Info("Recorded the request's UID on its Secret", "request", keyOf(req), "secret", secret.Name)
@@ -237,7 +237,7 @@ func (c *Controller) reportWriteFailure(req *certapiv1alpha1.ServingCertRequest,
 		Generation: req.Generation,
 	}
 	if d.Renewal && secret != nil {
-		if notAfter, perr := time.Parse(time.RFC3339, secret.Annotations[AnnotationNotAfter]); perr == nil && now.Before(notAfter) {
+		if notAfter, perr := time.Parse(time.RFC3339, secret.Annotations[certapiv1alpha1.AnnotationNotAfter]); perr == nil && now.Before(notAfter) {
 			ready.Status = metav1.ConditionTrue
 			ready.Reason = status.ReasonRenewing
 			ready.Message = truncateNote(fmt.Sprintf("renewing the certificate in Secret %q (%s) failed, retrying; the current one is valid until %s: %v",

@@ -244,7 +244,7 @@ func verifyServing(tb testing.TB, s *corev1.Secret, dnsName string, at time.Time
 	if err != nil {
 		tb.Fatalf("tls.crt: %v", err)
 	}
-	roots, err := signer.ParseBundle(s.Data[keyCABundle])
+	roots, err := signer.ParseBundle(s.Data[certapiv1alpha1.SecretKeyCABundle])
 	if err != nil {
 		tb.Fatalf("ca.crt: %v", err)
 	}

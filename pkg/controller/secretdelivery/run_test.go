@@ -13,6 +13,7 @@ import (
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
+	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	"github.com/certapi/certapi/pkg/controller"
 	"github.com/certapi/certapi/pkg/controller/status"
 	certapifake "github.com/certapi/certapi/pkg/generated/clientset/versioned/fake"
@@ -146,7 +147,7 @@ func TestRun(t *testing.T) {
 				ev.Regarding.APIVersion == "certapi.dev/v1alpha1" && ev.Type == corev1.EventTypeNormal &&
 				ev.ReportingController == ReportingController && ev.Related != nil && ev.Related.Name == "webhook-tls" {
 				noKeyMaterial(t, ev.Note)
-				return strings.Contains(ev.Note, first.Annotations[AnnotationSerialNumber])
+				return strings.Contains(ev.Note, first.Annotations[certapiv1alpha1.AnnotationSerialNumber])
 			}
 		}
 		return false
@@ -161,7 +162,7 @@ func TestRun(t *testing.T) {
 	e.authority.set(ca, rotated, true)
 	eventually(t, "the new bundle in ca.crt", func() bool {
 		s := e.secret("webhook-tls")
-		return s != nil && string(s.Data[keyCABundle]) == string(rotated)
+		return s != nil && string(s.Data[certapiv1alpha1.SecretKeyCABundle]) == string(rotated)
 	})
 	current := e.secret("webhook-tls")
 
@@ -170,7 +171,7 @@ func TestRun(t *testing.T) {
 	}
 	eventually(t, "the Secret re-created", func() bool {
 		s := e.secret("webhook-tls")
-		return s != nil && s.Annotations[AnnotationSerialNumber] != current.Annotations[AnnotationSerialNumber]
+		return s != nil && s.Annotations[certapiv1alpha1.AnnotationSerialNumber] != current.Annotations[certapiv1alpha1.AnnotationSerialNumber]
 	})
 	verifyServing(t, e.secret("webhook-tls"), "webhook-svc.webhooks.svc", time.Now())
 
@@ -203,8 +204,8 @@ func TestRun(t *testing.T) {
 			continue
 		}
 		lists++
-		if sel != LabelManaged+"=true" {
-			t.Errorf("%s of Secrets with label selector %q; want %s=true", a.GetVerb(), sel, LabelManaged)
+		if sel != certapiv1alpha1.LabelManaged+"=true" {
+			t.Errorf("%s of Secrets with label selector %q; want %s=true", a.GetVerb(), sel, certapiv1alpha1.LabelManaged)
 		}
 	}
 	if lists == 0 {

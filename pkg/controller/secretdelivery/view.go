@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	"github.com/certapi/certapi/pkg/apis/certapi/validation"
 	"github.com/certapi/certapi/pkg/signer"
 )
@@ -23,8 +24,8 @@ const maxCachedNameBytes = maxCachedNames * 253
 
 // cachedAnnotations are the only annotations a secretView keeps: certapi's own.
 var cachedAnnotations = []string{
-	AnnotationServingCertRequest, AnnotationServingCertRequestUID, AnnotationSerialNumber,
-	AnnotationNotAfter, AnnotationRenewalTime, AnnotationGeneration,
+	certapiv1alpha1.AnnotationServingCertRequest, certapiv1alpha1.AnnotationServingCertRequestUID, certapiv1alpha1.AnnotationSerialNumber,
+	certapiv1alpha1.AnnotationNotAfter, certapiv1alpha1.AnnotationRenewalTime, certapiv1alpha1.AnnotationGeneration,
 }
 
 // secretView is all Secret delivery keeps of a Secret, in its cache and from a direct GET: certapi's
@@ -100,8 +101,8 @@ func viewOf(s *corev1.Secret) *secretView {
 		Type:      s.Type,
 		Immutable: s.Immutable != nil && *s.Immutable,
 	}
-	if val, ok := s.Labels[LabelManaged]; ok {
-		v.Labels = map[string]string{LabelManaged: val}
+	if val, ok := s.Labels[certapiv1alpha1.LabelManaged]; ok {
+		v.Labels = map[string]string{certapiv1alpha1.LabelManaged: val}
 	}
 	for _, k := range cachedAnnotations {
 		if val, ok := s.Annotations[k]; ok {
@@ -121,7 +122,7 @@ func viewOf(s *corev1.Secret) *secretView {
 		}
 	}
 	v.KeyMarker = keyMarker(s.Data[corev1.TLSPrivateKeyKey])
-	v.BundleDigest = sha256.Sum256(s.Data[keyCABundle])
+	v.BundleDigest = sha256.Sum256(s.Data[certapiv1alpha1.SecretKeyCABundle])
 	return v
 }
 

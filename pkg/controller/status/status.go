@@ -87,7 +87,7 @@ func (c clientUpdater) UpdateStatus(ctx context.Context, key types.NamespacedNam
 		if !mutate(obj) {
 			return nil
 		}
-		_, err = scrs.UpdateStatus(ctx, obj, metav1.UpdateOptions{FieldManager: "certapi"})
+		_, err = scrs.UpdateStatus(ctx, obj, metav1.UpdateOptions{FieldManager: certapiv1alpha1.FieldManager})
 		if apierrors.IsNotFound(err) {
 			return nil
 		}

@@ -42,9 +42,6 @@ import (
 // a signer-linked bundle), then "ca".
 const Name = "certapi.dev:serving:ca"
 
-// FieldManager is the field manager of every write.
-const FieldManager = "certapi"
-
 // BundleSource gives the trust bundle to publish and says when it changes (the issuer).
 type BundleSource interface {
 	// Bundle returns the current PEM bundle; ok=false means there is none yet: do nothing.
@@ -193,7 +190,7 @@ func (p *Publisher) sync(ctx context.Context, _ string) (controller.Result, erro
 			ObjectMeta: metav1.ObjectMeta{Name: Name},
 			Spec:       certificatesv1.ClusterTrustBundleSpec{SignerName: certapiv1alpha1.PodCertificateSignerName, TrustBundle: want},
 		}
-		if _, err := p.kube.CertificatesV1().ClusterTrustBundles().Create(ctx, b, metav1.CreateOptions{FieldManager: FieldManager}); err != nil {
+		if _, err := p.kube.CertificatesV1().ClusterTrustBundles().Create(ctx, b, metav1.CreateOptions{FieldManager: certapiv1alpha1.FieldManager}); err != nil {
 			if !apierrors.IsAlreadyExists(err) { // the informer has not seen it yet: retried
 				p.setProblem(fmt.Sprintf("creating ClusterTrustBundle %s: %v", Name, err))
 			}
@@ -210,7 +207,7 @@ func (p *Publisher) sync(ctx context.Context, _ string) (controller.Result, erro
 		if err != nil {
 			return controller.Result{}, fmt.Errorf("making the patch of ClusterTrustBundle %s: %w", Name, err)
 		}
-		if _, err := p.kube.CertificatesV1().ClusterTrustBundles().Patch(ctx, Name, types.JSONPatchType, patch, metav1.PatchOptions{FieldManager: FieldManager}); err != nil {
+		if _, err := p.kube.CertificatesV1().ClusterTrustBundles().Patch(ctx, Name, types.JSONPatchType, patch, metav1.PatchOptions{FieldManager: certapiv1alpha1.FieldManager}); err != nil {
 			if !stale(err) {
 				p.setProblem(fmt.Sprintf("updating ClusterTrustBundle %s: %v", Name, err))
 			}

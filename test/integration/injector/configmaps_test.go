@@ -8,6 +8,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	"github.com/certapi/certapi/pkg/controller/injector"
 )
 
@@ -50,7 +51,7 @@ func TestConfigMaps(t *testing.T) {
 	immutable := `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"namespace":"` + ns + `","name":"frozen","annotations":{"certapi.dev/inject-ca-bundle":"true"}},"immutable":true}`
 	e.mustApply(injector.KindConfigMap, ns+"/frozen", immutable, "owner")
 	e.mustApply(injector.KindConfigMap, ns+"/other", configMapManifest(ns, "other", nil, map[string]string{"x": "y"}), "owner")
-	claimed := map[string]string{injector.AnnotationInject: "true", "service.beta.openshift.io/inject-cabundle": "true"}
+	claimed := map[string]string{certapiv1alpha1.AnnotationInjectCABundle: "true", "service.beta.openshift.io/inject-cabundle": "true"}
 	e.mustApply(injector.KindConfigMap, ns+"/claimed", configMapManifest(ns, "claimed", claimed, nil), "owner")
 	e.waitFor("the Summary to count the ConfigMaps", injectionBound, func(context.Context) (bool, error) {
 		s := e.inj.Summary()

@@ -25,6 +25,7 @@ import (
 	"k8s.io/client-go/tools/events"
 	aggregatorclient "k8s.io/kube-aggregator/pkg/client/clientset_generated/clientset"
 
+	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	"github.com/certapi/certapi/pkg/controller"
 	"github.com/certapi/certapi/pkg/controller/injector"
 	"github.com/certapi/certapi/pkg/signer"
@@ -467,7 +468,7 @@ func jsonMap(m map[string]string) string {
 	return "{" + strings.Join(parts, ",") + "}"
 }
 
-var optIn = map[string]string{injector.AnnotationInject: "true"}
+var optIn = map[string]string{certapiv1alpha1.AnnotationInjectCABundle: "true"}
 
 // newBundle returns the PEM bundle of n fresh CAs.
 func newBundle(tb testing.TB, n int) []byte {

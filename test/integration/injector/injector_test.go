@@ -12,6 +12,7 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	"github.com/certapi/certapi/pkg/controller/injector"
 )
 
@@ -30,7 +31,7 @@ const leftAlone = 1500 * time.Millisecond
 // certapiEntry returns certapi's managedFields entry of an object, or nil.
 func certapiEntry(entries []metav1.ManagedFieldsEntry) *metav1.ManagedFieldsEntry {
 	for i := range entries {
-		if entries[i].Manager == injector.FieldManager {
+		if entries[i].Manager == certapiv1alpha1.FieldManager {
 			return &entries[i]
 		}
 	}
@@ -76,7 +77,7 @@ func TestWebhookConfigurations(t *testing.T) {
 	// managedFields: certapi, an Update, owning the two caBundles and nothing else.
 	entry := certapiEntry(o.ManagedFields)
 	if entry == nil {
-		t.Fatalf("no managedFields entry for %q: %+v", injector.FieldManager, o.ManagedFields)
+		t.Fatalf("no managedFields entry for %q: %+v", certapiv1alpha1.FieldManager, o.ManagedFields)
 	}
 	want := `{"f:webhooks":{"k:{\"name\":\"a.example.com\"}":{"f:clientConfig":{"f:caBundle":{}}},"k:{\"name\":\"b.example.com\"}":{"f:clientConfig":{"f:caBundle":{}}}}}`
 	if entry.Operation != metav1.ManagedFieldsOperationUpdate || string(entry.FieldsV1.Raw) != want {
@@ -351,7 +352,7 @@ func TestAnnotationRemoved(t *testing.T) {
 	e.mustApply(injector.KindValidatingWebhookConfiguration, "given-up", webhookManifest(injector.KindValidatingWebhookConfiguration, "given-up", optIn, "a.example.com"), "owner")
 	e.waitFor("the injection", injectionBound, e.vwcHolds("given-up", bundle))
 
-	if err := e.patch(injector.KindValidatingWebhookConfiguration, "given-up", "owner", fmt.Sprintf(`{"metadata":{"annotations":{%q:null}}}`, injector.AnnotationInject)); err != nil {
+	if err := e.patch(injector.KindValidatingWebhookConfiguration, "given-up", "owner", fmt.Sprintf(`{"metadata":{"annotations":{%q:null}}}`, certapiv1alpha1.AnnotationInjectCABundle)); err != nil {
 		t.Fatal(err)
 	}
 	e.waitFor("the object to leave the Summary", injectionBound, func(context.Context) (bool, error) {
@@ -376,9 +377,9 @@ func TestOtherInjectors(t *testing.T) {
 	bundle := newBundle(t, 1)
 	e := newEnv(t, bundle)
 	e.start(nil)
-	certManager := map[string]string{injector.AnnotationInject: "true", "cert-manager.io/inject-ca-from": "webhooks/serving-cert"}
+	certManager := map[string]string{certapiv1alpha1.AnnotationInjectCABundle: "true", "cert-manager.io/inject-ca-from": "webhooks/serving-cert"}
 	e.mustApply(injector.KindValidatingWebhookConfiguration, "claimed", webhookManifest(injector.KindValidatingWebhookConfiguration, "claimed", certManager, "a.example.com"), "owner")
-	serviceCA := map[string]string{injector.AnnotationInject: "true", "service.beta.openshift.io/inject-cabundle": "true"}
+	serviceCA := map[string]string{certapiv1alpha1.AnnotationInjectCABundle: "true", "service.beta.openshift.io/inject-cabundle": "true"}
 	e.mustApply(injector.KindAPIService, "v1.claimed.example.com", apiServiceManifest("claimed.example.com", serviceCA, `"service":{"namespace":"ext","name":"ext-api"}`), "owner")
 
 	e.waitFor("both refused in the Summary", injectionBound, func(context.Context) (bool, error) {
@@ -403,7 +404,7 @@ func TestOtherInjectors(t *testing.T) {
 			ev, err = e.warningEvent(ctx, c.kind, c.name, injector.ReasonClaimedByAnotherInjector)
 			return ev != nil, err
 		})
-		if !strings.Contains(ev.note, c.claim) || !strings.Contains(ev.note, injector.AnnotationInject) || ev.controller != injector.ReportingController {
+		if !strings.Contains(ev.note, c.claim) || !strings.Contains(ev.note, certapiv1alpha1.AnnotationInjectCABundle) || ev.controller != injector.ReportingController {
 			t.Errorf("Event on %s: %+v", c.name, ev)
 		}
 		if strings.Contains(ev.note, "PRIVATE KEY") || strings.Contains(ev.note, "BEGIN") {
@@ -436,7 +437,7 @@ func TestTriggerAndSummary(t *testing.T) {
 	e.mustApply(injector.KindCustomResourceDefinition, "triggers.example.com", crdManifest("triggers", optIn, webhookConversion), "owner")
 	e.mustApply(injector.KindAPIService, "v1.trigger.example.com", apiServiceManifest("trigger.example.com", optIn, svc), "owner")
 	e.mustApply(injector.KindValidatingWebhookConfiguration, "t-foreign", webhookManifest(injector.KindValidatingWebhookConfiguration, "t-foreign",
-		map[string]string{injector.AnnotationInject: "true", "cert-manager.io/inject-apiserver-ca": "true"}, "a.example.com"), "owner")
+		map[string]string{certapiv1alpha1.AnnotationInjectCABundle: "true", "cert-manager.io/inject-apiserver-ca": "true"}, "a.example.com"), "owner")
 	// Not opted in: not counted, not touched.
 	e.mustApply(injector.KindValidatingWebhookConfiguration, "t-other", webhookManifest(injector.KindValidatingWebhookConfiguration, "t-other", nil, "a.example.com"), "owner")
 

@@ -11,7 +11,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/certapi/certapi/pkg/controller/injector"
+	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 )
 
 // scaleTargets is DESIGN.md's rotation target: "every one of 1,000 opted-in webhook configurations
@@ -51,7 +51,7 @@ func TestScaleThousandWebhookConfigurations(t *testing.T) {
 					ObjectMeta: metav1.ObjectMeta{
 						Name:        fmt.Sprintf("scale-%04d", n),
 						Labels:      map[string]string{label: "scale"},
-						Annotations: map[string]string{injector.AnnotationInject: "true"},
+						Annotations: map[string]string{certapiv1alpha1.AnnotationInjectCABundle: "true"},
 					},
 					Webhooks: []admissionregistrationv1.ValidatingWebhook{{
 						Name:                    fmt.Sprintf("w%d.example.com", n),

@@ -145,8 +145,8 @@ func TestClusterTrustBundle(t *testing.T) {
 	if b.Spec.SignerName != certapiv1alpha1.PodCertificateSignerName {
 		t.Errorf("signerName %q", b.Spec.SignerName)
 	}
-	if len(b.ManagedFields) != 1 || b.ManagedFields[0].Manager != trustbundle.FieldManager {
-		t.Errorf("managedFields = %+v; want one entry of %s", b.ManagedFields, trustbundle.FieldManager)
+	if len(b.ManagedFields) != 1 || b.ManagedFields[0].Manager != certapiv1alpha1.FieldManager {
+		t.Errorf("managedFields = %+v; want one entry of %s", b.ManagedFields, certapiv1alpha1.FieldManager)
 	}
 	// Pods find it by signer name, as a clusterTrustBundle projection with signerName does.
 	bySigner, err := ctbs.List(ctx, metav1.ListOptions{FieldSelector: "spec.signerName=" + certapiv1alpha1.PodCertificateSignerName})

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/certapi/certapi/pkg/apis/certapi"
+	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 )
 
 const (
@@ -279,8 +280,8 @@ func ValidateCertificateAuthorityStatusUpdate(newObj, oldObj *certapi.Certificat
 }
 
 func validateCAName(name string, prefix bool) []string {
-	if name != certapi.CertificateAuthorityName || prefix {
-		return []string{fmt.Sprintf("the cluster has exactly one CertificateAuthority; only the name %q is accepted", certapi.CertificateAuthorityName)}
+	if name != certapiv1alpha1.CertificateAuthorityName || prefix {
+		return []string{fmt.Sprintf("the cluster has exactly one CertificateAuthority; only the name %q is accepted", certapiv1alpha1.CertificateAuthorityName)}
 	}
 	return nil
 }

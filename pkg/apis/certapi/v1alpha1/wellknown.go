@@ -1,0 +1,46 @@
+package v1alpha1
+
+// Well-known names of certapi's API, declared once here and used by the server, both kubectl plugins,
+// pkg/servingcert and the tests: they are part of the public contract, so a copy that drifts would be a
+// silent break for every user.
+
+// CertificateAuthorityName is the name of the only CertificateAuthority object that may exist.
+const CertificateAuthorityName = "default"
+
+// FieldManager is the field manager of every write the certapi server makes (Secrets, caBundle fields,
+// ConfigMaps, ClusterTrustBundles, status), so that managedFields show which fields certapi owns.
+const FieldManager = "certapi"
+
+// AnnotationInjectCABundle opts a webhook configuration, CRD, APIService or ConfigMap in to caBundle
+// injection when its value is "true".
+const AnnotationInjectCABundle = "certapi.dev/inject-ca-bundle"
+
+// Labels and annotations certapi puts on the Secrets it delivers into. An operator pre-creates a Secret
+// (from a Helm chart, Argo CD, ...) annotated AnnotationServingCertRequest=<request name> to hand it to
+// certapi, and the other annotations let anyone see what the Secret holds without parsing it.
+const (
+	// LabelManaged ("true") marks the Secrets certapi writes. certapi watches only Secrets with this
+	// label, never every Secret in the cluster.
+	LabelManaged = "certapi.dev/managed"
+	// AnnotationServingCertRequest names the ServingCertRequest (in the Secret's namespace) that delivers
+	// into the Secret. certapi writes a Secret only when it carries this annotation naming the request.
+	AnnotationServingCertRequest = "certapi.dev/servingcertrequest"
+	// AnnotationServingCertRequestUID is the UID of that ServingCertRequest. certapi records it with
+	// every write; a Secret that records another UID belongs to an earlier request of the same name and
+	// is not written (SecretConflict). A Secret annotated with the name only (handed over from a chart)
+	// is adopted by name, and certapi records the UID.
+	AnnotationServingCertRequestUID = "certapi.dev/servingcertrequest-uid"
+	// AnnotationSerialNumber is the serial of the certificate in tls.crt, lower-case hex.
+	AnnotationSerialNumber = "certapi.dev/serial-number"
+	// AnnotationNotAfter is the notAfter of the certificate in tls.crt, RFC 3339.
+	AnnotationNotAfter = "certapi.dev/not-after"
+	// AnnotationRenewalTime is when certapi renews the certificate in tls.crt, RFC 3339.
+	AnnotationRenewalTime = "certapi.dev/renewal-time"
+	// AnnotationGeneration is the ServingCertRequest metadata.generation the certificate was issued
+	// for; a different generation means the spec changed and the certificate is re-issued.
+	AnnotationGeneration = "certapi.dev/generation"
+)
+
+// SecretKeyCABundle is the data key of the CA bundle in a Secret certapi delivers, next to tls.crt and
+// tls.key: the name cert-manager and Kubernetes' own service-account Secrets use.
+const SecretKeyCABundle = "ca.crt"
