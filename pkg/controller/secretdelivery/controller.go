@@ -50,15 +50,13 @@ const secretNameIndex = "certapi.dev/secret-delivery-secretName"
 
 // Timing. Not options: they are part of the behaviour the design promises.
 const (
-	// notSigningRetry is how soon a request is looked at again when the Authority cannot sign (this
-	// replica is losing leadership, or the new leader has not loaded its CA yet).
-	notSigningRetry = 2 * time.Second
 	// Failed syncs (API errors) back off per request from errorBackoffBase to errorBackoffMax.
 	errorBackoffBase = 500 * time.Millisecond
 	errorBackoffMax  = 5 * time.Minute
-	// A request in conflict is looked at again from conflictBackoffBase to conflictBackoffMax, besides
-	// at once on any change to the request or to a certapi Secret of that name. A foreign Secret is not
-	// in the cache, so its deletion or hand-over is noticed within conflictBackoffMax.
+	// A request in conflict is looked at again at once on any change to the request or to its Secret:
+	// a certapi Secret through the cache, any other through a watch of that Secret alone
+	// (conflictwatch.go). Only beyond maxConflictWatches is it looked at again on a timer, from
+	// conflictBackoffBase to conflictBackoffMax.
 	conflictBackoffBase = 2 * time.Second
 	conflictBackoffMax  = time.Minute
 	// DefaultWorkers is the number of Secrets delivered concurrently when Options.Workers is zero. The
@@ -104,6 +102,7 @@ type Controller struct {
 
 	queue           *controller.Queue[types.NamespacedName]
 	conflictBackoff workqueue.TypedRateLimiter[types.NamespacedName]
+	conflicts       *conflictWatches
 
 	mu       sync.Mutex
 	reported map[types.NamespacedName]string // the conflict last reported per request
@@ -112,6 +111,9 @@ type Controller struct {
 	readFirst map[types.NamespacedName]struct{}
 	// seenCA and seenBundle are the signing CA and bundle the Secrets were last examined against.
 	seenCA, seenBundle []byte
+	// notSigning holds the requests looked at while the Authority could not sign (the lease is not known
+	// alive, or the CA is not loaded yet); the Authority's next change enqueues them again.
+	notSigning map[types.NamespacedName]struct{}
 
 	ran atomic.Bool
 	// onChange is Options.OnChange, or a no-op.
@@ -135,14 +137,15 @@ func New(o Options) (*Controller, error) {
 		return nil, fmt.Errorf("secretdelivery: Options.Workers is %d; expected 0 (default %d) or more", o.Workers, DefaultWorkers)
 	}
 	c := &Controller{
-		kube:      o.Context.Kube,
-		authority: o.Authority,
-		status:    o.Status,
-		clock:     o.Clock,
-		recorder:  o.Context.Recorder(ReportingController),
-		reported:  map[types.NamespacedName]string{},
-		readFirst: map[types.NamespacedName]struct{}{},
-		onChange:  o.OnChange,
+		kube:       o.Context.Kube,
+		authority:  o.Authority,
+		status:     o.Status,
+		clock:      o.Clock,
+		recorder:   o.Context.Recorder(ReportingController),
+		reported:   map[types.NamespacedName]string{},
+		readFirst:  map[types.NamespacedName]struct{}{},
+		notSigning: map[types.NamespacedName]struct{}{},
+		onChange:   o.OnChange,
 
 		clusterDomain: o.Context.ClusterDomain,
 	}
@@ -186,6 +189,7 @@ func New(o Options) (*Controller, error) {
 		},
 	})
 	c.conflictBackoff = workqueue.NewTypedItemExponentialFailureRateLimiter[types.NamespacedName](conflictBackoffBase, conflictBackoffMax)
+	c.conflicts = newConflictWatches(c.kube, c.enqueueForSecret)
 	return c, nil
 }
 
@@ -235,7 +239,9 @@ func (c *Controller) Run(ctx context.Context) error {
 		if c.authorityChanged() {
 			n := c.enqueueAll()
 			logger.Info("CA bundle or signing CA changed; re-examining every delivered Secret", "requests", n)
+			return
 		}
+		c.enqueueNotSigning()
 	}))()
 	logger.Info("Delivering certificates into Secrets")
 	c.queue.Run(ctx)
@@ -352,8 +358,8 @@ func (c *Controller) enqueueForSecret(namespace, name string) {
 func (c *Controller) sync(ctx context.Context, key types.NamespacedName) (controller.Result, error) {
 	res, conflict, err := c.syncRequest(ctx, key)
 	if conflict {
-		// A request in conflict is looked at again with a backoff of its own, besides at once on any
-		// change to it or to a certapi Secret of that name.
+		// Nothing will push a change of this Secret (see maxConflictWatches): look again with a backoff
+		// of the request's own, besides at once on any change to the request.
 		res.After = c.conflictBackoff.When(key)
 	} else if err == nil {
 		c.conflictBackoff.Forget(key)
@@ -361,7 +367,8 @@ func (c *Controller) sync(ctx context.Context, key types.NamespacedName) (contro
 	return res, err
 }
 
-// syncRequest brings one request's Secret up to date; conflict says it is in conflict with a Secret.
+// syncRequest brings one request's Secret up to date; conflict says it is in conflict with a Secret
+// whose changes nothing pushes, so that it must be looked at again on a timer.
 func (c *Controller) syncRequest(ctx context.Context, key types.NamespacedName) (res controller.Result, conflict bool, err error) {
 	res, conflict, err = c.syncOnce(ctx, key)
 	if errors.Is(err, errExists) {
@@ -391,7 +398,8 @@ func (c *Controller) syncOnce(ctx context.Context, key types.NamespacedName) (re
 	}
 	ca, bundle, ok := c.authority.Signing()
 	if !ok || ca == nil {
-		return controller.Result{After: notSigningRetry}, false, nil
+		c.waitForSigning(key)
+		return res, false, nil
 	}
 	secret, err := c.getSecret(ctx, req)
 	if err != nil {
@@ -419,6 +427,10 @@ func (c *Controller) syncOnce(ctx context.Context, key types.NamespacedName) (re
 		return controller.Result{After: d.RenewAt.Sub(now)}, false, nil
 	case actionConflict:
 		c.reportConflict(req, secret, d.Conflict)
+		// A certapi Secret is in the cache, whose events wake the request; any other is watched.
+		if c.cachedSecret(secret.Namespace, secret.Name) != nil || c.conflicts.watch(ctx, key, secret) {
+			return res, false, nil
+		}
 		return res, true, nil
 	case actionCreate, actionIssue:
 		renewAt, err := c.deliver(ctx, req, secret, now, d)
@@ -555,12 +567,40 @@ func (c *Controller) clearStaleConflict(req *certapiv1alpha1.ServingCertRequest)
 	c.status.SetReady(keyOf(req), ready)
 }
 
-// forgetConflict drops the conflict remembered for key, and that its Secret must be read first.
+// forgetConflict drops the conflict remembered for key, that its Secret must be read first, and the
+// watch of that Secret.
 func (c *Controller) forgetConflict(key types.NamespacedName) {
 	c.mu.Lock()
 	delete(c.reported, key)
 	delete(c.readFirst, key)
 	c.mu.Unlock()
+	c.conflicts.release(key)
+}
+
+// waitForSigning remembers that key was looked at while the Authority could not sign. The Authority
+// tells its listeners when signing resumes (leadership, a loaded CA, a renewed lease); should that have
+// happened between the caller's look and now, the requests are enqueued at once.
+func (c *Controller) waitForSigning(key types.NamespacedName) {
+	c.mu.Lock()
+	c.notSigning[key] = struct{}{}
+	c.mu.Unlock()
+	if ca, _, ok := c.authority.Signing(); ok && ca != nil {
+		c.enqueueNotSigning()
+	}
+}
+
+// enqueueNotSigning enqueues the requests that waited for the Authority to sign, if it signs now.
+func (c *Controller) enqueueNotSigning() {
+	if ca, _, ok := c.authority.Signing(); !ok || ca == nil {
+		return
+	}
+	c.mu.Lock()
+	keys := c.notSigning
+	c.notSigning = map[types.NamespacedName]struct{}{}
+	c.mu.Unlock()
+	for k := range keys {
+		c.queue.Add(k)
+	}
 }
 
 func keyOf(req *certapiv1alpha1.ServingCertRequest) types.NamespacedName {

@@ -296,9 +296,13 @@ func TestSyncConflictLeavesSecretUntouched(t *testing.T) {
 				if err != nil {
 					t.Fatalf("sync %d: %v", i, err)
 				}
-				if !conflict || res.After != 0 {
-					t.Errorf("sync %d: result %+v; want a conflict backoff", i, res)
+				// No timer: the cache (a certapi Secret) or a watch of the Secret wakes the request.
+				if conflict || res.After != 0 {
+					t.Errorf("sync %d: result %+v, conflict backoff %t; want neither", i, res, conflict)
 				}
+			}
+			if n, want := h.c.conflicts.active(), map[bool]int{false: 1, true: 0}[tt.cached]; n != want {
+				t.Errorf("%d Secrets watched; want %d (only a Secret not in the cache)", n, want)
 			}
 			if after := getSecret(t, h, "webhook-tls"); !reflect.DeepEqual(before, after) {
 				t.Errorf("Secret changed:\nbefore %+v\nafter  %+v", before, after)
@@ -513,7 +517,8 @@ func TestSyncNoop(t *testing.T) {
 		{name: "skip-no-secretName", req: newRequest("plain", "webhook-svc", "")},
 		{name: "request deleted"},
 		{name: "request being deleted", req: deleting},
-		{name: "not signing: requeue shortly", req: newRequest("webhook", "webhook-svc", "webhook-tls"), notSigned: true, wantAfter: notSigningRetry},
+		// Not signing: no timer; the Authority's change enqueues it (TestNotSigningWaitsForTheAuthority).
+		{name: "not signing", req: newRequest("webhook", "webhook-svc", "webhook-tls"), notSigned: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -610,5 +615,31 @@ func TestSecretsNoRequestNamesMakeNoWork(t *testing.T) {
 	h.c.onSecret(viewOf(orphan))
 	if n := h.c.queue.Len(); n != 1 {
 		t.Fatalf("a Secret annotated for an existing request enqueued %d requests; want 1", n)
+	}
+}
+
+// TestNotSigningWaitsForTheAuthority: a request looked at while the Authority cannot sign is not
+// retried on a timer; it is enqueued when the Authority signs again, and only then.
+func TestNotSigningWaitsForTheAuthority(t *testing.T) {
+	h := newHarness(t)
+	req := newRequest("webhook", "webhook-svc", "webhook-tls")
+	h.addRequest(t, req)
+	h.authority.set(nil, nil, false)
+	res, _, err := h.c.syncRequest(context.Background(), keyFor(req))
+	if err != nil || res.After != 0 {
+		t.Fatalf("sync while not signing: %+v, %v; want no timer and no error", res, err)
+	}
+	h.c.enqueueNotSigning() // the Authority changed, but still does not sign
+	if n := h.c.queue.Len(); n != 0 {
+		t.Fatalf("queue holds %d keys while the Authority does not sign; want 0", n)
+	}
+	h.authority.set(h.ca, h.bundle, true)
+	h.c.enqueueNotSigning() // what Run's listener does on that change
+	if n := h.c.queue.Len(); n != 1 {
+		t.Fatalf("queue holds %d keys after signing resumed; want the waiting request", n)
+	}
+	h.c.enqueueNotSigning()
+	if n := h.c.queue.Len(); n != 1 {
+		t.Errorf("queue holds %d keys after a second change; want the request once", n)
 	}
 }

@@ -7,7 +7,10 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	kubefake "k8s.io/client-go/kubernetes/fake"
@@ -81,7 +84,21 @@ func copyingWatches(cs fakeClientset) {
 		if err != nil {
 			return false, nil, err
 		}
+		labelSel, err := labels.Parse(opts.LabelSelector)
+		if err != nil {
+			return true, nil, err
+		}
+		fieldSel, err := fields.ParseSelector(opts.FieldSelector)
+		if err != nil {
+			return true, nil, err
+		}
 		return true, watch.Filter(w, func(ev watch.Event) (watch.Event, bool) {
+			if m, err := meta.Accessor(ev.Object); err == nil {
+				if !labelSel.Matches(labels.Set(m.GetLabels())) ||
+					!fieldSel.Matches(fields.Set{"metadata.name": m.GetName(), "metadata.namespace": m.GetNamespace()}) {
+					return ev, false
+				}
+			}
 			if ev.Object != nil {
 				ev.Object = ev.Object.DeepCopyObject()
 			}
@@ -236,4 +253,57 @@ func TestRunAcrossLeadershipTerms(t *testing.T) {
 			t.Fatalf("term %d: %v", term, err)
 		}
 	}
+}
+
+// TestRunWakesOnPushedChanges: with real informers, a request that waited for the Authority to sign is
+// delivered when the Authority says it signs again (same CA: no bundle change), and a request in
+// conflict with a Secret that is not certapi's is delivered when that Secret is handed over, through the
+// watch of that Secret: no timer is involved in either (the syncs' results are checked in the unit tests).
+func TestRunWakesOnPushedChanges(t *testing.T) {
+	e := newRunEnv(t)
+	ca, bundle, _ := e.authority.Signing()
+	cc := newTestContext(t, e.kube, e.certapi)
+	c, err := New(Options{Context: cc, Authority: e.authority, Status: e.status, Workers: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := start(t, cc, c)
+	defer func() { _ = stop() }()
+	ctx := context.Background()
+
+	e.authority.set(ca, bundle, false)
+	waiting := newRequest("waiting", "waiting-svc", "waiting-tls")
+	if _, err := e.certapi.CertapiV1alpha1().ServingCertRequests(testNamespace).Create(ctx, waiting, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the request to wait for signing", func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		_, ok := c.notSigning[keyFor(waiting)]
+		return ok
+	})
+	e.authority.set(ca, bundle, true)
+	eventually(t, "the Secret of the request that waited for signing", func() bool { return e.secret("waiting-tls") != nil })
+
+	// The fake clientset keeps the resourceVersion it is given and makes none; kube-apiserver always does.
+	foreign := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: testNamespace, Name: "taken-tls", ResourceVersion: "1"}, Type: corev1.SecretTypeTLS,
+		Data: map[string][]byte{corev1.TLSCertKey: nil, corev1.TLSPrivateKeyKey: nil}}
+	if _, err := e.kube.CoreV1().Secrets(testNamespace).Create(ctx, foreign, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	taken := newRequest("taken", "taken-svc", "taken-tls")
+	if _, err := e.certapi.CertapiV1alpha1().ServingCertRequests(testNamespace).Create(ctx, taken, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a watch of the Secret in conflict", func() bool { return c.conflicts.active() == 1 })
+	handed := foreign.DeepCopy()
+	handed.Annotations = map[string]string{certapiv1alpha1.AnnotationServingCertRequest: "taken"}
+	if _, err := e.kube.CoreV1().Secrets(testNamespace).Update(ctx, handed, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the handed-over Secret delivered to", func() bool {
+		s := e.secret("taken-tls")
+		return s != nil && len(s.Data[corev1.TLSCertKey]) > 0
+	})
+	eventually(t, "the watch of the Secret closed once the conflict is over", func() bool { return c.conflicts.active() == 0 })
 }
