@@ -14,16 +14,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/tools/cache"
-	watchtools "k8s.io/client-go/tools/watch"
 	cmdutil "k8s.io/kubectl/pkg/cmd/util"
 	"k8s.io/kubectl/pkg/util/templates"
 
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
+	"github.com/certapi/certapi/pkg/cawatch"
 	certapiclient "github.com/certapi/certapi/pkg/generated/clientset/versioned/typed/certapi/v1alpha1"
 )
 
@@ -350,39 +346,9 @@ func followRotation(ctx context.Context, client certapiclient.CertificateAuthori
 		return start, nil
 	}
 
-	selector := fields.OneTermEqualSelector("metadata.name", certapiv1alpha1.CertificateAuthorityName).String()
-	lw := cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-			opts.FieldSelector = selector
-			return client.List(ctx, opts)
-		},
-		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-			opts.FieldSelector = selector
-			return client.Watch(ctx, opts)
-		},
-	}, client)
-	check := func(obj any) (bool, error) {
-		ca, ok := obj.(*certapiv1alpha1.CertificateAuthority)
-		if !ok {
-			return false, fmt.Errorf("watching %s: unexpected object %T", caResource, obj)
-		}
+	err := cawatch.Follow(waitCtx, client, cawatch.Options{}, func(ca *certapiv1alpha1.CertificateAuthority) (bool, error) {
 		return observe(ca), nil
-	}
-	precondition := func(store cache.Store) (bool, error) {
-		obj, exists, err := store.GetByKey(certapiv1alpha1.CertificateAuthorityName)
-		if err != nil || !exists {
-			return false, err
-		}
-		return check(obj)
-	}
-	condition := func(ev watch.Event) (bool, error) {
-		switch ev.Type {
-		case watch.Added, watch.Modified:
-			return check(ev.Object)
-		}
-		return false, nil
-	}
-	_, err := watchtools.UntilWithSync(waitCtx, lw, &certapiv1alpha1.CertificateAuthority{}, precondition, condition)
+	})
 	switch {
 	case err == nil:
 		announceDone(goal, last, say)
