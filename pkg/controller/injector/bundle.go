@@ -36,8 +36,9 @@ func (i *Injector) currentCanonical() canonicalBundle {
 	return i.canonical(raw)
 }
 
-// canonical parses a PEM bundle and re-encodes it with signer.EncodeBundle (deduplicated, in order).
-// A bundle that does not parse is an error: writing it would break every target at once.
+// canonical is raw as signer.CanonicalBundle makes it, with its digests; it parses the bundle itself
+// because the set digest needs the certificates. A bundle that does not parse is an error: writing it
+// would break every target at once.
 func (i *Injector) canonical(raw []byte) canonicalBundle {
 	in := digestOf(raw)
 	i.bundleMu.Lock()

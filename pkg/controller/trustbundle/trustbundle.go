@@ -235,13 +235,10 @@ func (p *Publisher) want() (string, bool, error) {
 	return s, err == nil, err
 }
 
-// canonical is the bundle as the injector writes it: parsed, deduplicated, in order.
+// canonical is the bundle as every target is written (signer.CanonicalBundle).
 func canonical(raw []byte) (string, error) {
-	certs, err := signer.ParseBundle(raw)
-	if err != nil {
-		return "", err
-	}
-	return string(signer.EncodeBundle(certs...)), nil
+	b, err := signer.CanonicalBundle(raw)
+	return string(b), err
 }
 
 func (p *Publisher) setProblem(msg string) {
