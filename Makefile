@@ -110,7 +110,7 @@ e2e: tools build images
 ## under test/ side by side (two jobs; each one's output is printed whole when it ends). Building the unit
 ## tests under the race detector keeps both cores busy, while the tests under test/ leave about half of a
 ## 2-core machine idle as they wait on their processes (cold, 45 min 45 s against 53 min one after the other;
-## README "Measured"). The unit tests bind only ephemeral ports, test/framework's processes ports below that range.
+## docs/development.md, "Build times"). The unit tests bind only ephemeral ports, test/framework's processes ports below that range.
 test: verify tools build images
 	$(MAKE) --no-print-directory -j2 --output-sync=target unit e2e
 
