@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/certapi/certapi/pkg/controller/injector"
 	"github.com/certapi/certapi/test/framework"
 )
 
@@ -26,10 +27,13 @@ import (
 //     template` with the same arguments; the chart must render certapi with the image the block names and
 //     the encryption Secret from that file. Its `kubectl certapi check --wait` is the command
 //     test/e2e's TestCertapiPlugin runs.
+//   - cluster-use: its `kubectl create servingcertrequest` line uses the flags (--service, --secret,
+//     --wait) that test/e2e's plugin test runs together, and its annotation is the one certapi's injector
+//     acts on.
 //   - operator: every line of the Go block is a line of artifacts/examples/webhook/main.go, in order, so
 //     that the code shown is code that is built and run (by test/node's TestExampleWebhook and by
 //     TestLocalUp).
-var quickStarts = []string{"local-up", "cluster-image", "cluster-install", "operator"}
+var quickStarts = []string{"local-up", "cluster-image", "cluster-install", "cluster-use", "operator"}
 
 func readmeBlocks(t *testing.T, root string) map[string]block {
 	t.Helper()
@@ -39,6 +43,9 @@ func readmeBlocks(t *testing.T, root string) map[string]block {
 	}
 	blocks := map[string]block{}
 	for _, b := range p.blocks {
+		if b.check == "" {
+			t.Errorf("README.md:%d: a code block without a <!-- docs-check: NAME --> marker; every block of the README is a quick start a test holds", b.line)
+		}
 		if b.check != "" {
 			if _, dup := blocks[b.check]; dup {
 				t.Errorf("README.md:%d: a second block marked docs-check: %s", b.line, b.check)
@@ -179,6 +186,25 @@ func TestQuickStartClusterInstall(t *testing.T) {
 	}
 	if !strings.Contains(readFile(t, root, "test/e2e/certapiplugin_test.go"), `certapi("check", "--wait"`) {
 		t.Error("test/e2e no longer runs kubectl certapi check --wait")
+	}
+}
+
+func TestQuickStartClusterUse(t *testing.T) {
+	root, err := framework.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := readmeBlocks(t, root)["cluster-use"].body
+	create := regexp.MustCompile(`(?m)^kubectl create servingcertrequest \S+ -n \S+ --service=\S+ --secret=\S+ --wait$`)
+	if !create.MatchString(body) {
+		t.Errorf("the cluster-use block has no `kubectl create servingcertrequest NAME -n NS --service=SVC --secret=SECRET --wait`:\n%s", body)
+	}
+	if !regexp.MustCompile(`kubectlCreate\([^)]*"--service=[^"]+", "--secret=[^"]+", "--wait"`).MatchString(readFile(t, root, "test/e2e/plugin_test.go")) {
+		t.Error("test/e2e's plugin test no longer runs kubectl create servingcertrequest with --service, --secret and --wait")
+	}
+	annotate := regexp.MustCompile(`(?m)^kubectl annotate validatingwebhookconfiguration \S+ (\S+)=true$`).FindStringSubmatch(body)
+	if annotate == nil || annotate[1] != injector.AnnotationInject {
+		t.Errorf("the cluster-use block does not annotate a webhook configuration %s=true:\n%s", injector.AnnotationInject, body)
 	}
 }
 
