@@ -134,3 +134,49 @@ func TestAnchorsOfHeadings(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckLink runs the link rule on a small tree of its own, so that each way a link can be wrong is
+// seen to fail.
+func TestCheckLink(t *testing.T) {
+	root := t.TempDir()
+	for name, body := range map[string]string{
+		"README.md":      "# Top\n\n## A section\n",
+		"docs/page.md":   "# Page\n\n## Twice\n\n## Twice\n\n<a name=\"custom\"></a>\n",
+		"docs/script.go": "package x\n",
+	} {
+		if err := os.MkdirAll(filepath.Join(root, filepath.Dir(name)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(root, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	load := func(rel string) (*page, error) { return parsePage(filepath.Join(root, rel)) }
+	for _, tc := range []struct {
+		from, target string
+		wantErr      bool
+	}{
+		{"README.md", "docs/page.md", false},
+		{"README.md", "docs/page.md#twice", false},
+		{"README.md", "docs/page.md#twice-1", false},
+		{"README.md", "docs/page.md#twice-2", true},
+		{"README.md", "docs/page.md#custom", false},
+		{"README.md", "#a-section", false},
+		{"README.md", "#no-such-section", true},
+		{"docs/page.md", "../README.md#top", false},
+		{"docs/page.md", "page.md#page", false},
+		{"README.md", "docs/missing.md", true},
+		{"README.md", "docs/release.md", false},         // pending
+		{"README.md", "docs/release.md#anything", true}, // no anchor into a missing page
+		{"README.md", "docs", false},
+		{"README.md", "docs#x", true},
+		{"README.md", "docs/script.go#L1", false},
+		{"README.md", "docs/script.go#x", true},
+		{"README.md", "../outside.md", true},
+	} {
+		msg := checkLink(root, tc.from, tc.target, load)
+		if (msg != "") != tc.wantErr {
+			t.Errorf("checkLink(%s, %q) = %q, want an error: %v", tc.from, tc.target, msg, tc.wantErr)
+		}
+	}
+}
