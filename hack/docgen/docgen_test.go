@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
 
@@ -134,5 +135,29 @@ func TestFlagReference(t *testing.T) {
 	}
 	if strings.Contains(page, "--gone") {
 		t.Errorf("a hidden flag is listed:\n%s", page)
+	}
+}
+
+func TestPluginReference(t *testing.T) {
+	root := &cobra.Command{Use: "kubectl-demo", Annotations: map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl demo"}}
+	conn := connectionFlags()
+	root.PersistentFlags().AddFlagSet(conn)
+	sub := &cobra.Command{Use: "show", Short: "Show things.", RunE: func(*cobra.Command, []string) error { return nil }}
+	sub.Flags().Bool("wait", false, "Wait for it.")
+	sub.Flags().AddFlagSet(conn) // a command that adds the connection flags as its own, as createscr does
+	root.AddCommand(sub)
+	page := string(pluginReference([]*cobra.Command{root}))
+	for _, want := range []string{
+		"### kubectl demo show\n\nShow things.\n",
+		"| `--wait` | `false` | Wait for it. |",
+		"### Connection flags of the kubectl plugins",
+		"| `--cache-dir string` | `$HOME/.kube/cache` |",
+	} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the plugin reference has no %q:\n%s", want, page)
+		}
+	}
+	if strings.Count(page, "`--kubeconfig string`") != 1 {
+		t.Errorf("the connection flags are not listed exactly once:\n%s", page)
 	}
 }

@@ -34,27 +34,10 @@ sets the ones its values name and passes ` + "`extraArgs`" + ` through.
 		}
 		fmt.Fprintf(&b, " [%s](#%s)", s.name, anchor(s.name+" flags"))
 	}
-	b.WriteString(".\n")
+	b.WriteString(". The kubectl plugins: [below](#kubectl-plugins).\n")
 	for _, s := range sets {
-		fmt.Fprintf(&b, "\n## %s flags\n\n| flag | default | description |\n|---|---|---|\n", s.name)
-		s.fs.VisitAll(func(f *pflag.Flag) {
-			if f.Hidden {
-				return
-			}
-			name := "`--" + f.Name
-			typ, usage := pflag.UnquoteUsage(f)
-			if typ != "" {
-				name += " " + typ
-			}
-			name += "`"
-			if f.Shorthand != "" {
-				name = "`-" + f.Shorthand + "`, " + name
-			}
-			if f.Deprecated != "" {
-				usage = "DEPRECATED: " + f.Deprecated + " " + usage
-			}
-			fmt.Fprintf(&b, "| %s | %s | %s |\n", name, defaultOf(f), cell(usage))
-		})
+		fmt.Fprintf(&b, "\n## %s flags\n", s.name)
+		writeFlagTable(&b, s.fs)
 	}
 	b.WriteString(`
 ## version flags
@@ -64,6 +47,30 @@ sets the ones its values name and passes ` + "`extraArgs`" + ` through.
 | ` + "`--version`" + ` | ` + "`false`" + ` | Print certapi's version, the commit it was built from, and the Go version and platform, then exit. |
 `)
 	return b.Bytes()
+}
+
+// writeFlagTable writes a blank line and a table of a flag set's visible flags: name and type, default,
+// usage.
+func writeFlagTable(b *bytes.Buffer, fs *pflag.FlagSet) {
+	b.WriteString("\n| flag | default | description |\n|---|---|---|\n")
+	fs.VisitAll(func(f *pflag.Flag) {
+		if f.Hidden {
+			return
+		}
+		name := "`--" + f.Name
+		typ, usage := pflag.UnquoteUsage(f)
+		if typ != "" {
+			name += " " + typ
+		}
+		name += "`"
+		if f.Shorthand != "" {
+			name = "`-" + f.Shorthand + "`, " + name
+		}
+		if f.Deprecated != "" {
+			usage = "DEPRECATED: " + f.Deprecated + " " + usage
+		}
+		fmt.Fprintf(b, "| %s | %s | %s |\n", name, defaultOf(f), cell(usage))
+	})
 }
 
 // defaultOf is a flag's default as a table cell: empty for none.

@@ -1,6 +1,6 @@
 // Command docgen writes certapi's generated reference pages: docs/api-reference.md from the Go types of
 // pkg/apis/certapi/v1alpha1 (their doc comments, JSON names and markers), and docs/flags.md from the flag
-// sets certapi's command line is made of. `make docs` runs it; `hack/verify-docs.sh` (in `make verify`)
+// sets certapi's command line and its kubectl plugins are made of. `make docs` runs it; `hack/verify-docs.sh` (in `make verify`)
 // runs it with -check, which fails when a page in the tree differs from what it would write.
 package main
 
@@ -38,7 +38,7 @@ func run(root string, check bool) error {
 	if err != nil {
 		return err
 	}
-	pages := map[string][]byte{apiPage: api, flagsPage: flagReference(certapiFlagSets())}
+	pages := map[string][]byte{apiPage: api, flagsPage: append(flagReference(certapiFlagSets()), pluginReference(pluginCommands())...)}
 	stale := false
 	for _, name := range []string{apiPage, flagsPage} {
 		path := filepath.Join(root, name)
