@@ -30,7 +30,7 @@ E2E_TIMEOUT ?= 40m
 # -trimpath ./test/...` reuses what make compiled.
 STATIC := CGO_ENABLED=0 GOFLAGS="$(strip $(shell $(GO) env GOFLAGS) -trimpath)"
 
-.PHONY: all build tools test verify unit integration e2e codegen manifests local-up image images clean
+.PHONY: all build tools test verify unit integration e2e codegen manifests docs local-up image images clean
 
 all: build
 
@@ -83,11 +83,17 @@ codegen:
 manifests:
 	./hack/update-manifests.sh
 
+## docs: the generated reference pages docs/api-reference.md (from pkg/apis/certapi/v1alpha1) and
+## docs/flags.md (from certapi's flag sets)
+docs:
+	$(STATIC) $(GO) run ./hack/docgen
+
 ## verify: generated code, the manifests rendered from the Helm chart (builds helm when it is not
-## current), formatting and vet
+## current), the generated docs, formatting and vet
 verify:
 	$(STATIC) ./hack/verify-codegen.sh
 	./hack/verify-manifests.sh
+	$(STATIC) ./hack/verify-docs.sh
 	@out="$$(gofmt -l $$(git ls-files -co --exclude-standard '*.go' | grep -v '^pkg/generated/' | grep -v '/zz_generated'))"; \
 	  if [[ -n "$$out" ]]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(STATIC) $(GO) vet ./...
@@ -110,7 +116,7 @@ e2e: tools build images
 ## under test/ side by side (two jobs; each one's output is printed whole when it ends). Building the unit
 ## tests under the race detector keeps both cores busy, while the tests under test/ leave about half of a
 ## 2-core machine idle as they wait on their processes (cold, 45 min 45 s against 53 min one after the other;
-## README "Measured"). The unit tests bind only ephemeral ports, test/framework's processes ports below that range.
+## docs/development.md, "Build times"). The unit tests bind only ephemeral ports, test/framework's processes ports below that range.
 test: verify tools build images
 	$(MAKE) --no-print-directory -j2 --output-sync=target unit e2e
 

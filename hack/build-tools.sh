@@ -43,7 +43,7 @@ own() { local f; for f in "$@"; do if [[ -L "${f}" ]]; then rm -f "${f}"; fi; do
 
 # kube-apiserver, kubectl, etcd, podcertnode and kubenode (the node's kubelet, kube-proxy,
 # kube-controller-manager and kube-scheduler: linked once, not four times, which saves most of their
-# build's link time; see README "What a fresh machine needs").
+# build's link time; see docs/development.md, "Build times").
 if wanted kube; then
 NODE_COMPONENTS=(kubelet kube-proxy kube-controller-manager kube-scheduler)
 STAMP="${BIN}/.tools-stamp"

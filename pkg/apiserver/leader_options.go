@@ -18,7 +18,7 @@ type LeaderOptions struct {
 	SecretWorkers, InjectorWorkers, StatusWorkers int
 }
 
-// DefaultLeaderOptions are the measured defaults (see the README's figures).
+// DefaultLeaderOptions are the measured defaults (see docs/performance.md).
 func DefaultLeaderOptions() LeaderOptions {
 	return LeaderOptions{KubeAPIQPS: 2000, KubeAPIBurst: 4000, SecretWorkers: 16, InjectorWorkers: 8, StatusWorkers: 16}
 }

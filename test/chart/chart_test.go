@@ -748,7 +748,7 @@ func sortedRefs(set map[objRef]bool) []string {
 
 // TestInstallAndUninstall installs the chart with helm against kube-apiserver, checks that every object of
 // the release is there, uninstalls it and lists, over every resource the API serves, what is left of
-// certapi's: exactly what the README's "Uninstall" says helm uninstall keeps. With the defaults, a new
+// certapi's: exactly what docs/operating.md's "Uninstall" says helm uninstall keeps. With the defaults, a new
 // install of the same release then takes over what was kept.
 func TestInstallAndUninstall(t *testing.T) {
 	encFile := filepath.Join(t.TempDir(), "encryption-config.yaml")

@@ -28,7 +28,7 @@ import (
 // reaches the pod only when certapi has re-issued the Secret and kubelet has synced the volume. The pod
 // (test/framework/testdata/probe) reads tls.crt and tls.key at every handshake, as a webhook that reloads
 // its files would, so the figures are certapi's and kubelet's alone. The test fails only on a deadline;
-// the figures are logged (README "Measured").
+// the figures are logged (docs/performance.md, "On a real node").
 func TestSecretDeliveredToPod(t *testing.T) {
 	installCertapi(t)
 	kube, certapi := clients(t)

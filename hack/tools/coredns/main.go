@@ -2,7 +2,7 @@
 // plugins a cluster DNS needs, linked the way CoreDNS documents for a custom build (set
 // dnsserver.Directives, import the plugins, call coremain.Run), instead of the full coredns binary with
 // every cloud provider's plugin: two thirds of the CPU to build cold, and 55 MB instead of 79 (see
-// README.md, "What a fresh machine needs"; most of what is left is client-go, which the kubernetes plugin
+// docs/development.md, "Build times"; most of what is left is client-go, which the kubernetes plugin
 // needs). hack/build-tools.sh builds it into _output/bin/coredns (static, CGO_ENABLED=0), and hack/image
 // puts it into the certapi.dev/coredns image.
 //

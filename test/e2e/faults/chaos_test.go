@@ -25,7 +25,7 @@ import (
 )
 
 // Fault tests on the real control plane (issue 9, "Chaos, with figures"). Each logs its measured
-// figures in lines that start with "figures:"; the README's "Reliability and security" table quotes them.
+// figures in lines that start with "figures:"; docs/performance.md's "Faults" table quotes them.
 
 // attemptBound is the documented bound on one servingcerts attempt through kube-apiserver: certapi
 // answers within --handoff-timeout (it reads the request and signs, or hands off, under that one

@@ -34,8 +34,8 @@ import (
 // quay.io/coreos/etcd, which cannot be pulled here.
 const etcdImage = "certapi-test/etcd:v3.7.0"
 
-// callBound is the longest a client-go caller can wait for a servingcerts call (README "High
-// availability"): 11 x (--handoff-timeout 3 s + 1 s).
+// callBound is the longest a client-go caller can wait for a servingcerts call (docs/concepts.md, "Storage,
+// leadership and replicas"): 11 x (--handoff-timeout 3 s + 1 s).
 const callBound = 44 * time.Second
 
 var (

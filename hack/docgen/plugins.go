@@ -1,0 +1,82 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+
+	"github.com/certapi/certapi/pkg/cmd/createscr"
+	"github.com/certapi/certapi/pkg/cmd/kubectlcertapi"
+)
+
+// pluginCommands are the kubectl plugins' command trees, as their binaries build them.
+func pluginCommands() []*cobra.Command {
+	streams := genericiooptions.NewTestIOStreamsDiscard()
+	return []*cobra.Command{createscr.NewCmd(streams), kubectlcertapi.NewCmd(streams)}
+}
+
+// connectionFlags are the kubeconfig and connection flags both plugins share with kubectl.
+func connectionFlags() *pflag.FlagSet {
+	fs := pflag.NewFlagSet("kubeconfig", pflag.ContinueOnError)
+	genericclioptions.NewConfigFlags(true).AddFlags(fs)
+	// The cache directory's default is under the home directory of whoever runs the generator: write it as
+	// kubectl documents it, so that the page does not depend on the machine.
+	if f := fs.Lookup("cache-dir"); f != nil {
+		f.DefValue = "$HOME/.kube/cache"
+	}
+	return fs
+}
+
+// pluginReference renders each runnable command of the plugins with its own flags, then the connection
+// flags they share, once.
+func pluginReference(roots []*cobra.Command) []byte {
+	conn := connectionFlags()
+	var b bytes.Buffer
+	b.WriteString("\n## kubectl plugins\n\nThe flags of `kubectl create servingcertrequest` and `kubectl certapi` (built by `make build`, installed\nby `make install`), by command; every command also takes the [connection flags](#connection-flags-of-the-kubectl-plugins).\n")
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		if c.Runnable() && !c.Hidden {
+			fmt.Fprintf(&b, "\n### %s\n\n%s.\n", displayPath(c), strings.TrimSuffix(strings.TrimSpace(c.Short), "."))
+			own := pflag.NewFlagSet(c.Name(), pflag.ContinueOnError)
+			c.LocalNonPersistentFlags().VisitAll(func(f *pflag.Flag) {
+				if conn.Lookup(f.Name) == nil && f.Name != "help" {
+					own.AddFlag(f)
+				}
+			})
+			if own.HasAvailableFlags() {
+				writeFlagTable(&b, own)
+			}
+		}
+		for _, sub := range c.Commands() {
+			if sub.Name() != "help" && sub.Name() != "completion" {
+				walk(sub)
+			}
+		}
+	}
+	for _, root := range roots {
+		walk(root)
+	}
+	b.WriteString("\n### Connection flags of the kubectl plugins\n\nAs kubectl's own.\n")
+	writeFlagTable(&b, conn)
+	return b.Bytes()
+}
+
+// displayPath is how a user types a command: kubectl runs the binary kubectl-certapi for `kubectl certapi`.
+func displayPath(c *cobra.Command) string {
+	var names []string
+	for ; c != nil; c = c.Parent() {
+		name := c.Name()
+		if c.Parent() == nil {
+			if d := c.Annotations[cobra.CommandDisplayNameAnnotation]; d != "" {
+				name = d
+			}
+		}
+		names = append([]string{name}, names...)
+	}
+	return strings.Join(names, " ")
+}

@@ -1,0 +1,248 @@
+package docs
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/certapi/certapi/pkg/controller/injector"
+	"github.com/certapi/certapi/test/framework"
+)
+
+// The README's quick starts mark each command block with <!-- docs-check: NAME -->. What each name is
+// held to:
+//
+//   - local-up: exactly `make local-up`, a Makefile target that runs hack/local-up.sh, which TestLocalUp
+//     (test/e2e) runs end to end.
+//   - cluster-image: `make image TAG=...` writes the archive that `kind load image-archive` is given (the
+//     Makefile's image target is checked for the path and for TAG). kind itself is not run here.
+//   - cluster-install: run here as far as it can be without a cluster: the block's encryption
+//     configuration is written by its own shell lines, and its `helm install` line is run as `helm
+//     template` with the same arguments; the chart must render certapi with the image the block names and
+//     the encryption Secret from that file. Its `kubectl certapi check --wait` is the command
+//     test/e2e's TestCertapiPlugin runs.
+//   - cluster-use: its `kubectl create servingcertrequest` line uses the flags (--service, --secret,
+//     --wait) that test/e2e's plugin test runs together, and its annotation is the one certapi's injector
+//     acts on.
+//   - operator: every line of the Go block is a line of artifacts/examples/webhook/main.go, in order, so
+//     that the code shown is code that is built and run (by test/node's TestExampleWebhook and by
+//     TestLocalUp).
+var quickStarts = []string{"local-up", "cluster-image", "cluster-install", "cluster-use", "operator"}
+
+func readmeBlocks(t *testing.T, root string) map[string]block {
+	t.Helper()
+	p, err := parsePage(filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks := map[string]block{}
+	for _, b := range p.blocks {
+		if b.check == "" {
+			t.Errorf("README.md:%d: a code block without a <!-- docs-check: NAME --> marker; every block of the README is a quick start a test holds", b.line)
+		}
+		if b.check != "" {
+			if _, dup := blocks[b.check]; dup {
+				t.Errorf("README.md:%d: a second block marked docs-check: %s", b.line, b.check)
+			}
+			blocks[b.check] = b
+		}
+	}
+	for _, name := range quickStarts {
+		if _, ok := blocks[name]; !ok {
+			t.Errorf("README.md has no code block marked <!-- docs-check: %s -->", name)
+		}
+	}
+	for name := range blocks {
+		if !contains(quickStarts, name) {
+			t.Errorf("README.md marks a block docs-check: %s, which no check knows", name)
+		}
+	}
+	return blocks
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func readFile(t *testing.T, root, rel string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(root, rel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func TestQuickStartLocalUp(t *testing.T) {
+	root, err := framework.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := readmeBlocks(t, root)["local-up"]
+	if strings.TrimSpace(b.body) != "make local-up" {
+		t.Errorf("the local-up block is %q, want exactly `make local-up`", b.body)
+	}
+	if !regexp.MustCompile(`(?m)^local-up:.*\n\t.*\./hack/local-up\.sh`).MatchString(readFile(t, root, "Makefile")) {
+		t.Error("the Makefile's local-up target does not run ./hack/local-up.sh")
+	}
+	if !strings.Contains(readFile(t, root, "test/e2e/localup_test.go"), `filepath.Join(root, "hack", "local-up.sh")`) {
+		t.Error("test/e2e's TestLocalUp no longer runs hack/local-up.sh")
+	}
+}
+
+func TestQuickStartClusterImage(t *testing.T) {
+	root, err := framework.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := readmeBlocks(t, root)["cluster-image"]
+	m := regexp.MustCompile(`(?m)^make image TAG=(\S+)`).FindStringSubmatch(b.body)
+	if m == nil {
+		t.Fatalf("the cluster-image block has no `make image TAG=...`:\n%s", b.body)
+	}
+	mk := readFile(t, root, "Makefile")
+	if !strings.Contains(mk, "--output $(CURDIR)/_output/certapi-image.tar") || !strings.Contains(mk, "--tag $(TAG)") {
+		t.Error("the Makefile's image target no longer writes _output/certapi-image.tar or takes TAG")
+	}
+	if !strings.Contains(b.body, "kind load image-archive _output/certapi-image.tar") {
+		t.Errorf("the cluster-image block does not load _output/certapi-image.tar into kind:\n%s", b.body)
+	}
+}
+
+func TestQuickStartClusterInstall(t *testing.T) {
+	root, err := framework.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks := readmeBlocks(t, root)
+	body := blocks["cluster-install"].body
+	image := regexp.MustCompile(`(?m)^make image TAG=(\S+)`).FindStringSubmatch(blocks["cluster-image"].body)
+
+	// The block's own lines write the encryption configuration.
+	heredoc := regexp.MustCompile(`(?s)cat > (\S+) <<EOF\n.*?\nEOF\n`).FindStringSubmatch(body)
+	if heredoc == nil {
+		t.Fatalf("the cluster-install block writes no encryption configuration with cat <<EOF:\n%s", body)
+	}
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	sh := exec.CommandContext(ctx, "sh", "-e", "-c", heredoc[0])
+	sh.Dir = dir
+	if out, err := sh.CombinedOutput(); err != nil {
+		t.Fatalf("the block's encryption configuration lines: %v\n%s", err, out)
+	}
+	if _, err := os.Stat(filepath.Join(dir, heredoc[1])); err != nil {
+		t.Fatalf("the block's lines wrote no %s: %v", heredoc[1], err)
+	}
+
+	// Its helm install line, with its continuation lines, run as helm template.
+	joined := strings.ReplaceAll(body, "\\\n", " ")
+	var args []string
+	for _, line := range strings.Split(joined, "\n") {
+		if f := strings.Fields(line); len(f) > 2 && f[0] == "helm" && f[1] == "install" {
+			args = f[2:]
+		}
+	}
+	if args == nil {
+		t.Fatalf("the cluster-install block has no helm install line:\n%s", body)
+	}
+	for i, a := range args {
+		if a == "artifacts/charts/certapi" {
+			args[i] = filepath.Join(root, "artifacts", "charts", "certapi")
+		}
+	}
+	helm, err := framework.HelmBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.CommandContext(ctx, helm, append([]string{"template"}, args...)...)
+	cmd.Dir = dir
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("helm template %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
+	}
+	rendered := string(out)
+	if image != nil && !regexp.MustCompile(`(?m)^\s+image: "?`+regexp.QuoteMeta(image[1])+`"?$`).MatchString(rendered) {
+		t.Errorf("the chart, installed as the README says, does not run the image %s that make image TAG= built", image[1])
+	}
+	if !strings.Contains(rendered, "certificateauthoritykeys.certapi.dev") || !strings.Contains(rendered, "name: certapi-encryption-config") {
+		t.Error("the chart, installed as the README says, has no encryption Secret from the block's configuration")
+	}
+	if !strings.Contains(body, "kubectl certapi check --wait") {
+		t.Error("the cluster-install block does not end with kubectl certapi check --wait")
+	}
+	if !strings.Contains(readFile(t, root, "test/e2e/certapiplugin_test.go"), `certapi("check", "--wait"`) {
+		t.Error("test/e2e no longer runs kubectl certapi check --wait")
+	}
+}
+
+func TestQuickStartClusterUse(t *testing.T) {
+	root, err := framework.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := readmeBlocks(t, root)["cluster-use"].body
+	create := regexp.MustCompile(`(?m)^kubectl create servingcertrequest \S+ -n \S+ --service=\S+ --secret=\S+ --wait$`)
+	if !create.MatchString(body) {
+		t.Errorf("the cluster-use block has no `kubectl create servingcertrequest NAME -n NS --service=SVC --secret=SECRET --wait`:\n%s", body)
+	}
+	if !regexp.MustCompile(`kubectlCreate\([^)]*"--service=[^"]+", "--secret=[^"]+", "--wait"`).MatchString(readFile(t, root, "test/e2e/plugin_test.go")) {
+		t.Error("test/e2e's plugin test no longer runs kubectl create servingcertrequest with --service, --secret and --wait")
+	}
+	annotate := regexp.MustCompile(`(?m)^kubectl annotate validatingwebhookconfiguration \S+ (\S+)=true$`).FindStringSubmatch(body)
+	if annotate == nil || annotate[1] != injector.AnnotationInject {
+		t.Errorf("the cluster-use block does not annotate a webhook configuration %s=true:\n%s", injector.AnnotationInject, body)
+	}
+}
+
+func TestQuickStartOperator(t *testing.T) {
+	root, err := framework.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := readmeBlocks(t, root)["operator"]
+	if b.lang != "go" {
+		t.Errorf("the operator block is %q, want go", b.lang)
+	}
+	src := strings.Split(readFile(t, root, "artifacts/examples/webhook/main.go"), "\n")
+	next := 0
+	for _, line := range strings.Split(b.body, "\n") {
+		want := normalise(line)
+		if want == "" {
+			continue
+		}
+		found := false
+		for ; next < len(src); next++ {
+			if normalise(src[next]) == want {
+				found, next = true, next+1
+				break
+			}
+		}
+		if !found {
+			t.Errorf("the operator block's line %q is not a line of artifacts/examples/webhook/main.go (in this order)", strings.TrimSpace(line))
+			return
+		}
+	}
+}
+
+// normalise drops a line's comment and collapses its white space, so that gofmt's alignment and the
+// README's comments do not matter.
+func normalise(line string) string {
+	if i := strings.Index(line, "//"); i >= 0 {
+		line = line[:i]
+	}
+	return strings.Join(strings.Fields(line), " ")
+}
