@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/certapi/certapi/pkg/controller/injector"
+	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	"github.com/certapi/certapi/test/framework"
 )
 
@@ -203,8 +203,8 @@ func TestQuickStartClusterUse(t *testing.T) {
 		t.Error("test/e2e's plugin test no longer runs kubectl create servingcertrequest with --service, --secret and --wait")
 	}
 	annotate := regexp.MustCompile(`(?m)^kubectl annotate validatingwebhookconfiguration \S+ (\S+)=true$`).FindStringSubmatch(body)
-	if annotate == nil || annotate[1] != injector.AnnotationInject {
-		t.Errorf("the cluster-use block does not annotate a webhook configuration %s=true:\n%s", injector.AnnotationInject, body)
+	if annotate == nil || annotate[1] != certapiv1alpha1.AnnotationInjectCABundle {
+		t.Errorf("the cluster-use block does not annotate a webhook configuration %s=true:\n%s", certapiv1alpha1.AnnotationInjectCABundle, body)
 	}
 }
 
