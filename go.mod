@@ -9,6 +9,7 @@ require (
 	github.com/spf13/pflag v1.0.10
 	go.etcd.io/etcd/client/pkg/v3 v3.7.0
 	go.etcd.io/etcd/client/v3 v3.7.0
+	go.etcd.io/etcd/etcdutl/v3 v3.7.0
 	go.etcd.io/etcd/server/v3 v3.7.0
 	golang.org/x/sys v0.47.0
 	k8s.io/api v0.37.2
@@ -118,7 +119,7 @@ require (
 	go.opentelemetry.io/otel/trace v1.44.0 // indirect
 	go.opentelemetry.io/proto/otlp v1.10.0 // indirect
 	go.uber.org/multierr v1.11.0 // indirect
-	go.uber.org/zap v1.27.1 // indirect
+	go.uber.org/zap v1.27.1
 	go.yaml.in/yaml/v2 v2.4.4 // indirect
 	go.yaml.in/yaml/v3 v3.0.4 // indirect
 	golang.org/x/crypto v0.54.0 // indirect

@@ -49,7 +49,10 @@ bodies.
 Memory: unless GOMEMLIMIT is set, certapi sets the Go runtime's soft memory limit to 3/4 of the memory
 limit of its cgroup (v1 or v2; the lowest of its own and its parents'), and logs the value at start-up;
 the other quarter is for the pages of its executable the kernel maps and counts against the same limit.
-With no cgroup limit it sets none. GOMEMLIMIT=off turns the limit off.`,
+With no cgroup limit it sets none. GOMEMLIMIT=off turns the limit off.
+
+Backup: "certapi snapshot save" and "certapi snapshot restore" save and restore certapi's etcd (its CA and
+objects); see "certapi snapshot --help".`,
 		SilenceUsage: true,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if showVersion {
@@ -70,6 +73,7 @@ With no cgroup limit it sets none. GOMEMLIMIT=off turns the limit off.`,
 		},
 	}
 	cmd.SetContext(ctx)
+	cmd.AddCommand(newSnapshotCommand())
 
 	fss := o.Flags()
 	logsapi.AddFlags(logOptions, fss.FlagSet("logging"))

@@ -1,0 +1,181 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/certapi/certapi/pkg/snapshot"
+)
+
+const snapshotLong = `Save and restore etcd snapshots of certapi's store.
+
+A snapshot holds everything certapi keeps in its etcd: the CertificateAuthority with its CA certificates and
+CA private keys, every ServingCertRequest, and certapi's bookkeeping (leader election, handoffs). It does not
+hold what lives in kube-apiserver: delivered Secrets, injected caBundles, Events.
+
+The CA private keys are in the snapshot exactly as etcd holds them: encrypted with the key of the
+--encryption-provider-config certapi runs with, when it lists certificateauthoritykeys.certapi.dev, and in
+the clear otherwise. That encryption configuration (its key) is NOT in the snapshot: back it up separately,
+and keep it away from the snapshots. A snapshot restored without it cannot be read by certapi; a snapshot
+of unencrypted keys is as secret as the CA itself.
+
+See docs/backup-and-restore.md.`
+
+func newSnapshotCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:          "snapshot",
+		Short:        "Save and restore etcd snapshots of certapi's CA and objects",
+		Long:         snapshotLong,
+		SilenceUsage: true,
+		Args:         cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return cmd.Help()
+		},
+	}
+	cmd.AddCommand(newSnapshotSaveCommand(), newSnapshotRestoreCommand())
+	// The server's sectioned help lists the server's flags; these commands have their own.
+	plain := &cobra.Command{}
+	for _, c := range append([]*cobra.Command{cmd}, cmd.Commands()...) {
+		c.SetUsageFunc(plain.UsageFunc())
+		c.SetHelpFunc(plain.HelpFunc())
+	}
+	return cmd
+}
+
+func newSnapshotSaveCommand() *cobra.Command {
+	var (
+		dataDir                   string
+		servers                   []string
+		caFile, certFile, keyFile string
+		timeout                   time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "save FILE",
+		Short: "Save a snapshot of certapi's etcd to FILE",
+		Long: `Save a snapshot of certapi's etcd to FILE, while certapi runs.
+
+certapi's embedded etcd is reached through its Unix socket, <data-dir>/etcd.sock: run this in certapi's pod
+or on its host with the same --data-dir. An external etcd is reached with --etcd-servers (one member: a
+snapshot is one member's state) and the TLS files certapi uses for it. The snapshot holds the whole etcd:
+with an etcd shared with other users, theirs too.
+
+The snapshot is written to a temporary file beside FILE, synced, verified (etcd's SHA-256 trailer and a
+full database check) and then renamed to FILE, so FILE is either a complete snapshot or absent. FILE must not
+exist. Its mode is 0600. Prints the size, revision, key count and hash.
+
+` + snapshotLong,
+		Example: `  # In certapi's pod (embedded etcd):
+  certapi snapshot save /var/lib/certapi/backup/certapi-$(date -u +%Y%m%dT%H%M%SZ).db --data-dir=/var/lib/certapi
+  # An external etcd:
+  certapi snapshot save certapi.db --etcd-servers=https://etcd-0:2379 --etcd-cafile=ca.crt --etcd-certfile=client.crt --etcd-keyfile=client.key`,
+		SilenceUsage: true,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) != 1 {
+				return fmt.Errorf("snapshot save takes one argument, the file to write; got %d", len(args))
+			}
+			var src snapshot.Source
+			if len(servers) > 0 {
+				if cmd.Flags().Changed("data-dir") {
+					return errors.New("give --data-dir (the embedded etcd) or --etcd-servers (an external etcd), not both")
+				}
+				src = snapshot.Source{Endpoints: servers, CAFile: caFile, CertFile: certFile, KeyFile: keyFile}
+			} else {
+				if caFile != "" || certFile != "" || keyFile != "" {
+					return errors.New("--etcd-cafile, --etcd-certfile and --etcd-keyfile go with --etcd-servers; the embedded etcd's socket needs none")
+				}
+				var err error
+				if src, err = snapshot.EmbeddedSource(dataDir); err != nil {
+					return err
+				}
+			}
+			ctx := cmd.Context()
+			if timeout > 0 {
+				var cancel func()
+				ctx, cancel = context.WithTimeout(ctx, timeout)
+				defer cancel()
+			}
+			start := time.Now()
+			info, err := snapshot.Save(ctx, src, args[0])
+			if err != nil {
+				return err
+			}
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "Saved %s in %s\n%s", info.Path, time.Since(start).Round(time.Millisecond), describe(info))
+			return err
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&dataDir, "data-dir", "/var/lib/certapi", "The --data-dir of the running certapi whose embedded etcd to snapshot (through <data-dir>/etcd.sock).")
+	fs.StringSliceVar(&servers, "etcd-servers", nil, "Client URL of an external etcd to snapshot instead of the embedded one. Give one member.")
+	fs.StringVar(&caFile, "etcd-cafile", "", "CA bundle that verifies the external etcd's serving certificate.")
+	fs.StringVar(&certFile, "etcd-certfile", "", "Client certificate for the external etcd.")
+	fs.StringVar(&keyFile, "etcd-keyfile", "", "Client key for the external etcd.")
+	fs.DurationVar(&timeout, "timeout", 5*time.Minute, "Give up when the snapshot has not been saved within this time (0: no limit).")
+	return cmd
+}
+
+func newSnapshotRestoreCommand() *cobra.Command {
+	var o snapshot.RestoreOptions
+	var bump uint64
+	cmd := &cobra.Command{
+		Use:   "restore FILE --data-dir DIR",
+		Short: "Restore a snapshot into the data directory of certapi's embedded etcd",
+		Long: `Restore the snapshot FILE into DIR/etcd, the etcd data directory of a certapi that runs with --data-dir=DIR
+and no --etcd-servers. Stop certapi first; start it afterwards with the same --data-dir and the same
+--encryption-provider-config as when the snapshot was taken.
+
+DIR/etcd must not hold data: restore refuses, and says so, rather than overwrite it. Move it aside first
+(mv DIR/etcd DIR/etcd.old), or give --force to have it renamed to DIR/etcd.before-restore-<time>; restore
+never deletes data. The restored directory has mode 0700. The snapshot is verified before anything is
+changed.
+
+The restored etcd's revision is moved forward by --bump-revision and marked compacted, so a client that
+holds a resourceVersion from before the restore gets 410 Gone and lists again instead of waiting for
+revisions that already passed.
+
+--member-name and --peer-url are for a member of a multi-member embedded cluster; the defaults are those of
+the single embedded member.
+
+` + snapshotLong,
+		Example:      `  certapi snapshot restore certapi-20260101T000000Z.db --data-dir=/var/lib/certapi`,
+		SilenceUsage: true,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) != 1 {
+				return fmt.Errorf("snapshot restore takes one argument, the snapshot file; got %d", len(args))
+			}
+			if !cmd.Flags().Changed("data-dir") {
+				return errors.New("--data-dir is required: the directory certapi runs its embedded etcd in (the data goes to DIR/etcd)")
+			}
+			o.SnapshotPath = args[0]
+			o.RevisionBump = bump
+			start := time.Now()
+			res, err := snapshot.Restore(o)
+			if err != nil {
+				return err
+			}
+			var b strings.Builder
+			if res.MovedAside != "" {
+				fmt.Fprintf(&b, "Moved the existing etcd data aside to %s\n", res.MovedAside)
+			}
+			fmt.Fprintf(&b, "Restored %s into %s in %s\n%s", res.Snapshot.Path, res.EtcdDir, time.Since(start).Round(time.Millisecond), describe(res.Snapshot))
+			fmt.Fprintf(&b, "Start certapi with --data-dir=%s and the --encryption-provider-config it ran with when the snapshot was taken.\n", o.DataDir)
+			_, err = fmt.Fprint(cmd.OutOrStdout(), b.String())
+			return err
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&o.DataDir, "data-dir", "", "certapi's --data-dir to restore into (required); etcd's data goes to DIR/etcd.")
+	fs.BoolVar(&o.Force, "force", false, "Rename an existing DIR/etcd to DIR/etcd.before-restore-<time> instead of refusing.")
+	fs.Uint64Var(&bump, "bump-revision", snapshot.DefaultRevisionBump, "Move etcd's revision forward by this much and mark it compacted (0: keep the snapshot's revision).")
+	fs.StringVar(&o.MemberName, "member-name", snapshot.DefaultMemberName, "The etcd member's name.")
+	fs.StringVar(&o.PeerURL, "peer-url", "", "The etcd member's peer URL (default: unix://DIR/etcd-peer.sock, the embedded member's).")
+	return cmd
+}
+
+func describe(i snapshot.Info) string {
+	return fmt.Sprintf("size: %d bytes\nrevision: %d\nkeys: %d\nhash: %08x\n", i.Size, i.Revision, i.Keys, i.Hash)
+}

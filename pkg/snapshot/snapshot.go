@@ -1,0 +1,255 @@
+// Package snapshot saves and restores etcd snapshots of certapi's store: its objects and its CA keys, as etcd
+// holds them. It reaches etcd through the embedded etcd's Unix socket or through --etcd-servers, and restores
+// into the data directory layout of certapi's embedded etcd (<data-dir>/etcd), so that certapi starts from it.
+//
+// A snapshot holds the CA private keys exactly as they are stored: encrypted with the key of certapi's
+// --encryption-provider-config when one is given, and in the clear otherwise. That key is not in the snapshot:
+// keep it, and the snapshot, separately.
+package snapshot
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"go.etcd.io/etcd/client/pkg/v3/transport"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	etcdutl "go.etcd.io/etcd/etcdutl/v3/snapshot"
+	"go.uber.org/zap"
+)
+
+// Layout of certapi's embedded etcd inside --data-dir (see pkg/apiserver's StartEmbeddedEtcd).
+const (
+	// EtcdDirName is the etcd data directory inside --data-dir.
+	EtcdDirName = "etcd"
+	// ClientSocketName is the embedded etcd's client socket inside --data-dir.
+	ClientSocketName = "etcd.sock"
+	// PeerSocketName is the embedded etcd's peer socket inside --data-dir.
+	PeerSocketName = "etcd-peer.sock"
+	// DefaultMemberName is the embedded single member's name.
+	DefaultMemberName = "certapi"
+	// DefaultClusterToken is the initial cluster token the embedded etcd uses (etcd's default).
+	DefaultClusterToken = "etcd-cluster"
+	// DefaultRevisionBump is how far a restore moves etcd's revision forward (and marks it compacted), so
+	// that no client holding a resourceVersion from before the restore mistakes newer data for older: its
+	// watch gets 410 Gone and it lists again. Kubernetes' own etcd restore procedure uses the same figure.
+	DefaultRevisionBump = 1_000_000_000
+)
+
+// Source says how to reach the etcd to snapshot.
+type Source struct {
+	// Endpoints are etcd client URLs; the snapshot is taken from the first one that answers. A snapshot is
+	// one member's point-in-time state, so give one member where several run.
+	Endpoints []string
+	// CAFile, CertFile and KeyFile are the TLS files of --etcd-cafile, --etcd-certfile and --etcd-keyfile.
+	CAFile, CertFile, KeyFile string
+	// DialTimeout bounds connecting; 0 means 10 s.
+	DialTimeout time.Duration
+}
+
+// EmbeddedSource returns the Source of the embedded etcd of a certapi running with dataDir.
+func EmbeddedSource(dataDir string) (Source, error) {
+	dir, err := filepath.Abs(dataDir)
+	if err != nil {
+		return Source{}, fmt.Errorf("resolving --data-dir %q: %w", dataDir, err)
+	}
+	sock := filepath.Join(dir, ClientSocketName)
+	fi, err := os.Stat(sock)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return Source{}, fmt.Errorf("no embedded etcd socket at %s: is certapi running with --data-dir=%s? "+
+				"(for an external etcd give --etcd-servers instead)", sock, dataDir)
+		}
+		return Source{}, fmt.Errorf("reading the embedded etcd socket %s: %w", sock, err)
+	}
+	if fi.Mode()&os.ModeSocket == 0 {
+		return Source{}, fmt.Errorf("%s is not a socket: --data-dir must be the directory certapi runs its embedded etcd in", sock)
+	}
+	return Source{Endpoints: []string{"unix://" + sock}}, nil
+}
+
+// Info describes a snapshot file.
+type Info struct {
+	// Path is the snapshot file.
+	Path string
+	// Size is the file's size in bytes.
+	Size int64
+	// Revision is etcd's revision at the snapshot.
+	Revision int64
+	// Keys is the number of keys in the snapshot.
+	Keys int
+	// Hash is etcd's CRC-32C of the snapshot's buckets (as `etcdutl snapshot status` prints it).
+	Hash uint32
+	// Version is the storage version of the etcd that took it; empty for etcd before 3.6.
+	Version string
+}
+
+// Save streams a snapshot from src into path: to a temporary file in path's directory first, synced and
+// verified (etcd's SHA-256 trailer and a full bbolt check), then renamed into place. It refuses to overwrite
+// an existing file.
+func Save(ctx context.Context, src Source, path string) (Info, error) {
+	if path == "" {
+		return Info{}, errors.New("no snapshot file given: certapi snapshot save FILE")
+	}
+	dir := filepath.Dir(path)
+	if fi, err := os.Stat(dir); err != nil {
+		return Info{}, fmt.Errorf("the snapshot's directory %s: %w", dir, err)
+	} else if !fi.IsDir() {
+		return Info{}, fmt.Errorf("the snapshot's directory %s is not a directory", dir)
+	}
+	if _, err := os.Lstat(path); err == nil {
+		return Info{}, fmt.Errorf("%s exists: snapshot save does not overwrite; give a new file name or move the old one aside", path)
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return Info{}, fmt.Errorf("checking %s: %w", path, err)
+	}
+	if len(src.Endpoints) == 0 {
+		return Info{}, errors.New("no etcd to snapshot: give --data-dir of a running certapi with the embedded etcd, or --etcd-servers")
+	}
+
+	cfg := clientv3.Config{Endpoints: src.Endpoints, DialTimeout: src.DialTimeout, Logger: zap.NewNop()}
+	if cfg.DialTimeout == 0 {
+		cfg.DialTimeout = 10 * time.Second
+	}
+	if src.CAFile != "" || src.CertFile != "" || src.KeyFile != "" {
+		tlsInfo := transport.TLSInfo{CertFile: src.CertFile, KeyFile: src.KeyFile, TrustedCAFile: src.CAFile}
+		tc, err := tlsInfo.ClientConfig()
+		if err != nil {
+			return Info{}, fmt.Errorf("loading the etcd client TLS files (--etcd-cafile, --etcd-certfile, --etcd-keyfile): %w", err)
+		}
+		cfg.TLS = tc
+	}
+	client, err := clientv3.New(cfg)
+	if err != nil {
+		return Info{}, fmt.Errorf("connecting to etcd %v: %w", src.Endpoints, err)
+	}
+	defer client.Close()
+	// Fail fast and clearly when etcd does not answer, rather than inside the stream.
+	statusCtx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
+	_, err = client.Status(statusCtx, src.Endpoints[0])
+	cancel()
+	if err != nil {
+		return Info{}, fmt.Errorf("etcd at %s does not answer: %w", src.Endpoints[0], err)
+	}
+
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".part-*")
+	if err != nil {
+		return Info{}, fmt.Errorf("creating a temporary file beside %s: %w", path, err)
+	}
+	tmpPath := tmp.Name()
+	done := false
+	defer func() {
+		if !done {
+			_ = tmp.Close()
+			_ = os.Remove(tmpPath)
+		}
+	}()
+	if err := tmp.Chmod(0o600); err != nil {
+		return Info{}, fmt.Errorf("restricting %s to its owner: %w", tmpPath, err)
+	}
+	rc, err := client.Snapshot(ctx)
+	if err != nil {
+		return Info{}, fmt.Errorf("requesting a snapshot from etcd: %w", err)
+	}
+	_, err = io.Copy(tmp, rc)
+	_ = rc.Close()
+	if err != nil {
+		return Info{}, fmt.Errorf("receiving the snapshot from etcd: %w", err)
+	}
+	if err := tmp.Sync(); err != nil {
+		return Info{}, fmt.Errorf("syncing %s: %w", tmpPath, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return Info{}, fmt.Errorf("closing %s: %w", tmpPath, err)
+	}
+	info, err := Verify(tmpPath)
+	if err != nil {
+		return Info{}, fmt.Errorf("the snapshot received from etcd does not verify: %w", err)
+	}
+	if err := os.Rename(tmpPath, path); err != nil {
+		return Info{}, fmt.Errorf("moving the snapshot into place at %s: %w", path, err)
+	}
+	done = true
+	if err := syncDir(dir); err != nil {
+		return Info{}, err
+	}
+	info.Path = path
+	return info, nil
+}
+
+// Verify checks a snapshot file: etcd's SHA-256 trailer matches its content and bbolt finds the database
+// consistent. It returns what `etcdutl snapshot status` reports.
+func Verify(path string) (Info, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return Info{}, fmt.Errorf("snapshot file %s does not exist", path)
+		}
+		return Info{}, fmt.Errorf("reading snapshot file %s: %w", path, err)
+	}
+	if !fi.Mode().IsRegular() {
+		return Info{}, fmt.Errorf("%s is not a regular file: give the file `certapi snapshot save` wrote", path)
+	}
+	if err := checkTrailer(path, fi.Size()); err != nil {
+		return Info{}, err
+	}
+	st, err := statusOf(path)
+	if err != nil {
+		return Info{}, fmt.Errorf("%s is not a valid etcd snapshot: %w", path, err)
+	}
+	return Info{Path: path, Size: fi.Size(), Revision: st.Revision, Keys: st.TotalKey, Hash: st.Hash, Version: st.Version}, nil
+}
+
+// statusOf runs etcdutl's snapshot status, which opens the file with bbolt; bbolt panics on some garbage
+// rather than returning an error, so a panic is an error here.
+func statusOf(path string) (st etcdutl.Status, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("the database does not open: %v", r)
+		}
+	}()
+	return etcdutl.NewV3(zap.NewNop()).Status(path)
+}
+
+// checkTrailer verifies the SHA-256 that etcd appends to a snapshot it streams (a file's size is then
+// 32 more than a multiple of 512): a truncated or altered file fails here.
+func checkTrailer(path string, size int64) error {
+	if size%512 != sha256.Size {
+		return fmt.Errorf("%s is not a complete etcd snapshot: its size (%d bytes) does not end in etcd's SHA-256 trailer "+
+			"(truncated, or not a file `certapi snapshot save` or `etcdctl snapshot save` wrote)", path, size)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("opening snapshot file %s: %w", path, err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.CopyN(h, f, size-sha256.Size); err != nil {
+		return fmt.Errorf("reading snapshot file %s: %w", path, err)
+	}
+	want := make([]byte, sha256.Size)
+	if _, err := io.ReadFull(f, want); err != nil {
+		return fmt.Errorf("reading snapshot file %s: %w", path, err)
+	}
+	if !bytes.Equal(h.Sum(nil), want) {
+		return fmt.Errorf("%s is corrupt: its content does not match etcd's SHA-256 trailer", path)
+	}
+	return nil
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("opening %s to sync it: %w", dir, err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("syncing directory %s: %w", dir, err)
+	}
+	return nil
+}
