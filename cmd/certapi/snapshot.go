@@ -137,6 +137,10 @@ The restored etcd's revision is moved forward by --bump-revision and marked comp
 holds a resourceVersion from before the restore gets 410 Gone and lists again instead of waiting for
 revisions that already passed.
 
+The snapshot's leases are revoked (unless --keep-leases), and the keys bound to them deleted: the old
+leader's election key and handoffs belong to processes that will not renew them, and would keep the
+restored certapi from leading, signing and serving for a lease TTL (about 15 s).
+
 --member-name and --peer-url are for a member of a multi-member embedded cluster; the defaults are those of
 the single embedded member.
 
@@ -153,7 +157,7 @@ the single embedded member.
 			o.SnapshotPath = args[0]
 			o.RevisionBump = bump
 			start := time.Now()
-			res, err := snapshot.Restore(o)
+			res, err := snapshot.Restore(cmd.Context(), o)
 			if err != nil {
 				return err
 			}
@@ -161,6 +165,7 @@ the single embedded member.
 			if res.MovedAside != "" {
 				fmt.Fprintf(&b, "Moved the existing etcd data aside to %s\n", res.MovedAside)
 			}
+			fmt.Fprintf(&b, "Revoked the snapshot's %d leases (the old leader's election key, handoffs)\n", res.RevokedLeases)
 			fmt.Fprintf(&b, "Restored %s into %s in %s\n%s", res.Snapshot.Path, res.EtcdDir, time.Since(start).Round(time.Millisecond), describe(res.Snapshot))
 			fmt.Fprintf(&b, "Start certapi with --data-dir=%s and the --encryption-provider-config it ran with when the snapshot was taken.\n", o.DataDir)
 			_, err = fmt.Fprint(cmd.OutOrStdout(), b.String())
@@ -171,6 +176,7 @@ the single embedded member.
 	fs.StringVar(&o.DataDir, "data-dir", "", "certapi's --data-dir to restore into (required); etcd's data goes to DIR/etcd.")
 	fs.BoolVar(&o.Force, "force", false, "Rename an existing DIR/etcd to DIR/etcd.before-restore-<time> instead of refusing.")
 	fs.Uint64Var(&bump, "bump-revision", snapshot.DefaultRevisionBump, "Move etcd's revision forward by this much and mark it compacted (0: keep the snapshot's revision).")
+	fs.BoolVar(&o.KeepLeases, "keep-leases", false, "Keep the snapshot's leases. By default they are revoked: they belong to processes that will not renew them, and the old leader's election key would hold off the restored certapi's leadership for a lease TTL.")
 	fs.StringVar(&o.MemberName, "member-name", snapshot.DefaultMemberName, "The etcd member's name.")
 	fs.StringVar(&o.PeerURL, "peer-url", "", "The etcd member's peer URL (default: unix://DIR/etcd-peer.sock, the embedded member's).")
 	return cmd

@@ -1,6 +1,7 @@
 package snapshot
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -33,6 +34,9 @@ type RestoreOptions struct {
 	RevisionBump uint64
 	// Force moves an existing DataDir/etcd aside (renamed, never deleted) instead of refusing.
 	Force bool
+	// KeepLeases keeps the snapshot's leases (and so the keys bound to them: the old leader's election key,
+	// handoffs) instead of revoking them; see revokeLeases.
+	KeepLeases bool
 	// Now gives the time in the moved-aside directory's name; default time.Now.
 	Now func() time.Time
 }
@@ -45,12 +49,15 @@ type RestoreResult struct {
 	EtcdDir string
 	// MovedAside is where an existing etcd data directory was moved with Force; empty otherwise.
 	MovedAside string
+	// RevokedLeases is the number of the snapshot's leases revoked.
+	RevokedLeases int
 }
 
 // Restore makes a new etcd data directory at DataDir/etcd from a snapshot, with mode 0700, through a
 // temporary directory beside it renamed into place. It refuses while an etcd answers on the embedded socket
-// in DataDir (certapi still running), and refuses a non-empty DataDir/etcd unless Force.
-func Restore(o RestoreOptions) (RestoreResult, error) {
+// in DataDir (certapi still running), and refuses a non-empty DataDir/etcd unless Force. Unless KeepLeases,
+// it revokes the snapshot's leases before the directory is moved into place.
+func Restore(ctx context.Context, o RestoreOptions) (RestoreResult, error) {
 	if o.SnapshotPath == "" {
 		return RestoreResult{}, errors.New("no snapshot file given: certapi snapshot restore FILE --data-dir DIR")
 	}
@@ -143,6 +150,11 @@ func Restore(o RestoreOptions) (RestoreResult, error) {
 	})
 	if err != nil {
 		return RestoreResult{}, fmt.Errorf("restoring %s: %w", o.SnapshotPath, err)
+	}
+	if !o.KeepLeases {
+		if res.RevokedLeases, err = revokeLeases(ctx, tmp, o.MemberName); err != nil {
+			return RestoreResult{}, err
+		}
 	}
 	if err := os.Chmod(tmp, 0o700); err != nil {
 		return RestoreResult{}, fmt.Errorf("restricting %s to its owner: %w", tmp, err)

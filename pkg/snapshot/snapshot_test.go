@@ -57,6 +57,14 @@ func TestSaveRestoreRoundTrip(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// A key bound to a lease, as the leader's election key is.
+	lease, err := c.Grant(ctx, 300)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Put(ctx, "/leased", "x", clientv3.WithLease(lease.ID)); err != nil {
+		t.Fatal(err)
+	}
 	before, err := c.Get(ctx, "/registry/certapi.dev/", clientv3.WithPrefix())
 	if err != nil {
 		t.Fatal(err)
@@ -84,18 +92,18 @@ func TestSaveRestoreRoundTrip(t *testing.T) {
 		t.Errorf("a second save to the same file: %v, want a refusal that says it exists", err)
 	}
 	// Restoring into the data dir of the etcd that runs is refused.
-	if _, err := snapshot.Restore(snapshot.RestoreOptions{SnapshotPath: file, DataDir: src}); err == nil || !strings.Contains(err.Error(), "stop the certapi") {
+	if _, err := snapshot.Restore(context.Background(), snapshot.RestoreOptions{SnapshotPath: file, DataDir: src}); err == nil || !strings.Contains(err.Error(), "stop the certapi") {
 		t.Errorf("restore into a running data dir: %v, want a refusal", err)
 	}
 	_ = c.Close()
 	e.Stop()
 
 	dst := filepath.Join(root, "b")
-	res, err := snapshot.Restore(snapshot.RestoreOptions{SnapshotPath: file, DataDir: dst, RevisionBump: snapshot.DefaultRevisionBump})
+	res, err := snapshot.Restore(context.Background(), snapshot.RestoreOptions{SnapshotPath: file, DataDir: dst, RevisionBump: snapshot.DefaultRevisionBump})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.EtcdDir != filepath.Join(dst, "etcd") || res.MovedAside != "" {
+	if res.EtcdDir != filepath.Join(dst, "etcd") || res.MovedAside != "" || res.RevokedLeases != 1 {
 		t.Errorf("restore result %+v", res)
 	}
 	for _, d := range []string{dst, res.EtcdDir} {
@@ -117,6 +125,9 @@ func TestSaveRestoreRoundTrip(t *testing.T) {
 		if string(after.Kvs[i].Key) != string(before.Kvs[i].Key) || string(after.Kvs[i].Value) != string(before.Kvs[i].Value) {
 			t.Fatalf("restored key %d is %s=%s, want %s=%s", i, after.Kvs[i].Key, after.Kvs[i].Value, before.Kvs[i].Key, before.Kvs[i].Value)
 		}
+	}
+	if leased, err := c2.Get(ctx, "/leased"); err != nil || len(leased.Kvs) != 0 {
+		t.Errorf("the key bound to the snapshot's lease: %v, %d keys; want it deleted with the lease", err, len(leased.Kvs))
 	}
 	if after.Header.Revision < info.Revision+snapshot.DefaultRevisionBump {
 		t.Errorf("revision after restore %d, want at least %d (bumped)", after.Header.Revision, info.Revision+snapshot.DefaultRevisionBump)
@@ -174,7 +185,7 @@ func TestRestoreTarget(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			dataDir := filepath.Join(root, strings.ReplaceAll(tc.name, " ", "-"))
 			tc.prepare(dataDir)
-			res, err := snapshot.Restore(snapshot.RestoreOptions{SnapshotPath: file, DataDir: dataDir, Force: tc.force, Now: func() time.Time { return at }})
+			res, err := snapshot.Restore(context.Background(), snapshot.RestoreOptions{SnapshotPath: file, DataDir: dataDir, Force: tc.force, Now: func() time.Time { return at }})
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("got %v, want an error containing %q", err, tc.wantErr)
@@ -251,7 +262,7 @@ func TestBadInput(t *testing.T) {
 				t.Errorf("Verify: %v, want an error containing %q", err, tc.want)
 			}
 			dataDir := filepath.Join(root, "restore-"+strings.ReplaceAll(tc.name, " ", "-"))
-			if _, err := snapshot.Restore(snapshot.RestoreOptions{SnapshotPath: tc.snapshot, DataDir: dataDir}); err == nil || !strings.Contains(err.Error(), tc.want) {
+			if _, err := snapshot.Restore(context.Background(), snapshot.RestoreOptions{SnapshotPath: tc.snapshot, DataDir: dataDir}); err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("Restore: %v, want an error containing %q", err, tc.want)
 			}
 			if _, err := os.Stat(dataDir); !os.IsNotExist(err) {
@@ -285,7 +296,10 @@ func TestBadInput(t *testing.T) {
 			_, err := snapshot.Save(ctx, snapshot.Source{Endpoints: []string{"https://127.0.0.1:1"}, CAFile: filepath.Join(root, "no-ca.crt")}, filepath.Join(root, "tls.db"))
 			return err
 		}, "--etcd-cafile"},
-		{"no endpoints", func() error { _, err := snapshot.Save(ctx, snapshot.Source{}, filepath.Join(root, "none.db")); return err }, "no etcd to snapshot"},
+		{"no endpoints", func() error {
+			_, err := snapshot.Save(ctx, snapshot.Source{}, filepath.Join(root, "none.db"))
+			return err
+		}, "no etcd to snapshot"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.save()
