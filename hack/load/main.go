@@ -1,7 +1,8 @@
 // Command load measures certapi through kube-apiserver's aggregation layer with client-go, as operators
 // call it: synchronous issuance on the servingcerts subresource at a given rate or concurrency, the time
 // for N ServingCertRequests with secretName to be Ready with their Secrets, caBundle injection (--inject),
-// memory (--requests), and PodCertificateRequests made as a kubelet makes them (--pcr).
+// memory (--requests), PodCertificateRequests made as a kubelet makes them (--pcr), and snapshot save and
+// restore of the embedded etcd (--snapshot).
 //
 //	go run ./hack/load --local                     # start a local stack (test/framework) and measure
 //	go run ./hack/load --kubeconfig=... -n ns ...  # measure an existing cluster
@@ -69,6 +70,7 @@ type options struct {
 	inject      int
 	pcr         int
 	pcrRate     float64
+	snapshot    bool
 	certapiArgs []string
 }
 
@@ -92,6 +94,7 @@ func main() {
 	flag.IntVar(&o.inject, "inject", 0, "Create this many annotated ValidatingWebhookConfigurations: report injection latency of new objects (median, max over the first 100), then force a CA rotation and report the time from Next published to all of them holding it.")
 	flag.IntVar(&o.pcr, "pcr", 0, "With --local: make this many PodCertificateRequests as a node's kubelet (system:node:load-node) for pods that a ServingCertRequest allows, and report the time from each create to Issued as the node's watch sees it (p50, p95, p99, max).")
 	flag.Float64Var(&o.pcrRate, "pcr-rate", 50, "PodCertificateRequests per second that --pcr makes (open loop); 0 makes them as fast as it can, 32 at a time.")
+	flag.BoolVar(&o.snapshot, "snapshot", false, "With --local: run certapi with its embedded etcd and, after the other phases, measure `certapi snapshot save`, then a restore into a deleted data dir and certapi's start on it (one replica).")
 	flag.IntVar(&o.requests, "requests", 0, "With --local: create this many ServingCertRequests (no Secrets), then report certapi's resident memory.")
 	flag.Parse()
 	if err := run(o); err != nil {
@@ -151,7 +154,7 @@ func run(o options) error {
 		// The load makes --requests (10,000) or --secrets requests in one namespace, past the per-namespace
 		// default that bounds a tenant; --certapi-arg can set it again.
 		args := append([]string{"--profiling", "--max-servingcertrequests-per-namespace=0"}, o.certapiArgs...)
-		cp, err := framework.Start(startCtx, framework.Options{Dir: dir, CertapiReplicas: o.replicas, CertapiArgs: args, Stdout: os.Stderr})
+		cp, err := framework.Start(startCtx, framework.Options{Dir: dir, CertapiReplicas: o.replicas, CertapiEmbeddedEtcd: o.snapshot, CertapiArgs: args, Stdout: os.Stderr})
 		cancel()
 		if err != nil {
 			if cp != nil {
@@ -194,6 +197,7 @@ func run(o options) error {
 		{o.requests > 0, l.memory},
 		{o.inject > 0, l.injection},
 		{o.pcr > 0, l.podCertificates},
+		{o.snapshot, l.snapshot},
 	}
 	for _, p := range phases {
 		if !p.on {

@@ -33,6 +33,7 @@ import (
 	"github.com/certapi/certapi/pkg/registry/certificateauthority"
 	"github.com/certapi/certapi/pkg/registry/listwatch"
 	"github.com/certapi/certapi/pkg/registry/servingcertrequest"
+	"github.com/certapi/certapi/pkg/snapshot"
 )
 
 var (
@@ -80,6 +81,8 @@ type ExtraConfig struct {
 	StatusInterval time.Duration
 	// Leader sizes the leader's loops and its kube-apiserver client.
 	Leader LeaderOptions
+	// Snapshots, when set, is the leader's schedule of etcd snapshots.
+	Snapshots *snapshot.Schedule
 	// RequestCounter, when set, is the CertapiServingCertRequestLimit admission plugin's count of each
 	// namespace's ServingCertRequests: the server feeds it from its own storage once it serves.
 	RequestCounter *requestquota.Counter
@@ -109,6 +112,7 @@ type Server struct {
 	// distrustDeadline is the longest a distrusted CA stays in the bundle.
 	distrustDeadline time.Duration
 	leader           LeaderOptions
+	snapshots        *snapshot.Schedule
 	status           atomic.Pointer[status.Writer]
 	// statusUpdater writes request status in-process, through the status subresource's storage.
 	statusUpdater status.Updater
@@ -134,7 +138,7 @@ func (c CompletedConfig) New() (*Server, error) {
 	}
 	s := &Server{GenericAPIServer: generic, statusInterval: c.ExtraConfig.StatusInterval, clusterDomain: c.ExtraConfig.ClusterDomain,
 		rotationGrace: c.ExtraConfig.RotationGrace, maxDuration: c.ExtraConfig.MaxCertificateDuration, leader: c.ExtraConfig.Leader,
-		distrustDeadline: c.ExtraConfig.DistrustDeadline}
+		distrustDeadline: c.ExtraConfig.DistrustDeadline, snapshots: c.ExtraConfig.Snapshots}
 	if s.statusInterval <= 0 {
 		// A request's first status change is written at once; this bounds how often it is written again,
 		// so that a burst of renewals against one request (many pods of one webhook) makes few writes.

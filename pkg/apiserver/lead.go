@@ -155,6 +155,10 @@ func (s *Server) lead(ctx context.Context) error {
 	if pcrs != nil {
 		runnables = append(runnables, controller.Named{Name: "podcert", Runnable: pcrs})
 	}
+	if s.snapshots != nil {
+		// Never ends the term: a failed snapshot is logged, counted and tried again an interval later.
+		runnables = append(runnables, controller.Named{Name: "snapshots", Runnable: s.snapshots})
+	}
 	if s.self != nil {
 		// A replica re-issuing its own certificate may be what a pending distrust waits for.
 		runnables = append(runnables, controller.Named{Name: "replicas", Runnable: controller.RunFunc(func(ctx context.Context) error {

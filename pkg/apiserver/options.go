@@ -104,6 +104,8 @@ type Options struct {
 	MaxRequestsPerNamespace int
 	// Leader holds the sizes of the leader's loops and its kube-apiserver client.
 	Leader LeaderOptions
+	// Snapshots configure the leader's scheduled etcd snapshots.
+	Snapshots SnapshotOptions
 	// RequireEncryptedCAKeys refuses to start when the CA private keys would be stored in etcd unencrypted.
 	RequireEncryptedCAKeys bool
 
@@ -128,6 +130,7 @@ func NewOptions() *Options {
 		MaxCertificateDuration:  validation.MaxDuration,
 		DistrustDeadline:        DefaultDistrustDeadline,
 		MaxRequestsPerNamespace: requestquota.DefaultMaxPerNamespace,
+		Snapshots:               DefaultSnapshotOptions(),
 		requestCounter:          requestquota.NewCounter(),
 		ServiceName:             "certapi",
 		ServiceNamespace:        "certapi-system",
@@ -221,6 +224,7 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 			"milliseconds of each other may pass it by as many as are in flight. 0 turns it off.")
 
 	o.Leader.AddFlags(fss.FlagSet("leader loops"))
+	o.Snapshots.AddFlags(fss.FlagSet("snapshots"))
 
 	o.RecommendedOptions.Etcd.AddFlags(fss.FlagSet("etcd"))
 	fss.FlagSet("etcd").Lookup("etcd-servers").Usage += " When empty, certapi runs an embedded etcd in --data-dir."
@@ -280,6 +284,7 @@ func (o *Options) Validate() error {
 		errs = append(errs, fmt.Errorf("--distrust-deadline %s: must be at least %s (clients of the servingcerts subresource need a moment to re-issue)",
 			o.DistrustDeadline, MinDistrustDeadline))
 	}
+	errs = append(errs, o.Snapshots.Validate(len(o.RecommendedOptions.Etcd.StorageConfig.Transport.ServerList) == 0)...)
 	if len(o.RecommendedOptions.Etcd.StorageConfig.Transport.ServerList) == 0 && o.DataDir == "" {
 		errs = append(errs, fmt.Errorf("give --etcd-servers, or --data-dir for the embedded etcd"))
 	}
@@ -400,6 +405,7 @@ func (o *Options) Config() (*Config, error) {
 			DistrustDeadline:       o.DistrustDeadline,
 			RequestCounter:         o.requestCounter,
 			Leader:                 o.Leader,
+			Snapshots:              o.Snapshots.schedule(client, o.DataDir),
 			IssuerConfig: issuer.Config{
 				Client:         client,
 				Prefix:         EtcdPathPrefix,

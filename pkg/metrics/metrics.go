@@ -93,12 +93,31 @@ var (
 	}, []string{"identity"})
 )
 
+// Scheduled snapshots (--snapshot-interval), taken by the leader.
+var (
+	// Snapshots counts scheduled etcd snapshots by result.
+	Snapshots = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace:      namespace,
+		Name:           "snapshots_total",
+		Help:           "Scheduled etcd snapshots this replica took as leader (--snapshot-interval), by result (success, failure).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"result"})
+	// SnapshotLastSuccess is when the last scheduled snapshot was saved, for an alert on its age.
+	SnapshotLastSuccess = metrics.NewGauge(&metrics.GaugeOpts{
+		Namespace:      namespace,
+		Name:           "snapshot_last_success_timestamp_seconds",
+		Help:           "When this replica last saved a scheduled etcd snapshot, in Unix seconds.",
+		StabilityLevel: metrics.ALPHA,
+	})
+)
+
 var registerOnce sync.Once
 
 // Register adds certapi's metrics to the registry behind /metrics. It is safe to call more than once.
 func Register() {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(Issuances, IssuanceDuration, CertificateNotAfter, CertificateRenewal, CANotAfter, RotationSteps, InjectionTargets, Leader, Signatures)
+		legacyregistry.MustRegister(Issuances, IssuanceDuration, CertificateNotAfter, CertificateRenewal, CANotAfter, RotationSteps, InjectionTargets, Leader, Signatures,
+			Snapshots, SnapshotLastSuccess)
 	})
 }
 

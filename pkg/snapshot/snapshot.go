@@ -90,28 +90,14 @@ type Info struct {
 	Version string
 }
 
-// Save streams a snapshot from src into path: to a temporary file in path's directory first, synced and
-// verified (etcd's SHA-256 trailer and a full bbolt check), then renamed into place. It refuses to overwrite
-// an existing file.
+// Save streams a snapshot from src into path; see SaveFrom.
 func Save(ctx context.Context, src Source, path string) (Info, error) {
-	if path == "" {
-		return Info{}, errors.New("no snapshot file given: certapi snapshot save FILE")
-	}
-	dir := filepath.Dir(path)
-	if fi, err := os.Stat(dir); err != nil {
-		return Info{}, fmt.Errorf("the snapshot's directory %s: %w", dir, err)
-	} else if !fi.IsDir() {
-		return Info{}, fmt.Errorf("the snapshot's directory %s is not a directory", dir)
-	}
-	if _, err := os.Lstat(path); err == nil {
-		return Info{}, fmt.Errorf("%s exists: snapshot save does not overwrite; give a new file name or move the old one aside", path)
-	} else if !errors.Is(err, os.ErrNotExist) {
-		return Info{}, fmt.Errorf("checking %s: %w", path, err)
+	if err := checkTarget(path); err != nil {
+		return Info{}, err
 	}
 	if len(src.Endpoints) == 0 {
 		return Info{}, errors.New("no etcd to snapshot: give --data-dir of a running certapi with the embedded etcd, or --etcd-servers")
 	}
-
 	cfg := clientv3.Config{Endpoints: src.Endpoints, DialTimeout: src.DialTimeout, Logger: zap.NewNop()}
 	if cfg.DialTimeout == 0 {
 		cfg.DialTimeout = 10 * time.Second
@@ -136,7 +122,37 @@ func Save(ctx context.Context, src Source, path string) (Info, error) {
 	if err != nil {
 		return Info{}, fmt.Errorf("etcd at %s does not answer: %w", src.Endpoints[0], err)
 	}
+	return SaveFrom(ctx, client, path)
+}
 
+// checkTarget refuses a snapshot path whose directory is missing or that exists already.
+func checkTarget(path string) error {
+	if path == "" {
+		return errors.New("no snapshot file given: certapi snapshot save FILE")
+	}
+	dir := filepath.Dir(path)
+	if fi, err := os.Stat(dir); err != nil {
+		return fmt.Errorf("the snapshot's directory %s: %w", dir, err)
+	} else if !fi.IsDir() {
+		return fmt.Errorf("the snapshot's directory %s is not a directory", dir)
+	}
+	if _, err := os.Lstat(path); err == nil {
+		return fmt.Errorf("%s exists: snapshot save does not overwrite; give a new file name or move the old one aside", path)
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("checking %s: %w", path, err)
+	}
+	return nil
+}
+
+// SaveFrom streams a snapshot through client (etcd's Maintenance.Snapshot, from the member the client
+// talks to) into path: to a temporary file in path's directory first, synced and verified (etcd's SHA-256
+// trailer and a full bbolt check), then renamed into place, so path is either a complete snapshot or
+// absent. It refuses to overwrite an existing file. The file's mode is 0600.
+func SaveFrom(ctx context.Context, client *clientv3.Client, path string) (Info, error) {
+	if err := checkTarget(path); err != nil {
+		return Info{}, err
+	}
+	dir := filepath.Dir(path)
 	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".part-*")
 	if err != nil {
 		return Info{}, fmt.Errorf("creating a temporary file beside %s: %w", path, err)

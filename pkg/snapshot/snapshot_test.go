@@ -333,3 +333,70 @@ func writeFile(t *testing.T, p string) {
 		t.Fatal(err)
 	}
 }
+
+// TestSchedule runs the schedule against a real embedded etcd: a snapshot every interval, each one
+// restorable, and only the newest Retention kept; a file of another name in the directory stays.
+func TestSchedule(t *testing.T) {
+	root := shortDir(t)
+	e, c := startEtcd(t, filepath.Join(root, "data"))
+	defer e.Stop()
+	defer c.Close()
+	dir := filepath.Join(root, "snapshots")
+	mkdir(t, dir)
+	writeFile(t, filepath.Join(dir, "manual.db"))
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	clock := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	taken := make(chan error)
+	s := &snapshot.Schedule{
+		Interval:  10 * time.Millisecond,
+		Dir:       dir,
+		Retention: 2,
+		Client:    c,
+		// Each snapshot a minute later than the one before: distinct names, in order.
+		Now: func() time.Time { clock = clock.Add(time.Minute); return clock },
+		Taken: func(_ snapshot.Info, err error) {
+			select {
+			case taken <- err:
+			case <-ctx.Done():
+			}
+		},
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	for i := range 4 {
+		if _, err := c.Put(ctx, "k", fmt.Sprint(i)); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-taken:
+			if err != nil {
+				t.Fatalf("snapshot %d: %v", i, err)
+			}
+		case <-time.After(time.Minute):
+			t.Fatalf("snapshot %d was not taken within a minute", i)
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run returned %v after its context ended, want nil", err)
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	want := []string{"certapi-20260101T000300Z.db", "certapi-20260101T000400Z.db", "manual.db"}
+	if strings.Join(names, " ") != strings.Join(want, " ") {
+		t.Fatalf("snapshot dir holds %v, want %v", names, want)
+	}
+	for _, n := range want[:2] {
+		if _, err := snapshot.Verify(filepath.Join(dir, n)); err != nil {
+			t.Errorf("%s: %v", n, err)
+		}
+	}
+}

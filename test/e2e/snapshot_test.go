@@ -454,3 +454,43 @@ func pemLines(t *testing.T, b []byte) [][]byte {
 type authData string
 
 func (d authData) AuthenticatedData() []byte { return []byte(d) }
+
+// TestScheduledSnapshots runs certapi with --snapshot-interval: the leader saves snapshots into
+// <data-dir>/snapshots, keeps the newest --snapshot-retention, counts them on /metrics, and each one is a
+// complete snapshot that restores.
+func TestScheduledSnapshots(t *testing.T) {
+	own := framework.StartT(t, framework.Options{CertapiEmbeddedEtcd: true,
+		CertapiArgs: []string{"--snapshot-interval=1s", "--snapshot-retention=2"}})
+	dir := filepath.Join(own.Dir, "certapi-data", "snapshots")
+	e2etest.Eventually(t, 60*time.Second, "three scheduled snapshots", func(context.Context) (bool, error) {
+		m := regexp.MustCompile(`(?m)^certapi_snapshots_total\{result="success"\} (\d+)$`).FindStringSubmatch(metricsOf(t, own))
+		if m == nil {
+			return false, nil
+		}
+		n, err := strconv.Atoi(m[1])
+		return err == nil && n >= 3, nil
+	})
+	if strings.Contains(metricsOf(t, own), `certapi_snapshots_total{result="failure"}`) {
+		t.Error("a scheduled snapshot failed")
+	}
+	if !strings.Contains(metricsOf(t, own), "certapi_snapshot_last_success_timestamp_seconds ") {
+		t.Error("no certapi_snapshot_last_success_timestamp_seconds on /metrics")
+	}
+	if err := own.StopCertapi(); err != nil {
+		t.Fatal(err)
+	}
+	names, err := filepath.Glob(filepath.Join(dir, "certapi-*.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(names) != 2 {
+		t.Fatalf("the snapshot dir holds %v; want the newest 2", names)
+	}
+	if fi, err := os.Stat(dir); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Errorf("snapshot dir: %v %v; want mode 0700", fi.Mode(), err)
+	}
+	out := certapiCmd(t, "snapshot", "restore", names[1], "--data-dir="+filepath.Join(t.TempDir(), "d"))
+	if !strings.Contains(out, "Restored ") {
+		t.Errorf("restoring a scheduled snapshot: %s", out)
+	}
+}

@@ -1,0 +1,120 @@
+package snapshot
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"k8s.io/klog/v2"
+)
+
+// Scheduled snapshot files are named certapi-<UTC time>.db in the snapshot directory; the time format sorts
+// as it reads, so the newest name is the greatest.
+const (
+	scheduledPrefix = "certapi-"
+	scheduledSuffix = ".db"
+	scheduledTime   = "20060102T150405Z"
+)
+
+// Schedule takes a snapshot every Interval into Dir and keeps the newest Retention of the files it names,
+// deleting older ones; files of other names in Dir are never touched. certapi's leader runs it (see
+// docs/backup-and-restore.md for why in-process and not a CronJob).
+type Schedule struct {
+	// Interval is the time between two snapshots; the first is taken one Interval after Run starts.
+	Interval time.Duration
+	// Dir receives the snapshots; created 0700 if missing.
+	Dir string
+	// Retention is how many scheduled snapshots to keep, at least 1.
+	Retention int
+	// Client is the etcd client to snapshot through.
+	Client *clientv3.Client
+	// Now gives the time for file names; default time.Now.
+	Now func() time.Time
+	// Taken, when set, is called after every attempt with its result (for metrics and tests).
+	Taken func(info Info, err error)
+}
+
+// Run takes snapshots until ctx ends, and then returns nil: a failed snapshot is logged and reported to
+// Taken and the next is tried an Interval later; it never ends the leader's term.
+func (s *Schedule) Run(ctx context.Context) error {
+	logger := klog.FromContext(ctx).WithName("snapshots")
+	t := time.NewTicker(s.Interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		info, err := s.Once(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			logger.Error(err, "Scheduled etcd snapshot failed", "dir", s.Dir)
+		} else {
+			logger.Info("Saved scheduled etcd snapshot", "path", info.Path, "bytes", info.Size, "revision", info.Revision, "keys", info.Keys)
+		}
+		if s.Taken != nil {
+			s.Taken(info, err)
+		}
+	}
+}
+
+// Once takes one scheduled snapshot now and prunes the old ones.
+func (s *Schedule) Once(ctx context.Context) (Info, error) {
+	now := time.Now
+	if s.Now != nil {
+		now = s.Now
+	}
+	if err := os.MkdirAll(s.Dir, 0o700); err != nil {
+		return Info{}, fmt.Errorf("creating the snapshot directory %s: %w", s.Dir, err)
+	}
+	path := filepath.Join(s.Dir, scheduledPrefix+now().UTC().Format(scheduledTime)+scheduledSuffix)
+	info, err := SaveFrom(ctx, s.Client, path)
+	if err != nil {
+		return Info{}, err
+	}
+	entries, err := os.ReadDir(s.Dir)
+	if err != nil {
+		return info, fmt.Errorf("listing %s to prune old snapshots: %w", s.Dir, err)
+	}
+	names := make([]string, 0, len(entries))
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	var errs []error
+	for _, n := range toPrune(names, s.Retention) {
+		if err := os.Remove(filepath.Join(s.Dir, n)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("removing old snapshot: %w", err))
+		}
+	}
+	return info, errors.Join(errs...)
+}
+
+// toPrune returns the scheduled snapshot names among names beyond the newest keep, oldest first. Names that
+// are not a scheduled snapshot's (other files, temporary files of a save in progress) are never returned.
+func toPrune(names []string, keep int) []string {
+	var scheduled []string
+	for _, n := range names {
+		if !strings.HasPrefix(n, scheduledPrefix) || !strings.HasSuffix(n, scheduledSuffix) {
+			continue
+		}
+		if _, err := time.Parse(scheduledTime, strings.TrimSuffix(strings.TrimPrefix(n, scheduledPrefix), scheduledSuffix)); err != nil {
+			continue
+		}
+		scheduled = append(scheduled, n)
+	}
+	slices.Sort(scheduled)
+	keep = max(keep, 1)
+	if len(scheduled) <= keep {
+		return nil
+	}
+	return scheduled[:len(scheduled)-keep]
+}
