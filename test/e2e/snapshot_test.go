@@ -25,6 +25,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apiserver/pkg/server/options/encryptionconfig"
 	"k8s.io/client-go/kubernetes"
 
@@ -213,7 +214,9 @@ func plaintextKeysIn(t *testing.T, own *framework.ControlPlane, dataDir string, 
 
 // TestNoBackupDataDirLost records what happens when certapi's data dir is lost and there is no snapshot: a
 // new CA, every ServingCertRequest gone, delivered Secrets left as they were (no longer renewed), and every
-// injected target given a bundle of the new CA only, which no longer trusts the certificates still served.
+// injected target given a bundle of the new CA only, which no longer trusts the certificates still served;
+// the same request created again is refused its Secret (SecretConflict: the Secret records the lost
+// request's UID) until that annotation is removed; then it adopts the Secret and re-issues it.
 func TestNoBackupDataDirLost(t *testing.T) {
 	ctx := context.Background()
 	own, dataDir := snapshotPlane(t)
@@ -265,6 +268,25 @@ func TestNoBackupDataDirLost(t *testing.T) {
 	if verifies(after, bundle, "web", ns) == nil {
 		t.Errorf("the old Secret's certificate verifies against the new bundle; the docs say it does not")
 	}
+
+	// The way back. The same request applied again (from Git, say) finds its Secret recording the lost
+	// request's UID: SecretConflict, the Secret untouched. With that annotation removed, the Secret is handed
+	// over by name: the request adopts it and re-issues it in place from the new CA.
+	req := e2etest.Request("web", "web")
+	req.Spec.SecretName = "web-tls"
+	if _, err := c.CertapiV1alpha1().ServingCertRequests(ns).Create(ctx, req, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, c, ns, "web", metav1.ConditionFalse, "SecretConflict")
+	patch := []byte(`{"metadata":{"annotations":{"certapi.dev/servingcertrequest-uid":null}}}`)
+	if _, err := kube.CoreV1().Secrets(ns).Patch(ctx, "web-tls", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	reissued := waitSecret(t, kube, ns, "web-tls", func(s *corev1.Secret) bool { return verifies(s, bundle, "web", ns) == nil })
+	if reissued.UID != secret.UID {
+		t.Errorf("the Secret was replaced (UID %s -> %s), not re-issued in place", secret.UID, reissued.UID)
+	}
+	waitReady(t, c, ns, "web", metav1.ConditionTrue, "Issued")
 }
 
 // settle waits until the leader of a (re)started certapi has worked through what it found: a request
@@ -492,5 +514,34 @@ func TestScheduledSnapshots(t *testing.T) {
 	out := certapiCmd(t, "snapshot", "restore", names[1], "--data-dir="+filepath.Join(t.TempDir(), "d"))
 	if !strings.Contains(out, "Restored ") {
 		t.Errorf("restoring a scheduled snapshot: %s", out)
+	}
+}
+
+// TestSnapshotOfExternalEtcd saves a snapshot of the shared control plane's etcd (certapi's --etcd-servers)
+// and finds certapi's objects in it.
+func TestSnapshotOfExternalEtcd(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "external.db")
+	out := certapiCmd(t, "snapshot", "save", file, "--etcd-servers="+cp.EtcdEndpoint)
+	if !strings.Contains(out, "keys: ") {
+		t.Errorf("snapshot save printed %q", out)
+	}
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(data, []byte(e2etest.CAKey)) {
+		t.Errorf("the snapshot of certapi's etcd holds no %s", e2etest.CAKey)
+	}
+	// --data-dir and --etcd-servers together are refused, and so are TLS files without --etcd-servers.
+	for _, args := range [][]string{
+		{"snapshot", "save", file + "2", "--etcd-servers=" + cp.EtcdEndpoint, "--data-dir=/tmp"},
+		{"snapshot", "save", file + "2", "--etcd-cafile=/tmp/ca.crt"},
+		{"snapshot", "save", file, "--etcd-servers=" + cp.EtcdEndpoint},
+		{"snapshot", "restore", file},
+		{"snapshot", "restore", file + ".missing", "--data-dir=" + t.TempDir()},
+	} {
+		if out, err := certapiCmdErr(t, args...); err == nil {
+			t.Errorf("certapi %s succeeded: %s", strings.Join(args, " "), out)
+		}
 	}
 }
