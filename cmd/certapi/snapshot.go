@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"time"
 
@@ -37,7 +38,7 @@ func newSnapshotCommand() *cobra.Command {
 			return cmd.Help()
 		},
 	}
-	cmd.AddCommand(newSnapshotSaveCommand(), newSnapshotRestoreCommand())
+	cmd.AddCommand(newSnapshotSaveCommand(), newSnapshotRestoreCommand(), newSnapshotStatusCommand())
 	// The server's sectioned help lists the server's flags; these commands have their own.
 	plain := &cobra.Command{}
 	for _, c := range append([]*cobra.Command{cmd}, cmd.Commands()...) {
@@ -67,6 +68,10 @@ with an etcd shared with other users, theirs too.
 The snapshot is written to a temporary file beside FILE, synced, verified (etcd's SHA-256 trailer and a
 full database check) and then renamed to FILE, so FILE is either a complete snapshot or absent. FILE must not
 exist. Its mode is 0600. Prints the size, revision, key count and hash.
+
+FILE "-" writes the snapshot to stdout instead (from a container with a read-only root file system and no
+shell: kubectl exec ... -- certapi snapshot save - > certapi.db), checking etcd's SHA-256 trailer as it
+streams; check the copy with "certapi snapshot status".
 
 ` + snapshotLong,
 		Example: `  # In certapi's pod (embedded etcd):
@@ -100,6 +105,20 @@ exist. Its mode is 0600. Prints the size, revision, key count and hash.
 				defer cancel()
 			}
 			start := time.Now()
+			if args[0] == "-" {
+				client, err := snapshot.Connect(ctx, src)
+				if err != nil {
+					return err
+				}
+				defer client.Close()
+				n, err := snapshot.SaveToWriter(ctx, client, cmd.OutOrStdout())
+				if err != nil {
+					return err
+				}
+				_, err = fmt.Fprintf(cmd.ErrOrStderr(), "Wrote %d bytes to stdout in %s; etcd's SHA-256 trailer verified. Check the copy with: certapi snapshot status FILE\n",
+					n, time.Since(start).Round(time.Millisecond))
+				return err
+			}
 			info, err := snapshot.Save(ctx, src, args[0])
 			if err != nil {
 				return err
@@ -128,6 +147,8 @@ func newSnapshotRestoreCommand() *cobra.Command {
 and no --etcd-servers. Stop certapi first; start it afterwards with the same --data-dir and the same
 --encryption-provider-config as when the snapshot was taken.
 
+FILE "-" reads the snapshot from stdin (into a file in DIR first).
+
 DIR/etcd must not hold data: restore refuses, and says so, rather than overwrite it. Move it aside first
 (mv DIR/etcd DIR/etcd.old), or give --force to have it renamed to DIR/etcd.before-restore-<time>; restore
 never deletes data. The restored directory has mode 0700. The snapshot is verified before anything is
@@ -155,6 +176,14 @@ the single embedded member.
 				return errors.New("--data-dir is required: the directory certapi runs its embedded etcd in (the data goes to DIR/etcd)")
 			}
 			o.SnapshotPath = args[0]
+			if o.SnapshotPath == "-" {
+				path, err := snapshot.ReadToDir(cmd.InOrStdin(), o.DataDir)
+				if err != nil {
+					return err
+				}
+				defer os.Remove(path)
+				o.SnapshotPath = path
+			}
 			o.RevisionBump = bump
 			start := time.Now()
 			res, err := snapshot.Restore(cmd.Context(), o)
@@ -180,6 +209,27 @@ the single embedded member.
 	fs.StringVar(&o.MemberName, "member-name", snapshot.DefaultMemberName, "The etcd member's name.")
 	fs.StringVar(&o.PeerURL, "peer-url", "", "The etcd member's peer URL (default: unix://DIR/etcd-peer.sock, the embedded member's).")
 	return cmd
+}
+
+func newSnapshotStatusCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "status FILE",
+		Short: "Verify a snapshot file and print its size, revision, key count and hash",
+		Long: `Verify a snapshot file, as save and restore do (etcd's SHA-256 trailer and a full database check),
+and print its size, revision, key count and hash. It does not need certapi or etcd to run.`,
+		SilenceUsage: true,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) != 1 {
+				return fmt.Errorf("snapshot status takes one argument, the snapshot file; got %d", len(args))
+			}
+			info, err := snapshot.Verify(args[0])
+			if err != nil {
+				return err
+			}
+			_, err = fmt.Fprint(cmd.OutOrStdout(), describe(info))
+			return err
+		},
+	}
 }
 
 func describe(i snapshot.Info) string {

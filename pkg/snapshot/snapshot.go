@@ -95,8 +95,18 @@ func Save(ctx context.Context, src Source, path string) (Info, error) {
 	if err := checkTarget(path); err != nil {
 		return Info{}, err
 	}
+	client, err := Connect(ctx, src)
+	if err != nil {
+		return Info{}, err
+	}
+	defer client.Close()
+	return SaveFrom(ctx, client, path)
+}
+
+// Connect returns a client of src's etcd once its first endpoint answers. The caller closes it.
+func Connect(ctx context.Context, src Source) (*clientv3.Client, error) {
 	if len(src.Endpoints) == 0 {
-		return Info{}, errors.New("no etcd to snapshot: give --data-dir of a running certapi with the embedded etcd, or --etcd-servers")
+		return nil, errors.New("no etcd to snapshot: give --data-dir of a running certapi with the embedded etcd, or --etcd-servers")
 	}
 	cfg := clientv3.Config{Endpoints: src.Endpoints, DialTimeout: src.DialTimeout, Logger: zap.NewNop()}
 	if cfg.DialTimeout == 0 {
@@ -106,23 +116,23 @@ func Save(ctx context.Context, src Source, path string) (Info, error) {
 		tlsInfo := transport.TLSInfo{CertFile: src.CertFile, KeyFile: src.KeyFile, TrustedCAFile: src.CAFile}
 		tc, err := tlsInfo.ClientConfig()
 		if err != nil {
-			return Info{}, fmt.Errorf("loading the etcd client TLS files (--etcd-cafile, --etcd-certfile, --etcd-keyfile): %w", err)
+			return nil, fmt.Errorf("loading the etcd client TLS files (--etcd-cafile, --etcd-certfile, --etcd-keyfile): %w", err)
 		}
 		cfg.TLS = tc
 	}
 	client, err := clientv3.New(cfg)
 	if err != nil {
-		return Info{}, fmt.Errorf("connecting to etcd %v: %w", src.Endpoints, err)
+		return nil, fmt.Errorf("connecting to etcd %v: %w", src.Endpoints, err)
 	}
-	defer client.Close()
 	// Fail fast and clearly when etcd does not answer, rather than inside the stream.
 	statusCtx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
 	_, err = client.Status(statusCtx, src.Endpoints[0])
 	cancel()
 	if err != nil {
-		return Info{}, fmt.Errorf("etcd at %s does not answer: %w", src.Endpoints[0], err)
+		_ = client.Close()
+		return nil, fmt.Errorf("etcd at %s does not answer: %w", src.Endpoints[0], err)
 	}
-	return SaveFrom(ctx, client, path)
+	return client, nil
 }
 
 // checkTarget refuses a snapshot path whose directory is missing or that exists already.

@@ -1,6 +1,7 @@
 package snapshot_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"fmt"
@@ -90,6 +91,19 @@ func TestSaveRestoreRoundTrip(t *testing.T) {
 	}
 	if _, err := snapshot.Save(ctx, source, file); err == nil || !strings.Contains(err.Error(), "exists") {
 		t.Errorf("a second save to the same file: %v, want a refusal that says it exists", err)
+	}
+	// The same through a writer (save -), verified once on disk.
+	var buf bytes.Buffer
+	written, err := snapshot.SaveToWriter(ctx, c, &buf)
+	if err != nil || written != int64(buf.Len()) {
+		t.Fatalf("SaveToWriter: %d bytes, %v", written, err)
+	}
+	streamed := filepath.Join(root, "streamed.db")
+	if err := os.WriteFile(streamed, buf.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := snapshot.Verify(streamed); err != nil || got.Keys != info.Keys {
+		t.Errorf("the streamed snapshot: %+v, %v; want %d keys", got, err, info.Keys)
 	}
 	// Restoring into the data dir of the etcd that runs is refused.
 	if _, err := snapshot.Restore(context.Background(), snapshot.RestoreOptions{SnapshotPath: file, DataDir: src}); err == nil || !strings.Contains(err.Error(), "stop the certapi") {

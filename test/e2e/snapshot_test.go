@@ -532,6 +532,32 @@ func TestSnapshotOfExternalEtcd(t *testing.T) {
 	if !bytes.Contains(data, []byte(e2etest.CAKey)) {
 		t.Errorf("the snapshot of certapi's etcd holds no %s", e2etest.CAKey)
 	}
+	// Through stdout and stdin, as from a container with no shell: save -, status, restore -.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	bin, err := framework.CertapiBinary(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	save := exec.CommandContext(ctx, bin, "snapshot", "save", "-", "--etcd-servers="+cp.EtcdEndpoint)
+	save.Stdout, save.Stderr = &stdout, &stderr
+	if err := save.Run(); err != nil || !strings.Contains(stderr.String(), "trailer verified") {
+		t.Fatalf("snapshot save -: %v\n%s", err, stderr.String())
+	}
+	streamed := filepath.Join(t.TempDir(), "streamed.db")
+	if err := os.WriteFile(streamed, stdout.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out := certapiCmd(t, "snapshot", "status", streamed); !strings.Contains(out, "keys: ") {
+		t.Errorf("snapshot status printed %q", out)
+	}
+	restore := exec.CommandContext(ctx, bin, "snapshot", "restore", "-", "--data-dir="+filepath.Join(t.TempDir(), "d"))
+	restore.Stdin = bytes.NewReader(stdout.Bytes())
+	if out, err := restore.CombinedOutput(); err != nil || !strings.Contains(string(out), "Restored ") {
+		t.Errorf("snapshot restore -: %v\n%s", err, out)
+	}
+
 	// --data-dir and --etcd-servers together are refused, and so are TLS files without --etcd-servers.
 	for _, args := range [][]string{
 		{"snapshot", "save", file + "2", "--etcd-servers=" + cp.EtcdEndpoint, "--data-dir=/tmp"},
@@ -539,6 +565,7 @@ func TestSnapshotOfExternalEtcd(t *testing.T) {
 		{"snapshot", "save", file, "--etcd-servers=" + cp.EtcdEndpoint},
 		{"snapshot", "restore", file},
 		{"snapshot", "restore", file + ".missing", "--data-dir=" + t.TempDir()},
+		{"snapshot", "status", file + ".missing"},
 	} {
 		if out, err := certapiCmdErr(t, args...); err == nil {
 			t.Errorf("certapi %s succeeded: %s", strings.Join(args, " "), out)

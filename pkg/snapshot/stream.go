@@ -1,0 +1,84 @@
+package snapshot
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"os"
+	"path/filepath"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// SaveToWriter streams a snapshot through client into w (stdout, for `kubectl exec ... snapshot save -`
+// from a container with a read-only root file system and no shell) and checks etcd's SHA-256 trailer on the
+// way. w has received every byte by then, so a failed check is reported as an error and the copy must be
+// discarded; run Verify on the copy for the full database check. It returns the number of bytes written.
+func SaveToWriter(ctx context.Context, client *clientv3.Client, w io.Writer) (int64, error) {
+	rc, err := client.Snapshot(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("requesting a snapshot from etcd: %w", err)
+	}
+	defer rc.Close()
+	tw := &trailerWriter{h: sha256.New()}
+	n, err := io.Copy(io.MultiWriter(w, tw), rc)
+	if err != nil {
+		return n, fmt.Errorf("streaming the snapshot from etcd: %w", err)
+	}
+	if err := tw.check(n); err != nil {
+		return n, fmt.Errorf("the snapshot streamed from etcd is not complete; discard the copy: %w", err)
+	}
+	return n, nil
+}
+
+// trailerWriter hashes everything but the last sha256.Size bytes written, which it keeps.
+type trailerWriter struct {
+	h    hash.Hash
+	tail []byte
+}
+
+func (t *trailerWriter) Write(p []byte) (int, error) {
+	t.tail = append(t.tail, p...)
+	if over := len(t.tail) - sha256.Size; over > 0 {
+		t.h.Write(t.tail[:over])
+		t.tail = append(t.tail[:0], t.tail[over:]...)
+	}
+	return len(p), nil
+}
+
+func (t *trailerWriter) check(size int64) error {
+	if size%512 != sha256.Size || len(t.tail) != sha256.Size {
+		return fmt.Errorf("its size (%d bytes) does not end in etcd's SHA-256 trailer", size)
+	}
+	if !bytes.Equal(t.h.Sum(nil), t.tail) {
+		return errors.New("its content does not match etcd's SHA-256 trailer")
+	}
+	return nil
+}
+
+// ReadToDir copies r (a snapshot on stdin, for `certapi snapshot restore -`) into a new file in dir,
+// created 0700 if missing, and returns its path; the caller removes it.
+func ReadToDir(r io.Reader, dir string) (string, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", fmt.Errorf("creating %s: %w", dir, err)
+	}
+	f, err := os.CreateTemp(dir, ".snapshot-stdin-*")
+	if err != nil {
+		return "", fmt.Errorf("creating a file in %s for the snapshot on stdin: %w", dir, err)
+	}
+	path := f.Name()
+	if _, err := io.Copy(f, r); err != nil {
+		_ = f.Close()
+		_ = os.Remove(path)
+		return "", fmt.Errorf("reading the snapshot from stdin: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		_ = os.Remove(path)
+		return "", fmt.Errorf("writing %s: %w", path, err)
+	}
+	return filepath.Clean(path), nil
+}
