@@ -41,10 +41,13 @@ type Schedule struct {
 }
 
 // Run takes snapshots until ctx ends, and then returns nil: a failed snapshot is logged and reported to
-// Taken and the next is tried an Interval later; it never ends the leader's term.
+// Taken and the next is tried an Interval later; it never ends the leader's term. The first snapshot is due
+// an Interval after the newest scheduled one in Dir (at once if that is past), not an Interval after Run
+// starts: leadership that changes more often than the Interval (rolling upgrades) still gets snapshots.
 func (s *Schedule) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx).WithName("snapshots")
-	t := time.NewTicker(s.Interval)
+	delay := nextDelay(s.newest(), s.now(), s.Interval)
+	t := time.NewTimer(delay)
 	defer t.Stop()
 	for {
 		select {
@@ -64,19 +67,48 @@ func (s *Schedule) Run(ctx context.Context) error {
 		if s.Taken != nil {
 			s.Taken(info, err)
 		}
+		t.Reset(s.Interval)
 	}
+}
+
+func (s *Schedule) now() time.Time {
+	if s.Now != nil {
+		return s.Now()
+	}
+	return time.Now()
+}
+
+// newest returns the time in the name of the newest scheduled snapshot in Dir; zero when there is none.
+func (s *Schedule) newest() time.Time {
+	entries, err := os.ReadDir(s.Dir)
+	if err != nil {
+		return time.Time{}
+	}
+	var newest time.Time
+	for _, e := range entries {
+		if t, ok := scheduledAt(e.Name()); ok && t.After(newest) {
+			newest = t
+		}
+	}
+	return newest
+}
+
+// nextDelay is how long to wait for the first snapshot: until an interval after the newest one, at once when
+// there is none or that time has passed, and never more than one interval (a newest snapshot in the future
+// means a clock that went back).
+func nextDelay(newest, now time.Time, interval time.Duration) time.Duration {
+	if newest.IsZero() {
+		return 0
+	}
+	return min(max(newest.Add(interval).Sub(now), 0), interval)
 }
 
 // Once takes one scheduled snapshot now and prunes the old ones.
 func (s *Schedule) Once(ctx context.Context) (Info, error) {
-	now := time.Now
-	if s.Now != nil {
-		now = s.Now
-	}
 	if err := os.MkdirAll(s.Dir, 0o700); err != nil {
 		return Info{}, fmt.Errorf("creating the snapshot directory %s: %w", s.Dir, err)
 	}
-	path := filepath.Join(s.Dir, scheduledPrefix+now().UTC().Format(scheduledTime)+scheduledSuffix)
+	path := filepath.Join(s.Dir, scheduledPrefix+s.now().UTC().Format(scheduledTime)+scheduledSuffix)
 	info, err := SaveFrom(ctx, s.Client, path)
 	if err != nil {
 		return Info{}, err
@@ -103,13 +135,9 @@ func (s *Schedule) Once(ctx context.Context) (Info, error) {
 func toPrune(names []string, keep int) []string {
 	var scheduled []string
 	for _, n := range names {
-		if !strings.HasPrefix(n, scheduledPrefix) || !strings.HasSuffix(n, scheduledSuffix) {
-			continue
+		if _, ok := scheduledAt(n); ok {
+			scheduled = append(scheduled, n)
 		}
-		if _, err := time.Parse(scheduledTime, strings.TrimSuffix(strings.TrimPrefix(n, scheduledPrefix), scheduledSuffix)); err != nil {
-			continue
-		}
-		scheduled = append(scheduled, n)
 	}
 	slices.Sort(scheduled)
 	keep = max(keep, 1)
@@ -117,4 +145,13 @@ func toPrune(names []string, keep int) []string {
 		return nil
 	}
 	return scheduled[:len(scheduled)-keep]
+}
+
+// scheduledAt returns the time in a scheduled snapshot's name, and false for any other name.
+func scheduledAt(name string) (time.Time, bool) {
+	if !strings.HasPrefix(name, scheduledPrefix) || !strings.HasSuffix(name, scheduledSuffix) {
+		return time.Time{}, false
+	}
+	t, err := time.Parse(scheduledTime, strings.TrimSuffix(strings.TrimPrefix(name, scheduledPrefix), scheduledSuffix))
+	return t, err == nil
 }

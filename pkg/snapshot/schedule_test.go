@@ -3,6 +3,7 @@ package snapshot
 import (
 	"slices"
 	"testing"
+	"time"
 )
 
 func TestToPrune(t *testing.T) {
@@ -26,6 +27,28 @@ func TestToPrune(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := toPrune(tc.names, tc.keep); !slices.Equal(got, tc.want) {
 				t.Errorf("toPrune = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestNextDelay(t *testing.T) {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name   string
+		newest time.Time
+		want   time.Duration
+	}{
+		{"no snapshot yet: at once", time.Time{}, 0},
+		{"the newest is older than an interval: at once", now.Add(-2 * time.Hour), 0},
+		{"exactly an interval ago: at once", now.Add(-time.Hour), 0},
+		{"taken 20 minutes ago: in 40", now.Add(-20 * time.Minute), 40 * time.Minute},
+		{"taken just now: in an interval", now, time.Hour},
+		{"in the future (the clock went back): one interval at most", now.Add(5 * time.Hour), time.Hour},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := nextDelay(tc.newest, now, time.Hour); got != tc.want {
+				t.Errorf("nextDelay = %s, want %s", got, tc.want)
 			}
 		})
 	}

@@ -404,7 +404,8 @@ func TestSchedule(t *testing.T) {
 	for _, e := range entries {
 		names = append(names, e.Name())
 	}
-	want := []string{"certapi-20260101T000300Z.db", "certapi-20260101T000400Z.db", "manual.db"}
+	// Run reads the clock once to schedule the first snapshot (00:01), then once per snapshot (00:02 to 00:05).
+	want := []string{"certapi-20260101T000400Z.db", "certapi-20260101T000500Z.db", "manual.db"}
 	if strings.Join(names, " ") != strings.Join(want, " ") {
 		t.Fatalf("snapshot dir holds %v, want %v", names, want)
 	}
