@@ -21,7 +21,13 @@ import (
 // for the old leader's key to expire before it leads, signs and serves. Revoking them deletes their keys.
 // It returns the number of leases revoked.
 func revokeLeases(ctx context.Context, etcdDir, memberName string) (int, error) {
-	sockDir, err := os.MkdirTemp("", "certapi-restore-")
+	// Beside the restored data when the socket paths fit (a container's root file system may be read-only),
+	// else in the temporary directory.
+	parent := filepath.Dir(etcdDir)
+	if len(filepath.Join(parent, ".sock-0123456789", "c.sock")) > maxSocketPath {
+		parent = ""
+	}
+	sockDir, err := os.MkdirTemp(parent, ".sock-")
 	if err != nil {
 		return 0, fmt.Errorf("creating a directory for a temporary etcd's sockets: %w", err)
 	}
