@@ -30,7 +30,7 @@ func DefaultSnapshotOptions() SnapshotOptions { return SnapshotOptions{Retention
 func (o *SnapshotOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.Interval, "snapshot-interval", o.Interval,
 		"How often the leader saves an etcd snapshot (the CA, still encrypted as etcd holds it, and every certapi object) into --snapshot-dir, "+
-			"as certapi-<UTC time>.db. 0 (the default) takes none. Restore one with `certapi snapshot restore`.")
+			"as certapi-<UTC time>.db. 0 (the default) takes none. Restore one with: certapi snapshot restore.")
 	fs.StringVar(&o.Dir, "snapshot-dir", o.Dir,
 		"Where --snapshot-interval puts snapshots (created 0700). Default with the embedded etcd: <data-dir>/snapshots, which survives a "+
 			"corrupted etcd or a mistaken delete but not the loss of the volume: point it at another volume. Required with --etcd-servers.")

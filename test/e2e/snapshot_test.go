@@ -29,6 +29,7 @@ import (
 	"k8s.io/apiserver/pkg/server/options/encryptionconfig"
 	"k8s.io/client-go/kubernetes"
 
+	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	"github.com/certapi/certapi/pkg/generated/clientset/versioned"
 	"github.com/certapi/certapi/test/e2e/e2etest"
 	"github.com/certapi/certapi/test/framework"
@@ -278,7 +279,7 @@ func TestNoBackupDataDirLost(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitReady(t, c, ns, "web", metav1.ConditionFalse, "SecretConflict")
-	patch := []byte(`{"metadata":{"annotations":{"certapi.dev/servingcertrequest-uid":null}}}`)
+	patch := []byte(`{"metadata":{"annotations":{"` + certapiv1alpha1.AnnotationServingCertRequestUID + `":null}}}`)
 	if _, err := kube.CoreV1().Secrets(ns).Patch(ctx, "web-tls", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
