@@ -17,6 +17,7 @@ import (
 	"k8s.io/component-base/term"
 
 	"github.com/certapi/certapi/pkg/apiserver"
+	"github.com/certapi/certapi/pkg/cmd/snapshotcmd"
 )
 
 func main() {
@@ -73,7 +74,7 @@ objects); see "certapi snapshot --help".`,
 		},
 	}
 	cmd.SetContext(ctx)
-	cmd.AddCommand(newSnapshotCommand())
+	cmd.AddCommand(snapshotcmd.NewCmd())
 
 	fss := o.Flags()
 	logsapi.AddFlags(logOptions, fss.FlagSet("logging"))

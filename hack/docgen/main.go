@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"k8s.io/component-base/logs"
 	logsapi "k8s.io/component-base/logs/api/v1"
@@ -38,7 +39,7 @@ func run(root string, check bool) error {
 	if err != nil {
 		return err
 	}
-	pages := map[string][]byte{apiPage: api, flagsPage: append(flagReference(certapiFlagSets()), pluginReference(pluginCommands())...)}
+	pages := map[string][]byte{apiPage: api, flagsPage: slices.Concat(flagReference(certapiFlagSets()), subcommandReference(certapiSubcommands()), pluginReference(pluginCommands()))}
 	stale := false
 	for _, name := range []string{apiPage, flagsPage} {
 		path := filepath.Join(root, name)

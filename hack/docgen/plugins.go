@@ -12,6 +12,7 @@ import (
 
 	"github.com/certapi/certapi/pkg/cmd/createscr"
 	"github.com/certapi/certapi/pkg/cmd/kubectlcertapi"
+	"github.com/certapi/certapi/pkg/cmd/snapshotcmd"
 )
 
 // pluginCommands are the kubectl plugins' command trees, as their binaries build them.
@@ -30,6 +31,40 @@ func connectionFlags() *pflag.FlagSet {
 		f.DefValue = "$HOME/.kube/cache"
 	}
 	return fs
+}
+
+// certapiSubcommands is certapi's command tree below the server: `certapi snapshot` and its subcommands, as
+// cmd/certapi adds them to its root command.
+func certapiSubcommands() *cobra.Command {
+	root := &cobra.Command{Use: "certapi"}
+	root.AddCommand(snapshotcmd.NewCmd())
+	return root
+}
+
+// subcommandReference renders each runnable subcommand of certapi with its own flags.
+func subcommandReference(root *cobra.Command) []byte {
+	var b bytes.Buffer
+	b.WriteString("\n## certapi snapshot\n\nSave, restore and verify etcd snapshots of certapi's CA and objects ([backup-and-restore.md](backup-and-restore.md)). These commands take their own flags, not the server's.\n")
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		if c.Runnable() && !c.Hidden && c.HasParent() && c.Name() != "snapshot" {
+			fmt.Fprintf(&b, "\n### %s\n\n%s.\n", displayPath(c), strings.TrimSuffix(strings.TrimSpace(c.Short), "."))
+			own := pflag.NewFlagSet(c.Name(), pflag.ContinueOnError)
+			c.LocalNonPersistentFlags().VisitAll(func(f *pflag.Flag) {
+				if f.Name != "help" {
+					own.AddFlag(f)
+				}
+			})
+			if own.HasAvailableFlags() {
+				writeFlagTable(&b, own)
+			}
+		}
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(root)
+	return b.Bytes()
 }
 
 // pluginReference renders each runnable command of the plugins with its own flags, then the connection

@@ -1,4 +1,6 @@
-package main
+// Package snapshotcmd is the command line of `certapi snapshot` (save, restore, status) over pkg/snapshot,
+// built here so that cmd/certapi and the flag reference generator (hack/docgen) use the same command tree.
+package snapshotcmd
 
 import (
 	"context"
@@ -27,7 +29,9 @@ of unencrypted keys is as secret as the CA itself.
 
 See docs/backup-and-restore.md.`
 
-func newSnapshotCommand() *cobra.Command {
+// NewCmd returns the `snapshot` command with its subcommands save, restore and status, to be added to the
+// certapi root command.
+func NewCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:          "snapshot",
 		Short:        "Save and restore etcd snapshots of certapi's CA and objects",
