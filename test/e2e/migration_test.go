@@ -24,8 +24,14 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
@@ -158,6 +164,50 @@ func injectorEvent(ctx context.Context, kube kubernetes.Interface, name, reason 
 	return ""
 }
 
+// standInCertificate creates cert-manager's Certificate API (a stand-in CRD: group cert-manager.io,
+// version v1, any spec) if it is not there, and a Certificate for the webhook's Service, as the cluster
+// being migrated has them.
+func standInCertificate(t *testing.T, ns, name, svc, secret string) {
+	t.Helper()
+	ext, err := apiextensionsclient.NewForConfig(cp.AdminConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dyn, err := dynamic.NewForConfig(cp.AdminConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	preserve := true
+	crd := &apiextensionsv1.CustomResourceDefinition{
+		ObjectMeta: metav1.ObjectMeta{Name: "certificates.cert-manager.io"},
+		Spec: apiextensionsv1.CustomResourceDefinitionSpec{
+			Group: "cert-manager.io",
+			Names: apiextensionsv1.CustomResourceDefinitionNames{Plural: "certificates", Singular: "certificate", Kind: "Certificate", ListKind: "CertificateList"},
+			Scope: apiextensionsv1.NamespaceScoped,
+			Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{Name: "v1", Served: true, Storage: true,
+				Schema: &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{Type: "object", XPreserveUnknownFields: &preserve}}}},
+		},
+	}
+	cert := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "cert-manager.io/v1", "kind": "Certificate",
+		"metadata": map[string]any{"name": name},
+		"spec": map[string]any{"secretName": secret, "dnsNames": []any{svc + "." + ns + ".svc", svc + "." + ns + ".svc.cluster.local"},
+			"issuerRef": map[string]any{"name": "webhook-ca", "kind": "Issuer"}},
+	}}
+	certs := dyn.Resource(schema.GroupVersionResource{Group: "cert-manager.io", Version: "v1", Resource: "certificates"}).Namespace(ns)
+	// Retried: the CRD may be new (not established yet) or, from an earlier run, still being deleted.
+	e2etest.Eventually(t, 60*time.Second, "cert-manager's Certificate API and a Certificate", func(ctx context.Context) (bool, error) {
+		if _, err := ext.ApiextensionsV1().CustomResourceDefinitions().Create(ctx, crd, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return false, err
+		}
+		_, err := certs.Create(ctx, cert, metav1.CreateOptions{})
+		return err == nil, nil
+	})
+	t.Cleanup(func() {
+		_ = ext.ApiextensionsV1().CustomResourceDefinitions().Delete(context.Background(), crd.Name, metav1.DeleteOptions{})
+	})
+}
+
 func TestMigrationFromCAInjectorFailsNoCall(t *testing.T) {
 	ctx := context.Background()
 	c, kube := e2etest.Clients(t, cp.AdminConfig)
@@ -202,6 +252,22 @@ func TestMigrationFromCAInjectorFailsNoCall(t *testing.T) {
 		_, err := kube.CoreV1().ConfigMaps(ns).Create(ctx, configMap(fmt.Sprintf("warm-%d", time.Now().UnixNano())), metav1.CreateOptions{})
 		return err == nil, nil
 	})
+	// The plan `kubectl certapi migrate` prints for this cluster has the steps this test runs.
+	standInCertificate(t, ns, svc, svc, svc+"-tls")
+	run := newPluginRunnerFor(t, buildPluginNamed(t, "kubectl-certapi"), cp.Kubeconfig).kubectl
+	plan := run("certapi", "migrate").succeeded(t).stdout
+	for _, want := range []string{
+		fmt.Sprintf("kubectl create servingcertrequest %s -n %s --service=%s --secret=%s-tls-certapi --wait\n", svc, ns, svc, svc),
+		fmt.Sprintf("kubectl annotate validatingwebhookconfiguration %s certapi.dev/inject-ca-bundle=true certapi.dev/keep-foreign-ca=true\n", name),
+		fmt.Sprintf("kubectl annotate validatingwebhookconfiguration %s cert-manager.io/inject-ca-from-\n", name),
+		fmt.Sprintf("kubectl annotate validatingwebhookconfiguration %s certapi.dev/keep-foreign-ca-\n", name),
+		fmt.Sprintf("kubectl delete certificate %s -n %s\n", svc, ns),
+	} {
+		if !strings.Contains(plan, want) {
+			t.Fatalf("kubectl certapi migrate does not print %q:\n%s", want, plan)
+		}
+	}
+
 	// Step 1 of the guide: the ServingCertRequest for the webhook's Service.
 	if _, err := c.CertapiV1alpha1().ServingCertRequests(ns).Create(ctx, e2etest.Request(svc, svc), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
