@@ -55,6 +55,11 @@ type CAOptions struct {
 	CommonName string
 }
 
+// CACommonNamePrefix starts the common name of every CA certapi makes ("certapi-ca@<unix seconds>"):
+// the injector tells certapi's CAs from another issuer's by it, and never keeps one of its own as a
+// foreign CA.
+const CACommonNamePrefix = "certapi-ca@"
+
 // NewCA creates a self-signed ECDSA P-256 CA for signing in-cluster serving
 // certificates.
 //
@@ -91,7 +96,7 @@ func NewCA(opts CAOptions) (*CA, error) {
 	now = now.UTC().Truncate(time.Second)
 	cn := opts.CommonName
 	if cn == "" {
-		cn = fmt.Sprintf("certapi-ca@%d", now.Unix())
+		cn = fmt.Sprintf("%s%d", CACommonNamePrefix, now.Unix())
 	}
 
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)

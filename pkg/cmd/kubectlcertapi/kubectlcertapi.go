@@ -2,7 +2,7 @@
 // `kubectl certapi ...`: day-2 work on certapi for cluster admins. `status` shows the CA, the rotation and
 // what it waits for, the injection summary and the requests nearest expiry; `rotate` and `distrust` start
 // a CA rotation and follow it; `inspect secret` explains a delivered Secret; `check` says whether certapi
-// serves. It is built on k8s.io/cli-runtime, so the kubeconfig, context and namespace flags behave as
+// serves; `migrate` prints the cut-over from cert-manager for the cluster. It is built on k8s.io/cli-runtime, so the kubeconfig, context and namespace flags behave as
 // kubectl's, and it reports errors as kubectl does (k8s.io/kubectl's cmdutil.CheckErr).
 package kubectlcertapi
 
@@ -61,7 +61,10 @@ var rootExample = templates.Examples(`
 	kubectl certapi rotate --wait
 
 	# What a delivered Secret holds, and whether it verifies against the current bundle
-	kubectl certapi inspect secret my-webhook-tls -n webhooks`)
+	kubectl certapi inspect secret my-webhook-tls -n webhooks
+
+	# The cut-over from cert-manager for this cluster, as commands (changes nothing)
+	kubectl certapi migrate`)
 
 // rootOptions are the flags every subcommand shares.
 type rootOptions struct {
@@ -115,7 +118,7 @@ func NewCmd(streams genericiooptions.IOStreams) *cobra.Command {
 	o := &rootOptions{configFlags: genericclioptions.NewConfigFlags(true).WithWarningPrinter(streams), IOStreams: streams}
 	cmd := &cobra.Command{
 		Use:     "kubectl-certapi",
-		Short:   "Operate certapi: CA status, rotation, distrust, Secret inspection, health check",
+		Short:   "Operate certapi: CA status, rotation, distrust, Secret inspection, health check, migration plan",
 		Long:    rootLong,
 		Example: rootExample,
 		Annotations: map[string]string{
@@ -135,7 +138,7 @@ func NewCmd(streams genericiooptions.IOStreams) *cobra.Command {
 	cmd.PersistentFlags().AddFlagSet(conn)
 
 	own := map[*cobra.Command]*pflag.FlagSet{}
-	for _, sub := range []*cobra.Command{newStatusCmd(o), newCheckCmd(o), newRotateCmd(o), newDistrustCmd(o), newInspectCmd(o)} {
+	for _, sub := range []*cobra.Command{newStatusCmd(o), newCheckCmd(o), newRotateCmd(o), newDistrustCmd(o), newInspectCmd(o), newMigrateCmd(o)} {
 		addSub(cmd, sub, own)
 	}
 	help.SetUsage(cmd, func(c *cobra.Command) []help.FlagGroup {

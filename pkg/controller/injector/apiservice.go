@@ -24,11 +24,10 @@ func observeAPIService(o *apiregistrationv1.APIService) *observation {
 	case o.Spec.InsecureSkipTLSVerify:
 		obs.Skip = "spec.insecureSkipTLSVerify is true; set it to false to have spec.caBundle injected"
 	default:
-		obs.Slots = []slot{{
+		obs.addSlot(slot{
 			Path:      "/spec/caBundle",
 			fieldPath: []string{"f:spec", "f:caBundle"},
-			Digest:    digestOf(o.Spec.CABundle),
-		}}
+		}, o.Spec.CABundle)
 	}
 	setOwners(obs, owners)
 	return obs

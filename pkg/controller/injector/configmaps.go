@@ -33,14 +33,13 @@ func observeConfigMap(o *corev1.ConfigMap) *observation {
 		s := slot{
 			Path:      "/data/" + ConfigMapKey,
 			fieldPath: []string{"f:data", "f:" + ConfigMapKey},
-			Digest:    digestOf([]byte(o.Data[ConfigMapKey])),
 			text:      true,
 		}
 		if o.Data == nil {
 			// No data map yet: the patch adds the map with the one key.
 			s.Path, s.wrapKey = "/data", ConfigMapKey
 		}
-		obs.Slots = []slot{s}
+		obs.addSlot(s, []byte(o.Data[ConfigMapKey]))
 	}
 	setOwners(obs, owners)
 	return obs

@@ -37,11 +37,10 @@ func observeCRD(o *apiextensionsv1.CustomResourceDefinition) *observation {
 	case conv.Webhook.ClientConfig.Service == nil:
 		obs.Skip = "the conversion webhook has a url, not a service; webhooks with a url are left alone"
 	default:
-		obs.Slots = []slot{{
+		obs.addSlot(slot{
 			Path:      "/spec/conversion/webhook/clientConfig/caBundle",
 			fieldPath: []string{"f:spec", "f:conversion", "f:webhook", "f:clientConfig", "f:caBundle"},
-			Digest:    digestOf(conv.Webhook.ClientConfig.CABundle),
-		}}
+		}, conv.Webhook.ClientConfig.CABundle)
 	}
 	setOwners(obs, owners)
 	for _, e := range owners {

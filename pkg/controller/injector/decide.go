@@ -3,6 +3,7 @@ package injector
 import (
 	"bytes"
 	"crypto/sha256"
+	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -49,6 +50,8 @@ type observation struct {
 	release bool
 	// appliedBy names the server-side apply managers behind release.
 	appliedBy []string
+	// keepForeign: the object is annotated certapi.dev/keep-foreign-ca: "true" (see foreign.go).
+	keepForeign bool
 }
 
 // slot is one caBundle field.
@@ -71,6 +74,26 @@ type slot struct {
 	// wrapKey, when set, says the field's map does not exist yet: the patch adds, at Path, a map
 	// holding the value under wrapKey.
 	wrapKey string
+	// own is the digest of certapi's CAs in the field (see fieldContent.own).
+	own digest
+	// foreign are the other CAs in the field, and foreignProblem why they cannot be kept; both only
+	// when the object keeps foreign CAs.
+	foreign        []*x509.Certificate
+	foreignProblem string
+}
+
+// addSlot appends s, whose field holds raw, to obs's slots, with what raw holds.
+func (o *observation) addSlot(s slot, raw []byte) {
+	s.Digest = digestOf(raw)
+	c := splitField(raw, o.keepForeign)
+	s.own, s.foreign, s.foreignProblem = c.own, c.foreign, c.problem
+	o.Slots = append(o.Slots, s)
+}
+
+// slotHolds reports whether s holds the bundle with digest d: exactly, or, when the object keeps
+// foreign CAs, as its certapi part next to foreign CAs that may be kept.
+func (o *observation) slotHolds(s slot, d digest) bool {
+	return s.Digest == d || (o.keepForeign && s.foreignProblem == "" && s.own == d)
 }
 
 // value is what the patch writes into s for bundle.
@@ -103,7 +126,7 @@ func (o *observation) holds(d digest) bool {
 		return false
 	}
 	for _, s := range o.Slots {
-		if s.Digest != d {
+		if !o.slotHolds(s, d) {
 			return false
 		}
 	}
@@ -126,26 +149,58 @@ type plan struct {
 	overwritten []string
 	// release drops certapi's managedFields entry (see observation.release); only when upToDate.
 	release []byte
+	// kept describes the foreign CAs the object's caBundles keep (after the patch, if any), for the
+	// Event; notKept, when set, says why the object is not written at all (see foreign.go).
+	kept    []string
+	notKept []string
+}
+
+// heldSlot is what certapi last saw a slot hold while up to date, or wrote into it: the bundle's
+// digest and the field's (different when foreign CAs are kept).
+type heldSlot struct {
+	bundle digest
+	field  digest
 }
 
 // decide returns what to do with an object observed as obs, given the bundle to inject (with its
-// digest d) and held: for each slot name, the digest of the bundle certapi last saw that slot hold
-// or wrote into it.
-func decide(obs *observation, bundle []byte, d digest, held map[string]digest) plan {
+// digest d) and held: for each slot name, what certapi last saw that slot hold while up to date, or
+// wrote into it. An object that keeps foreign CAs gets the bundle followed by them in each slot, or
+// nothing at all when any slot holds something that cannot be kept.
+func decide(obs *observation, bundle []byte, d digest, held map[string]heldSlot) plan {
 	if obs.Skip != "" {
 		return plan{skip: obs.Skip}
 	}
 	var ops []jsonPatchOp
 	var p plan
+	seen := map[string]bool{}
 	for _, s := range obs.Slots {
-		if s.Digest == d {
+		if obs.keepForeign {
+			if s.foreignProblem != "" {
+				p.notKept = append(p.notKept, fmt.Sprintf("the caBundle of %s: %s", slotLabel(s), s.foreignProblem))
+				continue
+			}
+			for _, c := range s.foreign {
+				if desc := describeCA(c); !seen[desc] {
+					seen[desc] = true
+					p.kept = append(p.kept, desc)
+				}
+			}
+		}
+		if obs.slotHolds(s, d) {
 			continue
 		}
-		ops = append(ops, jsonPatchOp{Op: "add", Path: s.Path, Value: s.value(bundle)})
+		value := bundle
+		if obs.keepForeign {
+			value = withForeign(bundle, s.foreign)
+		}
+		ops = append(ops, jsonPatchOp{Op: "add", Path: s.Path, Value: s.value(value)})
 		p.write = append(p.write, slotLabel(s))
-		if h, ok := held[s.Name]; ok && h == d {
+		if h, ok := held[s.Name]; ok && h.bundle == d && h.field != s.Digest {
 			p.overwritten = append(p.overwritten, slotLabel(s))
 		}
+	}
+	if len(p.notKept) > 0 {
+		return plan{notKept: p.notKept}
 	}
 	if len(ops) == 0 {
 		p.upToDate = true
@@ -217,6 +272,7 @@ func overwrittenBy(obs *observation, slots []string) []string {
 // other entries of the main resource, parsed, for the kind to draw on.
 func newObservation(m *metav1.ObjectMeta) (*observation, []ownerEntry) {
 	obs := &observation{UID: m.UID, ResourceVersion: m.ResourceVersion, certapiEntry: -1}
+	obs.keepForeign, _ = keepForeignCA(m.Annotations) // an invalid value is refused before any read (refusedTarget)
 	var owners []ownerEntry
 	for i, e := range m.ManagedFields {
 		if e.Subresource != "" {
@@ -346,6 +402,9 @@ const ReasonManagedByKubernetes = "ManagedByKubernetes"
 func refusedTarget(kind Kind, name string, annotations map[string]string) (reason, message string) {
 	if claims := foreignClaims(annotations); len(claims) > 0 {
 		return ReasonClaimedByAnotherInjector, refusal(kind, name, claims)
+	}
+	if _, problem := keepForeignCA(annotations); problem != "" {
+		return ReasonInvalidAnnotation, fmt.Sprintf("certapi does not inject the CA bundle into %s %s: %s", kind, name, problem)
 	}
 	if kind == KindConfigMap {
 		if _, n, _ := strings.Cut(name, "/"); n == kubeRootCAConfigMap {

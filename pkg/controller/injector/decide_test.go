@@ -64,7 +64,7 @@ func TestDecideWebhooks(t *testing.T) {
 	obs := observeValidating(vwc)
 
 	// b held the current bundle when certapi last looked (someone overwrote it); c is new.
-	p := decide(obs, cur, d, map[string]digest{"a": d, "b": d})
+	p := decide(obs, cur, d, map[string]heldSlot{"a": {d, d}, "b": {d, d}})
 	if p.upToDate || p.skip != "" || p.release != nil {
 		t.Fatalf("plan = %+v", p)
 	}
@@ -90,7 +90,7 @@ func TestDecideWebhooks(t *testing.T) {
 	}
 
 	// A rotation: nothing held the new bundle before, so nothing was overwritten.
-	if p := decide(obs, cur, d, map[string]digest{"a": digestOf(old), "b": digestOf(old)}); len(p.overwritten) != 0 {
+	if p := decide(obs, cur, d, map[string]heldSlot{"a": {digestOf(old), digestOf(old)}, "b": {digestOf(old), digestOf(old)}}); len(p.overwritten) != 0 {
 		t.Errorf("rotation counted as overwrite: %q", p.overwritten)
 	}
 

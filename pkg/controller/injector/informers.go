@@ -53,7 +53,7 @@ func optedIn(m *metav1.PartialObjectMetadata) bool {
 
 // relevantAnnotation reports whether the informer cache keeps annotation k.
 func relevantAnnotation(k string) bool {
-	return k == certapiv1alpha1.AnnotationInjectCABundle || isForeignInjectorAnnotation(k)
+	return k == certapiv1alpha1.AnnotationInjectCABundle || k == certapiv1alpha1.AnnotationKeepForeignCA || isForeignInjectorAnnotation(k)
 }
 
 // annotationsHash fingerprints all of an object's annotations, so that a change to any of them can

@@ -108,8 +108,8 @@ type objState struct {
 	message string
 	// obs is the last full observation.
 	obs *observation
-	// held maps each slot name to the digest of the bundle certapi last saw the slot hold, or wrote.
-	held map[string]digest
+	// held maps each slot name to what certapi last saw the slot hold while up to date, or wrote.
+	held map[string]heldSlot
 	// bundle is the digest of the bundle the object was up to date with (StateUpToDate): after the
 	// Source's bundle changes, Summary counts the object as pending until it has been re-checked.
 	bundle digest
@@ -128,6 +128,8 @@ type objState struct {
 	foughtAnnotations string
 	// warned is the message of the last Warning Event, so that retries do not repeat it.
 	warned string
+	// told is the message of the last KeepingForeignCA Event, likewise.
+	told string
 }
 
 // refusedWrite is a write refused for good: against which object version, with which bundle.
@@ -144,14 +146,14 @@ func (st *objState) refusedFor(rv string, d digest) bool {
 }
 
 // observed returns k's last observation and a copy of its held digests.
-func (i *Injector) observed(k key) (*observation, map[string]digest) {
+func (i *Injector) observed(k key) (*observation, map[string]heldSlot) {
 	i.mu.Lock()
 	defer i.mu.Unlock()
 	st := i.objects[k]
 	if st == nil {
 		return nil, nil
 	}
-	held := make(map[string]digest, len(st.held))
+	held := make(map[string]heldSlot, len(st.held))
 	for n, d := range st.held {
 		held[n] = d
 	}
@@ -250,15 +252,32 @@ func (i *Injector) setWritten(k key, obs *observation, b canonicalBundle) {
 	}
 }
 
-// heldBy maps the slots of obs that hold d to d.
-func heldBy(obs *observation, d digest) map[string]digest {
-	held := make(map[string]digest, len(obs.Slots))
+// heldBy maps the slots of obs that hold d (see observation.slotHolds) to d and what they hold.
+func heldBy(obs *observation, d digest) map[string]heldSlot {
+	held := make(map[string]heldSlot, len(obs.Slots))
 	for _, s := range obs.Slots {
-		if s.Digest == d {
-			held[s.Name] = d
+		if obs.slotHolds(s, d) {
+			held[s.Name] = heldSlot{bundle: d, field: s.Digest}
 		}
 	}
 	return held
+}
+
+// tellKept records a Normal Event naming the foreign CAs k keeps, once per distinct message; a target
+// that keeps none clears the memory, so that keeping again is told again.
+func (i *Injector) tellKept(k key, m *metav1.PartialObjectMetadata, kept []string) {
+	msg := ""
+	if len(kept) > 0 {
+		msg = keptMessage(k.kind, k.name, kept)
+	}
+	i.mu.Lock()
+	st := i.state(k)
+	tell := msg != "" && st.told != msg
+	st.told = msg
+	i.mu.Unlock()
+	if tell {
+		i.recorder.Eventf(i.regarding(k, m), nil, corev1.EventTypeNormal, ReasonKeepingForeignCA, "InjectCABundle", "%s", msg)
+	}
 }
 
 // setConflict marks k as in conflict and records a Warning Event, once per distinct message.

@@ -78,8 +78,16 @@ func (i *Injector) sync(ctx context.Context, k key) (time.Duration, error) {
 			i.setSkipped(k, obs, p.skip)
 			return 0, nil
 
+		case len(p.notKept) > 0:
+			// Nothing is written: the field keeps what the webhook may still serve from. The
+			// object comes back when it changes.
+			i.setObservation(k, obs)
+			i.setConflict(k, m, ReasonForeignCANotKept, notKeptMessage(k.kind, k.name, p.notKept))
+			return 0, nil
+
 		case p.upToDate && p.release == nil:
 			i.setUpToDate(k, obs, cb)
+			i.tellKept(k, m, p.kept)
 			return 0, nil
 
 		case p.upToDate:
@@ -113,7 +121,8 @@ func (i *Injector) sync(ctx context.Context, k key) (time.Duration, error) {
 			}
 			resp.basedOn = m.ResourceVersion
 			i.setWritten(k, resp, cb)
-			logger.V(2).Info("Injected the CA bundle", "slots", p.write, "restored", len(p.overwritten) > 0)
+			i.tellKept(k, m, p.kept)
+			logger.V(2).Info("Injected the CA bundle", "slots", p.write, "restored", len(p.overwritten) > 0, "keptForeignCAs", len(p.kept))
 		}
 	}
 	return 0, nil

@@ -62,12 +62,11 @@ func observeWebhooks(m *metav1.ObjectMeta, entries []webhookEntry) *observation 
 			continue
 		}
 		key, _ := json.Marshal(map[string]string{"name": e.name})
-		obs.Slots = append(obs.Slots, slot{
+		obs.addSlot(slot{
 			Name:      e.name,
 			Path:      fmt.Sprintf("/webhooks/%d/clientConfig/caBundle", i),
 			fieldPath: []string{"f:webhooks", "k:" + string(key), "f:clientConfig", "f:caBundle"},
-			Digest:    digestOf(e.config.CABundle),
-		})
+		}, e.config.CABundle)
 	}
 	setOwners(obs, owners)
 	switch {

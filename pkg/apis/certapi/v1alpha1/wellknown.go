@@ -15,6 +15,13 @@ const FieldManager = "certapi"
 // injection when its value is "true".
 const AnnotationInjectCABundle = "certapi.dev/inject-ca-bundle"
 
+// AnnotationKeepForeignCA, "true" on an object that opts in to caBundle injection, makes certapi write
+// its CA bundle followed by the CA certificates of another issuer already in the caBundle field (a
+// cert-manager, service-ca or kube-webhook-certgen CA), instead of replacing them, until the annotation
+// is removed: kube-apiserver then trusts both while the webhook moves to a certificate from certapi's CA
+// (see docs/migration.md). certapi's own CAs are never kept this way.
+const AnnotationKeepForeignCA = "certapi.dev/keep-foreign-ca"
+
 // Labels and annotations certapi puts on the Secrets it delivers into. An operator pre-creates a Secret
 // (from a Helm chart, Argo CD, ...) annotated AnnotationServingCertRequest=<request name> to hand it to
 // certapi, and the other annotations let anyone see what the Secret holds without parsing it.
