@@ -6,8 +6,8 @@ import (
 	"time"
 )
 
-// Member is what the decisions need to know of one entry of the etcd member list.
-type Member struct {
+// Entry is what the decisions need to know of one entry of the etcd member list.
+type Entry struct {
 	// ID is etcd's member ID.
 	ID uint64
 	// Name is the member's name; etcd leaves it empty until a member added with MemberAdd(AsLearner)
@@ -22,7 +22,7 @@ type Member struct {
 }
 
 // same reports whether m is the entry of the member called name or advertising peerURL.
-func (m Member) same(name, peerURL string) bool {
+func (m Entry) same(name, peerURL string) bool {
 	return (name != "" && m.Name == name) || slices.Contains(m.PeerURLs, peerURL)
 }
 
@@ -54,7 +54,7 @@ type StartInput struct {
 	Designated bool
 	// Answered is true when a member of a running cluster answered; Members is its member list.
 	Answered bool
-	Members  []Member
+	Members  []Entry
 	// OtherPeersExist is true when another member's address resolves (its pod exists), answering or not.
 	OtherPeersExist bool
 	// ClusterExisted is true when a cluster is known to have been bootstrapped before (recorded outside
@@ -125,7 +125,7 @@ func Quorum(n int) int { return n/2 + 1 }
 
 // MemberState is one member as the etcd leader's maintenance loop sees it.
 type MemberState struct {
-	Member
+	Entry
 	// Healthy is true when the member answered a status call just now.
 	Healthy bool
 	// UnhealthySince is when it was first seen unhealthy in a row of failed checks; zero when healthy.
@@ -229,7 +229,7 @@ type HealthTracker struct {
 
 // Observe records one round of health checks at now and returns the members with their state. Members
 // no longer listed are forgotten.
-func (t *HealthTracker) Observe(now time.Time, members []Member, healthy map[uint64]bool) []MemberState {
+func (t *HealthTracker) Observe(now time.Time, members []Entry, healthy map[uint64]bool) []MemberState {
 	if t.since == nil {
 		t.since = map[uint64]time.Time{}
 	}
@@ -237,7 +237,7 @@ func (t *HealthTracker) Observe(now time.Time, members []Member, healthy map[uin
 	out := make([]MemberState, 0, len(members))
 	for _, m := range members {
 		listed[m.ID] = true
-		s := MemberState{Member: m, Healthy: healthy[m.ID]}
+		s := MemberState{Entry: m, Healthy: healthy[m.ID]}
 		if s.Healthy {
 			delete(t.since, m.ID)
 		} else {

@@ -9,10 +9,10 @@ import (
 
 func TestDecideStart(t *testing.T) {
 	const name, peer = "certapi-0", "https://certapi-0.certapi-etcd.ns.svc:2380"
-	self := Member{ID: 1, Name: name, PeerURLs: []string{peer}}
-	selfUnstarted := Member{ID: 7, PeerURLs: []string{peer}}
-	other := Member{ID: 2, Name: "certapi-1", PeerURLs: []string{"https://certapi-1.certapi-etcd.ns.svc:2380"}}
-	third := Member{ID: 3, Name: "certapi-2", PeerURLs: []string{"https://certapi-2.certapi-etcd.ns.svc:2380"}}
+	self := Entry{ID: 1, Name: name, PeerURLs: []string{peer}}
+	selfUnstarted := Entry{ID: 7, PeerURLs: []string{peer}}
+	other := Entry{ID: 2, Name: "certapi-1", PeerURLs: []string{"https://certapi-1.certapi-etcd.ns.svc:2380"}}
+	third := Entry{ID: 3, Name: "certapi-2", PeerURLs: []string{"https://certapi-2.certapi-etcd.ns.svc:2380"}}
 	tests := []struct {
 		name       string
 		in         StartInput
@@ -21,14 +21,14 @@ func TestDecideStart(t *testing.T) {
 	}{
 		{"data, nobody answers: restart", StartInput{HasData: true, Designated: true}, StartRestart, nil},
 		{"data, not designated, nobody answers: restart", StartInput{HasData: true}, StartRestart, nil},
-		{"data, cluster lists us: restart", StartInput{HasData: true, Answered: true, Members: []Member{self, other, third}}, StartRestart, nil},
-		{"data, cluster lists our peer URL only (never started): restart", StartInput{HasData: true, Answered: true, Members: []Member{selfUnstarted, other}}, StartRestart, nil},
-		{"data, cluster removed us: discard and join", StartInput{HasData: true, Answered: true, Members: []Member{other, third}}, StartDiscardAndJoin, nil},
-		{"no data, cluster answers: join", StartInput{Answered: true, Members: []Member{other, third}}, StartJoin, nil},
-		{"no data, designated, cluster answers: join, never bootstrap", StartInput{Designated: true, Answered: true, Members: []Member{other, third}}, StartJoin, nil},
-		{"volume lost: stale entry of own name removed", StartInput{Designated: true, Answered: true, Members: []Member{self, other, third}}, StartJoin, []uint64{1}},
-		{"failed join: unstarted entry of own peer URL removed", StartInput{Answered: true, Members: []Member{other, selfUnstarted}}, StartJoin, []uint64{7}},
-		{"only own stale entries listed: wait", StartInput{Answered: true, Members: []Member{self}}, StartWait, nil},
+		{"data, cluster lists us: restart", StartInput{HasData: true, Answered: true, Members: []Entry{self, other, third}}, StartRestart, nil},
+		{"data, cluster lists our peer URL only (never started): restart", StartInput{HasData: true, Answered: true, Members: []Entry{selfUnstarted, other}}, StartRestart, nil},
+		{"data, cluster removed us: discard and join", StartInput{HasData: true, Answered: true, Members: []Entry{other, third}}, StartDiscardAndJoin, nil},
+		{"no data, cluster answers: join", StartInput{Answered: true, Members: []Entry{other, third}}, StartJoin, nil},
+		{"no data, designated, cluster answers: join, never bootstrap", StartInput{Designated: true, Answered: true, Members: []Entry{other, third}}, StartJoin, nil},
+		{"volume lost: stale entry of own name removed", StartInput{Designated: true, Answered: true, Members: []Entry{self, other, third}}, StartJoin, []uint64{1}},
+		{"failed join: unstarted entry of own peer URL removed", StartInput{Answered: true, Members: []Entry{other, selfUnstarted}}, StartJoin, []uint64{7}},
+		{"only own stale entries listed: wait", StartInput{Answered: true, Members: []Entry{self}}, StartWait, nil},
 		{"no data, nobody answers, not designated: wait", StartInput{OtherPeersExist: true}, StartWait, nil},
 		{"no data, nobody answers, not designated, first install: wait", StartInput{}, StartWait, nil},
 		{"first install, designated: bootstrap", StartInput{Designated: true}, StartBootstrap, nil},
@@ -62,10 +62,10 @@ func TestDecideMaintenance(t *testing.T) {
 	now := time.Date(2026, 12, 2, 8, 0, 0, 0, time.UTC)
 	const timeout = 10 * time.Minute
 	up := func(id uint64) MemberState {
-		return MemberState{Member: Member{ID: id, Name: "m" + string(rune('0'+id))}, Healthy: true}
+		return MemberState{Entry: Entry{ID: id, Name: "m" + string(rune('0'+id))}, Healthy: true}
 	}
 	down := func(id uint64, for_ time.Duration) MemberState {
-		return MemberState{Member: Member{ID: id, Name: "m" + string(rune('0'+id))}, UnhealthySince: now.Add(-for_)}
+		return MemberState{Entry: Entry{ID: id, Name: "m" + string(rune('0'+id))}, UnhealthySince: now.Add(-for_)}
 	}
 	learner := func(m MemberState) MemberState { m.IsLearner = true; return m }
 	tests := []struct {
@@ -86,7 +86,7 @@ func TestDecideMaintenance(t *testing.T) {
 		{"5 voters, 2 dead: one at a time, longest first", []MemberState{up(1), up(2), up(3), down(4, time.Hour), down(5, 2*time.Hour)}, timeout, true, 5, "removing"},
 		{"4 voters after one removal, 1 dead: removed (3 of quorum 3)", []MemberState{up(1), up(2), up(3), down(4, time.Hour)}, timeout, true, 4, "removing"},
 		{"4 voters, 2 dead: refused", []MemberState{up(1), up(2), down(3, time.Hour), down(4, time.Hour)}, timeout, false, 3, "fewer than the quorum"},
-		{"unstarted voter does not count as healthy", []MemberState{up(1), {Member: Member{ID: 2}, Healthy: true}, down(3, time.Hour)}, timeout, false, 3, "fewer than the quorum"},
+		{"unstarted voter does not count as healthy", []MemberState{up(1), {Entry: Entry{ID: 2}, Healthy: true}, down(3, time.Hour)}, timeout, false, 3, "fewer than the quorum"},
 		{"dead learner removed", []MemberState{up(1), up(2), up(3), learner(down(4, timeout))}, timeout, true, 4, "removing learner"},
 		{"dead learner kept while voters lack quorum", []MemberState{up(1), down(2, time.Minute), down(3, time.Minute), learner(down(4, time.Hour))}, timeout, false, 4, "fewer than the quorum"},
 		{"healthy learner does not count as a voter", []MemberState{up(1), learner(up(2)), down(3, time.Hour)}, timeout, false, 3, "fewer than the quorum"},
@@ -104,25 +104,25 @@ func TestDecideMaintenance(t *testing.T) {
 
 func TestHealthTracker(t *testing.T) {
 	t0 := time.Date(2026, 12, 2, 8, 0, 0, 0, time.UTC)
-	a, b := Member{ID: 1, Name: "a"}, Member{ID: 2, Name: "b"}
+	a, b := Entry{ID: 1, Name: "a"}, Entry{ID: 2, Name: "b"}
 	var tr HealthTracker
-	s := tr.Observe(t0, []Member{a, b}, map[uint64]bool{1: true})
+	s := tr.Observe(t0, []Entry{a, b}, map[uint64]bool{1: true})
 	if !s[0].Healthy || s[1].Healthy || !s[1].UnhealthySince.Equal(t0) {
 		t.Fatalf("first round: %+v", s)
 	}
-	s = tr.Observe(t0.Add(time.Minute), []Member{a, b}, map[uint64]bool{1: true})
+	s = tr.Observe(t0.Add(time.Minute), []Entry{a, b}, map[uint64]bool{1: true})
 	if !s[1].UnhealthySince.Equal(t0) {
 		t.Fatalf("unhealthy-since moved: %+v", s[1])
 	}
-	s = tr.Observe(t0.Add(2*time.Minute), []Member{a, b}, map[uint64]bool{1: true, 2: true})
+	s = tr.Observe(t0.Add(2*time.Minute), []Entry{a, b}, map[uint64]bool{1: true, 2: true})
 	if !s[1].UnhealthySince.IsZero() {
 		t.Fatalf("recovered member still unhealthy-since: %+v", s[1])
 	}
-	s = tr.Observe(t0.Add(3*time.Minute), []Member{a, b}, map[uint64]bool{1: true})
+	s = tr.Observe(t0.Add(3*time.Minute), []Entry{a, b}, map[uint64]bool{1: true})
 	if !s[1].UnhealthySince.Equal(t0.Add(3 * time.Minute)) {
 		t.Fatalf("a new outage must start a new clock: %+v", s[1])
 	}
-	tr.Observe(t0.Add(4*time.Minute), []Member{a}, map[uint64]bool{1: true})
+	tr.Observe(t0.Add(4*time.Minute), []Entry{a}, map[uint64]bool{1: true})
 	if len(tr.since) != 0 {
 		t.Fatalf("removed member not forgotten: %v", tr.since)
 	}
