@@ -127,3 +127,11 @@ func TestHealthTracker(t *testing.T) {
 		t.Fatalf("removed member not forgotten: %v", tr.since)
 	}
 }
+
+func TestOrdinal(t *testing.T) {
+	for name, want := range map[string]int{"certapi-0": 0, "certapi-12": 12, "my-certapi-3": 3, "certapi": -1, "certapi-": -1, "certapi-01": -1, "certapi-x": -1, "-1": -1} {
+		if got := Ordinal(name); got != want {
+			t.Errorf("Ordinal(%q) = %d, want %d", name, got, want)
+		}
+	}
+}

@@ -1,0 +1,107 @@
+// Package incluster keeps what the etcd cluster of certapi's replicas needs from Kubernetes: the peer CA
+// in a Secret of certapi's own namespace, created by the first replica that finds none, and the record
+// that a cluster was bootstrapped. pkg/etcdcluster itself takes the CA as a value and knows no API server.
+package incluster
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
+
+	"github.com/certapi/certapi/pkg/etcdcluster"
+)
+
+const (
+	// DefaultSecretName is the peer CA Secret's name in certapi's namespace.
+	DefaultSecretName = "certapi-etcd-peer-ca"
+	// LabelPeerCA ("true") marks the peer CA Secret.
+	LabelPeerCA = "certapi.dev/etcd-peer-ca"
+	// AnnotationBootstrapped records when a member bootstrapped the etcd cluster (RFC 3339) and which.
+	// While it is set, ordinal 0 without data never bootstraps while other members' pods exist.
+	AnnotationBootstrapped = "certapi.dev/etcd-bootstrapped"
+	// keyBundle is the Secret key of the bundle every member trusts.
+	keyBundle = "ca.crt"
+	// FieldManager is the field manager of certapi's writes to the Secret.
+	FieldManager = "certapi"
+)
+
+// PeerCASecret is the Secret that holds the peer CA: tls.crt and tls.key the CA that signs member
+// certificates, ca.crt the bundle members trust (the CA, and during a rotation the other one too).
+type PeerCASecret struct {
+	Client          kubernetes.Interface
+	Namespace, Name string
+	// Member names this member in the bootstrap record.
+	Member string
+}
+
+// LoadOrCreate reads the peer CA, or creates it when the Secret does not exist. Creation is
+// create-only: of replicas starting together one wins, and the others read the winner's CA.
+func (s *PeerCASecret) LoadOrCreate(ctx context.Context) (*etcdcluster.PeerCA, error) {
+	secrets := s.Client.CoreV1().Secrets(s.Namespace)
+	sec, err := secrets.Get(ctx, s.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		ca, cerr := etcdcluster.NewPeerCA(time.Now(), etcdcluster.DefaultPeerCADuration)
+		if cerr != nil {
+			return nil, cerr
+		}
+		keyPEM, cerr := ca.KeyPEM()
+		if cerr != nil {
+			return nil, cerr
+		}
+		sec = &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Name: s.Name, Namespace: s.Namespace, Labels: map[string]string{LabelPeerCA: "true"}},
+			Type:       corev1.SecretTypeTLS,
+			Data: map[string][]byte{
+				corev1.TLSCertKey:       ca.CertificatePEM(),
+				corev1.TLSPrivateKeyKey: keyPEM,
+				keyBundle:               ca.CertificatePEM(),
+			},
+		}
+		created, cerr := secrets.Create(ctx, sec, metav1.CreateOptions{FieldManager: FieldManager})
+		switch {
+		case cerr == nil:
+			klog.InfoS("Created the etcd peer CA", "secret", klog.KObj(created), "notAfter", ca.Certificate.NotAfter)
+			return ca, nil
+		case apierrors.IsAlreadyExists(cerr):
+			sec, err = secrets.Get(ctx, s.Name, metav1.GetOptions{})
+		default:
+			return nil, fmt.Errorf("creating the etcd peer CA Secret %s/%s: %w", s.Namespace, s.Name, cerr)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading the etcd peer CA Secret %s/%s: %w", s.Namespace, s.Name, err)
+	}
+	ca, err := etcdcluster.LoadPeerCA(sec.Data[corev1.TLSCertKey], sec.Data[corev1.TLSPrivateKeyKey], sec.Data[keyBundle])
+	if err != nil {
+		return nil, fmt.Errorf("the etcd peer CA Secret %s/%s (keys tls.crt, tls.key, ca.crt): %w", s.Namespace, s.Name, err)
+	}
+	return ca, nil
+}
+
+// Existed reports whether the Secret records a bootstrap.
+func (s *PeerCASecret) Existed(ctx context.Context) (bool, error) {
+	sec, err := s.Client.CoreV1().Secrets(s.Namespace).Get(ctx, s.Name, metav1.GetOptions{})
+	if err != nil {
+		return false, fmt.Errorf("reading the etcd peer CA Secret %s/%s: %w", s.Namespace, s.Name, err)
+	}
+	_, ok := sec.Annotations[AnnotationBootstrapped]
+	return ok, nil
+}
+
+// Record notes on the Secret that this member bootstrapped the cluster.
+func (s *PeerCASecret) Record(ctx context.Context) error {
+	value := fmt.Sprintf("%s by %s", time.Now().UTC().Format(time.RFC3339), s.Member)
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, AnnotationBootstrapped, value)
+	_, err := s.Client.CoreV1().Secrets(s.Namespace).Patch(ctx, s.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{FieldManager: FieldManager})
+	if err != nil {
+		return fmt.Errorf("recording the etcd bootstrap on Secret %s/%s: %w", s.Namespace, s.Name, err)
+	}
+	return nil
+}
