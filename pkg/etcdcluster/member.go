@@ -23,6 +23,8 @@ import (
 	"go.uber.org/zap"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
+
+	"github.com/certapi/certapi/pkg/metrics"
 )
 
 // Discovery is what a starting member learns of its peers.
@@ -627,6 +629,22 @@ func (m *Member) setStatus(st Status) {
 	m.mu.Lock()
 	m.status = st
 	m.mu.Unlock()
+	metrics.EtcdMembers.WithLabelValues("voter").Set(float64(st.Members))
+	metrics.EtcdMembers.WithLabelValues("learner").Set(float64(st.Learners))
+	leader := 0.0
+	if st.Leader {
+		leader = 1
+	}
+	metrics.EtcdLeader.Set(leader)
+	// Only the etcd leader checks health; elsewhere the series would be stale.
+	metrics.EtcdMemberHealthy.Reset()
+	for name, ok := range st.Healthy {
+		v := 0.0
+		if ok {
+			v = 1
+		}
+		metrics.EtcdMemberHealthy.WithLabelValues(name).Set(v)
+	}
 }
 
 // Stop stops etcd. It is safe to call more than once.

@@ -15,8 +15,10 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/component-base/metrics/testutil"
 
 	"github.com/certapi/certapi/pkg/etcdcluster"
+	"github.com/certapi/certapi/pkg/metrics"
 )
 
 const (
@@ -271,6 +273,7 @@ func (w *world) getFrom(nd *node, k string) string {
 }
 
 func TestFormationAndMembership(t *testing.T) {
+	metrics.Register()
 	w := newWorld(t, 3)
 	n0, n1, n2 := w.nodes[0], w.nodes[1], w.nodes[2]
 
@@ -283,6 +286,16 @@ func TestFormationAndMembership(t *testing.T) {
 	t.Log("two more join at once as learners, one at a time (etcd allows one learner), and are promoted")
 	w.startAll(n1, n2)
 	w.waitVoters(3)
+	waitFor(t, "the metrics to show 3 voters, no learner and 3 healthy members", 10*time.Second, func() (bool, string) {
+		voters, _ := testutil.GetGaugeMetricValue(metrics.EtcdMembers.WithLabelValues("voter"))
+		learners, _ := testutil.GetGaugeMetricValue(metrics.EtcdMembers.WithLabelValues("learner"))
+		healthy := 0.0
+		for _, nd := range w.nodes {
+			v, _ := testutil.GetGaugeMetricValue(metrics.EtcdMemberHealthy.WithLabelValues(nd.name))
+			healthy += v
+		}
+		return voters == 3 && learners == 0 && healthy == 3, fmt.Sprintf("voters %v learners %v healthy %v", voters, learners, healthy)
+	})
 	for _, nd := range w.nodes {
 		if got := w.getFrom(nd, "/ca"); got != "the-one-ca" {
 			t.Fatalf("%s reads %q, want the-one-ca", nd.name, got)
