@@ -466,9 +466,31 @@ func (m *Member) votingClientURLs() []string {
 	return urls
 }
 
-// ClientURLs are the endpoints to give etcd clients such as certapi's storage: this member's first, then
-// the other voting members' (a client reaches the cluster while this member is cut off).
-func (m *Member) ClientURLs() []string { return m.votingClientURLs() }
+// ClientURLs are the endpoints to give etcd clients such as certapi's storage: this member's own over
+// loopback first (no DNS on the way), then the other voting members' advertised URLs (a client reaches
+// the cluster while this member is cut off).
+func (m *Member) ClientURLs() []string {
+	urls := []string{m.localClientURL()}
+	for _, u := range m.votingClientURLs() {
+		if u != m.cfg.ClientURL {
+			urls = append(urls, u)
+		}
+	}
+	return urls
+}
+
+// localClientURL is the listen client URL, with a wildcard address replaced by loopback.
+func (m *Member) localClientURL() string {
+	u := mustURL(m.cfg.ListenClientURL)
+	if ip := net.ParseIP(u.Hostname()); ip != nil && ip.IsUnspecified() {
+		host := "127.0.0.1"
+		if ip.To4() == nil {
+			host = "::1"
+		}
+		u.Host = net.JoinHostPort(host, u.Port())
+	}
+	return u.String()
+}
 
 // ClientTLSFiles are the certificate, key and CA files a client of this cluster uses (the member's own).
 func (m *Member) ClientTLSFiles() (certFile, keyFile, caFile string) {
