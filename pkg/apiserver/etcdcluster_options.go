@@ -188,6 +188,8 @@ func (o *EtcdClusterOptions) start(ctx context.Context, dataDir, namespace, kube
 			return nil, err
 		}
 		cfg.Bootstrap = secret
+		// The StatefulSet is the pod name without its ordinal, in certapi's namespace.
+		cfg.DesiredMembers = incluster.StatefulSetReplicas(client, namespace, name[:strings.LastIndex(name, "-")])
 	}
 	klog.InfoS("Starting the embedded etcd member of certapi's cluster", "member", name, "peerURL", cfg.PeerURL, "clientURL", cfg.ClientURL, "dataDir", dir)
 	m, err := etcdcluster.Start(ctx, cfg)

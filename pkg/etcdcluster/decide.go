@@ -130,6 +130,9 @@ type MemberState struct {
 	Healthy bool
 	// UnhealthySince is when it was first seen unhealthy in a row of failed checks; zero when healthy.
 	UnhealthySince time.Time
+	// Departed is true when the member's pod is gone for good: the StatefulSet was scaled below its
+	// ordinal. Such a member does not wait out the dead-member timeout once it is unhealthy.
+	Departed bool
 }
 
 // MaintenanceAction is what the leader's maintenance loop does next.
@@ -153,7 +156,8 @@ type MaintenanceInput struct {
 // DecideMaintenance chooses at most one member to remove: one removal at a time, the loop looks again
 // after each. A member may be removed only when all of these hold:
 //
-//   - it has been unhealthy for at least DeadMemberTimeout (and the timeout is not 0);
+//   - it has been unhealthy for at least DeadMemberTimeout, or it is unhealthy and Departed (scaled
+//     away: its pod will not come back), and the timeout is not 0 (0 turns automatic removal off);
 //   - it is not the last member;
 //   - for a voting member: the started, healthy voting members that remain are a quorum both of the
 //     cluster after the removal and of the cluster before it. The second is the stronger of the two: it
@@ -181,7 +185,7 @@ func DecideMaintenance(in MaintenanceInput) MaintenanceAction {
 	}
 	var candidates []MemberState
 	for _, m := range in.Members {
-		if !m.Healthy && !m.UnhealthySince.IsZero() && in.Now.Sub(m.UnhealthySince) >= in.DeadMemberTimeout {
+		if !m.Healthy && !m.UnhealthySince.IsZero() && (m.Departed || in.Now.Sub(m.UnhealthySince) >= in.DeadMemberTimeout) {
 			candidates = append(candidates, m)
 		}
 	}
@@ -215,9 +219,12 @@ func DecideMaintenance(in MaintenanceInput) MaintenanceAction {
 	if m.IsLearner {
 		kind = "learner"
 	}
+	why := fmt.Sprintf("unhealthy for %s, longer than the dead-member timeout of %s", gone, in.DeadMemberTimeout)
+	if m.Departed && gone < in.DeadMemberTimeout {
+		why = "scaled away and stopped"
+	}
 	return MaintenanceAction{Remove: true, ID: m.ID, Name: m.Name, Reason: fmt.Sprintf(
-		"removing %s %q (ID %x): unhealthy for %s, longer than the dead-member timeout of %s; %d of %d voting members are healthy",
-		kind, m.Name, m.ID, gone, in.DeadMemberTimeout, healthyVoters, voters)}
+		"removing %s %q (ID %x): %s; %d of %d voting members are healthy", kind, m.Name, m.ID, why, healthyVoters, voters)}
 }
 
 // HealthTracker remembers since when each member has been unhealthy, from one check to the next. It

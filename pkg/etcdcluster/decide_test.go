@@ -68,6 +68,7 @@ func TestDecideMaintenance(t *testing.T) {
 		return MemberState{Entry: Entry{ID: id, Name: "m" + string(rune('0'+id))}, UnhealthySince: now.Add(-for_)}
 	}
 	learner := func(m MemberState) MemberState { m.IsLearner = true; return m }
+	departed := func(m MemberState) MemberState { m.Departed = true; return m }
 	tests := []struct {
 		name       string
 		members    []MemberState
@@ -90,6 +91,11 @@ func TestDecideMaintenance(t *testing.T) {
 		{"dead learner removed", []MemberState{up(1), up(2), up(3), learner(down(4, timeout))}, timeout, true, 4, "removing learner"},
 		{"dead learner kept while voters lack quorum", []MemberState{up(1), down(2, time.Minute), down(3, time.Minute), learner(down(4, time.Hour))}, timeout, false, 4, "fewer than the quorum"},
 		{"healthy learner does not count as a voter", []MemberState{up(1), learner(up(2)), down(3, time.Hour)}, timeout, false, 3, "fewer than the quorum"},
+		{"scaled away and stopped: removed before the timeout", []MemberState{up(1), up(2), up(3), up(4), departed(down(5, time.Second))}, timeout, true, 5, "scaled away"},
+		{"scaled away but still running: kept", []MemberState{up(1), up(2), up(3), departed(up(4))}, timeout, false, 0, ""},
+		{"scaled away, timeout 0: kept", []MemberState{up(1), up(2), up(3), departed(down(4, time.Hour))}, 0, false, 0, ""},
+		{"scaled away 5 to 3, two stopped: one at a time", []MemberState{up(1), up(2), up(3), departed(down(4, time.Second)), departed(down(5, time.Second))}, timeout, true, 4, "scaled away"},
+		{"scaled away while quorum is short: refused", []MemberState{up(1), down(2, time.Minute), departed(down(3, time.Second))}, timeout, false, 3, "fewer than the quorum"},
 		{"equal times: lower ID first", []MemberState{up(1), up(2), up(3), down(5, time.Hour), down(4, time.Hour)}, timeout, true, 4, "removing"},
 	}
 	for _, tt := range tests {

@@ -71,6 +71,11 @@ type Config struct {
 	// DeadMemberTimeout is how long a member must stay unhealthy before the etcd leader removes it; 0
 	// never removes.
 	DeadMemberTimeout time.Duration
+	// DesiredMembers, when set, tells the etcd leader how many members the StatefulSet wants (its
+	// spec.replicas); ok false when unknown. A stopped member whose ordinal is at or past it was scaled
+	// away and is removed without waiting out DeadMemberTimeout (still only when DecideMaintenance
+	// allows).
+	DesiredMembers func(ctx context.Context) (n int, ok bool)
 	// CheckInterval is how often the maintenance loop checks members (default 5s).
 	CheckInterval time.Duration
 	// RetryInterval is the longest wait between start attempts and promotion attempts (default 5s).
@@ -620,6 +625,15 @@ func (m *Member) maintain(ctx context.Context, tracker *HealthTracker, lastReaso
 	}
 	wg.Wait()
 	states := tracker.Observe(time.Now(), members, healthy)
+	if m.cfg.DesiredMembers != nil {
+		if n, ok := m.cfg.DesiredMembers(ctx); ok {
+			for i := range states {
+				if o := Ordinal(states[i].Name); o >= 0 && o >= n {
+					states[i].Departed = true
+				}
+			}
+		}
+	}
 	st.Healthy = map[string]bool{}
 	for _, s := range states {
 		name := s.Name

@@ -105,3 +105,18 @@ func (s *PeerCASecret) Record(ctx context.Context) error {
 	}
 	return nil
 }
+
+// StatefulSetReplicas returns DesiredMembers for the StatefulSet name in namespace: its spec.replicas, or
+// ok false when it cannot be read (then only the dead-member timeout removes members).
+func StatefulSetReplicas(client kubernetes.Interface, namespace, name string) func(context.Context) (int, bool) {
+	return func(ctx context.Context) (int, bool) {
+		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		sts, err := client.AppsV1().StatefulSets(namespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil || sts.Spec.Replicas == nil {
+			klog.V(2).InfoS("Cannot read the StatefulSet's replicas; scaled-away members wait out the dead-member timeout", "statefulset", klog.KRef(namespace, name), "err", err)
+			return 0, false
+		}
+		return int(*sts.Spec.Replicas), true
+	}
+}

@@ -43,6 +43,10 @@ type world struct {
 	ca    *etcdcluster.PeerCA
 	nodes []*node
 	mu    sync.Mutex
+	// deadMemberTimeout is given to every member.
+	deadMemberTimeout time.Duration
+	// replicas is the StatefulSet's spec.replicas; 0 when unknown.
+	replicas int
 }
 
 func newWorld(t *testing.T, n int) *world {
@@ -51,7 +55,7 @@ func newWorld(t *testing.T, n int) *world {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := &world{t: t, ca: ca}
+	w := &world{t: t, ca: ca, deadMemberTimeout: deadMemberTimeout}
 	for i := range n {
 		w.nodes = append(w.nodes, &node{
 			name:       fmt.Sprintf("certapi-%d", i),
@@ -103,7 +107,12 @@ func (w *world) config(nd *node) etcdcluster.Config {
 		Name: nd.name, Dir: nd.dir,
 		PeerURL: nd.peerURL, ClientURL: nd.clientURL, ListenPeerURL: nd.peerURL, ListenClientURL: nd.clientURL,
 		Designated: nd.designated, CA: w.ca, Discover: w.discover(nd),
-		DeadMemberTimeout: deadMemberTimeout, CheckInterval: checkInterval, RetryInterval: 500 * time.Millisecond,
+		DeadMemberTimeout: w.deadMemberTimeout, CheckInterval: checkInterval, RetryInterval: 500 * time.Millisecond,
+		DesiredMembers: func(context.Context) (int, bool) {
+			w.mu.Lock()
+			defer w.mu.Unlock()
+			return w.replicas, w.replicas > 0
+		},
 	}
 }
 
@@ -372,4 +381,29 @@ func TestFormationAndMembership(t *testing.T) {
 	if got := w.getFrom(n2, "/after-removal"); got != "yes" {
 		t.Fatalf("re-added member reads %q", got)
 	}
+}
+
+// TestScaleDown: members of ordinals the StatefulSet was scaled below are removed as soon as they stop,
+// without waiting out the dead-member timeout (an hour here), one at a time.
+func TestScaleDown(t *testing.T) {
+	w := newWorld(t, 3)
+	w.deadMemberTimeout = time.Hour
+	w.replicas = 3
+	w.start(w.nodes[0])
+	w.startAll(w.nodes[1], w.nodes[2])
+	w.waitVoters(3)
+
+	t.Log("scaled to 2: the member of ordinal 2 goes when it stops")
+	w.mu.Lock()
+	w.replicas = 2
+	w.mu.Unlock()
+	w.stop(w.nodes[2])
+	w.waitVoters(2)
+
+	t.Log("scaled back to 3: the pod keeps its volume, moves its old data aside and joins anew")
+	w.mu.Lock()
+	w.replicas = 3
+	w.mu.Unlock()
+	w.start(w.nodes[2])
+	w.waitVoters(3)
 }
