@@ -287,14 +287,18 @@ func TestFormationAndMembership(t *testing.T) {
 	n0, n1, n2 := w.nodes[0], w.nodes[1], w.nodes[2]
 
 	t.Log("the first member bootstraps")
+	t0 := time.Now()
 	w.start(n0)
 	w.waitVoters(1)
+	t.Logf("figure: bootstrap of the first member: %s", time.Since(t0).Round(time.Millisecond))
 	c := w.client()
 	put(t, c, "/ca", "the-one-ca")
 
 	t.Log("two more join at once as learners, one at a time (etcd allows one learner), and are promoted")
+	t0 = time.Now()
 	w.startAll(n1, n2)
 	w.waitVoters(3)
+	t.Logf("figure: two members joined as learners and were promoted: %s", time.Since(t0).Round(time.Millisecond))
 	waitFor(t, "the metrics to show 3 voters, no learner and 3 healthy members", 10*time.Second, func() (bool, string) {
 		voters, _ := testutil.GetGaugeMetricValue(metrics.EtcdMembers.WithLabelValues("voter"))
 		learners, _ := testutil.GetGaugeMetricValue(metrics.EtcdMembers.WithLabelValues("learner"))
@@ -326,7 +330,9 @@ func TestFormationAndMembership(t *testing.T) {
 	if err := os.RemoveAll(n0.dir); err != nil {
 		t.Fatal(err)
 	}
+	t0 = time.Now()
 	w.start(n0)
+	t.Logf("figure: a member with a lost volume replaced (stale entry removed, joined, promoted): %s", time.Since(t0).Round(time.Millisecond))
 	if n0.member.ID() == id0 {
 		t.Fatalf("member with a lost volume kept ID %x", id0)
 	}
@@ -359,7 +365,9 @@ func TestFormationAndMembership(t *testing.T) {
 
 	t.Log("one of three dead past the timeout: the leader removes it, keeping quorum")
 	w.stop(n2)
+	t0 = time.Now()
 	w.waitVoters(2)
+	t.Logf("figure: a dead member removed %s after it stopped (dead-member timeout %s)", time.Since(t0).Round(time.Millisecond), deadMemberTimeout)
 	put(t, w.client(), "/after-removal", "yes")
 
 	t.Log("two left, one down: never shrunk to one member")
