@@ -202,7 +202,10 @@ func (o *EtcdClusterOptions) start(ctx context.Context, dataDir, namespace, kube
 	go func() {
 		defer o.done.Done()
 		if err := m.Run(runCtx); err != nil {
-			klog.ErrorS(err, "The embedded etcd member stopped")
+			// certapi's storage is this member: without it every call fails. Exit, so that kubelet
+			// restarts the pod and the member rejoins (DecideStart), rather than serve errors.
+			klog.ErrorS(err, "The embedded etcd member stopped; exiting so that the pod restarts and the member rejoins")
+			klog.FlushAndExit(klog.ExitFlushTimeout, 1)
 		}
 	}()
 	return m, nil
