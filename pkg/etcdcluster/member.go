@@ -598,7 +598,7 @@ func (m *Member) maintain(ctx context.Context, tracker *HealthTracker, lastReaso
 		m.setStatus(st)
 		return
 	}
-	c, err := m.client(ctx, []string{m.cfg.ClientURL})
+	c, err := m.client(ctx, []string{m.localClientURL()})
 	if err != nil {
 		m.setStatus(st)
 		return
