@@ -5,13 +5,17 @@ package incluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
+	"net/url"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
@@ -42,8 +46,47 @@ type PeerCASecret struct {
 }
 
 // LoadOrCreate reads the peer CA, or creates it when the Secret does not exist. Creation is
-// create-only: of replicas starting together one wins, and the others read the winner's CA.
+// create-only: of replicas starting together one wins, and the others read the winner's CA. Errors that
+// may pass (kube-apiserver unreachable or overloaded while the pod starts) are retried with backoff until
+// ctx ends; the others (forbidden, a Secret that does not hold a CA) are returned at once.
 func (s *PeerCASecret) LoadOrCreate(ctx context.Context) (*etcdcluster.PeerCA, error) {
+	var ca *etcdcluster.PeerCA
+	backoff := wait.Backoff{Duration: 200 * time.Millisecond, Factor: 2, Jitter: 0.1, Steps: 8, Cap: 10 * time.Second}
+	var last error
+	err := wait.ExponentialBackoffWithContext(ctx, backoff, func(ctx context.Context) (bool, error) {
+		var err error
+		ca, err = s.loadOrCreate(ctx)
+		switch {
+		case err == nil:
+			return true, nil
+		case transient(err):
+			last = err
+			klog.InfoS("Reading the etcd peer CA failed; retrying", "secret", klog.KRef(s.Namespace, s.Name), "err", err)
+			return false, nil
+		default:
+			return false, err
+		}
+	})
+	if err != nil && last != nil && !errors.Is(err, last) {
+		return nil, fmt.Errorf("%w (last: %w)", err, last)
+	}
+	return ca, err
+}
+
+// transient reports whether err may pass by itself.
+func transient(err error) bool {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) {
+		// No answer from kube-apiserver at all (connection refused, DNS, timeout), or not a call's error.
+		var urlErr *url.Error
+		var netErr net.Error
+		return errors.As(err, &urlErr) || errors.As(err, &netErr)
+	}
+	return apierrors.IsServerTimeout(err) || apierrors.IsTimeout(err) || apierrors.IsTooManyRequests(err) ||
+		apierrors.IsServiceUnavailable(err) || apierrors.IsInternalError(err) || apierrors.IsUnexpectedServerError(err)
+}
+
+func (s *PeerCASecret) loadOrCreate(ctx context.Context) (*etcdcluster.PeerCA, error) {
 	secrets := s.Client.CoreV1().Secrets(s.Namespace)
 	sec, err := secrets.Get(ctx, s.Name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
