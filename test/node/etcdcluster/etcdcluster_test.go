@@ -72,7 +72,8 @@ func logged(t *testing.T, pod string, want ...string) {
 
 // TestChartClusterMode: `helm install --set etcd.mode=cluster --set replicas=3` forms one etcd cluster of
 // three certapi pods (no Secret made by hand but the encryption configuration); certapi-0 losing its volume
-// rejoins the running cluster (it does not bootstrap a second one) and the CA stays the same.
+// rejoins the running cluster (it does not bootstrap a second one); `kubectl scale` 3 -> 5 -> 3 adds two
+// members and removes them again; the CA stays the same throughout.
 func TestChartClusterMode(t *testing.T) {
 	ctx := context.Background()
 	kube, certapi := nodetest.Clients(t, cp)
@@ -80,8 +81,8 @@ func TestChartClusterMode(t *testing.T) {
 	if err := cp.CreateEncryptionConfigSecret(ctx); err != nil {
 		t.Fatal(err)
 	}
-	// Three claims now, a fourth for certapi-0's new claim after its volume is lost.
-	for i := range 4 {
+	// Three claims now, a fourth for certapi-0's new claim after its volume is lost, two for the scale-up.
+	for i := range 6 {
 		if err := cp.CreateHostPathPV(ctx, fmt.Sprintf("certapi-data-%d", i), "1Gi"); err != nil {
 			t.Fatal(err)
 		}
@@ -129,5 +130,39 @@ func TestChartClusterMode(t *testing.T) {
 	ca, err = certapi.CertapiV1alpha1().CertificateAuthorities().Get(ctx, "default", metav1.GetOptions{})
 	if err != nil || ca.Status.Active.SubjectKeyID != firstCA || len(ca.Status.Certificates) != 1 {
 		t.Fatalf("the CA changed after certapi-0 lost its volume: %v %+v", err, ca.Status.Certificates)
+	}
+
+	t.Log("kubectl scale 3 -> 5 -> 3")
+	start = time.Now()
+	nodetest.Kubectl(t, cp, "-n", ns, "scale", "statefulset/certapi", "--replicas=5")
+	nodetest.WaitFor(t, 5*time.Minute, "five certapi pods Ready", func(ctx context.Context) (bool, string) {
+		return nodetest.PodsReady(ctx, kube, ns, selector, 5)
+	})
+	for _, pod := range []string{"certapi-3", "certapi-4"} {
+		logged(t, pod, `action="Join"`, "Promoted this etcd learner to a voting member")
+	}
+	t.Logf("figure: scaled 3 -> 5, both new members promoted: %s", time.Since(start).Round(time.Second))
+	start = time.Now()
+	nodetest.Kubectl(t, cp, "-n", ns, "scale", "statefulset/certapi", "--replicas=3")
+	nodetest.WaitFor(t, 5*time.Minute, "three certapi pods Ready", func(ctx context.Context) (bool, string) {
+		return nodetest.PodsReady(ctx, kube, ns, selector, 3)
+	})
+	// The etcd leader removes the two members as soon as their pods stop, without the 10m timeout.
+	nodetest.WaitFor(t, 2*time.Minute, "the etcd leader to remove certapi-3 and certapi-4", func(ctx context.Context) (bool, string) {
+		removed := 0
+		for i := range 3 {
+			out, _ := nodetest.KubectlErr(cp, "-n", ns, "logs", fmt.Sprintf("certapi-%d", i))
+			for _, m := range []string{"certapi-3", "certapi-4"} {
+				if strings.Contains(out, `"Removed a dead etcd member" member="`+m+`"`) {
+					removed++
+				}
+			}
+		}
+		return removed == 2, fmt.Sprintf("%d removed", removed)
+	})
+	t.Logf("figure: scaled 5 -> 3, both members removed: %s", time.Since(start).Round(time.Second))
+	ca, err = certapi.CertapiV1alpha1().CertificateAuthorities().Get(ctx, "default", metav1.GetOptions{})
+	if err != nil || ca.Status.Active.SubjectKeyID != firstCA {
+		t.Fatalf("the CA changed through the scaling: %v", err)
 	}
 }
