@@ -73,7 +73,8 @@ func logged(t *testing.T, pod string, want ...string) {
 // TestChartClusterMode: `helm install --set etcd.mode=cluster --set replicas=3` forms one etcd cluster of
 // three certapi pods (no Secret made by hand but the encryption configuration); certapi-0 losing its volume
 // rejoins the running cluster (it does not bootstrap a second one); `kubectl scale` 3 -> 5 -> 3 adds two
-// members and removes them again; the CA stays the same throughout.
+// members and removes them again; `kubectl rollout restart` restarts every member on its data; the CA
+// stays the same throughout.
 func TestChartClusterMode(t *testing.T) {
 	ctx := context.Background()
 	kube, certapi := nodetest.Clients(t, cp)
@@ -161,6 +162,16 @@ func TestChartClusterMode(t *testing.T) {
 		return removed == 2, fmt.Sprintf("%d removed", removed)
 	})
 	t.Logf("figure: scaled 5 -> 3, both members removed: %s", time.Since(start).Round(time.Second))
+
+	t.Log("kubectl rollout restart: every member restarts on its data")
+	start = time.Now()
+	nodetest.Kubectl(t, cp, "-n", ns, "rollout", "restart", "statefulset/certapi")
+	nodetest.Kubectl(t, cp, "-n", ns, "rollout", "status", "statefulset/certapi", "--timeout=5m")
+	for i := range 3 {
+		logged(t, fmt.Sprintf("certapi-%d", i), `action="Restart"`, "Etcd member is ready")
+	}
+	nodetest.Kubectl(t, cp, "wait", "--for=condition=Available", "apiservice/v1alpha1.certapi.dev", "--timeout=2m")
+	t.Logf("figure: kubectl rollout restart of three members: %s", time.Since(start).Round(time.Second))
 	ca, err = certapi.CertapiV1alpha1().CertificateAuthorities().Get(ctx, "default", metav1.GetOptions{})
 	if err != nil || ca.Status.Active.SubjectKeyID != firstCA {
 		t.Fatalf("the CA changed through the scaling: %v", err)
