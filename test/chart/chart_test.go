@@ -298,7 +298,7 @@ type securityWant struct {
 	// etcdMetrics: the members' admits scrapes of 2381; cluster: etcd.mode cluster (certapi's pods admit
 	// each other on 2379 and 2380, and the peer CA Secret has a policy of its own).
 	networkPolicy, etcdMetrics, cluster bool
-	priorityClass              string
+	priorityClass                       string
 }
 
 // checkSecurity checks the admission policies, NetworkPolicies and priority of a rendering: every policy
