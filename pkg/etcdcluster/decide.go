@@ -60,6 +60,10 @@ type StartInput struct {
 	// ClusterExisted is true when a cluster is known to have been bootstrapped before (recorded outside
 	// etcd, on the peer CA's Secret, by the member that bootstrapped it).
 	ClusterExisted bool
+	// OthersReportNoData is true when every other member the StatefulSet wants has reported, just now,
+	// that it has no data and waits: the evidence that every volume was lost, not that the others are
+	// restarting.
+	OthersReportNoData bool
 }
 
 // StartPlan is DecideStart's answer.
@@ -81,10 +85,12 @@ type StartPlan struct {
 //     own name or peer URL. Such an entry belongs to this member's earlier life (its volume was lost) or
 //     to a join that failed before it started; its data is gone, so the entry only counts against quorum.
 //  3. Without data, nobody answered: only the designated member (ordinal 0) may bootstrap, and only when
-//     no other member exists or no cluster ever existed. The hazard is ordinal 0 losing its volume while
-//     the others are briefly unreachable (restarting): bootstrapping then would make a second, empty
-//     cluster, and certapi a second CA. So when a cluster existed and another member's pod exists,
-//     ordinal 0 waits for it to answer and joins. Every other member without data waits.
+//     no other member exists, no cluster ever existed, or every other member reports that it has no data
+//     either (every volume was lost: there is nothing to wait for). The hazard is ordinal 0 losing its
+//     volume while the others are briefly unreachable (restarting on their data): bootstrapping then
+//     would make a second, empty cluster, and certapi a second CA. A member restarting on its data never
+//     reports "no data", so ordinal 0 waits for it to answer and joins. Every other member without data
+//     waits (and reports that it has none).
 func DecideStart(in StartInput) StartPlan {
 	var own []uint64
 	for _, m := range in.Members {
@@ -113,8 +119,10 @@ func DecideStart(in StartInput) StartPlan {
 		return StartPlan{Action: StartJoin, Remove: own, Reason: reason}
 	case !in.Designated:
 		return StartPlan{Action: StartWait, Reason: "no member answered and only the first member (ordinal 0) bootstraps a cluster"}
-	case in.ClusterExisted && in.OtherPeersExist:
+	case in.ClusterExisted && in.OtherPeersExist && !in.OthersReportNoData:
 		return StartPlan{Action: StartWait, Reason: "a cluster was bootstrapped before and other members exist: wait for them to answer and join, never bootstrap a second cluster"}
+	case in.ClusterExisted && in.OtherPeersExist:
+		return StartPlan{Action: StartBootstrap, Reason: "a cluster existed but every member reports that it has no data (every volume was lost): bootstrap a new, empty cluster"}
 	default:
 		return StartPlan{Action: StartBootstrap, Reason: "no data, no member answered, and this is the first member"}
 	}

@@ -35,6 +35,9 @@ func TestDecideStart(t *testing.T) {
 		{"first install with parallel pods, designated: bootstrap", StartInput{Designated: true, OtherPeersExist: true}, StartBootstrap, nil},
 		{"cluster existed, designated alone (every pod recreated): bootstrap", StartInput{Designated: true, ClusterExisted: true}, StartBootstrap, nil},
 		{"hazard: cluster existed, designated lost its volume while others restart: wait", StartInput{Designated: true, ClusterExisted: true, OtherPeersExist: true}, StartWait, nil},
+		{"every volume lost, every other member reports no data: bootstrap anew", StartInput{Designated: true, ClusterExisted: true, OtherPeersExist: true, OthersReportNoData: true}, StartBootstrap, nil},
+		{"every other member reports no data, not designated: wait", StartInput{ClusterExisted: true, OtherPeersExist: true, OthersReportNoData: true}, StartWait, nil},
+		{"no data reported but a cluster answers: join", StartInput{Designated: true, ClusterExisted: true, OtherPeersExist: true, OthersReportNoData: true, Answered: true, Members: []Entry{other}}, StartJoin, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

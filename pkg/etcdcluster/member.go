@@ -40,9 +40,17 @@ type Discovery struct {
 type BootstrapRecord interface {
 	// Existed reports whether a cluster was bootstrapped before.
 	Existed(ctx context.Context) (bool, error)
-	// Record notes that this member has just bootstrapped a cluster.
+	// Record notes that this member has just bootstrapped a cluster, and forgets every NoData report.
 	Record(ctx context.Context) error
+	// ReportNoData notes that this member has no data and waits for a cluster.
+	ReportNoData(ctx context.Context) error
+	// ReportedNoData reports whether each of members reported NoData within the last window.
+	ReportedNoData(ctx context.Context, members []string, window time.Duration) (bool, error)
 }
+
+// NoDataWindow is how recent a member's report of having no data must be to count (see DecideStart):
+// members that wait report every RetryInterval, at most every NoDataWindow/4.
+const NoDataWindow = 2 * time.Minute
 
 // Config describes one member.
 type Config struct {
@@ -115,6 +123,9 @@ type Member struct {
 	etcd  *embed.Etcd
 	files pkiFiles
 	tls   *tls.Config
+
+	// reportedNoData is when this member last reported that it has no data (while starting).
+	reportedNoData time.Time
 
 	mu     sync.Mutex
 	cert   *MemberCertificate
@@ -237,6 +248,11 @@ func (m *Member) startOnce(ctx context.Context, lastReason *string) error {
 		if in.ClusterExisted, err = m.cfg.Bootstrap.Existed(ctx); err != nil {
 			return fmt.Errorf("reading the bootstrap record: %w", err)
 		}
+		if others := m.otherMembers(ctx); in.ClusterExisted && in.OtherPeersExist && len(others) > 0 {
+			if in.OthersReportNoData, err = m.cfg.Bootstrap.ReportedNoData(ctx, others, NoDataWindow); err != nil {
+				return fmt.Errorf("reading the members' reports: %w", err)
+			}
+		}
 	}
 	plan := DecideStart(in)
 	if plan.Reason != *lastReason || plan.Action != StartWait {
@@ -246,6 +262,13 @@ func (m *Member) startOnce(ctx context.Context, lastReason *string) error {
 	ecfg := m.embedConfig()
 	switch plan.Action {
 	case StartWait:
+		if !in.HasData && m.cfg.Bootstrap != nil && time.Since(m.reportedNoData) > NoDataWindow/4 {
+			if err := m.cfg.Bootstrap.ReportNoData(ctx); err != nil {
+				klog.ErrorS(err, "Could not report that this member has no data", "member", m.cfg.Name)
+			} else {
+				m.reportedNoData = time.Now()
+			}
+		}
 		return errWait
 	case StartRestart:
 		ecfg.ClusterState = embed.ClusterStateFlagExisting
@@ -279,6 +302,26 @@ func (m *Member) startOnce(ctx context.Context, lastReason *string) error {
 		}
 	}
 	return nil
+}
+
+// otherMembers are the names of the other members the StatefulSet wants (<prefix>-<ordinal> for every
+// ordinal below DesiredMembers but this one's), or nil when that is unknown.
+func (m *Member) otherMembers(ctx context.Context) []string {
+	if m.cfg.DesiredMembers == nil {
+		return nil
+	}
+	n, ok := m.cfg.DesiredMembers(ctx)
+	i := strings.LastIndex(m.cfg.Name, "-")
+	if !ok || i < 0 {
+		return nil
+	}
+	var names []string
+	for o := range n {
+		if name := fmt.Sprintf("%s-%d", m.cfg.Name[:i], o); name != m.cfg.Name {
+			names = append(names, name)
+		}
+	}
+	return names
 }
 
 // memberList asks each URL in turn for the member list; it returns the URL that answered, or "".

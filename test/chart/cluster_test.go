@@ -56,8 +56,11 @@ func TestClusterModePeerCASecret(t *testing.T) {
 	if err != nil || !again.Certificate.Equal(ca.Certificate) {
 		t.Fatalf("reading the peer CA back: %v (same CA: %v)", err, err == nil && again.Certificate.Equal(ca.Certificate))
 	}
+	if err := (&incluster.PeerCASecret{Client: asCertapi, Namespace: ns, Name: release + "-etcd-peer-ca", Member: release + "-1"}).ReportNoData(ctx); err != nil {
+		t.Fatalf("certapi cannot report that a member has no data: %v", err)
+	}
 	if err := s.Record(ctx); err != nil {
-		t.Fatalf("certapi cannot record the bootstrap: %v", err)
+		t.Fatalf("certapi cannot record the bootstrap (and remove the reports): %v", err)
 	}
 	if existed, err := s.Existed(ctx); err != nil || !existed {
 		t.Fatalf("Existed = %v, %v; want true", existed, err)

@@ -5,10 +5,12 @@ package incluster
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"net/url"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -30,6 +32,10 @@ const (
 	// AnnotationBootstrapped records when a member bootstrapped the etcd cluster (RFC 3339) and which.
 	// While it is set, ordinal 0 without data never bootstraps while other members' pods exist.
 	AnnotationBootstrapped = "certapi.dev/etcd-bootstrapped"
+	// AnnotationNoDataPrefix + <member> records when that member, starting, found no data and waited
+	// (RFC 3339). Ordinal 0 bootstraps anew after a cluster existed only when every other member reported
+	// so recently (etcdcluster.DecideStart); a bootstrap removes them.
+	AnnotationNoDataPrefix = "certapi.dev/etcd-no-data."
 	// keyBundle is the Secret key of the bundle every member trusts.
 	keyBundle = "ca.crt"
 	// FieldManager is the field manager of certapi's writes to the Secret.
@@ -138,15 +144,55 @@ func (s *PeerCASecret) Existed(ctx context.Context) (bool, error) {
 	return ok, nil
 }
 
-// Record notes on the Secret that this member bootstrapped the cluster.
+// Record notes on the Secret that this member bootstrapped the cluster, and removes every member's
+// report of having no data.
 func (s *PeerCASecret) Record(ctx context.Context) error {
-	value := fmt.Sprintf("%s by %s", time.Now().UTC().Format(time.RFC3339), s.Member)
-	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, AnnotationBootstrapped, value)
-	_, err := s.Client.CoreV1().Secrets(s.Namespace).Patch(ctx, s.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{FieldManager: FieldManager})
+	sec, err := s.Client.CoreV1().Secrets(s.Namespace).Get(ctx, s.Name, metav1.GetOptions{})
 	if err != nil {
+		return fmt.Errorf("reading the etcd peer CA Secret %s/%s: %w", s.Namespace, s.Name, err)
+	}
+	annotations := map[string]any{AnnotationBootstrapped: fmt.Sprintf("%s by %s", time.Now().UTC().Format(time.RFC3339), s.Member)}
+	for k := range sec.Annotations {
+		if strings.HasPrefix(k, AnnotationNoDataPrefix) {
+			annotations[k] = nil
+		}
+	}
+	if err := s.patchAnnotations(ctx, annotations); err != nil {
 		return fmt.Errorf("recording the etcd bootstrap on Secret %s/%s: %w", s.Namespace, s.Name, err)
 	}
 	return nil
+}
+
+// ReportNoData notes on the Secret that this member found no data and waits for a cluster.
+func (s *PeerCASecret) ReportNoData(ctx context.Context) error {
+	if err := s.patchAnnotations(ctx, map[string]any{AnnotationNoDataPrefix + s.Member: time.Now().UTC().Format(time.RFC3339)}); err != nil {
+		return fmt.Errorf("reporting on Secret %s/%s that this etcd member has no data: %w", s.Namespace, s.Name, err)
+	}
+	return nil
+}
+
+// ReportedNoData reports whether every one of members reported having no data within window.
+func (s *PeerCASecret) ReportedNoData(ctx context.Context, members []string, window time.Duration) (bool, error) {
+	sec, err := s.Client.CoreV1().Secrets(s.Namespace).Get(ctx, s.Name, metav1.GetOptions{})
+	if err != nil {
+		return false, fmt.Errorf("reading the etcd peer CA Secret %s/%s: %w", s.Namespace, s.Name, err)
+	}
+	for _, m := range members {
+		at, err := time.Parse(time.RFC3339, sec.Annotations[AnnotationNoDataPrefix+m])
+		if err != nil || time.Since(at) > window {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+func (s *PeerCASecret) patchAnnotations(ctx context.Context, annotations map[string]any) error {
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": annotations}})
+	if err != nil {
+		return err
+	}
+	_, err = s.Client.CoreV1().Secrets(s.Namespace).Patch(ctx, s.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
+	return err
 }
 
 // StatefulSetReplicas returns DesiredMembers for the StatefulSet name in namespace: its spec.replicas, or

@@ -83,6 +83,27 @@ func TestPeerCASecret(t *testing.T) {
 	if existed, err := s.Existed(ctx); err != nil || !existed {
 		t.Fatalf("Existed after the bootstrap = %v, %v; want true", existed, err)
 	}
+
+	t.Log("members without data report it; a bootstrap forgets the reports")
+	others := []string{"certapi-1", "certapi-2"}
+	for _, name := range others {
+		r := &incluster.PeerCASecret{Client: kube, Namespace: ns, Name: incluster.DefaultSecretName, Member: name}
+		if ok, err := r.ReportedNoData(ctx, others, time.Minute); err != nil || ok {
+			t.Fatalf("ReportedNoData before %s reported = %v, %v; want false", name, ok, err)
+		}
+		if err := r.ReportNoData(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ok, err := s.ReportedNoData(ctx, others, time.Minute); err != nil || !ok {
+		t.Fatalf("ReportedNoData after both reported = %v, %v; want true", ok, err)
+	}
+	if err := s.Record(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := s.ReportedNoData(ctx, others, time.Minute); err != nil || ok {
+		t.Fatalf("ReportedNoData after a bootstrap = %v, %v; want false", ok, err)
+	}
 	w.nodes[0].member = m
 	put(t, w.client(), "/k", "v")
 	w.nodes[0].member = nil
@@ -117,6 +138,29 @@ func TestDesignatedWaitsWhenClusterExisted(t *testing.T) {
 		t.Fatal(err)
 	}
 	m.Stop()
+
+	t.Log("a cluster existed, every volume was lost and both other members report no data: bootstraps anew")
+	if err := os.RemoveAll(w.nodes[0].dir); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Bootstrap = allLost{}
+	cfg.DesiredMembers = func(context.Context) (int, bool) { return 3, true }
+	ctx3, cancel3 := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel3()
+	if m, err = etcdcluster.Start(ctx3, cfg); err != nil {
+		t.Fatal(err)
+	}
+	m.Stop()
+}
+
+// allLost is a BootstrapRecord of a cluster that existed whose other members all report having no data.
+type allLost struct{}
+
+func (allLost) Existed(context.Context) (bool, error) { return true, nil }
+func (allLost) Record(context.Context) error          { return nil }
+func (allLost) ReportNoData(context.Context) error    { return nil }
+func (allLost) ReportedNoData(_ context.Context, members []string, _ time.Duration) (bool, error) {
+	return len(members) == 2, nil
 }
 
 // recorded is a BootstrapRecord that says whether a cluster existed.
@@ -124,3 +168,7 @@ type recorded bool
 
 func (r recorded) Existed(context.Context) (bool, error) { return bool(r), nil }
 func (r recorded) Record(context.Context) error          { return nil }
+func (r recorded) ReportNoData(context.Context) error    { return nil }
+func (r recorded) ReportedNoData(context.Context, []string, time.Duration) (bool, error) {
+	return false, nil
+}

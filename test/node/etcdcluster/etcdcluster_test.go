@@ -74,16 +74,36 @@ func logged(t *testing.T, pod string, want ...string) {
 // three certapi pods (no Secret made by hand but the encryption configuration); certapi-0 losing its volume
 // rejoins the running cluster (it does not bootstrap a second one); `kubectl scale` 3 -> 5 -> 3 adds two
 // members and removes them again; `kubectl rollout restart` restarts every member on its data; the CA
-// stays the same throughout.
+// stays the same throughout; when every volume is lost the members report having no data and certapi-0
+// bootstraps a new cluster without a person.
 func TestChartClusterMode(t *testing.T) {
 	ctx := context.Background()
 	kube, certapi := nodetest.Clients(t, cp)
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		for i := range 5 {
+			out, _ := nodetest.KubectlErr(cp, "-n", ns, "logs", fmt.Sprintf("certapi-%d", i))
+			var lines []string
+			for _, l := range strings.Split(out, "\n") {
+				if strings.Contains(l, "etcd") || strings.Contains(l, "Etcd") {
+					lines = append(lines, l)
+				}
+			}
+			if len(lines) > 40 {
+				lines = lines[len(lines)-40:]
+			}
+			t.Logf("certapi-%d's etcd lines:\n%s", i, strings.Join(lines, "\n"))
+		}
+	})
 	nodetest.Kubectl(t, cp, "create", "namespace", ns)
 	if err := cp.CreateEncryptionConfigSecret(ctx); err != nil {
 		t.Fatal(err)
 	}
-	// Three claims now, a fourth for certapi-0's new claim after its volume is lost, two for the scale-up.
-	for i := range 6 {
+	// Three claims now, a fourth for certapi-0's new claim after its volume is lost, two for the scale-up,
+	// three after every volume is lost.
+	for i := range 9 {
 		if err := cp.CreateHostPathPV(ctx, fmt.Sprintf("certapi-data-%d", i), "1Gi"); err != nil {
 			t.Fatal(err)
 		}
@@ -172,8 +192,31 @@ func TestChartClusterMode(t *testing.T) {
 	}
 	nodetest.Kubectl(t, cp, "wait", "--for=condition=Available", "apiservice/v1alpha1.certapi.dev", "--timeout=2m")
 	t.Logf("figure: kubectl rollout restart of three members: %s", time.Since(start).Round(time.Second))
+
 	ca, err = certapi.CertapiV1alpha1().CertificateAuthorities().Get(ctx, "default", metav1.GetOptions{})
 	if err != nil || ca.Status.Active.SubjectKeyID != firstCA {
-		t.Fatalf("the CA changed through the scaling: %v", err)
+		t.Fatalf("the CA changed through the scaling and the rolling restart: %v", err)
 	}
+
+	t.Log("every volume lost: the members report having no data, certapi-0 bootstraps a new cluster")
+	start = time.Now()
+	for i := range 5 {
+		nodetest.Kubectl(t, cp, "-n", ns, "delete", "pvc", fmt.Sprintf("data-certapi-%d", i), "--wait=false", "--ignore-not-found")
+	}
+	nodetest.Kubectl(t, cp, "-n", ns, "delete", "pod", "certapi-0", "certapi-1", "certapi-2")
+	nodetest.WaitFor(t, 5*time.Minute, "three certapi pods Ready on new claims", func(ctx context.Context) (bool, string) {
+		return nodetest.PodsReady(ctx, kube, ns, selector, 3)
+	})
+	logged(t, "certapi-0", "every member reports that it has no data", "Etcd member is ready")
+	nodetest.Kubectl(t, cp, "wait", "--for=condition=Available", "apiservice/v1alpha1.certapi.dev", "--timeout=2m")
+	t.Logf("figure: every volume lost, to a new cluster of three and the APIService Available: %s", time.Since(start).Round(time.Second))
+	// Without a backup the data is gone: a new cluster, and certapi makes exactly one new CA on it.
+	nodetest.WaitFor(t, 2*time.Minute, "exactly one CA, a new one", func(ctx context.Context) (bool, string) {
+		ca, err := certapi.CertapiV1alpha1().CertificateAuthorities().Get(ctx, "default", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return len(ca.Status.Certificates) == 1 && ca.Status.Active.SubjectKeyID != "" && ca.Status.Active.SubjectKeyID != firstCA,
+			fmt.Sprintf("%+v", ca.Status.Certificates)
+	})
 }
