@@ -36,8 +36,9 @@ func newCommand(ctx context.Context) *cobra.Command {
 certificates for in-cluster webhooks and extension API servers from an in-cluster CA.
 
 It stores its objects in etcd: an external cluster given with --etcd-servers, or, when none is given, an
-embedded single-member etcd in --data-dir. Register it with kube-apiserver through an APIService for
-v1alpha1.certapi.dev.
+embedded etcd in --data-dir: a single member, or with --etcd-peer-service one member of a cluster that
+the replicas of a StatefulSet form among themselves over mutual TLS (docs/high-availability.md). Register
+it with kube-apiserver through an APIService for v1alpha1.certapi.dev.
 
 Readiness: /readyz fails until this replica serves a certificate from its own CA, etcd answers, and its
 delegated authentication (the client and request-header CAs of kube-system/extension-apiserver-authentication)

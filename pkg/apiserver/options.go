@@ -36,6 +36,7 @@ import (
 	"github.com/certapi/certapi/pkg/apis/certapi"
 	"github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	"github.com/certapi/certapi/pkg/apis/certapi/validation"
+	"github.com/certapi/certapi/pkg/etcdcluster"
 	generatedopenapi "github.com/certapi/certapi/pkg/generated/openapi"
 	"github.com/certapi/certapi/pkg/issuer"
 	"github.com/certapi/certapi/pkg/registry/servingcertrequest"
@@ -108,8 +109,11 @@ type Options struct {
 	Snapshots SnapshotOptions
 	// RequireEncryptedCAKeys refuses to start when the CA private keys would be stored in etcd unencrypted.
 	RequireEncryptedCAKeys bool
+	// EtcdCluster turns the embedded etcd into one member of a cluster of certapi's replicas.
+	EtcdCluster EtcdClusterOptions
 
 	embeddedEtcd *EmbeddedEtcd
+	etcdMember   *etcdcluster.Member
 	etcdClient   *clientv3.Client
 	// requestCounter counts each namespace's ServingCertRequests for the CertapiServingCertRequestLimit
 	// admission plugin; the server feeds it from its storage.
@@ -135,6 +139,7 @@ func NewOptions() *Options {
 		ServiceName:             "certapi",
 		ServiceNamespace:        "certapi-system",
 		Leader:                  DefaultLeaderOptions(),
+		EtcdCluster:             DefaultEtcdClusterOptions(),
 	}
 	// /debug/pprof serves heap profiles, which hold whatever the heap holds, to anyone authorized for it:
 	// off unless an admin turns it on to debug (--profiling).
@@ -177,9 +182,9 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs.StringVar(&o.ClusterDomain, "cluster-domain", o.ClusterDomain,
 		"The cluster's DNS domain, as given to kubelet. Certificates carry <service>.<namespace>.svc and <service>.<namespace>.svc.<cluster-domain>, and the CA's name constraints permit only those suffixes.")
 	fs.StringVar(&o.DataDir, "data-dir", o.DataDir,
-		"Directory of the embedded single-member etcd, used only when --etcd-servers is empty. Right for a laptop or a single replica; "+
-			"several replicas need a shared external etcd. It holds the CA private keys: keep it on a private volume. certapi makes it mode 0700 and "+
-			"listens only on Unix sockets inside it.")
+		"Directory of the embedded etcd, used only when --etcd-servers is empty: a single member listening only on Unix sockets inside it "+
+			"(a laptop, one replica), or with --etcd-peer-service this replica's member of the replicas' etcd cluster and its TLS files. "+
+			"It holds the CA private keys: keep it on a private volume. certapi makes it mode 0700.")
 
 	fs.StringVar(&o.LeaderIdentity, "leader-identity", o.LeaderIdentity,
 		"This replica's name in the leader election, the log and the certapi_leader metric. Default: the host name and a random suffix.")
@@ -228,6 +233,7 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 
 	o.RecommendedOptions.Etcd.AddFlags(fss.FlagSet("etcd"))
 	fss.FlagSet("etcd").Lookup("etcd-servers").Usage += " When empty, certapi runs an embedded etcd in --data-dir."
+	o.EtcdCluster.AddFlags(fss.FlagSet("embedded etcd cluster"))
 	o.RecommendedOptions.SecureServing.AddFlags(fss.FlagSet("secure serving"))
 	o.RecommendedOptions.Authentication.AddFlags(fss.FlagSet("authentication"))
 	o.RecommendedOptions.Authorization.AddFlags(fss.FlagSet("authorization"))
@@ -288,6 +294,7 @@ func (o *Options) Validate() error {
 	if len(o.RecommendedOptions.Etcd.StorageConfig.Transport.ServerList) == 0 && o.DataDir == "" {
 		errs = append(errs, fmt.Errorf("give --etcd-servers, or --data-dir for the embedded etcd"))
 	}
+	errs = append(errs, o.EtcdCluster.Validate(len(o.RecommendedOptions.Etcd.StorageConfig.Transport.ServerList) > 0)...)
 	// The generic etcd options insist on --etcd-servers; the embedded etcd fills it in Complete.
 	etcd := *o.RecommendedOptions.Etcd
 	if len(etcd.StorageConfig.Transport.ServerList) == 0 {
@@ -308,9 +315,21 @@ func (o *Options) Validate() error {
 	return utilerrors.NewAggregate(errs)
 }
 
-// Complete starts the embedded etcd when no --etcd-servers were given. Call Stop when done.
+// Complete starts the embedded etcd when no --etcd-servers were given: this replica's member of the
+// replicas' cluster with --etcd-peer-service, else a single member. Call Stop when done.
 func (o *Options) Complete(ctx context.Context) error {
 	if len(o.RecommendedOptions.Etcd.StorageConfig.Transport.ServerList) > 0 {
+		return nil
+	}
+	if o.EtcdCluster.Enabled() {
+		m, err := o.EtcdCluster.start(ctx, o.DataDir, o.ServiceNamespace, o.RecommendedOptions.CoreAPI.CoreAPIKubeconfigPath)
+		if err != nil {
+			return err
+		}
+		o.etcdMember = m
+		transport := &o.RecommendedOptions.Etcd.StorageConfig.Transport
+		transport.ServerList = m.ClientURLs()
+		transport.CertFile, transport.KeyFile, transport.TrustedCAFile = m.ClientTLSFiles()
 		return nil
 	}
 	e, err := StartEmbeddedEtcd(ctx, o.DataDir)
@@ -329,6 +348,10 @@ func (o *Options) Stop() {
 	}
 	if o.embeddedEtcd != nil {
 		o.embeddedEtcd.Stop()
+	}
+	o.EtcdCluster.stop()
+	if o.etcdMember != nil {
+		o.etcdMember.Stop()
 	}
 }
 

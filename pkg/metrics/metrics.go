@@ -111,13 +111,44 @@ var (
 	})
 )
 
+// The embedded etcd cluster of certapi's replicas (--etcd-peer-service).
+var (
+	// EtcdMembers counts the members of the replicas' embedded etcd cluster by role (voter, learner), as
+	// this replica's member last applied the list (embedded cluster mode only).
+	EtcdMembers = metrics.NewGaugeVec(&metrics.GaugeOpts{
+		Namespace:      namespace,
+		Name:           "etcd_members",
+		Help:           "Members of the embedded etcd cluster of certapi's replicas, by role (voter, learner), as this replica's member sees them.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"role"})
+
+	// EtcdLeader is 1 on the replica whose etcd member is the etcd leader (which may differ from the
+	// signing leader, certapi_leader).
+	EtcdLeader = metrics.NewGauge(&metrics.GaugeOpts{
+		Namespace:      namespace,
+		Name:           "etcd_is_leader",
+		Help:           "1 when this replica's embedded etcd member is the etcd leader (it checks members' health and removes dead ones), else 0.",
+		StabilityLevel: metrics.ALPHA,
+	})
+
+	// EtcdMemberHealthy is 1 for each member that answered the etcd leader's last health check, else 0
+	// (published by the etcd leader only). A 0 for longer than --etcd-dead-member-timeout leads to the
+	// member's removal when that keeps quorum.
+	EtcdMemberHealthy = metrics.NewGaugeVec(&metrics.GaugeOpts{
+		Namespace:      namespace,
+		Name:           "etcd_member_healthy",
+		Help:           "1 when the etcd member answered the etcd leader's last health check, else 0 (etcd leader only).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"member"})
+)
+
 var registerOnce sync.Once
 
 // Register adds certapi's metrics to the registry behind /metrics. It is safe to call more than once.
 func Register() {
 	registerOnce.Do(func() {
 		legacyregistry.MustRegister(Issuances, IssuanceDuration, CertificateNotAfter, CertificateRenewal, CANotAfter, RotationSteps, InjectionTargets, Leader, Signatures,
-			Snapshots, SnapshotLastSuccess)
+			Snapshots, SnapshotLastSuccess, EtcdMembers, EtcdLeader, EtcdMemberHealthy)
 	})
 }
 

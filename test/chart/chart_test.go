@@ -105,15 +105,20 @@ func convert(t *testing.T, u *unstructured.Unstructured, into any) {
 	}
 }
 
-// certapiArgs returns the flags of the certapi container of the rendering's Deployment, by name.
+// certapiArgs returns the flags of the certapi container of the rendering's Deployment, by name. With
+// etcd.mode cluster certapi is a StatefulSet: its replicas and pod template are returned in a Deployment.
 func certapiArgs(t *testing.T, objs []*unstructured.Unstructured) (*appsv1.Deployment, map[string]string) {
 	t.Helper()
-	u := find(objs, "Deployment", release)
-	if u == nil {
-		t.Fatal("no Deployment certapi")
-	}
 	var d appsv1.Deployment
-	convert(t, u, &d)
+	if u := find(objs, "Deployment", release); u != nil {
+		convert(t, u, &d)
+	} else if u := find(objs, "StatefulSet", release); u != nil {
+		var sts appsv1.StatefulSet
+		convert(t, u, &sts)
+		d.Spec.Replicas, d.Spec.Template = sts.Spec.Replicas, sts.Spec.Template
+	} else {
+		t.Fatal("no Deployment or StatefulSet certapi")
+	}
 	args := map[string]string{}
 	for _, c := range d.Spec.Template.Spec.Containers {
 		if c.Name != "certapi" {
@@ -182,6 +187,12 @@ func TestExamples(t *testing.T) {
 			check: func(t *testing.T, ns string, objs []*unstructured.Unstructured) {
 				checkSecurity(t, ns, objs, securityWant{refused: []string{"kube-system", "tenant-infra", ns},
 					networkPolicy: true, etcdMetrics: true, priorityClass: "system-cluster-critical"})
+			}},
+		{name: "cluster", args: []string{"--set", "etcd.mode=cluster", "--set", "replicas=3"},
+			check: func(t *testing.T, ns string, objs []*unstructured.Unstructured) {
+				checkCluster(t, ns, objs)
+				checkSecurity(t, ns, objs, securityWant{refused: []string{"kube-system", "kube-public", "kube-node-lease", ns},
+					networkPolicy: true, cluster: true, priorityClass: "system-cluster-critical"})
 			}},
 		{name: "security-off", args: []string{"--set", "networkPolicy.enabled=false", "--set", "secretDelivery.refuseReleaseNamespace=false",
 			"--set", "priorityClassName="},
@@ -284,9 +295,10 @@ type securityWant struct {
 	// refused: the namespaces the Secret policy refuses, in order.
 	refused []string
 	// networkPolicy: certapi's NetworkPolicy (and, with the dedicated etcd, the members') is rendered;
-	// etcdMetrics: the members' admits scrapes of 2381.
-	networkPolicy, etcdMetrics bool
-	priorityClass              string
+	// etcdMetrics: the members' admits scrapes of 2381; cluster: etcd.mode cluster (certapi's pods admit
+	// each other on 2379 and 2380, and the peer CA Secret has a policy of its own).
+	networkPolicy, etcdMetrics, cluster bool
+	priorityClass                       string
 }
 
 // checkSecurity checks the admission policies, NetworkPolicies and priority of a rendering: every policy
@@ -307,8 +319,17 @@ func checkSecurity(t *testing.T, ns string, objs []*unstructured.Unstructured, w
 		policies++
 		var p admissionregistrationv1.ValidatingAdmissionPolicy
 		convert(t, u, &p)
-		// The condition joins the namespace and the name parameters; joined, it names the account.
-		if len(p.Spec.MatchConditions) != 1 || strings.ReplaceAll(p.Spec.MatchConditions[0].Expression, "' + '", "") != "request.userInfo.username == '"+user+"'" {
+		// The condition joins the namespace and the name parameters; joined, it names the account. In
+		// etcd.mode cluster the Secret policies also tell the peer CA Secret apart (and nothing else).
+		conditions := 1
+		if want.cluster && (p.Name == release+"-secrets" || p.Name == release+"-etcd-peer-ca") {
+			conditions = 2
+			peerCA := "request.namespace == '" + ns + "' && request.name == '" + release + "-etcd-peer-ca'"
+			if len(p.Spec.MatchConditions) != 2 || strings.Trim(strings.TrimPrefix(p.Spec.MatchConditions[1].Expression, "!"), "()") != peerCA {
+				t.Errorf("ValidatingAdmissionPolicy %s matches %+v; want the peer CA Secret told apart by %s", p.Name, p.Spec.MatchConditions, peerCA)
+			}
+		}
+		if len(p.Spec.MatchConditions) != conditions || strings.ReplaceAll(p.Spec.MatchConditions[0].Expression, "' + '", "") != "request.userInfo.username == '"+user+"'" {
 			t.Errorf("ValidatingAdmissionPolicy %s matches %+v; want certapi's ServiceAccount %s", p.Name, p.Spec.MatchConditions, user)
 		}
 		if p.Name == release+"-secrets" {
@@ -331,9 +352,14 @@ func checkSecurity(t *testing.T, ns string, objs []*unstructured.Unstructured, w
 			}
 		}
 	}
-	// webhooks, CRDs, APIServices, ConfigMaps, Secrets, ClusterTrustBundles; one binding each.
-	if policies != 6 || len(ofKind(objs, "ValidatingAdmissionPolicyBinding")) != 6 {
-		t.Errorf("%d ValidatingAdmissionPolicies and %d bindings; want 6 of each", policies, len(ofKind(objs, "ValidatingAdmissionPolicyBinding")))
+	// webhooks, CRDs, APIServices, ConfigMaps, Secrets, ClusterTrustBundles (and the etcd peer CA
+	// Secret); one binding each.
+	wantPolicies := 6
+	if want.cluster {
+		wantPolicies = 7
+	}
+	if policies != wantPolicies || len(ofKind(objs, "ValidatingAdmissionPolicyBinding")) != wantPolicies {
+		t.Errorf("%d ValidatingAdmissionPolicies and %d bindings; want %d of each", policies, len(ofKind(objs, "ValidatingAdmissionPolicyBinding")), wantPolicies)
 	}
 
 	np := find(objs, "NetworkPolicy", release)
@@ -343,8 +369,20 @@ func checkSecurity(t *testing.T, ns string, objs []*unstructured.Unstructured, w
 	if np != nil {
 		var p networkingv1.NetworkPolicy
 		convert(t, np, &p)
-		if len(p.Spec.Ingress) != 1 || len(p.Spec.Ingress[0].From) != 0 || len(p.Spec.Ingress[0].Ports) != 1 || p.Spec.Ingress[0].Ports[0].Port.IntValue() != 8443 {
-			t.Errorf("NetworkPolicy %s admits %+v; want port 8443 from anywhere, nothing else", release, p.Spec.Ingress)
+		rules := 1
+		if want.cluster {
+			rules = 2
+		}
+		if len(p.Spec.Ingress) != rules || len(p.Spec.Ingress[0].From) != 0 || len(p.Spec.Ingress[0].Ports) != 1 || p.Spec.Ingress[0].Ports[0].Port.IntValue() != 8443 {
+			t.Errorf("NetworkPolicy %s admits %+v; want port 8443 from anywhere (and in etcd.mode cluster 2379 and 2380 from certapi's pods), nothing else", release, p.Spec.Ingress)
+		}
+		if want.cluster && len(p.Spec.Ingress) == 2 {
+			r := p.Spec.Ingress[1]
+			if len(r.From) != 1 || r.From[0].PodSelector == nil || r.From[0].NamespaceSelector != nil ||
+				r.From[0].PodSelector.MatchLabels["app.kubernetes.io/component"] != "apiserver" ||
+				len(r.Ports) != 2 || r.Ports[0].Port.IntValue() != 2379 || r.Ports[1].Port.IntValue() != 2380 {
+				t.Errorf("NetworkPolicy %s admits %+v; want 2379 and 2380 from certapi's own pods only", release, r)
+			}
 		}
 	}
 	etcd := find(objs, "NetworkPolicy", release+"-etcd")
@@ -434,6 +472,60 @@ func checkEmbedded(t *testing.T, objs []*unstructured.Unstructured) {
 	}
 	if find(objs, "StatefulSet", release+"-etcd") != nil {
 		t.Error("the embedded etcd with a StatefulSet")
+	}
+}
+
+// checkCluster checks etcd.mode cluster: certapi is a StatefulSet whose pods each run one member of the
+// replicas' etcd cluster on their own claim, behind a headless Service (docs/high-availability.md).
+func checkCluster(t *testing.T, ns string, objs []*unstructured.Unstructured) {
+	t.Helper()
+	u := find(objs, "StatefulSet", release)
+	if u == nil || find(objs, "Deployment", release) != nil {
+		t.Fatal("etcd.mode cluster: want a StatefulSet certapi and no Deployment")
+	}
+	var sts appsv1.StatefulSet
+	convert(t, u, &sts)
+	if sts.Spec.Replicas == nil || *sts.Spec.Replicas != 3 || sts.Spec.ServiceName != release+"-peers" ||
+		sts.Spec.PodManagementPolicy != appsv1.ParallelPodManagement {
+		t.Errorf("StatefulSet replicas %v, serviceName %q, podManagementPolicy %q; want 3, %s-peers, Parallel (a member that lost its volume must see its peers)",
+			sts.Spec.Replicas, sts.Spec.ServiceName, sts.Spec.PodManagementPolicy, release)
+	}
+	if len(sts.Spec.VolumeClaimTemplates) != 1 || sts.Spec.VolumeClaimTemplates[0].Name != "data" {
+		t.Errorf("volumeClaimTemplates %+v; want one, data", sts.Spec.VolumeClaimTemplates)
+	}
+	if r := sts.Spec.PersistentVolumeClaimRetentionPolicy; r == nil || r.WhenDeleted != appsv1.RetainPersistentVolumeClaimRetentionPolicyType {
+		t.Errorf("persistentVolumeClaimRetentionPolicy %+v; want the claims (the CA keys) retained", r)
+	}
+	_, args := certapiArgs(t, objs)
+	want := map[string]string{
+		"data-dir":                 "/var/lib/certapi/data",
+		"etcd-peer-service":        release + "-peers." + ns + ".svc",
+		"etcd-member-name":         "$(POD_NAME)",
+		"etcd-peer-ca-secret":      release + "-etcd-peer-ca",
+		"etcd-dead-member-timeout": "10m",
+	}
+	for k, v := range want {
+		if args[k] != v {
+			t.Errorf("--%s=%q; want %q", k, args[k], v)
+		}
+	}
+	if _, ok := args["etcd-servers"]; ok {
+		t.Error("etcd.mode cluster with --etcd-servers")
+	}
+	svc := find(objs, "Service", release+"-peers")
+	if svc == nil {
+		t.Fatal("no headless Service certapi-peers")
+	}
+	var s corev1.Service
+	convert(t, svc, &s)
+	if s.Spec.ClusterIP != corev1.ClusterIPNone || !s.Spec.PublishNotReadyAddresses || len(s.Spec.Ports) != 2 {
+		t.Errorf("Service %s-peers: clusterIP %q, publishNotReadyAddresses %v, ports %+v; want headless, true, 2379 and 2380", release, s.Spec.ClusterIP, s.Spec.PublishNotReadyAddresses, s.Spec.Ports)
+	}
+	if find(objs, "Role", release+":etcd-cluster") == nil || find(objs, "RoleBinding", release+":etcd-cluster") == nil {
+		t.Error("no Role and RoleBinding certapi:etcd-cluster (get on its StatefulSet)")
+	}
+	if find(objs, "PersistentVolumeClaim", release+"-data") != nil || find(objs, "StatefulSet", release+"-etcd") != nil {
+		t.Error("etcd.mode cluster with the single-member claim or the dedicated etcd")
 	}
 }
 
@@ -594,7 +686,7 @@ func TestBadValuesAreRefused(t *testing.T) {
 		// values.schema.json: a misspelt key is refused, not silently ignored; so are unknown choices.
 		{[]string{"--set", "replica=3"}, "additional properties 'replica' not allowed"},
 		{[]string{"--set", "etcd.external.endpoint=https://etcd:2379"}, "additional properties 'endpoint' not allowed"},
-		{[]string{"--set", "etcd.mode=kube"}, "at '/etcd/mode': value must be one of 'embedded', 'dedicated', 'external'"},
+		{[]string{"--set", "etcd.mode=kube"}, "at '/etcd/mode': value must be one of 'embedded', 'dedicated', 'external', 'cluster'"},
 		{[]string{"--set", "etcd.mode=dedicated", "--set", "etcd.dedicated.members=2"}, "at '/etcd/dedicated/members': value must be one of 1, 3, 5"},
 		{[]string{"--set", "podAntiAffinity=strict"}, "at '/podAntiAffinity': value must be one of 'soft', 'hard', 'none'"},
 		{[]string{"--set", "replicas=three"}, "at '/replicas': got string, want integer"},

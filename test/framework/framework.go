@@ -350,6 +350,11 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, retErr error) {
 	cp.mu.Lock()
 	cp.replicas = rs
 	cp.mu.Unlock()
+	// certapi's namespace exists before certapi starts, as in a real install: in embedded cluster mode
+	// certapi keeps its etcd peer CA in a Secret there.
+	if err := cp.createCertapiNamespace(ctx); err != nil {
+		return cp, err
+	}
 	t0 = time.Now()
 	if err := cp.StartCertapi(ctx); err != nil {
 		return cp, err
@@ -622,6 +627,19 @@ func (cp *ControlPlane) writeKubeconfig(path string) error {
 
 // registerAPIService creates (or updates, for a reused Dir) the namespace, the ExternalName
 // Service and the APIService that route certapi.dev/v1alpha1 to the local certapi.
+// createCertapiNamespace creates CertapiNamespace unless it exists.
+func (cp *ControlPlane) createCertapiNamespace(ctx context.Context) error {
+	cs, err := kubernetes.NewForConfig(cp.AdminConfig)
+	if err != nil {
+		return fmt.Errorf("creating admin client: %w", err)
+	}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: CertapiNamespace}}
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating namespace %s: %w", CertapiNamespace, err)
+	}
+	return nil
+}
+
 func (cp *ControlPlane) registerAPIService(ctx context.Context) error {
 	cs, err := kubernetes.NewForConfig(cp.AdminConfig)
 	if err != nil {
@@ -632,9 +650,8 @@ func (cp *ControlPlane) registerAPIService(ctx context.Context) error {
 		return fmt.Errorf("creating aggregator client: %w", err)
 	}
 
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: CertapiNamespace}}
-	if _, err := cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("creating namespace %s: %w", CertapiNamespace, err)
+	if err := cp.createCertapiNamespace(ctx); err != nil {
+		return err
 	}
 
 	port := int32(cp.servicePort()) //nolint:gosec // a TCP port

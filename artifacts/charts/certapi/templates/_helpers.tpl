@@ -67,6 +67,11 @@ admission-policy.yaml. */}}
     request.userInfo.username == 'system:serviceaccount:' + {{ .Release.Namespace | squote }} + ':' + {{ include "certapi.fullname" . | squote }}
 {{- end -}}
 
+{{/* A CEL condition: the request is for certapi's etcd peer CA Secret (etcd.mode cluster). */}}
+{{- define "certapi.policy.isPeerCASecret" -}}
+request.namespace == {{ .Release.Namespace | squote }} && request.name == {{ printf "%s-etcd-peer-ca" (include "certapi.fullname" .) | squote }}
+{{- end -}}
+
 {{/* The namespaces certapi's ServiceAccount may write no Secret in, as a CEL list. */}}
 {{- define "certapi.policy.refusedSecretNamespaces" -}}
 {{- $ns := .Values.secretDelivery.refusedNamespaces | default list -}}
@@ -135,11 +140,11 @@ endpoints. */}}
 {{- fail "this cluster serves no admissionregistration.k8s.io/v1 ValidatingAdmissionPolicy: certapi needs Kubernetes 1.30 or newer" -}}
 {{- end -}}
 {{- $mode := .Values.etcd.mode -}}
-{{- if not (has $mode (list "embedded" "dedicated" "external")) -}}
-{{- fail (printf "etcd.mode %q: want embedded, dedicated or external" $mode) -}}
+{{- if not (has $mode (list "embedded" "dedicated" "external" "cluster")) -}}
+{{- fail (printf "etcd.mode %q: want embedded, dedicated, external or cluster" $mode) -}}
 {{- end -}}
 {{- if and (eq $mode "embedded") (gt (int .Values.replicas) 1) -}}
-{{- fail (printf "replicas %d with etcd.mode embedded: the embedded etcd is one member inside one pod; run several replicas with etcd.mode dedicated or external" (int .Values.replicas)) -}}
+{{- fail (printf "replicas %d with etcd.mode embedded: the embedded etcd is one member inside one pod; run several replicas with etcd.mode cluster, dedicated or external" (int .Values.replicas)) -}}
 {{- end -}}
 {{- if and (eq $mode "external") (empty .Values.etcd.external.endpoints) -}}
 {{- fail "etcd.mode external needs etcd.external.endpoints: the client URLs of your etcd" -}}

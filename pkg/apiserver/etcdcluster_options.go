@@ -1,0 +1,227 @@
+package apiserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/spf13/pflag"
+	utilvalidation "k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+
+	"github.com/certapi/certapi/pkg/etcdcluster"
+	"github.com/certapi/certapi/pkg/etcdcluster/incluster"
+)
+
+// DefaultDeadMemberTimeout is --etcd-dead-member-timeout's default.
+const DefaultDeadMemberTimeout = 10 * time.Minute
+
+// EtcdClusterOptions configure the embedded etcd cluster of certapi's replicas: with --etcd-peer-service
+// and no --etcd-servers, each replica's embedded etcd is one member of a cluster over mutual TLS.
+type EtcdClusterOptions struct {
+	// PeerService is the headless Service's DNS name (<service>.<namespace>.svc); setting it turns
+	// cluster mode on.
+	PeerService string
+	// MemberName is this member's name, the pod name <statefulset>-<ordinal>.
+	MemberName string
+	// BindAddress is where the member listens for peers and clients.
+	BindAddress string
+	// ClientPort and PeerPort are the member's ports.
+	ClientPort, PeerPort int
+	// DeadMemberTimeout is how long a member stays unhealthy before the etcd leader removes it; 0 never.
+	DeadMemberTimeout time.Duration
+	// PeerCASecret names the Secret in --service-namespace that holds the peer CA.
+	PeerCASecret string
+	// PeerCACertFile and PeerCAKeyFile give the peer CA as files instead of the Secret.
+	PeerCACertFile, PeerCAKeyFile string
+
+	cancel context.CancelFunc
+	done   sync.WaitGroup
+}
+
+// DefaultEtcdClusterOptions are the defaults: cluster mode off.
+func DefaultEtcdClusterOptions() EtcdClusterOptions {
+	return EtcdClusterOptions{
+		BindAddress:       "0.0.0.0",
+		ClientPort:        2379,
+		PeerPort:          2380,
+		DeadMemberTimeout: DefaultDeadMemberTimeout,
+		PeerCASecret:      incluster.DefaultSecretName,
+	}
+}
+
+// Enabled reports whether cluster mode is on.
+func (o *EtcdClusterOptions) Enabled() bool { return o.PeerService != "" }
+
+// AddFlags adds the cluster flags.
+func (o *EtcdClusterOptions) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.PeerService, "etcd-peer-service", o.PeerService,
+		"DNS name of a headless Service (publishNotReadyAddresses: true) in front of certapi's StatefulSet, e.g. certapi-etcd.certapi-system.svc. "+
+			"With it, and no --etcd-servers, every replica's embedded etcd is a member of one cluster: ordinal 0 bootstraps it, the others "+
+			"join as learners and are promoted when caught up, over mutual TLS from a peer CA certapi keeps itself (--etcd-peer-ca-secret). "+
+			"Members advertise https://<member-name>.<etcd-peer-service>:<port>. Empty: a single-member etcd on Unix sockets in --data-dir.")
+	fs.StringVar(&o.MemberName, "etcd-member-name", o.MemberName,
+		"This replica's etcd member name: its pod name, <statefulset>-<ordinal>. Only ordinal 0 ever bootstraps a cluster. Default: $HOSTNAME, else the host name.")
+	fs.StringVar(&o.BindAddress, "etcd-bind-address", o.BindAddress, "The IP address the etcd member listens on for peers and clients (cluster mode).")
+	fs.IntVar(&o.ClientPort, "etcd-client-port", o.ClientPort, "The etcd member's client port (cluster mode).")
+	fs.IntVar(&o.PeerPort, "etcd-peer-port", o.PeerPort, "The etcd member's peer port (cluster mode).")
+	fs.DurationVar(&o.DeadMemberTimeout, "etcd-dead-member-timeout", o.DeadMemberTimeout,
+		"How long an etcd member must stay unreachable before the etcd leader removes it from the cluster, and only while the healthy voting members "+
+			"that remain are a quorum of the cluster before and after the removal; never the last member, one at a time. A pod that comes back "+
+			"after its removal moves its old data aside and joins anew. 0 never removes a member.")
+	fs.StringVar(&o.PeerCASecret, "etcd-peer-ca-secret", o.PeerCASecret,
+		"Secret in --service-namespace holding the etcd peer CA (tls.crt, tls.key, ca.crt). The first replica that finds none creates it; the others read it. "+
+			"Every member issues itself a short-lived certificate from it at start. Whoever can read this Secret can read certapi's etcd.")
+	fs.StringVar(&o.PeerCACertFile, "etcd-peer-ca-cert-file", o.PeerCACertFile, "The etcd peer CA's certificate as a file, instead of --etcd-peer-ca-secret. Needs --etcd-peer-ca-key-file.")
+	fs.StringVar(&o.PeerCAKeyFile, "etcd-peer-ca-key-file", o.PeerCAKeyFile, "The etcd peer CA's private key as a file (PEM), with --etcd-peer-ca-cert-file.")
+}
+
+// Validate checks the cluster flags; externalEtcd is true when --etcd-servers is given.
+func (o *EtcdClusterOptions) Validate(externalEtcd bool) []error {
+	if !o.Enabled() {
+		return nil
+	}
+	var errs []error
+	if externalEtcd {
+		errs = append(errs, errors.New("--etcd-peer-service forms an embedded etcd cluster and --etcd-servers names an external etcd: give one of them"))
+	}
+	if msgs := utilvalidation.IsDNS1123Subdomain(strings.TrimSuffix(o.PeerService, ".")); len(msgs) > 0 {
+		errs = append(errs, fmt.Errorf("--etcd-peer-service %q: expected a DNS name such as certapi-etcd.certapi-system.svc: %s", o.PeerService, strings.Join(msgs, "; ")))
+	}
+	name := o.memberName()
+	if msgs := utilvalidation.IsDNS1123Label(name); len(msgs) > 0 {
+		errs = append(errs, fmt.Errorf("--etcd-member-name %q: expected a pod name <statefulset>-<ordinal>: %s", name, strings.Join(msgs, "; ")))
+	} else if etcdcluster.Ordinal(name) < 0 {
+		errs = append(errs, fmt.Errorf("--etcd-member-name %q: expected a pod name ending in -<ordinal> (a StatefulSet's), e.g. certapi-0", name))
+	}
+	if net.ParseIP(o.BindAddress) == nil {
+		errs = append(errs, fmt.Errorf("--etcd-bind-address %q: expected an IP address such as 0.0.0.0", o.BindAddress))
+	}
+	for flag, p := range map[string]int{"--etcd-client-port": o.ClientPort, "--etcd-peer-port": o.PeerPort} {
+		if p < 1 || p > 65535 {
+			errs = append(errs, fmt.Errorf("%s %d: expected a port from 1 to 65535", flag, p))
+		}
+	}
+	if o.ClientPort == o.PeerPort {
+		errs = append(errs, fmt.Errorf("--etcd-client-port and --etcd-peer-port are both %d: they must differ", o.ClientPort))
+	}
+	if o.DeadMemberTimeout < 0 || (o.DeadMemberTimeout > 0 && o.DeadMemberTimeout < time.Minute) {
+		errs = append(errs, fmt.Errorf("--etcd-dead-member-timeout %s: expected 0 (never remove) or at least 1m (a member restarting must not be removed)", o.DeadMemberTimeout))
+	}
+	if (o.PeerCACertFile == "") != (o.PeerCAKeyFile == "") {
+		errs = append(errs, errors.New("--etcd-peer-ca-cert-file and --etcd-peer-ca-key-file go together: give both or neither"))
+	}
+	if o.PeerCACertFile == "" {
+		if msgs := utilvalidation.IsDNS1123Subdomain(o.PeerCASecret); len(msgs) > 0 {
+			errs = append(errs, fmt.Errorf("--etcd-peer-ca-secret %q: %s", o.PeerCASecret, strings.Join(msgs, "; ")))
+		}
+	}
+	return errs
+}
+
+func (o *EtcdClusterOptions) memberName() string {
+	if o.MemberName != "" {
+		return o.MemberName
+	}
+	if h := os.Getenv("HOSTNAME"); h != "" {
+		return h
+	}
+	h, _ := os.Hostname()
+	return h
+}
+
+// start loads or creates the peer CA, starts this member, and keeps it running until Stop. namespace is
+// certapi's own (--service-namespace); kubeconfig is --kubeconfig (empty: in-cluster).
+func (o *EtcdClusterOptions) start(ctx context.Context, dataDir, namespace, kubeconfig string) (*etcdcluster.Member, error) {
+	dir, err := filepath.Abs(dataDir)
+	if err != nil {
+		return nil, fmt.Errorf("resolving --data-dir %q: %w", dataDir, err)
+	}
+	name := o.memberName()
+	host := name + "." + strings.TrimSuffix(o.PeerService, ".")
+	cfg := etcdcluster.Config{
+		Name:              name,
+		Dir:               dir,
+		PeerURL:           "https://" + net.JoinHostPort(host, strconv.Itoa(o.PeerPort)),
+		ClientURL:         "https://" + net.JoinHostPort(host, strconv.Itoa(o.ClientPort)),
+		ListenPeerURL:     "https://" + net.JoinHostPort(o.BindAddress, strconv.Itoa(o.PeerPort)),
+		ListenClientURL:   "https://" + net.JoinHostPort(o.BindAddress, strconv.Itoa(o.ClientPort)),
+		Designated:        etcdcluster.Ordinal(name) == 0,
+		DeadMemberTimeout: o.DeadMemberTimeout,
+	}
+	ips := etcdcluster.LocalIPs()
+	cfg.CertHosts = append([]string{host}, ips...)
+	cfg.Discover = etcdcluster.DNSDiscovery(o.PeerService, o.ClientPort, ips)
+	if o.PeerCACertFile != "" {
+		certPEM, err := os.ReadFile(o.PeerCACertFile)
+		if err != nil {
+			return nil, fmt.Errorf("reading --etcd-peer-ca-cert-file: %w", err)
+		}
+		keyPEM, err := os.ReadFile(o.PeerCAKeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("reading --etcd-peer-ca-key-file: %w", err)
+		}
+		if cfg.CA, err = etcdcluster.LoadPeerCA(certPEM, keyPEM, nil); err != nil {
+			return nil, fmt.Errorf("--etcd-peer-ca-cert-file/--etcd-peer-ca-key-file: %w", err)
+		}
+	} else {
+		restConfig, err := kubeConfig(kubeconfig)
+		if err != nil {
+			return nil, fmt.Errorf("reaching kube-apiserver for the etcd peer CA Secret: %w", err)
+		}
+		client, err := kubernetes.NewForConfig(restConfig)
+		if err != nil {
+			return nil, fmt.Errorf("reaching kube-apiserver for the etcd peer CA Secret: %w", err)
+		}
+		secret := &incluster.PeerCASecret{Client: client, Namespace: namespace, Name: o.PeerCASecret, Member: name}
+		if cfg.CA, err = secret.LoadOrCreate(ctx); err != nil {
+			return nil, err
+		}
+		cfg.Bootstrap = secret
+		// The StatefulSet is the pod name without its ordinal, in certapi's namespace.
+		cfg.DesiredMembers = incluster.StatefulSetReplicas(client, namespace, name[:strings.LastIndex(name, "-")])
+	}
+	klog.InfoS("Starting the embedded etcd member of certapi's cluster", "member", name, "peerURL", cfg.PeerURL, "clientURL", cfg.ClientURL, "dataDir", dir)
+	m, err := etcdcluster.Start(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	o.cancel = cancel
+	o.done.Add(1)
+	go func() {
+		defer o.done.Done()
+		if err := m.Run(runCtx); err != nil {
+			// certapi's storage is this member: without it every call fails. Exit, so that kubelet
+			// restarts the pod and the member rejoins (DecideStart), rather than serve errors.
+			klog.ErrorS(err, "The embedded etcd member stopped; exiting so that the pod restarts and the member rejoins")
+			klog.FlushAndExit(klog.ExitFlushTimeout, 1)
+		}
+	}()
+	return m, nil
+}
+
+// stop ends the member's maintenance loop; the caller stops the member after.
+func (o *EtcdClusterOptions) stop() {
+	if o.cancel != nil {
+		o.cancel()
+		o.done.Wait()
+	}
+}
+
+func kubeConfig(path string) (*rest.Config, error) {
+	if path != "" {
+		return clientcmd.BuildConfigFromFlags("", path)
+	}
+	return rest.InClusterConfig()
+}

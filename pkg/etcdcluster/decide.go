@@ -1,0 +1,272 @@
+package etcdcluster
+
+import (
+	"fmt"
+	"slices"
+	"time"
+)
+
+// Entry is what the decisions need to know of one entry of the etcd member list.
+type Entry struct {
+	// ID is etcd's member ID.
+	ID uint64
+	// Name is the member's name; etcd leaves it empty until a member added with MemberAdd(AsLearner)
+	// has started for the first time.
+	Name string
+	// PeerURLs are the member's advertised peer URLs.
+	PeerURLs []string
+	// ClientURLs are the member's advertised client URLs; empty until it has started.
+	ClientURLs []string
+	// IsLearner is true for a member that replicates but does not vote.
+	IsLearner bool
+}
+
+// same reports whether m is the entry of the member called name or advertising peerURL.
+func (m Entry) same(name, peerURL string) bool {
+	return (name != "" && m.Name == name) || slices.Contains(m.PeerURLs, peerURL)
+}
+
+// StartAction is what a starting member does with its etcd.
+type StartAction string
+
+const (
+	// StartRestart starts etcd on the existing data directory as it is: etcd knows its cluster.
+	StartRestart StartAction = "Restart"
+	// StartBootstrap starts a new one-member cluster (InitialClusterState=new).
+	StartBootstrap StartAction = "Bootstrap"
+	// StartJoin removes the stale entries StartPlan.Remove names, adds this member as a learner and
+	// starts etcd with InitialClusterState=existing; the member promotes itself once it is in sync.
+	StartJoin StartAction = "Join"
+	// StartDiscardAndJoin moves the existing data directory aside (it belongs to a member the cluster
+	// has removed: etcd would refuse to start on it) and then joins as StartJoin does.
+	StartDiscardAndJoin StartAction = "DiscardAndJoin"
+	// StartWait starts nothing yet: look again later.
+	StartWait StartAction = "Wait"
+)
+
+// StartInput is what a starting member knows when it decides how to start.
+type StartInput struct {
+	// Name and PeerURL are this member's name and advertised peer URL.
+	Name, PeerURL string
+	// HasData is true when the data directory holds an etcd member (a WAL).
+	HasData bool
+	// Designated is true for the member that may bootstrap a new cluster: the StatefulSet's ordinal 0.
+	Designated bool
+	// Answered is true when a member of a running cluster answered; Members is its member list.
+	Answered bool
+	Members  []Entry
+	// OtherPeersExist is true when another member's address resolves (its pod exists), answering or not.
+	OtherPeersExist bool
+	// ClusterExisted is true when a cluster is known to have been bootstrapped before (recorded outside
+	// etcd, on the peer CA's Secret, by the member that bootstrapped it).
+	ClusterExisted bool
+	// OthersReportNoData is true when every other member the StatefulSet wants has reported, just now,
+	// that it has no data and waits: the evidence that every volume was lost, not that the others are
+	// restarting.
+	OthersReportNoData bool
+}
+
+// StartPlan is DecideStart's answer.
+type StartPlan struct {
+	Action StartAction
+	// Remove lists the stale entries of this member's own name or peer URL to remove before it joins.
+	Remove []uint64
+	// Reason says why, for the log.
+	Reason string
+}
+
+// DecideStart chooses how a member starts. The rules, in order:
+//
+//  1. With data: restart as is, unless a running cluster answered and lists no entry of this member's
+//     name or peer URL. Then the cluster removed this member (a dead-member removal, or a scale-down that
+//     kept the volume) and etcd would refuse the old data: move it aside and join. A member whose peers
+//     do not answer restarts as is: etcd itself finds its cluster.
+//  2. Without data, a cluster answered: join as a learner, first removing every entry of this member's
+//     own name or peer URL. Such an entry belongs to this member's earlier life (its volume was lost) or
+//     to a join that failed before it started; its data is gone, so the entry only counts against quorum.
+//  3. Without data, nobody answered: only the designated member (ordinal 0) may bootstrap, and only when
+//     no other member exists, no cluster ever existed, or every other member reports that it has no data
+//     either (every volume was lost: there is nothing to wait for). The hazard is ordinal 0 losing its
+//     volume while the others are briefly unreachable (restarting on their data): bootstrapping then
+//     would make a second, empty cluster, and certapi a second CA. A member restarting on its data never
+//     reports "no data", so ordinal 0 waits for it to answer and joins. Every other member without data
+//     waits (and reports that it has none).
+func DecideStart(in StartInput) StartPlan {
+	var own []uint64
+	for _, m := range in.Members {
+		if m.same(in.Name, in.PeerURL) {
+			own = append(own, m.ID)
+		}
+	}
+	switch {
+	case in.HasData && (!in.Answered || len(own) > 0):
+		if !in.Answered {
+			return StartPlan{Action: StartRestart, Reason: "the data directory holds a member and no other member answered: etcd finds its cluster itself"}
+		}
+		return StartPlan{Action: StartRestart, Reason: "the data directory holds a member the running cluster still lists"}
+	case in.HasData:
+		return StartPlan{Action: StartDiscardAndJoin, Reason: "the running cluster no longer lists this member: its data is from before it was removed"}
+	case in.Answered:
+		if len(in.Members) > 0 && len(own) == len(in.Members) {
+			// Every entry is this member's own: the cluster is this member's earlier life alone, and
+			// whoever answered is not a member. Nothing sane to join.
+			return StartPlan{Action: StartWait, Reason: "the only members listed are this member's own stale entries: nothing to join"}
+		}
+		reason := "a running cluster answered: join as a learner"
+		if len(own) > 0 {
+			reason = fmt.Sprintf("a running cluster answered: remove %d stale entr(y/ies) of this member and join as a learner", len(own))
+		}
+		return StartPlan{Action: StartJoin, Remove: own, Reason: reason}
+	case !in.Designated:
+		return StartPlan{Action: StartWait, Reason: "no member answered and only the first member (ordinal 0) bootstraps a cluster"}
+	case in.ClusterExisted && in.OtherPeersExist && !in.OthersReportNoData:
+		return StartPlan{Action: StartWait, Reason: "a cluster was bootstrapped before and other members exist: wait for them to answer and join, never bootstrap a second cluster"}
+	case in.ClusterExisted && in.OtherPeersExist:
+		return StartPlan{Action: StartBootstrap, Reason: "a cluster existed but every member reports that it has no data (every volume was lost): bootstrap a new, empty cluster"}
+	default:
+		return StartPlan{Action: StartBootstrap, Reason: "no data, no member answered, and this is the first member"}
+	}
+}
+
+// Quorum is the number of voting members a cluster of n voting members needs to commit: a majority.
+func Quorum(n int) int { return n/2 + 1 }
+
+// MemberState is one member as the etcd leader's maintenance loop sees it.
+type MemberState struct {
+	Entry
+	// Healthy is true when the member answered a status call just now.
+	Healthy bool
+	// UnhealthySince is when it was first seen unhealthy in a row of failed checks; zero when healthy.
+	UnhealthySince time.Time
+	// Departed is true when the member's pod is gone for good: the StatefulSet was scaled below its
+	// ordinal. Such a member does not wait out the dead-member timeout once it is unhealthy.
+	Departed bool
+}
+
+// MaintenanceAction is what the leader's maintenance loop does next.
+type MaintenanceAction struct {
+	// Remove is true to remove the member ID.
+	Remove bool
+	ID     uint64
+	Name   string
+	// Reason says why, or why not, for the log and events; set whenever a removal was considered.
+	Reason string
+}
+
+// MaintenanceInput is what the leader knows when it plans.
+type MaintenanceInput struct {
+	Members []MemberState
+	Now     time.Time
+	// DeadMemberTimeout is how long a member must have been unhealthy to be removed; 0 never removes.
+	DeadMemberTimeout time.Duration
+}
+
+// DecideMaintenance chooses at most one member to remove: one removal at a time, the loop looks again
+// after each. A member may be removed only when all of these hold:
+//
+//   - it has been unhealthy for at least DeadMemberTimeout, or it is unhealthy and Departed (scaled
+//     away: its pod will not come back), and the timeout is not 0 (0 turns automatic removal off);
+//   - it is not the last member;
+//   - for a voting member: the started, healthy voting members that remain are a quorum both of the
+//     cluster after the removal and of the cluster before it. The second is the stronger of the two: it
+//     means the cluster can commit the removal without the member, and every committed write is on a
+//     healthy member that stays, so no data is lost with it. With 3 voters and 1 dead, 2 healthy >= 2:
+//     removed. With 3 voters and 2 dead, 1 < 2: refused (the cluster has no quorum; only the dead members
+//     coming back can help, and removing one would be a lie about who holds the data). With 2 voters and
+//     1 dead: refused, never shrinking to one member whose loss would lose everything.
+//   - a learner holds no vote and no data the cluster needs: it is removed after the timeout (a join
+//     that failed, a pod that never came back) as long as the voters have quorum.
+//
+// Of several candidates the one unhealthy longest goes first (then the lower ID).
+func DecideMaintenance(in MaintenanceInput) MaintenanceAction {
+	if in.DeadMemberTimeout <= 0 || len(in.Members) < 2 {
+		return MaintenanceAction{}
+	}
+	voters, healthyVoters := 0, 0
+	for _, m := range in.Members {
+		if !m.IsLearner {
+			voters++
+			if m.Healthy && m.Name != "" {
+				healthyVoters++
+			}
+		}
+	}
+	var candidates []MemberState
+	for _, m := range in.Members {
+		if !m.Healthy && !m.UnhealthySince.IsZero() && (m.Departed || in.Now.Sub(m.UnhealthySince) >= in.DeadMemberTimeout) {
+			candidates = append(candidates, m)
+		}
+	}
+	if len(candidates) == 0 {
+		return MaintenanceAction{}
+	}
+	slices.SortFunc(candidates, func(a, b MemberState) int {
+		if c := a.UnhealthySince.Compare(b.UnhealthySince); c != 0 {
+			return c
+		}
+		switch {
+		case a.ID < b.ID:
+			return -1
+		case a.ID > b.ID:
+			return 1
+		}
+		return 0
+	})
+	m := candidates[0]
+	gone := in.Now.Sub(m.UnhealthySince).Round(time.Second)
+	if healthyVoters < Quorum(voters) {
+		return MaintenanceAction{ID: m.ID, Name: m.Name, Reason: fmt.Sprintf(
+			"not removing member %q (unhealthy for %s): only %d of %d voting members are healthy, fewer than the quorum of %d", m.Name, gone, healthyVoters, voters, Quorum(voters))}
+	}
+	if !m.IsLearner && healthyVoters < Quorum(voters-1) {
+		// Implied by the check above (Quorum(n-1) <= Quorum(n)); kept so the rule reads as written.
+		return MaintenanceAction{ID: m.ID, Name: m.Name, Reason: fmt.Sprintf(
+			"not removing member %q: %d healthy voting members would not be a quorum of %d", m.Name, healthyVoters, voters-1)}
+	}
+	kind := "voting member"
+	if m.IsLearner {
+		kind = "learner"
+	}
+	why := fmt.Sprintf("unhealthy for %s, longer than the dead-member timeout of %s", gone, in.DeadMemberTimeout)
+	if m.Departed && gone < in.DeadMemberTimeout {
+		why = "scaled away and stopped"
+	}
+	return MaintenanceAction{Remove: true, ID: m.ID, Name: m.Name, Reason: fmt.Sprintf(
+		"removing %s %q (ID %x): %s; %d of %d voting members are healthy", kind, m.Name, m.ID, why, healthyVoters, voters)}
+}
+
+// HealthTracker remembers since when each member has been unhealthy, from one check to the next. It
+// lives in memory on the member that runs the maintenance loop: after a restart or a change of etcd
+// leader the clock starts again, which can only delay a removal, never hasten it.
+type HealthTracker struct {
+	since map[uint64]time.Time
+}
+
+// Observe records one round of health checks at now and returns the members with their state. Members
+// no longer listed are forgotten.
+func (t *HealthTracker) Observe(now time.Time, members []Entry, healthy map[uint64]bool) []MemberState {
+	if t.since == nil {
+		t.since = map[uint64]time.Time{}
+	}
+	listed := map[uint64]bool{}
+	out := make([]MemberState, 0, len(members))
+	for _, m := range members {
+		listed[m.ID] = true
+		s := MemberState{Entry: m, Healthy: healthy[m.ID]}
+		if s.Healthy {
+			delete(t.since, m.ID)
+		} else {
+			if _, ok := t.since[m.ID]; !ok {
+				t.since[m.ID] = now
+			}
+			s.UnhealthySince = t.since[m.ID]
+		}
+		out = append(out, s)
+	}
+	for id := range t.since {
+		if !listed[id] {
+			delete(t.since, id)
+		}
+	}
+	return out
+}

@@ -1,0 +1,146 @@
+package etcdcluster
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestDecideStart(t *testing.T) {
+	const name, peer = "certapi-0", "https://certapi-0.certapi-etcd.ns.svc:2380"
+	self := Entry{ID: 1, Name: name, PeerURLs: []string{peer}}
+	selfUnstarted := Entry{ID: 7, PeerURLs: []string{peer}}
+	other := Entry{ID: 2, Name: "certapi-1", PeerURLs: []string{"https://certapi-1.certapi-etcd.ns.svc:2380"}}
+	third := Entry{ID: 3, Name: "certapi-2", PeerURLs: []string{"https://certapi-2.certapi-etcd.ns.svc:2380"}}
+	tests := []struct {
+		name       string
+		in         StartInput
+		want       StartAction
+		wantRemove []uint64
+	}{
+		{"data, nobody answers: restart", StartInput{HasData: true, Designated: true}, StartRestart, nil},
+		{"data, not designated, nobody answers: restart", StartInput{HasData: true}, StartRestart, nil},
+		{"data, cluster lists us: restart", StartInput{HasData: true, Answered: true, Members: []Entry{self, other, third}}, StartRestart, nil},
+		{"data, cluster lists our peer URL only (never started): restart", StartInput{HasData: true, Answered: true, Members: []Entry{selfUnstarted, other}}, StartRestart, nil},
+		{"data, cluster removed us: discard and join", StartInput{HasData: true, Answered: true, Members: []Entry{other, third}}, StartDiscardAndJoin, nil},
+		{"no data, cluster answers: join", StartInput{Answered: true, Members: []Entry{other, third}}, StartJoin, nil},
+		{"no data, designated, cluster answers: join, never bootstrap", StartInput{Designated: true, Answered: true, Members: []Entry{other, third}}, StartJoin, nil},
+		{"volume lost: stale entry of own name removed", StartInput{Designated: true, Answered: true, Members: []Entry{self, other, third}}, StartJoin, []uint64{1}},
+		{"failed join: unstarted entry of own peer URL removed", StartInput{Answered: true, Members: []Entry{other, selfUnstarted}}, StartJoin, []uint64{7}},
+		{"only own stale entries listed: wait", StartInput{Answered: true, Members: []Entry{self}}, StartWait, nil},
+		{"no data, nobody answers, not designated: wait", StartInput{OtherPeersExist: true}, StartWait, nil},
+		{"no data, nobody answers, not designated, first install: wait", StartInput{}, StartWait, nil},
+		{"first install, designated: bootstrap", StartInput{Designated: true}, StartBootstrap, nil},
+		{"first install with parallel pods, designated: bootstrap", StartInput{Designated: true, OtherPeersExist: true}, StartBootstrap, nil},
+		{"cluster existed, designated alone (every pod recreated): bootstrap", StartInput{Designated: true, ClusterExisted: true}, StartBootstrap, nil},
+		{"hazard: cluster existed, designated lost its volume while others restart: wait", StartInput{Designated: true, ClusterExisted: true, OtherPeersExist: true}, StartWait, nil},
+		{"every volume lost, every other member reports no data: bootstrap anew", StartInput{Designated: true, ClusterExisted: true, OtherPeersExist: true, OthersReportNoData: true}, StartBootstrap, nil},
+		{"every other member reports no data, not designated: wait", StartInput{ClusterExisted: true, OtherPeersExist: true, OthersReportNoData: true}, StartWait, nil},
+		{"no data reported but a cluster answers: join", StartInput{Designated: true, ClusterExisted: true, OtherPeersExist: true, OthersReportNoData: true, Answered: true, Members: []Entry{other}}, StartJoin, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.in.Name, tt.in.PeerURL = name, peer
+			got := DecideStart(tt.in)
+			if got.Action != tt.want || !slices.Equal(got.Remove, tt.wantRemove) {
+				t.Fatalf("DecideStart = %s remove %v (%s); want %s remove %v", got.Action, got.Remove, got.Reason, tt.want, tt.wantRemove)
+			}
+			if got.Reason == "" {
+				t.Errorf("no reason given")
+			}
+		})
+	}
+}
+
+func TestQuorum(t *testing.T) {
+	for n, want := range map[int]int{1: 1, 2: 2, 3: 2, 4: 3, 5: 3, 6: 4, 7: 4} {
+		if got := Quorum(n); got != want {
+			t.Errorf("Quorum(%d) = %d, want %d", n, got, want)
+		}
+	}
+}
+
+func TestDecideMaintenance(t *testing.T) {
+	now := time.Date(2026, 12, 2, 8, 0, 0, 0, time.UTC)
+	const timeout = 10 * time.Minute
+	up := func(id uint64) MemberState {
+		return MemberState{Entry: Entry{ID: id, Name: "m" + string(rune('0'+id))}, Healthy: true}
+	}
+	down := func(id uint64, for_ time.Duration) MemberState {
+		return MemberState{Entry: Entry{ID: id, Name: "m" + string(rune('0'+id))}, UnhealthySince: now.Add(-for_)}
+	}
+	learner := func(m MemberState) MemberState { m.IsLearner = true; return m }
+	departed := func(m MemberState) MemberState { m.Departed = true; return m }
+	tests := []struct {
+		name       string
+		members    []MemberState
+		timeout    time.Duration
+		wantRemove bool
+		wantID     uint64
+		wantReason string
+	}{
+		{"all healthy", []MemberState{up(1), up(2), up(3)}, timeout, false, 0, ""},
+		{"3 voters, 1 dead past timeout: removed", []MemberState{up(1), up(2), down(3, timeout)}, timeout, true, 3, "removing voting member"},
+		{"3 voters, 1 dead just under timeout: kept", []MemberState{up(1), up(2), down(3, timeout-time.Second)}, timeout, false, 0, ""},
+		{"timeout 0 never removes", []MemberState{up(1), up(2), down(3, 24*time.Hour)}, 0, false, 0, ""},
+		{"3 voters, 2 dead: refused, no quorum", []MemberState{up(1), down(2, time.Hour), down(3, time.Hour)}, timeout, false, 2, "fewer than the quorum"},
+		{"2 voters, 1 dead: refused, never down to one", []MemberState{up(1), down(2, time.Hour)}, timeout, false, 2, "fewer than the quorum"},
+		{"last member never removed", []MemberState{down(1, time.Hour)}, timeout, false, 0, ""},
+		{"5 voters, 2 dead: one at a time, longest first", []MemberState{up(1), up(2), up(3), down(4, time.Hour), down(5, 2*time.Hour)}, timeout, true, 5, "removing"},
+		{"4 voters after one removal, 1 dead: removed (3 of quorum 3)", []MemberState{up(1), up(2), up(3), down(4, time.Hour)}, timeout, true, 4, "removing"},
+		{"4 voters, 2 dead: refused", []MemberState{up(1), up(2), down(3, time.Hour), down(4, time.Hour)}, timeout, false, 3, "fewer than the quorum"},
+		{"unstarted voter does not count as healthy", []MemberState{up(1), {Entry: Entry{ID: 2}, Healthy: true}, down(3, time.Hour)}, timeout, false, 3, "fewer than the quorum"},
+		{"dead learner removed", []MemberState{up(1), up(2), up(3), learner(down(4, timeout))}, timeout, true, 4, "removing learner"},
+		{"dead learner kept while voters lack quorum", []MemberState{up(1), down(2, time.Minute), down(3, time.Minute), learner(down(4, time.Hour))}, timeout, false, 4, "fewer than the quorum"},
+		{"healthy learner does not count as a voter", []MemberState{up(1), learner(up(2)), down(3, time.Hour)}, timeout, false, 3, "fewer than the quorum"},
+		{"scaled away and stopped: removed before the timeout", []MemberState{up(1), up(2), up(3), up(4), departed(down(5, time.Second))}, timeout, true, 5, "scaled away"},
+		{"scaled away but still running: kept", []MemberState{up(1), up(2), up(3), departed(up(4))}, timeout, false, 0, ""},
+		{"scaled away, timeout 0: kept", []MemberState{up(1), up(2), up(3), departed(down(4, time.Hour))}, 0, false, 0, ""},
+		{"scaled away 5 to 3, two stopped: one at a time", []MemberState{up(1), up(2), up(3), departed(down(4, time.Second)), departed(down(5, time.Second))}, timeout, true, 4, "scaled away"},
+		{"scaled away while quorum is short: refused", []MemberState{up(1), down(2, time.Minute), departed(down(3, time.Second))}, timeout, false, 3, "fewer than the quorum"},
+		{"equal times: lower ID first", []MemberState{up(1), up(2), up(3), down(5, time.Hour), down(4, time.Hour)}, timeout, true, 4, "removing"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := DecideMaintenance(MaintenanceInput{Members: tt.members, Now: now, DeadMemberTimeout: tt.timeout})
+			if got.Remove != tt.wantRemove || got.ID != tt.wantID || !strings.Contains(got.Reason, tt.wantReason) {
+				t.Fatalf("DecideMaintenance = %+v; want remove=%v id=%d reason containing %q", got, tt.wantRemove, tt.wantID, tt.wantReason)
+			}
+		})
+	}
+}
+
+func TestHealthTracker(t *testing.T) {
+	t0 := time.Date(2026, 12, 2, 8, 0, 0, 0, time.UTC)
+	a, b := Entry{ID: 1, Name: "a"}, Entry{ID: 2, Name: "b"}
+	var tr HealthTracker
+	s := tr.Observe(t0, []Entry{a, b}, map[uint64]bool{1: true})
+	if !s[0].Healthy || s[1].Healthy || !s[1].UnhealthySince.Equal(t0) {
+		t.Fatalf("first round: %+v", s)
+	}
+	s = tr.Observe(t0.Add(time.Minute), []Entry{a, b}, map[uint64]bool{1: true})
+	if !s[1].UnhealthySince.Equal(t0) {
+		t.Fatalf("unhealthy-since moved: %+v", s[1])
+	}
+	s = tr.Observe(t0.Add(2*time.Minute), []Entry{a, b}, map[uint64]bool{1: true, 2: true})
+	if !s[1].UnhealthySince.IsZero() {
+		t.Fatalf("recovered member still unhealthy-since: %+v", s[1])
+	}
+	s = tr.Observe(t0.Add(3*time.Minute), []Entry{a, b}, map[uint64]bool{1: true})
+	if !s[1].UnhealthySince.Equal(t0.Add(3 * time.Minute)) {
+		t.Fatalf("a new outage must start a new clock: %+v", s[1])
+	}
+	tr.Observe(t0.Add(4*time.Minute), []Entry{a}, map[uint64]bool{1: true})
+	if len(tr.since) != 0 {
+		t.Fatalf("removed member not forgotten: %v", tr.since)
+	}
+}
+
+func TestOrdinal(t *testing.T) {
+	for name, want := range map[string]int{"certapi-0": 0, "certapi-12": 12, "my-certapi-3": 3, "certapi": -1, "certapi-": -1, "certapi-01": -1, "certapi-x": -1, "-1": -1} {
+		if got := Ordinal(name); got != want {
+			t.Errorf("Ordinal(%q) = %d, want %d", name, got, want)
+		}
+	}
+}

@@ -1,0 +1,211 @@
+// Package incluster keeps what the etcd cluster of certapi's replicas needs from Kubernetes: the peer CA
+// in a Secret of certapi's own namespace, created by the first replica that finds none, and the record
+// that a cluster was bootstrapped. pkg/etcdcluster itself takes the CA as a value and knows no API server.
+package incluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
+
+	"github.com/certapi/certapi/pkg/etcdcluster"
+)
+
+const (
+	// DefaultSecretName is the peer CA Secret's name in certapi's namespace.
+	DefaultSecretName = "certapi-etcd-peer-ca"
+	// LabelPeerCA ("true") marks the peer CA Secret.
+	LabelPeerCA = "certapi.dev/etcd-peer-ca"
+	// AnnotationBootstrapped records when a member bootstrapped the etcd cluster (RFC 3339) and which.
+	// While it is set, ordinal 0 without data never bootstraps while other members' pods exist.
+	AnnotationBootstrapped = "certapi.dev/etcd-bootstrapped"
+	// AnnotationNoDataPrefix + <member> records when that member, starting, found no data and waited
+	// (RFC 3339). Ordinal 0 bootstraps anew after a cluster existed only when every other member reported
+	// so recently (etcdcluster.DecideStart); a bootstrap removes them.
+	AnnotationNoDataPrefix = "certapi.dev/etcd-no-data."
+	// keyBundle is the Secret key of the bundle every member trusts.
+	keyBundle = "ca.crt"
+	// FieldManager is the field manager of certapi's writes to the Secret.
+	FieldManager = "certapi"
+)
+
+// PeerCASecret is the Secret that holds the peer CA: tls.crt and tls.key the CA that signs member
+// certificates, ca.crt the bundle members trust (the CA, and during a rotation the other one too).
+type PeerCASecret struct {
+	Client          kubernetes.Interface
+	Namespace, Name string
+	// Member names this member in the bootstrap record.
+	Member string
+}
+
+// LoadOrCreate reads the peer CA, or creates it when the Secret does not exist. Creation is
+// create-only: of replicas starting together one wins, and the others read the winner's CA. Errors that
+// may pass (kube-apiserver unreachable or overloaded while the pod starts) are retried with backoff until
+// ctx ends; the others (forbidden, a Secret that does not hold a CA) are returned at once.
+func (s *PeerCASecret) LoadOrCreate(ctx context.Context) (*etcdcluster.PeerCA, error) {
+	var ca *etcdcluster.PeerCA
+	backoff := wait.Backoff{Duration: 200 * time.Millisecond, Factor: 2, Jitter: 0.1, Steps: 8, Cap: 10 * time.Second}
+	var last error
+	err := wait.ExponentialBackoffWithContext(ctx, backoff, func(ctx context.Context) (bool, error) {
+		var err error
+		ca, err = s.loadOrCreate(ctx)
+		switch {
+		case err == nil:
+			return true, nil
+		case transient(err):
+			last = err
+			klog.InfoS("Reading the etcd peer CA failed; retrying", "secret", klog.KRef(s.Namespace, s.Name), "err", err)
+			return false, nil
+		default:
+			return false, err
+		}
+	})
+	if err != nil && last != nil && !errors.Is(err, last) {
+		return nil, fmt.Errorf("%w (last: %w)", err, last)
+	}
+	return ca, err
+}
+
+// transient reports whether err may pass by itself.
+func transient(err error) bool {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) {
+		// No answer from kube-apiserver at all (connection refused, DNS, timeout), or not a call's error.
+		var urlErr *url.Error
+		var netErr net.Error
+		return errors.As(err, &urlErr) || errors.As(err, &netErr)
+	}
+	return apierrors.IsServerTimeout(err) || apierrors.IsTimeout(err) || apierrors.IsTooManyRequests(err) ||
+		apierrors.IsServiceUnavailable(err) || apierrors.IsInternalError(err) || apierrors.IsUnexpectedServerError(err)
+}
+
+func (s *PeerCASecret) loadOrCreate(ctx context.Context) (*etcdcluster.PeerCA, error) {
+	secrets := s.Client.CoreV1().Secrets(s.Namespace)
+	sec, err := secrets.Get(ctx, s.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		ca, cerr := etcdcluster.NewPeerCA(time.Now(), etcdcluster.DefaultPeerCADuration)
+		if cerr != nil {
+			return nil, cerr
+		}
+		keyPEM, cerr := ca.KeyPEM()
+		if cerr != nil {
+			return nil, cerr
+		}
+		sec = &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Name: s.Name, Namespace: s.Namespace, Labels: map[string]string{LabelPeerCA: "true"}},
+			Type:       corev1.SecretTypeTLS,
+			Data: map[string][]byte{
+				corev1.TLSCertKey:       ca.CertificatePEM(),
+				corev1.TLSPrivateKeyKey: keyPEM,
+				keyBundle:               ca.CertificatePEM(),
+			},
+		}
+		created, cerr := secrets.Create(ctx, sec, metav1.CreateOptions{FieldManager: FieldManager})
+		switch {
+		case cerr == nil:
+			klog.InfoS("Created the etcd peer CA", "secret", klog.KObj(created), "notAfter", ca.Certificate.NotAfter)
+			return ca, nil
+		case apierrors.IsAlreadyExists(cerr):
+			sec, err = secrets.Get(ctx, s.Name, metav1.GetOptions{})
+		default:
+			return nil, fmt.Errorf("creating the etcd peer CA Secret %s/%s: %w", s.Namespace, s.Name, cerr)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading the etcd peer CA Secret %s/%s: %w", s.Namespace, s.Name, err)
+	}
+	ca, err := etcdcluster.LoadPeerCA(sec.Data[corev1.TLSCertKey], sec.Data[corev1.TLSPrivateKeyKey], sec.Data[keyBundle])
+	if err != nil {
+		return nil, fmt.Errorf("the etcd peer CA Secret %s/%s (keys tls.crt, tls.key, ca.crt): %w", s.Namespace, s.Name, err)
+	}
+	return ca, nil
+}
+
+// Existed reports whether the Secret records a bootstrap.
+func (s *PeerCASecret) Existed(ctx context.Context) (bool, error) {
+	sec, err := s.Client.CoreV1().Secrets(s.Namespace).Get(ctx, s.Name, metav1.GetOptions{})
+	if err != nil {
+		return false, fmt.Errorf("reading the etcd peer CA Secret %s/%s: %w", s.Namespace, s.Name, err)
+	}
+	_, ok := sec.Annotations[AnnotationBootstrapped]
+	return ok, nil
+}
+
+// Record notes on the Secret that this member bootstrapped the cluster, and removes every member's
+// report of having no data.
+func (s *PeerCASecret) Record(ctx context.Context) error {
+	sec, err := s.Client.CoreV1().Secrets(s.Namespace).Get(ctx, s.Name, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("reading the etcd peer CA Secret %s/%s: %w", s.Namespace, s.Name, err)
+	}
+	annotations := map[string]any{AnnotationBootstrapped: fmt.Sprintf("%s by %s", time.Now().UTC().Format(time.RFC3339), s.Member)}
+	for k := range sec.Annotations {
+		if strings.HasPrefix(k, AnnotationNoDataPrefix) {
+			annotations[k] = nil
+		}
+	}
+	if err := s.patchAnnotations(ctx, annotations); err != nil {
+		return fmt.Errorf("recording the etcd bootstrap on Secret %s/%s: %w", s.Namespace, s.Name, err)
+	}
+	return nil
+}
+
+// ReportNoData notes on the Secret that this member found no data and waits for a cluster.
+func (s *PeerCASecret) ReportNoData(ctx context.Context) error {
+	if err := s.patchAnnotations(ctx, map[string]any{AnnotationNoDataPrefix + s.Member: time.Now().UTC().Format(time.RFC3339)}); err != nil {
+		return fmt.Errorf("reporting on Secret %s/%s that this etcd member has no data: %w", s.Namespace, s.Name, err)
+	}
+	return nil
+}
+
+// ReportedNoData reports whether every one of members reported having no data within window.
+func (s *PeerCASecret) ReportedNoData(ctx context.Context, members []string, window time.Duration) (bool, error) {
+	sec, err := s.Client.CoreV1().Secrets(s.Namespace).Get(ctx, s.Name, metav1.GetOptions{})
+	if err != nil {
+		return false, fmt.Errorf("reading the etcd peer CA Secret %s/%s: %w", s.Namespace, s.Name, err)
+	}
+	for _, m := range members {
+		at, err := time.Parse(time.RFC3339, sec.Annotations[AnnotationNoDataPrefix+m])
+		if err != nil || time.Since(at) > window {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+func (s *PeerCASecret) patchAnnotations(ctx context.Context, annotations map[string]any) error {
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": annotations}})
+	if err != nil {
+		return err
+	}
+	_, err = s.Client.CoreV1().Secrets(s.Namespace).Patch(ctx, s.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
+	return err
+}
+
+// StatefulSetReplicas returns DesiredMembers for the StatefulSet name in namespace: its spec.replicas, or
+// ok false when it cannot be read (then only the dead-member timeout removes members).
+func StatefulSetReplicas(client kubernetes.Interface, namespace, name string) func(context.Context) (int, bool) {
+	return func(ctx context.Context) (int, bool) {
+		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		sts, err := client.AppsV1().StatefulSets(namespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil || sts.Spec.Replicas == nil {
+			klog.V(2).InfoS("Cannot read the StatefulSet's replicas; scaled-away members wait out the dead-member timeout", "statefulset", klog.KRef(namespace, name), "err", err)
+			return 0, false
+		}
+		return int(*sts.Spec.Replicas), true
+	}
+}

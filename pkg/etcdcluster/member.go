@@ -1,0 +1,770 @@
+package etcdcluster
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"go.etcd.io/etcd/client/pkg/v3/transport"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.etcd.io/etcd/server/v3/etcdserver"
+	"go.uber.org/zap"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/klog/v2"
+
+	"github.com/certapi/certapi/pkg/metrics"
+)
+
+// Discovery is what a starting member learns of its peers.
+type Discovery struct {
+	// ClientURLs are the client URLs of the other members to ask for the member list.
+	ClientURLs []string
+	// OtherPeersExist is true when another member exists (its pod has an address), answering or not.
+	OtherPeersExist bool
+}
+
+// BootstrapRecord remembers, outside etcd, that a cluster was bootstrapped, so that ordinal 0 with a
+// lost volume never bootstraps a second cluster while the others restart (see DecideStart).
+type BootstrapRecord interface {
+	// Existed reports whether a cluster was bootstrapped before.
+	Existed(ctx context.Context) (bool, error)
+	// Record notes that this member has just bootstrapped a cluster, and forgets every NoData report.
+	Record(ctx context.Context) error
+	// ReportNoData notes that this member has no data and waits for a cluster.
+	ReportNoData(ctx context.Context) error
+	// ReportedNoData reports whether each of members reported NoData within the last window.
+	ReportedNoData(ctx context.Context, members []string, window time.Duration) (bool, error)
+}
+
+// NoDataWindow is how recent a member's report of having no data must be to count (see DecideStart):
+// members that wait report every RetryInterval, at most every NoDataWindow/4.
+const NoDataWindow = 2 * time.Minute
+
+// Config describes one member.
+type Config struct {
+	// Name is the member's name: the pod name, <statefulset>-<ordinal>.
+	Name string
+	// Dir is the member's private directory on its own volume: etcd's data goes in Dir/etcd, its TLS
+	// files in Dir/etcd-pki.
+	Dir string
+	// PeerURL and ClientURL are what the member advertises (https://<pod>.<headless service>:2380/2379).
+	PeerURL, ClientURL string
+	// ListenPeerURL and ListenClientURL are where it listens (https://0.0.0.0:2380/2379).
+	ListenPeerURL, ListenClientURL string
+	// CertHosts are the DNS names and IP addresses its certificate holds besides localhost: the hosts of
+	// PeerURL and ClientURL are added.
+	CertHosts []string
+	// Designated is true for the member that may bootstrap the cluster (ordinal 0).
+	Designated bool
+	// CA is the peer CA; it signs the member's certificate.
+	CA *PeerCA
+	// MemberCertDuration is the member certificate's lifetime; 0 means DefaultMemberCertDuration.
+	MemberCertDuration time.Duration
+	// Discover finds the other members.
+	Discover func(ctx context.Context) (Discovery, error)
+	// Bootstrap, when set, records bootstraps and tells whether one happened before.
+	Bootstrap BootstrapRecord
+	// DeadMemberTimeout is how long a member must stay unhealthy before the etcd leader removes it; 0
+	// never removes.
+	DeadMemberTimeout time.Duration
+	// DesiredMembers, when set, tells the etcd leader how many members the StatefulSet wants (its
+	// spec.replicas); ok false when unknown. A stopped member whose ordinal is at or past it was scaled
+	// away and is removed without waiting out DeadMemberTimeout (still only when DecideMaintenance
+	// allows).
+	DesiredMembers func(ctx context.Context) (n int, ok bool)
+	// CheckInterval is how often the maintenance loop checks members (default 5s).
+	CheckInterval time.Duration
+	// RetryInterval is the longest wait between start attempts and promotion attempts (default 5s).
+	RetryInterval time.Duration
+}
+
+// Validate checks c before anything starts, naming what is wrong.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.Name == "" {
+		errs = append(errs, errors.New("member name is empty"))
+	}
+	if c.Dir == "" {
+		errs = append(errs, errors.New("member directory is empty"))
+	}
+	for what, u := range map[string]string{"peer URL": c.PeerURL, "client URL": c.ClientURL, "listen peer URL": c.ListenPeerURL, "listen client URL": c.ListenClientURL} {
+		p, err := url.Parse(u)
+		if err != nil || p.Scheme != "https" || p.Port() == "" {
+			errs = append(errs, fmt.Errorf("%s %q: expected https://<host>:<port>", what, u))
+		}
+	}
+	if c.CA == nil {
+		errs = append(errs, errors.New("no peer CA given"))
+	}
+	if c.Discover == nil {
+		errs = append(errs, errors.New("no discovery given"))
+	}
+	if c.DeadMemberTimeout < 0 {
+		errs = append(errs, fmt.Errorf("dead-member timeout %s is negative; expected 0 (never remove) or more", c.DeadMemberTimeout))
+	}
+	return errors.Join(errs...)
+}
+
+// Member is a running etcd member of the cluster.
+type Member struct {
+	cfg   Config
+	etcd  *embed.Etcd
+	files pkiFiles
+	tls   *tls.Config
+
+	// reportedNoData is when this member last reported that it has no data (while starting).
+	reportedNoData time.Time
+
+	mu     sync.Mutex
+	cert   *MemberCertificate
+	status Status
+}
+
+// Status is what a member knows of its cluster, for metrics and `kubectl certapi status`.
+type Status struct {
+	// Members and Learners count voting members and learners in the latest member list.
+	Members, Learners int
+	// Leader is true when this member is the etcd leader.
+	Leader bool
+	// Healthy maps member names to their health, as the etcd leader checked it (empty elsewhere).
+	Healthy map[string]bool
+	// Decision is the maintenance loop's latest reason to remove or keep a dead member ("" when none
+	// was considered).
+	Decision string
+	// CheckedAt is when this status was taken.
+	CheckedAt time.Time
+}
+
+// errWait means: nothing to do yet, look again.
+var errWait = errors.New("waiting")
+
+// Start starts this member: it issues itself a certificate, decides how to start (DecideStart), starts
+// etcd, and returns once the member is ready and a voting member (a learner promotes itself first), or
+// ctx ends. Run keeps it; Stop stops it.
+func Start(ctx context.Context, cfg Config) (*Member, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("etcd member: %w", err)
+	}
+	if cfg.CheckInterval <= 0 {
+		cfg.CheckInterval = 5 * time.Second
+	}
+	if cfg.RetryInterval <= 0 {
+		cfg.RetryInterval = 5 * time.Second
+	}
+	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
+		return nil, fmt.Errorf("creating %q: %w", cfg.Dir, err)
+	}
+	if err := os.Chmod(cfg.Dir, 0o700); err != nil {
+		return nil, fmt.Errorf("restricting %q to its owner: %w", cfg.Dir, err)
+	}
+	m := &Member{cfg: cfg, files: newPKIFiles(filepath.Join(cfg.Dir, "etcd-pki"))}
+	if err := m.renewCertificate(time.Now()); err != nil {
+		return nil, err
+	}
+	tlsCfg, err := transport.TLSInfo{CertFile: m.files.CertFile, KeyFile: m.files.KeyFile, TrustedCAFile: m.files.TrustedCAFile}.ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("etcd member %s: client TLS: %w", cfg.Name, err)
+	}
+	m.tls = tlsCfg
+
+	var lastReason string
+	err = retry(ctx, 200*time.Millisecond, cfg.RetryInterval, func(ctx context.Context) (bool, error) {
+		err := m.startOnce(ctx, &lastReason)
+		switch {
+		case err == nil:
+			return true, nil
+		case errors.Is(err, errWait):
+			return false, nil
+		case ctx.Err() != nil:
+			return false, err
+		default:
+			klog.ErrorS(err, "Starting the etcd member failed; trying again", "member", cfg.Name)
+			return false, nil
+		}
+	})
+	if err != nil {
+		m.Stop()
+		return nil, fmt.Errorf("etcd member %s: %w", cfg.Name, err)
+	}
+	if err := m.promote(ctx); err != nil {
+		m.Stop()
+		return nil, fmt.Errorf("etcd member %s: %w", cfg.Name, err)
+	}
+	return m, nil
+}
+
+// retry calls fn until it is done or fails, waiting first, then twice as long each time up to most,
+// until ctx ends. (wait.ExponentialBackoff stops at its cap; this goes on at the cap.)
+func retry(ctx context.Context, first, most time.Duration, fn func(context.Context) (bool, error)) error {
+	delay := first
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		done, err := fn(ctx)
+		if err != nil || done {
+			return err
+		}
+		t.Reset(delay)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+		delay = min(2*delay, most)
+	}
+}
+
+// etcdDir is etcd's data directory.
+func (m *Member) etcdDir() string { return filepath.Join(m.cfg.Dir, "etcd") }
+
+func (m *Member) hasData() bool {
+	fi, err := os.Stat(filepath.Join(m.etcdDir(), "member", "wal"))
+	return err == nil && fi.IsDir()
+}
+
+// startOnce looks at the data and the peers, decides, and starts etcd; errWait when it must wait.
+func (m *Member) startOnce(ctx context.Context, lastReason *string) error {
+	in := StartInput{Name: m.cfg.Name, PeerURL: m.cfg.PeerURL, HasData: m.hasData(), Designated: m.cfg.Designated}
+	disc, err := m.cfg.Discover(ctx)
+	if err != nil {
+		return fmt.Errorf("discovering peers: %w", err)
+	}
+	in.OtherPeersExist = disc.OtherPeersExist
+	answered, members := m.memberList(ctx, disc.ClientURLs)
+	in.Answered, in.Members = answered != "", members
+	if m.cfg.Bootstrap != nil && !in.HasData && !in.Answered && in.Designated {
+		if in.ClusterExisted, err = m.cfg.Bootstrap.Existed(ctx); err != nil {
+			return fmt.Errorf("reading the bootstrap record: %w", err)
+		}
+		if others := m.otherMembers(ctx); in.ClusterExisted && in.OtherPeersExist && len(others) > 0 {
+			if in.OthersReportNoData, err = m.cfg.Bootstrap.ReportedNoData(ctx, others, NoDataWindow); err != nil {
+				return fmt.Errorf("reading the members' reports: %w", err)
+			}
+		}
+	}
+	plan := DecideStart(in)
+	if plan.Reason != *lastReason || plan.Action != StartWait {
+		klog.InfoS("Etcd member start", "member", m.cfg.Name, "action", plan.Action, "reason", plan.Reason)
+		*lastReason = plan.Reason
+	}
+	ecfg := m.embedConfig()
+	switch plan.Action {
+	case StartWait:
+		if !in.HasData && m.cfg.Bootstrap != nil && time.Since(m.reportedNoData) > NoDataWindow/4 {
+			if err := m.cfg.Bootstrap.ReportNoData(ctx); err != nil {
+				klog.ErrorS(err, "Could not report that this member has no data", "member", m.cfg.Name)
+			} else {
+				m.reportedNoData = time.Now()
+			}
+		}
+		return errWait
+	case StartRestart:
+		ecfg.ClusterState = embed.ClusterStateFlagExisting
+		ecfg.InitialCluster = m.cfg.Name + "=" + m.cfg.PeerURL
+	case StartBootstrap:
+		ecfg.ClusterState = embed.ClusterStateFlagNew
+		ecfg.InitialCluster = m.cfg.Name + "=" + m.cfg.PeerURL
+	case StartDiscardAndJoin, StartJoin:
+		if plan.Action == StartDiscardAndJoin {
+			aside := fmt.Sprintf("%s.removed-%d", m.etcdDir(), time.Now().Unix())
+			if err := os.Rename(m.etcdDir(), aside); err != nil {
+				return fmt.Errorf("moving the data of a removed member aside: %w", err)
+			}
+			klog.InfoS("Moved the data of this removed etcd member aside", "member", m.cfg.Name, "to", aside)
+		}
+		initial, err := m.join(ctx, answered, plan.Remove)
+		if err != nil {
+			return err
+		}
+		ecfg.ClusterState = embed.ClusterStateFlagExisting
+		ecfg.InitialCluster = initial
+	}
+	if err := m.startEtcd(ctx, ecfg); err != nil {
+		return err
+	}
+	if plan.Action == StartBootstrap && m.cfg.Bootstrap != nil {
+		if err := m.cfg.Bootstrap.Record(ctx); err != nil {
+			// The cluster runs; without the record a later ordinal 0 that loses its volume while every
+			// other member is down bootstraps anew. Say so and go on.
+			klog.ErrorS(err, "Could not record the etcd bootstrap", "member", m.cfg.Name)
+		}
+	}
+	return nil
+}
+
+// otherMembers are the names of the other members the StatefulSet wants (<prefix>-<ordinal> for every
+// ordinal below DesiredMembers but this one's), or nil when that is unknown.
+func (m *Member) otherMembers(ctx context.Context) []string {
+	if m.cfg.DesiredMembers == nil {
+		return nil
+	}
+	n, ok := m.cfg.DesiredMembers(ctx)
+	i := strings.LastIndex(m.cfg.Name, "-")
+	if !ok || i < 0 {
+		return nil
+	}
+	var names []string
+	for o := range n {
+		if name := fmt.Sprintf("%s-%d", m.cfg.Name[:i], o); name != m.cfg.Name {
+			names = append(names, name)
+		}
+	}
+	return names
+}
+
+// memberList asks each URL in turn for the member list; it returns the URL that answered, or "".
+func (m *Member) memberList(ctx context.Context, urls []string) (string, []Entry) {
+	for _, u := range urls {
+		if u == m.cfg.ClientURL {
+			continue
+		}
+		c, err := m.client(ctx, []string{u})
+		if err != nil {
+			continue
+		}
+		cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		resp, err := c.MemberList(cctx)
+		cancel()
+		_ = c.Close()
+		if err != nil {
+			klog.V(2).InfoS("Peer did not answer", "url", u, "err", err)
+			continue
+		}
+		return u, convertMembers(resp.Members)
+	}
+	return "", nil
+}
+
+// join removes this member's stale entries and adds it as a learner through the member at url; it
+// returns the initial cluster to start with.
+func (m *Member) join(ctx context.Context, url string, stale []uint64) (string, error) {
+	c, err := m.client(ctx, []string{url})
+	if err != nil {
+		return "", err
+	}
+	defer func() { _ = c.Close() }()
+	for _, id := range stale {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		_, err := c.MemberRemove(cctx, id)
+		cancel()
+		if err != nil && !errors.Is(err, rpctypes.ErrMemberNotFound) {
+			return "", fmt.Errorf("removing the stale entry %x of this member: %w", id, err)
+		}
+		klog.InfoS("Removed a stale etcd member entry of this member (its data was lost)", "member", m.cfg.Name, "id", fmt.Sprintf("%x", id))
+	}
+	// Raft drops a configuration change proposed while another is unapplied (two members joining at the
+	// same moment), and the call then waits for nothing: keep the wait short and try again. Should the
+	// add have been applied after all, the next attempt finds it as a stale entry of this member's peer
+	// URL and removes it first.
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	resp, err := c.MemberAddAsLearner(cctx, []string{m.cfg.PeerURL})
+	cancel()
+	if err != nil {
+		switch {
+		case errors.Is(err, rpctypes.ErrTooManyLearners):
+			klog.InfoS("Another member is joining; waiting for it to be promoted", "member", m.cfg.Name)
+			return "", errWait
+		case errors.Is(err, rpctypes.ErrUnhealthy):
+			// etcd adds a member only when every voting member has been connected for a while (5 s):
+			// after a restart or a join, the next join waits that long.
+			klog.V(1).InfoS("The cluster has a member that connected only just now; waiting to join", "member", m.cfg.Name)
+			return "", errWait
+		}
+		return "", fmt.Errorf("adding this member as a learner: %w", err)
+	}
+	klog.InfoS("Added this member as an etcd learner", "member", m.cfg.Name, "id", fmt.Sprintf("%x", resp.Member.ID))
+	var parts []string
+	for _, mm := range resp.Members {
+		switch {
+		case mm.ID == resp.Member.ID:
+			parts = append(parts, m.cfg.Name+"="+m.cfg.PeerURL)
+		case mm.Name != "":
+			for _, p := range mm.PeerURLs {
+				parts = append(parts, mm.Name+"="+p)
+			}
+		}
+	}
+	return strings.Join(parts, ","), nil
+}
+
+func (m *Member) embedConfig() *embed.Config {
+	cfg := embed.NewConfig()
+	cfg.Name = m.cfg.Name
+	cfg.Dir = m.etcdDir()
+	cfg.ListenClientUrls = []url.URL{mustURL(m.cfg.ListenClientURL)}
+	cfg.AdvertiseClientUrls = []url.URL{mustURL(m.cfg.ClientURL)}
+	cfg.ListenPeerUrls = []url.URL{mustURL(m.cfg.ListenPeerURL)}
+	cfg.AdvertisePeerUrls = []url.URL{mustURL(m.cfg.PeerURL)}
+	tlsInfo := transport.TLSInfo{CertFile: m.files.CertFile, KeyFile: m.files.KeyFile, TrustedCAFile: m.files.TrustedCAFile, ClientCertAuth: true}
+	cfg.ClientTLSInfo = tlsInfo
+	cfg.PeerTLSInfo = tlsInfo
+	cfg.InitialClusterToken = "certapi"
+	cfg.LogLevel = "error"
+	cfg.AutoCompactionMode = "periodic"
+	cfg.AutoCompactionRetention = "1h"
+	// Refuse, in etcd itself too, a reconfiguration that would leave fewer started members than a quorum.
+	cfg.StrictReconfigCheck = true
+	return cfg
+}
+
+func mustURL(s string) url.URL {
+	u, err := url.Parse(s)
+	if err != nil {
+		panic(err) // Validate checked it
+	}
+	return *u
+}
+
+func (m *Member) startEtcd(ctx context.Context, cfg *embed.Config) error {
+	if cfg.ClusterState == embed.ClusterStateFlagExisting && !m.hasData() {
+		// A joining member must not publish an empty data directory's leftovers.
+		if err := os.RemoveAll(m.etcdDir()); err != nil {
+			return fmt.Errorf("clearing %q: %w", m.etcdDir(), err)
+		}
+	}
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		return fmt.Errorf("starting etcd: %w", err)
+	}
+	select {
+	case <-e.Server.ReadyNotify():
+	case err := <-e.Err():
+		e.Close()
+		return fmt.Errorf("etcd failed while starting: %w", err)
+	case <-e.Server.StopNotify():
+		e.Close()
+		return fmt.Errorf("etcd stopped while starting (a member the cluster removed, or a wrong cluster)")
+	case <-ctx.Done():
+		e.Close()
+		return ctx.Err()
+	}
+	m.etcd = e
+	klog.InfoS("Etcd member is ready", "member", m.cfg.Name, "id", fmt.Sprintf("%x", uint64(e.Server.MemberID())), "learner", e.Server.IsLearner())
+	return nil
+}
+
+// promote makes a learner a voting member: MemberPromote refuses until the learner has caught up with
+// the leader, so it is tried again with backoff until it succeeds or ctx ends.
+func (m *Member) promote(ctx context.Context) error {
+	if !m.etcd.Server.IsLearner() {
+		return nil
+	}
+	id := uint64(m.etcd.Server.MemberID())
+	err := retry(ctx, 100*time.Millisecond, m.cfg.RetryInterval, func(ctx context.Context) (bool, error) {
+		if !m.etcd.Server.IsLearner() {
+			return true, nil
+		}
+		c, err := m.client(ctx, m.votingClientURLs())
+		if err != nil {
+			return false, nil
+		}
+		defer func() { _ = c.Close() }()
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err = c.MemberPromote(cctx, id)
+		cancel()
+		switch {
+		case err == nil || errors.Is(err, rpctypes.ErrMemberNotLearner):
+			klog.InfoS("Promoted this etcd learner to a voting member", "member", m.cfg.Name)
+			return true, nil
+		case errors.Is(err, rpctypes.ErrMemberLearnerNotReady):
+			klog.V(2).InfoS("Learner not yet in sync; promotion retried", "member", m.cfg.Name)
+		default:
+			klog.V(1).InfoS("Promotion failed; retried", "member", m.cfg.Name, "err", err)
+		}
+		return false, nil
+	})
+	if err != nil {
+		return fmt.Errorf("promoting this learner: %w", err)
+	}
+	// The local server learns of its promotion when it applies the entry.
+	return wait.PollUntilContextCancel(ctx, 50*time.Millisecond, true, func(context.Context) (bool, error) {
+		return !m.etcd.Server.IsLearner(), nil
+	})
+}
+
+// votingClientURLs are the client URLs of the voting members, this one's first when it votes.
+func (m *Member) votingClientURLs() []string {
+	var urls []string
+	for _, mm := range m.etcd.Server.Cluster().Members() {
+		if !mm.IsLearner {
+			urls = append(urls, mm.ClientURLs...)
+		}
+	}
+	slices.SortStableFunc(urls, func(a, b string) int {
+		switch {
+		case a == m.cfg.ClientURL:
+			return -1
+		case b == m.cfg.ClientURL:
+			return 1
+		}
+		return 0
+	})
+	return urls
+}
+
+// ClientURLs are the endpoints to give etcd clients such as certapi's storage: this member's own over
+// loopback first (no DNS on the way), then the other voting members' advertised URLs (a client reaches
+// the cluster while this member is cut off).
+func (m *Member) ClientURLs() []string {
+	urls := []string{m.localClientURL()}
+	for _, u := range m.votingClientURLs() {
+		if u != m.cfg.ClientURL {
+			urls = append(urls, u)
+		}
+	}
+	return urls
+}
+
+// localClientURL is the listen client URL, with a wildcard address replaced by loopback.
+func (m *Member) localClientURL() string {
+	u := mustURL(m.cfg.ListenClientURL)
+	if ip := net.ParseIP(u.Hostname()); ip != nil && ip.IsUnspecified() {
+		host := "127.0.0.1"
+		if ip.To4() == nil {
+			host = "::1"
+		}
+		u.Host = net.JoinHostPort(host, u.Port())
+	}
+	return u.String()
+}
+
+// ClientTLSFiles are the certificate, key and CA files a client of this cluster uses (the member's own).
+func (m *Member) ClientTLSFiles() (certFile, keyFile, caFile string) {
+	return m.files.CertFile, m.files.KeyFile, m.files.TrustedCAFile
+}
+
+// Members is the member list as this member has applied it (no network call).
+func (m *Member) Members() []Entry { return convertClusterMembers(m.etcd.Server) }
+
+// ID is this member's etcd ID.
+func (m *Member) ID() uint64 { return uint64(m.etcd.Server.MemberID()) }
+
+// Status returns the latest status the maintenance loop saw.
+func (m *Member) Status() Status {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.status
+}
+
+func (m *Member) client(ctx context.Context, endpoints []string) (*clientv3.Client, error) {
+	if len(endpoints) == 0 {
+		return nil, errors.New("no endpoints")
+	}
+	return clientv3.New(clientv3.Config{
+		Endpoints:   endpoints,
+		TLS:         m.tls.Clone(),
+		DialTimeout: 3 * time.Second,
+		Context:     ctx,
+		Logger:      zap.NewNop(),
+	})
+}
+
+// renewCertificate issues a new member certificate and writes it where etcd reads it.
+func (m *Member) renewCertificate(now time.Time) error {
+	hosts := slices.Clone(m.cfg.CertHosts)
+	for _, u := range []string{m.cfg.PeerURL, m.cfg.ClientURL} {
+		if p, err := url.Parse(u); err == nil {
+			hosts = append(hosts, p.Hostname())
+		}
+	}
+	mc, err := m.cfg.CA.IssueMember(m.cfg.Name, hosts, now, m.cfg.MemberCertDuration)
+	if err != nil {
+		return fmt.Errorf("etcd member %s: %w", m.cfg.Name, err)
+	}
+	if err := m.files.write(mc, m.cfg.CA.TrustPEM()); err != nil {
+		return fmt.Errorf("etcd member %s: storing its certificate: %w", m.cfg.Name, err)
+	}
+	m.mu.Lock()
+	m.cert = mc
+	m.mu.Unlock()
+	return nil
+}
+
+// Run keeps the member until ctx ends: it renews the member certificate, and on the etcd leader it
+// checks every member's health and removes one that stayed dead past the timeout when
+// DecideMaintenance allows. It returns when ctx ends or etcd stops.
+func (m *Member) Run(ctx context.Context) error {
+	var tracker HealthTracker
+	var lastReason string
+	ticker := time.NewTicker(m.cfg.CheckInterval)
+	defer ticker.Stop()
+	for {
+		m.mu.Lock()
+		renewAt := m.cert.RenewAt
+		m.mu.Unlock()
+		if !time.Now().Before(renewAt) {
+			if err := m.renewCertificate(time.Now()); err != nil {
+				klog.ErrorS(err, "Renewing the etcd member certificate failed; retried", "member", m.cfg.Name)
+			} else {
+				klog.InfoS("Renewed the etcd member certificate", "member", m.cfg.Name)
+			}
+		}
+		m.maintain(ctx, &tracker, &lastReason)
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-m.etcd.Err():
+			return fmt.Errorf("etcd member %s: %w", m.cfg.Name, err)
+		case <-m.etcd.Server.StopNotify():
+			return fmt.Errorf("etcd member %s stopped", m.cfg.Name)
+		case <-ticker.C:
+		}
+	}
+}
+
+// maintain runs one round of the maintenance loop.
+func (m *Member) maintain(ctx context.Context, tracker *HealthTracker, lastReason *string) {
+	self := m.ID()
+	members := convertClusterMembers(m.etcd.Server)
+	st := Status{Leader: uint64(m.etcd.Server.Leader()) == self, CheckedAt: time.Now()}
+	for _, mm := range members {
+		if mm.IsLearner {
+			st.Learners++
+		} else {
+			st.Members++
+		}
+	}
+	if !st.Leader {
+		*tracker = HealthTracker{}
+		m.setStatus(st)
+		return
+	}
+	c, err := m.client(ctx, []string{m.localClientURL()})
+	if err != nil {
+		m.setStatus(st)
+		return
+	}
+	defer func() { _ = c.Close() }()
+	healthy := map[uint64]bool{self: true}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	for _, mm := range members {
+		if mm.ID == self || len(mm.ClientURLs) == 0 {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			defer cancel()
+			resp, err := c.Status(cctx, mm.ClientURLs[0])
+			ok := err == nil && len(resp.Errors) == 0
+			mu.Lock()
+			healthy[mm.ID] = ok
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	states := tracker.Observe(time.Now(), members, healthy)
+	if m.cfg.DesiredMembers != nil {
+		if n, ok := m.cfg.DesiredMembers(ctx); ok {
+			for i := range states {
+				if o := Ordinal(states[i].Name); o >= 0 && o >= n {
+					states[i].Departed = true
+				}
+			}
+		}
+	}
+	st.Healthy = map[string]bool{}
+	for _, s := range states {
+		name := s.Name
+		if name == "" {
+			name = fmt.Sprintf("%x", s.ID)
+		}
+		st.Healthy[name] = s.Healthy
+	}
+	act := DecideMaintenance(MaintenanceInput{Members: states, Now: time.Now(), DeadMemberTimeout: m.cfg.DeadMemberTimeout})
+	st.Decision = act.Reason
+	m.setStatus(st)
+	if act.Reason != "" && act.Reason != *lastReason {
+		klog.InfoS("Etcd membership", "reason", act.Reason)
+	}
+	*lastReason = act.Reason
+	if !act.Remove {
+		return
+	}
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := c.MemberRemove(cctx, act.ID); err != nil {
+		klog.ErrorS(err, "Removing a dead etcd member failed", "member", act.Name)
+		return
+	}
+	klog.InfoS("Removed a dead etcd member", "member", act.Name, "id", fmt.Sprintf("%x", act.ID))
+}
+
+func (m *Member) setStatus(st Status) {
+	m.mu.Lock()
+	m.status = st
+	m.mu.Unlock()
+	metrics.EtcdMembers.WithLabelValues("voter").Set(float64(st.Members))
+	metrics.EtcdMembers.WithLabelValues("learner").Set(float64(st.Learners))
+	leader := 0.0
+	if st.Leader {
+		leader = 1
+	}
+	metrics.EtcdLeader.Set(leader)
+	// Only the etcd leader checks health; elsewhere the series would be stale.
+	metrics.EtcdMemberHealthy.Reset()
+	for name, ok := range st.Healthy {
+		v := 0.0
+		if ok {
+			v = 1
+		}
+		metrics.EtcdMemberHealthy.WithLabelValues(name).Set(v)
+	}
+}
+
+// Stop stops etcd. It is safe to call more than once.
+func (m *Member) Stop() {
+	if m.etcd != nil {
+		m.etcd.Close()
+	}
+}
+
+// EtcdServerHasStopped is closed when etcd has stopped.
+func (m *Member) EtcdServerHasStopped() <-chan struct{} { return m.etcd.Server.StopNotify() }
+
+// LocalIPs are this host's non-loopback addresses, for the member certificate.
+func LocalIPs() []string {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return nil
+	}
+	var ips []string
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && !n.IP.IsLoopback() && !n.IP.IsLinkLocalUnicast() {
+			ips = append(ips, n.IP.String())
+		}
+	}
+	return ips
+}
+
+func convertMembers(in []*etcdserverpb.Member) []Entry {
+	out := make([]Entry, 0, len(in))
+	for _, m := range in {
+		out = append(out, Entry{ID: m.ID, Name: m.Name, PeerURLs: m.PeerURLs, ClientURLs: m.ClientURLs, IsLearner: m.IsLearner})
+	}
+	return out
+}
+
+// convertClusterMembers reads the member list as this server has applied it.
+func convertClusterMembers(s *etcdserver.EtcdServer) []Entry {
+	in := s.Cluster().Members()
+	out := make([]Entry, 0, len(in))
+	for _, m := range in {
+		out = append(out, Entry{ID: uint64(m.ID), Name: m.Name, PeerURLs: m.PeerURLs, ClientURLs: m.ClientURLs, IsLearner: m.IsLearner})
+	}
+	return out
+}

@@ -1,0 +1,88 @@
+package chart
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/certapi/certapi/pkg/etcdcluster/incluster"
+)
+
+// TestClusterModePeerCASecret installs the chart with etcd.mode cluster and acts as certapi's
+// ServiceAccount: it may create its etcd peer CA Secret in its own namespace, read it back and record the
+// bootstrap on it, and read its StatefulSet; the admission policies refuse any other Secret there and any
+// other change to the peer CA Secret.
+func TestClusterModePeerCASecret(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	const ns = "certapi-cluster-mode"
+	runHelm(t, "install", release, chartDir, "--namespace", ns, "--create-namespace",
+		"--set", "etcd.mode=cluster", "--set", "replicas=3", "--set", "encryption.enabled=false", "--set", "encryption.required=false").must(t)
+	defer func() { runHelm(t, "uninstall", release, "--namespace", ns).must(t) }()
+
+	cfg := rest.CopyConfig(cp.AdminConfig)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + ns + ":" + release}
+	asCertapi := kubernetes.NewForConfigOrDie(cfg)
+	secrets := asCertapi.CoreV1().Secrets(ns)
+
+	// RBAC and the policies take effect once kube-apiserver has loaded them: wait until another Secret in
+	// the release namespace is refused by the Secret policy, which it must be (RBAC allows it).
+	var lastErr error
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		other := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "other"}, Type: corev1.SecretTypeTLS,
+			Data: map[string][]byte{"tls.crt": []byte("x"), "tls.key": []byte("y")}}
+		_, lastErr = secrets.Create(ctx, other, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return lastErr != nil && strings.Contains(lastErr.Error(), "ValidatingAdmissionPolicy '"+release+"-secrets'"), nil
+	})
+	if err != nil {
+		t.Fatalf("certapi may still create another Secret in its namespace: %v", lastErr)
+	}
+
+	s := &incluster.PeerCASecret{Client: asCertapi, Namespace: ns, Name: release + "-etcd-peer-ca", Member: release + "-0"}
+	ca, err := s.LoadOrCreate(ctx)
+	if err != nil {
+		t.Fatalf("certapi cannot create its etcd peer CA Secret: %v", err)
+	}
+	again, err := s.LoadOrCreate(ctx)
+	if err != nil || !again.Certificate.Equal(ca.Certificate) {
+		t.Fatalf("reading the peer CA back: %v (same CA: %v)", err, err == nil && again.Certificate.Equal(ca.Certificate))
+	}
+	if err := (&incluster.PeerCASecret{Client: asCertapi, Namespace: ns, Name: release + "-etcd-peer-ca", Member: release + "-1"}).ReportNoData(ctx); err != nil {
+		t.Fatalf("certapi cannot report that a member has no data: %v", err)
+	}
+	if err := s.Record(ctx); err != nil {
+		t.Fatalf("certapi cannot record the bootstrap (and remove the reports): %v", err)
+	}
+	if existed, err := s.Existed(ctx); err != nil || !existed {
+		t.Fatalf("Existed = %v, %v; want true", existed, err)
+	}
+	if _, err := asCertapi.AppsV1().StatefulSets(ns).Get(ctx, release, metav1.GetOptions{}); err != nil {
+		t.Fatalf("certapi cannot read its StatefulSet: %v", err)
+	}
+
+	refused := map[string]func() error{
+		"replace the CA key": func() error {
+			_, err := secrets.Patch(ctx, release+"-etcd-peer-ca", types.MergePatchType, []byte(`{"data":{"tls.key":"eA=="}}`), metav1.PatchOptions{})
+			return err
+		},
+		"add another annotation": func() error {
+			_, err := secrets.Patch(ctx, release+"-etcd-peer-ca", types.MergePatchType, []byte(`{"metadata":{"annotations":{"x":"y"}}}`), metav1.PatchOptions{})
+			return err
+		},
+		"delete it": func() error { return secrets.Delete(ctx, release+"-etcd-peer-ca", metav1.DeleteOptions{}) },
+	}
+	for what, f := range refused {
+		if err := f(); !apierrors.IsInvalid(err) && !apierrors.IsForbidden(err) {
+			t.Errorf("certapi may %s of its etcd peer CA Secret: %v", what, err)
+		}
+	}
+}

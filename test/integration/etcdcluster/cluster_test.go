@@ -1,0 +1,417 @@
+// Package etcdcluster tests pkg/etcdcluster against real embedded etcd members started in this process:
+// bootstrap, learners that join and are promoted, restarts with and without data, and dead-member
+// removal that keeps quorum.
+package etcdcluster
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/component-base/metrics/testutil"
+
+	"github.com/certapi/certapi/pkg/etcdcluster"
+	"github.com/certapi/certapi/pkg/metrics"
+)
+
+const (
+	deadMemberTimeout = 3 * time.Second
+	checkInterval     = 200 * time.Millisecond
+)
+
+// node is one would-be pod: a name, fixed ports and a private directory that outlive its member.
+type node struct {
+	name               string
+	dir                string
+	peerURL, clientURL string
+	designated         bool
+	member             *etcdcluster.Member
+	cancel             context.CancelFunc
+	done               chan struct{}
+}
+
+// world is the test's StatefulSet: every node's address, running or not.
+type world struct {
+	t     *testing.T
+	ca    *etcdcluster.PeerCA
+	nodes []*node
+	mu    sync.Mutex
+	// deadMemberTimeout is given to every member.
+	deadMemberTimeout time.Duration
+	// replicas is the StatefulSet's spec.replicas; 0 when unknown.
+	replicas int
+}
+
+func newWorld(t *testing.T, n int) *world {
+	t.Helper()
+	ca, err := etcdcluster.NewPeerCA(time.Now(), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &world{t: t, ca: ca, deadMemberTimeout: deadMemberTimeout}
+	for i := range n {
+		w.nodes = append(w.nodes, &node{
+			name:       fmt.Sprintf("certapi-%d", i),
+			dir:        t.TempDir(),
+			peerURL:    "https://127.0.0.1:" + freePort(t),
+			clientURL:  "https://127.0.0.1:" + freePort(t),
+			designated: i == 0,
+		})
+	}
+	t.Cleanup(func() {
+		for _, nd := range w.nodes {
+			w.stop(nd)
+		}
+	})
+	return w
+}
+
+func freePort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = l.Close() }()
+	_, port, _ := net.SplitHostPort(l.Addr().String())
+	return port
+}
+
+// discover answers as DNS on a headless Service with publishNotReadyAddresses would: every running
+// node's address.
+func (w *world) discover(self *node) func(context.Context) (etcdcluster.Discovery, error) {
+	return func(context.Context) (etcdcluster.Discovery, error) {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		var d etcdcluster.Discovery
+		for _, nd := range w.nodes {
+			if nd == self || nd.member == nil {
+				continue
+			}
+			d.ClientURLs = append(d.ClientURLs, nd.clientURL)
+			d.OtherPeersExist = true
+		}
+		return d, nil
+	}
+}
+
+func (w *world) config(nd *node) etcdcluster.Config {
+	return etcdcluster.Config{
+		Name: nd.name, Dir: nd.dir,
+		PeerURL: nd.peerURL, ClientURL: nd.clientURL, ListenPeerURL: nd.peerURL, ListenClientURL: nd.clientURL,
+		Designated: nd.designated, CA: w.ca, Discover: w.discover(nd),
+		DeadMemberTimeout: w.deadMemberTimeout, CheckInterval: checkInterval, RetryInterval: 500 * time.Millisecond,
+		DesiredMembers: func(context.Context) (int, bool) {
+			w.mu.Lock()
+			defer w.mu.Unlock()
+			return w.replicas, w.replicas > 0
+		},
+	}
+}
+
+// start starts nd's member and its maintenance loop, and returns once it is a voting member.
+func (w *world) start(nd *node) {
+	w.t.Helper()
+	if err := w.startErr(nd); err != nil {
+		w.t.Fatal(err)
+	}
+}
+
+// startAll starts nodes at once, as a StatefulSet with parallel pod management would.
+func (w *world) startAll(nodes ...*node) {
+	w.t.Helper()
+	errs := make([]error, len(nodes))
+	var wg sync.WaitGroup
+	for i, nd := range nodes {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs[i] = w.startErr(nd) }()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			w.t.Fatal(err)
+		}
+	}
+}
+
+func (w *world) startErr(nd *node) error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	m, err := etcdcluster.Start(ctx, w.config(nd))
+	if err != nil {
+		return fmt.Errorf("starting %s: %w", nd.name, err)
+	}
+	runCtx, runCancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = m.Run(runCtx)
+	}()
+	w.mu.Lock()
+	nd.member, nd.cancel, nd.done = m, runCancel, done
+	w.mu.Unlock()
+	return nil
+}
+
+// stop stops nd's member as a killed pod's would stop; its directory stays.
+func (w *world) stop(nd *node) {
+	w.mu.Lock()
+	m, cancel, done := nd.member, nd.cancel, nd.done
+	nd.member = nil
+	w.mu.Unlock()
+	if m == nil {
+		return
+	}
+	cancel()
+	<-done
+	m.Stop()
+}
+
+// client is an etcd client of the running members.
+func (w *world) client() *clientv3.Client {
+	w.t.Helper()
+	var urls []string
+	var any *etcdcluster.Member
+	for _, nd := range w.nodes {
+		if nd.member != nil {
+			urls = append(urls, nd.clientURL)
+			any = nd.member
+		}
+	}
+	certFile, keyFile, caFile := any.ClientTLSFiles()
+	tlsCfg, err := tlsClientConfig(certFile, keyFile, caFile)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	c, err := clientv3.New(clientv3.Config{Endpoints: urls, TLS: tlsCfg, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	w.t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// waitFor waits until cond holds, failing the test with what it last saw after the deadline.
+func waitFor(t *testing.T, what string, timeout time.Duration, cond func() (bool, string)) {
+	t.Helper()
+	var last string
+	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
+		ok, seen := cond()
+		last = seen
+		return ok, nil
+	})
+	if err != nil {
+		t.Fatalf("waiting %s for %s: last seen: %s", timeout, what, last)
+	}
+}
+
+// membership describes the member list as nd has applied it.
+func membership(nd *node) (voters, learners []string) {
+	for _, e := range nd.member.Members() {
+		name := e.Name
+		if name == "" {
+			name = fmt.Sprintf("(unstarted %x)", e.ID)
+		}
+		if e.IsLearner {
+			learners = append(learners, name)
+		} else {
+			voters = append(voters, name)
+		}
+	}
+	return voters, learners
+}
+
+// waitVoters waits until every running node sees exactly n voting members and no learner.
+func (w *world) waitVoters(n int) {
+	w.t.Helper()
+	waitFor(w.t, fmt.Sprintf("%d voting members and no learner on every running member", n), 30*time.Second, func() (bool, string) {
+		seen := ""
+		for _, nd := range w.nodes {
+			if nd.member == nil {
+				continue
+			}
+			v, l := membership(nd)
+			seen += fmt.Sprintf("%s: voters %v learners %v; ", nd.name, v, l)
+			if len(v) != n || len(l) != 0 {
+				return false, seen
+			}
+		}
+		return true, seen
+	})
+}
+
+func put(t *testing.T, c *clientv3.Client, k, v string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := c.Put(ctx, k, v); err != nil {
+		t.Fatalf("put %s: %v", k, err)
+	}
+}
+
+// getFrom reads k linearizably through nd's own client URL only.
+func (w *world) getFrom(nd *node, k string) string {
+	w.t.Helper()
+	certFile, keyFile, caFile := nd.member.ClientTLSFiles()
+	tlsCfg, err := tlsClientConfig(certFile, keyFile, caFile)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	c, err := clientv3.New(clientv3.Config{Endpoints: []string{nd.clientURL}, TLS: tlsCfg, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	defer func() { _ = c.Close() }()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := c.Get(ctx, k)
+	if err != nil {
+		w.t.Fatalf("get %s from %s: %v", k, nd.name, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return ""
+	}
+	return string(resp.Kvs[0].Value)
+}
+
+func TestFormationAndMembership(t *testing.T) {
+	metrics.Register()
+	w := newWorld(t, 3)
+	n0, n1, n2 := w.nodes[0], w.nodes[1], w.nodes[2]
+
+	t.Log("the first member bootstraps")
+	t0 := time.Now()
+	w.start(n0)
+	w.waitVoters(1)
+	t.Logf("figure: bootstrap of the first member: %s", time.Since(t0).Round(time.Millisecond))
+	c := w.client()
+	put(t, c, "/ca", "the-one-ca")
+
+	t.Log("two more join at once as learners, one at a time (etcd allows one learner), and are promoted")
+	t0 = time.Now()
+	w.startAll(n1, n2)
+	w.waitVoters(3)
+	t.Logf("figure: two members joined as learners and were promoted: %s", time.Since(t0).Round(time.Millisecond))
+	waitFor(t, "the metrics to show 3 voters, no learner and 3 healthy members", 10*time.Second, func() (bool, string) {
+		voters, _ := testutil.GetGaugeMetricValue(metrics.EtcdMembers.WithLabelValues("voter"))
+		learners, _ := testutil.GetGaugeMetricValue(metrics.EtcdMembers.WithLabelValues("learner"))
+		healthy := 0.0
+		for _, nd := range w.nodes {
+			v, _ := testutil.GetGaugeMetricValue(metrics.EtcdMemberHealthy.WithLabelValues(nd.name))
+			healthy += v
+		}
+		return voters == 3 && learners == 0 && healthy == 3, fmt.Sprintf("voters %v learners %v healthy %v", voters, learners, healthy)
+	})
+	for _, nd := range w.nodes {
+		if got := w.getFrom(nd, "/ca"); got != "the-one-ca" {
+			t.Fatalf("%s reads %q, want the-one-ca", nd.name, got)
+		}
+	}
+
+	t.Log("a restart with an existing data directory keeps the member")
+	id1 := n1.member.ID()
+	w.stop(n1)
+	w.start(n1)
+	if n1.member.ID() != id1 {
+		t.Fatalf("restarted member has ID %x, want %x: it should have restarted on its data", n1.member.ID(), id1)
+	}
+	w.waitVoters(3)
+
+	t.Log("the designated first member loses its volume while the others run: it joins, never bootstraps, and its stale entry goes")
+	id0 := n0.member.ID()
+	w.stop(n0)
+	if err := os.RemoveAll(n0.dir); err != nil {
+		t.Fatal(err)
+	}
+	t0 = time.Now()
+	w.start(n0)
+	t.Logf("figure: a member with a lost volume replaced (stale entry removed, joined, promoted): %s", time.Since(t0).Round(time.Millisecond))
+	if n0.member.ID() == id0 {
+		t.Fatalf("member with a lost volume kept ID %x", id0)
+	}
+	w.waitVoters(3)
+	for _, e := range n0.member.Members() {
+		if e.ID == id0 {
+			t.Fatalf("stale entry %x of %s is still listed", id0, n0.name)
+		}
+	}
+	if got := w.getFrom(n0, "/ca"); got != "the-one-ca" {
+		t.Fatalf("%s rejoined and reads %q, want the-one-ca: it bootstrapped a new cluster", n0.name, got)
+	}
+
+	t.Log("two of three down: no removal, however long, and nothing lost when they return")
+	w.stop(n1)
+	w.stop(n2)
+	downAt := time.Now()
+	waitFor(t, "the remaining member to check again well past the dead-member timeout", 30*time.Second, func() (bool, string) {
+		st := n0.member.Status()
+		return st.CheckedAt.After(downAt.Add(2 * deadMemberTimeout)), fmt.Sprintf("%+v", st)
+	})
+	if v, l := membership(n0); len(v) != 3 || len(l) != 0 {
+		t.Fatalf("with 2 of 3 down, members changed: voters %v learners %v", v, l)
+	}
+	w.startAll(n1, n2)
+	w.waitVoters(3)
+	if got := w.getFrom(n2, "/ca"); got != "the-one-ca" {
+		t.Fatalf("after quorum returned %s reads %q", n2.name, got)
+	}
+
+	t.Log("one of three dead past the timeout: the leader removes it, keeping quorum")
+	w.stop(n2)
+	t0 = time.Now()
+	w.waitVoters(2)
+	t.Logf("figure: a dead member removed %s after it stopped (dead-member timeout %s)", time.Since(t0).Round(time.Millisecond), deadMemberTimeout)
+	put(t, w.client(), "/after-removal", "yes")
+
+	t.Log("two left, one down: never shrunk to one member")
+	w.stop(n1)
+	downAt = time.Now()
+	waitFor(t, "the remaining member to check again past the dead-member timeout", 30*time.Second, func() (bool, string) {
+		st := n0.member.Status()
+		return st.CheckedAt.After(downAt.Add(2 * deadMemberTimeout)), fmt.Sprintf("%+v", st)
+	})
+	if v, _ := membership(n0); len(v) != 2 {
+		t.Fatalf("with 1 of 2 down, members changed: voters %v", v)
+	}
+	w.start(n1)
+	w.waitVoters(2)
+
+	t.Log("the removed member comes back with its old data: it moves the data aside and joins anew")
+	w.start(n2)
+	w.waitVoters(3)
+	if got := w.getFrom(n2, "/after-removal"); got != "yes" {
+		t.Fatalf("re-added member reads %q", got)
+	}
+}
+
+// TestScaleDown: members of ordinals the StatefulSet was scaled below are removed as soon as they stop,
+// without waiting out the dead-member timeout (an hour here), one at a time.
+func TestScaleDown(t *testing.T) {
+	w := newWorld(t, 3)
+	w.deadMemberTimeout = time.Hour
+	w.replicas = 3
+	w.start(w.nodes[0])
+	w.startAll(w.nodes[1], w.nodes[2])
+	w.waitVoters(3)
+
+	t.Log("scaled to 2: the member of ordinal 2 goes when it stops")
+	w.mu.Lock()
+	w.replicas = 2
+	w.mu.Unlock()
+	w.stop(w.nodes[2])
+	w.waitVoters(2)
+
+	t.Log("scaled back to 3: the pod keeps its volume, moves its old data aside and joins anew")
+	w.mu.Lock()
+	w.replicas = 3
+	w.mu.Unlock()
+	w.start(w.nodes[2])
+	w.waitVoters(3)
+}

@@ -1,0 +1,222 @@
+// Package etcdcluster installs the Helm chart with etcd.mode cluster on a control plane with a real node:
+// three certapi pods whose embedded etcd members form one cluster with no Secret made by hand; then the
+// first pod loses its volume and rejoins, keeping the CA.
+package etcdcluster
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/certapi/certapi/pkg/etcdcluster/incluster"
+	"github.com/certapi/certapi/test/framework"
+	"github.com/certapi/certapi/test/node/nodetest"
+)
+
+const ns = "certapi-system"
+
+var (
+	cp     *framework.ControlPlane
+	images = map[string]string{}
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(nodetest.Run(m, "certapi-node-etcdcluster-", func(_ context.Context, _ string) (map[string]string, error) {
+		a, err := framework.ImageArchive("certapi.tar")
+		if err != nil {
+			return nil, err
+		}
+		return map[string]string{"certapi": a}, nil
+	}, func(c *framework.ControlPlane, imgs map[string]string) { cp, images = c, imgs }))
+}
+
+func helm(t *testing.T, args ...string) string {
+	t.Helper()
+	bin, err := framework.HelmBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	home := t.TempDir()
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+cp.Kubeconfig, "HELM_CACHE_HOME="+home+"/cache", "HELM_CONFIG_HOME="+home+"/config", "HELM_DATA_HOME="+home+"/data")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("helm %v: %v\n%s", args, err, out)
+	}
+	return string(out)
+}
+
+// logged waits until pod's log holds every line fragment of want (what pkg/etcdcluster logs).
+func logged(t *testing.T, pod string, want ...string) {
+	t.Helper()
+	nodetest.WaitFor(t, time.Minute, fmt.Sprintf("%s to log %q", pod, want), func(context.Context) (bool, string) {
+		out, err := nodetest.KubectlErr(cp, "-n", ns, "logs", pod)
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, w := range want {
+			if !strings.Contains(out, w) {
+				return false, "missing " + w
+			}
+		}
+		return true, ""
+	})
+}
+
+// TestChartClusterMode: `helm install --set etcd.mode=cluster --set replicas=3` forms one etcd cluster of
+// three certapi pods (no Secret made by hand but the encryption configuration); certapi-0 losing its volume
+// rejoins the running cluster (it does not bootstrap a second one); `kubectl scale` 3 -> 5 -> 3 adds two
+// members and removes them again; `kubectl rollout restart` restarts every member on its data; the CA
+// stays the same throughout; when every volume is lost the members report having no data and certapi-0
+// bootstraps a new cluster without a person.
+func TestChartClusterMode(t *testing.T) {
+	ctx := context.Background()
+	kube, certapi := nodetest.Clients(t, cp)
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		for i := range 5 {
+			out, _ := nodetest.KubectlErr(cp, "-n", ns, "logs", fmt.Sprintf("certapi-%d", i))
+			var lines []string
+			for _, l := range strings.Split(out, "\n") {
+				if strings.Contains(l, "etcd") || strings.Contains(l, "Etcd") {
+					lines = append(lines, l)
+				}
+			}
+			if len(lines) > 40 {
+				lines = lines[len(lines)-40:]
+			}
+			t.Logf("certapi-%d's etcd lines:\n%s", i, strings.Join(lines, "\n"))
+		}
+	})
+	nodetest.Kubectl(t, cp, "create", "namespace", ns)
+	if err := cp.CreateEncryptionConfigSecret(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Three claims now, a fourth for certapi-0's new claim after its volume is lost, two for the scale-up,
+	// three after every volume is lost.
+	for i := range 9 {
+		if err := cp.CreateHostPathPV(ctx, fmt.Sprintf("certapi-data-%d", i), "1Gi"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	i := strings.LastIndex(images["certapi"], ":")
+	repo, tag := images["certapi"][:i], images["certapi"][i+1:]
+	start := time.Now()
+	helm(t, "install", "certapi", nodetest.RepoPath(t, "artifacts/charts/certapi"), "--namespace", ns,
+		"--set", "etcd.mode=cluster", "--set", "replicas=3",
+		"--set", "image.repository="+repo, "--set", "image.tag="+tag, "--set", "image.pullPolicy=Never")
+	selector := "app.kubernetes.io/name=certapi,app.kubernetes.io/component=apiserver"
+	nodetest.WaitFor(t, 5*time.Minute, "three certapi pods Ready", func(ctx context.Context) (bool, string) {
+		return nodetest.PodsReady(ctx, kube, ns, selector, 3)
+	})
+	nodetest.Kubectl(t, cp, "wait", "--for=condition=Available", "apiservice/v1alpha1.certapi.dev", "--timeout=2m")
+	t.Logf("figure: helm install to three members and the APIService Available: %s", time.Since(start).Round(time.Second))
+
+	logged(t, "certapi-0", `action="Bootstrap"`, "Etcd member is ready")
+	for _, pod := range []string{"certapi-1", "certapi-2"} {
+		logged(t, pod, `action="Join"`, "Added this member as an etcd learner", "Promoted this etcd learner to a voting member")
+	}
+	sec, err := kube.CoreV1().Secrets(ns).Get(ctx, "certapi-etcd-peer-ca", metav1.GetOptions{})
+	if err != nil || sec.Annotations[incluster.AnnotationBootstrapped] == "" {
+		t.Fatalf("the peer CA Secret: %v, annotations %v", err, sec.GetAnnotations())
+	}
+	ca, err := certapi.CertapiV1alpha1().CertificateAuthorities().Get(ctx, "default", metav1.GetOptions{})
+	if err != nil || len(ca.Status.Certificates) != 1 {
+		t.Fatalf("want exactly one CA: %v %+v", err, ca)
+	}
+	firstCA := ca.Status.Active.SubjectKeyID
+
+	t.Log("certapi-0 loses its volume")
+	start = time.Now()
+	nodetest.Kubectl(t, cp, "-n", ns, "delete", "pvc", "data-certapi-0", "--wait=false")
+	nodetest.Kubectl(t, cp, "-n", ns, "delete", "pod", "certapi-0")
+	nodetest.WaitFor(t, 5*time.Minute, "certapi-0 back on a new claim, three pods Ready", func(ctx context.Context) (bool, string) {
+		pvc, err := kube.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "data-certapi-0", metav1.GetOptions{})
+		if err != nil || pvc.Status.Phase != corev1.ClaimBound || pvc.Spec.VolumeName == "" {
+			return false, fmt.Sprintf("claim: %v", err)
+		}
+		return nodetest.PodsReady(ctx, kube, ns, selector, 3)
+	})
+	logged(t, "certapi-0", `action="Join"`, "Removed a stale etcd member entry of this member", "Promoted this etcd learner to a voting member")
+	t.Logf("figure: a member whose volume was deleted replaced (pod recreated on a new claim, joined, Ready): %s", time.Since(start).Round(time.Second))
+	ca, err = certapi.CertapiV1alpha1().CertificateAuthorities().Get(ctx, "default", metav1.GetOptions{})
+	if err != nil || ca.Status.Active.SubjectKeyID != firstCA || len(ca.Status.Certificates) != 1 {
+		t.Fatalf("the CA changed after certapi-0 lost its volume: %v %+v", err, ca.Status.Certificates)
+	}
+
+	t.Log("kubectl scale 3 -> 5 -> 3")
+	start = time.Now()
+	nodetest.Kubectl(t, cp, "-n", ns, "scale", "statefulset/certapi", "--replicas=5")
+	nodetest.WaitFor(t, 5*time.Minute, "five certapi pods Ready", func(ctx context.Context) (bool, string) {
+		return nodetest.PodsReady(ctx, kube, ns, selector, 5)
+	})
+	for _, pod := range []string{"certapi-3", "certapi-4"} {
+		logged(t, pod, `action="Join"`, "Promoted this etcd learner to a voting member")
+	}
+	t.Logf("figure: scaled 3 -> 5, both new members promoted: %s", time.Since(start).Round(time.Second))
+	start = time.Now()
+	nodetest.Kubectl(t, cp, "-n", ns, "scale", "statefulset/certapi", "--replicas=3")
+	nodetest.WaitFor(t, 5*time.Minute, "three certapi pods Ready", func(ctx context.Context) (bool, string) {
+		return nodetest.PodsReady(ctx, kube, ns, selector, 3)
+	})
+	// The etcd leader removes the two members as soon as their pods stop, without the 10m timeout.
+	nodetest.WaitFor(t, 2*time.Minute, "the etcd leader to remove certapi-3 and certapi-4", func(ctx context.Context) (bool, string) {
+		removed := 0
+		for i := range 3 {
+			out, _ := nodetest.KubectlErr(cp, "-n", ns, "logs", fmt.Sprintf("certapi-%d", i))
+			for _, m := range []string{"certapi-3", "certapi-4"} {
+				if strings.Contains(out, `"Removed a dead etcd member" member="`+m+`"`) {
+					removed++
+				}
+			}
+		}
+		return removed == 2, fmt.Sprintf("%d removed", removed)
+	})
+	t.Logf("figure: scaled 5 -> 3, both members removed: %s", time.Since(start).Round(time.Second))
+
+	t.Log("kubectl rollout restart: every member restarts on its data")
+	start = time.Now()
+	nodetest.Kubectl(t, cp, "-n", ns, "rollout", "restart", "statefulset/certapi")
+	nodetest.Kubectl(t, cp, "-n", ns, "rollout", "status", "statefulset/certapi", "--timeout=5m")
+	for i := range 3 {
+		logged(t, fmt.Sprintf("certapi-%d", i), `action="Restart"`, "Etcd member is ready")
+	}
+	nodetest.Kubectl(t, cp, "wait", "--for=condition=Available", "apiservice/v1alpha1.certapi.dev", "--timeout=2m")
+	t.Logf("figure: kubectl rollout restart of three members: %s", time.Since(start).Round(time.Second))
+
+	ca, err = certapi.CertapiV1alpha1().CertificateAuthorities().Get(ctx, "default", metav1.GetOptions{})
+	if err != nil || ca.Status.Active.SubjectKeyID != firstCA {
+		t.Fatalf("the CA changed through the scaling and the rolling restart: %v", err)
+	}
+
+	t.Log("every volume lost: the members report having no data, certapi-0 bootstraps a new cluster")
+	start = time.Now()
+	for i := range 5 {
+		nodetest.Kubectl(t, cp, "-n", ns, "delete", "pvc", fmt.Sprintf("data-certapi-%d", i), "--wait=false", "--ignore-not-found")
+	}
+	nodetest.Kubectl(t, cp, "-n", ns, "delete", "pod", "certapi-0", "certapi-1", "certapi-2")
+	nodetest.WaitFor(t, 5*time.Minute, "three certapi pods Ready on new claims", func(ctx context.Context) (bool, string) {
+		return nodetest.PodsReady(ctx, kube, ns, selector, 3)
+	})
+	logged(t, "certapi-0", "every member reports that it has no data", "Etcd member is ready")
+	nodetest.Kubectl(t, cp, "wait", "--for=condition=Available", "apiservice/v1alpha1.certapi.dev", "--timeout=2m")
+	t.Logf("figure: every volume lost, to a new cluster of three and the APIService Available: %s", time.Since(start).Round(time.Second))
+	// Without a backup the data is gone: a new cluster, and certapi makes exactly one new CA on it.
+	nodetest.WaitFor(t, 2*time.Minute, "exactly one CA, a new one", func(ctx context.Context) (bool, string) {
+		ca, err := certapi.CertapiV1alpha1().CertificateAuthorities().Get(ctx, "default", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return len(ca.Status.Certificates) == 1 && ca.Status.Active.SubjectKeyID != "" && ca.Status.Active.SubjectKeyID != firstCA,
+			fmt.Sprintf("%+v", ca.Status.Certificates)
+	})
+}
