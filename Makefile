@@ -29,6 +29,10 @@ E2E_TIMEOUT ?= 40m
 # was compiled twice. `make unit` keeps cgo, which the race detector needs. By hand, `CGO_ENABLED=0 go test
 # -trimpath ./test/...` reuses what make compiled.
 STATIC := CGO_ENABLED=0 GOFLAGS="$(strip $(shell $(GO) env GOFLAGS) -trimpath)"
+# The version stamped into the binaries, images, chart and release (hack/version.sh: git describe, or
+# `make release VERSION=v0.2.0`), with its commit, tree state and the commit's time, into
+# k8s.io/component-base/version.
+LDFLAGS = $(shell VERSION=$(VERSION) ./hack/version.sh --ldflags)
 
 .PHONY: all build tools test verify unit integration e2e codegen manifests local-up image images clean
 
@@ -36,9 +40,9 @@ all: build
 
 ## build: certapi and the kubectl plugins kubectl-create-servingcertrequest and kubectl-certapi into _output/bin
 build:
-	$(STATIC) $(GO) build -o $(BIN)/certapi ./cmd/certapi
-	$(STATIC) $(GO) build -o $(BIN)/kubectl-create-servingcertrequest ./cmd/kubectl-create-servingcertrequest
-	$(STATIC) $(GO) build -o $(BIN)/kubectl-certapi ./cmd/kubectl-certapi
+	$(STATIC) $(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/certapi ./cmd/certapi
+	$(STATIC) $(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/kubectl-create-servingcertrequest ./cmd/kubectl-create-servingcertrequest
+	$(STATIC) $(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/kubectl-certapi ./cmd/kubectl-certapi
 
 ## install: build, then copy certapi, kubectl-create-servingcertrequest and kubectl-certapi into
 ## $(DESTDIR)$(PREFIX)/bin (PREFIX defaults to /usr/local; e.g. `make install PREFIX=~/.local`). With that
@@ -56,7 +60,7 @@ install: build
 ## ARCH=arm64 builds for another architecture; TAG=registry/certapi:v1 names it (default certapi:<git describe>).
 image: ARCH ?= $(shell $(GO) env GOARCH)
 image:
-	$(STATIC) $(GO) run ./hack/image --output $(CURDIR)/_output/certapi-image.tar --arch $(ARCH) $(if $(TAG),--tag $(TAG))
+	VERSION=$(VERSION) $(STATIC) $(GO) run ./hack/image --output $(CURDIR)/_output/certapi-image.tar --arch $(ARCH) $(if $(TAG),--tag $(TAG))
 
 ## images: the test node's images as archives in _output/images, built without Docker by hack/image, for
 ## the host's architecture: certapi.tar, example-webhook.tar, pause.tar and coredns.tar, named

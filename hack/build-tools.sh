@@ -41,13 +41,30 @@ wanted() { [[ " ${GROUPS_WANTED[*]} " == *" $1 "* ]]; }
 # the other checkout's binary through the link, and `echo > STAMP` would overwrite its stamp.
 own() { local f; for f in "$@"; do if [[ -L "${f}" ]]; then rm -f "${f}"; fi; done; }
 
+# kube_ldflags: the version stamp of the Kubernetes binaries, as Kubernetes' hack/lib/version.sh writes it
+# into k8s.io/component-base/version and k8s.io/client-go/pkg/version: the k8s.io/kubernetes module's
+# version (v1.37.2) and its time as the build date, so that `kube-apiserver --version`, kubectl version,
+# a Node's kubeletVersion and /version (which Helm's kubeVersion checks) say v1.37.2 rather than
+# v0.0.0-master. The module proxy gives no commit: gitCommit stays empty.
+kube_ldflags() {
+  local version date major minor flags="" p
+  read -r version date < <(cd "${TOOLS}" && go list -m -f '{{.Version}} {{.Time.UTC.Format "2006-01-02T15:04:05Z"}}' k8s.io/kubernetes)
+  major="$(cut -d. -f1 <<<"${version#v}")"
+  minor="$(cut -d. -f2 <<<"${version}")"
+  for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    flags+="-X ${p}.gitVersion=${version} -X ${p}.gitMajor=${major} -X ${p}.gitMinor=${minor} -X ${p}.gitCommit= -X ${p}.gitTreeState=clean -X ${p}.buildDate=${date} "
+  done
+  echo "${flags% }"
+}
+
 # kube-apiserver, kubectl, etcd, podcertnode and kubenode (the node's kubelet, kube-proxy,
 # kube-controller-manager and kube-scheduler: linked once, not four times, which saves most of their
 # build's link time; see README "What a fresh machine needs").
 if wanted kube; then
 NODE_COMPONENTS=(kubelet kube-proxy kube-controller-manager kube-scheduler)
 STAMP="${BIN}/.tools-stamp"
-want="$(cd "${TOOLS}" && cat go.mod go.sum tools.go etcd/main.go podcertnode/main.go kubenode/main.go | sha256sum | cut -d' ' -f1) ${TOOLCHAIN}"
+KUBE_LDFLAGS="$(kube_ldflags)"
+want="$(cd "${TOOLS}" && cat go.mod go.sum tools.go etcd/main.go podcertnode/main.go kubenode/main.go | sha256sum | cut -d' ' -f1) ${TOOLCHAIN} ${KUBE_LDFLAGS}"
 current=true
 for b in kube-apiserver etcd kubectl podcertnode kubenode "${NODE_COMPONENTS[@]}"; do
   [[ -x "${BIN}/${b}" ]] || current=false
@@ -61,7 +78,7 @@ else
     echo "building etcd, kube-apiserver, kubectl, podcertnode and kubenode into ${BIN} (cold, about 6 minutes on 2 cores when certapi was built or vetted first, 9 otherwise)"
     own "${STAMP}" "${BIN}"/{etcd,kube-apiserver,kubectl,podcertnode,kubenode}
     # One invocation: the five links overlap each other and the compiles.
-    go build -o "${BIN}/" ./etcd k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl ./podcertnode ./kubenode
+    go build -ldflags "${KUBE_LDFLAGS}" -o "${BIN}/" ./etcd k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl ./podcertnode ./kubenode
     for c in "${NODE_COMPONENTS[@]}"; do
       ln -sfn kubenode "${BIN}/${c}"
     done

@@ -17,6 +17,7 @@ import (
 	"k8s.io/component-base/term"
 
 	"github.com/certapi/certapi/pkg/apiserver"
+	"github.com/certapi/certapi/pkg/version"
 )
 
 func main() {
@@ -53,7 +54,7 @@ With no cgroup limit it sets none. GOMEMLIMIT=off turns the limit off.`,
 		SilenceUsage: true,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if showVersion {
-				_, err := fmt.Fprintln(cmd.OutOrStdout(), versionString())
+				_, err := fmt.Fprintln(cmd.OutOrStdout(), version.String("certapi"))
 				return err
 			}
 			if len(args) > 0 {
