@@ -182,7 +182,7 @@ func goBuild(dir, goos, goarch, ldflags string, pkgs ...string) error {
 // printSizes lists what was written, with sizes (docs/release.md quotes them).
 func printSizes(dir string) error {
 	return filepathWalkFiles(dir, func(rel string, size int64) {
-		fmt.Printf("%10.1f MB  %s\n", float64(size)/1e6, rel)
+		fmt.Printf("%12s  %s\n", humanSize(size), rel)
 	})
 }
 
@@ -204,4 +204,15 @@ func filepathWalkFiles(dir string, f func(rel string, size int64)) error {
 		f(filepath.ToSlash(rel), info.Size())
 		return nil
 	})
+}
+
+// humanSize is size in B, kB or MB (powers of 1000, as ls --si and the docs count).
+func humanSize(size int64) string {
+	switch {
+	case size >= 1e6:
+		return fmt.Sprintf("%.1f MB", float64(size)/1e6)
+	case size >= 1e3:
+		return fmt.Sprintf("%.1f kB", float64(size)/1e3)
+	}
+	return fmt.Sprintf("%d B", size)
 }
