@@ -30,8 +30,7 @@ E2E_TIMEOUT ?= 40m
 # -trimpath ./test/...` reuses what make compiled.
 STATIC := CGO_ENABLED=0 GOFLAGS="$(strip $(shell $(GO) env GOFLAGS) -trimpath)"
 # The version stamped into the binaries, images, chart and release (hack/version.sh: git describe, or
-# `make release VERSION=v0.2.0`), with its commit, tree state and the commit's time, into
-# k8s.io/component-base/version.
+# `make release VERSION=v0.2.0`), with its commit, tree state and the commit's time, into pkg/version.
 LDFLAGS = $(shell VERSION=$(VERSION) ./hack/version.sh --ldflags)
 # The kubectl plugins' platforms of the release that make test and make e2e build for test/release:
 # cross-building darwin and windows is left to `make release`.

@@ -4,7 +4,8 @@
 #
 # Usage: hack/version.sh            KEY=value lines: VERSION, GIT_COMMIT, GIT_TREE_STATE, BUILD_DATE,
 #                                   SOURCE_DATE_EPOCH
-#        hack/version.sh --ldflags  the -X flags that stamp them into k8s.io/component-base/version
+#        hack/version.sh --ldflags  the -X flags that stamp them into github.com/certapi/certapi/pkg/version
+#                                   (not k8s.io/component-base/version: pkg/version says why)
 #
 # VERSION is `git describe --tags --always --dirty` ($VERSION when set, which must then be vX.Y.Z with an
 # optional -prerelease and +build). A commit with no tag above it is v0.0.0-g<hash>[-dirty], a semantic
@@ -33,10 +34,8 @@ fi
 epoch="$(git log -1 --format=%ct 2>/dev/null || echo 0)"
 date="$(date -u -d "@${epoch}" +%Y-%m-%dT%H:%M:%SZ)"
 if [[ "${1:-}" == "--ldflags" ]]; then
-  major="$(cut -d. -f1 <<<"${version#v}")"
-  minor="$(cut -d. -f2 <<<"${version}")"
-  p=k8s.io/component-base/version
-  echo "-X ${p}.gitVersion=${version} -X ${p}.gitMajor=${major} -X ${p}.gitMinor=${minor} -X ${p}.gitCommit=${commit} -X ${p}.gitTreeState=${tree} -X ${p}.buildDate=${date}"
+  p=github.com/certapi/certapi/pkg/version
+  echo "-X ${p}.gitVersion=${version} -X ${p}.gitCommit=${commit} -X ${p}.gitTreeState=${tree} -X ${p}.buildDate=${date}"
   exit 0
 fi
 echo "VERSION=${version}"

@@ -311,7 +311,7 @@ func buildBinaries(binDir, arch string, src source, js []job) (map[string]string
 
 // staticBuildFlags are the flags the images' Go programs are built with, as artifacts/deploy/Dockerfile
 // builds certapi (with CGO_ENABLED=0): trimmed paths, no symbol table, the version linked in, into
-// k8s.io/component-base/version for certapi and into main.version for the pause program.
+// pkg/version for certapi and into main.version for the pause program.
 func staticBuildFlags(src source) []string {
 	return []string{"-trimpath", "-ldflags=-s -w -X main.version=" + src.version + " " + src.ldflags}
 }
@@ -492,7 +492,7 @@ type source struct {
 	// time is the commit's time, the image's creation time and every file's: the same commit gives the
 	// same image.
 	time time.Time
-	// ldflags stamp the version into k8s.io/component-base/version (hack/version.sh --ldflags).
+	// ldflags stamp the version into pkg/version (hack/version.sh --ldflags).
 	ldflags string
 }
 

@@ -17,7 +17,6 @@ import (
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/apimachinery/pkg/util/sets"
 	utilvalidation "k8s.io/apimachinery/pkg/util/validation"
-	utilversion "k8s.io/apimachinery/pkg/util/version"
 	"k8s.io/apiserver/pkg/admission"
 	mutatingpolicy "k8s.io/apiserver/pkg/admission/plugin/policy/mutating"
 	"k8s.io/apiserver/pkg/admission/plugin/resourcequota"
@@ -27,10 +26,9 @@ import (
 	"k8s.io/apiserver/pkg/features"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	genericoptions "k8s.io/apiserver/pkg/server/options"
+	"k8s.io/apiserver/pkg/util/compatibility"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	cliflag "k8s.io/component-base/cli/flag"
-	basecompatibility "k8s.io/component-base/compatibility"
-	baseversion "k8s.io/component-base/version"
 	"k8s.io/klog/v2"
 
 	"github.com/certapi/certapi/pkg/admission/requestquota"
@@ -358,7 +356,7 @@ func (o *Options) Config() (*Config, error) {
 	// closes), rather than meeting a closing connection, which the aggregator can only answer 503.
 	serverConfig.ShutdownSendRetryAfter = true
 	serverConfig.ShutdownDelayDuration = o.ShutdownDelay
-	serverConfig.EffectiveVersion = effectiveVersion()
+	serverConfig.EffectiveVersion = compatibility.DefaultBuildEffectiveVersion()
 
 	if transport := &o.RecommendedOptions.Etcd.StorageConfig.Transport; tcpEndpoints(transport.ServerList) && transport.EgressLookup == nil {
 		transport.EgressLookup = patientEgress // reconnect at once after an etcd outage
@@ -466,15 +464,4 @@ func defaultIdentity() string {
 		host = "certapi"
 	}
 	return host + "_" + rand.String(6)
-}
-
-// effectiveVersion is the Kubernetes version whose API behaviour and feature gates the embedded generic
-// API server follows: that of the k8s.io libraries certapi is built with (DefaultKubeBinaryVersion), as
-// apiserver's DefaultBuildEffectiveVersion gives for an unstamped build, emulating down to three minor
-// versions below. Not certapi's own version: a build stamped v0.2.0 (hack/version.sh) would otherwise
-// emulate Kubernetes 0.2 and turn off every feature gate that is on since 1.x.
-func effectiveVersion() basecompatibility.MutableEffectiveVersion {
-	binary := utilversion.MustParse(baseversion.DefaultKubeBinaryVersion)
-	floor := binary.WithPatch(0).SubtractMinor(3)
-	return basecompatibility.NewEffectiveVersion(binary, false, floor, floor)
 }
