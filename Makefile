@@ -121,7 +121,7 @@ integration: tools
 ## real etcd and kube-apiserver from _output/bin and the certapi just built; test/release against a
 ## release for TEST_PLATFORMS
 e2e: PLATFORMS = $(TEST_PLATFORMS)
-e2e: tools build images release
+e2e: tools build images $(if $(RELEASE_BUILT),,release)
 	CERTAPI_BIN=$(BIN)/certapi $(STATIC) $(GO) test -count=1 -timeout $(E2E_TIMEOUT) ./test/...
 
 ## test: everything CI runs: verify; the tools, certapi and the images; then the unit tests and everything
@@ -129,10 +129,11 @@ e2e: tools build images release
 ## tests under the race detector keeps both cores busy, while the tests under test/ leave about half of a
 ## 2-core machine idle as they wait on their processes (cold, 45 min 45 s against 53 min one after the other;
 ## README "Measured"). The unit tests bind only ephemeral ports, test/framework's processes ports below that range.
-## A release is built for test/release, for TEST_PLATFORMS only.
+## A release is built for test/release, for TEST_PLATFORMS only, once (RELEASE_BUILT keeps e2e from
+## building it again).
 test: PLATFORMS = $(TEST_PLATFORMS)
 test: verify tools build images release
-	$(MAKE) --no-print-directory -j2 --output-sync=target unit e2e
+	$(MAKE) --no-print-directory -j2 --output-sync=target unit e2e RELEASE_BUILT=1
 
 ## local-up: the demo: etcd, kube-apiserver, certapi and the example webhook on loopback, a walkthrough, until Ctrl-C.
 ## NODE=1 adds a real node (needs root) and runs certapi on it as a pod from artifacts/deploy/overlays/single-replica.
