@@ -139,10 +139,11 @@ func certapiFromImage(t *testing.T, img v1.Image) string {
 	return ""
 }
 
-// commitTime is the release's commit time, which the image's created label and time must be.
-func commitTime(t *testing.T) string {
+// commitTime is the time of the commit the release was built from (its revision label), which the
+// image's created label and time must be.
+func commitTime(t *testing.T, revision string) string {
 	t.Helper()
-	cmd := exec.Command("git", "log", "-1", "--format=%ct")
+	cmd := exec.Command("git", "log", "-1", "--format=%ct", revision)
 	cmd.Dir = root
 	out, err := cmd.Output()
 	if err != nil {
@@ -170,7 +171,6 @@ func TestImageIndex(t *testing.T) {
 		t.Fatal(err)
 	}
 	var platforms []string
-	created := commitTime(t)
 	for _, d := range im.Manifests {
 		if d.Platform == nil {
 			t.Errorf("manifest %s has no platform", d.Digest)
@@ -190,6 +190,11 @@ func TestImageIndex(t *testing.T) {
 			t.Errorf("%s's config says %s/%s", plat, cf.OS, cf.Architecture)
 		}
 		labels := cf.Config.Labels
+		revision := labels["org.opencontainers.image.revision"]
+		if len(revision) != 40 {
+			t.Fatalf("%s: label org.opencontainers.image.revision=%q, want the commit", plat, revision)
+		}
+		created := commitTime(t, revision)
 		for k, want := range map[string]string{
 			"org.opencontainers.image.version":  version,
 			"org.opencontainers.image.source":   "https://github.com/certapi/certapi",
@@ -199,9 +204,6 @@ func TestImageIndex(t *testing.T) {
 			if labels[k] != want {
 				t.Errorf("%s: label %s=%q, want %q", plat, k, labels[k], want)
 			}
-		}
-		if len(labels["org.opencontainers.image.revision"]) != 40 {
-			t.Errorf("%s: label org.opencontainers.image.revision=%q, want the commit", plat, labels["org.opencontainers.image.revision"])
 		}
 		if got := cf.Created.UTC().Format(time.RFC3339); got != created {
 			t.Errorf("%s: created %s, want the commit's time %s", plat, got, created)
