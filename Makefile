@@ -29,16 +29,22 @@ E2E_TIMEOUT ?= 40m
 # was compiled twice. `make unit` keeps cgo, which the race detector needs. By hand, `CGO_ENABLED=0 go test
 # -trimpath ./test/...` reuses what make compiled.
 STATIC := CGO_ENABLED=0 GOFLAGS="$(strip $(shell $(GO) env GOFLAGS) -trimpath)"
+# The version stamped into the binaries, images, chart and release (hack/version.sh: git describe, or
+# `make release VERSION=v0.2.0`), with its commit, tree state and the commit's time, into pkg/version.
+LDFLAGS = $(shell VERSION=$(VERSION) ./hack/version.sh --ldflags)
+# The kubectl plugins' platforms of the release that make test and make e2e build for test/release:
+# cross-building darwin and windows is left to `make release`.
+TEST_PLATFORMS := linux/amd64,linux/arm64
 
-.PHONY: all build tools test verify unit integration e2e codegen manifests docs local-up image images clean
+.PHONY: all build tools test verify unit integration e2e codegen manifests docs local-up image images release clean
 
 all: build
 
 ## build: certapi and the kubectl plugins kubectl-create-servingcertrequest and kubectl-certapi into _output/bin
 build:
-	$(STATIC) $(GO) build -o $(BIN)/certapi ./cmd/certapi
-	$(STATIC) $(GO) build -o $(BIN)/kubectl-create-servingcertrequest ./cmd/kubectl-create-servingcertrequest
-	$(STATIC) $(GO) build -o $(BIN)/kubectl-certapi ./cmd/kubectl-certapi
+	$(STATIC) $(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/certapi ./cmd/certapi
+	$(STATIC) $(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/kubectl-create-servingcertrequest ./cmd/kubectl-create-servingcertrequest
+	$(STATIC) $(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/kubectl-certapi ./cmd/kubectl-certapi
 
 ## install: build, then copy certapi, kubectl-create-servingcertrequest and kubectl-certapi into
 ## $(DESTDIR)$(PREFIX)/bin (PREFIX defaults to /usr/local; e.g. `make install PREFIX=~/.local`). With that
@@ -56,7 +62,7 @@ install: build
 ## ARCH=arm64 builds for another architecture; TAG=registry/certapi:v1 names it (default certapi:<git describe>).
 image: ARCH ?= $(shell $(GO) env GOARCH)
 image:
-	$(STATIC) $(GO) run ./hack/image --output $(CURDIR)/_output/certapi-image.tar --arch $(ARCH) $(if $(TAG),--tag $(TAG))
+	VERSION=$(VERSION) $(STATIC) $(GO) run ./hack/image --output $(CURDIR)/_output/certapi-image.tar --arch $(ARCH) $(if $(TAG),--tag $(TAG))
 
 ## images: the test node's images as archives in _output/images, built without Docker by hack/image, for
 ## the host's architecture: certapi.tar, example-webhook.tar, pause.tar and coredns.tar, named
@@ -68,7 +74,17 @@ images:
 	./hack/build-tools.sh coredns
 	$(STATIC) $(GO) run ./hack/image --all --output-dir $(CURDIR)/_output/images
 
-## tools: kube-apiserver, etcd, kubectl, kubenode (kubelet, kube-proxy, kube-controller-manager,
+## release: every artifact of a release into _output/release, built by hack/release without Docker
+## (docs/release.md): certapi's image index for linux/amd64 and linux/arm64 as an OCI layout archive with
+## its SPDX SBOM attached, the kubectl plugins' archives for PLATFORMS (default linux, darwin and windows
+## on amd64 and arm64), their krew manifests, the chart, the install YAML and checksums.txt.
+## VERSION=vX.Y.Z names the release (default: git describe, hack/version.sh); the same commit gives the
+## same bytes.
+release:
+	./hack/build-tools.sh helm
+	VERSION=$(VERSION) $(STATIC) $(GO) run ./hack/release $(if $(PLATFORMS),--platforms $(PLATFORMS))
+
+## tools: kube-apiserver, etcd, kubectl, podcertnode, kubenode (kubelet, kube-proxy, kube-controller-manager,
 ## kube-scheduler), promtool, prometheus, helm and coredns from the Go module proxy into _output/bin (each
 ## group skipped when current; prometheus, helm and coredns are modules of their own under hack/tools)
 tools:
@@ -108,8 +124,10 @@ integration: tools
 	$(STATIC) $(GO) test -count=1 -timeout $(E2E_TIMEOUT) ./test/integration/...
 
 ## e2e: everything under test/ (test/integration, test/e2e and test/framework's own tests) against a
-## real etcd and kube-apiserver from _output/bin and the certapi just built
-e2e: tools build images
+## real etcd and kube-apiserver from _output/bin and the certapi just built; test/release against a
+## release for TEST_PLATFORMS
+e2e: PLATFORMS = $(TEST_PLATFORMS)
+e2e: tools build images $(if $(RELEASE_BUILT),,release)
 	CERTAPI_BIN=$(BIN)/certapi $(STATIC) $(GO) test -count=1 -timeout $(E2E_TIMEOUT) ./test/...
 
 ## test: everything CI runs: verify; the tools, certapi and the images; then the unit tests and everything
@@ -117,12 +135,17 @@ e2e: tools build images
 ## tests under the race detector keeps both cores busy, while the tests under test/ leave about half of a
 ## 2-core machine idle as they wait on their processes (cold, 45 min 45 s against 53 min one after the other;
 ## docs/development.md, "Build times"). The unit tests bind only ephemeral ports, test/framework's processes ports below that range.
-test: verify tools build images
-	$(MAKE) --no-print-directory -j2 --output-sync=target unit e2e
+## A release is built for test/release, for TEST_PLATFORMS only, once (RELEASE_BUILT keeps e2e from
+## building it again).
+test: PLATFORMS = $(TEST_PLATFORMS)
+test: verify tools build images release
+	$(MAKE) --no-print-directory -j2 --output-sync=target unit e2e RELEASE_BUILT=1
 
 ## local-up: the demo: etcd, kube-apiserver, certapi and the example webhook on loopback, a walkthrough, until Ctrl-C.
 ## NODE=1 adds a real node (needs root) and runs certapi on it as a pod from artifacts/deploy/overlays/single-replica.
-local-up: tools build $(if $(NODE),images)
+## It builds only the tools it runs (hack/local-up.sh: hack/build-tools.sh kube, and node with NODE=1), not
+## Prometheus or helm.
+local-up: build $(if $(NODE),images)
 	$(STATIC) ./hack/local-up.sh $(if $(NODE),--node)
 
 clean:

@@ -9,9 +9,9 @@
 # hack/tools/coredns; into _output/bin. Each group is skipped when its binaries were built from the same
 # sources and Go; each has its own stamp, so that a change to one never rebuilds another.
 #
-# Usage: hack/build-tools.sh [GROUP...]   GROUP: kube (etcd, kube-apiserver, kubectl, podcertnode,
-# kubenode), prometheus, helm, coredns; all four when none is named. hack/update-manifests.sh builds only
-# helm, make images only coredns.
+# Usage: hack/build-tools.sh [GROUP...]   GROUP: kube (etcd, kube-apiserver, kubectl), node (podcertnode,
+# kubenode), prometheus, helm, coredns; all five when none is named. make local-up builds kube (and node
+# with NODE=1), hack/update-manifests.sh only helm, make images only coredns.
 set -o errexit -o nounset -o pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
@@ -27,12 +27,12 @@ export GOFLAGS="$(go env GOFLAGS) -trimpath"
 TOOLCHAIN="$(go env GOVERSION) CGO_ENABLED=0 -trimpath"
 GROUPS_WANTED=("$@")
 if [[ ${#GROUPS_WANTED[@]} -eq 0 ]]; then
-  GROUPS_WANTED=(kube prometheus helm coredns)
+  GROUPS_WANTED=(kube node prometheus helm coredns)
 fi
 for g in "${GROUPS_WANTED[@]}"; do
   case "${g}" in
-    kube | prometheus | helm | coredns) ;;
-    *) echo "build-tools.sh: unknown group ${g}; want kube, prometheus, helm or coredns" >&2; exit 2 ;;
+    kube | node | prometheus | helm | coredns) ;;
+    *) echo "build-tools.sh: unknown group ${g}; want kube, node, prometheus, helm or coredns" >&2; exit 2 ;;
   esac
 done
 wanted() { [[ " ${GROUPS_WANTED[*]} " == *" $1 "* ]]; }
@@ -41,32 +41,76 @@ wanted() { [[ " ${GROUPS_WANTED[*]} " == *" $1 "* ]]; }
 # the other checkout's binary through the link, and `echo > STAMP` would overwrite its stamp.
 own() { local f; for f in "$@"; do if [[ -L "${f}" ]]; then rm -f "${f}"; fi; done; }
 
-# kube-apiserver, kubectl, etcd, podcertnode and kubenode (the node's kubelet, kube-proxy,
-# kube-controller-manager and kube-scheduler: linked once, not four times, which saves most of their
-# build's link time; see docs/development.md, "Build times").
-if wanted kube; then
+# kube_ldflags: the version stamp of the Kubernetes binaries, as Kubernetes' hack/lib/version.sh writes it
+# into k8s.io/component-base/version and k8s.io/client-go/pkg/version: the k8s.io/kubernetes module's
+# version (v1.37.2) and its time as the build date, so that `kube-apiserver --version`, kubectl version,
+# a Node's kubeletVersion and /version (which Helm's kubeVersion checks) say v1.37.2 rather than
+# v0.0.0-master. The module proxy gives no commit: gitCommit stays empty.
+kube_ldflags() {
+  local version date major minor flags="" p
+  read -r version date < <(cd "${TOOLS}" && go list -m -f '{{.Version}} {{.Time.UTC.Format "2006-01-02T15:04:05Z"}}' k8s.io/kubernetes)
+  major="$(cut -d. -f1 <<<"${version#v}")"
+  minor="$(cut -d. -f2 <<<"${version}")"
+  for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    flags+="-X ${p}.gitVersion=${version} -X ${p}.gitMajor=${major} -X ${p}.gitMinor=${minor} -X ${p}.gitCommit= -X ${p}.gitTreeState=clean -X ${p}.buildDate=${date} "
+  done
+  echo "${flags% }"
+}
+
+# The kube group (etcd, kube-apiserver, kubectl: what `make local-up` runs) and the node group (podcertnode
+# and kubenode: the node's kubelet, kube-proxy, kube-controller-manager and kube-scheduler, linked once,
+# not four times, which saves most of their build's link time; see docs/development.md, "Build times"),
+# each with its own stamp. When both are stale they are built in one invocation: the links overlap each
+# other and the compiles.
+if wanted kube || wanted node; then
 NODE_COMPONENTS=(kubelet kube-proxy kube-controller-manager kube-scheduler)
-STAMP="${BIN}/.tools-stamp"
-want="$(cd "${TOOLS}" && cat go.mod go.sum tools.go etcd/main.go podcertnode/main.go kubenode/main.go | sha256sum | cut -d' ' -f1) ${TOOLCHAIN}"
-current=true
-for b in kube-apiserver etcd kubectl podcertnode kubenode "${NODE_COMPONENTS[@]}"; do
-  [[ -x "${BIN}/${b}" ]] || current=false
-done
-if [[ -f "${STAMP}" && "$(cat "${STAMP}")" == "${want}" && "${current}" == true ]]; then
-  echo "tools are current in ${BIN}"
-else
+KUBE_LDFLAGS="$(kube_ldflags)"
+pkgs=()
+names=()
+stamps=()
+# group NAME STAMP WANT PACKAGES BINARIES: adds the group's packages to the build unless its binaries
+# were built from the same sources, Go and version stamp.
+group() {
+  local name="$1" stamp="$2" want="$3" pkg_list="$4" bin_list="$5" current=true b
+  for b in ${bin_list}; do
+    [[ -x "${BIN}/${b}" ]] || current=false
+  done
+  if [[ -f "${stamp}" && "$(cat "${stamp}")" == "${want}" && "${current}" == true ]]; then
+    echo "${name} tools are current in ${BIN}"
+    return
+  fi
+  own "${stamp}"
+  for b in ${bin_list}; do own "${BIN}/${b}"; done
+  # shellcheck disable=SC2206
+  pkgs+=(${pkg_list})
+  names+=("${name}")
+  stamps+=("${stamp}=${want}")
+}
+sum() { (cd "${TOOLS}" && cat "$@" | sha256sum | cut -d' ' -f1); }
+if wanted kube; then
+  group kube "${BIN}/.tools-stamp" "$(sum go.mod go.sum tools.go etcd/main.go) ${TOOLCHAIN} ${KUBE_LDFLAGS}" \
+    "./etcd k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl" "etcd kube-apiserver kubectl"
+fi
+if wanted node; then
+  group node "${BIN}/.node-stamp" "$(sum go.mod go.sum podcertnode/main.go kubenode/main.go) ${TOOLCHAIN} ${KUBE_LDFLAGS}" \
+    "./podcertnode ./kubenode" "podcertnode kubenode ${NODE_COMPONENTS[*]}"
+fi
+if (( ${#pkgs[@]} > 0 )); then
   (
     cd "${TOOLS}"
     start=${SECONDS}
-    echo "building etcd, kube-apiserver, kubectl, podcertnode and kubenode into ${BIN} (cold, about 6 minutes on 2 cores when certapi was built or vetted first, 9 otherwise)"
-    own "${STAMP}" "${BIN}"/{etcd,kube-apiserver,kubectl,podcertnode,kubenode}
-    # One invocation: the five links overlap each other and the compiles.
-    go build -o "${BIN}/" ./etcd k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl ./podcertnode ./kubenode
-    for c in "${NODE_COMPONENTS[@]}"; do
-      ln -sfn kubenode "${BIN}/${c}"
+    echo "building ${pkgs[*]} into ${BIN} (cold, both groups take about 6 minutes on 2 cores when certapi was built or vetted first, 9 otherwise; the kube group alone about 4)"
+    for c in "${NODE_COMPONENTS[@]}"; do own "${BIN}/${c}"; done
+    go build -ldflags "${KUBE_LDFLAGS}" -o "${BIN}/" "${pkgs[@]}"
+    if [[ " ${names[*]} " == *" node "* ]]; then
+      for c in "${NODE_COMPONENTS[@]}"; do
+        ln -sfn kubenode "${BIN}/${c}"
+      done
+    fi
+    for s in "${stamps[@]}"; do
+      echo "${s#*=}" > "${s%%=*}"
     done
-    echo "${want}" > "${STAMP}"
-    echo "tools built in $((SECONDS - start))s"
+    echo "${names[*]} tools built in $((SECONDS - start))s"
   )
 fi
 fi

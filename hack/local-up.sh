@@ -4,12 +4,21 @@
 # certificate from certapi while kube-apiserver calls it; a short walkthrough, then it runs until Ctrl-C.
 # State, kubeconfig and logs go to _output/local (--dir=DIR for another directory, emptied at start).
 #
-# Builds what it needs first, into _output/bin: the tools (make tools; skipped when current), certapi
+# Builds what it needs first, into _output/bin: the tools it runs (hack/build-tools.sh kube, and node with
+# --node; skipped when current), certapi
 # (unless $CERTAPI_BIN names a prebuilt one), the kubectl plugins, the example webhook and local-up itself.
 set -o errexit -o nounset -o pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
 cd "${ROOT}"
-./hack/build-tools.sh
+# Only the tools it runs: etcd, kube-apiserver and kubectl (the kube group); the node's with --node.
+# Prometheus, helm and CoreDNS are for the tests (CoreDNS's image comes from make images, with NODE=1).
+groups=(kube)
+for a in "$@"; do
+  if [[ "${a}" == --node || "${a}" == --node=true ]]; then
+    groups+=(node)
+  fi
+done
+./hack/build-tools.sh "${groups[@]}"
 BIN="${ROOT}/_output/bin"
 if [[ -z "${CERTAPI_BIN:-}" ]]; then
   echo "building certapi, kubectl-create-servingcertrequest, kubectl-certapi, example-webhook and local-up into ${BIN}"

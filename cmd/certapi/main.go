@@ -18,6 +18,7 @@ import (
 
 	"github.com/certapi/certapi/pkg/apiserver"
 	"github.com/certapi/certapi/pkg/cmd/snapshotcmd"
+	"github.com/certapi/certapi/pkg/version"
 )
 
 func main() {
@@ -58,7 +59,7 @@ objects); see "certapi snapshot --help".`,
 		SilenceUsage: true,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if showVersion {
-				_, err := fmt.Fprintln(cmd.OutOrStdout(), versionString())
+				_, err := fmt.Fprintln(cmd.OutOrStdout(), version.String("certapi"))
 				return err
 			}
 			if len(args) > 0 {

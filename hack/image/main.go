@@ -49,6 +49,7 @@ const (
 	labelVersion     = "org.opencontainers.image.version"
 	labelRevision    = "org.opencontainers.image.revision"
 	labelSource      = "org.opencontainers.image.source"
+	labelCreated     = "org.opencontainers.image.created"
 )
 
 // nonroot is the user the images run as: uid and gid 65532, "nonroot" as distroless names it.
@@ -110,6 +111,7 @@ func main() {
 	flag.StringVar(&o.outputDir, "output-dir", filepath.Join("_output", "images"), "Where --all (and an --image other than certapi without --output) writes NAME.tar.")
 	flag.StringVar(&o.binDir, "bin-dir", filepath.Join("_output", "images", "bin"), "Where the static binaries are linked; kept, so that an unchanged binary is not linked again.")
 	flag.StringVar(&o.arch, "arch", runtime.GOARCH, "GOARCH of the images (their OS is linux).")
+	flag.StringVar(&o.indexDir, "index-dir", "", "Write certapi's image for every architecture of --arch (comma-separated: amd64,arm64) as one multi-architecture image index into this OCI image layout directory (make release), instead of an archive.")
 	flag.StringVar(&o.tag, "tag", "", "The name and tag of the one image in its archive. Default: certapi:<version> for certapi, the fixed name (certapi.dev/NAME:...) for the others.")
 	flag.Parse()
 	if err := run(o); err != nil {
@@ -119,8 +121,8 @@ func main() {
 }
 
 type options struct {
-	image, output, outputDir, binDir, arch, tag string
-	all                                         bool
+	image, output, outputDir, binDir, arch, tag, indexDir string
+	all                                                   bool
 }
 
 // job is one archive to write.
@@ -167,7 +169,13 @@ func (o options) jobs(version string) ([]job, error) {
 
 func run(o options) error {
 	start := time.Now()
-	src := sourceInfo()
+	src, err := sourceInfo()
+	if err != nil {
+		return err
+	}
+	if o.indexDir != "" {
+		return writeIndex(o, src)
+	}
 	js, err := o.jobs(src.version)
 	if err != nil {
 		return err
@@ -186,7 +194,7 @@ func run(o options) error {
 		return err
 	}
 	defer unlock()
-	bins, err := buildBinaries(o.binDir, o.arch, src.version, js)
+	bins, err := buildBinaries(o.binDir, o.arch, src, js)
 	if err != nil {
 		return err
 	}
@@ -272,7 +280,7 @@ func (j job) source(bin string, src source) (source, error) {
 // buildBinaries links the Go programs of js, static, into binDir in one go build (which links only what
 // changed), and returns every job's binary by name; a job without a package names a binary built by
 // hack/build-tools.sh, which must exist.
-func buildBinaries(binDir, arch, version string, js []job) (map[string]string, error) {
+func buildBinaries(binDir, arch string, src source, js []job) (map[string]string, error) {
 	bins := map[string]string{}
 	var pkgs []string
 	for _, j := range js {
@@ -290,7 +298,7 @@ func buildBinaries(binDir, arch, version string, js []job) (map[string]string, e
 		return bins, nil
 	}
 	dir := filepath.Join(binDir, arch) + string(os.PathSeparator)
-	args := append([]string{"build"}, staticBuildFlags(version)...)
+	args := append([]string{"build"}, staticBuildFlags(src)...)
 	args = append(args, "-o", dir)
 	cmd := exec.Command("go", append(args, pkgs...)...)
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+arch)
@@ -302,9 +310,10 @@ func buildBinaries(binDir, arch, version string, js []job) (map[string]string, e
 }
 
 // staticBuildFlags are the flags the images' Go programs are built with, as artifacts/deploy/Dockerfile
-// builds certapi (with CGO_ENABLED=0): trimmed paths, no symbol table, the version linked in.
-func staticBuildFlags(version string) []string {
-	return []string{"-trimpath", "-ldflags=-s -w -X main.version=" + version}
+// builds certapi (with CGO_ENABLED=0): trimmed paths, no symbol table, the version linked in, into
+// pkg/version for certapi and into main.version for the pause program.
+func staticBuildFlags(src source) []string {
+	return []string{"-trimpath", "-ldflags=-s -w -X main.version=" + src.version + " " + src.ldflags}
 }
 
 // checkPlatform refuses a binary that is not a static linux/arch executable.
@@ -483,27 +492,40 @@ type source struct {
 	// time is the commit's time, the image's creation time and every file's: the same commit gives the
 	// same image.
 	time time.Time
+	// ldflags stamp the version into pkg/version (hack/version.sh --ldflags).
+	ldflags string
 }
 
-// sourceInfo reads the version (git describe), revision and commit time; outside a git work tree,
-// "dev" and the Unix epoch.
-func sourceInfo() source {
-	s := source{version: "dev", time: time.Unix(0, 0).UTC()}
-	git := func(args ...string) string {
-		out, err := exec.Command("git", args...).Output()
+// sourceInfo reads the version, revision and commit time from hack/version.sh, the one source of
+// certapi's version (git describe, or $VERSION).
+func sourceInfo() (source, error) {
+	run := func(args ...string) (string, error) {
+		cmd := exec.Command(filepath.Join("hack", "version.sh"), args...)
+		cmd.Stderr = os.Stderr
+		out, err := cmd.Output()
 		if err != nil {
-			return ""
+			return "", fmt.Errorf("hack/version.sh %s: %w", strings.Join(args, " "), err)
 		}
-		return strings.TrimSpace(string(out))
+		return strings.TrimSpace(string(out)), nil
 	}
-	if v := git("describe", "--tags", "--always", "--dirty"); v != "" {
-		s.version = v
+	kv, err := run()
+	if err != nil {
+		return source{}, err
 	}
-	s.revision = git("rev-parse", "HEAD")
-	if ct, err := strconv.ParseInt(git("log", "-1", "--format=%ct"), 10, 64); err == nil {
+	vars := map[string]string{}
+	for _, l := range strings.Split(kv, "\n") {
+		if k, v, ok := strings.Cut(l, "="); ok {
+			vars[k] = v
+		}
+	}
+	s := source{version: vars["VERSION"], revision: vars["GIT_COMMIT"], time: time.Unix(0, 0).UTC()}
+	if ct, err := strconv.ParseInt(vars["SOURCE_DATE_EPOCH"], 10, 64); err == nil {
 		s.time = time.Unix(ct, 0).UTC()
 	}
-	return s
+	if s.ldflags, err = run("--ldflags"); err != nil {
+		return source{}, err
+	}
+	return s, nil
 }
 
 // buildImage puts the binary into an empty base with the stage's configuration.
@@ -531,7 +553,7 @@ func buildImage(bin, arch string, st stage, minimal bool, src source) (v1.Image,
 	}
 	cf = cf.DeepCopy()
 	cf.Architecture, cf.OS, cf.Created = arch, "linux", v1.Time{Time: src.time}
-	labels := map[string]string{labelVersion: src.version}
+	labels := map[string]string{labelVersion: src.version, labelCreated: src.time.Format(time.RFC3339)}
 	if src.revision != "" {
 		labels[labelRevision] = src.revision
 	}

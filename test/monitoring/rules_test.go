@@ -50,6 +50,13 @@ type prometheusRule struct {
 
 // dashboard is the part of the Grafana dashboard the test reads.
 type dashboard struct {
+	Templating struct {
+		List []struct {
+			Name  string `json:"name"`
+			Type  string `json:"type"`
+			Query any    `json:"query"`
+		} `json:"list"`
+	} `json:"templating"`
 	Panels []struct {
 		ID      int    `json:"id"`
 		Type    string `json:"type"`
@@ -81,12 +88,15 @@ func (m Monitoring) Alerts() []rule {
 	return out
 }
 
-// DashboardQueries returns each panel target's query, keyed by a recording rule name for it.
+// DashboardQueries returns each panel target's query, keyed by a recording rule name for it, with the
+// dashboard's variables as Grafana sets them when All is chosen ($cluster, $namespace and $job: .*, which
+// also matches a series without the label, as a Prometheus scraping certapi by static_configs has).
 func (m Monitoring) DashboardQueries() map[string]string {
 	out := map[string]string{}
+	all := strings.NewReplacer("$cluster", ".*", "$namespace", ".*", "$job", ".*")
 	for _, p := range m.Dashboard.Panels {
 		for _, t := range p.Targets {
-			out[fmt.Sprintf("certapi_dashboard:panel%d_%s", p.ID, t.RefID)] = t.Expr
+			out[fmt.Sprintf("certapi_dashboard:panel%d_%s", p.ID, t.RefID)] = all.Replace(t.Expr)
 		}
 	}
 	return out

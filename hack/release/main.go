@@ -1,0 +1,218 @@
+// Command release builds every artifact of a certapi release into one directory (make release,
+// docs/release.md): certapi's image for linux/amd64 and linux/arm64 as one multi-architecture image index
+// in an OCI image layout archive, with an SPDX SBOM of certapi's modules attached to the index as an OCI
+// referrer; the kubectl plugins kubectl-certapi and kubectl-create-servingcertrequest as archives for
+// each platform (tar.gz, zip for Windows); krew plugin manifests naming those archives by checksum; the
+// Helm chart packaged with the release's version; one install YAML of the chart's defaults with the image
+// pinned by digest; and checksums.txt. Every binary is static, stripped (-s -w) and stamped with the
+// version of hack/version.sh. Everything is built from the commit alone, with the commit's time as every
+// file's, so two builds of one commit are byte-identical (test/release checks it). No Docker: the Go
+// toolchain, go-containerregistry (hack/image) and helm.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Where the release is published: the krew manifests' download URLs, the SBOM's and image's source.
+const (
+	repoURL     = "https://github.com/certapi/certapi"
+	downloadURL = repoURL + "/releases/download"
+	// imageRepository is the chart's default image.repository, where the image index is pushed.
+	imageRepository = "ghcr.io/certapi/certapi"
+)
+
+// plugins are the kubectl plugins released as archives, with their krew names.
+var plugins = []plugin{
+	{bin: "kubectl-certapi", pkg: "./cmd/kubectl-certapi", krewName: "certapi",
+		short:       "Inspect and operate certapi's in-cluster CA",
+		description: "Shows certapi's CA and injection status (status), checks a webhook's trust (check), and rotates or distrusts the CA (rotate, distrust)."},
+	{bin: "kubectl-create-servingcertrequest", pkg: "./cmd/kubectl-create-servingcertrequest", krewName: "create-servingcertrequest",
+		short:       "Request a TLS serving certificate from certapi",
+		description: "Creates a ServingCertRequest for a Service's DNS names and waits for certapi to issue it; writes the key locally. Installed by krew it runs as `kubectl create-servingcertrequest` (krew names the binary kubectl-create_servingcertrequest); from the archive on PATH as `kubectl create servingcertrequest`."},
+}
+
+type plugin struct {
+	bin, pkg, krewName, short, description string
+}
+
+// defaultPlatforms are the plugins' platforms of a full release; make test builds linux/amd64 and
+// linux/arm64 only.
+const defaultPlatforms = "linux/amd64,linux/arm64,darwin/amd64,darwin/arm64,windows/amd64,windows/arm64"
+
+type options struct {
+	output, work, platforms, imageArchs, helm string
+}
+
+func main() {
+	var o options
+	flag.StringVar(&o.output, "output", filepath.Join("_output", "release"), "The directory to write the release into; emptied first.")
+	flag.StringVar(&o.work, "work", filepath.Join("_output", "release-build"), "Where the binaries are linked; kept, so that a binary whose inputs did not change is not linked again.")
+	flag.StringVar(&o.platforms, "platforms", defaultPlatforms, "OS/ARCH list (comma-separated) of the kubectl plugins' archives.")
+	flag.StringVar(&o.imageArchs, "image-arch", "amd64,arm64", "The architectures (comma-separated) of certapi's image index; all linux.")
+	flag.StringVar(&o.helm, "helm", filepath.Join("_output", "bin", "helm"), "The helm that packages and renders the chart (make tools builds it).")
+	flag.Parse()
+	start := time.Now()
+	if err := run(o); err != nil {
+		fmt.Fprintf(os.Stderr, "release: %v\n", err)
+		os.Exit(1)
+	}
+	fmt.Printf("release written to %s in %s\n", o.output, time.Since(start).Round(100*time.Millisecond))
+}
+
+// source is the version and commit being released, from hack/version.sh.
+type source struct {
+	version, commit, ldflags string
+	// time is the commit's time: every file's in every archive, the SBOM's and the image's creation time.
+	time time.Time
+}
+
+func readSource() (source, error) {
+	run := func(args ...string) (string, error) {
+		cmd := exec.Command(filepath.Join("hack", "version.sh"), args...)
+		cmd.Stderr = os.Stderr
+		out, err := cmd.Output()
+		if err != nil {
+			return "", fmt.Errorf("hack/version.sh %s: %w", strings.Join(args, " "), err)
+		}
+		return strings.TrimSpace(string(out)), nil
+	}
+	kv, err := run()
+	if err != nil {
+		return source{}, err
+	}
+	vars := map[string]string{}
+	for _, l := range strings.Split(kv, "\n") {
+		if k, v, ok := strings.Cut(l, "="); ok {
+			vars[k] = v
+		}
+	}
+	epoch, err := strconv.ParseInt(vars["SOURCE_DATE_EPOCH"], 10, 64)
+	if err != nil {
+		return source{}, fmt.Errorf("hack/version.sh: SOURCE_DATE_EPOCH=%q: %w", vars["SOURCE_DATE_EPOCH"], err)
+	}
+	s := source{version: vars["VERSION"], commit: vars["GIT_COMMIT"], time: time.Unix(epoch, 0).UTC()}
+	if s.ldflags, err = run("--ldflags"); err != nil {
+		return source{}, err
+	}
+	return s, nil
+}
+
+func run(o options) error {
+	src, err := readSource()
+	if err != nil {
+		return err
+	}
+	platforms, err := parsePlatforms(o.platforms)
+	if err != nil {
+		return err
+	}
+	if err := os.RemoveAll(o.output); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(o.output, 0o755); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(o.work, 0o755); err != nil {
+		return err
+	}
+	fmt.Printf("releasing certapi %s (commit %s) into %s\n", src.version, src.commit, o.output)
+
+	digest, err := releaseImage(o, src)
+	if err != nil {
+		return fmt.Errorf("the image: %w", err)
+	}
+	archives, err := releasePlugins(o, src, platforms)
+	if err != nil {
+		return fmt.Errorf("the kubectl plugins: %w", err)
+	}
+	if err := writeKrewManifests(o.output, src, archives); err != nil {
+		return fmt.Errorf("the krew manifests: %w", err)
+	}
+	if err := releaseChart(o, src, digest); err != nil {
+		return fmt.Errorf("the chart: %w", err)
+	}
+	if err := writeChecksums(o.output); err != nil {
+		return fmt.Errorf("checksums.txt: %w", err)
+	}
+	return printSizes(o.output)
+}
+
+// platform is one OS/ARCH of the plugins.
+type platform struct{ os, arch string }
+
+func parsePlatforms(s string) ([]platform, error) {
+	var out []platform
+	for _, p := range strings.Split(s, ",") {
+		osName, arch, ok := strings.Cut(strings.TrimSpace(p), "/")
+		if !ok || !slices.Contains([]string{"linux", "darwin", "windows"}, osName) || !slices.Contains([]string{"amd64", "arm64"}, arch) {
+			return nil, fmt.Errorf("--platforms: %q is not one of linux, darwin or windows / amd64 or arm64 (e.g. linux/amd64)", p)
+		}
+		out = append(out, platform{osName, arch})
+	}
+	return out, nil
+}
+
+// reproducibleEnv is the build environment of every binary: static, with trimmed paths and no VCS
+// stamp (the version is linked in by hack/version.sh's flags instead), whatever GOFLAGS the caller had,
+// so that the same commit gives the same bytes.
+var reproducibleEnv = []string{"CGO_ENABLED=0", "GOFLAGS=-trimpath -buildvcs=false"}
+
+// goBuild links the static, stripped, version-stamped binaries of pkgs for goos/goarch into dir.
+func goBuild(dir, goos, goarch, ldflags string, pkgs ...string) error {
+	args := append([]string{"build", "-trimpath", "-ldflags=-s -w " + ldflags, "-o", dir + string(os.PathSeparator)}, pkgs...)
+	cmd := exec.Command("go", args...)
+	cmd.Env = append(os.Environ(), reproducibleEnv...)
+	cmd.Env = append(cmd.Env, "GOOS="+goos, "GOARCH="+goarch)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("go build %s for %s/%s: %w", strings.Join(pkgs, " "), goos, goarch, err)
+	}
+	return nil
+}
+
+// printSizes lists what was written, with sizes (docs/release.md quotes them).
+func printSizes(dir string) error {
+	return filepathWalkFiles(dir, func(rel string, size int64) {
+		fmt.Printf("%12s  %s\n", humanSize(size), rel)
+	})
+}
+
+// filepathWalkFiles calls f for every regular file under dir, in lexical order, with its slash path
+// relative to dir.
+func filepathWalkFiles(dir string, f func(rel string, size int64)) error {
+	return filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(dir, path)
+		if err != nil {
+			return err
+		}
+		f(filepath.ToSlash(rel), info.Size())
+		return nil
+	})
+}
+
+// humanSize is size in B, kB or MB (powers of 1000, as ls --si and the docs count).
+func humanSize(size int64) string {
+	switch {
+	case size >= 1e6:
+		return fmt.Sprintf("%.1f MB", float64(size)/1e6)
+	case size >= 1e3:
+		return fmt.Sprintf("%.1f kB", float64(size)/1e3)
+	}
+	return fmt.Sprintf("%d B", size)
+}

@@ -1,0 +1,86 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParsePlatforms(t *testing.T) {
+	for _, tc := range []struct {
+		in      string
+		want    []platform
+		wantErr string
+	}{
+		{"linux/amd64,linux/arm64", []platform{{"linux", "amd64"}, {"linux", "arm64"}}, ""},
+		{"windows/arm64", []platform{{"windows", "arm64"}}, ""},
+		{"linux", nil, `"linux" is not one of`},
+		{"freebsd/amd64", nil, `"freebsd/amd64" is not one of`},
+		{"linux/386", nil, `"linux/386" is not one of`},
+	} {
+		got, err := parsePlatforms(tc.in)
+		switch {
+		case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+			t.Errorf("parsePlatforms(%q) = %v, %v; want an error saying %q", tc.in, got, err, tc.wantErr)
+		case tc.wantErr == "" && (err != nil || len(got) != len(tc.want)):
+			t.Errorf("parsePlatforms(%q) = %v, %v; want %v", tc.in, got, err, tc.want)
+		case tc.wantErr == "":
+			for i := range got {
+				if got[i] != tc.want[i] {
+					t.Errorf("parsePlatforms(%q)[%d] = %v, want %v", tc.in, i, got[i], tc.want[i])
+				}
+			}
+		}
+	}
+}
+
+func TestArchiveName(t *testing.T) {
+	for _, tc := range []struct{ goos, want string }{
+		{"linux", "kubectl-certapi_v0.2.0_linux_arm64.tar.gz"},
+		{"darwin", "kubectl-certapi_v0.2.0_darwin_arm64.tar.gz"},
+		{"windows", "kubectl-certapi_v0.2.0_windows_arm64.zip"},
+	} {
+		if got := ArchiveName("kubectl-certapi", "v0.2.0", tc.goos, "arm64"); got != tc.want {
+			t.Errorf("ArchiveName(%s) = %s, want %s", tc.goos, got, tc.want)
+		}
+	}
+}
+
+// TestArchivesAreReproducible writes each kind of archive twice and wants the same bytes.
+func TestArchivesAreReproducible(t *testing.T) {
+	files := []archiveFile{{"LICENSE", 0o644, []byte("license\n")}, {"kubectl-certapi", 0o755, []byte("binary")}}
+	mtime := time.Unix(1796195521, 0)
+	for _, tc := range []struct {
+		name  string
+		write func(string) error
+	}{
+		{"tar.gz", func(p string) error { return writeTarGz(p, files, mtime) }},
+		{"zip", func(p string) error { return writeZip(p, files, mtime) }},
+	} {
+		dir := t.TempDir()
+		a, b := filepath.Join(dir, "a"), filepath.Join(dir, "b")
+		if err := tc.write(a); err != nil {
+			t.Fatal(err)
+		}
+		if err := tc.write(b); err != nil {
+			t.Fatal(err)
+		}
+		da, _ := os.ReadFile(a)
+		db, _ := os.ReadFile(b)
+		if !bytes.Equal(da, db) || len(da) == 0 {
+			t.Errorf("%s: two writes of the same files differ", tc.name)
+		}
+		// And normalizeTarGz leaves a normalized archive as it is.
+		if tc.name == "tar.gz" {
+			if err := normalizeTarGz(b, mtime); err != nil {
+				t.Fatal(err)
+			}
+			if dn, _ := os.ReadFile(b); !bytes.Equal(da, dn) {
+				t.Error("normalizeTarGz changed an archive already normalized")
+			}
+		}
+	}
+}

@@ -1,0 +1,99 @@
+package release
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/certapi/certapi/test/framework"
+)
+
+// run runs bin and fails the test, with what it printed, unless it succeeds.
+func run(t *testing.T, env []string, bin string, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%s %s: %v\n%s%s", filepath.Base(bin), strings.Join(args, " "), err, stdout.String(), stderr.String())
+	}
+	return stdout.String()
+}
+
+// TestChartAndInstallYAML installs the packaged chart with helm on a real kube-apiserver (no node: what is
+// tested is what the chart asks of the API, as in test/chart), checks the release's chart and app
+// versions and the image it runs, uninstalls it, then applies the install YAML and checks that it pins
+// the image index by digest.
+func TestChartAndInstallYAML(t *testing.T) {
+	cp := framework.StartT(t, framework.Options{SkipCertapi: true})
+	helmBin, err := framework.HelmBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubectlBin := filepath.Join(root, "_output", "bin", "kubectl")
+	home := t.TempDir()
+	env := []string{"KUBECONFIG=" + cp.Kubeconfig, "HELM_CACHE_HOME=" + home, "HELM_CONFIG_HOME=" + home, "HELM_DATA_HOME=" + home}
+	kube, err := kubernetes.NewForConfig(cp.AdminConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	image := func(ns string) string {
+		d, err := kube.AppsV1().Deployments(ns).Get(context.Background(), "certapi", metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("the certapi Deployment: %v", err)
+		}
+		return d.Spec.Template.Spec.Containers[0].Image
+	}
+
+	encFile := filepath.Join(t.TempDir(), "encryption-config.yaml")
+	if err := os.WriteFile(encFile, []byte(`apiVersion: apiserver.config.k8s.io/v1
+kind: EncryptionConfiguration
+resources:
+- resources:
+  - certificateauthoritykeys.certapi.dev
+  providers:
+  - secretbox:
+      keys:
+      - name: key1
+        secret: c2VjcmV0IGlzIHNlY3JldCwgb3IgaXMgaXQ/IDMyIGI=
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tgz := filepath.Join(dir, "certapi-"+chartVersion()+".tgz")
+	run(t, env, helmBin, "install", "certapi", tgz, "--namespace", "certapi", "--create-namespace", "--set-file", "encryption.config="+encFile)
+	var releases []struct {
+		Name       string `json:"name"`
+		Chart      string `json:"chart"`
+		AppVersion string `json:"app_version"`
+		Status     string `json:"status"`
+	}
+	if err := json.Unmarshal([]byte(run(t, env, helmBin, "list", "--namespace", "certapi", "--output", "json")), &releases); err != nil {
+		t.Fatal(err)
+	}
+	if len(releases) != 1 || releases[0].Chart != "certapi-"+chartVersion() || releases[0].AppVersion != version || releases[0].Status != "deployed" {
+		t.Errorf("helm list: %+v, want certapi-%s, app version %s, deployed", releases, chartVersion(), version)
+	}
+	if got, want := image("certapi"), "ghcr.io/certapi/certapi:"+version; got != want {
+		t.Errorf("the chart's default image is %s, want %s", got, want)
+	}
+	run(t, env, helmBin, "uninstall", "certapi", "--namespace", "certapi", "--wait", "--timeout", "2m")
+
+	// The install YAML, as a user applies it.
+	_, indexDesc, _ := imageLayout(t)
+	run(t, nil, kubectlBin, "--kubeconfig", cp.Kubeconfig, "apply", "--server-side", "-f", filepath.Join(dir, "certapi.yaml"))
+	if got, want := image("certapi-system"), "ghcr.io/certapi/certapi@"+indexDesc.Digest.String(); got != want {
+		t.Errorf("certapi.yaml runs %s, want the image index by digest, %s", got, want)
+	}
+}
