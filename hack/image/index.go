@@ -23,7 +23,7 @@ func writeIndex(o options, src source) error {
 		return errors.New("--index-dir writes certapi's image alone: --all, --output and --image name other outputs")
 	}
 	archs := strings.Split(o.arch, ",")
-	j, err := o.jobs(src.version)
+	j, err := o.jobs(src.Version)
 	if err != nil {
 		return err
 	}
@@ -60,7 +60,7 @@ func writeIndex(o options, src source) error {
 		return fmt.Errorf("writing the OCI layout %s: %w", o.indexDir, err)
 	}
 	if err := p.AppendIndex(idx, layout.WithAnnotations(map[string]string{
-		"org.opencontainers.image.ref.name": src.version,
+		"org.opencontainers.image.ref.name": src.Version,
 	})); err != nil {
 		return fmt.Errorf("writing the image index into %s: %w", o.indexDir, err)
 	}
@@ -68,6 +68,6 @@ func writeIndex(o options, src source) error {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("wrote %s: certapi %s for linux/%s (%s)\n", filepath.Clean(o.indexDir), src.version, strings.Join(archs, ", linux/"), d)
+	fmt.Printf("wrote %s: certapi %s for linux/%s (%s)\n", filepath.Clean(o.indexDir), src.Version, strings.Join(archs, ", linux/"), d)
 	return nil
 }

@@ -23,7 +23,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -40,6 +39,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/certapi/certapi/hack/internal/buildsource"
 )
 
 // Labels hack/image adds to the Dockerfile's, from the source it builds.
@@ -176,7 +177,7 @@ func run(o options) error {
 	if o.indexDir != "" {
 		return writeIndex(o, src)
 	}
-	js, err := o.jobs(src.version)
+	js, err := o.jobs(src.Version)
 	if err != nil {
 		return err
 	}
@@ -247,7 +248,7 @@ func write(j job, bin, arch string, src source, self string) error {
 		return err
 	}
 	defer os.RemoveAll(work)
-	if err := writeArchive(j.out, work, img, j.tag, src.time); err != nil {
+	if err := writeArchive(j.out, work, img, j.tag, src.Time); err != nil {
 		return err
 	}
 	digest, err := img.Digest()
@@ -271,7 +272,7 @@ func (j job) source(bin string, src source) (source, error) {
 	}
 	for _, d := range info.Deps {
 		if d.Path == "github.com/coredns/coredns" {
-			return source{version: d.Version, time: time.Unix(0, 0).UTC()}, nil
+			return source{Version: d.Version, Time: time.Unix(0, 0).UTC()}, nil
 		}
 	}
 	return source{}, fmt.Errorf("%s was not built from github.com/coredns/coredns", bin)
@@ -313,7 +314,7 @@ func buildBinaries(binDir, arch string, src source, js []job) (map[string]string
 // builds certapi (with CGO_ENABLED=0): trimmed paths, no symbol table, the version linked in, into
 // pkg/version for certapi and into main.version for the pause program.
 func staticBuildFlags(src source) []string {
-	return []string{"-trimpath", "-ldflags=-s -w -X main.version=" + src.version + " " + src.ldflags}
+	return []string{"-trimpath", "-ldflags=-s -w -X main.version=" + src.Version + " " + src.LDFlags}
 }
 
 // checkPlatform refuses a binary that is not a static linux/arch executable.
@@ -487,50 +488,15 @@ func parseLabels(s string, into map[string]string) error {
 }
 
 // source describes the commit being built.
-type source struct {
-	version, revision string
-	// time is the commit's time, the image's creation time and every file's: the same commit gives the
-	// same image.
-	time time.Time
-	// ldflags stamp the version into pkg/version (hack/version.sh --ldflags).
-	ldflags string
-}
+type source = buildsource.Source
 
 // sourceInfo reads the version, revision and commit time from hack/version.sh, the one source of
 // certapi's version (git describe, or $VERSION).
-func sourceInfo() (source, error) {
-	run := func(args ...string) (string, error) {
-		cmd := exec.Command(filepath.Join("hack", "version.sh"), args...)
-		cmd.Stderr = os.Stderr
-		out, err := cmd.Output()
-		if err != nil {
-			return "", fmt.Errorf("hack/version.sh %s: %w", strings.Join(args, " "), err)
-		}
-		return strings.TrimSpace(string(out)), nil
-	}
-	kv, err := run()
-	if err != nil {
-		return source{}, err
-	}
-	vars := map[string]string{}
-	for _, l := range strings.Split(kv, "\n") {
-		if k, v, ok := strings.Cut(l, "="); ok {
-			vars[k] = v
-		}
-	}
-	s := source{version: vars["VERSION"], revision: vars["GIT_COMMIT"], time: time.Unix(0, 0).UTC()}
-	if ct, err := strconv.ParseInt(vars["SOURCE_DATE_EPOCH"], 10, 64); err == nil {
-		s.time = time.Unix(ct, 0).UTC()
-	}
-	if s.ldflags, err = run("--ldflags"); err != nil {
-		return source{}, err
-	}
-	return s, nil
-}
+func sourceInfo() (source, error) { return buildsource.Read() }
 
 // buildImage puts the binary into an empty base with the stage's configuration.
 func buildImage(bin, arch string, st stage, minimal bool, src source) (v1.Image, error) {
-	layerTar, err := rootfsLayer(bin, st.binary, minimal, src.time)
+	layerTar, err := rootfsLayer(bin, st.binary, minimal, src.Time)
 	if err != nil {
 		return nil, err
 	}
@@ -542,7 +508,7 @@ func buildImage(bin, arch string, st stage, minimal bool, src source) (v1.Image,
 	}
 	base := mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON)
 	img, err := mutate.Append(base, mutate.Addendum{Layer: layer, History: v1.History{
-		Created: v1.Time{Time: src.time}, CreatedBy: "hack/image: COPY " + filepath.Base(st.binary) + " /" + st.binary, Comment: "built with go-containerregistry",
+		Created: v1.Time{Time: src.Time}, CreatedBy: "hack/image: COPY " + filepath.Base(st.binary) + " /" + st.binary, Comment: "built with go-containerregistry",
 	}})
 	if err != nil {
 		return nil, fmt.Errorf("adding the layer: %w", err)
@@ -552,10 +518,10 @@ func buildImage(bin, arch string, st stage, minimal bool, src source) (v1.Image,
 		return nil, err
 	}
 	cf = cf.DeepCopy()
-	cf.Architecture, cf.OS, cf.Created = arch, "linux", v1.Time{Time: src.time}
-	labels := map[string]string{labelVersion: src.version, labelCreated: src.time.Format(time.RFC3339)}
-	if src.revision != "" {
-		labels[labelRevision] = src.revision
+	cf.Architecture, cf.OS, cf.Created = arch, "linux", v1.Time{Time: src.Time}
+	labels := map[string]string{labelVersion: src.Version, labelCreated: src.Time.Format(time.RFC3339)}
+	if src.Commit != "" {
+		labels[labelRevision] = src.Commit
 	}
 	for k, v := range st.labels {
 		labels[k] = v
@@ -693,7 +659,7 @@ func writeArchive(out, dir string, img v1.Image, tag string, mtime time.Time) er
 	}
 	tmp := f.Name()
 	f.Close()
-	if err := tarDir(tmp, dir, mtime); err != nil {
+	if err := buildsource.TarDir(tmp, dir, mtime); err != nil {
 		os.Remove(tmp)
 		return err
 	}
@@ -719,47 +685,4 @@ func fullyQualified(ref string) string {
 		return "docker.io/" + ref
 	}
 	return ref
-}
-
-// tarDir writes the files under dir into the tar file out, sorted, with fixed times and owners.
-func tarDir(out, dir string, mtime time.Time) error {
-	f, err := os.Create(out)
-	if err != nil {
-		return err
-	}
-	tw := tar.NewWriter(f)
-	err = filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-		if err != nil || path == dir {
-			return err
-		}
-		rel, err := filepath.Rel(dir, path)
-		if err != nil {
-			return err
-		}
-		hdr := &tar.Header{Name: filepath.ToSlash(rel), ModTime: mtime, Mode: 0o644, Format: tar.FormatPAX}
-		if d.IsDir() {
-			hdr.Typeflag, hdr.Name, hdr.Mode = tar.TypeDir, hdr.Name+"/", 0o755
-			return tw.WriteHeader(hdr)
-		}
-		data, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		hdr.Typeflag, hdr.Size = tar.TypeReg, int64(len(data))
-		if err := tw.WriteHeader(hdr); err != nil {
-			return err
-		}
-		_, err = tw.Write(data)
-		return err
-	})
-	if cerr := tw.Close(); err == nil {
-		err = cerr
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("writing %s: %w", out, err)
-	}
-	return nil
 }

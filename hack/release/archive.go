@@ -11,7 +11,6 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"time"
 )
 
@@ -68,50 +67,6 @@ func writeZip(out string, files []archiveFile, mtime time.Time) error {
 		return err
 	}
 	return os.WriteFile(out, buf.Bytes(), 0o644)
-}
-
-// writeTar writes the files under dir into the tar file out, in lexical order, with fixed times and
-// owners (the OCI layout of the image index).
-func writeTar(out, dir string, mtime time.Time) error {
-	f, err := os.Create(out)
-	if err != nil {
-		return err
-	}
-	tw := tar.NewWriter(f)
-	err = filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-		if err != nil || path == dir {
-			return err
-		}
-		rel, err := filepath.Rel(dir, path)
-		if err != nil {
-			return err
-		}
-		hdr := &tar.Header{Name: filepath.ToSlash(rel), ModTime: mtime, Mode: 0o644, Format: tar.FormatPAX}
-		if d.IsDir() {
-			hdr.Typeflag, hdr.Name, hdr.Mode = tar.TypeDir, hdr.Name+"/", 0o755
-			return tw.WriteHeader(hdr)
-		}
-		data, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		hdr.Typeflag, hdr.Size = tar.TypeReg, int64(len(data))
-		if err := tw.WriteHeader(hdr); err != nil {
-			return err
-		}
-		_, err = tw.Write(data)
-		return err
-	})
-	if cerr := tw.Close(); err == nil {
-		err = cerr
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("writing %s: %w", out, err)
-	}
-	return nil
 }
 
 // normalizeTarGz rewrites the gzip-compressed tar at path with every entry's time set to mtime and no

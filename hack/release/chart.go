@@ -19,7 +19,7 @@ const InstallYAML = "certapi.yaml"
 // v, appVersion with it), then renders the packaged chart's defaults into the install YAML with the image
 // index's digest.
 func releaseChart(o options, src source, digest v1.Hash) error {
-	chartVersion := strings.TrimPrefix(src.version, "v")
+	chartVersion := strings.TrimPrefix(src.Version, "v")
 	helm := func(args ...string) ([]byte, error) {
 		var stdout, stderr bytes.Buffer
 		cmd := exec.Command(o.helm, args...)
@@ -39,11 +39,11 @@ func releaseChart(o options, src source, digest v1.Hash) error {
 	if _, err := os.Stat(o.helm); err != nil {
 		return fmt.Errorf("helm: %w (run `make tools`, or hack/build-tools.sh helm)", err)
 	}
-	if _, err := helm("package", filepath.Join("artifacts", "charts", "certapi"), "--version", chartVersion, "--app-version", src.version, "--destination", o.output); err != nil {
+	if _, err := helm("package", filepath.Join("artifacts", "charts", "certapi"), "--version", chartVersion, "--app-version", src.Version, "--destination", o.output); err != nil {
 		return err
 	}
 	tgz := filepath.Join(o.output, "certapi-"+chartVersion+".tgz")
-	if err := normalizeTarGz(tgz, src.time); err != nil {
+	if err := normalizeTarGz(tgz, src.Time); err != nil {
 		return err
 	}
 	const ns = "certapi-system"
@@ -60,6 +60,6 @@ apiVersion: v1
 kind: Namespace
 metadata:
   name: %s
-`, src.version, chartVersion, ns, InstallYAML, ns)
+`, src.Version, chartVersion, ns, InstallYAML, ns)
 	return os.WriteFile(filepath.Join(o.output, InstallYAML), append([]byte(head), rendered...), 0o644)
 }

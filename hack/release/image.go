@@ -16,6 +16,8 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/certapi/certapi/hack/internal/buildsource"
 )
 
 // Media types of the SBOM referrer: an OCI artifact manifest whose config is the empty descriptor and
@@ -42,9 +44,9 @@ func releaseImage(o options, src source) (v1.Hash, error) {
 	defer os.RemoveAll(dir)
 	binDir := filepath.Join(o.work, "image-bin")
 	cmd := exec.Command("go", "run", "./hack/image", "--image", "certapi", "--index-dir", dir, "--arch", o.imageArchs,
-		"--bin-dir", binDir, "--tag", imageRepository+":"+src.version)
+		"--bin-dir", binDir, "--tag", imageRepository+":"+src.Version)
 	cmd.Env = append(os.Environ(), reproducibleEnv...)
-	cmd.Env = append(cmd.Env, "VERSION="+src.version)
+	cmd.Env = append(cmd.Env, "VERSION="+src.Version)
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	if err := cmd.Run(); err != nil {
 		return v1.Hash{}, fmt.Errorf("go run ./hack/image --index-dir: %w", err)
@@ -77,7 +79,7 @@ func releaseImage(o options, src source) (v1.Hash, error) {
 	if err := attachReferrer(p, index, sbom, src); err != nil {
 		return v1.Hash{}, fmt.Errorf("attaching the SBOM: %w", err)
 	}
-	if err := writeTar(filepath.Join(o.output, ImageArchive), dir, src.time); err != nil {
+	if err := buildsource.TarDir(filepath.Join(o.output, ImageArchive), dir, src.Time); err != nil {
 		return v1.Hash{}, err
 	}
 	return index.Digest, nil
@@ -116,7 +118,7 @@ func attachReferrer(p layout.Path, subject v1.Descriptor, sbom []byte, src sourc
 		return err
 	}
 	layer.Annotations = map[string]string{"org.opencontainers.image.title": SBOMFile}
-	created := src.time.Format("2006-01-02T15:04:05Z")
+	created := src.Time.Format("2006-01-02T15:04:05Z")
 	raw, err := json.Marshal(artifactManifest{
 		SchemaVersion: 2, MediaType: types.OCIManifestSchema1, ArtifactType: spdxMediaType,
 		Config: cfg, Layers: []v1.Descriptor{layer},
@@ -172,7 +174,7 @@ func spdxDocument(bin string, src source) ([]byte, error) {
 			LicenseDeclared: license, CopyrightText: "NOASSERTION", ExternalRefs: []ref{r}}
 	}
 	mainID := "SPDXRef-Package-certapi"
-	pkgs := []pkg{newPkg(mainID, info.Main.Path, src.version, repoURL, "Apache-2.0", purl(info.Main.Path, src.version))}
+	pkgs := []pkg{newPkg(mainID, info.Main.Path, src.Version, repoURL, "Apache-2.0", purl(info.Main.Path, src.Version))}
 	rels := []rel{{"SPDXRef-DOCUMENT", "DESCRIBES", mainID}}
 	goVersion := strings.TrimPrefix(info.GoVersion, "go")
 	pkgs = append(pkgs, newPkg("SPDXRef-Package-stdlib", "stdlib", info.GoVersion, "https://go.dev/dl/", "NOASSERTION", purl("stdlib", "v"+goVersion)))
@@ -195,12 +197,12 @@ func spdxDocument(bin string, src source) ([]byte, error) {
 		"spdxVersion":       "SPDX-2.3",
 		"dataLicense":       "CC0-1.0",
 		"SPDXID":            "SPDXRef-DOCUMENT",
-		"name":              "certapi-" + src.version,
-		"documentNamespace": repoURL + "/spdx/certapi-" + src.version + "-" + sum,
+		"name":              "certapi-" + src.Version,
+		"documentNamespace": repoURL + "/spdx/certapi-" + src.Version + "-" + sum,
 		"creationInfo": map[string]any{
-			"created":  src.time.Format("2006-01-02T15:04:05Z"),
+			"created":  src.Time.Format("2006-01-02T15:04:05Z"),
 			"creators": []string{"Tool: certapi hack/release"},
-			"comment":  "The Go modules linked into certapi " + src.version + " (commit " + src.commit + "), from its build information (go version -m).",
+			"comment":  "The Go modules linked into certapi " + src.Version + " (commit " + src.Commit + "), from its build information (go version -m).",
 		},
 		"packages":      pkgs,
 		"relationships": rels,

@@ -17,9 +17,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
+
+	"github.com/certapi/certapi/hack/internal/buildsource"
 )
 
 // Where the release is published: the krew manifests' download URLs, the SBOM's and image's source.
@@ -69,45 +70,10 @@ func main() {
 }
 
 // source is the version and commit being released, from hack/version.sh.
-type source struct {
-	version, commit, ldflags string
-	// time is the commit's time: every file's in every archive, the SBOM's and the image's creation time.
-	time time.Time
-}
-
-func readSource() (source, error) {
-	run := func(args ...string) (string, error) {
-		cmd := exec.Command(filepath.Join("hack", "version.sh"), args...)
-		cmd.Stderr = os.Stderr
-		out, err := cmd.Output()
-		if err != nil {
-			return "", fmt.Errorf("hack/version.sh %s: %w", strings.Join(args, " "), err)
-		}
-		return strings.TrimSpace(string(out)), nil
-	}
-	kv, err := run()
-	if err != nil {
-		return source{}, err
-	}
-	vars := map[string]string{}
-	for _, l := range strings.Split(kv, "\n") {
-		if k, v, ok := strings.Cut(l, "="); ok {
-			vars[k] = v
-		}
-	}
-	epoch, err := strconv.ParseInt(vars["SOURCE_DATE_EPOCH"], 10, 64)
-	if err != nil {
-		return source{}, fmt.Errorf("hack/version.sh: SOURCE_DATE_EPOCH=%q: %w", vars["SOURCE_DATE_EPOCH"], err)
-	}
-	s := source{version: vars["VERSION"], commit: vars["GIT_COMMIT"], time: time.Unix(epoch, 0).UTC()}
-	if s.ldflags, err = run("--ldflags"); err != nil {
-		return source{}, err
-	}
-	return s, nil
-}
+type source = buildsource.Source
 
 func run(o options) error {
-	src, err := readSource()
+	src, err := buildsource.Read()
 	if err != nil {
 		return err
 	}
@@ -124,7 +90,7 @@ func run(o options) error {
 	if err := os.MkdirAll(o.work, 0o755); err != nil {
 		return err
 	}
-	fmt.Printf("releasing certapi %s (commit %s) into %s\n", src.version, src.commit, o.output)
+	fmt.Printf("releasing certapi %s (commit %s) into %s\n", src.Version, src.Commit, o.output)
 
 	digest, err := releaseImage(o, src)
 	if err != nil {

@@ -40,7 +40,7 @@ func releasePlugins(o options, src source, platforms []platform) ([]pluginArchiv
 		for _, p := range plugins {
 			pkgs = append(pkgs, p.pkg)
 		}
-		if err := goBuild(dir, pl.os, pl.arch, src.ldflags, pkgs...); err != nil {
+		if err := goBuild(dir, pl.os, pl.arch, src.LDFlags, pkgs...); err != nil {
 			return nil, err
 		}
 		for _, p := range plugins {
@@ -53,12 +53,12 @@ func releasePlugins(o options, src source, platforms []platform) ([]pluginArchiv
 				return nil, err
 			}
 			files := []archiveFile{{"LICENSE", 0o644, license}, {exe, 0o755, data}}
-			name := ArchiveName(p.bin, src.version, pl.os, pl.arch)
+			name := ArchiveName(p.bin, src.Version, pl.os, pl.arch)
 			path := filepath.Join(o.output, name)
 			if pl.os == "windows" {
-				err = writeZip(path, files, src.time)
+				err = writeZip(path, files, src.Time)
 			} else {
-				err = writeTarGz(path, files, src.time)
+				err = writeTarGz(path, files, src.Time)
 			}
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", name, err)
@@ -118,7 +118,7 @@ func writeKrewManifests(outDir string, src source, archives []pluginArchive) err
 		var m krewPlugin
 		m.APIVersion, m.Kind = "krew.googlecontainertools.github.com/v1alpha2", "Plugin"
 		m.Metadata.Name = p.krewName
-		m.Spec.Version = src.version
+		m.Spec.Version = src.Version
 		m.Spec.Homepage = repoURL
 		m.Spec.ShortDescription = p.short
 		m.Spec.Description = p.description
@@ -132,7 +132,7 @@ func writeKrewManifests(outDir string, src source, archives []pluginArchive) err
 			}
 			var kp krewPlatform
 			kp.Selector.MatchLabels = map[string]string{"os": a.platform.os, "arch": a.platform.arch}
-			kp.URI = downloadURL + "/" + src.version + "/" + a.name
+			kp.URI = downloadURL + "/" + src.Version + "/" + a.name
 			kp.SHA256 = a.sha256
 			kp.Bin = exe
 			kp.Files = []krewFile{{From: exe, To: "."}, {From: "LICENSE", To: "."}}
