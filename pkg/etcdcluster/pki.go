@@ -7,7 +7,6 @@ import (
 	"crypto/x509/pkix"
 	"errors"
 	"fmt"
-	"math/big"
 	"net"
 	"os"
 	"path/filepath"
@@ -43,7 +42,7 @@ func NewPeerCA(now time.Time, duration time.Duration) (*PeerCA, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating etcd peer CA: %w", err)
 	}
-	serial, err := randomSerial()
+	serial, err := signer.RandomSerial()
 	if err != nil {
 		return nil, fmt.Errorf("creating etcd peer CA: %w", err)
 	}
@@ -138,7 +137,7 @@ func (ca *PeerCA) IssueMember(name string, hosts []string, now time.Time, durati
 	if err != nil {
 		return nil, fmt.Errorf("issuing etcd member certificate: %w", err)
 	}
-	serial, err := randomSerial()
+	serial, err := signer.RandomSerial()
 	if err != nil {
 		return nil, fmt.Errorf("issuing etcd member certificate: %w", err)
 	}
@@ -226,16 +225,4 @@ func (f pkiFiles) write(mc *MemberCertificate, trust []byte) error {
 		}
 	}
 	return nil
-}
-
-func randomSerial() (*big.Int, error) {
-	b := make([]byte, 16)
-	for {
-		if _, err := rand.Read(b); err != nil {
-			return nil, fmt.Errorf("generating serial number: %w", err)
-		}
-		if n := new(big.Int).SetBytes(b); n.Sign() > 0 {
-			return n, nil
-		}
-	}
 }

@@ -103,7 +103,7 @@ func NewCA(opts CAOptions) (*CA, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating CA: generating key: %w", err)
 	}
-	serial, err := randomSerial()
+	serial, err := RandomSerial()
 	if err != nil {
 		return nil, fmt.Errorf("creating CA: %w", err)
 	}

@@ -114,7 +114,7 @@ func (ca *CA) Sign(req LeafRequest) (*Leaf, error) {
 		notAfter = caCert.NotAfter
 	}
 
-	serial, err := randomSerial()
+	serial, err := RandomSerial()
 	if err != nil {
 		return nil, fmt.Errorf("signing: %w", err)
 	}
@@ -331,11 +331,12 @@ func validateDNSName(s string, allowWildcard bool) error {
 	return nil
 }
 
-// randomSerial returns a random positive serial number of at most 128 bits.
+// RandomSerial returns a random positive serial number of at most 128 bits, for every certificate
+// certapi makes (leaves, CAs, and the embedded etcd cluster's peer certificates).
 // It is positive by construction (big.Int from unsigned bytes, never zero),
 // so it encodes in at most 17 DER octets, well within RFC 5280's 20, and has
 // far more than the 64 bits of entropy the CA/Browser Forum asks for.
-func randomSerial() (*big.Int, error) {
+func RandomSerial() (*big.Int, error) {
 	b := make([]byte, 16)
 	for {
 		if _, err := rand.Read(b); err != nil {
