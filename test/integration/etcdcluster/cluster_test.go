@@ -415,3 +415,62 @@ func TestScaleDown(t *testing.T) {
 	w.start(w.nodes[2])
 	w.waitVoters(3)
 }
+
+// TestInterruptedJoins: two members join a running cluster at once (a scale-up of a StatefulSet with
+// parallel pod management) and each is killed part-way through its join, at several points (before it
+// adds itself, as an unstarted learner, while it catches up, while it waits for the other), as a
+// startup probe or an eviction would; started again, both become voting members and nothing is lost.
+func TestInterruptedJoins(t *testing.T) {
+	w := newWorld(t, 5)
+	w.replicas = 5
+	w.start(w.nodes[0])
+	w.startAll(w.nodes[1], w.nodes[2])
+	w.waitVoters(3)
+	put(t, w.client(), "/ca", "the-one-ca")
+
+	n3, n4 := w.nodes[3], w.nodes[4]
+	for _, after := range []time.Duration{30 * time.Millisecond, 150 * time.Millisecond, 400 * time.Millisecond, time.Second, 2 * time.Second} {
+		var wg sync.WaitGroup
+		for i, nd := range []*node{n3, n4} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				// The two are killed at different moments, the second one later.
+				if err := w.startFor(nd, after*time.Duration(i+1)); err == nil {
+					w.stop(nd) // it got through: kill it now, a voting member or a learner
+				}
+			}()
+		}
+		wg.Wait()
+	}
+	t0 := time.Now()
+	w.startAll(n3, n4)
+	w.waitVoters(5)
+	t.Logf("figure: two members joined after five interrupted tries each: %s", time.Since(t0).Round(time.Millisecond))
+	for _, nd := range w.nodes {
+		if got := w.getFrom(nd, "/ca"); got != "the-one-ca" {
+			t.Fatalf("%s reads %q, want the-one-ca", nd.name, got)
+		}
+	}
+}
+
+// startFor starts nd's member with a context that ends after d, as a process killed after d would; it
+// returns nil when the member started in time (it then runs until stopped).
+func (w *world) startFor(nd *node, d time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	m, err := etcdcluster.Start(ctx, w.config(nd))
+	if err != nil {
+		return err
+	}
+	runCtx, runCancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = m.Run(runCtx)
+	}()
+	w.mu.Lock()
+	nd.member, nd.cancel, nd.done = m, runCancel, done
+	w.mu.Unlock()
+	return nil
+}

@@ -83,19 +83,28 @@ func TestChartClusterMode(t *testing.T) {
 		if !t.Failed() {
 			return
 		}
-		for i := range 5 {
-			out, _ := nodetest.KubectlErr(cp, "-n", ns, "logs", fmt.Sprintf("certapi-%d", i))
-			var lines []string
-			for _, l := range strings.Split(out, "\n") {
-				if strings.Contains(l, "etcd") || strings.Contains(l, "Etcd") {
-					lines = append(lines, l)
+		// Every line of the last 60 of each container, the one before a restart too, and the
+		// events that say why a container was restarted (a probe, an exit).
+		tail := func(out string) string {
+			lines := strings.Split(strings.TrimSpace(out), "\n")
+			lines = lines[max(0, len(lines)-60):]
+			for i, l := range lines {
+				if len(l) > 400 { // etcd's JSON errors carry whole stack traces
+					lines[i] = l[:400] + "..."
 				}
 			}
-			if len(lines) > 40 {
-				lines = lines[len(lines)-40:]
-			}
-			t.Logf("certapi-%d's etcd lines:\n%s", i, strings.Join(lines, "\n"))
+			return strings.Join(lines, "\n")
 		}
+		for i := range 5 {
+			pod := fmt.Sprintf("certapi-%d", i)
+			if out, err := nodetest.KubectlErr(cp, "-n", ns, "logs", "--previous", pod); err == nil {
+				t.Logf("%s's previous container, last lines:\n%s", pod, tail(out))
+			}
+			out, _ := nodetest.KubectlErr(cp, "-n", ns, "logs", pod)
+			t.Logf("%s, last lines:\n%s", pod, tail(out))
+		}
+		out, _ := nodetest.KubectlErr(cp, "-n", ns, "get", "events", "--sort-by=.lastTimestamp")
+		t.Logf("events:\n%s", out)
 	})
 	nodetest.Kubectl(t, cp, "create", "namespace", ns)
 	if err := cp.CreateEncryptionConfigSecret(ctx); err != nil {

@@ -122,6 +122,9 @@ func PodsReady(ctx context.Context, kube kubernetes.Interface, ns, selector stri
 			}
 			if cs.RestartCount > 0 {
 				s += fmt.Sprintf(" %s restarts=%d", cs.Name, cs.RestartCount)
+				if t := cs.LastTerminationState.Terminated; t != nil {
+					s += fmt.Sprintf(" (last: %s, exit %d at %s)", t.Reason, t.ExitCode, t.FinishedAt.UTC().Format(time.TimeOnly))
+				}
 			}
 		}
 		states = append(states, s)
