@@ -39,7 +39,7 @@ func run(root string, check bool) error {
 	if err != nil {
 		return err
 	}
-	pages := map[string][]byte{apiPage: api, flagsPage: slices.Concat(flagReference(certapiFlagSets()), subcommandReference(certapiSubcommands()), pluginReference(pluginCommands()))}
+	pages := map[string][]byte{apiPage: api, flagsPage: slices.Concat(flagReference(certapiFlagSets()), subcommandReference(certapiSubcommands()), selftestReference(), pluginReference(pluginCommands()))}
 	stale := false
 	for _, name := range []string{apiPage, flagsPage} {
 		path := filepath.Join(root, name)
