@@ -100,7 +100,7 @@ manifests:
 	./hack/update-manifests.sh
 
 ## docs: the generated reference pages docs/api-reference.md (from pkg/apis/certapi/v1alpha1) and
-## docs/flags.md (from certapi's flag sets)
+## docs/flags.md (from certapi's flag sets), and the values table of the chart's README (from values.yaml)
 docs:
 	$(STATIC) $(GO) run ./hack/docgen
 

@@ -17,6 +17,7 @@ import (
 	"k8s.io/component-base/term"
 
 	"github.com/certapi/certapi/pkg/apiserver"
+	"github.com/certapi/certapi/pkg/cmd/selftestcmd"
 	"github.com/certapi/certapi/pkg/cmd/snapshotcmd"
 	"github.com/certapi/certapi/pkg/version"
 )
@@ -55,7 +56,8 @@ the other quarter is for the pages of its executable the kernel maps and counts 
 With no cgroup limit it sets none. GOMEMLIMIT=off turns the limit off.
 
 Backup: "certapi snapshot save" and "certapi snapshot restore" save and restore certapi's etcd (its CA and
-objects); see "certapi snapshot --help".`,
+objects); see "certapi snapshot --help". "certapi selftest" checks an installed certapi as a client does (the
+Helm chart's helm test runs it).`,
 		SilenceUsage: true,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if showVersion {
@@ -76,7 +78,7 @@ objects); see "certapi snapshot --help".`,
 		},
 	}
 	cmd.SetContext(ctx)
-	cmd.AddCommand(snapshotcmd.NewCmd())
+	cmd.AddCommand(snapshotcmd.NewCmd(), selftestcmd.NewCmd())
 
 	fss := o.Flags()
 	logsapi.AddFlags(logOptions, fss.FlagSet("logging"))

@@ -34,7 +34,7 @@ sets the ones its values name and passes ` + "`extraArgs`" + ` through.
 		}
 		fmt.Fprintf(&b, " [%s](#%s)", s.name, anchor(s.name+" flags"))
 	}
-	b.WriteString(". `certapi snapshot`: [below](#certapi-snapshot). The kubectl plugins: [below](#kubectl-plugins).\n")
+	b.WriteString(". `certapi snapshot`: [below](#certapi-snapshot). `certapi selftest`: [below](#certapi-selftest). The kubectl plugins: [below](#kubectl-plugins).\n")
 	for _, s := range sets {
 		fmt.Fprintf(&b, "\n## %s flags\n", s.name)
 		writeFlagTable(&b, s.fs)

@@ -1,6 +1,7 @@
 // Command docgen writes certapi's generated reference pages: docs/api-reference.md from the Go types of
-// pkg/apis/certapi/v1alpha1 (their doc comments, JSON names and markers), and docs/flags.md from the flag
-// sets certapi's command line and its kubectl plugins are made of. `make docs` runs it; `hack/verify-docs.sh` (in `make verify`)
+// pkg/apis/certapi/v1alpha1 (their doc comments, JSON names and markers), docs/flags.md from the flag
+// sets certapi's command line and its kubectl plugins are made of, and the values table of the Helm
+// chart's README (artifacts/charts/certapi/README.md) from the comments of its values.yaml. `make docs` runs it; `hack/verify-docs.sh` (in `make verify`)
 // runs it with -check, which fails when a page in the tree differs from what it would write.
 package main
 
@@ -22,6 +23,9 @@ const (
 	apiPackageDir = "pkg/apis/certapi/v1alpha1"
 	apiPage       = "docs/api-reference.md"
 	flagsPage     = "docs/flags.md"
+	// chartReadmePage holds the values table between its markers; the rest of it is written by hand.
+	chartReadmePage = "artifacts/charts/certapi/README.md"
+	chartValues     = "artifacts/charts/certapi/values.yaml"
 )
 
 func main() {
@@ -39,9 +43,25 @@ func run(root string, check bool) error {
 	if err != nil {
 		return err
 	}
-	pages := map[string][]byte{apiPage: api, flagsPage: slices.Concat(flagReference(certapiFlagSets()), subcommandReference(certapiSubcommands()), pluginReference(pluginCommands()))}
+	readme, err := os.ReadFile(filepath.Join(root, chartReadmePage))
+	if err != nil {
+		return fmt.Errorf("reading %s: %w", chartReadmePage, err)
+	}
+	values, err := os.ReadFile(filepath.Join(root, chartValues))
+	if err != nil {
+		return fmt.Errorf("reading %s: %w", chartValues, err)
+	}
+	chart, err := chartReadme(readme, values)
+	if err != nil {
+		return err
+	}
+	pages := map[string][]byte{
+		apiPage:         api,
+		flagsPage:       slices.Concat(flagReference(certapiFlagSets()), subcommandReference(certapiSubcommands()), selftestReference(), pluginReference(pluginCommands())),
+		chartReadmePage: chart,
+	}
 	stale := false
-	for _, name := range []string{apiPage, flagsPage} {
+	for _, name := range []string{apiPage, flagsPage, chartReadmePage} {
 		path := filepath.Join(root, name)
 		if check {
 			have, err := os.ReadFile(path)

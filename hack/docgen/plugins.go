@@ -12,6 +12,7 @@ import (
 
 	"github.com/certapi/certapi/pkg/cmd/createscr"
 	"github.com/certapi/certapi/pkg/cmd/kubectlcertapi"
+	"github.com/certapi/certapi/pkg/cmd/selftestcmd"
 	"github.com/certapi/certapi/pkg/cmd/snapshotcmd"
 )
 
@@ -64,6 +65,21 @@ func subcommandReference(root *cobra.Command) []byte {
 		}
 	}
 	walk(root)
+	return b.Bytes()
+}
+
+// selftestReference renders `certapi selftest`, which the Helm chart's helm test runs, with its flags.
+func selftestReference() []byte {
+	c := selftestcmd.NewCmd()
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "\n## certapi selftest\n\n%s. The Helm chart's `helm test` Pod runs it with certapi's image ([install.md](install.md#test-the-install)). It takes its own flags, not the server's.\n", strings.TrimSuffix(strings.TrimSpace(c.Short), "."))
+	own := pflag.NewFlagSet(c.Name(), pflag.ContinueOnError)
+	c.LocalNonPersistentFlags().VisitAll(func(f *pflag.Flag) {
+		if f.Name != "help" {
+			own.AddFlag(f)
+		}
+	})
+	writeFlagTable(&b, own)
 	return b.Bytes()
 }
 

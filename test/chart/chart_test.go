@@ -267,25 +267,7 @@ func TestExamples(t *testing.T) {
 
 			// The server-side dry run, in a namespace that exists (a dry run creates none) and warns about
 			// pod templates Pod Security "restricted" would refuse.
-			nsObj := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: map[string]string{
-				"pod-security.kubernetes.io/enforce": "restricted",
-				"pod-security.kubernetes.io/warn":    "restricted",
-			}}}
-			if _, err := kube.CoreV1().Namespaces().Create(ctx, nsObj, metav1.CreateOptions{}); err != nil {
-				t.Fatal(err)
-			}
-			file := filepath.Join(t.TempDir(), "rendered.yaml")
-			if err := os.WriteFile(file, []byte(out), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			r := runKubectl(t, "apply", "--server-side", "--field-manager=chart-test", "--dry-run=server", "-f", file)
-			stdout := r.must(t)
-			if n := strings.Count(stdout, "serverside-applied (server dry run)"); n != len(objs) {
-				t.Errorf("kubectl apply --server-side --dry-run=server applied %d objects; the chart rendered %d:\n%s", n, len(objs), stdout)
-			}
-			if strings.Contains(r.stderr, "Warning") {
-				t.Errorf("kubectl apply --server-side --dry-run=server warned:\n%s", r.stderr)
-			}
+			dryRun(t, ns, "restricted", out, objs)
 		})
 	}
 }
@@ -692,6 +674,18 @@ func TestBadValuesAreRefused(t *testing.T) {
 		{[]string{"--set", "replicas=three"}, "at '/replicas': got string, want integer"},
 		{[]string{"--set", "secretDelivery.refusedNamespaces[0]=Kube_System"}, "at '/secretDelivery/refusedNamespaces/0'"},
 		{[]string{"--set", "networkPolicy.enable=false"}, "additional properties 'enable' not allowed"},
+		// The values platform teams set.
+		{[]string{"--set", "serviceAccount.create=false"}, "serviceAccount.create false needs serviceAccount.name"},
+		{[]string{"--set", "serviceAccount.name=Certapi_SA"}, "at '/serviceAccount/name'"},
+		{[]string{"--set", "securePort=0"}, "at '/securePort': minimum: got 0, want 1"},
+		{[]string{"--set", "hostNetwork=yes"}, "at '/hostNetwork': got string, want boolean"},
+		{[]string{"--set-json", `extraVolumes=[{"hostPath":{"path":"/var/run/kmsplugin"}}]`}, "at '/extraVolumes/0': missing property 'name'"},
+		{[]string{"--set-json", `extraVolumeMounts=[{"name":"kms"}]`}, "at '/extraVolumeMounts/0': missing property 'mountPath'"},
+		{[]string{"--set-json", `extraEnv=[{"value":"200MiB"}]`}, "at '/extraEnv/0': missing property 'name'"},
+		{[]string{"--set", "podSecurityContext.runAsUsr=1000"}, "at '/podSecurityContext': additional properties 'runAsUsr' not allowed"},
+		{[]string{"--set", "securityContext.privilegd=true"}, "at '/securityContext': additional properties 'privilegd' not allowed"},
+		{[]string{"--set", "encryption.secretKey=keys/config.yaml"}, "at '/encryption/secretKey'"},
+		{[]string{"--set", "test.timeout=soon"}, "at '/test/timeout'"},
 	} {
 		r := runHelm(t, append([]string{"template", release, chartDir, "--namespace", "certapi"}, tc.args...)...)
 		if r.err == nil || !strings.Contains(r.stderr, tc.want) {

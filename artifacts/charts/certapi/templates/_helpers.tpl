@@ -40,6 +40,21 @@ app.kubernetes.io/component: apiserver
 {{ include "certapi.commonLabels" . }}
 {{- end -}}
 
+{{/* Labels of the helm test's objects (templates/tests): not certapi's selector. */}}
+{{- define "certapi.test.labels" -}}
+app.kubernetes.io/name: {{ include "certapi.name" . }}
+app.kubernetes.io/component: test
+{{ include "certapi.commonLabels" . }}
+{{- end -}}
+
+{{/* Annotations of the helm test's objects, created in order of "weight" (RBAC before the Pod); deleted
+when the test passes, kept for `kubectl logs` when it fails until the next run. */}}
+{{- define "certapi.test.annotations" -}}
+helm.sh/hook: test
+helm.sh/hook-weight: {{ .weight | quote }}
+helm.sh/hook-delete-policy: before-hook-creation,hook-succeeded
+{{- end -}}
+
 {{- define "certapi.etcd.selectorLabels" -}}
 app.kubernetes.io/name: {{ include "certapi.name" . }}-etcd
 app.kubernetes.io/component: etcd
@@ -57,14 +72,14 @@ app.kubernetes.io/component: monitoring
 {{- end -}}
 
 {{/* The matchConditions of every ValidatingAdmissionPolicy of admission-policy.yaml: the request is made
-by certapi's ServiceAccount, given by its two parameters, the namespace (the release's) and the name (the
-full name), from the same values the ServiceAccount, the Deployment and the RBAC subjects are rendered
+by certapi's ServiceAccount, given by its two parameters, the namespace (the release's) and the name
+(certapi.serviceAccountName), from the same values the ServiceAccount, the Deployment and the RBAC subjects are rendered
 from, so the policies cannot name another account than the one certapi runs as. Not a paramKind: see
 admission-policy.yaml. */}}
 {{- define "certapi.policy.matchConditions" -}}
 - name: certapi-serviceaccount
   expression: >-
-    request.userInfo.username == 'system:serviceaccount:' + {{ .Release.Namespace | squote }} + ':' + {{ include "certapi.fullname" . | squote }}
+    request.userInfo.username == 'system:serviceaccount:' + {{ .Release.Namespace | squote }} + ':' + {{ include "certapi.serviceAccountName" . | squote }}
 {{- end -}}
 
 {{/* A CEL condition: the request is for certapi's etcd peer CA Secret (etcd.mode cluster). */}}
@@ -83,6 +98,11 @@ request.namespace == {{ .Release.Namespace | squote }} && request.name == {{ pri
 {{- $q = append $q (squote .) -}}
 {{- end -}}
 [{{ join ", " $q }}]
+{{- end -}}
+
+{{/* The ServiceAccount certapi runs as: serviceAccount.name, or the full name. */}}
+{{- define "certapi.serviceAccountName" -}}
+{{- .Values.serviceAccount.name | default (include "certapi.fullname" .) -}}
 {{- end -}}
 
 {{- define "certapi.image" -}}
@@ -160,6 +180,9 @@ endpoints. */}}
 {{- end -}}
 {{- if not (has .Values.podAntiAffinity (list "soft" "hard" "none")) -}}
 {{- fail (printf "podAntiAffinity %q: want soft, hard or none" .Values.podAntiAffinity) -}}
+{{- end -}}
+{{- if and (not .Values.serviceAccount.create) (not .Values.serviceAccount.name) -}}
+{{- fail "serviceAccount.create false needs serviceAccount.name: the existing ServiceAccount certapi runs as, which the chart's ClusterRoles and admission policies are bound to" -}}
 {{- end -}}
 {{- if not (has .Values.etcd.dedicated.podAntiAffinity (list "required" "preferred")) -}}
 {{- fail (printf "etcd.dedicated.podAntiAffinity %q: want required or preferred" .Values.etcd.dedicated.podAntiAffinity) -}}
