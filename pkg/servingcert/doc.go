@@ -88,4 +88,11 @@
 //
 // Each issuance call is bounded by Options.RequestTimeout (default 30s), which includes client-go's own
 // retries of a 503 with Retry-After.
+//
+// # In an operator's tests
+//
+// Options.Issuer replaces certapi's API with anything that implements the three calls of Issuer. Package
+// servingcerttest has one: an in-memory CA on certapi's own signer, which a test can rotate and make fail.
+// The Source is the same either way, so a webhook under test becomes Ready, serves and reloads exactly as
+// in a cluster, without a certapi server.
 package servingcert
