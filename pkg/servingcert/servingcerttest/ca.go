@@ -1,6 +1,7 @@
 package servingcerttest
 
 import (
+	"context"
 	"crypto/x509"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/clock"
 
@@ -53,6 +55,7 @@ type CA struct {
 	failure  error
 	issued   []*x509.Certificate
 	version  int64 // the CertificateAuthority's resourceVersion, one more at every change
+	made     int   // CAs made so far
 	watchers map[*caWatch]struct{}
 }
 
@@ -85,8 +88,13 @@ func NewCA(o Options) (*CA, error) {
 	return c, nil
 }
 
+// newSigner makes a CA; called with mu held, or before the CA is shared.
 func (c *CA) newSigner() (*signer.CA, error) {
-	ca, err := signer.NewCA(signer.CAOptions{ClusterDomain: c.clusterDomain, Duration: c.caDuration, Now: c.clock.Now()})
+	c.made++
+	now := c.clock.Now()
+	// Named as certapi names its CAs, with a count: two CAs made in one second stay apart.
+	cn := fmt.Sprintf("%s%d-%d", signer.CACommonNamePrefix, now.Unix(), c.made)
+	ca, err := signer.NewCA(signer.CAOptions{ClusterDomain: c.clusterDomain, Duration: c.caDuration, Now: now, CommonName: cn})
 	if err != nil {
 		return nil, fmt.Errorf("servingcerttest: %w", err)
 	}
@@ -309,4 +317,13 @@ func (c *CA) changedLocked() {
 	for w := range c.watchers {
 		w.sendLocked(watch.Event{Type: watch.Modified, Object: ca.DeepCopy()})
 	}
+}
+
+// WaitServing waits until src serves a certificate signed by the Active CA (after Rotate, until src has
+// re-issued), checking every 10 ms, or until ctx ends.
+func (c *CA) WaitServing(ctx context.Context, src *servingcert.Source) error {
+	return wait.PollUntilContextCancel(ctx, 10*time.Millisecond, true, func(context.Context) (bool, error) {
+		cert, err := src.GetCertificate(nil)
+		return err == nil && cert.Leaf != nil && cert.Leaf.CheckSignatureFrom(c.Active()) == nil, nil
+	})
 }

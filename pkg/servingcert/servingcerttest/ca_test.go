@@ -401,10 +401,9 @@ func TestSourceThroughARotation(t *testing.T) {
 		t.Fatal(err)
 	}
 	second := ca.Active()
-	eventually(t, "the Source to re-issue from the new Active CA", func() bool {
-		c, err := src.GetCertificate(nil)
-		return err == nil && signedBy(c.Leaf, second)
-	})
+	if err := ca.WaitServing(ctx, src); err != nil {
+		t.Fatalf("the Source did not re-issue from the new Active CA: %v", err)
+	}
 	ca.DropRetiring()
 	if served, err := handshake(t, src, ca.CABundle()); err != nil || !signedBy(served, second) {
 		t.Fatalf("after the rotation: %v", err)
