@@ -5,7 +5,8 @@
 // one ServingCertRequest (servingcertrequests/{name}/servingcerts, a synchronous call), and serves the
 // certificate through GetCertificate. It renews at the certificate's renewalTime, less a random part of up
 // to Options.Jitter of the time left (so that N replicas do not renew at the same instant), with a new key
-// each time; it re-issues within MaxCAChangeDelay when CertificateAuthority/default names a new Active CA;
+// each time; it re-issues within Options.CAChangeDelay (default MaxCAChangeDelay) when
+// CertificateAuthority/default names a new Active CA;
 // and it retries every failure with exponential backoff and jitter, bounded by Options.MaxBackoff, logging
 // each failure with the time left before the certificate expires. No Secret, file, volume or restart is
 // involved, so the two classic failures cannot happen:

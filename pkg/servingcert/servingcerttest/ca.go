@@ -106,26 +106,37 @@ func (c *CA) newSigner() (*signer.CA, error) {
 // spec.duration defaults to 168h as in certapi. It refuses what certapi refuses for names and
 // durations, except that any positive duration is accepted.
 func (c *CA) AddRequest(scr *certapiv1alpha1.ServingCertRequest) error {
+	_, err := c.addRequest(scr, true)
+	return err
+}
+
+// addRequest checks scr and stores it; an existing request of that name is replaced only when
+// replace is set. It reports whether scr was stored.
+func (c *CA) addRequest(scr *certapiv1alpha1.ServingCertRequest, replace bool) (bool, error) {
 	spec, err := checkRequest(scr)
 	if err != nil {
-		return err
+		return false, err
 	}
 	// The names as certapi's signer checks them (each in the request's namespace, or the wildcard of
 	// its Service, and permitted by the CA), by signing once for a throwaway key.
 	key, err := signer.GenerateKey(signer.ECDSAP256)
 	if err != nil {
-		return fmt.Errorf("servingcerttest: %w", err)
+		return false, fmt.Errorf("servingcerttest: %w", err)
 	}
 	c.mu.Lock()
 	active := c.active
 	c.mu.Unlock()
 	if _, err := active.Sign(c.leafRequest(scr.Namespace, spec, key.Public(), time.Hour)); err != nil {
-		return fmt.Errorf("servingcerttest: ServingCertRequest %s/%s: %w", scr.Namespace, scr.Name, err)
+		return false, fmt.Errorf("servingcerttest: ServingCertRequest %s/%s: %w", scr.Namespace, scr.Name, err)
 	}
 	c.mu.Lock()
-	c.requests[types.NamespacedName{Namespace: scr.Namespace, Name: scr.Name}] = spec
-	c.mu.Unlock()
-	return nil
+	defer c.mu.Unlock()
+	k := types.NamespacedName{Namespace: scr.Namespace, Name: scr.Name}
+	if _, exists := c.requests[k]; exists && !replace {
+		return false, nil
+	}
+	c.requests[k] = spec
+	return true, nil
 }
 
 // checkRequest validates scr as far as the double needs, and returns its spec with duration defaulted.

@@ -105,14 +105,12 @@ func (c *CA) CreateServingCertRequest(ctx context.Context, scr *certapiv1alpha1.
 	if scr == nil {
 		return apierrors.NewBadRequest("no ServingCertRequest given")
 	}
-	c.mu.Lock()
-	_, exists := c.requests[types.NamespacedName{Namespace: scr.Namespace, Name: scr.Name}]
-	c.mu.Unlock()
-	if exists {
-		return apierrors.NewAlreadyExists(certapiv1alpha1.Resource("servingcertrequests"), scr.Name)
-	}
-	if err := c.AddRequest(scr); err != nil {
+	created, err := c.addRequest(scr, false)
+	switch {
+	case err != nil:
 		return apierrors.NewBadRequest(err.Error())
+	case !created:
+		return apierrors.NewAlreadyExists(certapiv1alpha1.Resource("servingcertrequests"), scr.Name)
 	}
 	return nil
 }
