@@ -18,7 +18,6 @@ import (
 	"k8s.io/utils/clock"
 
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
-	certapiclient "github.com/certapi/certapi/pkg/generated/clientset/versioned/typed/certapi/v1alpha1"
 )
 
 // Options says how Follow retries. The zero value retries failures from 500 ms doubling to 30 s and
@@ -45,10 +44,16 @@ type Options struct {
 // end Follow, or an error to end it with that error.
 type Handler func(ca *certapiv1alpha1.CertificateAuthority) (done bool, err error)
 
+// Watcher starts a watch of CertificateAuthorities: the typed client's CertificateAuthorityInterface is
+// one, and so is anything else with this method (pkg/servingcert's Issuer, through an adapter).
+type Watcher interface {
+	Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
+}
+
 // Follow watches CertificateAuthority/default and calls handle with each state of it until handle says
 // done (nil), handle fails (its error), a refusal is returned (see Options.Refused) or ctx ends
 // (ctx.Err()). It retries every other failure.
-func Follow(ctx context.Context, cas certapiclient.CertificateAuthorityInterface, o Options, handle Handler) error {
+func Follow(ctx context.Context, cas Watcher, o Options, handle Handler) error {
 	o.defaults()
 	selector := fields.OneTermEqualSelector("metadata.name", certapiv1alpha1.CertificateAuthorityName).String()
 	failures, refusals := 0, 0

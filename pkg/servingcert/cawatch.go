@@ -16,7 +16,7 @@ import (
 // backoff and logged at verbosity 2, since renewal does not depend on this watch.
 func (s *Source) runCAWatch(ctx context.Context, out chan certapiv1alpha1.CertificateAuthorityRef) {
 	var lastSent string
-	_ = cawatch.Follow(ctx, s.client.CertapiV1alpha1().CertificateAuthorities(), cawatch.Options{
+	_ = cawatch.Follow(ctx, caWatcher{s.issuer}, cawatch.Options{
 		Clock:        s.clock,
 		Backoff:      s.backoff,
 		HealthyAfter: s.maxBackoff,

@@ -5,7 +5,8 @@
 // one ServingCertRequest (servingcertrequests/{name}/servingcerts, a synchronous call), and serves the
 // certificate through GetCertificate. It renews at the certificate's renewalTime, less a random part of up
 // to Options.Jitter of the time left (so that N replicas do not renew at the same instant), with a new key
-// each time; it re-issues within MaxCAChangeDelay when CertificateAuthority/default names a new Active CA;
+// each time; it re-issues within Options.CAChangeDelay (default MaxCAChangeDelay) when
+// CertificateAuthority/default names a new Active CA;
 // and it retries every failure with exponential backoff and jitter, bounded by Options.MaxBackoff, logging
 // each failure with the time left before the certificate expires. No Secret, file, volume or restart is
 // involved, so the two classic failures cannot happen:
@@ -88,4 +89,11 @@
 //
 // Each issuance call is bounded by Options.RequestTimeout (default 30s), which includes client-go's own
 // retries of a 503 with Retry-After.
+//
+// # In an operator's tests
+//
+// Options.Issuer replaces certapi's API with anything that implements the three calls of Issuer. Package
+// servingcerttest has one: an in-memory CA on certapi's own signer, which a test can rotate and make fail.
+// The Source is the same either way, so a webhook under test becomes Ready, serves and reloads exactly as
+// in a cluster, without a certapi server.
 package servingcert

@@ -161,7 +161,7 @@ func (s *Source) caChanged(active, handled string) (time.Time, bool) {
 		return time.Time{}, false
 	}
 	now := s.clock.Now()
-	window := min(MaxCAChangeDelay, time.Duration(s.jitter*float64(cur.notAfter.Sub(now))))
+	window := min(s.caChangeDelay, time.Duration(s.jitter*float64(cur.notAfter.Sub(now))))
 	if s.distrusted.Load() {
 		window = min(window, DistrustDelay)
 	}
@@ -262,8 +262,8 @@ func (s *Source) issue(ctx context.Context, p *pendingKey) (*issued, error) {
 func (s *Source) createServingCert(ctx context.Context, p *pendingKey) (*certapiv1alpha1.ServingCert, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.requestTimeout)
 	defer cancel()
-	return s.client.CertapiV1alpha1().ServingCertRequests(s.namespace).CreateServingCert(ctx, s.name,
-		&certapiv1alpha1.ServingCert{Spec: certapiv1alpha1.ServingCertSpec{CertificateRequest: p.csr}}, metav1.CreateOptions{})
+	return s.issuer.CreateServingCert(ctx, s.namespace, s.name,
+		&certapiv1alpha1.ServingCert{Spec: certapiv1alpha1.ServingCertSpec{CertificateRequest: p.csr}})
 }
 
 // createRequest creates the ServingCertRequest with Options.CreateIfMissing's spec. It reports false,
@@ -271,10 +271,10 @@ func (s *Source) createServingCert(ctx context.Context, p *pendingKey) (*certapi
 func (s *Source) createRequest(ctx context.Context) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.requestTimeout)
 	defer cancel()
-	_, err := s.client.CertapiV1alpha1().ServingCertRequests(s.namespace).Create(ctx, &certapiv1alpha1.ServingCertRequest{
+	err := s.issuer.CreateServingCertRequest(ctx, &certapiv1alpha1.ServingCertRequest{
 		ObjectMeta: metav1.ObjectMeta{Name: s.name, Namespace: s.namespace},
 		Spec:       *s.createSpec.DeepCopy(),
-	}, metav1.CreateOptions{FieldManager: "servingcert"})
+	})
 	switch {
 	case apierrors.IsAlreadyExists(err):
 		return false, nil

@@ -28,7 +28,8 @@ const (
 	DefaultMaxBackoff     = time.Minute
 	DefaultRequestTimeout = 30 * time.Second
 	// MaxCAChangeDelay bounds the random delay before re-issuing after the Active CA changed, so that
-	// the pods of every operator in the cluster do not all ask at the same instant.
+	// the pods of every operator in the cluster do not all ask at the same instant (the default of
+	// Options.CAChangeDelay).
 	MaxCAChangeDelay = 30 * time.Second
 	// DistrustDelay bounds that delay during a distrust, when the old CA leaves the bundle within seconds.
 	DistrustDelay = time.Second
@@ -39,12 +40,16 @@ const (
 // by a placeholder that no client trusts.
 var ErrNoCertificate = errors.New("no serving certificate issued yet")
 
-// Options configures a Source. Namespace, Name and one of Client or RestConfig are required.
+// Options configures a Source. Namespace, Name and one of Client, RestConfig or Issuer are required.
 type Options struct {
 	// Client talks to kube-apiserver. When nil, one is built from RestConfig.
 	Client versioned.Interface
 	// RestConfig is used to build a client when Client is nil. It is copied, never modified.
 	RestConfig *rest.Config
+	// Issuer, when set, replaces certapi's API (and Client and RestConfig, which must then be nil): a
+	// test sets it to an in-memory CA from package servingcerttest, so that the code under test serves
+	// TLS without a certapi server. Production code leaves it nil.
+	Issuer Issuer
 
 	// Namespace and Name name the ServingCertRequest whose servingcerts subresource issues the
 	// certificates (and so the Service they are for).
@@ -60,6 +65,11 @@ type Options struct {
 	// It needs RBAC create on servingcertrequests in Namespace, which RBAC cannot limit to one name;
 	// leave it nil and ship the ServingCertRequest with your manifests when that is too broad.
 	CreateIfMissing *certapiv1alpha1.ServingCertRequestSpec
+
+	// CAChangeDelay bounds the random delay before re-issuing after the Active CA changed. Default
+	// MaxCAChangeDelay, which spreads the re-issues of every operator's pods in a cluster; a test that
+	// rotates a CA and waits for the new certificate sets it to a millisecond.
+	CAChangeDelay time.Duration
 
 	// DisableCAWatch turns off the watch on CertificateAuthority/default, which re-issues the
 	// certificate (after a random delay of up to MaxCAChangeDelay) as soon as the Active CA changes.
@@ -89,7 +99,7 @@ type Options struct {
 // controller-runtime manager: it is a Runnable that every replica runs, not only the leader), and give
 // TLSConfig or TLSOpts to the server. Every method is safe for concurrent use.
 type Source struct {
-	client         versioned.Interface
+	issuer         Issuer
 	namespace      string
 	name           string
 	keyAlgorithm   signer.KeyAlgorithm
@@ -101,6 +111,7 @@ type Source struct {
 	initialBackoff time.Duration
 	maxBackoff     time.Duration
 	requestTimeout time.Duration
+	caChangeDelay  time.Duration
 
 	// random returns a number in [0, 1); replaced by tests.
 	random func() float64
@@ -128,16 +139,21 @@ func New(o Options) (*Source, error) {
 	if o.Namespace == "" || o.Name == "" {
 		return nil, errors.New("servingcert: Options.Namespace and Options.Name (the ServingCertRequest) are required")
 	}
-	client := o.Client
-	if client == nil {
-		if o.RestConfig == nil {
-			return nil, errors.New("servingcert: one of Options.Client or Options.RestConfig is required")
-		}
+	issuer := o.Issuer
+	switch {
+	case issuer != nil && (o.Client != nil || o.RestConfig != nil):
+		return nil, errors.New("servingcert: Options.Issuer replaces Options.Client and Options.RestConfig; set only one of them")
+	case issuer != nil:
+	case o.Client != nil:
+		issuer = clientIssuer{o.Client}
+	case o.RestConfig != nil:
 		c, err := versioned.NewForConfig(rest.CopyConfig(o.RestConfig))
 		if err != nil {
 			return nil, fmt.Errorf("servingcert: building a client: %w", err)
 		}
-		client = c
+		issuer = clientIssuer{c}
+	default:
+		return nil, errors.New("servingcert: one of Options.Client, Options.RestConfig or Options.Issuer is required")
 	}
 	alg := o.KeyAlgorithm
 	if alg == "" {
@@ -173,6 +189,13 @@ func New(o Options) (*Source, error) {
 	if initial < 0 || maxBackoff < initial || timeout < 0 {
 		return nil, fmt.Errorf("servingcert: want 0 < InitialBackoff (%s) <= MaxBackoff (%s) and RequestTimeout (%s) > 0", initial, maxBackoff, timeout)
 	}
+	caDelay := o.CAChangeDelay
+	if caDelay == 0 {
+		caDelay = MaxCAChangeDelay
+	}
+	if caDelay < 0 {
+		return nil, fmt.Errorf("servingcert: Options.CAChangeDelay is %s; want a positive duration (default %s)", caDelay, MaxCAChangeDelay)
+	}
 	log := o.Logger
 	if log.GetSink() == nil {
 		log = klog.Background().WithName("servingcert")
@@ -182,7 +205,7 @@ func New(o Options) (*Source, error) {
 		clk = clock.RealClock{}
 	}
 	return &Source{
-		client:          client,
+		issuer:          issuer,
 		namespace:       o.Namespace,
 		name:            o.Name,
 		keyAlgorithm:    alg,
@@ -194,6 +217,7 @@ func New(o Options) (*Source, error) {
 		initialBackoff:  initial,
 		maxBackoff:      maxBackoff,
 		requestTimeout:  timeout,
+		caChangeDelay:   caDelay,
 		random:          rand.Float64,
 		caRetryInterval: 10 * time.Minute,
 		changed:         make(chan struct{}),

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/rest"
 	k8stesting "k8s.io/client-go/testing"
 
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
@@ -63,14 +64,17 @@ func existingRequest() *certapiv1alpha1.ServingCertRequest {
 func TestNewValidatesOptions(t *testing.T) {
 	cs := fake.NewClientset()
 	for name, o := range map[string]Options{
-		"no name":          {Client: cs, Namespace: "ns"},
-		"no namespace":     {Client: cs, Name: "n"},
-		"no client":        {Namespace: "ns", Name: "n"},
-		"bad algorithm":    {Client: cs, Namespace: "ns", Name: "n", KeyAlgorithm: "Ed25519"},
-		"jitter 1":         {Client: cs, Namespace: "ns", Name: "n", Jitter: 1},
-		"negative jitter":  {Client: cs, Namespace: "ns", Name: "n", Jitter: -0.1},
-		"backoff inverted": {Client: cs, Namespace: "ns", Name: "n", InitialBackoff: time.Minute, MaxBackoff: time.Second},
-		"create no svc":    {Client: cs, Namespace: "ns", Name: "n", CreateIfMissing: &certapiv1alpha1.ServingCertRequestSpec{}},
+		"no name":           {Client: cs, Namespace: "ns"},
+		"no namespace":      {Client: cs, Name: "n"},
+		"no client":         {Namespace: "ns", Name: "n"},
+		"issuer and client": {Client: cs, Issuer: clientIssuer{cs}, Namespace: "ns", Name: "n"},
+		"issuer and config": {RestConfig: &rest.Config{Host: "https://127.0.0.1"}, Issuer: clientIssuer{cs}, Namespace: "ns", Name: "n"},
+		"negative CA delay": {Client: cs, Namespace: "ns", Name: "n", CAChangeDelay: -time.Second},
+		"bad algorithm":     {Client: cs, Namespace: "ns", Name: "n", KeyAlgorithm: "Ed25519"},
+		"jitter 1":          {Client: cs, Namespace: "ns", Name: "n", Jitter: 1},
+		"negative jitter":   {Client: cs, Namespace: "ns", Name: "n", Jitter: -0.1},
+		"backoff inverted":  {Client: cs, Namespace: "ns", Name: "n", InitialBackoff: time.Minute, MaxBackoff: time.Second},
+		"create no svc":     {Client: cs, Namespace: "ns", Name: "n", CreateIfMissing: &certapiv1alpha1.ServingCertRequestSpec{}},
 	} {
 		if _, err := New(o); err == nil {
 			t.Errorf("%s: New accepted %+v", name, o)
@@ -80,8 +84,9 @@ func TestNewValidatesOptions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.keyAlgorithm != signer.ECDSAP256 || s.jitter != DefaultJitter || s.initialBackoff != time.Second || s.maxBackoff != time.Minute || !s.watchCA {
-		t.Errorf("defaults: alg %s jitter %v backoff %s..%s watchCA %v", s.keyAlgorithm, s.jitter, s.initialBackoff, s.maxBackoff, s.watchCA)
+	if s.keyAlgorithm != signer.ECDSAP256 || s.jitter != DefaultJitter || s.initialBackoff != time.Second || s.maxBackoff != time.Minute || !s.watchCA ||
+		s.caChangeDelay != MaxCAChangeDelay {
+		t.Errorf("defaults: alg %s jitter %v backoff %s..%s watchCA %v caChangeDelay %s", s.keyAlgorithm, s.jitter, s.initialBackoff, s.maxBackoff, s.watchCA, s.caChangeDelay)
 	}
 }
 
