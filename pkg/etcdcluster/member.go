@@ -374,12 +374,12 @@ func (m *Member) join(ctx context.Context, url string, stale []uint64) (string, 
 	if err != nil {
 		switch {
 		case errors.Is(err, rpctypes.ErrTooManyLearners):
-			klog.InfoS("Another member is joining; waiting for it to be promoted", "member", m.cfg.Name)
+			klog.InfoS("Another etcd member is joining; waiting for it to be promoted", "member", m.cfg.Name)
 			return "", errWait
 		case errors.Is(err, rpctypes.ErrUnhealthy):
 			// etcd adds a member only when every voting member has been connected for a while (5 s):
 			// after a restart or a join, the next join waits that long.
-			klog.V(1).InfoS("The cluster has a member that connected only just now; waiting to join", "member", m.cfg.Name)
+			klog.V(1).InfoS("The etcd cluster has a member that connected only just now; waiting to join", "member", m.cfg.Name)
 			return "", errWait
 		}
 		return "", fmt.Errorf("adding this member as a learner: %w", err)
