@@ -153,19 +153,29 @@ type MaintenanceAction struct {
 	Reason string
 }
 
+// DefaultStalledLearnerTimeout is how long a learner may stay unhealthy before the leader removes it
+// (voting members wait out the dead-member timeout). etcd takes one learner at a time, so a learner whose pod crash-loops or
+// never started (killed between its MemberAdd and its start) keeps every other member from joining; it
+// holds no vote and no data the cluster needs, and its own pod rejoins when it comes back (DecideStart).
+// A learner that starts answers within seconds of being added, so a minute is no hazard to a join.
+const DefaultStalledLearnerTimeout = time.Minute
+
 // MaintenanceInput is what the leader knows when it plans.
 type MaintenanceInput struct {
 	Members []MemberState
 	Now     time.Time
 	// DeadMemberTimeout is how long a member must have been unhealthy to be removed; 0 never removes.
 	DeadMemberTimeout time.Duration
+	// StalledLearnerTimeout is the same for a learner; 0 means DefaultStalledLearnerTimeout. (Removal
+	// stays off for learners too when DeadMemberTimeout is 0.)
+	StalledLearnerTimeout time.Duration
 }
 
 // DecideMaintenance chooses at most one member to remove: one removal at a time, the loop looks again
 // after each. A member may be removed only when all of these hold:
 //
-//   - it has been unhealthy for at least DeadMemberTimeout, or it is unhealthy and Departed (scaled
-//     away: its pod will not come back), and the timeout is not 0 (0 turns automatic removal off);
+//   - it has been unhealthy for at least DeadMemberTimeout (a learner: StalledLearnerTimeout), or it is unhealthy and Departed (scaled away: its pod will not come
+//     back), and the timeout is not 0 (0 turns automatic removal off);
 //   - it is not the last member;
 //   - for a voting member: the started, healthy voting members that remain are a quorum both of the
 //     cluster after the removal and of the cluster before it. The second is the stronger of the two: it
@@ -174,8 +184,9 @@ type MaintenanceInput struct {
 //     removed. With 3 voters and 2 dead, 1 < 2: refused (the cluster has no quorum; only the dead members
 //     coming back can help, and removing one would be a lie about who holds the data). With 2 voters and
 //     1 dead: refused, never shrinking to one member whose loss would lose everything.
-//   - a learner holds no vote and no data the cluster needs: it is removed after the timeout (a join
-//     that failed, a pod that never came back) as long as the voters have quorum.
+//   - a learner holds no vote and no data the cluster needs: it is removed after its timeout (a join
+//     that failed, a pod that never came back or crash-loops) as long as the voters have quorum, so
+//     that it does not hold etcd's one learner slot against the members waiting to join.
 //
 // Of several candidates the one unhealthy longest goes first (then the lower ID).
 func DecideMaintenance(in MaintenanceInput) MaintenanceAction {
@@ -193,7 +204,7 @@ func DecideMaintenance(in MaintenanceInput) MaintenanceAction {
 	}
 	var candidates []MemberState
 	for _, m := range in.Members {
-		if !m.Healthy && !m.UnhealthySince.IsZero() && (m.Departed || in.Now.Sub(m.UnhealthySince) >= in.DeadMemberTimeout) {
+		if !m.Healthy && !m.UnhealthySince.IsZero() && (m.Departed || in.Now.Sub(m.UnhealthySince) >= in.timeout(m)) {
 			candidates = append(candidates, m)
 		}
 	}
@@ -228,11 +239,26 @@ func DecideMaintenance(in MaintenanceInput) MaintenanceAction {
 		kind = "learner"
 	}
 	why := fmt.Sprintf("unhealthy for %s, longer than the dead-member timeout of %s", gone, in.DeadMemberTimeout)
-	if m.Departed && gone < in.DeadMemberTimeout {
+	switch {
+	case m.Departed && gone < in.timeout(m):
 		why = "scaled away and stopped"
+	case m.IsLearner:
+		why = fmt.Sprintf("a learner unhealthy for %s, longer than %s: it holds the one learner slot that members waiting to join need", gone, in.timeout(m))
 	}
 	return MaintenanceAction{Remove: true, ID: m.ID, Name: m.Name, Reason: fmt.Sprintf(
 		"removing %s %q (ID %x): %s; %d of %d voting members are healthy", kind, m.Name, m.ID, why, healthyVoters, voters)}
+}
+
+// timeout is how long m must have been unhealthy to be removed.
+func (in MaintenanceInput) timeout(m MemberState) time.Duration {
+	if m.IsLearner {
+		stalled := in.StalledLearnerTimeout
+		if stalled <= 0 {
+			stalled = DefaultStalledLearnerTimeout
+		}
+		return stalled
+	}
+	return in.DeadMemberTimeout
 }
 
 // HealthTracker remembers since when each member has been unhealthy, from one check to the next. It

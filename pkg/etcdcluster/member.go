@@ -79,6 +79,9 @@ type Config struct {
 	// DeadMemberTimeout is how long a member must stay unhealthy before the etcd leader removes it; 0
 	// never removes.
 	DeadMemberTimeout time.Duration
+	// StalledLearnerTimeout is how long a learner may stay unhealthy before the leader removes it
+	// (default DefaultStalledLearnerTimeout; DecideMaintenance says why).
+	StalledLearnerTimeout time.Duration
 	// DesiredMembers, when set, tells the etcd leader how many members the StatefulSet wants (its
 	// spec.replicas); ok false when unknown. A stopped member whose ordinal is at or past it was scaled
 	// away and is removed without waiting out DeadMemberTimeout (still only when DecideMaintenance
@@ -463,6 +466,13 @@ func (m *Member) promote(ctx context.Context) error {
 	}
 	id := uint64(m.etcd.Server.MemberID())
 	err := retry(ctx, 100*time.Millisecond, m.cfg.RetryInterval, func(ctx context.Context) (bool, error) {
+		select {
+		case <-m.etcd.Server.StopNotify():
+			// The leader removed this learner (it was unhealthy too long, DecideMaintenance): give up, so
+			// that the process restarts and joins anew.
+			return false, errors.New("etcd stopped: the cluster removed this learner")
+		default:
+		}
 		if !m.etcd.Server.IsLearner() {
 			return true, nil
 		}
@@ -478,6 +488,8 @@ func (m *Member) promote(ctx context.Context) error {
 		case err == nil || errors.Is(err, rpctypes.ErrMemberNotLearner):
 			klog.InfoS("Promoted this etcd learner to a voting member", "member", m.cfg.Name)
 			return true, nil
+		case errors.Is(err, rpctypes.ErrMemberNotFound):
+			return false, fmt.Errorf("the cluster removed this learner before its promotion: %w", err)
 		case errors.Is(err, rpctypes.ErrMemberLearnerNotReady):
 			klog.V(2).InfoS("Learner not yet in sync; promotion retried", "member", m.cfg.Name)
 		default:
@@ -685,7 +697,7 @@ func (m *Member) maintain(ctx context.Context, tracker *HealthTracker, lastReaso
 		}
 		st.Healthy[name] = s.Healthy
 	}
-	act := DecideMaintenance(MaintenanceInput{Members: states, Now: time.Now(), DeadMemberTimeout: m.cfg.DeadMemberTimeout})
+	act := DecideMaintenance(MaintenanceInput{Members: states, Now: time.Now(), DeadMemberTimeout: m.cfg.DeadMemberTimeout, StalledLearnerTimeout: m.cfg.StalledLearnerTimeout})
 	st.Decision = act.Reason
 	m.setStatus(st)
 	if act.Reason != "" && act.Reason != *lastReason {

@@ -43,8 +43,8 @@ type world struct {
 	ca    *etcdcluster.PeerCA
 	nodes []*node
 	mu    sync.Mutex
-	// deadMemberTimeout is given to every member.
-	deadMemberTimeout time.Duration
+	// deadMemberTimeout and stalledLearnerTimeout are given to every member.
+	deadMemberTimeout, stalledLearnerTimeout time.Duration
 	// replicas is the StatefulSet's spec.replicas; 0 when unknown.
 	replicas int
 }
@@ -107,7 +107,8 @@ func (w *world) config(nd *node) etcdcluster.Config {
 		Name: nd.name, Dir: nd.dir,
 		PeerURL: nd.peerURL, ClientURL: nd.clientURL, ListenPeerURL: nd.peerURL, ListenClientURL: nd.clientURL,
 		Designated: nd.designated, CA: w.ca, Discover: w.discover(nd),
-		DeadMemberTimeout: w.deadMemberTimeout, CheckInterval: checkInterval, RetryInterval: 500 * time.Millisecond,
+		DeadMemberTimeout: w.deadMemberTimeout, StalledLearnerTimeout: w.stalledLearnerTimeout,
+		CheckInterval: checkInterval, RetryInterval: 500 * time.Millisecond,
 		DesiredMembers: func(context.Context) (int, bool) {
 			w.mu.Lock()
 			defer w.mu.Unlock()
@@ -473,4 +474,57 @@ func (w *world) startFor(nd *node, d time.Duration) error {
 	nd.member, nd.cancel, nd.done = m, runCancel, done
 	w.mu.Unlock()
 	return nil
+}
+
+// TestStalledLearnerIsRemoved: a learner that was added and never started (its pod killed between its
+// MemberAdd and its start, then crash-looping) holds etcd's one learner slot; the leader removes it after
+// the stalled-learner timeout, long before the dead-member timeout, and the member waiting to join gets in.
+// When the stalled one starts at last, it joins anew. A timeout this short can also remove a learner that
+// is merely slow to start on a loaded machine: its start then fails and, as kubelet would restart its
+// pod, it is started again (restarting).
+func TestStalledLearnerIsRemoved(t *testing.T) {
+	w := newWorld(t, 5)
+	w.deadMemberTimeout = time.Hour
+	w.stalledLearnerTimeout = 3 * time.Second
+	w.restarting(w.nodes[0])
+	for _, nd := range w.nodes[1:3] {
+		w.restarting(nd)
+	}
+	w.waitVoters(3)
+
+	n3, n4 := w.nodes[3], w.nodes[4]
+	// etcd refuses a member add until every voter has been connected for a while: ask until it accepts.
+	var resp *clientv3.MemberAddResponse
+	c := w.client()
+	waitFor(t, "etcd to accept the learner", 30*time.Second, func() (bool, string) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		var err error
+		resp, err = c.MemberAddAsLearner(ctx, []string{n3.peerURL})
+		return err == nil, fmt.Sprint(err)
+	})
+	t0 := time.Now()
+	w.restarting(n4)
+	t.Logf("figure: a member joined past a stalled learner in %s (stalled-learner timeout %s)", time.Since(t0).Round(time.Millisecond), w.stalledLearnerTimeout)
+	for _, e := range n4.member.Members() {
+		if e.ID == resp.Member.ID {
+			t.Fatalf("the stalled learner %x is still listed", e.ID)
+		}
+	}
+	w.restarting(n3)
+	w.waitVoters(5)
+}
+
+// restarting starts nd's member and, when its start fails, starts it again (at most five times), as
+// kubelet restarts a pod whose process exited.
+func (w *world) restarting(nd *node) {
+	w.t.Helper()
+	var err error
+	for range 5 {
+		if err = w.startErr(nd); err == nil {
+			return
+		}
+		w.t.Logf("%v; starting it again", err)
+	}
+	w.t.Fatal(err)
 }
