@@ -143,21 +143,9 @@ func (w *world) startAll(nodes ...*node) {
 }
 
 func (w *world) startErr(nd *node) error {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	m, err := etcdcluster.Start(ctx, w.config(nd))
-	if err != nil {
+	if err := w.startFor(nd, time.Minute); err != nil {
 		return fmt.Errorf("starting %s: %w", nd.name, err)
 	}
-	runCtx, runCancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = m.Run(runCtx)
-	}()
-	w.mu.Lock()
-	nd.member, nd.cancel, nd.done = m, runCancel, done
-	w.mu.Unlock()
 	return nil
 }
 

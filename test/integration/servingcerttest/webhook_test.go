@@ -11,7 +11,6 @@ import (
 	"encoding/json"
 	"net"
 	"net/http"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -35,29 +34,6 @@ const (
 	svc     = "my-webhook"
 	vwcName = "my-webhook.example.com"
 )
-
-// startControlPlane starts etcd and kube-apiserver only, as envtest does, and stops them when the test
-// ends.
-func startControlPlane(t *testing.T) *framework.ControlPlane {
-	t.Helper()
-	dir := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	cp, err := framework.Start(ctx, framework.Options{Dir: dir, SkipCertapi: true})
-	if err != nil {
-		if cp != nil {
-			framework.PrintLogTails(os.Stderr, cp.Logs())
-		}
-		t.Fatalf("starting etcd and kube-apiserver: %v", err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			framework.PrintLogTails(os.Stderr, cp.Logs())
-		}
-		cp.Stop()
-	})
-	return cp
-}
 
 // reviews records the AdmissionReviews the webhook answered.
 type reviews struct {
@@ -96,7 +72,7 @@ func (r *reviews) handler(w http.ResponseWriter, req *http.Request) {
 }
 
 func TestWebhookServedFromTheDouble(t *testing.T) {
-	cp := startControlPlane(t)
+	cp := framework.StartT(t, framework.Options{SkipCertapi: true})
 	kube, err := kubernetes.NewForConfig(cp.AdminConfig)
 	if err != nil {
 		t.Fatal(err)

@@ -6,7 +6,6 @@ package trustbundle_test
 import (
 	"bytes"
 	"context"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -86,17 +85,9 @@ func waitFor(t *testing.T, what string, timeout time.Duration, cond func(context
 }
 
 func TestClusterTrustBundle(t *testing.T) {
-	dir := t.TempDir()
+	cp := framework.StartT(t, framework.Options{SkipCertapi: true})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cp, err := framework.Start(ctx, framework.Options{Dir: dir, SkipCertapi: true})
-	if err != nil {
-		if cp != nil {
-			framework.PrintLogTails(os.Stderr, cp.Logs())
-		}
-		t.Fatalf("starting etcd and kube-apiserver: %v", err)
-	}
-	defer cp.Stop()
 
 	b1 := newBundle(t)
 	src := &source{}
