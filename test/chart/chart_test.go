@@ -686,6 +686,9 @@ func TestBadValuesAreRefused(t *testing.T) {
 		{[]string{"--set", "securityContext.privilegd=true"}, "at '/securityContext': additional properties 'privilegd' not allowed"},
 		{[]string{"--set", "encryption.secretKey=keys/config.yaml"}, "at '/encryption/secretKey'"},
 		{[]string{"--set", "test.timeout=soon"}, "at '/test/timeout'"},
+		{[]string{"--set", "snapshots.interval=hourly"}, "at '/snapshots/interval'"},
+		{[]string{"--set", "snapshots.retention=0"}, "at '/snapshots/retention': minimum: got 0, want 1"},
+		{[]string{"--set", "snapshots.interval=1h", "--set", "etcd.mode=external", "--set", "etcd.external.endpoints[0]=https://etcd:2379"}, "snapshots.interval with an external etcd needs snapshots.existingClaim"},
 	} {
 		r := runHelm(t, append([]string{"template", release, chartDir, "--namespace", "certapi"}, tc.args...)...)
 		if r.err == nil || !strings.Contains(r.stderr, tc.want) {

@@ -282,6 +282,37 @@ priorityClassName: ""
 			}
 		},
 	}, {
+		name: "scheduled snapshots in the data volume",
+		args: []string{"--set", "snapshots.interval=1h"},
+		check: func(t *testing.T, ns string, objs []*unstructured.Unstructured, pod *corev1.PodSpec) {
+			if _, args := certapiArgs(t, objs); args["snapshot-interval"] != "1h" || args["snapshot-retention"] != "5" || args["snapshot-dir"] != "" {
+				t.Errorf("--snapshot-interval=%q --snapshot-retention=%q --snapshot-dir=%q; want 1h, 5 and certapi's default (<data-dir>/snapshots)",
+					args["snapshot-interval"], args["snapshot-retention"], args["snapshot-dir"])
+			}
+		},
+	}, {
+		name: "scheduled snapshots on a claim of their own",
+		args: []string{"--set", "snapshots.interval=30m", "--set", "snapshots.retention=48", "--set", "snapshots.existingClaim=certapi-backups"},
+		check: func(t *testing.T, ns string, objs []*unstructured.Unstructured, pod *corev1.PodSpec) {
+			if _, args := certapiArgs(t, objs); args["snapshot-interval"] != "30m" || args["snapshot-retention"] != "48" || args["snapshot-dir"] != "/var/lib/certapi-snapshots" {
+				t.Errorf("--snapshot-interval=%q --snapshot-retention=%q --snapshot-dir=%q; want 30m, 48, /var/lib/certapi-snapshots",
+					args["snapshot-interval"], args["snapshot-retention"], args["snapshot-dir"])
+			}
+			var claim string
+			for _, v := range pod.Volumes {
+				if v.Name == "snapshots" && v.PersistentVolumeClaim != nil {
+					claim = v.PersistentVolumeClaim.ClaimName
+				}
+			}
+			mounted := false
+			for _, m := range certapiContainer(t, pod).VolumeMounts {
+				mounted = mounted || (m.Name == "snapshots" && m.MountPath == "/var/lib/certapi-snapshots")
+			}
+			if claim != "certapi-backups" || !mounted {
+				t.Errorf("snapshots volume claim %q, mounted at /var/lib/certapi-snapshots %v; want certapi-backups, true", claim, mounted)
+			}
+		},
+	}, {
 		name: "existing encryption Secret",
 		args: []string{"--set", "encryption.secretName=platform-encryption", "--set", "encryption.secretKey=encryption-config.yaml"},
 		check: func(t *testing.T, ns string, objs []*unstructured.Unstructured, pod *corev1.PodSpec) {
