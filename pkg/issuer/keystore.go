@@ -239,3 +239,14 @@ func (k *keystore) save(ctx context.Context, a signer.Authorities, modRevision i
 	}
 	return resp.Header.Revision, nil
 }
+
+// identityTransformer stores values as they are, when no encryption is configured.
+type identityTransformer struct{}
+
+func (identityTransformer) TransformFromStorage(_ context.Context, data []byte, _ value.Context) ([]byte, bool, error) {
+	return data, false, nil
+}
+
+func (identityTransformer) TransformToStorage(_ context.Context, data []byte, _ value.Context) ([]byte, error) {
+	return data, nil
+}

@@ -174,3 +174,11 @@ func buildCertapi(ctx context.Context) (string, error) {
 	}
 	return out, nil
 }
+
+func hostBinary(name, debianPackage string) (string, error) {
+	p, err := exec.LookPath(name)
+	if err != nil {
+		return "", fmt.Errorf("%s not found on PATH: install Debian's %s (.ci/run does)", name, debianPackage)
+	}
+	return p, nil
+}

@@ -134,3 +134,28 @@ func sharedLibraries(bin string) ([]string, error) {
 	}
 	return libs, nil
 }
+
+func imagesDir() (string, error) {
+	if d := os.Getenv(EnvImagesDir); d != "" {
+		return d, nil
+	}
+	root, err := RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(root, "_output", "images"), nil
+}
+
+// ImageArchive returns the path of the image archive name (e.g. "certapi.tar") that `make images`
+// writes to <repo>/_output/images (or $IMAGES_DIR), with an error saying how to make it when missing.
+func ImageArchive(name string) (string, error) {
+	d, err := imagesDir()
+	if err != nil {
+		return "", err
+	}
+	p := filepath.Join(d, name)
+	if _, err := os.Stat(p); err != nil {
+		return "", fmt.Errorf("image archive %s: %w (run `make images`)", p, err)
+	}
+	return p, nil
+}

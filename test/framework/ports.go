@@ -4,8 +4,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"net"
 	"os"
 	"slices"
+	"strconv"
+	"strings"
 )
 
 // portSet is the loopback ports of one control plane. It is saved in <Dir>/ports.json so that a
@@ -94,4 +98,71 @@ func (ps *portSet) all() []int {
 	out = append(out, ps.CertapiReplicas...)
 	out = append(out, ps.EtcdMemberClients...)
 	return append(out, ps.EtcdMemberPeers...)
+}
+
+// Ports the framework picks itself lie in [minStaticPort, start of the kernel's ephemeral range).
+const minStaticPort = 20000
+
+// FreePorts returns n distinct TCP ports on 127.0.0.1 that were free a moment ago, none of them in
+// exclude, for processes the caller starts next to a control plane. Like the control plane's own
+// ports they lie below the kernel's ephemeral range when it is known (see freePort).
+func FreePorts(n int, exclude ...int) ([]int, error) {
+	ports := make([]int, 0, n)
+	for len(ports) < n {
+		p, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		if !slices.Contains(exclude, p) && !slices.Contains(ports, p) {
+			ports = append(ports, p)
+		}
+	}
+	return ports, nil
+}
+
+// freePort returns a TCP port on 127.0.0.1 that was free a moment ago. It prefers a port below the
+// kernel's ephemeral range: a process restarted on its port (StartReplica, StartCertapi) could
+// otherwise find it taken by the source port of some outgoing loopback connection meanwhile.
+func freePort() (int, error) {
+	if lo := ephemeralPortStart(); lo > minStaticPort+1000 {
+		for range 100 {
+			p := minStaticPort + rand.IntN(lo-minStaticPort)
+			if portFree(p) {
+				return p, nil
+			}
+		}
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("finding a free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// ephemeralPortStart returns the first port of the kernel's ephemeral range, or 0 when unknown.
+func ephemeralPortStart() int {
+	data, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0
+	}
+	fields := strings.Fields(string(data))
+	if len(fields) != 2 {
+		return 0
+	}
+	lo, err := strconv.Atoi(fields[0])
+	if err != nil || lo > 65535 {
+		return 0
+	}
+	return lo
+}
+
+// portFree reports whether port can be bound on 127.0.0.1 now.
+func portFree(port int) bool {
+	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	if err != nil {
+		return false
+	}
+	l.Close()
+	return true
 }

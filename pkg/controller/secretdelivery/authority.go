@@ -1,0 +1,47 @@
+package secretdelivery
+
+import (
+	"bytes"
+
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// authorityChanged records the Authority's signing CA and bundle and reports whether either differs
+// from what was recorded before (the first call only sets the baseline).
+func (c *Controller) authorityChanged() bool {
+	ca, bundle, ok := c.authority.Signing()
+	if !ok || ca == nil || ca.Certificate == nil {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	changed := c.seenCA != nil && (!bytes.Equal(bundle, c.seenBundle) || !bytes.Equal(ca.Certificate.Raw, c.seenCA))
+	c.seenCA, c.seenBundle = ca.Certificate.Raw, bundle
+	return changed
+}
+
+// waitForSigning remembers that key was looked at while the Authority could not sign. The Authority
+// tells its listeners when signing resumes (leadership, a loaded CA, a renewed lease); should that have
+// happened between the caller's look and now, the requests are enqueued at once.
+func (c *Controller) waitForSigning(key types.NamespacedName) {
+	c.mu.Lock()
+	c.notSigning[key] = struct{}{}
+	c.mu.Unlock()
+	if ca, _, ok := c.authority.Signing(); ok && ca != nil {
+		c.enqueueNotSigning()
+	}
+}
+
+// enqueueNotSigning enqueues the requests that waited for the Authority to sign, if it signs now.
+func (c *Controller) enqueueNotSigning() {
+	if ca, _, ok := c.authority.Signing(); !ok || ca == nil {
+		return
+	}
+	c.mu.Lock()
+	keys := c.notSigning
+	c.notSigning = map[types.NamespacedName]struct{}{}
+	c.mu.Unlock()
+	for k := range keys {
+		c.queue.Add(k)
+	}
+}

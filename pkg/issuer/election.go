@@ -1,0 +1,228 @@
+package issuer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/client/v3/concurrency"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/klog/v2"
+
+	"github.com/certapi/certapi/pkg/signer"
+)
+
+// Run takes part in the leader election until ctx ends. While leading it holds the CA in memory, answers
+// handoffs and runs OnLeading. When ctx ends it resigns, so another replica takes over at once.
+func (i *Issuer) Run(ctx context.Context) error {
+	// Failed rounds (etcd unreachable, a leader whose loops could not start) are retried after 1 s,
+	// doubling up to 30 s while they keep failing, so a broken leader does not spin.
+	newBackoff := func() wait.Backoff {
+		return wait.Backoff{Duration: time.Second, Factor: 2, Cap: 30 * time.Second, Steps: math.MaxInt32}
+	}
+	backoff := newBackoff()
+	for ctx.Err() == nil {
+		err := i.campaignOnce(ctx)
+		if err == nil || ctx.Err() != nil {
+			backoff = newBackoff()
+			continue
+		}
+		delay := backoff.Step()
+		klog.ErrorS(err, "Leader election round failed; retrying", "identity", i.cfg.Identity, "retryIn", delay)
+		select {
+		case <-ctx.Done():
+		case <-time.After(delay):
+		}
+	}
+	return nil
+}
+
+func (i *Issuer) campaignOnce(ctx context.Context) error {
+	ttl := int(i.cfg.SessionTTL.Round(time.Second) / time.Second)
+	if ttl < 1 {
+		ttl = 1
+	}
+	// The lease is granted here rather than by the session, to know when it was asked for: etcd starts its
+	// TTL after that moment, so it cannot expire before then + TTL (see lease.go).
+	sent := i.now()
+	lease, err := i.cfg.Client.Grant(ctx, int64(ttl))
+	if err != nil {
+		return fmt.Errorf("granting the election lease: %w", err)
+	}
+	leaseTTL := time.Duration(lease.TTL) * time.Second
+	i.leaseGranted(sent, leaseTTL)
+	session, err := concurrency.NewSession(i.cfg.Client, concurrency.WithTTL(ttl), concurrency.WithLease(lease.ID), concurrency.WithContext(ctx))
+	if err != nil {
+		rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer rcancel()
+		_, _ = i.cfg.Client.Revoke(rctx, lease.ID)
+		return fmt.Errorf("opening an etcd session: %w", err)
+	}
+	defer session.Close()
+	election := concurrency.NewElection(session, i.cfg.Prefix+"/leader")
+	klog.InfoS("Campaigning for leadership", "identity", i.cfg.Identity)
+	if err := election.Campaign(ctx, i.cfg.Identity); err != nil {
+		return fmt.Errorf("campaigning: %w", err)
+	}
+	klog.InfoS("Became leader", "identity", i.cfg.Identity, "key", election.Key())
+	// The grant may be long past after a wait as a follower: renew now, so that the term starts with a
+	// lease known to be alive.
+	if err := i.renewLease(ctx, lease.ID, leaseTTL); err != nil {
+		return err
+	}
+
+	leadCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	// Renew the lease and time the renewals: signing stops when the lease is no longer known to be alive,
+	// and the term ends when etcd says it is gone.
+	wg.Go(func() { i.keepLease(leadCtx, lease.ID, leaseTTL, cancel) })
+	// Stop signing the moment the session is gone, before anything else notices.
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		select {
+		case <-session.Done():
+			i.setLeading(false, signer.Authorities{})
+			klog.InfoS("Lost leadership: etcd session ended", "identity", i.cfg.Identity)
+			cancel()
+		case <-leadCtx.Done():
+		}
+	}()
+
+	err = i.lead(leadCtx, election.Key(), election.Rev())
+	i.setLeading(false, signer.Authorities{})
+	cancel()
+	wg.Wait()
+
+	if ctx.Err() != nil || err != nil {
+		// Shutting down, or this term failed: resign so a follower takes over now rather than after the
+		// session TTL.
+		rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer rcancel()
+		if rerr := election.Resign(rctx); rerr != nil {
+			klog.ErrorS(rerr, "Resigning leadership failed; followers take over when the session expires", "identity", i.cfg.Identity)
+		} else {
+			klog.InfoS("Resigned leadership", "identity", i.cfg.Identity)
+		}
+	}
+	return err
+}
+
+// lead loads or creates the CA, then serves until ctx ends.
+func (i *Issuer) lead(ctx context.Context, leaderKey string, leaderRev int64) error {
+	i.mu.Lock()
+	i.termKey, i.termRev = leaderKey, leaderRev
+	i.mu.Unlock()
+	auth, modRev, err := i.loadOrCreateCA(ctx, leaderKey, leaderRev)
+	if err != nil {
+		return err
+	}
+	i.mu.Lock()
+	i.modRev = modRev
+	i.mu.Unlock()
+	i.setLeading(true, auth)
+	ca := auth.Active
+	klog.InfoS("Leading: signing with the Active CA", "identity", i.cfg.Identity, "serialNumber", signer.FormatSerialNumber(ca.Certificate.SerialNumber), "notAfter", ca.Certificate.NotAfter)
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	var leadErr error
+	if i.cfg.OnLeading != nil {
+		wg.Go(func() {
+			if err := i.cfg.OnLeading(ctx); err != nil && ctx.Err() == nil {
+				leadErr = fmt.Errorf("the leader's loops failed; giving up this term: %w", err)
+				cancel()
+			}
+		})
+	}
+	err = i.serveHandoffs(ctx)
+	cancel()
+	wg.Wait()
+	if leadErr != nil {
+		return leadErr
+	}
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+func (i *Issuer) loadOrCreateCA(ctx context.Context, leaderKey string, leaderRev int64) (signer.Authorities, int64, error) {
+	for attempt := 0; attempt < 3; attempt++ {
+		l, err := i.store.load(ctx)
+		auth, rev := l.auth, l.modRevision
+		if err != nil {
+			return auth, 0, err
+		}
+		if l.found && l.rewrite != "" {
+			// Rewritten as it is now, fenced like every CA write: encrypted with the configured key, and
+			// without the key of any CA that no longer signs.
+			newRev, err := i.store.save(ctx, auth, rev, leaderKey, leaderRev)
+			if errors.Is(err, ErrFenced) {
+				if !i.stillLeader(ctx, leaderKey, leaderRev) {
+					return auth, 0, err
+				}
+				continue // the record changed meanwhile: read it again
+			}
+			if err != nil {
+				return auth, 0, fmt.Errorf("rewriting the CA record: %w", err)
+			}
+			klog.InfoS("Rewrote the CA record", "reason", l.rewrite)
+			rev = newRev
+		}
+		if l.found {
+			klog.InfoS("Loaded the CA from etcd", "serialNumber", signer.FormatSerialNumber(auth.Active.Certificate.SerialNumber), "bundleSize", len(auth.Certificates()))
+			return auth, rev, nil
+		}
+		ca, err := signer.NewCA(signer.CAOptions{ClusterDomain: i.cfg.ClusterDomain, Duration: i.cfg.CADuration, Now: i.cfg.Clock.Now()})
+		if err != nil {
+			return auth, 0, fmt.Errorf("generating the CA: %w", err)
+		}
+		auth = signer.Authorities{Active: ca}
+		newRev, err := i.store.save(ctx, auth, 0, leaderKey, leaderRev)
+		if err == nil {
+			klog.InfoS("Created the cluster's CA", "serialNumber", signer.FormatSerialNumber(ca.Certificate.SerialNumber), "notAfter", ca.Certificate.NotAfter)
+			return auth, newRev, nil
+		}
+		if !errors.Is(err, ErrFenced) {
+			return auth, 0, err
+		}
+		// Either we no longer lead (the next load happens in a new term) or the record appeared: look again.
+		if !i.stillLeader(ctx, leaderKey, leaderRev) {
+			return auth, 0, err
+		}
+	}
+	return signer.Authorities{}, 0, errors.New("the CA record kept changing while creating the CA")
+}
+
+func (i *Issuer) stillLeader(ctx context.Context, leaderKey string, leaderRev int64) bool {
+	resp, err := i.cfg.Client.Get(ctx, leaderKey)
+	return err == nil && len(resp.Kvs) == 1 && resp.Kvs[0].CreateRevision == leaderRev
+}
+
+func (i *Issuer) setLeading(leading bool, auth signer.Authorities) {
+	i.mu.Lock()
+	changed := i.leading != leading
+	i.leading, i.auth, i.bundle = leading, auth, nil
+	if changed {
+		i.published.next = nil
+	}
+	if leading {
+		i.bundle = auth.Bundle()
+	}
+	i.mu.Unlock()
+	if changed {
+		i.signalLease()
+	}
+	if changed && i.cfg.OnLeadershipChange != nil {
+		i.cfg.OnLeadershipChange(leading)
+	}
+	if changed || leading {
+		i.listeners.notify()
+	}
+}

@@ -1,0 +1,117 @@
+package framework
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"syscall"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+)
+
+// stop stops the node and removes what it added to the machine, then releases the node lock. It waits for
+// kubelet to stop the pods (their containers, then CNI DEL) after deleting them; what remains then is
+// killed and removed by force. What is still there at the end is in Leftovers.
+func (n *ClusterNode) stop() {
+	n.mu.Lock()
+	if n.stopped {
+		n.mu.Unlock()
+		return
+	}
+	n.stopped = true
+	procs := n.procs
+	n.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	report := func(what string, err error) {
+		if err != nil {
+			n.cp.progress("node: %s: %v", what, err)
+		}
+	}
+	stopProc := func(name string) {
+		if p := procs[name]; p != nil {
+			report("stopping "+name, p.stop(syscall.SIGTERM, nodeStopGrace))
+		}
+	}
+	// No controller may create pods, nor the scheduler bind them, while the pods go.
+	stopProc(ProcessKubeControllerManager)
+	stopProc(ProcessKubeScheduler)
+	if kubelet := procs[ProcessKubelet]; kubelet != nil && n.cp.apiServerRunning() {
+		report("deleting the node's pods", n.deletePods(ctx, kubelet))
+	}
+	stopProc(ProcessKubelet)
+	stopProc(ProcessKubeProxy)
+	if procs[ProcessKubeProxy] != nil {
+		report("kube-proxy --cleanup", kubeProxyCleanup(ctx))
+	}
+	// kubelet's own chains (KUBE-FIREWALL, KUBE-KUBELET-CANARY, ...), which nothing else removes. The node
+	// lock is held: every KUBE-* chain on the machine is this node's.
+	report("removing KUBE-* chains", removeKubeChains(ctx))
+	if n.containerdSocket != "" {
+		report("stopping containerd", n.stopContainerd(ctx))
+	}
+	if n.Dir != "" {
+		report("unmounting", unmountAll(n.Dir))
+		n.keepPodLogs()
+	}
+	if n.cgroup != "" {
+		report("removing cgroups", removeCgroup(n.cgroup))
+	}
+	if n.network != nil {
+		report("removing the network", n.network.tearDown(ctx))
+	}
+	if n.apiProxy != nil {
+		n.apiProxy.Close()
+	}
+	if n.Dir != "" {
+		report("removing container log links", removeContainerLogLinks(n.Dir))
+		report("removing "+n.Dir, os.RemoveAll(n.Dir))
+	}
+	left := n.findLeftovers(ctx)
+	n.mu.Lock()
+	n.leftovers = left
+	n.mu.Unlock()
+	if len(left) > 0 {
+		n.cp.progress("node: left on the machine after cleanup: %s", strings.Join(left, "; "))
+	}
+	if n.lock != nil {
+		n.lock.Close() // releases the flock
+	}
+}
+
+// deletePods deletes every pod bound to the node at once (grace period 0, as `kubectl delete --force`)
+// and waits until kubelet has stopped them all: no container runs in containerd.
+func (n *ClusterNode) deletePods(ctx context.Context, kubelet *Process) error {
+	cs, err := kubernetes.NewForConfig(n.cp.AdminConfig)
+	if err != nil {
+		return err
+	}
+	pods, err := cs.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + n.Name})
+	if err != nil {
+		return err
+	}
+	for _, p := range pods.Items {
+		err := cs.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+	}
+	return PollUntil(ctx, 250*time.Millisecond, podsGoneTimeout, "kubelet to stop the node's pods", []*Process{kubelet}, func(ctx context.Context) (bool, string) {
+		out, err := n.ctr(ctx, "tasks", "ls")
+		if err != nil {
+			return false, err.Error()
+		}
+		running := 0
+		for _, line := range strings.Split(out, "\n")[1:] {
+			if f := strings.Fields(line); len(f) >= 3 && f[2] == "RUNNING" {
+				running++
+			}
+		}
+		return running == 0, fmt.Sprintf("%d containers running", running)
+	})
+}
