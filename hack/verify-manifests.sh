@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fails when the manifests hack/update-manifests.sh renders from the chart artifacts/charts/certapi
-# (artifacts/deploy and artifacts/monitoring's ServiceMonitor and PrometheusRule) differ from the ones in
-# the tree: renders them into a copy and compares.
+# (artifacts/deploy and artifacts/monitoring's ServiceMonitor, PrometheusRule and Prometheus RBAC) differ
+# from the ones in the tree: renders them into a copy and compares.
 set -o errexit -o nounset -o pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"

@@ -18,6 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -193,6 +194,29 @@ func TestExamples(t *testing.T) {
 				checkCluster(t, ns, objs)
 				checkSecurity(t, ns, objs, securityWant{refused: []string{"kube-system", "kube-public", "kube-node-lease", ns},
 					networkPolicy: true, cluster: true, priorityClass: "system-cluster-critical"})
+			}},
+		// A token Secret of the user's own: the chart creates no ServiceAccount, token or binding for it.
+		{name: "monitoring-own-token", args: []string{"--set", "monitoring.serviceMonitor.enabled=true",
+			"--set", "monitoring.serviceMonitor.tokenSecret.name=prometheus-scraper", "--set", "monitoring.serviceMonitor.tokenSecret.key=bearer"},
+			check: func(t *testing.T, ns string, objs []*unstructured.Unstructured) {
+				for _, kind := range []string{"ServiceAccount", "Secret", "ClusterRoleBinding", "Role"} {
+					for _, name := range []string{release + "-metrics", release + "-metrics-token", release + ":metrics", release + ":prometheus"} {
+						if find(objs, kind, name) != nil {
+							t.Errorf("%s %s rendered with a token Secret of the user's own", kind, name)
+						}
+					}
+				}
+				sm := find(objs, "ServiceMonitor", release)
+				if sm == nil {
+					t.Fatal("no ServiceMonitor")
+				}
+				eps, _, _ := unstructured.NestedSlice(sm.Object, "spec", "endpoints")
+				for _, e := range eps {
+					got, _, _ := unstructured.NestedStringMap(e.(map[string]any), "authorization", "credentials")
+					if want := map[string]string{"name": "prometheus-scraper", "key": "bearer"}; !reflect.DeepEqual(got, want) {
+						t.Errorf("endpoint %v: credentials %v; want %v", e.(map[string]any)["path"], got, want)
+					}
+				}
 			}},
 		{name: "security-off", args: []string{"--set", "networkPolicy.enabled=false", "--set", "secretDelivery.refuseReleaseNamespace=false",
 			"--set", "priorityClassName="},
@@ -611,6 +635,25 @@ func checkMonitoring(t *testing.T, ns string, objs []*unstructured.Unstructured,
 			t.Errorf("ServiceMonitor selects %s=%s; the Service has %v", k, v, svc.GetLabels())
 		}
 	}
+	// The token: a Secret of the ServiceAccount <release>-metrics, which the ClusterRole
+	// <release>:metrics-reader (and nothing else) is bound to.
+	secret := find(objs, "Secret", release+"-metrics-token")
+	if secret == nil || find(objs, "ServiceAccount", release+"-metrics") == nil {
+		t.Fatal("no ServiceAccount certapi-metrics or its token Secret certapi-metrics-token")
+	}
+	if secret.Object["type"] != "kubernetes.io/service-account-token" || secret.GetAnnotations()["kubernetes.io/service-account.name"] != release+"-metrics" {
+		t.Errorf("Secret %s is of type %v for %q; want a kubernetes.io/service-account-token of %s-metrics", secret.GetName(), secret.Object["type"], secret.GetAnnotations()["kubernetes.io/service-account.name"], release)
+	}
+	var binding rbacv1.ClusterRoleBinding
+	if crb := find(objs, "ClusterRoleBinding", release+":metrics"); crb == nil {
+		t.Errorf("no ClusterRoleBinding %s:metrics", release)
+	} else {
+		convert(t, crb, &binding)
+		want := []rbacv1.Subject{{Kind: "ServiceAccount", Name: release + "-metrics", Namespace: ns}}
+		if binding.RoleRef.Name != release+":metrics-reader" || !reflect.DeepEqual(binding.Subjects, want) {
+			t.Errorf("ClusterRoleBinding %s binds %s to %v; want %s:metrics-reader to %v", binding.Name, binding.RoleRef.Name, binding.Subjects, release, want)
+		}
+	}
 	eps, _, _ := unstructured.NestedSlice(sm.Object, "spec", "endpoints")
 	var paths []string
 	for _, e := range eps {
@@ -621,10 +664,46 @@ func checkMonitoring(t *testing.T, ns string, objs []*unstructured.Unstructured,
 		if server != release+"."+ns+".svc" || ca != cm.GetName() {
 			t.Errorf("endpoint %v: serverName %q, CA ConfigMap %q; want %s.%s.svc and %s", m["path"], server, ca, release, ns, cm.GetName())
 		}
+		auth, _, _ := unstructured.NestedMap(m, "authorization")
+		want := map[string]any{"type": "Bearer", "credentials": map[string]any{"name": secret.GetName(), "key": "token"}}
+		if !reflect.DeepEqual(auth, want) {
+			t.Errorf("endpoint %v: authorization %v; want %v", m["path"], auth, want)
+		}
+		if _, ok := m["bearerTokenFile"]; ok {
+			t.Errorf("endpoint %v still has the deprecated bearerTokenFile", m["path"])
+		}
 	}
 	if !reflect.DeepEqual(paths, []string{"/metrics", "/metrics/slis"}) {
 		t.Errorf("ServiceMonitor scrapes %v; want /metrics and /metrics/slis", paths)
 	}
+	// Prometheus may discover the Service's endpoints and pods in the release's namespace.
+	role, rb := find(objs, "Role", release+":prometheus"), find(objs, "RoleBinding", release+":prometheus")
+	if role == nil || rb == nil {
+		t.Fatalf("no Role or RoleBinding %s:prometheus", release)
+	}
+	var r rbacv1.Role
+	var b rbacv1.RoleBinding
+	convert(t, role, &r)
+	convert(t, rb, &b)
+	for _, res := range []struct{ group, resource string }{{"", "services"}, {"", "endpoints"}, {"", "pods"}, {"discovery.k8s.io", "endpointslices"}} {
+		if !rbacAllows(r.Rules, res.group, res.resource, "list") || !rbacAllows(r.Rules, res.group, res.resource, "watch") {
+			t.Errorf("Role %s does not let Prometheus list and watch %s", r.Name, res.resource)
+		}
+	}
+	want := []rbacv1.Subject{{Kind: "ServiceAccount", Name: "prometheus-k8s", Namespace: "monitoring"}}
+	if b.RoleRef.Name != r.Name || !reflect.DeepEqual(b.Subjects, want) {
+		t.Errorf("RoleBinding %s binds %s to %v; want %s to %v", b.Name, b.RoleRef.Name, b.Subjects, r.Name, want)
+	}
+}
+
+// rbacAllows reports whether one of rules grants verb on resource of group.
+func rbacAllows(rules []rbacv1.PolicyRule, group, resource, verb string) bool {
+	for _, r := range rules {
+		if slices.Contains(r.APIGroups, group) && slices.Contains(r.Resources, resource) && slices.Contains(r.Verbs, verb) {
+			return true
+		}
+	}
+	return false
 }
 
 // helpFlags returns the long flags certapi --help lists.

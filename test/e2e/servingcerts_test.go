@@ -297,8 +297,9 @@ func TestMetrics(t *testing.T) {
 	want := []string{
 		`certapi_issuances_total{path="servingcerts",result="issued"}`,
 		`certapi_issuance_duration_seconds_bucket{path="servingcerts"`,
-		`certapi_certificate_not_after_timestamp_seconds{name="metered",namespace="` + ns + `"}`,
-		`certapi_certificate_renewal_timestamp_seconds{name="metered",namespace="` + ns + `"}`,
+		`certapi_certificate_not_after_timestamp_seconds{name="metered",namespace="` + ns + `",renewer="client"}`,
+		`certapi_certificate_renewal_timestamp_seconds{name="metered",namespace="` + ns + `",renewer="client"}`,
+		`certapi_servingcertrequest_ready{name="metered",namespace="` + ns + `",reason="Issued"} 1`,
 		`certapi_ca_not_after_timestamp_seconds{role="Active"}`,
 		`certapi_leader{identity=`,
 	}

@@ -20,9 +20,13 @@ import (
 	"testing"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
 
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
@@ -31,9 +35,11 @@ import (
 )
 
 // TestPrometheusScrapesCertapi runs a real Prometheus against a running certapi: it scrapes /metrics and
-// /metrics/slis as the ServiceMonitor does (HTTPS, certapi's own CA, a client certificate), loads the
-// alerting rules and the dashboard's queries (as recording rules), and every one of them evaluates
-// without error; each dashboard query returns series, and every metric the alerts read is present.
+// /metrics/slis as the ServiceMonitor does (HTTPS, certapi's own CA, the bearer token of a ServiceAccount
+// bound to the chart's ClusterRole certapi:metrics-reader only), loads the alerting rules and the
+// dashboard's queries (as recording rules), and every one of them evaluates without error; each
+// dashboard query returns series, every metric the alerts read is present, and a request nobody called
+// servingcerts for has a Ready series of 0 before any certificate.
 func TestPrometheusScrapesCertapi(t *testing.T) {
 	prometheus, err := framework.PrometheusBinary()
 	if err != nil {
@@ -61,6 +67,12 @@ func TestPrometheusScrapesCertapi(t *testing.T) {
 		}
 	}
 	issue()
+	// A request nobody calls servingcerts for: its Ready series exists all the same.
+	idle := &certapiv1alpha1.ServingCertRequest{ObjectMeta: metav1.ObjectMeta{Name: "idle", Namespace: "default"},
+		Spec: certapiv1alpha1.ServingCertRequestSpec{ServiceName: "idle"}}
+	if _, err := c.CertapiV1alpha1().ServingCertRequests("default").Create(ctx, idle, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	var before string
 	poll(t, time.Minute, "CertificateAuthority/default to name the Active CA", func(context.Context) (bool, error) {
 		before = activeSerial(t, c)
@@ -85,14 +97,17 @@ func TestPrometheusScrapesCertapi(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "certapi-ca.crt"), bundle, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	if err := os.WriteFile(filepath.Join(dir, "token"), []byte(scraperToken(t, cp)), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	target := strings.TrimPrefix(cp.CertapiURL, "https://")
 	job := func(name, path string) map[string]any {
 		return map[string]any{
 			"job_name": name, "scheme": "https", "metrics_path": path,
 			"tls_config": map[string]any{
 				"ca_file": filepath.Join(dir, "certapi-ca.crt"), "server_name": framework.CertapiServiceName + "." + framework.CertapiNamespace + ".svc",
-				"cert_file": cp.PKI.AdminCert, "key_file": cp.PKI.AdminKey,
 			},
+			"authorization":  map[string]any{"type": "Bearer", "credentials_file": filepath.Join(dir, "token")},
 			"static_configs": []any{map[string]any{"targets": []string{target}}},
 		}
 	}
@@ -222,19 +237,90 @@ func TestPrometheusScrapesCertapi(t *testing.T) {
 		}
 	}))
 
-	// Nothing fires on a healthy certapi.
-	var alerts struct {
-		Alerts []struct {
-			Labels map[string]string `json:"labels"`
-			State  string            `json:"state"`
-		} `json:"alerts"`
+	// The Ready series: 1 for the request that got a certificate, 0 with no reason for the one nobody called.
+	for q, want := range map[string]string{
+		`certapi_servingcertrequest_ready{namespace="default", name="web", reason="Issued"} == 1`: "web Ready (Issued)",
+		`certapi_servingcertrequest_ready{namespace="default", name="idle", reason=""} == 0`:      "idle not Ready, no reason",
+	} {
+		poll(t, 30*time.Second, want, func(ctx context.Context) (bool, error) {
+			res, err := query(ctx, api, q)
+			return err == nil && len(res) == 1, nil
+		})
 	}
-	if err := get(ctx, api+"/api/v1/alerts", &alerts); err != nil {
+
+	// Nothing fires on a healthy certapi but CertapiServingCertRequestNotReady for the request nobody
+	// called, pending for its 15 minutes: the alert sees a request before its first certificate.
+	type alert struct {
+		Labels map[string]string `json:"labels"`
+		State  string            `json:"state"`
+	}
+	var alerts struct {
+		Alerts []alert `json:"alerts"`
+	}
+	poll(t, 30*time.Second, "CertapiServingCertRequestNotReady to be pending for default/idle", func(ctx context.Context) (bool, error) {
+		if err := get(ctx, api+"/api/v1/alerts", &alerts); err != nil {
+			return false, nil
+		}
+		return slices.ContainsFunc(alerts.Alerts, func(a alert) bool {
+			return a.Labels["alertname"] == "CertapiServingCertRequestNotReady" && a.Labels["name"] == "idle"
+		}), nil
+	})
+	for _, a := range alerts.Alerts {
+		idle := a.Labels["alertname"] == "CertapiServingCertRequestNotReady" && a.Labels["namespace"] == "default" && a.Labels["name"] == "idle"
+		if !idle || a.State != "pending" || a.Labels["reason"] != "" {
+			t.Errorf("alert %s is %s on a healthy certapi: %v", a.Labels["alertname"], a.State, a.Labels)
+		}
+	}
+}
+
+// scraperToken returns a token of a new ServiceAccount bound to the ClusterRole certapi:metrics-reader as
+// the chart renders it (artifacts/deploy/base/rbac.yaml), and to nothing else: what the ServiceMonitor's
+// token Secret holds.
+func scraperToken(t *testing.T, cp *framework.ControlPlane) string {
+	t.Helper()
+	ctx := context.Background()
+	kube, err := kubernetes.NewForConfig(cp.AdminConfig)
+	if err != nil {
 		t.Fatal(err)
 	}
-	for _, a := range alerts.Alerts {
-		t.Errorf("alert %s is %s on a healthy certapi: %v", a.Labels["alertname"], a.State, a.Labels)
+	root, err := framework.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
 	}
+	data, err := os.ReadFile(filepath.Join(root, "artifacts", "deploy", "base", "rbac.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var role *rbacv1.ClusterRole
+	for _, doc := range strings.Split(string(data), "\n---\n") {
+		var r rbacv1.ClusterRole
+		if err := yaml.Unmarshal([]byte(doc), &r); err == nil && r.Kind == "ClusterRole" && r.Name == "certapi:metrics-reader" {
+			role = &r
+		}
+	}
+	if role == nil {
+		t.Fatal("artifacts/deploy/base/rbac.yaml has no ClusterRole certapi:metrics-reader")
+	}
+	if _, err := kube.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "certapi-metrics", Namespace: "default"}}
+	if _, err := kube.CoreV1().ServiceAccounts("default").Create(ctx, sa, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	binding := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "certapi:metrics"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: sa.Name, Namespace: sa.Namespace}},
+	}
+	if _, err := kube.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	tok, err := kube.CoreV1().ServiceAccounts("default").CreateToken(ctx, sa.Name, &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok.Status.Token
 }
 
 // get decodes the data of a Prometheus API response into v.

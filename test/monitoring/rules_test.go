@@ -182,6 +182,10 @@ func TestRulesAndDashboardWithPromtool(t *testing.T) {
 	t.Log(promtool(t, dir, "test", "rules", "prometheusrule_test.yaml"))
 }
 
+// runbookURL is where the runbook_url annotations point: docs/runbooks.md on the project's main branch,
+// one section per alert (kube-prometheus' alerts link theirs the same way).
+const runbookURL = "https://github.com/certapi/certapi/blob/main/docs/runbooks.md"
+
 func TestEveryAlertIsDocumentedAndTestedBothWays(t *testing.T) {
 	m := ReadMonitoring(t)
 	// The runbook is the user documentation's page, one section per alert.
@@ -227,6 +231,8 @@ func TestEveryAlertIsDocumentedAndTestedBothWays(t *testing.T) {
 			t.Errorf("%s: no summary", a.Alert)
 		case !strings.Contains(a.Annotations["description"], "Runbook: docs/runbooks.md#"+anchor):
 			t.Errorf("%s: the description does not name its runbook section", a.Alert)
+		case a.Annotations["runbook_url"] != runbookURL+"#"+anchor:
+			t.Errorf("%s: runbook_url %q, want %s#%s", a.Alert, a.Annotations["runbook_url"], runbookURL, anchor)
 		case !regexp.MustCompile(`(?m)^## ` + a.Alert + `$`).Match(readme):
 			t.Errorf("%s: no runbook section in docs/runbooks.md", a.Alert)
 		case !fires[a.Alert] || !quiet[a.Alert]:
