@@ -129,6 +129,12 @@ func TestChartClusterMode(t *testing.T) {
 	})
 	nodetest.Kubectl(t, cp, "wait", "--for=condition=Available", "apiservice/v1alpha1.certapi.dev", "--timeout=2m")
 	t.Logf("figure: helm install to three members and the APIService Available: %s", time.Since(start).Round(time.Second))
+	// The chart's own test: a Pod of certapi's image runs `certapi selftest` as a client would.
+	start = time.Now()
+	if out := helm(t, "test", "certapi", "--namespace", ns, "--timeout", "3m"); !strings.Contains(out, "Succeeded") {
+		t.Fatalf("helm test: %s", out)
+	}
+	t.Logf("figure: helm test: %s", time.Since(start).Round(time.Second))
 
 	logged(t, "certapi-0", `action="Bootstrap"`, "Etcd member is ready")
 	for _, pod := range []string{"certapi-1", "certapi-2"} {
