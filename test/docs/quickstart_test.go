@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -24,8 +25,8 @@ import (
 //     Makefile's image target is checked for the path and for TAG). kind itself is not run here.
 //   - cluster-install: run here as far as it can be without a cluster: the block's encryption
 //     configuration is written by its own shell lines, and its `helm install` line is run as `helm
-//     template` with the same arguments; the chart must render certapi with the image the block names and
-//     the encryption Secret from that file. Its `kubectl certapi check --wait` is the command
+//     template` with the same arguments; the chart must render certapi with the image the block names,
+//     mounting the Secret the block's kubectl line makes from that file, and no key of its own. Its `kubectl certapi check --wait` is the command
 //     test/e2e's TestCertapiPlugin runs.
 //   - cluster-use: its `kubectl create servingcertrequest` line uses the flags (--service, --secret,
 //     --wait) that test/e2e's plugin test runs together, and its annotation is the one certapi's injector
@@ -178,8 +179,19 @@ func TestQuickStartClusterInstall(t *testing.T) {
 	if image != nil && !regexp.MustCompile(`(?m)^\s+image: "?`+regexp.QuoteMeta(image[1])+`"?$`).MatchString(rendered) {
 		t.Errorf("the chart, installed as the README says, does not run the image %s that make image TAG= built", image[1])
 	}
-	if !strings.Contains(rendered, "certificateauthoritykeys.certapi.dev") || !strings.Contains(rendered, "name: certapi-encryption-config") {
-		t.Error("the chart, installed as the README says, has no encryption Secret from the block's configuration")
+	// The key goes into a Secret that kubectl makes from the block's file, not into the Helm release: the
+	// chart mounts that Secret, under the key it reads, and renders no key of its own.
+	secret := regexp.MustCompile(`(?m)^kubectl -n (\S+) create secret generic (\S+) --from-file=config\.yaml=(\S+)$`).FindStringSubmatch(body)
+	switch {
+	case secret == nil:
+		t.Errorf("the cluster-install block makes no encryption Secret with kubectl create secret generic NAME --from-file=config.yaml=FILE:\n%s", body)
+	case secret[3] != heredoc[1]:
+		t.Errorf("the block's Secret is made from %s, but its lines write %s", secret[3], heredoc[1])
+	case !slices.Contains(args, secret[1]) || !regexp.MustCompile(`(?m)^\s+secretName: "?`+regexp.QuoteMeta(secret[2])+`"?$`).MatchString(rendered):
+		t.Errorf("the chart, installed as the README says, does not mount the Secret %s of namespace %s", secret[2], secret[1])
+	}
+	if strings.Contains(rendered, "secretbox") {
+		t.Error("the chart, installed as the README says, renders the encryption key: it would be stored in the Helm release")
 	}
 	if !strings.Contains(body, "kubectl certapi check --wait") {
 		t.Error("the cluster-install block does not end with kubectl certapi check --wait")
