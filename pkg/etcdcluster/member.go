@@ -710,10 +710,21 @@ func (m *Member) maintain(ctx context.Context, tracker *HealthTracker, lastReaso
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if _, err := c.MemberRemove(cctx, act.ID); err != nil {
-		klog.ErrorS(err, "Removing a dead etcd member failed", "member", act.Name)
+		klog.ErrorS(err, "Removing a dead etcd member failed", "member", act.Name, "id", fmt.Sprintf("%x", act.ID), "peerURLs", peerURLs(states, act.ID))
 		return
 	}
-	klog.InfoS("Removed a dead etcd member", "member", act.Name, "id", fmt.Sprintf("%x", act.ID))
+	// An unstarted learner has no name yet: its peer URL says whose it was.
+	klog.InfoS("Removed a dead etcd member", "member", act.Name, "id", fmt.Sprintf("%x", act.ID), "peerURLs", peerURLs(states, act.ID))
+}
+
+// peerURLs are the peer URLs of member id in states.
+func peerURLs(states []MemberState, id uint64) []string {
+	for _, s := range states {
+		if s.ID == id {
+			return s.PeerURLs
+		}
+	}
+	return nil
 }
 
 func (m *Member) setStatus(st Status) {
