@@ -1,14 +1,13 @@
 package main
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"syscall"
+
+	"github.com/certapi/certapi/hack/internal/buildsource"
 )
 
 // lock takes an exclusive lock on dir/.lock, waiting for another hack/image to finish with dir.
@@ -31,25 +30,11 @@ func lock(dir string) (unlock func(), err error) {
 	return func() { f.Close() }, nil
 }
 
-// fileDigest is the sha256 of a file's content, in hex.
-func fileDigest(path string) (string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", fmt.Errorf("reading %s: %w", path, err)
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
-}
-
 // selfDigest identifies this program's build, so that a change to hack/image rewrites every archive.
 func selfDigest() (string, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return "", err
 	}
-	return fileDigest(exe)
+	return buildsource.FileSHA256(exe)
 }

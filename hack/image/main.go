@@ -21,6 +21,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/certapi/certapi/hack/internal/buildsource"
 )
 
 // Labels hack/image adds to the Dockerfile's, from the source it builds.
@@ -203,7 +205,7 @@ func write(j job, bin, arch string, src source, self string) error {
 	if err != nil {
 		return err
 	}
-	binSum, err := fileDigest(bin)
+	binSum, err := buildsource.FileSHA256(bin)
 	if err != nil {
 		return err
 	}

@@ -189,7 +189,7 @@ func spdxDocument(bin string, src source) ([]byte, error) {
 		pkgs = append(pkgs, p)
 		rels = append(rels, rel{mainID, "DEPENDS_ON", id})
 	}
-	sum, err := fileSHA256(bin)
+	sum, err := buildsource.FileSHA256(bin)
 	if err != nil {
 		return nil, err
 	}

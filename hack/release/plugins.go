@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/certapi/certapi/hack/internal/buildsource"
 )
 
 // pluginArchive is one plugin's archive for one platform.
@@ -63,7 +65,7 @@ func releasePlugins(o options, src source, platforms []platform) ([]pluginArchiv
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", name, err)
 			}
-			sum, err := fileSHA256(path)
+			sum, err := buildsource.FileSHA256(path)
 			if err != nil {
 				return nil, err
 			}
@@ -158,7 +160,7 @@ func writeChecksums(dir string) error {
 		if rel == "checksums.txt" || walkErr != nil {
 			return
 		}
-		sum, err := fileSHA256(filepath.Join(dir, filepath.FromSlash(rel)))
+		sum, err := buildsource.FileSHA256(filepath.Join(dir, filepath.FromSlash(rel)))
 		if err != nil {
 			walkErr = err
 			return

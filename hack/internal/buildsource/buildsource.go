@@ -5,7 +5,10 @@ package buildsource
 
 import (
 	"archive/tar"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -99,4 +102,19 @@ func TarDir(out, dir string, mtime time.Time) error {
 		return fmt.Errorf("writing %s: %w", out, err)
 	}
 	return nil
+}
+
+// FileSHA256 is the sha256 of a file's content, in hex: what hack/image keys its cache on and what
+// hack/release writes into checksums.txt and the krew manifests.
+func FileSHA256(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", fmt.Errorf("reading %s: %w", path, err)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
 }
