@@ -680,7 +680,10 @@ func (m *Member) maintain(ctx context.Context, tracker *HealthTracker, lastReaso
 	}
 	wg.Wait()
 	states := tracker.Observe(time.Now(), members, healthy)
-	if m.cfg.DesiredMembers != nil {
+	// Only an unhealthy member can be removed: ask for the StatefulSet's size (an API call) only then, so
+	// that a healthy cluster costs kube-apiserver nothing.
+	anyUnhealthy := slices.ContainsFunc(states, func(s MemberState) bool { return !s.Healthy })
+	if m.cfg.DesiredMembers != nil && anyUnhealthy {
 		if n, ok := m.cfg.DesiredMembers(ctx); ok {
 			for i := range states {
 				if o := Ordinal(states[i].Name); o >= 0 && o >= n {
