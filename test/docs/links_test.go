@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/certapi/certapi/test/docs/markdown"
 	"github.com/certapi/certapi/test/framework"
 )
 
@@ -34,12 +35,12 @@ func TestRelativeLinksResolve(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pages := map[string]*page{}
-	load := func(rel string) (*page, error) {
+	pages := map[string]*markdown.Page{}
+	load := func(rel string) (*markdown.Page, error) {
 		if p, ok := pages[rel]; ok {
 			return p, nil
 		}
-		p, err := parsePage(filepath.Join(root, rel))
+		p, err := markdown.Parse(filepath.Join(root, rel))
 		if err != nil {
 			return nil, err
 		}
@@ -53,13 +54,13 @@ func TestRelativeLinksResolve(t *testing.T) {
 			t.Error(err)
 			continue
 		}
-		for _, l := range p.links {
-			if isExternal(l.target) {
+		for _, l := range p.Links {
+			if isExternal(l.Target) {
 				continue
 			}
 			checked++
-			if msg := checkLink(root, f, l.target, load); msg != "" {
-				t.Errorf("%s:%d: link %q: %s", f, l.line, l.target, msg)
+			if msg := checkLink(root, f, l.Target, load); msg != "" {
+				t.Errorf("%s:%d: link %q: %s", f, l.Line, l.Target, msg)
 			}
 		}
 	}
@@ -72,7 +73,7 @@ func isExternal(target string) bool {
 }
 
 // checkLink returns what is wrong with a relative link written in the page from (relative to root), or "".
-func checkLink(root, from, target string, load func(string) (*page, error)) string {
+func checkLink(root, from, target string, load func(string) (*markdown.Page, error)) string {
 	path, anchor, _ := strings.Cut(target, "#")
 	rel := from
 	if path != "" {
@@ -110,7 +111,7 @@ func checkLink(root, from, target string, load func(string) (*page, error)) stri
 	if err != nil {
 		return err.Error()
 	}
-	if !p.anchors[anchor] {
+	if !p.Anchors[anchor] {
 		return "no heading with anchor #" + anchor + " in " + rel
 	}
 	return ""
@@ -129,8 +130,8 @@ func TestAnchorsOfHeadings(t *testing.T) {
 		{"Install (HA)", "install-ha"},
 		{"snake_case kept", "snake_case-kept"},
 	} {
-		if got := anchorOf(tc.heading); got != tc.want {
-			t.Errorf("anchorOf(%q) = %q, want %q", tc.heading, got, tc.want)
+		if got := markdown.AnchorOf(tc.heading); got != tc.want {
+			t.Errorf("AnchorOf(%q) = %q, want %q", tc.heading, got, tc.want)
 		}
 	}
 }
@@ -151,7 +152,7 @@ func TestCheckLink(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	load := func(rel string) (*page, error) { return parsePage(filepath.Join(root, rel)) }
+	load := func(rel string) (*markdown.Page, error) { return markdown.Parse(filepath.Join(root, rel)) }
 	for _, tc := range []struct {
 		from, target string
 		wantErr      bool

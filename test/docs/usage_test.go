@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/certapi/certapi/test/docs/markdown"
 	"github.com/certapi/certapi/test/framework"
 )
 
@@ -19,26 +20,26 @@ func TestUsageSamplesAreTestedCode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := parsePage(filepath.Join(root, "docs", "usage.md"))
+	p, err := markdown.Parse(filepath.Join(root, "docs", "usage.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	found := map[string]bool{}
-	for _, b := range p.blocks {
-		if b.check == "" {
+	for _, b := range p.Blocks {
+		if b.Check == "" {
 			continue
 		}
-		file, ok := usageSamples[b.check]
+		file, ok := usageSamples[b.Check]
 		if !ok {
-			t.Errorf("docs/usage.md:%d: a block marked docs-check: %s, which no check knows", b.line, b.check)
+			t.Errorf("docs/usage.md:%d: a block marked docs-check: %s, which no check knows", b.Line, b.Check)
 			continue
 		}
-		found[b.check] = true
-		if b.lang != "go" {
-			t.Errorf("docs/usage.md:%d: the %s block is %q, want go", b.line, b.check, b.lang)
+		found[b.Check] = true
+		if b.Lang != "go" {
+			t.Errorf("docs/usage.md:%d: the %s block is %q, want go", b.Line, b.Check, b.Lang)
 		}
-		if line, ok := linesInOrder(b.body, readFile(t, root, file)); !ok {
-			t.Errorf("docs/usage.md:%d: the %s block's line %q is not a line of %s (in this order)", b.line, b.check, line, file)
+		if line, ok := linesInOrder(b.Body, readFile(t, root, file)); !ok {
+			t.Errorf("docs/usage.md:%d: the %s block's line %q is not a line of %s (in this order)", b.Line, b.Check, line, file)
 		}
 	}
 	for name, file := range usageSamples {
