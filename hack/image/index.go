@@ -15,7 +15,8 @@ import (
 )
 
 // writeIndex builds certapi's image for each architecture of o.arch (comma-separated) and writes them as
-// one OCI image index, annotated with the version as its ref.name, into the empty (or new) OCI image
+// one OCI image index, annotated with the version as its ref.name (and --tag as the name containerd
+// imports it under), into the empty (or new) OCI image
 // layout directory o.indexDir: what make release publishes (hack/release packs and signs off on it). The
 // binaries stay in o.binDir/ARCH/certapi. Nothing is cached: a release is built whole.
 func writeIndex(o options, src source) error {
@@ -59,9 +60,13 @@ func writeIndex(o options, src source) error {
 	if err != nil {
 		return fmt.Errorf("writing the OCI layout %s: %w", o.indexDir, err)
 	}
-	if err := p.AppendIndex(idx, layout.WithAnnotations(map[string]string{
-		"org.opencontainers.image.ref.name": src.Version,
-	})); err != nil {
+	annotations := map[string]string{"org.opencontainers.image.ref.name": src.Version}
+	if o.tag != "" {
+		// The name `ctr images import` (and so `kind load image-archive`) gives the index: without it a
+		// node imports the image under a name no manifest asks for.
+		annotations["io.containerd.image.name"] = fullyQualified(o.tag)
+	}
+	if err := p.AppendIndex(idx, layout.WithAnnotations(annotations)); err != nil {
 		return fmt.Errorf("writing the image index into %s: %w", o.indexDir, err)
 	}
 	d, err := idx.Digest()

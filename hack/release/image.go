@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
@@ -27,15 +28,20 @@ const (
 	emptyMediaType = "application/vnd.oci.empty.v1+json"
 )
 
-// ImageArchive and SBOMFile are the names of the image index archive and of the SBOM in the release.
+// ImageArchive, SBOMArchive and SBOMFile are the names of the image index archive, of the SBOM referrer's
+// archive and of the SBOM in the release.
 const (
 	ImageArchive = "certapi-image.oci.tar"
+	SBOMArchive  = "certapi-sbom.oci.tar"
 	SBOMFile     = "certapi.spdx.json"
 )
 
-// releaseImage builds the image index (hack/image --index-dir), attaches the SBOM of the first
-// architecture's certapi to it as a referrer, and writes the layout as one archive; it returns the
-// index's digest, which the install YAML pins.
+// releaseImage builds the image index (hack/image --index-dir) and writes its layout as one archive,
+// then the SBOM of the first architecture's certapi as a referrer of the index (its subject) in a layout
+// and archive of its own; it returns the index's digest, which the install YAML pins. The referrer is not
+// in the image's layout: `ctr images import` (and so `kind load image-archive`) unpacks every manifest
+// that index.json lists and fails on an artifact ("mismatched image rootfs and manifest layers"), and
+// `crane push --index` would push index.json, artifact included, as the tagged index.
 func releaseImage(o options, src source) (v1.Hash, error) {
 	dir, err := os.MkdirTemp(o.work, "oci-")
 	if err != nil {
@@ -76,10 +82,22 @@ func releaseImage(o options, src source) (v1.Hash, error) {
 	if err := os.WriteFile(filepath.Join(o.output, SBOMFile), sbom, 0o644); err != nil {
 		return v1.Hash{}, err
 	}
-	if err := attachReferrer(p, index, sbom, src); err != nil {
+	if err := buildsource.TarDir(filepath.Join(o.output, ImageArchive), dir, src.Time); err != nil {
+		return v1.Hash{}, err
+	}
+	sbomDir, err := os.MkdirTemp(o.work, "oci-sbom-")
+	if err != nil {
+		return v1.Hash{}, err
+	}
+	defer os.RemoveAll(sbomDir)
+	sp, err := layout.Write(sbomDir, empty.Index)
+	if err != nil {
+		return v1.Hash{}, fmt.Errorf("writing the SBOM's OCI layout: %w", err)
+	}
+	if err := attachReferrer(sp, index, sbom, src); err != nil {
 		return v1.Hash{}, fmt.Errorf("attaching the SBOM: %w", err)
 	}
-	if err := buildsource.TarDir(filepath.Join(o.output, ImageArchive), dir, src.Time); err != nil {
+	if err := buildsource.TarDir(filepath.Join(o.output, SBOMArchive), sbomDir, src.Time); err != nil {
 		return v1.Hash{}, err
 	}
 	return index.Digest, nil
@@ -97,8 +115,8 @@ type artifactManifest struct {
 	Annotations   map[string]string `json:"annotations,omitempty"`
 }
 
-// attachReferrer writes the SBOM as an artifact whose subject is the index into the layout, and lists it
-// in index.json beside the index, as `oras attach --oci-layout` and `crane`'s referrers fallback do.
+// attachReferrer writes the SBOM as an artifact whose subject is the index into the layout p and lists it
+// in p's index.json, as `oras attach --oci-layout` does.
 func attachReferrer(p layout.Path, subject v1.Descriptor, sbom []byte, src source) error {
 	blob := func(mt types.MediaType, data []byte) (v1.Descriptor, error) {
 		sum := sha256.Sum256(data)

@@ -105,7 +105,7 @@ func TestChecksumsMatch(t *testing.T) {
 		}
 	}
 	// Everything a release publishes.
-	for _, f := range []string{"certapi-image.oci.tar", "certapi.spdx.json", "certapi.yaml", "certapi-" + chartVersion() + ".tgz", "krew/certapi.yaml", "krew/create-servingcertrequest.yaml"} {
+	for _, f := range []string{"certapi-image.oci.tar", "certapi-sbom.oci.tar", "certapi.spdx.json", "certapi.yaml", "certapi-" + chartVersion() + ".tgz", "krew/certapi.yaml", "krew/create-servingcertrequest.yaml"} {
 		if !slices.Contains(present, f) {
 			t.Errorf("the release has no %s", f)
 		}

@@ -91,7 +91,7 @@ resources:
 	run(t, env, helmBin, "uninstall", "certapi", "--namespace", "certapi", "--wait", "--timeout", "2m")
 
 	// The install YAML, as a user applies it.
-	_, indexDesc, _ := imageLayout(t)
+	_, indexDesc := imageLayout(t)
 	run(t, nil, kubectlBin, "--kubeconfig", cp.Kubeconfig, "apply", "--server-side", "-f", filepath.Join(dir, "certapi.yaml"))
 	if got, want := image("certapi-system"), "ghcr.io/certapi/certapi@"+indexDesc.Digest.String(); got != want {
 		t.Errorf("certapi.yaml runs %s, want the image index by digest, %s", got, want)

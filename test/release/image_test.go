@@ -65,9 +65,10 @@ func untar(t *testing.T, path string) string {
 	}
 }
 
-// imageLayout unpacks the release's image archive and returns its layout, the image index's descriptor
-// and the other descriptors of index.json.
-func imageLayout(t *testing.T) (layout.Path, v1.Descriptor, []v1.Descriptor) {
+// imageLayout unpacks the release's image archive and returns its layout and the image index's
+// descriptor, the one manifest its index.json lists (what `ctr images import` and `kind load
+// image-archive` unpack, every one of them).
+func imageLayout(t *testing.T) (layout.Path, v1.Descriptor) {
 	t.Helper()
 	p, err := layout.FromPath(untar(t, filepath.Join(dir, "certapi-image.oci.tar")))
 	if err != nil {
@@ -90,13 +91,17 @@ func imageLayout(t *testing.T) (layout.Path, v1.Descriptor, []v1.Descriptor) {
 			others = append(others, d)
 		}
 	}
-	if len(index) != 1 {
-		t.Fatalf("index.json lists %d image indexes, want 1: %+v", len(index), im.Manifests)
+	if len(index) != 1 || len(others) != 0 {
+		t.Fatalf("index.json lists %d image indexes and %d other manifests, want the image index alone: %+v", len(index), len(others), im.Manifests)
 	}
 	if got := index[0].Annotations["org.opencontainers.image.ref.name"]; got != version {
 		t.Errorf("the image index's ref.name is %q, want %s", got, version)
 	}
-	return p, index[0], others
+	// What `ctr images import` and `kind load image-archive` name the image: the chart's default image.
+	if got, want := index[0].Annotations["io.containerd.image.name"], "ghcr.io/certapi/certapi:"+version; got != want {
+		t.Errorf("the image index's io.containerd.image.name is %q, want %s (the chart's image.repository and appVersion)", got, want)
+	}
+	return p, index[0]
 }
 
 // certapiFromImage extracts /usr/local/bin/certapi from img's layers.
@@ -157,7 +162,7 @@ func commitTime(t *testing.T, revision string) string {
 }
 
 func TestImageIndex(t *testing.T) {
-	p, indexDesc, _ := imageLayout(t)
+	p, indexDesc := imageLayout(t)
 	idx, err := p.ImageIndex()
 	if err != nil {
 		t.Fatal(err)
@@ -271,7 +276,20 @@ func goVersionM(t *testing.T, bin string) (string, map[string]string) {
 }
 
 func TestSBOM(t *testing.T) {
-	p, indexDesc, others := imageLayout(t)
+	imagePath, indexDesc := imageLayout(t)
+	p, err := layout.FromPath(untar(t, filepath.Join(dir, "certapi-sbom.oci.tar")))
+	if err != nil {
+		t.Fatalf("certapi-sbom.oci.tar is not an OCI image layout: %v", err)
+	}
+	top, err := p.ImageIndex()
+	if err != nil {
+		t.Fatal(err)
+	}
+	im, err := top.IndexManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	others := im.Manifests
 	var referrers []v1.Descriptor
 	for _, d := range others {
 		raw, err := p.Bytes(d.Digest)
@@ -291,7 +309,7 @@ func TestSBOM(t *testing.T) {
 		}
 	}
 	if len(referrers) != 1 {
-		t.Fatalf("index.json lists %d SPDX artifacts whose subject is the image index %s, want 1", len(referrers), indexDesc.Digest)
+		t.Fatalf("certapi-sbom.oci.tar's index.json lists %d SPDX artifacts whose subject is the image index %s, want 1", len(referrers), indexDesc.Digest)
 	}
 	doc, err := p.Bytes(referrers[0].Digest)
 	if err != nil {
@@ -313,7 +331,7 @@ func TestSBOM(t *testing.T) {
 	}
 
 	// The modules of the amd64 image's certapi, as `go version -m` reads them.
-	idx, err := p.ImageIndex()
+	idx, err := imagePath.ImageIndex()
 	if err != nil {
 		t.Fatal(err)
 	}
