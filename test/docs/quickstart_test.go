@@ -13,6 +13,7 @@ import (
 	"time"
 
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
+	"github.com/certapi/certapi/test/docs/markdown"
 	"github.com/certapi/certapi/test/framework"
 )
 
@@ -21,13 +22,13 @@ import (
 //
 //   - local-up: exactly `make local-up`, a Makefile target that runs hack/local-up.sh, which TestLocalUp
 //     (test/e2e) runs end to end.
-//   - cluster-image: `make image TAG=...` writes the archive that `kind load image-archive` is given (the
-//     Makefile's image target is checked for the path and for TAG). kind itself is not run here.
+//   - cluster-image: `make release` writes the image archive that `kind load image-archive` is given.
 //   - cluster-install: run here as far as it can be without a cluster: the block's encryption
 //     configuration is written by its own shell lines, and its `helm install` line is run as `helm
-//     template` with the same arguments; the chart must render certapi with the image the block names,
-//     mounting the Secret the block's kubectl line makes from that file, and no key of its own. Its `kubectl certapi check --wait` is the command
-//     test/e2e's TestCertapiPlugin runs.
+//     template` with the same arguments; the chart must mount the Secret the block's kubectl line makes
+//     from that file, and render no key of its own.
+//   - cluster-image, cluster-install and cluster-use are also run as they are written, on a real node, by
+//     test/node/etcdcluster (nodetest.RunReadmeBlocks, with kind and make standing in for what they do).
 //   - cluster-use: its `kubectl create servingcertrequest` line uses the flags (--service, --secret,
 //     --wait) that test/e2e's plugin test runs together, and its annotation is the one certapi's injector
 //     acts on.
@@ -36,22 +37,22 @@ import (
 //     TestLocalUp).
 var quickStarts = []string{"local-up", "cluster-image", "cluster-install", "cluster-use", "operator"}
 
-func readmeBlocks(t *testing.T, root string) map[string]block {
+func readmeBlocks(t *testing.T, root string) map[string]markdown.Block {
 	t.Helper()
-	p, err := parsePage(filepath.Join(root, "README.md"))
+	p, err := markdown.Parse(filepath.Join(root, "README.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	blocks := map[string]block{}
-	for _, b := range p.blocks {
-		if b.check == "" {
-			t.Errorf("README.md:%d: a code block without a <!-- docs-check: NAME --> marker; every block of the README is a quick start a test holds", b.line)
+	blocks := map[string]markdown.Block{}
+	for _, b := range p.Blocks {
+		if b.Check == "" {
+			t.Errorf("README.md:%d: a code block without a <!-- docs-check: NAME --> marker; every block of the README is a quick start a test holds", b.Line)
 		}
-		if b.check != "" {
-			if _, dup := blocks[b.check]; dup {
-				t.Errorf("README.md:%d: a second block marked docs-check: %s", b.line, b.check)
+		if b.Check != "" {
+			if _, dup := blocks[b.Check]; dup {
+				t.Errorf("README.md:%d: a second block marked docs-check: %s", b.Line, b.Check)
 			}
-			blocks[b.check] = b
+			blocks[b.Check] = b
 		}
 	}
 	for _, name := range quickStarts {
@@ -91,8 +92,8 @@ func TestQuickStartLocalUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := readmeBlocks(t, root)["local-up"]
-	if strings.TrimSpace(b.body) != "make local-up" {
-		t.Errorf("the local-up block is %q, want exactly `make local-up`", b.body)
+	if strings.TrimSpace(b.Body) != "make local-up" {
+		t.Errorf("the local-up block is %q, want exactly `make local-up`", b.Body)
 	}
 	if !regexp.MustCompile(`(?m)^local-up:.*\n\t.*\./hack/local-up\.sh`).MatchString(readFile(t, root, "Makefile")) {
 		t.Error("the Makefile's local-up target does not run ./hack/local-up.sh")
@@ -108,16 +109,17 @@ func TestQuickStartClusterImage(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := readmeBlocks(t, root)["cluster-image"]
-	m := regexp.MustCompile(`(?m)^make image TAG=(\S+)`).FindStringSubmatch(b.body)
-	if m == nil {
-		t.Fatalf("the cluster-image block has no `make image TAG=...`:\n%s", b.body)
+	if !regexp.MustCompile(`(?m)^make release\b`).MatchString(b.Body) {
+		t.Errorf("the cluster-image block does not build the release with make release:\n%s", b.Body)
 	}
-	mk := readFile(t, root, "Makefile")
-	if !strings.Contains(mk, "--output $(CURDIR)/_output/certapi-image.tar") || !strings.Contains(mk, "--tag $(TAG)") {
-		t.Error("the Makefile's image target no longer writes _output/certapi-image.tar or takes TAG")
+	if !strings.Contains(readFile(t, root, "hack/release/image.go"), `ImageArchive = "certapi-image.oci.tar"`) {
+		t.Error("hack/release no longer writes the image index as certapi-image.oci.tar")
 	}
-	if !strings.Contains(b.body, "kind load image-archive _output/certapi-image.tar") {
-		t.Errorf("the cluster-image block does not load _output/certapi-image.tar into kind:\n%s", b.body)
+	if !strings.Contains(b.Body, "kind load image-archive _output/release/certapi-image.oci.tar") {
+		t.Errorf("the cluster-image block does not load _output/release/certapi-image.oci.tar into kind:\n%s", b.Body)
+	}
+	if !strings.Contains(readFile(t, root, "test/node/etcdcluster/etcdcluster_test.go"), `RunReadmeBlocks(t, cp, 10*time.Minute, "cluster-image", "cluster-install")`) {
+		t.Error("test/node/etcdcluster no longer runs the README's cluster-image and cluster-install blocks")
 	}
 }
 
@@ -127,8 +129,7 @@ func TestQuickStartClusterInstall(t *testing.T) {
 		t.Fatal(err)
 	}
 	blocks := readmeBlocks(t, root)
-	body := blocks["cluster-install"].body
-	image := regexp.MustCompile(`(?m)^make image TAG=(\S+)`).FindStringSubmatch(blocks["cluster-image"].body)
+	body := blocks["cluster-install"].Body
 
 	// The block's own lines write the encryption configuration.
 	heredoc := regexp.MustCompile(`(?s)cat > (\S+) <<EOF\n.*?\nEOF\n`).FindStringSubmatch(body)
@@ -159,7 +160,14 @@ func TestQuickStartClusterInstall(t *testing.T) {
 		t.Fatalf("the cluster-install block has no helm install line:\n%s", body)
 	}
 	for i, a := range args {
-		if a == "artifacts/charts/certapi" {
+		if !strings.HasPrefix(a, "_output/release/") {
+			continue
+		}
+		// The release's chart when make test (or make release) built one; else the chart it packages.
+		if m, _ := filepath.Glob(filepath.Join(root, a)); len(m) == 1 {
+			args[i] = m[0]
+		} else {
+			t.Logf("no release chart matches %s (make release builds one): rendering artifacts/charts/certapi, which it packages", a)
 			args[i] = filepath.Join(root, "artifacts", "charts", "certapi")
 		}
 	}
@@ -176,9 +184,6 @@ func TestQuickStartClusterInstall(t *testing.T) {
 		t.Fatalf("helm template %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
 	}
 	rendered := string(out)
-	if image != nil && !regexp.MustCompile(`(?m)^\s+image: "?`+regexp.QuoteMeta(image[1])+`"?$`).MatchString(rendered) {
-		t.Errorf("the chart, installed as the README says, does not run the image %s that make image TAG= built", image[1])
-	}
 	// The key goes into a Secret that kubectl makes from the block's file, not into the Helm release: the
 	// chart mounts that Secret, under the key it reads, and renders no key of its own.
 	secret := regexp.MustCompile(`(?m)^kubectl -n (\S+) create secret generic (\S+) --from-file=config\.yaml=(\S+)$`).FindStringSubmatch(body)
@@ -206,7 +211,7 @@ func TestQuickStartClusterUse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	body := readmeBlocks(t, root)["cluster-use"].body
+	body := readmeBlocks(t, root)["cluster-use"].Body
 	create := regexp.MustCompile(`(?m)^kubectl create servingcertrequest \S+ -n \S+ --service=\S+ --secret=\S+ --wait$`)
 	if !create.MatchString(body) {
 		t.Errorf("the cluster-use block has no `kubectl create servingcertrequest NAME -n NS --service=SVC --secret=SECRET --wait`:\n%s", body)
@@ -226,12 +231,12 @@ func TestQuickStartOperator(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := readmeBlocks(t, root)["operator"]
-	if b.lang != "go" {
-		t.Errorf("the operator block is %q, want go", b.lang)
+	if b.Lang != "go" {
+		t.Errorf("the operator block is %q, want go", b.Lang)
 	}
 	src := strings.Split(readFile(t, root, "artifacts/examples/webhook/main.go"), "\n")
 	next := 0
-	for _, line := range strings.Split(b.body, "\n") {
+	for _, line := range strings.Split(b.Body, "\n") {
 		want := normalise(line)
 		if want == "" {
 			continue

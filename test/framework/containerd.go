@@ -113,6 +113,10 @@ func (n *ClusterNode) ctr(ctx context.Context, args ...string) (string, error) {
 	return command(ctx, "ctr", append([]string{"--address", n.containerdSocket, "--namespace", containerdNamespace}, args...)...)
 }
 
+// ContainerdAddress is the socket of the node's containerd, for `ctr --address` (images live in its
+// k8s.io namespace, where kubelet looks for them).
+func (n *ClusterNode) ContainerdAddress() string { return n.containerdSocket }
+
 // ImportImage imports an image archive (an OCI layout or docker-archive tar, such as `make images` writes)
 // into the node's containerd, where kubelet finds it for pods whose imagePullPolicy is Never or
 // IfNotPresent, and returns the names it was imported under.

@@ -1,6 +1,7 @@
-// Package etcdcluster installs the Helm chart with etcd.mode cluster on a control plane with a real node:
-// three certapi pods whose embedded etcd members form one cluster with no Secret made by hand; then the
-// first pod loses its volume and rejoins, keeping the CA.
+// Package etcdcluster runs the README's install on a control plane with a real node, as it is written: the
+// release's image and Helm chart with etcd.mode cluster, three certapi pods whose embedded etcd members
+// form one cluster with no Secret made by hand; then the README's use of it, and membership: a lost
+// volume, scaling, a rolling restart, every volume lost.
 package etcdcluster
 
 import (
@@ -8,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -22,19 +24,14 @@ import (
 
 const ns = "certapi-system"
 
-var (
-	cp     *framework.ControlPlane
-	images = map[string]string{}
-)
+var cp *framework.ControlPlane
 
+// TestMain starts the cluster with its node and no image of certapi's: the README's install loads the
+// release's image itself.
 func TestMain(m *testing.M) {
-	os.Exit(nodetest.Run(m, "certapi-node-etcdcluster-", func(_ context.Context, _ string) (map[string]string, error) {
-		a, err := framework.ImageArchive("certapi.tar")
-		if err != nil {
-			return nil, err
-		}
-		return map[string]string{"certapi": a}, nil
-	}, func(c *framework.ControlPlane, imgs map[string]string) { cp, images = c, imgs }))
+	os.Exit(nodetest.Run(m, "certapi-node-etcdcluster-", func(context.Context, string) (map[string]string, error) {
+		return nil, nil
+	}, func(c *framework.ControlPlane, _ map[string]string) { cp = c }))
 }
 
 func helm(t *testing.T, args ...string) string {
@@ -70,8 +67,9 @@ func logged(t *testing.T, pod string, want ...string) {
 	})
 }
 
-// TestChartClusterMode: `helm install --set etcd.mode=cluster --set replicas=3` forms one etcd cluster of
-// three certapi pods (no Secret made by hand but the encryption configuration); certapi-0 losing its volume
+// TestChartClusterMode: the README's install (the release's chart, `--set etcd.mode=cluster --set
+// replicas=3`) forms one etcd cluster of three certapi pods (no Secret made by hand but the encryption
+// configuration), and its use of certapi works on it; certapi-0 losing its volume
 // rejoins the running cluster (it does not bootstrap a second one); `kubectl scale` 3 -> 5 -> 3 adds two
 // members and removes them again; `kubectl rollout restart` restarts every member on its data; the CA
 // stays the same throughout; when every volume is lost the members report having no data and certapi-0
@@ -106,35 +104,30 @@ func TestChartClusterMode(t *testing.T) {
 		out, _ := nodetest.KubectlErr(cp, "-n", ns, "get", "events", "--sort-by=.lastTimestamp")
 		t.Logf("events:\n%s", out)
 	})
-	nodetest.Kubectl(t, cp, "create", "namespace", ns)
-	if err := cp.CreateEncryptionConfigSecret(ctx); err != nil {
-		t.Fatal(err)
-	}
-	// Three claims now, a fourth for certapi-0's new claim after its volume is lost, two for the scale-up,
-	// three after every volume is lost.
+	// Three claims now (kind's storage provisioner would make them), a fourth for certapi-0's new claim
+	// after its volume is lost, two for the scale-up, three after every volume is lost.
 	for i := range 9 {
 		if err := cp.CreateHostPathPV(ctx, fmt.Sprintf("certapi-data-%d", i), "1Gi"); err != nil {
 			t.Fatal(err)
 		}
 	}
-	i := strings.LastIndex(images["certapi"], ":")
-	repo, tag := images["certapi"][:i], images["certapi"][i+1:]
+	// The README's install, as it is written: the release's image loaded as into kind, the encryption
+	// Secret, helm install of the release's chart, kubectl certapi check --wait.
 	start := time.Now()
-	helm(t, "install", "certapi", nodetest.RepoPath(t, "artifacts/charts/certapi"), "--namespace", ns,
-		"--set", "etcd.mode=cluster", "--set", "replicas=3",
-		"--set", "image.repository="+repo, "--set", "image.tag="+tag, "--set", "image.pullPolicy=Never")
+	nodetest.RunReadmeBlocks(t, cp, 10*time.Minute, "cluster-image", "cluster-install")
 	selector := "app.kubernetes.io/name=certapi,app.kubernetes.io/component=apiserver"
 	nodetest.WaitFor(t, 5*time.Minute, "three certapi pods Ready", func(ctx context.Context) (bool, string) {
 		return nodetest.PodsReady(ctx, kube, ns, selector, 3)
 	})
 	nodetest.Kubectl(t, cp, "wait", "--for=condition=Available", "apiservice/v1alpha1.certapi.dev", "--timeout=2m")
-	t.Logf("figure: helm install to three members and the APIService Available: %s", time.Since(start).Round(time.Second))
+	t.Logf("figure: the README's install (the image loaded, helm install, check --wait) to three members and the APIService Available: %s", time.Since(start).Round(time.Second))
 	// The chart's own test: a Pod of certapi's image runs `certapi selftest` as a client would.
 	start = time.Now()
 	if out := helm(t, "test", "certapi", "--namespace", ns, "--timeout", "3m"); !strings.Contains(out, "Succeeded") {
 		t.Fatalf("helm test: %s", out)
 	}
 	t.Logf("figure: helm test: %s", time.Since(start).Round(time.Second))
+	readmeUse(t)
 
 	logged(t, "certapi-0", `action="Bootstrap"`, "Etcd member is ready")
 	for _, pod := range []string{"certapi-1", "certapi-2"} {
@@ -233,5 +226,58 @@ func TestChartClusterMode(t *testing.T) {
 		}
 		return len(ca.Status.Certificates) == 1 && ca.Status.Active.SubjectKeyID != "" && ca.Status.Active.SubjectKeyID != firstCA,
 			fmt.Sprintf("%+v", ca.Status.Certificates)
+	})
+}
+
+// myWebhook is the user's own webhook configuration that the README's cluster-use block annotates: its
+// Service is the one the block's request names. failurePolicy Ignore and a resource nobody has: it is
+// never called.
+const myWebhook = `apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingWebhookConfiguration
+metadata:
+  name: my-webhook
+webhooks:
+- name: my-webhook.webhooks.svc
+  clientConfig:
+    service: {namespace: webhooks, name: my-webhook, path: /validate}
+  rules:
+  - {apiGroups: [example.com], apiVersions: [v1], resources: [widgets], operations: [CREATE]}
+  failurePolicy: Ignore
+  sideEffects: None
+  admissionReviewVersions: [v1]
+`
+
+// readmeUse runs the README's cluster-use block against the installed certapi, as written, with the
+// namespace and webhook configuration a user would already have: the request becomes Ready with its
+// Secret, and the annotated configuration gets the CA bundle.
+func readmeUse(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	kube, certapi := nodetest.Clients(t, cp)
+	nodetest.Kubectl(t, cp, "create", "namespace", "webhooks")
+	path := filepath.Join(t.TempDir(), "my-webhook.yaml")
+	if err := os.WriteFile(path, []byte(myWebhook), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	nodetest.Kubectl(t, cp, "apply", "-f", path)
+	t.Cleanup(func() {
+		_, _ = nodetest.KubectlErr(cp, "delete", "validatingwebhookconfiguration", "my-webhook", "--ignore-not-found")
+		_, _ = nodetest.KubectlErr(cp, "delete", "namespace", "webhooks", "--ignore-not-found", "--wait=false")
+	})
+	nodetest.RunReadmeBlocks(t, cp, 3*time.Minute, "cluster-use")
+	if _, err := kube.CoreV1().Secrets("webhooks").Get(ctx, "my-webhook-tls", metav1.GetOptions{}); err != nil {
+		t.Errorf("the Secret of the README's request: %v", err)
+	}
+	nodetest.WaitFor(t, time.Minute, "my-webhook's caBundle to be certapi's bundle", func(ctx context.Context) (bool, string) {
+		ca, err := certapi.CertapiV1alpha1().CertificateAuthorities().Get(ctx, "default", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		vwc, err := kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, "my-webhook", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		got := string(vwc.Webhooks[0].ClientConfig.CABundle)
+		return got != "" && got == ca.Status.CABundle, fmt.Sprintf("caBundle %d bytes, the CA's %d", len(got), len(ca.Status.CABundle))
 	})
 }

@@ -1,0 +1,95 @@
+package nodetest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/certapi/certapi/test/docs/markdown"
+	"github.com/certapi/certapi/test/framework"
+)
+
+// kindShim stands in for kind on the test node: `kind load image-archive FILE` does on the node what kind
+// does on each of its nodes (ctr images import into the CRI namespace, every platform, with digest names).
+const kindShim = `#!/bin/sh
+set -e
+if [ "$1" != load ] || [ "$2" != image-archive ] || [ $# -ne 3 ]; then
+  echo "this kind stands in for 'kind load image-archive FILE' only, not: kind $*" >&2
+  exit 1
+fi
+exec ctr --address %q --namespace k8s.io images import --all-platforms --digests "$3"
+`
+
+// makeShim stands in for make: what a README block builds, make test built before the tests ran; the
+// shim checks that it is there instead of building it again.
+const makeShim = `#!/bin/sh
+for a in "$@"; do
+  case "$a" in
+    *=*) ;;
+    release) test -f _output/release/checksums.txt || { echo "make release: no release in _output/release (make test builds one)" >&2; exit 1; } ;;
+    build) test -x _output/bin/kubectl-certapi || { echo "make build: no _output/bin/kubectl-certapi" >&2; exit 1; } ;;
+    *) echo "make $a: not something make test built" >&2; exit 1 ;;
+  esac
+done
+`
+
+// RunReadmeBlocks runs the README's command blocks marked <!-- docs-check: NAME --> for each name, in
+// order, as a user would on kind: with bash -e, in a directory of their own whose _output is the
+// repository's, with cp's kubeconfig, helm and kubectl from _output/bin, kind standing in for `kind load
+// image-archive` on cp's node and make for the builds that make test has already run. It fails the test
+// with the output of a block that fails and returns the output of all.
+func RunReadmeBlocks(t *testing.T, cp *framework.ControlPlane, timeout time.Duration, names ...string) string {
+	t.Helper()
+	root := RepoPath(t, "")
+	page, err := markdown.Parse(filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks := map[string]string{}
+	for _, b := range page.Blocks {
+		blocks[b.Check] = b.Body
+	}
+	dir := t.TempDir()
+	if err := os.Symlink(filepath.Join(root, "_output"), filepath.Join(dir, "_output")); err != nil {
+		t.Fatal(err)
+	}
+	shims := filepath.Join(dir, ".shims")
+	if err := os.Mkdir(shims, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, script := range map[string]string{"kind": fmt.Sprintf(kindShim, cp.ClusterNode.ContainerdAddress()), "make": makeShim} {
+		if err := os.WriteFile(filepath.Join(shims, name), []byte(script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	env := append(os.Environ(),
+		"PATH="+shims+":"+filepath.Join(root, "_output", "bin")+":"+os.Getenv("PATH"),
+		"KUBECONFIG="+cp.Kubeconfig,
+		"HELM_CACHE_HOME="+filepath.Join(dir, ".helm", "cache"),
+		"HELM_CONFIG_HOME="+filepath.Join(dir, ".helm", "config"),
+		"HELM_DATA_HOME="+filepath.Join(dir, ".helm", "data"))
+	var all strings.Builder
+	for _, name := range names {
+		body, ok := blocks[name]
+		if !ok {
+			t.Fatalf("README.md has no block marked <!-- docs-check: %s -->", name)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		cmd := exec.CommandContext(ctx, "bash", "-e", "-o", "pipefail", "-c", body)
+		cmd.Dir, cmd.Env = dir, env
+		start := time.Now()
+		out, err := cmd.CombinedOutput()
+		cancel()
+		t.Logf("README block %s ran in %s:\n%s", name, time.Since(start).Round(time.Second), out)
+		if err != nil {
+			t.Fatalf("README block %s: %v\n%s\n(the block:\n%s)", name, err, out, body)
+		}
+		all.Write(out)
+	}
+	return all.String()
+}
