@@ -125,21 +125,27 @@ integration: tools
 
 ## e2e: everything under test/ (test/integration, test/e2e and test/framework's own tests) against a
 ## real etcd and kube-apiserver from _output/bin and the certapi just built; test/release against a
-## release for TEST_PLATFORMS
+## release for TEST_PLATFORMS. The packages under test/node run one after another (one node at a time on a
+## machine) beside the others (e2e-node, e2e-other): go test runs two packages at a time on two cores, and
+## a node package waiting for another's node held one of those two for its whole run.
 e2e: PLATFORMS = $(TEST_PLATFORMS)
-e2e: tools build images $(if $(RELEASE_BUILT),,release)
-	CERTAPI_BIN=$(BIN)/certapi $(STATIC) $(GO) test -count=1 -timeout $(E2E_TIMEOUT) ./test/...
+e2e: tools build images release
+	$(MAKE) --no-print-directory -j2 --output-sync=target e2e-node e2e-other
 
-## test: everything CI runs: verify; the tools, certapi and the images; then the unit tests and everything
-## under test/ side by side (two jobs; each one's output is printed whole when it ends). Building the unit
-## tests under the race detector keeps both cores busy, while the tests under test/ leave about half of a
-## 2-core machine idle as they wait on their processes (cold, 45 min 45 s against 53 min one after the other;
-## docs/development.md, "Build times"). The unit tests bind only ephemeral ports, test/framework's processes ports below that range.
-## A release is built for test/release, for TEST_PLATFORMS only, once (RELEASE_BUILT keeps e2e from
-## building it again).
+.PHONY: e2e-node e2e-other
+e2e-node:
+	CERTAPI_BIN=$(BIN)/certapi $(STATIC) $(GO) test -count=1 -p 1 -timeout $(E2E_TIMEOUT) ./test/node/...
+e2e-other:
+	CERTAPI_BIN=$(BIN)/certapi $(STATIC) $(GO) test -count=1 -timeout $(E2E_TIMEOUT) $$($(GO) list ./test/... | grep -v /test/node)
+
+## test: everything CI runs: verify; the tools, certapi, the images and a release for TEST_PLATFORMS; then
+## three jobs side by side (each one's output printed whole when it ends): the unit tests, the packages of
+## test/node one after another, and the rest of test/. Building the unit tests under the race detector
+## keeps both cores busy, while the tests under test/ mostly wait on their processes (docs/development.md,
+## "Build times"). The unit tests bind only ephemeral ports, test/framework's processes ports below that range.
 test: PLATFORMS = $(TEST_PLATFORMS)
 test: verify tools build images release
-	$(MAKE) --no-print-directory -j2 --output-sync=target unit e2e RELEASE_BUILT=1
+	$(MAKE) --no-print-directory -j3 --output-sync=target unit e2e-node e2e-other
 
 ## local-up: the demo: etcd, kube-apiserver, certapi and the example webhook on loopback, a walkthrough, until Ctrl-C.
 ## NODE=1 adds a real node (needs root) and runs certapi on it as a pod from artifacts/deploy/overlays/single-replica.
