@@ -12,6 +12,5 @@ const (
 	ClusterTrustBundleName = "certapi.dev:serving:ca"
 	// UserAnnotationServingCertRequest, in a podCertificate volume's userAnnotations, names the
 	// ServingCertRequest, in the pod's namespace, whose certificate the pod gets.
-	// It is the key that hands a Secret to a request (AnnotationServingCertRequest).
-	UserAnnotationServingCertRequest = AnnotationServingCertRequest
+	UserAnnotationServingCertRequest = "certapi.dev/servingcertrequest"
 )
