@@ -30,7 +30,7 @@ func (l *loader) injection(ctx context.Context) error {
 	none := admissionregistrationv1.SideEffectClassNone
 	mk := func(name string) *admissionregistrationv1.ValidatingWebhookConfiguration {
 		return &admissionregistrationv1.ValidatingWebhookConfiguration{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{"certapi.dev/inject-ca-bundle": "true"}},
+			ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{certapiv1alpha1.AnnotationInjectCABundle: "true"}},
 			Webhooks: []admissionregistrationv1.ValidatingWebhook{{
 				Name:         "x.load.certapi.dev",
 				ClientConfig: admissionregistrationv1.WebhookClientConfig{Service: &admissionregistrationv1.ServiceReference{Namespace: o.namespace, Name: "load", Path: &path, Port: &port}},
@@ -77,7 +77,7 @@ func (l *loader) injection(ctx context.Context) error {
 	}
 	getCtx, cancelGet := context.WithTimeout(ctx, requestTimeout)
 	defer cancelGet()
-	ca, err := cas.Get(getCtx, "default", metav1.GetOptions{})
+	ca, err := cas.Get(getCtx, certapiv1alpha1.CertificateAuthorityName, metav1.GetOptions{})
 	if err != nil {
 		return err
 	}
@@ -90,13 +90,13 @@ func (l *loader) injection(ctx context.Context) error {
 	patch := fmt.Sprintf(`{"spec":{"forceRotation":"load-%d"}}`, time.Now().UnixNano())
 	patchCtx, cancelPatch := context.WithTimeout(ctx, requestTimeout)
 	defer cancelPatch()
-	if _, err := cas.Patch(patchCtx, "default", types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+	if _, err := cas.Patch(patchCtx, certapiv1alpha1.CertificateAuthorityName, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 		return fmt.Errorf("forcing a rotation: %w", err)
 	}
 	var published time.Time
 	var bundle string
 	if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, nextTimeout, true, func(ctx context.Context) (bool, error) {
-		got, err := cas.Get(ctx, "default", metav1.GetOptions{})
+		got, err := cas.Get(ctx, certapiv1alpha1.CertificateAuthorityName, metav1.GetOptions{})
 		if err != nil {
 			return false, nil
 		}

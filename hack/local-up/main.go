@@ -77,8 +77,8 @@ const (
 // Step 6's pod certificate: certapi's signer, the ClusterTrustBundle it keeps, and the Node the pod is
 // bound to (no kubelet runs; local-up plays its part).
 const (
-	podCertSigner = "certapi.dev/serving"
-	podCertBundle = "certapi.dev:serving:ca"
+	podCertSigner = certapiv1alpha1.PodCertificateSignerName
+	podCertBundle = certapiv1alpha1.ClusterTrustBundleName
 	podCertNode   = "local-node"
 )
 
@@ -266,13 +266,13 @@ func (d *demo) controlPlane(ctx context.Context) error {
 		if err != nil {
 			return false, err.Error()
 		}
-		ca, err := d.certapi.CertapiV1alpha1().CertificateAuthorities().Get(ctx, "default", metav1.GetOptions{})
+		ca, err := d.certapi.CertapiV1alpha1().CertificateAuthorities().Get(ctx, certapiv1alpha1.CertificateAuthorityName, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
 		}
 		available := apiregistrationv1helper.IsAPIServiceConditionTrue(svc, apiregistrationv1.Available)
 		byCertapi := slices.ContainsFunc(svc.ManagedFields, func(m metav1.ManagedFieldsEntry) bool {
-			return m.Manager == "certapi" && m.FieldsV1 != nil && strings.Contains(string(m.FieldsV1.Raw), `"f:caBundle"`)
+			return m.Manager == certapiv1alpha1.FieldManager && m.FieldsV1 != nil && strings.Contains(string(m.FieldsV1.Raw), `"f:caBundle"`)
 		})
 		status := fmt.Sprintf("Available=%v, caBundle of %d bytes (certapi's: %d), set by certapi: %v, insecureSkipTLSVerify=%v",
 			available, len(svc.Spec.CABundle), len(ca.Status.CABundle), byCertapi, svc.Spec.InsecureSkipTLSVerify)
@@ -510,7 +510,7 @@ func (d *demo) podCertificate(ctx context.Context) error {
 	source := corev1.PodCertificateProjection{
 		SignerName:      podCertSigner,
 		KeyType:         "ECDSAP256",
-		UserAnnotations: map[string]string{"certapi.dev/servingcertrequest": "web"},
+		UserAnnotations: map[string]string{certapiv1alpha1.UserAnnotationServingCertRequest: "web"},
 	}
 	pod, err := node.CreatePod(ctx, &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: demoNamespace, Name: "web-0"},

@@ -19,6 +19,7 @@ import (
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/apiserver/pkg/server/healthz"
 	restclient "k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 
@@ -264,7 +265,7 @@ func (s *Server) Run(ctx context.Context) error {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				s.self.run(issuerCtx, s.Issuer, s.clients.Certapi)
+				s.self.run(issuerCtx, s.Issuer, cache.ToListerWatcherWithContext(s.clients.CertapiStorage.CertificateAuthorities))
 			}()
 		}
 		return nil

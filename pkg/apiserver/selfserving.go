@@ -2,48 +2,77 @@ package apiserver
 
 import (
 	"context"
+	"crypto"
+	"crypto/tls"
 	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
-	"math"
-	"math/rand/v2"
 	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 	"k8s.io/client-go/tools/cache"
 	certutil "k8s.io/client-go/util/cert"
 	"k8s.io/klog/v2"
 
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
-	"github.com/certapi/certapi/pkg/generated/clientset/versioned"
-	"github.com/certapi/certapi/pkg/generated/informers/externalversions"
 	"github.com/certapi/certapi/pkg/issuer"
+	"github.com/certapi/certapi/pkg/servingcert"
 	"github.com/certapi/certapi/pkg/signer"
 )
 
-// selfServing is certapi's own serving certificate, issued by its own CA (through the leader, like any
-// caller) and swapped in without a restart through the generic server's dynamic certificate machinery.
-// Until the first one arrives it serves a self-signed placeholder: an empty provider would fail every
-// handshake, and /readyz says why the replica is not ready instead.
+// certapi's own serving certificate is renewed by the one renewal loop there is, pkg/servingcert's
+// Source, which every operator runs too, with one trigger rule: renew at the certificate's renewalTime
+// (less jitter), and re-issue as soon as CertificateAuthority/default names an Active CA whose subject key
+// id is not the certificate's authority key id. Only its issuer differs: selfIssuer signs in-process.
+const (
+	// selfDuration is the lifetime of certapi's own serving certificate.
+	selfDuration = 168 * time.Hour
+	// selfCAChangeDelay bounds the random delay before a replica re-issues after the Active CA changed:
+	// a few replicas, not every operator's pods in the cluster, so a short spread is enough.
+	selfCAChangeDelay = 2 * time.Second
+	// selfInitialBackoff and selfMaxBackoff bound the retries of a failed issuance: a replica that starts
+	// before a leader is elected gets its certificate within moments of the election.
+	selfInitialBackoff = 200 * time.Millisecond
+	selfMaxBackoff     = 10 * time.Second
+)
+
+// selfAuthority is what certapi's own serving certificate needs of this replica's issuer (*issuer.Issuer):
+// a signature, here or through the leader, and the record of which CA signed what this replica serves.
+type selfAuthority interface {
+	Issue(ctx context.Context, req issuer.Request) (*issuer.Result, error)
+	PublishServing(ctx context.Context, caSerial string) error
+}
+
+var _ selfAuthority = (*issuer.Issuer)(nil)
+
+// selfServing is certapi's own serving certificate, held in memory and swapped without a restart
+// through the generic server's dynamic certificate machinery (it is the server's
+// dynamiccertificates.CertKeyContentProvider). A servingcert.Source issues and renews it; selfServing
+// hands each certificate to the server and records in etcd which CA signed it, which the leader's
+// distrust of a CA waits for. Until the first certificate arrives it serves a self-signed placeholder: an
+// empty provider would fail every handshake, and /readyz says why the replica is not ready instead.
 type selfServing struct {
 	service, namespace string
 
-	mu        sync.RWMutex
-	certPEM   []byte
-	keyPEM    []byte
-	issuedBy  string // serial of the CA that signed the current certificate; "" for the placeholder
-	renewAt   time.Time
-	listeners []dynamiccertificates.Listener
-
+	// source renews the certificate; nil until run starts it.
+	source atomic.Pointer[servingcert.Source]
 	// caSeen: this replica's watch has seen CertificateAuthority/default, the object every admin command
 	// (rotate, distrust, status) starts from.
 	caSeen atomic.Bool
+	// served is poked each time the Source serves a new certificate; run then records its CA.
+	served chan struct{}
+
+	mu        sync.Mutex
+	listeners []dynamiccertificates.Listener
+	// encoded is the certificate certPEM and keyPEM were encoded from; nil while they hold the placeholder.
+	encoded         *tls.Certificate
+	certPEM, keyPEM []byte
 }
 
 var _ dynamiccertificates.CertKeyContentProvider = &selfServing{}
@@ -54,16 +83,31 @@ func newSelfServing(service, namespace string) (*selfServing, error) {
 	if err != nil {
 		return nil, fmt.Errorf("making the placeholder serving certificate: %w", err)
 	}
-	return &selfServing{service: service, namespace: namespace, certPEM: cert, keyPEM: key}, nil
+	return &selfServing{service: service, namespace: namespace, certPEM: cert, keyPEM: key, served: make(chan struct{}, 1)}, nil
 }
+
+func (s *selfServing) host() string { return s.service + "." + s.namespace + ".svc" }
 
 // Name identifies the provider in the generic server's logs.
 func (s *selfServing) Name() string { return "certapi-self-issued" }
 
-// CurrentCertKeyContent returns the certificate being served and its key.
+// CurrentCertKeyContent returns the certificate being served and its key, in PEM: the Source's current
+// one, or the placeholder before the first.
 func (s *selfServing) CurrentCertKeyContent() ([]byte, []byte) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
+	var cert *tls.Certificate
+	if src := s.source.Load(); src != nil {
+		cert, _ = src.GetCertificate(nil)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if cert != nil && cert != s.encoded {
+		certPEM, keyPEM, err := encodeCertificate(cert)
+		if err != nil {
+			klog.ErrorS(err, "Encoding certapi's own serving certificate; still serving the previous one")
+			return s.certPEM, s.keyPEM
+		}
+		s.encoded, s.certPEM, s.keyPEM = cert, certPEM, keyPEM
+	}
 	return s.certPEM, s.keyPEM
 }
 
@@ -72,6 +116,21 @@ func (s *selfServing) AddListener(l dynamiccertificates.Listener) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.listeners = append(s.listeners, l)
+}
+
+// Enqueue is the Source's listener: it is told of every new certificate, and tells the serving controller
+// and the record loop in turn. It does not block.
+func (s *selfServing) Enqueue() {
+	s.mu.Lock()
+	listeners := append([]dynamiccertificates.Listener(nil), s.listeners...)
+	s.mu.Unlock()
+	for _, l := range listeners {
+		l.Enqueue()
+	}
+	select {
+	case s.served <- struct{}{}:
+	default:
+	}
 }
 
 // checkAuthority is a /readyz check: not ready until CertificateAuthority/default exists. The leader
@@ -84,125 +143,183 @@ func (s *selfServing) checkAuthority(*http.Request) error {
 	return nil
 }
 
-// check is a /readyz check: not ready until certapi serves a certificate from its own CA.
+// check is a /readyz check: not ready until certapi serves a certificate from its own CA, nor once that
+// has expired.
 func (s *selfServing) check(*http.Request) error {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if s.issuedBy == "" {
-		return errors.New("serving a self-signed placeholder: waiting for the leader to issue this replica's certificate for " + s.service + "." + s.namespace + ".svc")
+	src := s.source.Load()
+	switch {
+	case src == nil || src.NotAfter().IsZero():
+		return errors.New("serving a self-signed placeholder: waiting for the leader to issue this replica's certificate for " + s.host())
+	case !src.Ready():
+		return fmt.Errorf("this replica's certificate for %s expired at %s and renewing it keeps failing (see the log)", s.host(), src.NotAfter().UTC().Format(time.RFC3339))
 	}
 	return nil
 }
 
-func (s *selfServing) set(certPEM, keyPEM []byte, issuedBy string, renewAt time.Time) {
-	s.mu.Lock()
-	s.certPEM, s.keyPEM, s.issuedBy, s.renewAt = certPEM, keyPEM, issuedBy, renewAt
-	listeners := append([]dynamiccertificates.Listener(nil), s.listeners...)
-	s.mu.Unlock()
-	for _, l := range listeners {
-		l.Enqueue()
+// run renews certapi's own serving certificate until ctx ends: a servingcert.Source through selfIssuer
+// (signing through auth, watching CertificateAuthority/default in cas, this server's own storage), and
+// meanwhile the record of which CA signed the certificate served. It never gives up: a replica without a
+// certificate keeps serving the placeholder and stays unready.
+func (s *selfServing) run(ctx context.Context, auth selfAuthority, cas cache.ListerWatcherWithContext) {
+	self := &selfIssuer{authority: auth, namespace: s.namespace, service: s.service, cas: cas, seen: func() { s.caSeen.Store(true) }}
+	src, err := servingcert.New(servingcert.Options{
+		Issuer:         self,
+		Namespace:      s.namespace,
+		Name:           s.service,
+		CAChangeDelay:  selfCAChangeDelay,
+		InitialBackoff: selfInitialBackoff,
+		MaxBackoff:     selfMaxBackoff,
+		Logger:         klog.Background().WithName("self-serving"),
+	})
+	if err != nil {
+		klog.ErrorS(err, "Starting the renewal of certapi's own serving certificate; serving the placeholder")
+		return
 	}
+	src.AddListener(s)
+	s.source.Store(src)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() { _ = src.Start(ctx) })
+	s.recordServing(ctx, auth, self)
 }
 
-// run issues, renews at the renewal time, and re-issues when the Active CA changes, until ctx ends. It
-// learns of a new Active CA from a watch on CertificateAuthority/default (and, on the leader, from the
-// issuer at once), and otherwise sleeps until the renewal time: no polling. It never gives up: a replica
-// without a certificate keeps serving the placeholder and stays unready.
-func (s *selfServing) run(ctx context.Context, iss *issuer.Issuer, client versioned.Interface) {
-	changed := make(chan struct{}, 1)
-	poke := func() {
+// recordServing records in etcd, each time the Source serves a new certificate, the serial of the CA that
+// signed it (issuer.PublishServing), until ctx ends: the leader drops a distrusted CA only once no
+// replica serves from it (issuer.ServingNotFrom, woken by issuer.WatchServing). A failed write is retried
+// with backoff until it succeeds or a newer certificate supersedes it.
+func (s *selfServing) recordServing(ctx context.Context, auth selfAuthority, self *selfIssuer) {
+	failures := 0
+	var retry <-chan time.Time
+	for {
 		select {
-		case changed <- struct{}{}:
-		default:
+		case <-ctx.Done():
+			return
+		case <-s.served:
+			failures = 0
+		case <-retry:
 		}
-	}
-	factory := externalversions.NewSharedInformerFactoryWithOptions(client, 0, externalversions.WithTweakListOptions(func(o *metav1.ListOptions) {
-		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", certapiv1alpha1.CertificateAuthorityName).String()
-	}))
-	cas := factory.Certapi().V1alpha1().CertificateAuthorities()
-	if _, err := cas.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { s.caSeen.Store(true); poke() },
-		UpdateFunc: func(any, any) { poke() },
-	}); err != nil {
-		klog.ErrorS(err, "Watching the CertificateAuthority; this replica re-issues its certificate only at its renewal time")
-	}
-	factory.Start(ctx.Done())
-	defer factory.Shutdown()
-	defer iss.AddListener(issuer.ListenerFunc(poke))()
-
-	activeSerial := func() string {
-		ca, err := cas.Lister().Get(certapiv1alpha1.CertificateAuthorityName)
-		if err != nil || ca.Status.Active == nil {
-			return ""
-		}
-		return ca.Status.Active.SerialNumber
-	}
-	newBackoff := func() wait.Backoff {
-		return wait.Backoff{Duration: 200 * time.Millisecond, Factor: 2, Cap: 10 * time.Second, Steps: math.MaxInt32}
-	}
-	backoff := newBackoff()
-	for ctx.Err() == nil {
-		s.mu.RLock()
-		issuedBy, renewAt := s.issuedBy, s.renewAt
-		s.mu.RUnlock()
-
-		due := issuedBy == "" || !time.Now().Before(renewAt)
-		if !due {
-			// Re-issue when another CA signs now, after a little jitter so replicas do not stampede.
-			if active := activeSerial(); active != "" && active != issuedBy {
-				klog.InfoS("The Active CA changed: re-issuing this replica's serving certificate", "was", issuedBy, "active", active)
-				due = sleep(ctx, time.Duration(rand.Int64N(int64(2*time.Second))))
-			}
-		}
-		if !due {
-			t := time.NewTimer(time.Until(renewAt))
-			select {
-			case <-ctx.Done():
-			case <-changed:
-			case <-t.C:
-			}
-			t.Stop()
+		retry = nil
+		cert, err := s.source.Load().GetCertificate(nil)
+		if err != nil {
 			continue
 		}
-		if err := s.issue(ctx, iss); err != nil {
-			delay := backoff.Step()
-			klog.ErrorS(err, "Issuing certapi's own serving certificate; retrying", "retryIn", delay)
-			sleep(ctx, delay)
+		caSerial, ok := self.signerOf(cert.Leaf)
+		if !ok {
+			continue // issued before the last issuance: a newer one is on its way
+		}
+		if err := auth.PublishServing(ctx, caSerial); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			failures++
+			d := min(selfInitialBackoff<<min(failures-1, 10), selfMaxBackoff)
+			klog.ErrorS(err, "Recording which CA this replica serves with; retrying (a distrust of another CA waits for this record)", "retryIn", d)
+			retry = time.After(d)
 			continue
 		}
-		backoff = newBackoff()
+		klog.V(2).InfoS("Recorded which CA this replica serves with", "caSerialNumber", caSerial, "serialNumber", signer.FormatSerialNumber(cert.Leaf.SerialNumber))
 	}
 }
 
-func (s *selfServing) issue(ctx context.Context, iss *issuer.Issuer) error {
-	key, err := signer.GenerateKey(signer.ECDSAP256)
+// encodeCertificate returns cert's chain and private key in PEM.
+func encodeCertificate(cert *tls.Certificate) (certPEM, keyPEM []byte, err error) {
+	for _, der := range cert.Certificate {
+		certPEM = append(certPEM, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})...)
+	}
+	key, ok := cert.PrivateKey.(crypto.Signer)
+	if !ok {
+		return nil, nil, fmt.Errorf("the private key is a %T, not a crypto.Signer", cert.PrivateKey)
+	}
+	keyPEM, err = signer.EncodeKeyPEM(key)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	pub, err := x509.MarshalPKIXPublicKey(key.Public())
+	return certPEM, keyPEM, nil
+}
+
+// selfIssuer is the servingcert.Issuer of certapi's own serving certificate. It signs through this
+// replica's issuer in-process (the leader signs at once, a follower hands the request to it through
+// etcd), not through kube-apiserver and back into certapi, which would need certapi to be Available
+// already; and it watches CertificateAuthority/default in this server's own storage. The certificate
+// belongs to no ServingCertRequest, so no status or Event is written for it.
+type selfIssuer struct {
+	authority          selfAuthority
+	namespace, service string
+	cas                cache.ListerWatcherWithContext
+	// seen is called for every state of CertificateAuthority/default the watch delivers.
+	seen func()
+
+	mu sync.Mutex
+	// leafSerial, caSerial: the last certificate issued, and the serial of the CA that signed it.
+	leafSerial, caSerial string
+}
+
+var _ servingcert.Issuer = &selfIssuer{}
+
+// CreateServingCert signs the key of sc's certificate request for certapi's own Service; namespace and
+// name are those the Source was given, and name no ServingCertRequest.
+func (i *selfIssuer) CreateServingCert(ctx context.Context, _, _ string, sc *certapiv1alpha1.ServingCert) (*certapiv1alpha1.ServingCert, error) {
+	csr, err := signer.ParseCSR([]byte(sc.Spec.CertificateRequest))
 	if err != nil {
-		return err
+		return nil, err
 	}
-	// Name is empty: this certificate belongs to no ServingCertRequest, so no status or Event is written.
-	res, err := iss.Issue(ctx, issuer.Request{Namespace: s.namespace, ServiceName: s.service, Duration: 168 * time.Hour, PublicKeyPKIX: pub})
+	pub, err := x509.MarshalPKIXPublicKey(csr.PublicKey)
 	if err != nil {
-		return err
+		return nil, fmt.Errorf("encoding the public key: %w", err)
 	}
-	keyPEM, err := signer.EncodeKeyPEM(key)
+	// Name is empty: this certificate belongs to no ServingCertRequest, so no status or Event is written,
+	// and the signature is counted under the path "self".
+	res, err := i.authority.Issue(ctx, issuer.Request{Namespace: i.namespace, ServiceName: i.service, Duration: selfDuration, PublicKeyPKIX: pub})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	issuedBy, err := signerOf([]byte(res.CertificatePEM), []byte(res.CABundle))
+	caSerial, err := signerOf([]byte(res.CertificatePEM), []byte(res.CABundle))
 	if err != nil {
-		return err
+		return nil, err
 	}
-	// The serving chain is the leaf alone: clients trust the CA through the injected caBundle.
-	s.set([]byte(res.CertificatePEM), keyPEM, issuedBy, res.RenewalTime)
-	if err := iss.PublishServing(ctx, issuedBy); err != nil {
-		klog.ErrorS(err, "Recording which CA this replica serves with; a distrusted CA may be dropped late")
+	i.mu.Lock()
+	i.leafSerial, i.caSerial = res.SerialNumber, caSerial
+	i.mu.Unlock()
+	return &certapiv1alpha1.ServingCert{Status: certapiv1alpha1.ServingCertStatus{
+		Certificate:  res.CertificatePEM, // the leaf alone: clients trust the CA through the injected caBundle
+		CABundle:     res.CABundle,
+		SerialNumber: res.SerialNumber,
+		NotBefore:    &metav1.Time{Time: res.NotBefore},
+		NotAfter:     &metav1.Time{Time: res.NotAfter},
+		RenewalTime:  &metav1.Time{Time: res.RenewalTime},
+	}}, nil
+}
+
+// CreateServingCertRequest is never called (the Source is given no CreateIfMissing): certapi's own
+// certificate belongs to no ServingCertRequest.
+func (i *selfIssuer) CreateServingCertRequest(context.Context, *certapiv1alpha1.ServingCertRequest) error {
+	return errors.New("certapi's own serving certificate belongs to no ServingCertRequest")
+}
+
+// WatchCertificateAuthority watches CertificateAuthority/default in this server's storage, and tells seen
+// of each state of it.
+func (i *selfIssuer) WatchCertificateAuthority(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+	w, err := i.cas.WatchWithContext(ctx, opts)
+	if err != nil {
+		return nil, err
 	}
-	klog.InfoS("Serving with a certificate from certapi's own CA", "service", s.service+"."+s.namespace+".svc", "serialNumber", res.SerialNumber, "notAfter", res.NotAfter, "renewalTime", res.RenewalTime)
-	return nil
+	return watch.Filter(w, func(ev watch.Event) (watch.Event, bool) {
+		if ca, ok := ev.Object.(*certapiv1alpha1.CertificateAuthority); ok && ca.Name == certapiv1alpha1.CertificateAuthorityName &&
+			(ev.Type == watch.Added || ev.Type == watch.Modified) {
+			i.seen()
+		}
+		return ev, true
+	}), nil
+}
+
+// signerOf returns the serial of the CA that signed leaf, when leaf is the certificate issued last.
+func (i *selfIssuer) signerOf(leaf *x509.Certificate) (string, bool) {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	if leaf == nil || i.leafSerial == "" || signer.FormatSerialNumber(leaf.SerialNumber) != i.leafSerial {
+		return "", false
+	}
+	return i.caSerial, true
 }
 
 // signerOf returns the serial of the CA in bundle that signed the certificate.
@@ -221,16 +338,4 @@ func signerOf(certPEM, bundle []byte) (string, error) {
 		}
 	}
 	return "", errors.New("no CA in the bundle signed the issued certificate")
-}
-
-// sleep waits d or until ctx ends, and reports whether it waited the whole time.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }

@@ -1,8 +1,24 @@
 package apiserver
 
 import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
+
+	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
+	"github.com/certapi/certapi/pkg/issuer"
+	"github.com/certapi/certapi/pkg/signer"
 )
 
 // TestCheckAuthority: a replica is not ready until it has seen CertificateAuthority/default, and says so.
@@ -29,5 +45,163 @@ func TestCheckAuthority(t *testing.T) {
 				t.Fatalf("got %v, want an error saying %q", err, tc.wantErr)
 			}
 		})
+	}
+}
+
+// fakeAuthority signs as the leader's issuer does, with one CA at a time, and keeps the serving records.
+type fakeAuthority struct {
+	mu      sync.Mutex
+	ca      *signer.CA
+	bundle  []byte
+	records []string
+}
+
+func (f *fakeAuthority) Issue(_ context.Context, req issuer.Request) (*issuer.Result, error) {
+	f.mu.Lock()
+	ca, bundle := f.ca, f.bundle
+	f.mu.Unlock()
+	return issuer.Policy{ClusterDomain: "cluster.local"}.Sign(ca, bundle, req, time.Now())
+}
+
+func (f *fakeAuthority) PublishServing(_ context.Context, caSerial string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.records = append(f.records, caSerial)
+	return nil
+}
+
+// switchTo makes ca the Active CA, with the bundle holding every CA given.
+func (f *fakeAuthority) switchTo(ca *signer.CA, trusted ...*signer.CA) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.ca = ca
+	var certs []*x509.Certificate
+	for _, c := range trusted {
+		certs = append(certs, c.Certificate)
+	}
+	f.bundle = signer.EncodeBundle(certs...)
+}
+
+func (f *fakeAuthority) recorded(caSerial string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Contains(f.records, caSerial)
+}
+
+type listenerFunc func()
+
+func (f listenerFunc) Enqueue() { f() }
+
+// TestSelfServingRenewsThroughTheIssuer: certapi's own certificate is the placeholder until the issuer
+// signs one, then the one served (the serving controller is told) and recorded with its CA's serial; when
+// CertificateAuthority/default names a new Active CA the replica re-issues within seconds and records the
+// new CA.
+func TestSelfServingRenewsThroughTheIssuer(t *testing.T) {
+	now := time.Now()
+	ca1, err := signer.NewCA(signer.CAOptions{ClusterDomain: "cluster.local", Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca2, err := signer.NewCA(signer.CAOptions{ClusterDomain: "cluster.local", Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	auth := &fakeAuthority{}
+	auth.switchTo(ca1, ca1)
+
+	s, err := newSelfServing("certapi", "certapi-system")
+	if err != nil {
+		t.Fatal(err)
+	}
+	placeholder, _ := s.CurrentCertKeyContent()
+	if err := s.check(nil); err == nil || !strings.Contains(err.Error(), "self-signed placeholder") {
+		t.Fatalf("readiness before run: %v, want the placeholder named", err)
+	}
+	reloads := make(chan struct{}, 100)
+	s.AddListener(listenerFunc(func() { reloads <- struct{}{} }))
+
+	caWatch := watch.NewFakeWithChanSize(10, false)
+	var watches int
+	var watchMu sync.Mutex
+	cas := &cache.ListWatch{WatchFuncWithContext: func(_ context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+		if opts.FieldSelector != "metadata.name=default" {
+			t.Errorf("the CA watch selects %q, want metadata.name=default", opts.FieldSelector)
+		}
+		watchMu.Lock()
+		defer watchMu.Unlock()
+		if watches++; watches == 1 {
+			return caWatch, nil
+		}
+		return watch.NewFake(), nil
+	}}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.run(ctx, auth, cas)
+	}()
+	defer func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Error("run did not return within 10s of its context ending")
+		}
+	}()
+
+	served := func() *x509.Certificate {
+		certPEM, keyPEM := s.CurrentCertKeyContent()
+		pair, err := tls.X509KeyPair(certPEM, keyPEM)
+		if err != nil {
+			t.Fatalf("the content served is no certificate and key pair: %v", err)
+		}
+		return pair.Leaf
+	}
+	waitFor(t, "the first certificate", func() bool { return s.check(nil) == nil })
+	select {
+	case <-reloads:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the serving controller was not told of the first certificate")
+	}
+	first := served()
+	if certPEM, _ := s.CurrentCertKeyContent(); bytes.Equal(certPEM, placeholder) {
+		t.Fatal("still serving the placeholder")
+	}
+	if !bytes.Equal(first.AuthorityKeyId, ca1.Certificate.SubjectKeyId) || !slices.Contains(first.DNSNames, "certapi.certapi-system.svc") {
+		t.Fatalf("served %v for %v; want a certificate of CA 1 for certapi.certapi-system.svc", first.Issuer, first.DNSNames)
+	}
+	waitFor(t, "the record of CA 1", func() bool { return auth.recorded(signer.FormatSerialNumber(ca1.Certificate.SerialNumber)) })
+	if s.checkAuthority(nil) == nil {
+		t.Fatal("ready before the CertificateAuthority was seen")
+	}
+
+	// The leader switches to CA 2 and CertificateAuthority/default says so.
+	auth.switchTo(ca2, ca1, ca2)
+	caWatch.Add(&certapiv1alpha1.CertificateAuthority{
+		ObjectMeta: metav1.ObjectMeta{Name: certapiv1alpha1.CertificateAuthorityName},
+		Status: certapiv1alpha1.CertificateAuthorityStatus{
+			CABundle: string(signer.EncodeBundle(ca1.Certificate, ca2.Certificate)),
+			Active:   &certapiv1alpha1.CertificateAuthorityRef{SerialNumber: signer.FormatSerialNumber(ca2.Certificate.SerialNumber), SubjectKeyID: ca2.SubjectKeyID()},
+		},
+	})
+	waitFor(t, "a certificate of CA 2", func() bool { return bytes.Equal(served().AuthorityKeyId, ca2.Certificate.SubjectKeyId) })
+	waitFor(t, "the record of CA 2", func() bool { return auth.recorded(signer.FormatSerialNumber(ca2.Certificate.SerialNumber)) })
+	if err := s.checkAuthority(nil); err != nil {
+		t.Fatalf("the CertificateAuthority was seen, yet: %v", err)
+	}
+	if err := s.check(nil); err != nil {
+		t.Fatalf("not ready after the re-issue: %v", err)
+	}
+}
+
+// waitFor waits up to 10s (2s of them the re-issue's random delay at most) for cond.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 5*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return cond(), nil
+	})
+	if err != nil {
+		t.Fatalf("timed out waiting for %s", what)
 	}
 }

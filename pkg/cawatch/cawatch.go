@@ -1,8 +1,10 @@
 // Package cawatch follows CertificateAuthority/default, the one object that says which CA signs and
-// what every client must trust. It is the one way certapi's library (pkg/servingcert) and its kubectl
-// plugin watch it: with `watch` alone, restricted to that name by a field selector so that RBAC
-// resourceNames apply. A watch without a resourceVersion starts with the object's current state, so no
-// get or list is needed, and no resourceVersion can be too old after certapi restarts.
+// what every client must trust. It is the one way certapi's clients watch it: the library
+// (pkg/servingcert, which certapi also runs for its own serving certificate, over its own storage) and
+// the kubectl plugin (rotate --wait, distrust --wait and check --wait). It watches with `watch` alone,
+// restricted to that name by a field selector so that RBAC resourceNames apply. A watch without a
+// resourceVersion starts with the object's current state, so no get or list is needed, and no
+// resourceVersion can be too old after certapi restarts.
 package cawatch
 
 import (

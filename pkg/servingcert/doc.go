@@ -37,6 +37,10 @@
 //	err = mgr.Add(src)
 //	err = mgr.AddReadyzCheck("serving-cert", src.Checker())
 //
+// A server that copies the certificate instead of calling GetCertificate on every handshake (the dynamic
+// serving certificate of a k8s.io/apiserver generic server, as certapi itself serves with a Source)
+// registers with AddListener and reads GetCertificate when told.
+//
 // The ServingCertRequest names the Service; clients connect to <service>.<namespace>.svc and trust
 // CABundle (kube-apiserver gets it through certapi's caBundle injection: annotate the webhook
 // configuration with certapi.dev/inject-ca-bundle: "true").

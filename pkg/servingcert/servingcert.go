@@ -128,10 +128,29 @@ type Source struct {
 	// lastExpiredLog is the unix nanos of the last "serving an expired certificate" log from GetCertificate.
 	lastExpiredLog atomic.Int64
 
-	mu      sync.Mutex
-	bundle  []byte        // latest CA bundle, from an issuance or from CertificateAuthority/default
-	lastErr error         // the last issuance failure, nil after a success
-	changed chan struct{} // closed and replaced whenever the certificate changes
+	mu        sync.Mutex
+	bundle    []byte        // latest CA bundle, from an issuance or from CertificateAuthority/default
+	lastErr   error         // the last issuance failure, nil after a success
+	changed   chan struct{} // closed and replaced whenever the certificate changes
+	listeners []Listener    // told of every new certificate (AddListener)
+}
+
+// Listener is told that a Source serves a new certificate. It has the shape of k8s.io/apiserver's
+// dynamiccertificates.Listener, so a generic API server's dynamic serving certificate can follow a
+// Source without this package depending on k8s.io/apiserver.
+type Listener interface {
+	// Enqueue is called after each new certificate is served; it must not block. The certificate is
+	// read with GetCertificate.
+	Enqueue()
+}
+
+// AddListener registers l to be told of every certificate the Source serves from now on: the push half
+// of a Notifier, for a server that copies the certificate rather than calling GetCertificate on every
+// handshake.
+func (s *Source) AddListener(l Listener) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.listeners = append(s.listeners, l)
 }
 
 // New checks o and returns a Source. It makes no API call; Start does the work.
@@ -346,7 +365,7 @@ func (s *Source) setBundle(b []byte) {
 	s.mu.Unlock()
 }
 
-// publish makes is the certificate served from now on and wakes WaitReady.
+// publish makes is the certificate served from now on, wakes WaitReady and tells the listeners.
 func (s *Source) publish(is *issued, bundle []byte) {
 	s.current.Store(is)
 	s.mu.Lock()
@@ -356,5 +375,9 @@ func (s *Source) publish(is *issued, bundle []byte) {
 	s.lastErr = nil
 	close(s.changed)
 	s.changed = make(chan struct{})
+	listeners := append([]Listener(nil), s.listeners...)
 	s.mu.Unlock()
+	for _, l := range listeners {
+		l.Enqueue()
+	}
 }

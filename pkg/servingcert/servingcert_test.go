@@ -524,3 +524,47 @@ func TestTLSOptsAndRunnable(t *testing.T) {
 		t.Fatal("a second Start was accepted")
 	}
 }
+
+// recordingListener reads, at each Enqueue, the certificate the Source serves.
+type recordingListener struct {
+	src  *Source
+	seen chan *x509.Certificate
+}
+
+func (l *recordingListener) Enqueue() {
+	c, err := l.src.GetCertificate(nil)
+	if err != nil {
+		l.seen <- nil
+		return
+	}
+	l.seen <- c.Leaf
+}
+
+// TestListenersAreToldOfEachCertificate: a listener is told after each certificate is served, and then
+// reads that certificate, as a generic API server's dynamic serving certificate does.
+func TestListenersAreToldOfEachCertificate(t *testing.T) {
+	h := newHarness(t, harnessOptions{objects: []runtime.Object{existingRequest()}, opts: Options{DisableCAWatch: true}})
+	l := &recordingListener{src: h.src, seen: make(chan *x509.Certificate, 10)}
+	h.src.AddListener(l)
+	h.start()
+	for n := range 3 {
+		var got *x509.Certificate
+		select {
+		case got = <-l.seen:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("certificate %d: the listener was not told within 10s", n+1)
+		}
+		if got == nil || got.SerialNumber.Cmp(h.lastIssued().SerialNumber) != 0 {
+			t.Fatalf("certificate %d: the listener read %v, not the certificate just issued", n+1, got)
+		}
+		if n < 2 {
+			h.advance() // the renewal
+		}
+	}
+	h.nextWait() // the loop waits for the next renewal: nothing more is served
+	select {
+	case extra := <-l.seen:
+		t.Fatalf("told once more than the certificates issued (%v)", extra)
+	default:
+	}
+}

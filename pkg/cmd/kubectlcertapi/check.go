@@ -7,24 +7,28 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/spf13/cobra"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/cli-runtime/pkg/printers"
 	apiregistrationv1 "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
 	cmdutil "k8s.io/kubectl/pkg/cmd/util"
 	"k8s.io/kubectl/pkg/util/templates"
 
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
+	"github.com/certapi/certapi/pkg/cawatch"
 	"github.com/certapi/certapi/pkg/signer"
 )
 
 // DefaultCheckTimeout is how long check --wait waits unless --timeout says otherwise.
 const DefaultCheckTimeout = 2 * time.Minute
 
-// checkInterval is how often check --wait looks again.
+// checkInterval is how often check --wait reads again while a failing check depends on something it does
+// not watch (see pollNeeded).
 const checkInterval = time.Second
 
 // The checks, in the order they are shown.
@@ -40,6 +44,10 @@ type CheckResult struct {
 	Name   string `json:"name"`
 	OK     bool   `json:"ok"`
 	Detail string `json:"detail"`
+
+	// onCA: the failure can only end with a change of CertificateAuthority/default (it is missing, names
+	// no Active CA, or its Active CA expired), which check --wait watches; see pollNeeded.
+	onCA bool
 }
 
 // CheckInput is what the checks look at; the command reads it through kube-apiserver.
@@ -65,12 +73,14 @@ func Check(in CheckInput) []CheckResult {
 	add := func(name string, ok bool, format string, args ...any) {
 		out = append(out, CheckResult{Name: name, OK: ok, Detail: fmt.Sprintf(format, args...)})
 	}
+	caMissing := apierrors.IsNotFound(in.CAErr)
 
 	switch {
 	case in.DiscoveryErr != nil:
 		add(checkAPI, false, "discovery of %s through kube-apiserver failed: %v", groupVersion, in.DiscoveryErr)
 	case in.CAErr != nil:
 		add(checkAPI, false, "reading %s through kube-apiserver failed: %v", caResource, in.CAErr)
+		out[len(out)-1].onCA = caMissing // the leader creates it with the first CA
 	default:
 		add(checkAPI, true, "kube-apiserver serves %s from certapi (discovery and %s)", groupVersion, caResource)
 	}
@@ -116,6 +126,10 @@ func checkServingCertificate(in CheckInput) CheckResult {
 		res.Detail = fmt.Sprintf(format, args...)
 		return res
 	}
+	failOnCA := func(format string, args ...any) CheckResult {
+		res.onCA = true
+		return fail(format, args...)
+	}
 	svc := in.APIService
 	switch {
 	case in.APIServiceErr != nil || svc == nil:
@@ -124,15 +138,17 @@ func checkServingCertificate(in CheckInput) CheckResult {
 		return fail("APIService %s sets insecureSkipTLSVerify: kube-apiserver does not verify certapi's certificate; remove it and annotate the APIService certapi.dev/inject-ca-bundle: \"true\"", apiServiceName)
 	case len(svc.Spec.CABundle) == 0:
 		return fail("APIService %s has no caBundle: certapi has not injected it (is it annotated certapi.dev/inject-ca-bundle: \"true\"?)", apiServiceName)
+	case apierrors.IsNotFound(in.CAErr):
+		return failOnCA("unknown: %s does not exist yet: the leader creates it with the first CA", caResource)
 	case in.CAErr != nil || in.CA == nil:
 		return fail("unknown: %s could not be read through kube-apiserver, which verifies certapi's certificate on the way: %v", caResource, in.CAErr)
 	}
 	active := certificate(in.CA, certapiv1alpha1.CARoleActive)
 	if active == nil {
-		return fail("%s names no Active CA yet", caResource)
+		return failOnCA("%s names no Active CA yet", caResource)
 	}
 	if !in.Now.Before(active.NotAfter.Time) {
-		return fail("the Active CA %s expired at %s", active.SerialNumber, formatTime(active.NotAfter.Time))
+		return failOnCA("the Active CA %s expired at %s", active.SerialNumber, formatTime(active.NotAfter.Time))
 	}
 	certs, err := signer.ParseBundle(svc.Spec.CABundle)
 	if err != nil {
@@ -183,6 +199,26 @@ func failing(results []CheckResult) []string {
 	return names
 }
 
+// pollNeeded reports whether check --wait, after a read that failed, must read again after checkInterval
+// rather than only at the next change of CertificateAuthority/default: when the watch of that object does
+// not follow it now (refused, failing, or the object missing), or when a failing check can end without it
+// changing. Those are the APIService (kube-apiserver's availability controller sets Available, certapi
+// injects the caBundle: a watch of APIServices would need list and watch on them where check needs only
+// get), discovery and the reads through kube-apiserver (they fail while the aggregator cannot reach
+// certapi, and nothing announces that it can again), and the leader (the election lives in certapi's
+// etcd, in no object that can be watched). So the poll is bounded to what no watch of check's can push.
+func pollNeeded(results []CheckResult, followingCA bool) bool {
+	if !followingCA {
+		return true
+	}
+	for _, r := range results {
+		if !r.OK && !r.onCA {
+			return true
+		}
+	}
+	return false
+}
+
 // PrintChecks writes the results as a table.
 func PrintChecks(out io.Writer, results []CheckResult) error {
 	w := printers.GetNewTabWriter(out)
@@ -222,7 +258,10 @@ func newCheckCmd(root *rootOptions) *cobra.Command {
 			  CA, and kube-apiserver verified certapi's certificate against it for the read above. Each
 			  request reaches one replica.
 
-			With --wait, check again every second until every check passes or --timeout.`),
+			With --wait, check again at each change of CertificateAuthority/default, which it watches, and
+			every second while a check fails that depends on the APIService, discovery or the leader
+			election, until every check passes or --timeout. Without watch on certificateauthorities it
+			checks every second.`),
 		Example: templates.Examples(`
 			kubectl certapi check
 			kubectl certapi check --wait --timeout=5m`),
@@ -241,7 +280,7 @@ func newCheckCmd(root *rootOptions) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVarP(&o.output, "output", "o", o.output, "Output format: json or yaml. Unset, a table.")
-	cmd.Flags().BoolVar(&o.wait, "wait", o.wait, "Check again every second until every check passes, at most --timeout.")
+	cmd.Flags().BoolVar(&o.wait, "wait", o.wait, "Check again at each change of CertificateAuthority/default (and every second while a failing check depends on the APIService, discovery or the leader) until every check passes, at most --timeout.")
 	cmd.Flags().DurationVar(&o.timeout, "timeout", o.timeout, "How long --wait waits.")
 	return cmd
 }
@@ -252,28 +291,10 @@ func (o *checkOptions) run(ctx context.Context) error {
 		return err
 	}
 	var results []CheckResult
-	var lastFailure string
-	once := func(ctx context.Context) (bool, error) {
-		results = Check(readCheckInput(ctx, c))
-		bad := failing(results)
-		if o.wait && len(bad) > 0 {
-			for _, r := range results {
-				if !r.OK && r.Detail != lastFailure {
-					lastFailure = r.Detail
-					fmt.Fprintf(o.ErrOut, "waiting: %s: %s\n", r.Name, r.Detail)
-					break
-				}
-			}
-		}
-		return len(bad) == 0, nil
-	}
 	if o.wait {
-		err = wait.PollUntilContextTimeout(ctx, checkInterval, o.timeout, true, once)
-		if err != nil && !wait.Interrupted(err) {
-			return err
-		}
+		results = o.waitReady(ctx, c)
 	} else {
-		_, _ = once(ctx)
+		results = Check(readCheckInput(ctx, c))
 	}
 	if o.output != outputTable {
 		if err := printStructured(o.Out, o.output, results); err != nil {
@@ -290,6 +311,66 @@ func (o *checkOptions) run(ctx context.Context) error {
 		return errors.New(msg)
 	}
 	return nil
+}
+
+// waitReady reads and checks until every check passes or --timeout ends, and returns the last results.
+// It reads again at each change of CertificateAuthority/default, followed with cawatch.Follow (the one
+// way certapi's clients watch it), and, only while pollNeeded says so, after checkInterval.
+func (o *checkOptions) waitReady(ctx context.Context, c *clients) []CheckResult {
+	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+
+	changed := make(chan struct{}, 1)
+	// following: the watch has delivered the CertificateAuthority and has not failed since.
+	var following atomic.Bool
+	wg.Go(func() {
+		defer following.Store(false)
+		// A refusal (no watch on certificateauthorities) ends the watch: check then polls.
+		_ = cawatch.Follow(ctx, c.certapi.CertapiV1alpha1().CertificateAuthorities(), cawatch.Options{
+			Failed: func(error, time.Duration) { following.Store(false) },
+		}, func(*certapiv1alpha1.CertificateAuthority) (bool, error) {
+			following.Store(true)
+			select {
+			case changed <- struct{}{}:
+			default:
+			}
+			return false, nil
+		})
+	})
+
+	var lastFailure string
+	for {
+		results := Check(readCheckInput(ctx, c))
+		if len(failing(results)) == 0 {
+			return results
+		}
+		for _, r := range results {
+			if !r.OK && r.Detail != lastFailure {
+				lastFailure = r.Detail
+				fmt.Fprintf(o.ErrOut, "waiting: %s: %s\n", r.Name, r.Detail)
+				break
+			}
+		}
+		var poll *time.Timer
+		var tick <-chan time.Time
+		if pollNeeded(results, following.Load()) {
+			poll = time.NewTimer(checkInterval)
+			tick = poll.C
+		}
+		select {
+		case <-ctx.Done():
+		case <-changed:
+		case <-tick:
+		}
+		if poll != nil {
+			poll.Stop()
+		}
+		if ctx.Err() != nil {
+			return results
+		}
+	}
 }
 
 // requestTimeout bounds each read of a check, so that --wait keeps its rhythm when kube-apiserver hangs.

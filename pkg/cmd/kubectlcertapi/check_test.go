@@ -6,7 +6,9 @@ import (
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	apiregistrationv1 "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
 
 	"github.com/certapi/certapi/pkg/signer"
@@ -33,6 +35,9 @@ func TestCheck(t *testing.T) {
 		change  func(*CheckInput)
 		failing []string
 		detail  string
+		// waitsOnCA: only a change of CertificateAuthority/default mends the failures, so check --wait
+		// reads again on the CA's watch alone (pollNeeded is false while the watch follows the CA).
+		waitsOnCA bool
 	}{
 		{name: "healthy", change: func(*CheckInput) {}},
 		{name: "discovery fails", change: func(in *CheckInput) {
@@ -60,7 +65,13 @@ func TestCheck(t *testing.T) {
 		},
 			failing: []string{checkCertificate}, detail: "caBundle lacks the Active CA " + serial(active)},
 		{name: "an expired CA", change: func(in *CheckInput) { in.Now = active.Certificate.NotAfter },
-			failing: []string{checkCertificate}, detail: "expired at"},
+			failing: []string{checkCertificate}, detail: "expired at", waitsOnCA: true},
+		{name: "no Active CA yet", change: func(in *CheckInput) { in.CA = caObject(idle(), nil) },
+			failing: []string{checkCertificate}, detail: "names no Active CA yet", waitsOnCA: true},
+		{name: "no CertificateAuthority yet", change: func(in *CheckInput) {
+			in.CA, in.CAErr = nil, apierrors.NewNotFound(schema.GroupResource{Group: "certapi.dev", Resource: "certificateauthorities"}, "default")
+		},
+			failing: []string{checkAPI, checkCertificate}, detail: "does not exist yet", waitsOnCA: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			in := healthy
@@ -78,6 +89,15 @@ func TestCheck(t *testing.T) {
 			}
 			if !strings.Contains(strings.Join(details, "\n"), tc.detail) {
 				t.Errorf("details %q lack %q", details, tc.detail)
+			}
+			if len(tc.failing) == 0 {
+				return
+			}
+			if got := pollNeeded(results, true); got == tc.waitsOnCA {
+				t.Errorf("pollNeeded with the CA followed = %v, want %v", got, !tc.waitsOnCA)
+			}
+			if !pollNeeded(results, false) {
+				t.Error("pollNeeded without the CA followed = false: nothing would wake check --wait")
 			}
 		})
 	}

@@ -38,9 +38,8 @@ import (
 	"github.com/certapi/certapi/pkg/signer"
 )
 
-// Name is the ClusterTrustBundle certapi keeps: the signer name with "/" as ":" (as the API requires of
-// a signer-linked bundle), then "ca".
-const Name = "certapi.dev:serving:ca"
+// Name is the ClusterTrustBundle certapi keeps (certapiv1alpha1.ClusterTrustBundleName).
+const Name = certapiv1alpha1.ClusterTrustBundleName
 
 // BundleSource gives the trust bundle to publish and says when it changes (the issuer).
 type BundleSource interface {

@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
+	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	"github.com/certapi/certapi/pkg/etcdcluster"
 )
 
@@ -38,8 +39,6 @@ const (
 	AnnotationNoDataPrefix = "certapi.dev/etcd-no-data."
 	// keyBundle is the Secret key of the bundle every member trusts.
 	keyBundle = "ca.crt"
-	// FieldManager is the field manager of certapi's writes to the Secret.
-	FieldManager = "certapi"
 )
 
 // PeerCASecret is the Secret that holds the peer CA: tls.crt and tls.key the CA that signs member
@@ -113,7 +112,7 @@ func (s *PeerCASecret) loadOrCreate(ctx context.Context) (*etcdcluster.PeerCA, e
 				keyBundle:               ca.CertificatePEM(),
 			},
 		}
-		created, cerr := secrets.Create(ctx, sec, metav1.CreateOptions{FieldManager: FieldManager})
+		created, cerr := secrets.Create(ctx, sec, metav1.CreateOptions{FieldManager: certapiv1alpha1.FieldManager})
 		switch {
 		case cerr == nil:
 			klog.InfoS("Created the etcd peer CA", "secret", klog.KObj(created), "notAfter", ca.Certificate.NotAfter)
@@ -191,7 +190,7 @@ func (s *PeerCASecret) patchAnnotations(ctx context.Context, annotations map[str
 	if err != nil {
 		return err
 	}
-	_, err = s.Client.CoreV1().Secrets(s.Namespace).Patch(ctx, s.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
+	_, err = s.Client.CoreV1().Secrets(s.Namespace).Patch(ctx, s.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: certapiv1alpha1.FieldManager})
 	return err
 }
 
