@@ -112,11 +112,7 @@ func checkNameConstraints(t *testing.T, what string, bundle []byte) {
 // distrust sets spec.distrust.
 func distrust(t *testing.T, c versioned.Interface, value string) {
 	t.Helper()
-	ca := e2etest.CAObject(t, c)
-	ca.Spec.Distrust = value
-	if _, err := c.CertapiV1alpha1().CertificateAuthorities().Update(context.Background(), ca, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	e2etest.UpdateCA(t, c, func(ca *certapiv1alpha1.CertificateAuthority) { ca.Spec.Distrust = value })
 }
 
 // TestDistrustIgnoresSecretsNobodyReissues: a labelled Secret that is not certapi's, and one whose

@@ -384,11 +384,7 @@ func TestPodCertificatesThroughRotation(t *testing.T) {
 
 	// Nobody may update the ClusterTrustBundle or the ConfigMap: kube-apiserver refuses certapi's writes.
 	unblock := blockUpdates(t, kube, ns)
-	c0 := e2etest.CAObject(t, c)
-	c0.Spec.ForceRotation = "pcr-1"
-	if _, err := c.CertapiV1alpha1().CertificateAuthorities().Update(ctx, c0, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	e2etest.UpdateCA(t, c, func(ca *certapiv1alpha1.CertificateAuthority) { ca.Spec.ForceRotation = "pcr-1" })
 	var next string
 	e2etest.Eventually(t, 30*time.Second, "the Next CA published", func(context.Context) (bool, error) {
 		for _, cert := range e2etest.CAObject(t, c).Status.Certificates {

@@ -46,11 +46,7 @@ func TestForcedRotationRunsToTheEnd(t *testing.T) {
 	}
 	issueOn(t, own, ns, "plain", e2etest.ServingCert(e2etest.CSRPEM(t, e2etest.ECKey(t, elliptic.P256())), nil))
 
-	ca := e2etest.CAObject(t, c)
-	ca.Spec.ForceRotation = "e2e-1"
-	if _, err := c.CertapiV1alpha1().CertificateAuthorities().Update(ctx, ca, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	e2etest.UpdateCA(t, c, func(ca *certapiv1alpha1.CertificateAuthority) { ca.Spec.ForceRotation = "e2e-1" })
 	// Next is published first: trusted everywhere before it signs.
 	var nextSerial string
 	e2etest.Eventually(t, 30*time.Second, "the Next CA in the bundle, or the switch", func(context.Context) (bool, error) {
@@ -129,7 +125,6 @@ func waitCAEvents(t *testing.T, kube kubernetes.Interface, eventType string, rea
 }
 
 func TestDistrustReplacesTheCAAtOnce(t *testing.T) {
-	ctx := context.Background()
 	own := rotationPlane(t)
 	c, kube := e2etest.Clients(t, own.AdminConfig)
 	ns := e2etest.Namespace(t, kube)
@@ -161,11 +156,7 @@ func TestDistrustReplacesTheCAAtOnce(t *testing.T) {
 		}
 	}()
 
-	ca := e2etest.CAObject(t, c)
-	ca.Spec.Distrust = "key-leaked"
-	if _, err := c.CertapiV1alpha1().CertificateAuthorities().Update(ctx, ca, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	e2etest.UpdateCA(t, c, func(ca *certapiv1alpha1.CertificateAuthority) { ca.Spec.Distrust = "key-leaked" })
 	// Well before any Retiring period could end: new Active, Secret re-issued, old CA gone.
 	start := time.Now()
 	e2etest.Eventually(t, 15*time.Second, "the distrusted CA to leave the bundle", func(context.Context) (bool, error) {

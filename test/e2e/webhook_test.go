@@ -28,6 +28,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
+	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	"github.com/certapi/certapi/pkg/servingcert"
 	"github.com/certapi/certapi/test/e2e/e2etest"
 	"github.com/certapi/certapi/test/framework"
@@ -378,11 +379,7 @@ func TestZeroFailureRotation(t *testing.T) {
 		return err
 	})
 
-	ca := e2etest.CAObject(t, c)
-	ca.Spec.ForceRotation = "zero-failure"
-	if _, err := c.CertapiV1alpha1().CertificateAuthorities().Update(context.Background(), ca, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	e2etest.UpdateCA(t, c, func(ca *certapiv1alpha1.CertificateAuthority) { ca.Spec.ForceRotation = "zero-failure" })
 	var newSerial string
 	t.Logf("forced rotation requested at %s", time.Now().Format(time.RFC3339))
 	e2etest.Eventually(t, 60*time.Second, "the switch to the new CA", func(context.Context) (bool, error) {

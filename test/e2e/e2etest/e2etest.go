@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
 
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	"github.com/certapi/certapi/pkg/generated/clientset/versioned"
@@ -82,6 +83,25 @@ func CAObject(t testing.TB, c versioned.Interface) *certapiv1alpha1.CertificateA
 		t.Fatal(err)
 	}
 	return ca
+}
+
+// UpdateCA applies change to CertificateAuthority/default and updates it, reading it again after a
+// conflict: the leader writes the object's status (injection progress, replicas) at any moment, as
+// kubectl certapi rotate and distrust expect.
+func UpdateCA(t testing.TB, c versioned.Interface, change func(*certapiv1alpha1.CertificateAuthority)) {
+	t.Helper()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		ca, err := c.CertapiV1alpha1().CertificateAuthorities().Get(context.Background(), "default", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		change(ca)
+		_, err = c.CertapiV1alpha1().CertificateAuthorities().Update(context.Background(), ca, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		t.Fatalf("updating CertificateAuthority/default: %v", err)
+	}
 }
 
 // ActiveSerial waits until CertificateAuthority/default shows an Active CA and returns its serial.
