@@ -27,6 +27,7 @@ import (
 
 	"github.com/certapi/certapi/test/e2e/e2etest"
 	"github.com/certapi/certapi/test/framework"
+	"github.com/certapi/certapi/test/testhelpers"
 )
 
 var (
@@ -182,7 +183,7 @@ func mfCheckCABundleOnly(t *testing.T, own *framework.ControlPlane, sa *rest.Con
 // at run time.
 func mfTypeCheckPolicies(t *testing.T, objs []*unstructured.Unstructured) {
 	t.Helper()
-	_, kube := e2etest.Clients(t, cp.AdminConfig)
+	_, kube := testhelpers.Clients(t, cp.AdminConfig)
 	checker := &validating.TypeChecker{
 		SchemaResolver: &resolver.ClientDiscoveryResolver{Discovery: kube.Discovery()},
 		RestMapper:     restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(kube.Discovery())),
@@ -218,8 +219,8 @@ func mfTypeCheckPolicies(t *testing.T, objs []*unstructured.Unstructured) {
 // that says why, and every write certapi itself makes still passes.
 func mfCheckStolenToken(t *testing.T, own *framework.ControlPlane, sa *rest.Config, ns string) {
 	ctx := context.Background()
-	_, kube := e2etest.Clients(t, own.AdminConfig)
-	_, asSA := e2etest.Clients(t, sa)
+	_, kube := testhelpers.Clients(t, own.AdminConfig)
+	_, asSA := testhelpers.Clients(t, sa)
 	dynSA, err := dynamic.NewForConfig(sa)
 	if err != nil {
 		t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/certapi/certapi/test/e2e/e2etest"
+	"github.com/certapi/certapi/test/testhelpers"
 )
 
 // kubectlPath prefers the kubectl that `make tools` builds (same version as kube-apiserver), then PATH.
@@ -51,7 +52,7 @@ func kubectlResult(t *testing.T, args ...string) (string, string, error) {
 }
 
 func TestKubectl(t *testing.T) {
-	c, kube := e2etest.Clients(t, cp.AdminConfig)
+	c, kube := testhelpers.Clients(t, cp.AdminConfig)
 	ns := e2etest.Namespace(t, kube)
 
 	if out := kubectl(t, "create", "-n", ns, "-f", testdata("servingcertrequest.yaml")); !strings.Contains(out, "servingcertrequest.certapi.dev/from-yaml created") {

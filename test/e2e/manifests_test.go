@@ -3,8 +3,6 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -45,6 +43,7 @@ import (
 
 	"github.com/certapi/certapi/test/e2e/e2etest"
 	"github.com/certapi/certapi/test/framework"
+	"github.com/certapi/certapi/test/testhelpers"
 )
 
 // The manifests under artifacts/ are checked against the real kube-apiserver (and certapi) of the shared
@@ -116,7 +115,7 @@ func TestManifests(t *testing.T) {
 	})
 
 	t.Run("server-side dry run", func(t *testing.T) {
-		_, kube := e2etest.Clients(t, cp.AdminConfig)
+		_, kube := testhelpers.Clients(t, cp.AdminConfig)
 		mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(kube.Discovery()))
 		for _, dir := range mfSortedKeys(ks) {
 			k := ks[dir]
@@ -171,7 +170,7 @@ func TestManifests(t *testing.T) {
 		// certapi-system enforces the restricted profile (base/namespace.yaml), so a pod template that
 		// breaks it would never run. Create each pod template for real in a namespace that enforces it
 		// too, with dryRun, so that the PodSecurity admission plugin rules on it.
-		_, kube := e2etest.Clients(t, cp.AdminConfig)
+		_, kube := testhelpers.Clients(t, cp.AdminConfig)
 		ns := e2etest.Namespace(t, kube)
 		nsObj, err := kube.CoreV1().Namespaces().Get(context.Background(), ns, metav1.GetOptions{})
 		if err != nil {
@@ -1038,24 +1037,7 @@ func TestManifestsRBACRunsCertapi(t *testing.T) {
 	kubeconfig := filepath.Join(dir, "certapi.kubeconfig")
 	mfWriteKubeconfig(t, kubeconfig, saConfig)
 	// The sample of artifacts/deploy/README.md: secretbox, one key, the resource name it documents.
-	key := make([]byte, 32)
-	if _, err := rand.Read(key); err != nil {
-		t.Fatal(err)
-	}
-	enc := `apiVersion: apiserver.config.k8s.io/v1
-kind: EncryptionConfiguration
-resources:
-- resources:
-  - certificateauthoritykeys.certapi.dev
-  providers:
-  - secretbox:
-      keys:
-      - name: key1
-        secret: ` + base64.StdEncoding.EncodeToString(key) + "\n"
-	encFile := filepath.Join(dir, "encryption.yaml")
-	if err := os.WriteFile(encFile, []byte(enc), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	encFile := testhelpers.CAKeysEncryptionConfigFile(t)
 
 	// The base Deployment's arguments, with what only a pod has replaced: the embedded etcd instead of
 	// the etcd cluster, files and identity of this test, loopback instead of in-cluster config.
@@ -1129,7 +1111,7 @@ resources:
 	}
 
 	// 1. kube-apiserver trusts certapi: certapi injected its own CA into its APIService.
-	c, kube := e2etest.Clients(t, own.AdminConfig)
+	c, kube := testhelpers.Clients(t, own.AdminConfig)
 	agg := mfAggregator(t, own)
 	waitFor("APIService v1alpha1.certapi.dev Available", 2*time.Minute, func(ctx context.Context) (bool, error) {
 		s, err := agg.ApiregistrationV1().APIServices().Get(ctx, "v1alpha1.certapi.dev", metav1.GetOptions{})

@@ -21,6 +21,7 @@ import (
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	"github.com/certapi/certapi/test/e2e/e2etest"
 	"github.com/certapi/certapi/test/framework"
+	"github.com/certapi/certapi/test/testhelpers"
 )
 
 // pluginName is the executable kubectl looks up on PATH for `kubectl create servingcertrequest`.
@@ -131,7 +132,7 @@ func (p pluginRun) failedWith(t *testing.T, msgs ...string) {
 
 func TestPlugin(t *testing.T) {
 	ctx := context.Background()
-	c, kube := e2etest.Clients(t, cp.AdminConfig)
+	c, kube := testhelpers.Clients(t, cp.AdminConfig)
 	ns := e2etest.Namespace(t, kube)
 	scrs := c.CertapiV1alpha1().ServingCertRequests(ns)
 	kubectlCreate := newPluginRunner(t, buildPlugin(t)).create

@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
+	"github.com/certapi/certapi/pkg/signer/signertest"
 )
 
 func crdWith(conv *apiextensionsv1.CustomResourceConversion, managed ...metav1.ManagedFieldsEntry) *apiextensionsv1.CustomResourceDefinition {
@@ -18,7 +19,7 @@ func crdWith(conv *apiextensionsv1.CustomResourceConversion, managed ...metav1.M
 }
 
 func TestObserveCRD(t *testing.T) {
-	bundle := newBundle(t, 1)
+	bundle := signertest.Bundle(t, 1)
 	d := digestOf(bundle)
 	webhook := func(cc apiextensionsv1.WebhookClientConfig) *apiextensionsv1.CustomResourceConversion {
 		return &apiextensionsv1.CustomResourceConversion{

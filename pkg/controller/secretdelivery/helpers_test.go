@@ -25,6 +25,7 @@ import (
 	certapifake "github.com/certapi/certapi/pkg/generated/clientset/versioned/fake"
 	"github.com/certapi/certapi/pkg/issuer"
 	"github.com/certapi/certapi/pkg/signer"
+	"github.com/certapi/certapi/pkg/signer/signertest"
 )
 
 // testNow is a fixed "now" so that unit tests do not depend on the clock.
@@ -32,7 +33,7 @@ var testNow = time.Date(2030, time.March, 4, 12, 0, 0, 0, time.UTC)
 
 const (
 	testNamespace = "webhooks"
-	testDomain    = "cluster.local"
+	testDomain    = signertest.ClusterDomain
 )
 
 // fakeAuthority is an issuer.Authority whose CA and leadership a test controls. It signs with the real
@@ -116,11 +117,7 @@ func newTestContext(tb testing.TB, kube kubernetes.Interface, certapi versioned.
 // newTestCA makes a CA for testDomain issued at now.
 func newTestCA(tb testing.TB, now time.Time) *signer.CA {
 	tb.Helper()
-	ca, err := signer.NewCA(signer.CAOptions{ClusterDomain: testDomain, Now: now})
-	if err != nil {
-		tb.Fatalf("NewCA: %v", err)
-	}
-	return ca
+	return signertest.NewCA(tb, now, 0)
 }
 
 // newRequest makes a request for Service svc delivering into secretName, at generation 1.

@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/certapi/certapi/pkg/signer"
+	"github.com/certapi/certapi/pkg/signer/signertest"
 )
 
 func TestDecide(t *testing.T) {
@@ -36,10 +37,7 @@ func TestDecide(t *testing.T) {
 // TestCanonical: the bundle is written in the injector's canonical form, so that a Source that gives the
 // same certificates in other bytes (duplicates, text between blocks) does not cause a write.
 func TestCanonical(t *testing.T) {
-	ca, err := signer.NewCA(signer.CAOptions{ClusterDomain: "cluster.local", Now: time.Now()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ca := signertest.NewCA(t, time.Now(), 0)
 	pem := signer.EncodeBundle(ca.Certificate)
 	messy := append(append([]byte("a comment\n"), pem...), pem...)
 	got, err := canonical(messy)
@@ -55,10 +53,7 @@ func TestCanonical(t *testing.T) {
 // order (the switch made Next Active) as up to date, and one missing or adding a CA as not.
 func TestSameCertificates(t *testing.T) {
 	mk := func() []byte {
-		ca, err := signer.NewCA(signer.CAOptions{ClusterDomain: "cluster.local", Now: time.Now()})
-		if err != nil {
-			t.Fatal(err)
-		}
+		ca := signertest.NewCA(t, time.Now(), 0)
 		return signer.EncodeBundle(ca.Certificate)
 	}
 	a, b, c := mk(), mk(), mk()

@@ -17,7 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/rand"
-	"k8s.io/apimachinery/pkg/util/wait"
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/registry/rest"
 	genericoptions "k8s.io/apiserver/pkg/server/options"
@@ -31,6 +30,7 @@ import (
 	"github.com/certapi/certapi/pkg/registry/listwatch"
 	"github.com/certapi/certapi/pkg/registry/servingcertrequest"
 	"github.com/certapi/certapi/test/framework"
+	"github.com/certapi/certapi/test/testhelpers"
 )
 
 var etcdServers []string
@@ -202,11 +202,7 @@ func TestInformer(t *testing.T) {
 	}
 	waitFor := func(what string, cond func() bool) {
 		t.Helper()
-		if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-			return cond(), nil
-		}); err != nil {
-			t.Fatalf("waiting for %s: %v", what, err)
-		}
+		testhelpers.Eventually(t, 10*time.Millisecond, 30*time.Second, what, func(context.Context) (bool, error) { return cond(), nil })
 	}
 	if r := cached("a/one"); r == nil || r.Spec.ServiceName != "one" || cached("b/two") == nil {
 		t.Fatalf("the synced informer holds %v; want a/one and b/two", informer.GetStore().ListKeys())
