@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
+	"github.com/certapi/certapi/pkg/cabundle"
 	"github.com/certapi/certapi/pkg/signer/signertest"
 )
 
@@ -65,7 +66,7 @@ func TestObserveCRD(t *testing.T) {
 		t.Fatalf("plan = %+v", p)
 	}
 	ops = decodePatch(t, p.release)
-	want := []jsonPatchOp{
+	want := []cabundle.Op{
 		{Op: "test", Path: "/metadata/resourceVersion", Value: "9"},
 		{Op: "test", Path: "/metadata/managedFields/2/manager", Value: "certapi"},
 		{Op: "test", Path: "/metadata/managedFields/2/operation", Value: "Update"},

@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
+	"github.com/certapi/certapi/pkg/cabundle"
 	"github.com/certapi/certapi/pkg/signer/signertest"
 )
 
@@ -21,9 +22,9 @@ func svc() *admissionregistrationv1.ServiceReference {
 func ptr[T any](v T) *T { return &v }
 
 // decodePatch parses a JSON patch made by decide.
-func decodePatch(t *testing.T, patch []byte) []jsonPatchOp {
+func decodePatch(t *testing.T, patch []byte) []cabundle.Op {
 	t.Helper()
-	var ops []jsonPatchOp
+	var ops []cabundle.Op
 	if err := json.Unmarshal(patch, &ops); err != nil {
 		t.Fatalf("patch %s: %v", patch, err)
 	}
@@ -50,7 +51,7 @@ func TestDecideWebhooks(t *testing.T) {
 		t.Fatalf("plan = %+v", p)
 	}
 	ops := decodePatch(t, p.patch)
-	want := []jsonPatchOp{
+	want := []cabundle.Op{
 		{Op: "test", Path: "/metadata/resourceVersion", Value: "42"},
 		{Op: "add", Path: "/webhooks/2/clientConfig/caBundle", Value: base64.StdEncoding.EncodeToString(cur)},
 		{Op: "add", Path: "/webhooks/3/clientConfig/caBundle", Value: base64.StdEncoding.EncodeToString(cur)},

@@ -48,38 +48,3 @@ func TestCanonical(t *testing.T) {
 		t.Error("canonical accepted a bundle without a certificate")
 	}
 }
-
-// TestSameCertificates: the summary counts a ClusterTrustBundle holding the current CAs in another
-// order (the switch made Next Active) as up to date, and one missing or adding a CA as not.
-func TestSameCertificates(t *testing.T) {
-	mk := func() []byte {
-		ca := signertest.NewCA(t, time.Now(), 0)
-		return signer.EncodeBundle(ca.Certificate)
-	}
-	a, b, c := mk(), mk(), mk()
-	cat := func(parts ...[]byte) []byte {
-		var out []byte
-		for _, p := range parts {
-			out = append(out, p...)
-		}
-		return out
-	}
-	for _, tc := range []struct {
-		name string
-		x, y []byte
-		want bool
-	}{
-		{"same order", cat(a, b), cat(a, b), true},
-		{"reordered at the switch", cat(a, b), cat(b, a), true},
-		{"a duplicate", cat(a, b, a), cat(b, a), true},
-		{"one CA more", cat(a, b), cat(a, b, c), false},
-		{"another CA", cat(a, b), cat(a, c), false},
-		{"does not parse", []byte("nope"), cat(a), false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			if got := sameCertificates(tc.x, tc.y); got != tc.want {
-				t.Errorf("sameCertificates = %v, want %v", got, tc.want)
-			}
-		})
-	}
-}
