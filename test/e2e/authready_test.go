@@ -53,8 +53,8 @@ func TestNotReadyUntilDelegatedAuthIsUsable(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
 	authKubeconfig := filepath.Join(dir, "auth.kubeconfig")
-	mfWriteKubeconfig(t, authKubeconfig, nobody)
-	port := mfFreePort(t)
+	e2etest.WriteKubeconfig(t, authKubeconfig, nobody)
+	port := e2etest.FreePort(t)
 	logPath := filepath.Join(dir, "certapi.log")
 	p, err := framework.StartProcess("certapi", logPath, bin, []string{
 		"--data-dir=" + filepath.Join(dir, "data"),
@@ -75,7 +75,7 @@ func TestNotReadyUntilDelegatedAuthIsUsable(t *testing.T) {
 	t.Cleanup(func() {
 		if t.Failed() {
 			data, _ := os.ReadFile(logPath)
-			t.Logf("certapi log (%s):\n%s", logPath, mfTail(string(data), 100))
+			t.Logf("certapi log (%s):\n%s", logPath, e2etest.Tail(string(data), 100))
 		}
 	})
 	admin, err := tls.X509KeyPair(own.AdminConfig.CertData, own.AdminConfig.KeyData)

@@ -122,7 +122,7 @@ func TestRequireEncryptedCAKeys(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
 	kubeconfig := filepath.Join(dir, "kubeconfig")
-	mfWriteKubeconfig(t, kubeconfig, nobody)
+	e2etest.WriteKubeconfig(t, kubeconfig, nobody)
 	secretsOnly, err := testhelpers.AESCBCEncryptionConfig("secrets")
 	if err != nil {
 		t.Fatal(err)
@@ -145,7 +145,7 @@ func TestRequireEncryptedCAKeys(t *testing.T) {
 				"--require-encrypted-ca-keys",
 				"--data-dir=" + filepath.Join(sub, "data"),
 				"--bind-address=127.0.0.1",
-				fmt.Sprintf("--secure-port=%d", mfFreePort(t)),
+				fmt.Sprintf("--secure-port=%d", e2etest.FreePort(t)),
 				"--kubeconfig=" + kubeconfig,
 				"--authentication-kubeconfig=" + kubeconfig,
 				"--authorization-kubeconfig=" + kubeconfig,
@@ -166,11 +166,11 @@ func TestRequireEncryptedCAKeys(t *testing.T) {
 			out, err := exec.CommandContext(runCtx, bin, args...).CombinedOutput()
 			var exit *exec.ExitError
 			if !errors.As(err, &exit) || exit.ExitCode() <= 0 {
-				t.Fatalf("certapi: %v; want it to refuse to start (exit non-zero)\n%s", err, mfTail(string(out), 30))
+				t.Fatalf("certapi: %v; want it to refuse to start (exit non-zero)\n%s", err, e2etest.Tail(string(out), 30))
 			}
 			for _, want := range []string{"--require-encrypted-ca-keys", "certificateauthoritykeys.certapi.dev", tc.why} {
 				if !strings.Contains(string(out), want) {
-					t.Errorf("certapi's output does not say %q:\n%s", want, mfTail(string(out), 30))
+					t.Errorf("certapi's output does not say %q:\n%s", want, e2etest.Tail(string(out), 30))
 				}
 			}
 		})

@@ -92,7 +92,7 @@ func (r *pluginRunner) create(args ...string) pluginRun {
 // kubectl runs the real kubectl with args.
 func (r *pluginRunner) kubectl(args ...string) pluginRun {
 	r.t.Helper()
-	cmd := exec.Command(kubectlPath(r.t), args...)
+	cmd := exec.Command(e2etest.KubectlPath(r.t), args...)
 	cmd.Env = r.env
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr

@@ -1,5 +1,6 @@
-// Package e2etest holds the helpers that the end-to-end packages share: test/e2e and test/e2e/faults
-// (the fault tests, a package of their own so that `go test` runs them beside the rest of test/e2e).
+// Package e2etest holds the helpers that the end-to-end packages share: test/e2e, test/e2e/faults (the
+// fault tests) and test/e2e/manifests (the manifests of artifacts/), packages of their own so that `go
+// test` runs them beside the rest of test/e2e.
 package e2etest
 
 import (
