@@ -10,8 +10,6 @@ import (
 	"testing"
 
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/certapi/certapi/test/framework"
 )
@@ -65,16 +63,11 @@ func FreePort(t testing.TB) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-// WriteKubeconfig writes a kubeconfig of cfg's server and client certificate to path, for a process
-// started with --kubeconfig.
+// WriteKubeconfig writes a kubeconfig of cfg to path (framework.WriteKubeconfig), failing t when it
+// cannot.
 func WriteKubeconfig(t testing.TB, path string, cfg *rest.Config) {
 	t.Helper()
-	kc := clientcmdapi.NewConfig()
-	kc.Clusters["c"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
-	kc.AuthInfos["u"] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData}
-	kc.Contexts["c"] = &clientcmdapi.Context{Cluster: "c", AuthInfo: "u"}
-	kc.CurrentContext = "c"
-	if err := clientcmd.WriteToFile(*kc, path); err != nil {
+	if err := framework.WriteKubeconfig(path, cfg); err != nil {
 		t.Fatal(err)
 	}
 }
