@@ -6,7 +6,8 @@
 #   test/integration/<component>   one component (issuer, registry, injector, trustbundle) against a real etcd and/or
 #                                  kube-apiserver from _output/bin, through its exported API
 #   test/e2e                       the whole system: certapi processes behind kube-apiserver; test/e2e/faults
-#                                  the same under faults (a package apart, so that it runs beside test/e2e)
+#                                  the same under faults, test/e2e/manifests the manifests of artifacts/
+#                                  (packages apart, so that they run beside test/e2e)
 #   test/node                      the manifests of artifacts/ applied with kubectl to a real node
 #                                  (kubelet, containerd, kube-proxy, CoreDNS), from `make images`
 #   test/monitoring                artifacts/monitoring with promtool and a real Prometheus scraping certapi

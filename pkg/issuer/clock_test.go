@@ -14,6 +14,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/certapi/certapi/pkg/signer"
+	"github.com/certapi/certapi/pkg/signer/signertest"
 )
 
 // memStore is a caStore in memory: one record, fenced on its revision.
@@ -47,10 +48,7 @@ func (m *memStore) save(_ context.Context, a signer.Authorities, modRevision int
 // election lease known valid for an hour.
 func rotatingIssuer(t *testing.T, clk *clocktesting.FakePassiveClock) (*Issuer, *memStore) {
 	t.Helper()
-	ca, err := signer.NewCA(signer.CAOptions{ClusterDomain: "cluster.local", Duration: signer.DefaultCADuration, Now: clk.Now()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ca := signertest.NewCA(t, clk.Now(), signer.DefaultCADuration)
 	st := &memStore{}
 	auth := signer.Authorities{Active: ca}
 	rev, err := st.save(context.Background(), auth, 0, "", 0)

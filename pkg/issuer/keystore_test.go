@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/certapi/certapi/pkg/signer"
+	"github.com/certapi/certapi/pkg/signer/signertest"
 )
 
 // TestRecordKeepsTheDistrust: the stored record keeps which CAs are distrusted and since when, which the
@@ -12,11 +13,7 @@ import (
 func TestRecordKeepsTheDistrust(t *testing.T) {
 	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	mk := func() *signer.CA {
-		ca, err := signer.NewCA(signer.CAOptions{ClusterDomain: "cluster.local", Duration: 8760 * time.Hour, Now: now})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return ca
+		return signertest.NewCA(t, now, 8760*time.Hour)
 	}
 	a := signer.Authorities{Active: mk(), Distrust: "leak", SwitchedAt: now, ForcedSwitch: true,
 		Retiring: []signer.Retiring{{CA: mk(), Until: now.Add(time.Hour)}, {CA: mk(), Distrusted: true, DistrustedAt: now.Add(time.Minute)}}}
@@ -43,11 +40,7 @@ func TestRecordKeepsTheDistrust(t *testing.T) {
 func TestRecordHoldsNoRetiringKey(t *testing.T) {
 	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	mk := func() *signer.CA {
-		ca, err := signer.NewCA(signer.CAOptions{ClusterDomain: "cluster.local", Duration: 8760 * time.Hour, Now: now})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return ca
+		return signertest.NewCA(t, now, 8760*time.Hour)
 	}
 	active, next, retiring := mk(), mk(), mk()
 	for _, tc := range []struct {

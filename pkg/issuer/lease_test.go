@@ -14,6 +14,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/certapi/certapi/pkg/signer"
+	"github.com/certapi/certapi/pkg/signer/signertest"
 )
 
 func TestSigningMargin(t *testing.T) {
@@ -109,10 +110,7 @@ func (c *fakeMonotonic) advance(d time.Duration) {
 // leadingIssuer is an Issuer that leads with a fresh CA, its lease granted at clk's current time.
 func leadingIssuer(t *testing.T, clk *fakeMonotonic, ttl time.Duration, onIssued func()) *Issuer {
 	t.Helper()
-	ca, err := signer.NewCA(signer.CAOptions{ClusterDomain: "cluster.local", Duration: 24 * time.Hour, Now: time.Now()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ca := signertest.NewCA(t, time.Now(), 24*time.Hour)
 	i := &Issuer{cfg: Config{Identity: "test", ClusterDomain: "cluster.local", Clock: clock.RealClock{},
 		OnIssued: func(Request, *Result) { onIssued() }}, now: clk.now}
 	i.leaseGranted(clk.peek(), ttl)

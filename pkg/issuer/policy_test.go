@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/certapi/certapi/pkg/signer"
+	"github.com/certapi/certapi/pkg/signer/signertest"
 )
 
 // TestPolicySignPCR: on the PodCertificateRequest path a leaf is backdated by PCRBackdate only (kube-apiserver
@@ -15,10 +16,7 @@ import (
 // MaxLifetime (spec.maxExpirationSeconds); the other paths keep signer.Backdate.
 func TestPolicySignPCR(t *testing.T) {
 	now := time.Now().UTC().Truncate(time.Second)
-	ca, err := signer.NewCA(signer.CAOptions{ClusterDomain: "cluster.local", Now: now.Add(-time.Hour)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ca := signertest.NewCA(t, now.Add(-time.Hour), 0)
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)

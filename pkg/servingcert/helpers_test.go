@@ -21,6 +21,7 @@ import (
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	"github.com/certapi/certapi/pkg/generated/clientset/versioned/fake"
 	"github.com/certapi/certapi/pkg/signer"
+	"github.com/certapi/certapi/pkg/signer/signertest"
 )
 
 const (
@@ -106,11 +107,7 @@ func newHarness(t *testing.T, ho harnessOptions) *harness {
 
 func newCA(t *testing.T, now time.Time) *signer.CA {
 	t.Helper()
-	ca, err := signer.NewCA(signer.CAOptions{ClusterDomain: "cluster.local", Now: now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ca
+	return signertest.NewCA(t, now, 0)
 }
 
 // serveServingCert answers servingcerts creates: NotFound without the parent, else a certificate.

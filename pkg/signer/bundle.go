@@ -31,19 +31,6 @@ func EncodeBundle(certs ...*x509.Certificate) []byte {
 	return buf.Bytes()
 }
 
-// CanonicalBundle is raw as certapi writes every bundle (caBundle fields, ConfigMaps, the
-// ClusterTrustBundle): parsed with ParseBundle and re-encoded with EncodeBundle, so that two bundles of
-// the same certificates in the same order compare equal byte for byte whatever their comments,
-// whitespace or duplicates. A bundle that does not parse is an error: writing it would break every
-// client that reads it.
-func CanonicalBundle(raw []byte) ([]byte, error) {
-	certs, err := ParseBundle(raw)
-	if err != nil {
-		return nil, err
-	}
-	return EncodeBundle(certs...), nil
-}
-
 // ParseBundle parses a PEM bundle of one or more CERTIFICATE blocks, in
 // order. Text between blocks (such as the comments in distribution CA files)
 // is ignored, but a block of another type, a damaged block or a certificate

@@ -108,33 +108,3 @@ func TestParseBundle(t *testing.T) {
 		})
 	}
 }
-
-// TestCanonicalBundle: comments, whitespace and duplicates go, order stays, and a bundle that does not
-// parse is an error rather than a shorter bundle.
-func TestCanonicalBundle(t *testing.T) {
-	a := (&CA{Certificate: newTestCA(t, testNow, 0).Certificate}).CertificatePEM()
-	b := (&CA{Certificate: newTestCA(t, testNow, 0).Certificate}).CertificatePEM()
-	tests := []struct {
-		name    string
-		in      string
-		want    string
-		wantErr bool
-	}{
-		{name: "already canonical", in: string(a) + string(b), want: string(a) + string(b)},
-		{name: "comments and blank lines", in: "# ours\n" + string(b) + "\n\n# theirs\n" + string(a) + "\n", want: string(b) + string(a)},
-		{name: "duplicate", in: string(a) + string(b) + string(a), want: string(a) + string(b)},
-		{name: "truncated", in: string(a) + string(b)[:40], wantErr: true},
-		{name: "empty", in: "", wantErr: true},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got, err := CanonicalBundle([]byte(tt.in))
-			if (err != nil) != tt.wantErr {
-				t.Fatalf("CanonicalBundle error %v; want error %t", err, tt.wantErr)
-			}
-			if string(got) != tt.want {
-				t.Errorf("CanonicalBundle=\n%s\nwant\n%s", got, tt.want)
-			}
-		})
-	}
-}

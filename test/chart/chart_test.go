@@ -33,6 +33,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/certapi/certapi/test/framework"
+	"github.com/certapi/certapi/test/testhelpers"
 )
 
 // release is the release name every test installs or renders: the README's.
@@ -919,20 +920,7 @@ func sortedRefs(set map[objRef]bool) []string {
 // certapi's: exactly what docs/operating.md's "Uninstall" says helm uninstall keeps. With the defaults, a new
 // install of the same release then takes over what was kept.
 func TestInstallAndUninstall(t *testing.T) {
-	encFile := filepath.Join(t.TempDir(), "encryption-config.yaml")
-	if err := os.WriteFile(encFile, []byte(`apiVersion: apiserver.config.k8s.io/v1
-kind: EncryptionConfiguration
-resources:
-- resources:
-  - certificateauthoritykeys.certapi.dev
-  providers:
-  - secretbox:
-      keys:
-      - name: key1
-        secret: c2VjcmV0IGlzIHNlY3JldCwgb3IgaXMgaXQ/IDMyIGI=
-`), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	encFile := testhelpers.CAKeysEncryptionConfigFile(t)
 	kube, err := kubernetes.NewForConfig(cp.AdminConfig)
 	if err != nil {
 		t.Fatal(err)

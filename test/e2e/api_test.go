@@ -16,11 +16,12 @@ import (
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	"github.com/certapi/certapi/pkg/generated/informers/externalversions"
 	"github.com/certapi/certapi/test/e2e/e2etest"
+	"github.com/certapi/certapi/test/testhelpers"
 )
 
 func TestServingCertRequestLifecycle(t *testing.T) {
 	ctx := context.Background()
-	c, kube := e2etest.Clients(t, cp.AdminConfig)
+	c, kube := testhelpers.Clients(t, cp.AdminConfig)
 	ns := e2etest.Namespace(t, kube)
 	scrs := c.CertapiV1alpha1().ServingCertRequests(ns)
 
@@ -100,7 +101,7 @@ func TestServingCertRequestLifecycle(t *testing.T) {
 func TestInformersAndListers(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	c, kube := e2etest.Clients(t, cp.AdminConfig)
+	c, kube := testhelpers.Clients(t, cp.AdminConfig)
 	ns := e2etest.Namespace(t, kube)
 
 	factory := externalversions.NewSharedInformerFactoryWithOptions(c, 0, externalversions.WithNamespace(ns))
@@ -125,7 +126,7 @@ func TestInformersAndListers(t *testing.T) {
 
 func TestStatusSubresource(t *testing.T) {
 	ctx := context.Background()
-	c, kube := e2etest.Clients(t, cp.AdminConfig)
+	c, kube := testhelpers.Clients(t, cp.AdminConfig)
 	ns := e2etest.Namespace(t, kube)
 	scrs := c.CertapiV1alpha1().ServingCertRequests(ns)
 
@@ -176,7 +177,7 @@ func TestStatusSubresource(t *testing.T) {
 
 func TestCertificateAuthorityIsSingleAndUndeletable(t *testing.T) {
 	ctx := context.Background()
-	c, _ := e2etest.Clients(t, cp.AdminConfig)
+	c, _ := testhelpers.Clients(t, cp.AdminConfig)
 	cas := c.CertapiV1alpha1().CertificateAuthorities()
 
 	_, err := cas.Create(ctx, &certapiv1alpha1.CertificateAuthority{ObjectMeta: metav1.ObjectMeta{Name: "second"}}, metav1.CreateOptions{})
@@ -208,7 +209,7 @@ func TestCertificateAuthorityIsSingleAndUndeletable(t *testing.T) {
 
 func TestDelegatedAuthorization(t *testing.T) {
 	ctx := context.Background()
-	_, kube := e2etest.Clients(t, cp.AdminConfig)
+	_, kube := testhelpers.Clients(t, cp.AdminConfig)
 	mine := e2etest.Namespace(t, kube)
 	other := e2etest.Namespace(t, kube)
 
@@ -216,7 +217,7 @@ func TestDelegatedAuthorization(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	alice, _ := e2etest.Clients(t, cfg)
+	alice, _ := testhelpers.Clients(t, cfg)
 
 	// No RBAC at all: 403.
 	_, err = alice.CertapiV1alpha1().ServingCertRequests(mine).List(ctx, metav1.ListOptions{})

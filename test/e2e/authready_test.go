@@ -17,8 +17,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/certapi/certapi/pkg/signer/signertest"
 	"github.com/certapi/certapi/test/e2e/e2etest"
 	"github.com/certapi/certapi/test/framework"
+	"github.com/certapi/certapi/test/testhelpers"
 )
 
 // Issue #9, hole 8: right after a restart a request was once answered as system:anonymous (403). A replica
@@ -33,7 +35,7 @@ import (
 // check says to restart.
 func TestNotReadyUntilDelegatedAuthIsUsable(t *testing.T) {
 	own := framework.StartT(t, framework.Options{SkipCertapi: true})
-	_, kube := e2etest.Clients(t, own.AdminConfig)
+	_, kube := testhelpers.Clients(t, own.AdminConfig)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	bin, err := framework.CertapiBinary(ctx)
@@ -51,8 +53,8 @@ func TestNotReadyUntilDelegatedAuthIsUsable(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
 	authKubeconfig := filepath.Join(dir, "auth.kubeconfig")
-	mfWriteKubeconfig(t, authKubeconfig, nobody)
-	port := mfFreePort(t)
+	e2etest.WriteKubeconfig(t, authKubeconfig, nobody)
+	port := e2etest.FreePort(t)
 	logPath := filepath.Join(dir, "certapi.log")
 	p, err := framework.StartProcess("certapi", logPath, bin, []string{
 		"--data-dir=" + filepath.Join(dir, "data"),
@@ -73,7 +75,7 @@ func TestNotReadyUntilDelegatedAuthIsUsable(t *testing.T) {
 	t.Cleanup(func() {
 		if t.Failed() {
 			data, _ := os.ReadFile(logPath)
-			t.Logf("certapi log (%s):\n%s", logPath, mfTail(string(data), 100))
+			t.Logf("certapi log (%s):\n%s", logPath, e2etest.Tail(string(data), 100))
 		}
 	})
 	admin, err := tls.X509KeyPair(own.AdminConfig.CertData, own.AdminConfig.KeyData)
@@ -150,14 +152,14 @@ func TestNotReadyUntilDelegatedAuthIsUsable(t *testing.T) {
 func TestRestartsNeverAnswer401Or403(t *testing.T) {
 	const restarts, workers = 10, 4
 	own := framework.StartT(t, framework.Options{})
-	c, kube := e2etest.Clients(t, own.AdminConfig)
+	c, kube := testhelpers.Clients(t, own.AdminConfig)
 	ns := e2etest.Namespace(t, kube)
 	if _, err := c.CertapiV1alpha1().ServingCertRequests(ns).Create(context.Background(), e2etest.Request("restarts", "restarts"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	grantServingCerts(t, kube, ns, "issuer", "restarts")
-	issuer, _ := e2etest.Clients(t, serviceAccountConfigOn(t, own, kube, ns, "issuer"))
-	body := e2etest.ServingCert(e2etest.CSRPEM(t, e2etest.ECKey(t, elliptic.P256())), nil)
+	issuer, _ := testhelpers.Clients(t, serviceAccountConfigOn(t, own, kube, ns, "issuer"))
+	body := e2etest.ServingCert(signertest.CSRPEM(t, signertest.ECKey(t, elliptic.P256())), nil)
 	issueOnce := func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()

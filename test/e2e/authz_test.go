@@ -15,8 +15,10 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/certapi/certapi/pkg/signer/signertest"
 	"github.com/certapi/certapi/test/e2e/e2etest"
 	"github.com/certapi/certapi/test/framework"
+	"github.com/certapi/certapi/test/testhelpers"
 )
 
 // grant creates a Role with rules in ns and binds subject to it.
@@ -64,21 +66,21 @@ func ptr[T any](v T) *T { return &v }
 
 func TestServingCertsAuthorization(t *testing.T) {
 	ctx := context.Background()
-	admin, kube := e2etest.Clients(t, cp.AdminConfig)
+	admin, kube := testhelpers.Clients(t, cp.AdminConfig)
 	ns := e2etest.Namespace(t, kube)
 	for _, n := range []string{"a", "b"} {
 		if _, err := admin.CertapiV1alpha1().ServingCertRequests(ns).Create(ctx, e2etest.Request(n, "svc-"+n), metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	csr := e2etest.CSRPEM(t, e2etest.ECKey(t, elliptic.P256()))
+	csr := signertest.CSRPEM(t, signertest.ECKey(t, elliptic.P256()))
 	issue(t, ns, "a", e2etest.ServingCert(csr, nil)) // the leader is up
 
 	// The webhook's ServiceAccount may issue for its own request, named, and nothing else.
 	webhook := serviceAccountConfig(t, kube, ns, "webhook")
 	grant(t, kube, ns, "webhook-cert", rbacv1.Subject{Kind: "ServiceAccount", Name: "webhook", Namespace: ns},
 		rbacv1.PolicyRule{APIGroups: []string{"certapi.dev"}, Resources: []string{"servingcertrequests/servingcerts"}, Verbs: []string{"create"}, ResourceNames: []string{"a"}})
-	wc, _ := e2etest.Clients(t, webhook)
+	wc, _ := testhelpers.Clients(t, webhook)
 	e2etest.Eventually(t, 30*time.Second, "the webhook's Role to take effect", func(ctx context.Context) (bool, error) {
 		_, err := wc.CertapiV1alpha1().ServingCertRequests(ns).CreateServingCert(ctx, "a", e2etest.ServingCert(csr, nil), metav1.CreateOptions{})
 		if apierrors.IsForbidden(err) {
@@ -95,7 +97,7 @@ func TestServingCertsAuthorization(t *testing.T) {
 	writer := serviceAccountConfig(t, kube, ns, "writer")
 	grant(t, kube, ns, "writer", rbacv1.Subject{Kind: "ServiceAccount", Name: "writer", Namespace: ns},
 		rbacv1.PolicyRule{APIGroups: []string{"certapi.dev"}, Resources: []string{"servingcertrequests"}, Verbs: []string{"create", "get"}})
-	writerClient, _ := e2etest.Clients(t, writer)
+	writerClient, _ := testhelpers.Clients(t, writer)
 	e2etest.Eventually(t, 30*time.Second, "the writer's Role to take effect", func(ctx context.Context) (bool, error) {
 		_, err := writerClient.CertapiV1alpha1().ServingCertRequests(ns).Get(ctx, "a", metav1.GetOptions{})
 		if apierrors.IsForbidden(err) {

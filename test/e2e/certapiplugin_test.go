@@ -14,6 +14,7 @@ import (
 	"github.com/certapi/certapi/pkg/cmd/kubectlcertapi"
 	"github.com/certapi/certapi/test/e2e/e2etest"
 	"github.com/certapi/certapi/test/framework"
+	"github.com/certapi/certapi/test/testhelpers"
 )
 
 // TestKubectlCertapi runs `kubectl certapi` through the real kubectl against two certapi replicas with a
@@ -25,7 +26,7 @@ func TestKubectlCertapi(t *testing.T) {
 		CertapiReplicaArgs: framework.LeaderIdentityArgs,
 		CertapiArgs:        []string{"--rotation-grace=2s", "--max-certificate-duration=20s"},
 	})
-	c, kube := e2etest.Clients(t, own.AdminConfig)
+	c, kube := testhelpers.Clients(t, own.AdminConfig)
 	ns := e2etest.Namespace(t, kube)
 	run := newPluginRunnerFor(t, buildPluginNamed(t, "kubectl-certapi"), own.Kubeconfig).kubectl
 	certapi := func(args ...string) pluginRun { t.Helper(); return run(append([]string{"certapi"}, args...)...) }

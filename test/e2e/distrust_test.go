@@ -20,6 +20,7 @@ import (
 	"github.com/certapi/certapi/pkg/signer"
 	"github.com/certapi/certapi/test/e2e/e2etest"
 	"github.com/certapi/certapi/test/framework"
+	"github.com/certapi/certapi/test/testhelpers"
 )
 
 // injectionTarget creates an annotated ValidatingWebhookConfiguration whose one webhook names a Service
@@ -122,7 +123,7 @@ func distrust(t *testing.T, c versioned.Interface, value string) {
 func TestDistrustIgnoresSecretsNobodyReissues(t *testing.T) {
 	ctx := context.Background()
 	own := framework.StartT(t, framework.Options{})
-	c, kube := e2etest.Clients(t, own.AdminConfig)
+	c, kube := testhelpers.Clients(t, own.AdminConfig)
 	ns := e2etest.Namespace(t, kube)
 	old := e2etest.ActiveSerial(t, own)
 	target := injectionTarget(t, kube, ns)
@@ -251,7 +252,7 @@ func freezeSecret(t *testing.T, kube kubernetes.Interface, ns, name string) {
 // the distrusted CA leaves every bundle regardless, with a Warning Event and a log line.
 func TestDistrustDeadlineForcesTheDrop(t *testing.T) {
 	own := framework.StartT(t, framework.Options{CertapiArgs: []string{"--distrust-deadline=20s"}})
-	c, kube := e2etest.Clients(t, own.AdminConfig)
+	c, kube := testhelpers.Clients(t, own.AdminConfig)
 	ns := e2etest.Namespace(t, kube)
 	old := e2etest.ActiveSerial(t, own)
 	target := injectionTarget(t, kube, ns)

@@ -18,8 +18,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/certapi/certapi/pkg/signer"
+	"github.com/certapi/certapi/pkg/signer/signertest"
 	"github.com/certapi/certapi/test/e2e/e2etest"
 	"github.com/certapi/certapi/test/framework"
+	"github.com/certapi/certapi/test/testhelpers"
 )
 
 // sameCA reports whether the bundle's first certificate has the given serial number.
@@ -39,7 +41,7 @@ func sameCA(t *testing.T, bundle, serial string) bool {
 // TestCAKeysEncryptedAtRest runs certapi with an EncryptionConfiguration that lists the CA key resource:
 // the raw etcd value is ciphertext with no PEM in it, and a restarted certapi signs with the same CA.
 func TestCAKeysEncryptedAtRest(t *testing.T) {
-	config, err := framework.AESCBCEncryptionConfig("certificateauthoritykeys.certapi.dev")
+	config, err := testhelpers.AESCBCEncryptionConfig("certificateauthoritykeys.certapi.dev")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,12 +81,12 @@ func TestCAKeysEncryptedAtRest(t *testing.T) {
 		t.Fatalf("after a restart the CA is %s, want %s", got, serial)
 	}
 	// It still signs with it.
-	c, kube := e2etest.Clients(t, own.AdminConfig)
+	c, kube := testhelpers.Clients(t, own.AdminConfig)
 	ns := e2etest.Namespace(t, kube)
 	if _, err := c.CertapiV1alpha1().ServingCertRequests(ns).Create(context.Background(), e2etest.Request("enc", "enc"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	out := issueOn(t, own, ns, "enc", e2etest.ServingCert(e2etest.CSRPEM(t, e2etest.ECKey(t, elliptic.P256())), nil))
+	out := issueOn(t, own, ns, "enc", e2etest.ServingCert(signertest.CSRPEM(t, signertest.ECKey(t, elliptic.P256())), nil))
 	if !sameCA(t, out.Status.CABundle, serial) {
 		t.Fatal("the certificate after the restart is not from the same CA")
 	}
@@ -120,12 +122,12 @@ func TestRequireEncryptedCAKeys(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
 	kubeconfig := filepath.Join(dir, "kubeconfig")
-	mfWriteKubeconfig(t, kubeconfig, nobody)
-	secretsOnly, err := framework.AESCBCEncryptionConfig("secrets")
+	e2etest.WriteKubeconfig(t, kubeconfig, nobody)
+	secretsOnly, err := testhelpers.AESCBCEncryptionConfig("secrets")
 	if err != nil {
 		t.Fatal(err)
 	}
-	listed, err := framework.AESCBCEncryptionConfig("certificateauthoritykeys.certapi.dev")
+	listed, err := testhelpers.AESCBCEncryptionConfig("certificateauthoritykeys.certapi.dev")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +145,7 @@ func TestRequireEncryptedCAKeys(t *testing.T) {
 				"--require-encrypted-ca-keys",
 				"--data-dir=" + filepath.Join(sub, "data"),
 				"--bind-address=127.0.0.1",
-				fmt.Sprintf("--secure-port=%d", mfFreePort(t)),
+				fmt.Sprintf("--secure-port=%d", e2etest.FreePort(t)),
 				"--kubeconfig=" + kubeconfig,
 				"--authentication-kubeconfig=" + kubeconfig,
 				"--authorization-kubeconfig=" + kubeconfig,
@@ -164,11 +166,11 @@ func TestRequireEncryptedCAKeys(t *testing.T) {
 			out, err := exec.CommandContext(runCtx, bin, args...).CombinedOutput()
 			var exit *exec.ExitError
 			if !errors.As(err, &exit) || exit.ExitCode() <= 0 {
-				t.Fatalf("certapi: %v; want it to refuse to start (exit non-zero)\n%s", err, mfTail(string(out), 30))
+				t.Fatalf("certapi: %v; want it to refuse to start (exit non-zero)\n%s", err, e2etest.Tail(string(out), 30))
 			}
 			for _, want := range []string{"--require-encrypted-ca-keys", "certificateauthoritykeys.certapi.dev", tc.why} {
 				if !strings.Contains(string(out), want) {
-					t.Errorf("certapi's output does not say %q:\n%s", want, mfTail(string(out), 30))
+					t.Errorf("certapi's output does not say %q:\n%s", want, e2etest.Tail(string(out), 30))
 				}
 			}
 		})

@@ -11,12 +11,13 @@ import (
 
 	"github.com/certapi/certapi/test/e2e/e2etest"
 	"github.com/certapi/certapi/test/framework"
+	"github.com/certapi/certapi/test/testhelpers"
 )
 
 // TestObjectsAreInEtcd reads the raw key of a ServingCertRequest from etcd, under certapi's prefix.
 func TestObjectsAreInEtcd(t *testing.T) {
 	ctx := context.Background()
-	c, kube := e2etest.Clients(t, cp.AdminConfig)
+	c, kube := testhelpers.Clients(t, cp.AdminConfig)
 	ns := e2etest.Namespace(t, kube)
 	if _, err := c.CertapiV1alpha1().ServingCertRequests(ns).Create(ctx, e2etest.Request("stored", "svc"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -44,7 +45,7 @@ func TestObjectsAreInEtcd(t *testing.T) {
 func TestEmbeddedEtcdSurvivesRestart(t *testing.T) {
 	ctx := context.Background()
 	own := framework.StartT(t, framework.Options{CertapiEmbeddedEtcd: true})
-	c, kube := e2etest.Clients(t, own.AdminConfig)
+	c, kube := testhelpers.Clients(t, own.AdminConfig)
 	ns := e2etest.Namespace(t, kube)
 	if _, err := c.CertapiV1alpha1().ServingCertRequests(ns).Create(ctx, e2etest.Request("durable", "svc"), metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create: %v", err)

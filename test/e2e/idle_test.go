@@ -20,6 +20,7 @@ import (
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	"github.com/certapi/certapi/test/e2e/e2etest"
 	"github.com/certapi/certapi/test/framework"
+	"github.com/certapi/certapi/test/testhelpers"
 )
 
 // idleWindow is how long an idle certapi is watched for API calls: the minute the docs' figure speaks of.
@@ -35,7 +36,7 @@ func TestIdleMakesNoAPICalls(t *testing.T) {
 	// -v=6 logs every request certapi makes, so a failure shows which one it was.
 	own := framework.StartT(t, framework.Options{CertapiArgs: []string{"-v=6"}})
 	ctx := context.Background()
-	c, kube := e2etest.Clients(t, own.AdminConfig)
+	c, kube := testhelpers.Clients(t, own.AdminConfig)
 	ns := e2etest.Namespace(t, kube)
 	req := e2etest.Request("idle", "idle")
 	req.Spec.SecretName = "idle-tls"

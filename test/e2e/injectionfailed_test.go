@@ -16,6 +16,7 @@ import (
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	"github.com/certapi/certapi/pkg/controller/injector"
 	"github.com/certapi/certapi/test/e2e/e2etest"
+	"github.com/certapi/certapi/test/testhelpers"
 )
 
 // TestTenantConfigMapCannotHoldARotation: a tenant annotates a ConfigMap so close to kube-apiserver's
@@ -27,7 +28,7 @@ import (
 func TestTenantConfigMapCannotHoldARotation(t *testing.T) {
 	ctx := context.Background()
 	own := rotationPlane(t)
-	c, kube := e2etest.Clients(t, own.AdminConfig)
+	c, kube := testhelpers.Clients(t, own.AdminConfig)
 	ns := e2etest.Namespace(t, kube)
 	old := e2etest.ActiveSerial(t, own) // and CertificateAuthority/default exists
 	cms := kube.CoreV1().ConfigMaps(ns)

@@ -1,35 +1,15 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/certapi/certapi/test/e2e/e2etest"
+	"github.com/certapi/certapi/test/testhelpers"
 )
-
-// kubectlPath prefers the kubectl that `make tools` builds (same version as kube-apiserver), then PATH.
-func kubectlPath(t *testing.T) string {
-	t.Helper()
-	if p := os.Getenv("KUBECTL"); p != "" {
-		return p
-	}
-	built, _ := filepath.Abs(filepath.Join("..", "..", "_output", "bin", "kubectl"))
-	if _, err := os.Stat(built); err == nil {
-		return built
-	}
-	p, err := exec.LookPath("kubectl")
-	if err != nil {
-		t.Fatal("no kubectl: run `make tools`, which builds one into _output/bin")
-	}
-	return p
-}
 
 // kubectl runs kubectl against the shared control plane and returns stdout; it fails the test on error.
 func kubectl(t *testing.T, args ...string) string {
@@ -41,17 +21,14 @@ func kubectl(t *testing.T, args ...string) string {
 	return out
 }
 
+// kubectlResult runs kubectl against the shared control plane.
 func kubectlResult(t *testing.T, args ...string) (string, string, error) {
 	t.Helper()
-	cmd := exec.Command(kubectlPath(t), append([]string{"--kubeconfig", cp.Kubeconfig}, args...)...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	return stdout.String(), stderr.String(), err
+	return e2etest.Kubectl(t, cp.Kubeconfig, args...)
 }
 
 func TestKubectl(t *testing.T) {
-	c, kube := e2etest.Clients(t, cp.AdminConfig)
+	c, kube := testhelpers.Clients(t, cp.AdminConfig)
 	ns := e2etest.Namespace(t, kube)
 
 	if out := kubectl(t, "create", "-n", ns, "-f", testdata("servingcertrequest.yaml")); !strings.Contains(out, "servingcertrequest.certapi.dev/from-yaml created") {

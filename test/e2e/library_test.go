@@ -26,6 +26,7 @@ import (
 	"github.com/certapi/certapi/pkg/servingcert"
 	"github.com/certapi/certapi/test/e2e/e2etest"
 	"github.com/certapi/certapi/test/framework"
+	"github.com/certapi/certapi/test/testhelpers"
 )
 
 // The operator library (pkg/servingcert) against the real stack: a webhook-style HTTPS server whose
@@ -37,7 +38,7 @@ import (
 // servingcerts); the refused CA watch is reported once and does not get in the way.
 func TestLibraryServesFromMemoryWithLeastPrivilege(t *testing.T) {
 	ctx := context.Background()
-	admin, kube := e2etest.Clients(t, cp.AdminConfig)
+	admin, kube := testhelpers.Clients(t, cp.AdminConfig)
 	ns := e2etest.Namespace(t, kube)
 	if _, err := admin.CertapiV1alpha1().ServingCertRequests(ns).Create(ctx, e2etest.Request("hook", "hook"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -108,7 +109,7 @@ func TestLibraryServesFromMemoryWithLeastPrivilege(t *testing.T) {
 // documented Role and ClusterRole, so the CA watch runs too.
 func TestLibraryRenewsWithoutRestartUnderHandshakes(t *testing.T) {
 	ctx := context.Background()
-	admin, kube := e2etest.Clients(t, cp.AdminConfig)
+	admin, kube := testhelpers.Clients(t, cp.AdminConfig)
 	ns := e2etest.Namespace(t, kube)
 	req := e2etest.Request("renew", "renew")
 	req.Spec.Duration = &metav1.Duration{Duration: time.Hour}
@@ -167,7 +168,7 @@ func TestLibraryRenewsWithoutRestartUnderHandshakes(t *testing.T) {
 func TestLibraryKeepsServingWhileCertapiIsDown(t *testing.T) {
 	own := framework.StartT(t, framework.Options{})
 	ctx := context.Background()
-	admin, kube := e2etest.Clients(t, own.AdminConfig)
+	admin, kube := testhelpers.Clients(t, own.AdminConfig)
 	ns := e2etest.Namespace(t, kube)
 	req := e2etest.Request("outage", "outage")
 	req.Spec.Duration = &metav1.Duration{Duration: time.Hour}

@@ -36,7 +36,9 @@ import (
 
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	"github.com/certapi/certapi/pkg/controller/injector"
+	"github.com/certapi/certapi/pkg/signer/signertest"
 	"github.com/certapi/certapi/test/e2e/e2etest"
+	"github.com/certapi/certapi/test/testhelpers"
 )
 
 // The cut-over of docs/migration.md, run under admission traffic: a webhook whose certificate and
@@ -53,7 +55,7 @@ type oldIssuer struct {
 
 func newOldIssuer(t *testing.T) *oldIssuer {
 	t.Helper()
-	key := e2etest.ECKey(t, elliptic.P256())
+	key := signertest.ECKey(t, elliptic.P256())
 	tmpl := &x509.Certificate{
 		SerialNumber:          big.NewInt(time.Now().UnixNano()),
 		Subject:               pkix.Name{CommonName: "cert-manager-webhook-ca"},
@@ -77,7 +79,7 @@ func newOldIssuer(t *testing.T) *oldIssuer {
 // serving issues the webhook's serving certificate for dnsName, as cert-manager's CA Issuer would.
 func (o *oldIssuer) serving(t *testing.T, dnsName string) *tls.Certificate {
 	t.Helper()
-	key := e2etest.ECKey(t, elliptic.P256())
+	key := signertest.ECKey(t, elliptic.P256())
 	tmpl := &x509.Certificate{
 		SerialNumber: big.NewInt(time.Now().UnixNano()),
 		Subject:      pkix.Name{CommonName: dnsName},
@@ -210,7 +212,7 @@ func standInCertificate(t *testing.T, ns, name, svc, secret string) {
 
 func TestMigrationFromCAInjectorFailsNoCall(t *testing.T) {
 	ctx := context.Background()
-	c, kube := e2etest.Clients(t, cp.AdminConfig)
+	c, kube := testhelpers.Clients(t, cp.AdminConfig)
 	ns := e2etest.Namespace(t, kube)
 	const svc = "legacy"
 	dnsName := svc + "." + ns + ".svc"
@@ -369,8 +371,8 @@ func TestMigrationFromCAInjectorFailsNoCall(t *testing.T) {
 
 	// Step 4: the webhook moves to a certificate from certapi's CA (the servingcerts subresource; a
 	// rollout that mounts a delivered Secret does the same).
-	key := e2etest.ECKey(t, elliptic.P256())
-	issued := issue(t, ns, svc, e2etest.ServingCert(e2etest.CSRPEM(t, key), nil))
+	key := signertest.ECKey(t, elliptic.P256())
+	issued := issue(t, ns, svc, e2etest.ServingCert(signertest.CSRPEM(t, key), nil))
 	block, _ := pem.Decode([]byte(issued.Status.Certificate))
 	if block == nil {
 		t.Fatal("servingcerts returned no certificate")

@@ -21,6 +21,7 @@ import (
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	"github.com/certapi/certapi/test/e2e/e2etest"
 	"github.com/certapi/certapi/test/framework"
+	"github.com/certapi/certapi/test/testhelpers"
 )
 
 // pluginName is the executable kubectl looks up on PATH for `kubectl create servingcertrequest`.
@@ -91,7 +92,7 @@ func (r *pluginRunner) create(args ...string) pluginRun {
 // kubectl runs the real kubectl with args.
 func (r *pluginRunner) kubectl(args ...string) pluginRun {
 	r.t.Helper()
-	cmd := exec.Command(kubectlPath(r.t), args...)
+	cmd := exec.Command(e2etest.KubectlPath(r.t), args...)
 	cmd.Env = r.env
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -131,7 +132,7 @@ func (p pluginRun) failedWith(t *testing.T, msgs ...string) {
 
 func TestPlugin(t *testing.T) {
 	ctx := context.Background()
-	c, kube := e2etest.Clients(t, cp.AdminConfig)
+	c, kube := testhelpers.Clients(t, cp.AdminConfig)
 	ns := e2etest.Namespace(t, kube)
 	scrs := c.CertapiV1alpha1().ServingCertRequests(ns)
 	kubectlCreate := newPluginRunner(t, buildPlugin(t)).create

@@ -23,6 +23,7 @@ import (
 	"github.com/certapi/certapi/pkg/signer"
 	"github.com/certapi/certapi/test/e2e/e2etest"
 	"github.com/certapi/certapi/test/framework"
+	"github.com/certapi/certapi/test/testhelpers"
 )
 
 const (
@@ -175,7 +176,7 @@ func verifyIssued(t *testing.T, p *podCert, roots *x509.CertPool, svc string, wa
 // exist yet waits for it; everything else is denied with the API's reasons or certapi's.
 func TestPodCertificates(t *testing.T) {
 	ctx := context.Background()
-	c, kube := e2etest.Clients(t, cp.AdminConfig)
+	c, kube := testhelpers.Clients(t, cp.AdminConfig)
 	ns, elsewhere := e2etest.Namespace(t, kube), e2etest.Namespace(t, kube)
 	node, err := cp.NewNode(ctx, "pcr-node-"+ns)
 	if err != nil {
@@ -350,7 +351,7 @@ func TestPodCertificatesThroughRotation(t *testing.T) {
 	ctx := context.Background()
 	// A long --max-certificate-duration: a pod certificate must last an hour.
 	own := framework.StartT(t, framework.Options{CertapiArgs: []string{"--rotation-grace=2s"}})
-	c, kube := e2etest.Clients(t, own.AdminConfig)
+	c, kube := testhelpers.Clients(t, own.AdminConfig)
 	ns := e2etest.Namespace(t, kube)
 	node, err := own.NewNode(ctx, "rotation-node")
 	if err != nil {
@@ -527,7 +528,7 @@ func ptrTo[T any](v T) *T { return &v }
 // verifies against the ClusterTrustBundle; a key type certapi does not sign ends as kubelet's "denied".
 func TestPodCertificatesFromKubeletsManager(t *testing.T) {
 	ctx := context.Background()
-	c, kube := e2etest.Clients(t, cp.AdminConfig)
+	c, kube := testhelpers.Clients(t, cp.AdminConfig)
 	ns := e2etest.Namespace(t, kube)
 	node, err := cp.NewNode(ctx, "kubelet-"+ns)
 	if err != nil {

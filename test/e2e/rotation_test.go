@@ -14,8 +14,10 @@ import (
 
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	"github.com/certapi/certapi/pkg/generated/clientset/versioned"
+	"github.com/certapi/certapi/pkg/signer/signertest"
 	"github.com/certapi/certapi/test/e2e/e2etest"
 	"github.com/certapi/certapi/test/framework"
+	"github.com/certapi/certapi/test/testhelpers"
 )
 
 // rotationPlane is a control plane whose rotation can run to its end within a test: a short grace
@@ -35,7 +37,7 @@ func roles(ca *certapiv1alpha1.CertificateAuthority) map[certapiv1alpha1.Certifi
 func TestForcedRotationRunsToTheEnd(t *testing.T) {
 	ctx := context.Background()
 	own := rotationPlane(t)
-	c, kube := e2etest.Clients(t, own.AdminConfig)
+	c, kube := testhelpers.Clients(t, own.AdminConfig)
 	ns := e2etest.Namespace(t, kube)
 	old := e2etest.ActiveSerial(t, own)
 
@@ -44,7 +46,7 @@ func TestForcedRotationRunsToTheEnd(t *testing.T) {
 	if _, err := c.CertapiV1alpha1().ServingCertRequests(ns).Create(ctx, e2etest.Request("plain", "plain"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	issueOn(t, own, ns, "plain", e2etest.ServingCert(e2etest.CSRPEM(t, e2etest.ECKey(t, elliptic.P256())), nil))
+	issueOn(t, own, ns, "plain", e2etest.ServingCert(signertest.CSRPEM(t, signertest.ECKey(t, elliptic.P256())), nil))
 
 	e2etest.UpdateCA(t, c, func(ca *certapiv1alpha1.CertificateAuthority) { ca.Spec.ForceRotation = "e2e-1" })
 	// Next is published first: trusted everywhere before it signs.
@@ -68,7 +70,7 @@ func TestForcedRotationRunsToTheEnd(t *testing.T) {
 	if nextSerial != "" && nextSerial != newSerial {
 		t.Errorf("Active is %s, want the published Next %s", newSerial, nextSerial)
 	}
-	out := issueOn(t, own, ns, "rot", e2etest.ServingCert(e2etest.CSRPEM(t, e2etest.ECKey(t, elliptic.P256())), nil))
+	out := issueOn(t, own, ns, "rot", e2etest.ServingCert(signertest.CSRPEM(t, signertest.ECKey(t, elliptic.P256())), nil))
 	leafCA := e2etest.IssuerSerialOf(t, out.Status.Certificate, out.Status.CABundle)
 	if leafCA != newSerial {
 		t.Errorf("a certificate issued after the switch is from %s, want %s", leafCA, newSerial)
@@ -126,7 +128,7 @@ func waitCAEvents(t *testing.T, kube kubernetes.Interface, eventType string, rea
 
 func TestDistrustReplacesTheCAAtOnce(t *testing.T) {
 	own := rotationPlane(t)
-	c, kube := e2etest.Clients(t, own.AdminConfig)
+	c, kube := testhelpers.Clients(t, own.AdminConfig)
 	ns := e2etest.Namespace(t, kube)
 	old := e2etest.ActiveSerial(t, own)
 	deliveredRequest(t, c, kube, ns, "dis")

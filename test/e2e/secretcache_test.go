@@ -15,6 +15,7 @@ import (
 
 	"github.com/certapi/certapi/test/e2e/e2etest"
 	"github.com/certapi/certapi/test/framework"
+	"github.com/certapi/certapi/test/testhelpers"
 )
 
 // procStatus reads a field of /proc/<pid>/status given in kB (VmRSS, RssAnon, ...), in bytes.
@@ -70,7 +71,7 @@ func bigSecrets(t *testing.T, kube kubernetes.Interface, ns, prefix string, n, s
 func TestLabelledSecretsDoNotGrowTheLeader(t *testing.T) {
 	ctx := context.Background()
 	own := framework.StartT(t, framework.Options{})
-	c, kube := e2etest.Clients(t, own.AdminConfig)
+	c, kube := testhelpers.Clients(t, own.AdminConfig)
 	ns := e2etest.Namespace(t, kube)
 	// The marker's Secret, deleted and re-created by certapi, tells when the leader's Secret cache has
 	// seen every Secret event before it (a watch delivers events in order).

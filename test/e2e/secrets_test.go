@@ -19,6 +19,7 @@ import (
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	"github.com/certapi/certapi/pkg/generated/clientset/versioned"
 	"github.com/certapi/certapi/test/e2e/e2etest"
+	"github.com/certapi/certapi/test/testhelpers"
 )
 
 // verifySecret checks a delivered Secret: tls.crt verifies against ca.crt for the Service, and tls.key
@@ -83,7 +84,7 @@ func waitReady(t *testing.T, c versioned.Interface, ns, name string, status meta
 
 func TestSecretDelivery(t *testing.T) {
 	ctx := context.Background()
-	c, kube := e2etest.Clients(t, cp.AdminConfig)
+	c, kube := testhelpers.Clients(t, cp.AdminConfig)
 	ns := e2etest.Namespace(t, kube)
 
 	req := e2etest.Request("web", "web")
@@ -142,7 +143,7 @@ func TestSecretDelivery(t *testing.T) {
 
 func TestSecretRenewal(t *testing.T) {
 	ctx := context.Background()
-	c, kube := e2etest.Clients(t, cp.AdminConfig)
+	c, kube := testhelpers.Clients(t, cp.AdminConfig)
 	ns := e2etest.Namespace(t, kube)
 	req := e2etest.Request("fast", "fast")
 	req.Spec.SecretName = "fast-tls"
@@ -173,7 +174,7 @@ func TestSecretRenewal(t *testing.T) {
 
 func TestSecretConflicts(t *testing.T) {
 	ctx := context.Background()
-	c, kube := e2etest.Clients(t, cp.AdminConfig)
+	c, kube := testhelpers.Clients(t, cp.AdminConfig)
 	ns := e2etest.Namespace(t, kube)
 
 	foreign := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "foreign"}, Type: corev1.SecretTypeTLS,

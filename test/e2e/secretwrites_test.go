@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/certapi/certapi/test/e2e/e2etest"
+	"github.com/certapi/certapi/test/testhelpers"
 )
 
 // TestSpecChangesNeedRightsOnTheSecret: a change to a request's spec makes certapi re-issue the
@@ -22,7 +23,7 @@ import (
 // as it was.
 func TestSpecChangesNeedRightsOnTheSecret(t *testing.T) {
 	ctx := context.Background()
-	admin, kube := e2etest.Clients(t, cp.AdminConfig)
+	admin, kube := testhelpers.Clients(t, cp.AdminConfig)
 	ns := e2etest.Namespace(t, kube)
 	deliveredRequest(t, admin, kube, ns, "r")
 	before := waitSecret(t, kube, ns, "r-tls", nil)
@@ -32,7 +33,7 @@ func TestSpecChangesNeedRightsOnTheSecret(t *testing.T) {
 	grant(t, kube, ns, "editor", subject,
 		rbacv1.PolicyRule{APIGroups: []string{"certapi.dev"}, Resources: []string{"servingcertrequests"}, Verbs: []string{"get", "update", "patch"}},
 		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"create"}})
-	ec, _ := e2etest.Clients(t, editor)
+	ec, _ := testhelpers.Clients(t, editor)
 	e2etest.Eventually(t, 30*time.Second, "the editor's Role to take effect", func(ctx context.Context) (bool, error) {
 		_, err := ec.CertapiV1alpha1().ServingCertRequests(ns).Get(ctx, "r", metav1.GetOptions{})
 		if apierrors.IsForbidden(err) {
@@ -96,7 +97,7 @@ func TestSpecChangesNeedRightsOnTheSecret(t *testing.T) {
 // over (SecretConflict) unless someone who may edit the Secret removes the UID annotation.
 func TestSecretOfAnEarlierRequestIsNotOverwritten(t *testing.T) {
 	ctx := context.Background()
-	c, kube := e2etest.Clients(t, cp.AdminConfig)
+	c, kube := testhelpers.Clients(t, cp.AdminConfig)
 	ns := e2etest.Namespace(t, kube)
 	deliveredRequest(t, c, kube, ns, "u")
 	first := waitSecret(t, kube, ns, "u-tls", nil)

@@ -23,8 +23,10 @@ import (
 	"k8s.io/client-go/rest"
 
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
+	"github.com/certapi/certapi/pkg/signer/signertest"
 	"github.com/certapi/certapi/test/e2e/e2etest"
 	"github.com/certapi/certapi/test/framework"
+	"github.com/certapi/certapi/test/testhelpers"
 )
 
 // issue creates a ServingCert on the shared control plane, with retries while certapi's leader starts.
@@ -36,7 +38,7 @@ func issue(t *testing.T, ns, name string, body *certapiv1alpha1.ServingCert) *ce
 // issueOn creates a ServingCert through own's kube-apiserver, with retries while certapi's leader starts.
 func issueOn(t *testing.T, own *framework.ControlPlane, ns, name string, body *certapiv1alpha1.ServingCert) *certapiv1alpha1.ServingCert {
 	t.Helper()
-	c, _ := e2etest.Clients(t, own.AdminConfig)
+	c, _ := testhelpers.Clients(t, own.AdminConfig)
 	var out *certapiv1alpha1.ServingCert
 	e2etest.Eventually(t, 60*time.Second, "a certificate from servingcerts", func(ctx context.Context) (bool, error) {
 		var err error
@@ -51,15 +53,15 @@ func issueOn(t *testing.T, own *framework.ControlPlane, ns, name string, body *c
 
 func TestServingCertIsTrustedThroughTheBundle(t *testing.T) {
 	ctx := context.Background()
-	c, kube := e2etest.Clients(t, cp.AdminConfig)
+	c, kube := testhelpers.Clients(t, cp.AdminConfig)
 	ns := e2etest.Namespace(t, kube)
 	req := e2etest.Request("hook", "hook")
 	req.Spec.DNSNames = []string{"*.hook." + ns + ".svc"}
 	if _, err := c.CertapiV1alpha1().ServingCertRequests(ns).Create(ctx, req, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	key := e2etest.ECKey(t, elliptic.P256())
-	out := issue(t, ns, "hook", e2etest.ServingCert(e2etest.CSRPEM(t, key), nil))
+	key := signertest.ECKey(t, elliptic.P256())
+	out := issue(t, ns, "hook", e2etest.ServingCert(signertest.CSRPEM(t, key), nil))
 
 	if out.Status.Certificate == "" || out.Status.CABundle == "" || out.Status.SerialNumber == "" || out.Status.RenewalTime == nil {
 		t.Fatalf("incomplete status: %+v", out.Status)
@@ -135,14 +137,14 @@ func TestServingCertIsTrustedThroughTheBundle(t *testing.T) {
 
 func TestServingCertDryRunAndDuration(t *testing.T) {
 	ctx := context.Background()
-	c, kube := e2etest.Clients(t, cp.AdminConfig)
+	c, kube := testhelpers.Clients(t, cp.AdminConfig)
 	ns := e2etest.Namespace(t, kube)
 	req := e2etest.Request("short", "short")
 	req.Spec.Duration = &metav1.Duration{Duration: 2 * time.Hour}
 	if _, err := c.CertapiV1alpha1().ServingCertRequests(ns).Create(ctx, req, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	csr := e2etest.CSRPEM(t, e2etest.ECKey(t, elliptic.P384()))
+	csr := signertest.CSRPEM(t, signertest.ECKey(t, elliptic.P384()))
 
 	dry, err := c.CertapiV1alpha1().ServingCertRequests(ns).CreateServingCert(ctx, "short", e2etest.ServingCert(csr, nil), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 	if err != nil {
@@ -167,7 +169,7 @@ func TestServingCertDryRunAndDuration(t *testing.T) {
 
 func TestServingCertBadInput(t *testing.T) {
 	ctx := context.Background()
-	c, kube := e2etest.Clients(t, cp.AdminConfig)
+	c, kube := testhelpers.Clients(t, cp.AdminConfig)
 	ns := e2etest.Namespace(t, kube)
 	if _, err := c.CertapiV1alpha1().ServingCertRequests(ns).Create(ctx, e2etest.Request("target", "target"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -180,7 +182,7 @@ func TestServingCertBadInput(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	good := e2etest.CSRPEM(t, e2etest.ECKey(t, elliptic.P256()))
+	good := signertest.CSRPEM(t, signertest.ECKey(t, elliptic.P256()))
 	tampered := func() string {
 		block, _ := pem.Decode([]byte(good))
 		der := append([]byte(nil), block.Bytes...)
@@ -194,9 +196,9 @@ func TestServingCertBadInput(t *testing.T) {
 	}{
 		{"malformed PEM", "-----BEGIN CERTIFICATE REQUEST-----\nnot base64!\n-----END CERTIFICATE REQUEST-----\n", "PEM"},
 		{"bad signature", tampered, "signature"},
-		{"RSA 1024", e2etest.CSRPEM(t, rsa1024), accepted},
-		{"ECDSA P-521", e2etest.CSRPEM(t, e2etest.ECKey(t, elliptic.P521())), accepted},
-		{"Ed25519", e2etest.CSRPEM(t, ed), accepted},
+		{"RSA 1024", signertest.CSRPEM(t, rsa1024), accepted},
+		{"ECDSA P-521", signertest.CSRPEM(t, signertest.ECKey(t, elliptic.P521())), accepted},
+		{"Ed25519", signertest.CSRPEM(t, ed), accepted},
 		{"empty", "", "Required value"},
 	}
 	for _, tc := range cases {
@@ -268,7 +270,7 @@ func TestServingCertBadInput(t *testing.T) {
 // contains text.
 func hasEvent(ctx context.Context, t *testing.T, ns, name, eventType, reason, text string) bool {
 	t.Helper()
-	_, kube := e2etest.Clients(t, cp.AdminConfig)
+	_, kube := testhelpers.Clients(t, cp.AdminConfig)
 	evs, err := kube.EventsV1().Events(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return false
@@ -284,12 +286,12 @@ func hasEvent(ctx context.Context, t *testing.T, ns, name, eventType, reason, te
 // TestMetrics scrapes certapi's /metrics for the series DESIGN.md promises.
 func TestMetrics(t *testing.T) {
 	ctx := context.Background()
-	c, kube := e2etest.Clients(t, cp.AdminConfig)
+	c, kube := testhelpers.Clients(t, cp.AdminConfig)
 	ns := e2etest.Namespace(t, kube)
 	if _, err := c.CertapiV1alpha1().ServingCertRequests(ns).Create(ctx, e2etest.Request("metered", "metered"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	issue(t, ns, "metered", e2etest.ServingCert(e2etest.CSRPEM(t, e2etest.ECKey(t, elliptic.P256())), nil))
+	issue(t, ns, "metered", e2etest.ServingCert(signertest.CSRPEM(t, signertest.ECKey(t, elliptic.P256())), nil))
 	client, err := cp.CertapiHTTPClient()
 	if err != nil {
 		t.Fatal(err)

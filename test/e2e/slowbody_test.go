@@ -17,8 +17,10 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/certapi/certapi/pkg/signer/signertest"
 	"github.com/certapi/certapi/test/e2e/e2etest"
 	"github.com/certapi/certapi/test/framework"
+	"github.com/certapi/certapi/test/testhelpers"
 )
 
 // Issue #9, hole 2: a client that is neither authenticated nor authorized must not make certapi buffer
@@ -39,14 +41,14 @@ const (
 func TestUnauthenticatedSlowBodiesCostLittle(t *testing.T) {
 	raiseFileLimit(t, slowConns+1000)
 	own := framework.StartT(t, framework.Options{})
-	c, kube := e2etest.Clients(t, own.AdminConfig)
+	c, kube := testhelpers.Clients(t, own.AdminConfig)
 	ns := e2etest.Namespace(t, kube)
 	if _, err := c.CertapiV1alpha1().ServingCertRequests(ns).Create(context.Background(), e2etest.Request("slow", "slow"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	grantServingCerts(t, kube, ns, "issuer", "slow")
-	issuer, _ := e2etest.Clients(t, serviceAccountConfigOn(t, own, kube, ns, "issuer"))
-	body := e2etest.ServingCert(e2etest.CSRPEM(t, e2etest.ECKey(t, elliptic.P256())), nil)
+	issuer, _ := testhelpers.Clients(t, serviceAccountConfigOn(t, own, kube, ns, "issuer"))
+	body := e2etest.ServingCert(signertest.CSRPEM(t, signertest.ECKey(t, elliptic.P256())), nil)
 	issueOnce := func() (time.Duration, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()

@@ -33,12 +33,13 @@ import (
 	"github.com/certapi/certapi/pkg/generated/clientset/versioned"
 	"github.com/certapi/certapi/test/e2e/e2etest"
 	"github.com/certapi/certapi/test/framework"
+	"github.com/certapi/certapi/test/testhelpers"
 )
 
 // snapshotPlane starts certapi with its embedded etcd and an EncryptionConfiguration that encrypts the CA keys.
 func snapshotPlane(t *testing.T) (*framework.ControlPlane, string) {
 	t.Helper()
-	config, err := framework.AESCBCEncryptionConfig("certificateauthoritykeys.certapi.dev")
+	config, err := testhelpers.AESCBCEncryptionConfig("certificateauthoritykeys.certapi.dev")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +77,7 @@ func certapiCmdErr(t *testing.T, args ...string) (string, error) {
 func TestSnapshotRestoreBringsBackTheSameCA(t *testing.T) {
 	ctx := context.Background()
 	own, dataDir := snapshotPlane(t)
-	c, kube := e2etest.Clients(t, own.AdminConfig)
+	c, kube := testhelpers.Clients(t, own.AdminConfig)
 	ns := e2etest.Namespace(t, kube)
 	serial := e2etest.ActiveSerial(t, own)
 
@@ -179,7 +180,7 @@ func TestSnapshotOfUnencryptedKeysHoldsThem(t *testing.T) {
 	own := framework.StartT(t, framework.Options{CertapiEmbeddedEtcd: true})
 	dataDir := filepath.Join(own.Dir, "certapi-data")
 	e2etest.ActiveSerial(t, own)
-	c, _ := e2etest.Clients(t, own.AdminConfig)
+	c, _ := testhelpers.Clients(t, own.AdminConfig)
 	bundle := e2etest.CAObject(t, c).Status.CABundle
 	file := filepath.Join(t.TempDir(), "certapi.db")
 	certapiCmd(t, "snapshot", "save", file, "--data-dir="+dataDir)
@@ -221,7 +222,7 @@ func plaintextKeysIn(t *testing.T, own *framework.ControlPlane, dataDir string, 
 func TestNoBackupDataDirLost(t *testing.T) {
 	ctx := context.Background()
 	own, dataDir := snapshotPlane(t)
-	c, kube := e2etest.Clients(t, own.AdminConfig)
+	c, kube := testhelpers.Clients(t, own.AdminConfig)
 	ns := e2etest.Namespace(t, kube)
 	serial := e2etest.ActiveSerial(t, own)
 	deliveredRequest(t, c, kube, ns, "web")

@@ -24,8 +24,10 @@ import (
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	"github.com/certapi/certapi/pkg/apis/certapi/validation"
 	"github.com/certapi/certapi/pkg/generated/clientset/versioned"
+	"github.com/certapi/certapi/pkg/signer/signertest"
 	"github.com/certapi/certapi/test/e2e/e2etest"
 	"github.com/certapi/certapi/test/framework"
+	"github.com/certapi/certapi/test/testhelpers"
 )
 
 // tenantMemoryBound is what each replica's anonymous memory (RssAnon) must stay under with a namespace
@@ -44,14 +46,14 @@ func TestTenantBounds(t *testing.T) {
 	const perNamespace = requestquota.DefaultMaxPerNamespace
 	ctx := context.Background()
 	own := framework.StartT(t, framework.Options{CertapiReplicas: 2, CertapiReplicaArgs: framework.LeaderIdentityArgs})
-	admin, kube := e2etest.Clients(t, own.AdminConfig)
+	admin, kube := testhelpers.Clients(t, own.AdminConfig)
 	editRole := createAggregatedRole(t, kube, "certapi:aggregate-to-edit")
 	tenantConfig, err := own.UserConfig("tenant")
 	if err != nil {
 		t.Fatal(err)
 	}
 	tenantConfig.QPS, tenantConfig.Burst = -1, 0 // the test's creates are the load, not client-go's limiter
-	tenant, _ := e2etest.Clients(t, tenantConfig)
+	tenant, _ := testhelpers.Clients(t, tenantConfig)
 	tenantNamespace := func() string {
 		ns := e2etest.Namespace(t, kube)
 		if _, err := kube.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{
@@ -106,7 +108,7 @@ func TestTenantBounds(t *testing.T) {
 			t.Fatalf("request %d under a quota of %d: %v; want 403 exceeded quota", hard+1, hard, err)
 		}
 		// Quota counts objects only: issuance through the subresource, and the status writes it causes, go on.
-		csr := e2etest.CSRPEM(t, e2etest.ECKey(t, elliptic.P256()))
+		csr := signertest.CSRPEM(t, signertest.ECKey(t, elliptic.P256()))
 		if _, err := admin.CertapiV1alpha1().ServingCertRequests(ns).CreateServingCert(ctx, "q0", e2etest.ServingCert(csr, nil), metav1.CreateOptions{}); err != nil {
 			t.Fatalf("issuing through servingcerts at the quota: %v", err)
 		}
@@ -155,7 +157,7 @@ func TestTenantBounds(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			direct, _ := e2etest.Clients(t, cfg)
+			direct, _ := testhelpers.Clients(t, cfg)
 			e2etest.Eventually(t, 30*time.Second, fmt.Sprintf("replica %d to count %d requests", i, perNamespace), func(ctx context.Context) (bool, error) {
 				_, err := direct.CertapiV1alpha1().ServingCertRequests(ns).Create(ctx, e2etest.Request("probe", "svc"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 				return apierrors.IsForbidden(err), nil

@@ -10,6 +10,7 @@ import (
 	"github.com/certapi/certapi/pkg/signer"
 	"github.com/certapi/certapi/test/e2e/e2etest"
 	"github.com/certapi/certapi/test/framework"
+	"github.com/certapi/certapi/test/testhelpers"
 )
 
 // pemOf returns the PEM of the leaf of a tls.Certificate.
@@ -21,7 +22,7 @@ func pemOf(c *tls.Certificate) string {
 // certificate it serves ("" when that CA is not in the current bundle).
 func servedIssuer(t *testing.T, own *framework.ControlPlane) string {
 	t.Helper()
-	c, _ := e2etest.Clients(t, own.AdminConfig)
+	c, _ := testhelpers.Clients(t, own.AdminConfig)
 	ca := e2etest.CAObject(t, c)
 	conn, err := tls.Dial("tcp", own.CertapiURL[len("https://"):], &tls.Config{InsecureSkipVerify: true}) // inspected, not trusted
 	if err != nil {

@@ -12,13 +12,14 @@ import (
 
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	"github.com/certapi/certapi/test/e2e/e2etest"
+	"github.com/certapi/certapi/test/testhelpers"
 )
 
 // TestValidationThroughTheAPI sends every request DESIGN.md forbids through kube-apiserver and checks the
 // 422 names the field and says what is accepted, and that nothing was stored.
 func TestValidationThroughTheAPI(t *testing.T) {
 	ctx := context.Background()
-	c, kube := e2etest.Clients(t, cp.AdminConfig)
+	c, kube := testhelpers.Clients(t, cp.AdminConfig)
 	ns := e2etest.Namespace(t, kube)
 	d := func(x time.Duration) *metav1.Duration { return &metav1.Duration{Duration: x} }
 

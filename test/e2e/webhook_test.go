@@ -32,6 +32,7 @@ import (
 	"github.com/certapi/certapi/pkg/servingcert"
 	"github.com/certapi/certapi/test/e2e/e2etest"
 	"github.com/certapi/certapi/test/framework"
+	"github.com/certapi/certapi/test/testhelpers"
 )
 
 // webhookServer is a real HTTPS webhook process (in the test binary) whose serving certificate comes
@@ -50,7 +51,7 @@ func startWebhook(t *testing.T, own *framework.ControlPlane, ns, svc string, mux
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	c, kube := e2etest.Clients(t, own.AdminConfig)
+	c, kube := testhelpers.Clients(t, own.AdminConfig)
 	if _, err := c.CertapiV1alpha1().ServingCertRequests(ns).Create(ctx, e2etest.Request(svc, svc), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +144,7 @@ func configMap(name string) *corev1.ConfigMap {
 
 func TestAdmissionWebhookTrustedThroughInjection(t *testing.T) {
 	ctx := context.Background()
-	_, kube := e2etest.Clients(t, cp.AdminConfig)
+	_, kube := testhelpers.Clients(t, cp.AdminConfig)
 	ns := e2etest.Namespace(t, kube)
 	w := startWebhook(t, cp, ns, "guard", admissionHandler(t))
 	registerValidatingWebhook(t, kube, w)
@@ -166,7 +167,7 @@ func TestAdmissionWebhookTrustedThroughInjection(t *testing.T) {
 // certapi injected (its CA bundle), and no insecureSkipTLSVerify.
 func TestCertapiAPIServiceSelfInjected(t *testing.T) {
 	ctx := context.Background()
-	c, _ := e2etest.Clients(t, cp.AdminConfig)
+	c, _ := testhelpers.Clients(t, cp.AdminConfig)
 	agg := aggregatorClient(t, cp)
 	svc, err := agg.ApiregistrationV1().APIServices().Get(ctx, framework.CertapiAPIService, metav1.GetOptions{})
 	if err != nil {
@@ -233,7 +234,7 @@ func conversionHandler() *http.ServeMux {
 
 func TestCRDConversionWebhook(t *testing.T) {
 	ctx := context.Background()
-	_, kube := e2etest.Clients(t, cp.AdminConfig)
+	_, kube := testhelpers.Clients(t, cp.AdminConfig)
 	ns := e2etest.Namespace(t, kube)
 	w := startWebhook(t, cp, ns, "converter", conversionHandler())
 	ext, err := apiextensionsclient.NewForConfig(cp.AdminConfig)
@@ -328,7 +329,7 @@ func TestCRDConversionWebhook(t *testing.T) {
 // CA, and the old CA leaves every bundle. No process restarts.
 func TestZeroFailureRotation(t *testing.T) {
 	own := rotationPlane(t)
-	c, kube := e2etest.Clients(t, own.AdminConfig)
+	c, kube := testhelpers.Clients(t, own.AdminConfig)
 	ns := e2etest.Namespace(t, kube)
 	w := startWebhook(t, own, ns, "guard", admissionHandler(t))
 	vwc := registerValidatingWebhook(t, kube, w)

@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
@@ -97,15 +98,21 @@ func (cp *ControlPlane) writeUserKubeconfig(path, user string, groups ...string)
 	if err != nil {
 		return err
 	}
+	if err := WriteKubeconfig(path, cfg); err != nil {
+		return fmt.Errorf("writing the kubeconfig of %s: %w", user, err)
+	}
+	return nil
+}
+
+// WriteKubeconfig writes a kubeconfig of cfg's server, CA and client certificate to path, for a process
+// started with --kubeconfig.
+func WriteKubeconfig(path string, cfg *rest.Config) error {
 	kc := clientcmdapi.NewConfig()
 	kc.Clusters["local"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
 	kc.AuthInfos["user"] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData}
 	kc.Contexts["user"] = &clientcmdapi.Context{Cluster: "local", AuthInfo: "user"}
 	kc.CurrentContext = "user"
-	if err := clientcmd.WriteToFile(*kc, path); err != nil {
-		return fmt.Errorf("writing the kubeconfig of %s: %w", user, err)
-	}
-	return nil
+	return clientcmd.WriteToFile(*kc, path)
 }
 
 func (n *ClusterNode) kubeconfig(component, user string, groups ...string) (string, error) {

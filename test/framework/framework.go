@@ -107,7 +107,7 @@ type Options struct {
 	CertapiReplicaArgs func(i int) []string
 	// EncryptionConfig, when not empty, is the YAML of an apiserver.config.k8s.io/v1
 	// EncryptionConfiguration: it is written to <Dir>/encryption-config.yaml (mode 0600) and
-	// given to every replica as --encryption-provider-config. See AESCBCEncryptionConfig.
+	// given to every replica as --encryption-provider-config. See testhelpers.AESCBCEncryptionConfig.
 	EncryptionConfig string
 	// EtcdMembers is the number of etcd members: 0 or 1 for a single member, as always; 3 (or
 	// any number up to 5) for a cluster of that many on loopback, named "etcd-0".. in Logs, which

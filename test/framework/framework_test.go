@@ -18,14 +18,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/apiserver/pkg/server/options/encryptionconfig"
-	"k8s.io/apiserver/pkg/storage/value"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/certapi/certapi/test/framework"
+	"github.com/certapi/certapi/test/testhelpers"
 )
 
 // TestControlPlaneStarts starts etcd and kube-apiserver, lists namespaces as admin, and checks
@@ -132,7 +130,7 @@ func TestCertapiRestart(t *testing.T) {
 // Stop leaves no process behind.
 func TestCertapiReplicas(t *testing.T) {
 	const n = 3
-	enc, err := framework.AESCBCEncryptionConfig("servingcertrequests.certapi.dev")
+	enc, err := testhelpers.AESCBCEncryptionConfig("servingcertrequests.certapi.dev")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -408,51 +406,6 @@ func TestReplicaOptions(t *testing.T) {
 		if err == nil {
 			cp.Stop()
 			t.Errorf("%s: Start succeeded", name)
-		}
-	}
-}
-
-// TestAESCBCEncryptionConfig loads the generated configuration with k8s.io/apiserver's own loader
-// and encrypts a value with it.
-func TestAESCBCEncryptionConfig(t *testing.T) {
-	if _, err := framework.AESCBCEncryptionConfig(); err == nil {
-		t.Error("AESCBCEncryptionConfig() with no resource succeeded")
-	}
-	cfg, err := framework.AESCBCEncryptionConfig("certificateauthoritykeys.certapi.dev", "servingcertrequests.certapi.dev")
-	if err != nil {
-		t.Fatal(err)
-	}
-	again, err := framework.AESCBCEncryptionConfig("certificateauthoritykeys.certapi.dev", "servingcertrequests.certapi.dev")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if cfg == again {
-		t.Error("two configurations share their key")
-	}
-	path := filepath.Join(t.TempDir(), "encryption.yaml")
-	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	loaded, err := encryptionconfig.LoadEncryptionConfig(ctx, path, false, "framework-test")
-	if err != nil {
-		t.Fatalf("loading:\n%s\n%v", cfg, err)
-	}
-	for _, gr := range []schema.GroupResource{
-		{Group: "certapi.dev", Resource: "certificateauthoritykeys"},
-		{Group: "certapi.dev", Resource: "servingcertrequests"},
-	} {
-		tr, ok := loaded.Transformers[gr]
-		if !ok {
-			t.Fatalf("no transformer for %s in %v", gr, loaded.Transformers)
-		}
-		out, err := tr.TransformToStorage(ctx, []byte("secret"), value.DefaultContext(gr.String()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !bytes.HasPrefix(out, []byte("k8s:enc:aescbc:v1:key1:")) {
-			t.Errorf("%s: stored value %q does not start with the aescbc prefix", gr, out)
 		}
 	}
 }

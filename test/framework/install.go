@@ -3,8 +3,6 @@ package framework
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/base64"
 	"fmt"
 	"maps"
 	"os"
@@ -17,6 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/certapi/certapi/test/testhelpers"
 )
 
 // Installing certapi on the node the way artifacts/deploy/README.md tells users to: what the tests of
@@ -136,8 +136,8 @@ func (cp *ControlPlane) CreateHostPathPV(ctx context.Context, name, size string)
 // fresh secretbox key for certificateauthoritykeys.certapi.dev under the key config.yaml, made with
 // `kubectl create secret generic --from-file`.
 func (cp *ControlPlane) CreateEncryptionConfigSecret(ctx context.Context) error {
-	key := make([]byte, 32)
-	if _, err := rand.Read(key); err != nil {
+	enc, err := testhelpers.SecretboxEncryptionConfig("certificateauthoritykeys.certapi.dev")
+	if err != nil {
 		return err
 	}
 	dir, err := os.MkdirTemp("", "certapi-encryption-")
@@ -146,17 +146,6 @@ func (cp *ControlPlane) CreateEncryptionConfigSecret(ctx context.Context) error 
 	}
 	defer os.RemoveAll(dir)
 	file := filepath.Join(dir, "encryption-config.yaml")
-	enc := fmt.Sprintf(`apiVersion: apiserver.config.k8s.io/v1
-kind: EncryptionConfiguration
-resources:
-- resources:
-  - certificateauthoritykeys.certapi.dev
-  providers:
-  - secretbox:
-      keys:
-      - name: key1
-        secret: %s
-`, base64.StdEncoding.EncodeToString(key))
 	if err := writeFile(file, []byte(enc), 0o600); err != nil {
 		return err
 	}

@@ -2,12 +2,8 @@ package monitoring
 
 import (
 	"context"
-	"crypto/ecdsa"
 	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
 	"encoding/json"
-	"encoding/pem"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -25,13 +21,14 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
 
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	"github.com/certapi/certapi/pkg/generated/clientset/versioned"
+	"github.com/certapi/certapi/pkg/signer/signertest"
 	"github.com/certapi/certapi/test/framework"
+	"github.com/certapi/certapi/test/testhelpers"
 )
 
 // TestPrometheusScrapesCertapi runs a real Prometheus against a running certapi: it scrapes /metrics and
@@ -47,10 +44,7 @@ func TestPrometheusScrapesCertapi(t *testing.T) {
 	}
 	ctx := context.Background()
 	cp := framework.StartT(t, framework.Options{CertapiArgs: []string{"--rotation-grace=1s"}})
-	c, err := versioned.NewForConfig(cp.AdminConfig)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, _ := testhelpers.Clients(t, cp.AdminConfig)
 
 	// Something for every panel: a request issued through the subresource (issuance rate and latency,
 	// a certificate's times) and a rotation (its steps).
@@ -61,7 +55,7 @@ func TestPrometheusScrapesCertapi(t *testing.T) {
 	}
 	issue := func() {
 		t.Helper()
-		sc := &certapiv1alpha1.ServingCert{Spec: certapiv1alpha1.ServingCertSpec{CertificateRequest: csr(t)}}
+		sc := &certapiv1alpha1.ServingCert{Spec: certapiv1alpha1.ServingCertSpec{CertificateRequest: signertest.CSRPEM(t, signertest.ECKey(t, elliptic.P256()))}}
 		if _, err := c.CertapiV1alpha1().ServingCertRequests("default").CreateServingCert(ctx, "web", sc, metav1.CreateOptions{}); err != nil {
 			t.Fatalf("issuing: %v", err)
 		}
@@ -74,7 +68,7 @@ func TestPrometheusScrapesCertapi(t *testing.T) {
 		t.Fatal(err)
 	}
 	var before string
-	poll(t, time.Minute, "CertificateAuthority/default to name the Active CA", func(context.Context) (bool, error) {
+	testhelpers.Eventually(t, 500*time.Millisecond, time.Minute, "CertificateAuthority/default to name the Active CA", func(context.Context) (bool, error) {
 		before = activeSerial(t, c)
 		return before != "", nil
 	})
@@ -82,7 +76,7 @@ func TestPrometheusScrapesCertapi(t *testing.T) {
 	if _, err := c.CertapiV1alpha1().CertificateAuthorities().Patch(ctx, "default", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	poll(t, time.Minute, "the forced rotation to switch", func(context.Context) (bool, error) {
+	testhelpers.Eventually(t, 500*time.Millisecond, time.Minute, "the forced rotation to switch", func(context.Context) (bool, error) {
 		return activeSerial(t, c) != before, nil
 	})
 
@@ -148,7 +142,7 @@ func TestPrometheusScrapesCertapi(t *testing.T) {
 	})
 
 	// Both targets up.
-	poll(t, time.Minute, "Prometheus to scrape both certapi endpoints", func(ctx context.Context) (bool, error) {
+	testhelpers.Eventually(t, 500*time.Millisecond, time.Minute, "Prometheus to scrape both certapi endpoints", func(ctx context.Context) (bool, error) {
 		var targets struct {
 			ActiveTargets []struct {
 				ScrapePool string `json:"scrapePool"`
@@ -176,7 +170,7 @@ func TestPrometheusScrapesCertapi(t *testing.T) {
 	// Every rule (alerts and the dashboard's queries) evaluates without error, and each dashboard query
 	// returns series.
 	queries := m.DashboardQueries()
-	poll(t, 90*time.Second, "every rule to evaluate cleanly and every dashboard query to return series", func(ctx context.Context) (bool, error) {
+	testhelpers.Eventually(t, 500*time.Millisecond, 90*time.Second, "every rule to evaluate cleanly and every dashboard query to return series", func(ctx context.Context) (bool, error) {
 		var rules struct {
 			Groups []struct {
 				Rules []struct {
@@ -242,7 +236,7 @@ func TestPrometheusScrapesCertapi(t *testing.T) {
 		`certapi_servingcertrequest_ready{namespace="default", name="web", reason="Issued"} == 1`: "web Ready (Issued)",
 		`certapi_servingcertrequest_ready{namespace="default", name="idle", reason=""} == 0`:      "idle not Ready, no reason",
 	} {
-		poll(t, 30*time.Second, want, func(ctx context.Context) (bool, error) {
+		testhelpers.Eventually(t, 500*time.Millisecond, 30*time.Second, want, func(ctx context.Context) (bool, error) {
 			res, err := query(ctx, api, q)
 			return err == nil && len(res) == 1, nil
 		})
@@ -257,7 +251,7 @@ func TestPrometheusScrapesCertapi(t *testing.T) {
 	var alerts struct {
 		Alerts []alert `json:"alerts"`
 	}
-	poll(t, 30*time.Second, "CertapiServingCertRequestNotReady to be pending for default/idle", func(ctx context.Context) (bool, error) {
+	testhelpers.Eventually(t, 500*time.Millisecond, 30*time.Second, "CertapiServingCertRequestNotReady to be pending for default/idle", func(ctx context.Context) (bool, error) {
 		if err := get(ctx, api+"/api/v1/alerts", &alerts); err != nil {
 			return false, nil
 		}
@@ -362,13 +356,6 @@ func query(ctx context.Context, api, q string) ([]json.RawMessage, error) {
 	return data.Result, nil
 }
 
-func poll(t *testing.T, timeout time.Duration, what string, cond func(context.Context) (bool, error)) {
-	t.Helper()
-	if err := wait.PollUntilContextTimeout(context.Background(), 500*time.Millisecond, timeout, true, cond); err != nil {
-		t.Fatalf("waiting for %s: %v", what, err)
-	}
-}
-
 func activeSerial(t *testing.T, c versioned.Interface) string {
 	t.Helper()
 	ca, err := c.CertapiV1alpha1().CertificateAuthorities().Get(context.Background(), "default", metav1.GetOptions{})
@@ -376,18 +363,4 @@ func activeSerial(t *testing.T, c versioned.Interface) string {
 		return ""
 	}
 	return ca.Status.Active.SerialNumber
-}
-
-// csr is a PEM certificate request for a new P-256 key.
-func csr(t *testing.T) string {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{}, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}))
 }

@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/certapi/certapi/test/framework"
+	"github.com/certapi/certapi/test/testhelpers"
 )
 
 // run runs bin and fails the test, with what it printed, unless it succeeds.
@@ -57,20 +58,7 @@ func TestChartAndInstallYAML(t *testing.T) {
 		return d.Spec.Template.Spec.Containers[0].Image
 	}
 
-	encFile := filepath.Join(t.TempDir(), "encryption-config.yaml")
-	if err := os.WriteFile(encFile, []byte(`apiVersion: apiserver.config.k8s.io/v1
-kind: EncryptionConfiguration
-resources:
-- resources:
-  - certificateauthoritykeys.certapi.dev
-  providers:
-  - secretbox:
-      keys:
-      - name: key1
-        secret: c2VjcmV0IGlzIHNlY3JldCwgb3IgaXMgaXQ/IDMyIGI=
-`), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	encFile := testhelpers.CAKeysEncryptionConfigFile(t)
 	tgz := filepath.Join(dir, "certapi-"+chartVersion()+".tgz")
 	run(t, env, helmBin, "install", "certapi", tgz, "--namespace", "certapi", "--create-namespace", "--set-file", "encryption.config="+encFile)
 	var releases []struct {

@@ -13,6 +13,7 @@ import (
 
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	"github.com/certapi/certapi/pkg/signer"
+	"github.com/certapi/certapi/pkg/signer/signertest"
 )
 
 // t0 is the tests' "now".
@@ -20,11 +21,7 @@ var t0 = time.Date(2030, 6, 1, 12, 0, 0, 0, time.UTC)
 
 func newCA(t *testing.T, notBefore time.Time, life time.Duration) *signer.CA {
 	t.Helper()
-	ca, err := signer.NewCA(signer.CAOptions{ClusterDomain: "cluster.local", Duration: life, Now: notBefore})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ca
+	return signertest.NewCA(t, notBefore, life)
 }
 
 // leaf signs a certificate for svc.ns.svc with ca and returns its PEM and key PEM.

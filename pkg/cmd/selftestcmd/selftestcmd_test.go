@@ -11,18 +11,13 @@ import (
 
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	"github.com/certapi/certapi/pkg/signer"
+	"github.com/certapi/certapi/pkg/signer/signertest"
 )
 
 func TestVerifyIssued(t *testing.T) {
 	now := time.Now()
-	ca, err := signer.NewCA(signer.CAOptions{ClusterDomain: "cluster.local", Now: now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	other, err := signer.NewCA(signer.CAOptions{ClusterDomain: "cluster.local", Now: now})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ca := signertest.NewCA(t, now, 0)
+	other := signertest.NewCA(t, now, 0)
 	key, err := signer.GenerateKey(signer.ECDSAP256)
 	if err != nil {
 		t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	"github.com/certapi/certapi/pkg/signer"
+	"github.com/certapi/certapi/pkg/signer/signertest"
 )
 
 // TestRotatingSaysWhatADistrustWaitsFor: two minutes after a distrust, the Rotating condition alone tells
@@ -16,11 +17,7 @@ import (
 func TestRotatingSaysWhatADistrustWaitsFor(t *testing.T) {
 	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	mk := func() *signer.CA {
-		ca, err := signer.NewCA(signer.CAOptions{ClusterDomain: "cluster.local", Duration: 8760 * time.Hour, Now: now})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return ca
+		return signertest.NewCA(t, now, 8760*time.Hour)
 	}
 	oldCA := mk()
 	auth := signer.Authorities{Active: mk(), Distrust: "leak", SwitchedAt: now, ForcedSwitch: true,
@@ -83,11 +80,7 @@ func TestRotatingNamesFailedTargets(t *testing.T) {
 func TestRotatingNamesEveryDistrustedCA(t *testing.T) {
 	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	mk := func() *signer.CA {
-		ca, err := signer.NewCA(signer.CAOptions{ClusterDomain: "cluster.local", Duration: 8760 * time.Hour, Now: now})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return ca
+		return signertest.NewCA(t, now, 8760*time.Hour)
 	}
 	a, b, c := mk(), mk(), mk()
 	auth := signer.Authorities{Active: mk(), Distrust: "leak", SwitchedAt: now, ForcedSwitch: true,

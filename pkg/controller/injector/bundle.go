@@ -1,22 +1,13 @@
 package injector
 
-import (
-	"bytes"
-	"crypto/sha256"
-	"crypto/x509"
-	"encoding/binary"
-	"slices"
+import "github.com/certapi/certapi/pkg/cabundle"
 
-	"github.com/certapi/certapi/pkg/signer"
-)
-
-// canonicalBundle is a bundle as the injector writes it.
+// canonicalBundle is a bundle as the injector writes it (cabundle.Canonical), or why it cannot be.
 type canonicalBundle struct {
 	pem    []byte
 	digest digest
-	// certs is the digest of the bundle's certificates as a set (their DER, sorted): the same for two
-	// bundles that differ only in order. When a rotation's Next CA becomes Active the bundle's order
-	// changes and nothing else, and a target holding the previous order trusts exactly the same CAs.
+	// certs is the digest of the bundle's certificates as a set (cabundle.Bundle.Set): a target holding
+	// the same CAs in another order trusts exactly the same CAs.
 	certs digest
 	err   error
 }
@@ -36,9 +27,9 @@ func (i *Injector) currentCanonical() canonicalBundle {
 	return i.canonical(raw)
 }
 
-// canonical is raw as signer.CanonicalBundle makes it, with its digests; it parses the bundle itself
-// because the set digest needs the certificates. A bundle that does not parse is an error: writing it
-// would break every target at once.
+// canonical is raw as cabundle.Canonical makes it, remembered for the last few bundles (every sync asks
+// for the current one). A bundle that does not parse is an error: writing it would break every target
+// at once.
 func (i *Injector) canonical(raw []byte) canonicalBundle {
 	in := digestOf(raw)
 	i.bundleMu.Lock()
@@ -47,37 +38,14 @@ func (i *Injector) canonical(raw []byte) canonicalBundle {
 		return c
 	}
 	var c canonicalBundle
-	certs, err := signer.ParseBundle(raw)
-	if err != nil {
+	if b, err := cabundle.Canonical(raw); err != nil {
 		c.err = err
 	} else {
-		c.pem = signer.EncodeBundle(certs...)
-		c.digest = digestOf(c.pem)
-		c.certs = setDigest(certs)
+		c.pem, c.digest, c.certs = b.PEM, b.Digest, b.Set
 	}
 	if len(i.bundleCache) >= 8 {
 		clear(i.bundleCache)
 	}
 	i.bundleCache[in] = c
 	return c
-}
-
-// setDigest is the digest of certs as a set: their distinct DER encodings, sorted.
-func setDigest(certs []*x509.Certificate) digest {
-	ders := make([][]byte, 0, len(certs))
-	for _, c := range certs {
-		ders = append(ders, c.Raw)
-	}
-	slices.SortFunc(ders, bytes.Compare)
-	ders = slices.CompactFunc(ders, bytes.Equal)
-	h := sha256.New()
-	for _, d := range ders {
-		var n [4]byte
-		binary.BigEndian.PutUint32(n[:], uint32(len(d)))
-		h.Write(n[:])
-		h.Write(d)
-	}
-	var out digest
-	h.Sum(out[:0])
-	return out
 }

@@ -3,10 +3,12 @@ package injector
 import (
 	"bytes"
 	"testing"
+
+	"github.com/certapi/certapi/pkg/signer/signertest"
 )
 
 func TestCanonicalBundle(t *testing.T) {
-	a, b := newBundle(t, 1), newBundle(t, 1)
+	a, b := signertest.Bundle(t, 1), signertest.Bundle(t, 1)
 	i := &Injector{bundleCache: map[digest]canonicalBundle{}}
 	ab := append(append([]byte{}, a...), b...)
 	// Comments, blank lines and a duplicate do not change the canonical bytes.

@@ -6,10 +6,12 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/certapi/certapi/pkg/signer/signertest"
 )
 
 func TestObserveConfigMap(t *testing.T) {
-	bundle := newBundle(t, 1)
+	bundle := signertest.Bundle(t, 1)
 	meta := metav1.ObjectMeta{Name: "trust", Namespace: "team-a", UID: "u", ResourceVersion: "3"}
 	cases := []struct {
 		name     string
@@ -51,7 +53,7 @@ func TestObserveConfigMap(t *testing.T) {
 // TestDecideConfigMap: the bundle goes in as PEM text (not base64 as a caBundle), into a new data map
 // when there is none, guarded by the resourceVersion; a ConfigMap that holds it is up to date.
 func TestDecideConfigMap(t *testing.T) {
-	bundle := newBundle(t, 1)
+	bundle := signertest.Bundle(t, 1)
 	d := digestOf(bundle)
 	meta := metav1.ObjectMeta{Name: "trust", Namespace: "team-a", UID: "u", ResourceVersion: "3"}
 

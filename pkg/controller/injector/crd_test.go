@@ -8,6 +8,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
+	"github.com/certapi/certapi/pkg/cabundle"
+	"github.com/certapi/certapi/pkg/signer/signertest"
 )
 
 func crdWith(conv *apiextensionsv1.CustomResourceConversion, managed ...metav1.ManagedFieldsEntry) *apiextensionsv1.CustomResourceDefinition {
@@ -18,7 +20,7 @@ func crdWith(conv *apiextensionsv1.CustomResourceConversion, managed ...metav1.M
 }
 
 func TestObserveCRD(t *testing.T) {
-	bundle := newBundle(t, 1)
+	bundle := signertest.Bundle(t, 1)
 	d := digestOf(bundle)
 	webhook := func(cc apiextensionsv1.WebhookClientConfig) *apiextensionsv1.CustomResourceConversion {
 		return &apiextensionsv1.CustomResourceConversion{
@@ -64,7 +66,7 @@ func TestObserveCRD(t *testing.T) {
 		t.Fatalf("plan = %+v", p)
 	}
 	ops = decodePatch(t, p.release)
-	want := []jsonPatchOp{
+	want := []cabundle.Op{
 		{Op: "test", Path: "/metadata/resourceVersion", Value: "9"},
 		{Op: "test", Path: "/metadata/managedFields/2/manager", Value: "certapi"},
 		{Op: "test", Path: "/metadata/managedFields/2/operation", Value: "Update"},

@@ -6,9 +6,7 @@ import (
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"net/http"
 	"slices"
 	"sort"
 	"strings"
@@ -18,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
+	"github.com/certapi/certapi/pkg/cabundle"
 )
 
 // digest is the SHA-256 of a caBundle: the injector keeps digests, not bundles, per object.
@@ -170,7 +169,7 @@ func decide(obs *observation, bundle []byte, d digest, held map[string]heldSlot)
 	if obs.Skip != "" {
 		return plan{skip: obs.Skip}
 	}
-	var ops []jsonPatchOp
+	var ops []cabundle.Op
 	var p plan
 	seen := map[string]bool{}
 	for _, s := range obs.Slots {
@@ -193,7 +192,7 @@ func decide(obs *observation, bundle []byte, d digest, held map[string]heldSlot)
 		if obs.keepForeign {
 			value = withForeign(bundle, s.foreign)
 		}
-		ops = append(ops, jsonPatchOp{Op: "add", Path: s.Path, Value: s.value(value)})
+		ops = append(ops, cabundle.Op{Op: "add", Path: s.Path, Value: s.value(value)})
 		p.write = append(p.write, slotLabel(s))
 		if h, ok := held[s.Name]; ok && h.bundle == d && h.field != s.Digest {
 			p.overwritten = append(p.overwritten, slotLabel(s))
@@ -206,19 +205,17 @@ func decide(obs *observation, bundle []byte, d digest, held map[string]heldSlot)
 		p.upToDate = true
 		if obs.release && obs.certapiEntry >= 0 && obs.certapiOnlyCABundle {
 			i := obs.certapiEntry
-			p.release = mustJSON([]jsonPatchOp{
-				{Op: "test", Path: "/metadata/resourceVersion", Value: obs.ResourceVersion},
-				{Op: "test", Path: fmt.Sprintf("/metadata/managedFields/%d/manager", i), Value: certapiv1alpha1.FieldManager},
-				{Op: "test", Path: fmt.Sprintf("/metadata/managedFields/%d/operation", i), Value: string(metav1.ManagedFieldsOperationUpdate)},
-				{Op: "remove", Path: fmt.Sprintf("/metadata/managedFields/%d", i)},
-			})
+			p.release = cabundle.GuardedPatch(obs.ResourceVersion,
+				cabundle.Op{Op: "test", Path: fmt.Sprintf("/metadata/managedFields/%d/manager", i), Value: certapiv1alpha1.FieldManager},
+				cabundle.Op{Op: "test", Path: fmt.Sprintf("/metadata/managedFields/%d/operation", i), Value: string(metav1.ManagedFieldsOperationUpdate)},
+				cabundle.Op{Op: "remove", Path: fmt.Sprintf("/metadata/managedFields/%d", i)},
+			)
 		}
 		return p
 	}
-	// The test makes the patch apply to exactly the object observed: a webhook addressed by its
+	// The guard makes the patch apply to exactly the object observed: a webhook addressed by its
 	// index is the webhook we looked at, and kube-apiserver does not retry a failed test.
-	ops = append([]jsonPatchOp{{Op: "test", Path: "/metadata/resourceVersion", Value: obs.ResourceVersion}}, ops...)
-	p.patch = mustJSON(ops)
+	p.patch = cabundle.GuardedPatch(obs.ResourceVersion, ops...)
 	return p
 }
 
@@ -228,21 +225,6 @@ func slotLabel(s slot) string {
 		return fmt.Sprintf("webhook %q", s.Name)
 	}
 	return strings.TrimPrefix(strings.ReplaceAll(s.Path, "/", "."), ".")
-}
-
-// jsonPatchOp is one RFC 6902 operation.
-type jsonPatchOp struct {
-	Op    string `json:"op"`
-	Path  string `json:"path"`
-	Value any    `json:"value,omitempty"`
-}
-
-func mustJSON(v any) []byte {
-	b, err := json.Marshal(v)
-	if err != nil {
-		panic(fmt.Sprintf("injector: marshalling a JSON patch: %v", err)) // strings only: cannot happen
-	}
-	return b
 }
 
 // overwrittenBy names the managers (other than certapi) that own the named slots now, from the
@@ -415,53 +397,6 @@ func refusedTarget(kind Kind, name string, annotations map[string]string) (reaso
 		}
 	}
 	return "", ""
-}
-
-// ---------------------------------------------------------------------------------------------
-// Failed writes
-
-// writeFailure is how a failed caBundle write is handled.
-type writeFailure int
-
-const (
-	// failureTransient: the server could not answer now (429, 5xx, a timeout, the network): back off
-	// and retry.
-	failureTransient writeFailure = iota
-	// failureStale: the object changed under the write (409, or a JSON patch that no longer applies,
-	// usually its resourceVersion test): read it again and retry.
-	failureStale
-	// failureRefused: kube-apiserver judged this write and refused it (422 with field errors, 413, 400,
-	// 403). The same patch to the same object version gets the same answer, so retrying on a timer
-	// cannot help: the target is Failed until the object or the bundle changes.
-	failureRefused
-)
-
-// classifyWriteError says how to handle err, returned by a caBundle write.
-//
-// A refusal counts from the first one. Validation (the object would be too large, a field would be
-// invalid) and admission (a ValidatingAdmissionPolicy, RBAC) are functions of the object version, the
-// patch and the cluster's policy: retrying the same bytes against the same version is refused again,
-// and the one thing certapi controls, the bundle, only changes with a rotation, which retries every
-// target anyway. Waiting for a few refusals would only hold the rotation gate for longer. A 422
-// without field causes is different: that is kube-apiserver failing to apply the JSON patch itself
-// (its resourceVersion test, or a webhook index that moved), which a fresh read cures, so it is stale.
-func classifyWriteError(err error) writeFailure {
-	var status apierrors.APIStatus
-	if !errors.As(err, &status) {
-		return failureTransient
-	}
-	switch {
-	case apierrors.IsConflict(err):
-		return failureStale
-	case apierrors.IsInvalid(err), status.Status().Code == http.StatusUnprocessableEntity:
-		if d := status.Status().Details; d != nil && len(d.Causes) > 0 {
-			return failureRefused
-		}
-		return failureStale
-	case apierrors.IsRequestEntityTooLargeError(err), apierrors.IsBadRequest(err), apierrors.IsForbidden(err):
-		return failureRefused
-	}
-	return failureTransient
 }
 
 // refusedMessage describes a refused write for Problems and Events: the API's reason and message

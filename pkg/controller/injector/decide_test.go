@@ -6,32 +6,14 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
-	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
-	"github.com/certapi/certapi/pkg/signer"
+	"github.com/certapi/certapi/pkg/cabundle"
+	"github.com/certapi/certapi/pkg/signer/signertest"
 )
-
-// newBundle returns the PEM bundle of n fresh CAs.
-func newBundle(tb testing.TB, n int) []byte {
-	tb.Helper()
-	var certs []*signer.CA
-	for range n {
-		ca, err := signer.NewCA(signer.CAOptions{ClusterDomain: "cluster.local", Now: time.Now()})
-		if err != nil {
-			tb.Fatalf("NewCA: %v", err)
-		}
-		certs = append(certs, ca)
-	}
-	var b []byte
-	for _, ca := range certs {
-		b = append(b, signer.EncodeBundle(ca.Certificate)...)
-	}
-	return b
-}
 
 func svc() *admissionregistrationv1.ServiceReference {
 	return &admissionregistrationv1.ServiceReference{Namespace: "ns", Name: "svc"}
@@ -40,9 +22,9 @@ func svc() *admissionregistrationv1.ServiceReference {
 func ptr[T any](v T) *T { return &v }
 
 // decodePatch parses a JSON patch made by decide.
-func decodePatch(t *testing.T, patch []byte) []jsonPatchOp {
+func decodePatch(t *testing.T, patch []byte) []cabundle.Op {
 	t.Helper()
-	var ops []jsonPatchOp
+	var ops []cabundle.Op
 	if err := json.Unmarshal(patch, &ops); err != nil {
 		t.Fatalf("patch %s: %v", patch, err)
 	}
@@ -50,7 +32,7 @@ func decodePatch(t *testing.T, patch []byte) []jsonPatchOp {
 }
 
 func TestDecideWebhooks(t *testing.T) {
-	old, cur := newBundle(t, 1), newBundle(t, 2)
+	old, cur := signertest.Bundle(t, 1), signertest.Bundle(t, 2)
 	d := digestOf(cur)
 	vwc := &admissionregistrationv1.ValidatingWebhookConfiguration{
 		ObjectMeta: metav1.ObjectMeta{Name: "w", ResourceVersion: "42"},
@@ -69,7 +51,7 @@ func TestDecideWebhooks(t *testing.T) {
 		t.Fatalf("plan = %+v", p)
 	}
 	ops := decodePatch(t, p.patch)
-	want := []jsonPatchOp{
+	want := []cabundle.Op{
 		{Op: "test", Path: "/metadata/resourceVersion", Value: "42"},
 		{Op: "add", Path: "/webhooks/2/clientConfig/caBundle", Value: base64.StdEncoding.EncodeToString(cur)},
 		{Op: "add", Path: "/webhooks/3/clientConfig/caBundle", Value: base64.StdEncoding.EncodeToString(cur)},
@@ -115,7 +97,7 @@ func managedEntry(manager string, op metav1.ManagedFieldsOperationType, fields s
 }
 
 func TestOverwrittenBy(t *testing.T) {
-	bundle := newBundle(t, 1)
+	bundle := signertest.Bundle(t, 1)
 	vwc := &admissionregistrationv1.ValidatingWebhookConfiguration{
 		ObjectMeta: metav1.ObjectMeta{Name: "w", ManagedFields: []metav1.ManagedFieldsEntry{
 			managedEntry("owner", metav1.ManagedFieldsOperationApply, `{"f:webhooks":{"k:{\"name\":\"a\"}":{".":{},"f:name":{},"f:clientConfig":{"f:service":{}}}}}`),

@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
+	"github.com/certapi/certapi/pkg/signer/signertest"
 )
 
 // foreignCert returns the PEM of a self-signed certificate of another issuer, a CA when isCA.
@@ -46,9 +47,9 @@ func foreignCert(tb testing.TB, cn string, isCA bool) []byte {
 func join(parts ...[]byte) []byte { return bytes.Join(parts, nil) }
 
 func TestDecideKeepForeignCA(t *testing.T) {
-	bundle := newBundle(t, 2) // certapi's Active and Next CAs
+	bundle := signertest.Bundle(t, 2) // certapi's Active and Next CAs
 	d := digestOf(bundle)
-	retired := newBundle(t, 1) // a certapi CA no longer in the bundle (retired, or distrusted)
+	retired := signertest.Bundle(t, 1) // a certapi CA no longer in the bundle (retired, or distrusted)
 	oldCA := foreignCert(t, "cert-manager-webhook-ca", true)
 	otherCA := foreignCert(t, "service-ca@1700000000", true)
 	leaf := foreignCert(t, "webhook.ns.svc", false)

@@ -6,12 +6,11 @@ import (
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	aggregatorclient "k8s.io/kube-aggregator/pkg/client/clientset_generated/clientset"
 
-	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
+	"github.com/certapi/certapi/pkg/cabundle"
 )
 
 // Kind is a kind of object that can opt in to caBundle injection. Each kind has its own file, with
@@ -89,7 +88,7 @@ func newKindClients(c clientsets) map[Kind]*kindClient {
 // typedClient is what an accessor needs of a generated clientset's typed client for objects of type T.
 type typedClient[T any] interface {
 	Get(ctx context.Context, name string, opts metav1.GetOptions) (T, error)
-	Patch(ctx context.Context, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, subresources ...string) (T, error)
+	cabundle.Patcher[T]
 }
 
 // typedAccessor is the accessor of a kind with a generated typed client: the client, and the kind's
@@ -114,7 +113,7 @@ func (a typedAccessor[T]) get(ctx context.Context, name string) (*observation, e
 }
 
 func (a typedAccessor[T]) patch(ctx context.Context, name string, patch []byte) (*observation, error) {
-	o, err := a.client.Patch(ctx, name, types.JSONPatchType, patch, metav1.PatchOptions{FieldManager: certapiv1alpha1.FieldManager})
+	o, err := cabundle.Patch(ctx, a.client, name, patch)
 	if err != nil {
 		return nil, err
 	}

@@ -2,8 +2,6 @@ package injector
 
 import (
 	"errors"
-	"fmt"
-	"net/http"
 	"strings"
 	"testing"
 
@@ -55,39 +53,6 @@ func TestRefusedTarget(t *testing.T) {
 
 func optInOnly() map[string]string {
 	return map[string]string{certapiv1alpha1.AnnotationInjectCABundle: "true"}
-}
-
-func TestClassifyWriteError(t *testing.T) {
-	cm := schema.GroupResource{Resource: "configmaps"}
-	tooLong := apierrors.NewInvalid(schema.GroupKind{Kind: "ConfigMap"}, "big", field.ErrorList{field.TooLong(field.NewPath(""), "", 1048576)})
-	// What kube-apiserver answers when a JSON patch does not apply (a failed resourceVersion test).
-	testFailed := apierrors.NewGenericServerResponse(http.StatusUnprocessableEntity, "", schema.GroupResource{}, "",
-		"the server rejected our request due to an error in our request", 0, false)
-	for _, tc := range []struct {
-		name string
-		err  error
-		want writeFailure
-	}{
-		{"422 Invalid with field causes: the object would be too long", tooLong, failureRefused},
-		{"the same, wrapped", fmt.Errorf("writing: %w", tooLong), failureRefused},
-		{"422 without causes: the resourceVersion test failed", testFailed, failureStale},
-		{"409 Conflict: a resourceVersion race", apierrors.NewConflict(cm, "c", errors.New("changed")), failureStale},
-		{"413 RequestEntityTooLarge", apierrors.NewRequestEntityTooLargeError("limit is 3145728"), failureRefused},
-		{"400 BadRequest", apierrors.NewBadRequest("bad patch"), failureRefused},
-		{"403 Forbidden by an admission policy", apierrors.NewForbidden(cm, "c", errors.New("ValidatingAdmissionPolicy 'p' denied request")), failureRefused},
-		{"429 TooManyRequests", apierrors.NewTooManyRequests("slow down", 1), failureTransient},
-		{"500 InternalError", apierrors.NewInternalError(errors.New("etcd")), failureTransient},
-		{"503 ServiceUnavailable", apierrors.NewServiceUnavailable("later"), failureTransient},
-		{"504 Timeout", apierrors.NewTimeoutError("slow", 1), failureTransient},
-		{"404 NotFound", apierrors.NewNotFound(cm, "c"), failureTransient},
-		{"not an API error: the network", errors.New("connection refused"), failureTransient},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			if got := classifyWriteError(tc.err); got != tc.want {
-				t.Errorf("classifyWriteError(%v) = %d, want %d", tc.err, got, tc.want)
-			}
-		})
-	}
 }
 
 func TestRefusedMessage(t *testing.T) {

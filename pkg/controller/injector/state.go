@@ -46,7 +46,7 @@ const (
 	// claims it, or another writer keeps overwriting it).
 	StateConflict State = "Conflict"
 	// StateFailed: kube-apiserver refused the write with an error that retrying cannot fix (see
-	// classifyWriteError). Like a conflict it does not hold the rotation gate: one tenant's object that
+	// cabundle.Classify). Like a conflict it does not hold the rotation gate: one tenant's object that
 	// can never take the bundle must not stop every rotation. It is tried again when the object or the
 	// bundle changes, never on a timer.
 	StateFailed State = "Failed"
@@ -197,7 +197,7 @@ func (i *Injector) setFailed(k key, obs *observation, msg string) {
 	}
 }
 
-// setRefused records a write that kube-apiserver refused for good (see classifyWriteError) of the bundle
+// setRefused records a write that kube-apiserver refused for good (see cabundle.Classify) of the bundle
 // with digest d into k at resourceVersion rv, and records a Warning Event, once per distinct message.
 func (i *Injector) setRefused(k key, m *metav1.PartialObjectMetadata, rv string, d digest, msg string) {
 	i.mu.Lock()

@@ -9,6 +9,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
+	"github.com/certapi/certapi/pkg/signer/signertest"
 )
 
 // staticSource is a BundleSource whose bundle never changes.
@@ -20,7 +21,7 @@ func (staticSource) AddListener(dynamiccertificates.Listener) func() { return fu
 
 func TestSummaryAndAllHold(t *testing.T) {
 	// Summary and AllHold on hand-made state (the informer-backed parts are covered against kube-apiserver in test/integration/injector).
-	bundle := newBundle(t, 1)
+	bundle := signertest.Bundle(t, 1)
 	i := &Injector{objects: map[key]*objState{}, bundleCache: map[digest]canonicalBundle{}}
 	i.objects[key{KindAPIService, "b"}] = &objState{state: StateSkipped, reason: ReasonNothingToInject, message: "local"}
 	i.objects[key{KindValidatingWebhookConfiguration, "z"}] = &objState{state: StateConflict, reason: ReasonClaimedByAnotherInjector, message: "m"}
@@ -48,7 +49,7 @@ func TestSummaryAndAllHold(t *testing.T) {
 // again); a target up to date with the same CAs in another order (the switch made Next Active) stays
 // up to date, so that status never reads "0 of N" in the second the bundle changes.
 func TestSummaryFailedAndReordered(t *testing.T) {
-	a, b := newBundle(t, 1), newBundle(t, 1)
+	a, b := signertest.Bundle(t, 1), signertest.Bundle(t, 1)
 	ab := append(append([]byte{}, a...), b...)
 	ba := append(append([]byte{}, b...), a...)
 	i := &Injector{objects: map[key]*objState{}, bundleCache: map[digest]canonicalBundle{}}
@@ -88,7 +89,7 @@ func TestSummaryFailedAndReordered(t *testing.T) {
 // version of the object, and waits for one that changed since (or was refused with another bundle):
 // that one is being tried again.
 func TestAllHoldFailed(t *testing.T) {
-	bundle := newBundle(t, 1)
+	bundle := signertest.Bundle(t, 1)
 	for _, tc := range []struct {
 		name      string
 		refusedRV string
@@ -110,7 +111,7 @@ func TestAllHoldFailed(t *testing.T) {
 			}
 			d := i.canonical(bundle).digest
 			if tc.otherCA {
-				d = i.canonical(newBundle(t, 1)).digest
+				d = i.canonical(signertest.Bundle(t, 1)).digest
 			}
 			obs := &observation{UID: "u", ResourceVersion: tc.refusedRV, Slots: []slot{{Path: "/data/ca.crt"}}}
 			i.objects[key{KindConfigMap, "ns/big"}] = &objState{state: StateFailed, obs: obs, refused: refusedWrite{resourceVersion: tc.refusedRV, bundle: d}}

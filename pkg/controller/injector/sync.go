@@ -8,6 +8,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/klog/v2"
 
+	"github.com/certapi/certapi/pkg/cabundle"
 	"github.com/certapi/certapi/pkg/controller"
 )
 
@@ -107,9 +108,11 @@ func (i *Injector) sync(ctx context.Context, k key) (time.Duration, error) {
 				}
 			}
 			resp, err := kc.patch(ctx, k.name, p.patch)
-			if err != nil && classifyWriteError(err) == failureRefused {
+			if err != nil && cabundle.Classify(err) == cabundle.Refused {
 				// Not retried on a timer: the informer brings the object back when it changes, and a new
-				// bundle re-checks every target.
+				// bundle re-checks every target. A refusal counts from the first one: the one thing certapi
+				// controls, the bundle, only changes with a rotation, which retries every target anyway,
+				// and waiting for a few refusals would only hold the rotation gate for longer.
 				i.setRefused(k, m, obs.ResourceVersion, d, refusedMessage(k.kind, k.name, err))
 				logger.Info("kube-apiserver refused the caBundle write; the target no longer holds CA rotations and is tried again when it changes",
 					"reason", apierrors.ReasonForError(err), "err", shortError(err))
@@ -135,7 +138,7 @@ const staleRetries = 3
 
 // failure returns the problem message for a failed write, or "" while a stale write is retried.
 func (i *Injector) failure(k key, err error, msg string) string {
-	if classifyWriteError(err) == failureStale && i.queue.NumRequeues(k) < staleRetries {
+	if cabundle.Classify(err) == cabundle.Stale && i.queue.NumRequeues(k) < staleRetries {
 		return ""
 	}
 	return msg

@@ -6,10 +6,12 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/certapi/certapi/pkg/signer/signertest"
 )
 
 func TestObserveWebhooks(t *testing.T) {
-	bundle := newBundle(t, 1)
+	bundle := signertest.Bundle(t, 1)
 	vwc := &admissionregistrationv1.ValidatingWebhookConfiguration{
 		ObjectMeta: metav1.ObjectMeta{Name: "w", UID: "u1", ResourceVersion: "7"},
 		Webhooks: []admissionregistrationv1.ValidatingWebhook{

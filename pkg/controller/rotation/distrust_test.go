@@ -9,16 +9,13 @@ import (
 
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	"github.com/certapi/certapi/pkg/signer"
+	"github.com/certapi/certapi/pkg/signer/signertest"
 )
 
 func TestDistrustStatus(t *testing.T) {
 	now := time.Date(2030, 1, 1, 0, 0, 0, 123, time.UTC)
 	mk := func() *signer.CA {
-		ca, err := signer.NewCA(signer.CAOptions{ClusterDomain: "cluster.local", Duration: 8760 * time.Hour, Now: now})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return ca
+		return signertest.NewCA(t, now, 8760*time.Hour)
 	}
 	oldCA, newCA := mk(), mk()
 	pol := signer.RotationPolicy{DistrustDwell: 5 * time.Second, DistrustDeadline: 15 * time.Minute}
@@ -87,11 +84,7 @@ func TestDistrustStatus(t *testing.T) {
 func TestDistrustStatusNamesEveryDistrustedCA(t *testing.T) {
 	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	mk := func() *signer.CA {
-		ca, err := signer.NewCA(signer.CAOptions{ClusterDomain: "cluster.local", Duration: 8760 * time.Hour, Now: now})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return ca
+		return signertest.NewCA(t, now, 8760*time.Hour)
 	}
 	pol := signer.RotationPolicy{Grace: time.Hour, MaxCertificateDuration: 48 * time.Hour, DistrustDwell: 5 * time.Second, DistrustDeadline: 15 * time.Minute}
 	active, next, retiring := mk(), mk(), mk()

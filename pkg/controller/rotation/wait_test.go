@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/certapi/certapi/pkg/signer"
+	"github.com/certapi/certapi/pkg/signer/signertest"
 )
 
 // TestUntilDue: the controller sleeps until the clock makes a step due, and while a distrust is pending
@@ -13,11 +14,7 @@ import (
 func TestUntilDue(t *testing.T) {
 	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	mk := func(at time.Time) *signer.CA {
-		ca, err := signer.NewCA(signer.CAOptions{ClusterDomain: "cluster.local", Duration: 300 * 24 * time.Hour, Now: at})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return ca
+		return signertest.NewCA(t, at, 300*24*time.Hour)
 	}
 	active, old := mk(now), mk(now.Add(-time.Hour))
 	pol := signer.RotationPolicy{Grace: time.Hour, MaxCertificateDuration: 2160 * time.Hour,

@@ -3,12 +3,14 @@ package secretdelivery
 import (
 	"context"
 	"crypto/x509"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -16,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/retry"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
@@ -25,6 +28,7 @@ import (
 	certapifake "github.com/certapi/certapi/pkg/generated/clientset/versioned/fake"
 	"github.com/certapi/certapi/pkg/issuer"
 	"github.com/certapi/certapi/pkg/signer"
+	"github.com/certapi/certapi/pkg/signer/signertest"
 )
 
 // testNow is a fixed "now" so that unit tests do not depend on the clock.
@@ -32,7 +36,7 @@ var testNow = time.Date(2030, time.March, 4, 12, 0, 0, 0, time.UTC)
 
 const (
 	testNamespace = "webhooks"
-	testDomain    = "cluster.local"
+	testDomain    = signertest.ClusterDomain
 )
 
 // fakeAuthority is an issuer.Authority whose CA and leadership a test controls. It signs with the real
@@ -116,11 +120,7 @@ func newTestContext(tb testing.TB, kube kubernetes.Interface, certapi versioned.
 // newTestCA makes a CA for testDomain issued at now.
 func newTestCA(tb testing.TB, now time.Time) *signer.CA {
 	tb.Helper()
-	ca, err := signer.NewCA(signer.CAOptions{ClusterDomain: testDomain, Now: now})
-	if err != nil {
-		tb.Fatalf("NewCA: %v", err)
-	}
-	return ca
+	return signertest.NewCA(tb, now, 0)
 }
 
 // newRequest makes a request for Service svc delivering into secretName, at generation 1.
@@ -177,7 +177,7 @@ func newHarness(tb testing.TB, kubeObjects ...runtime.Object) *harness {
 	h.bundle = signer.EncodeBundle(h.ca.Certificate)
 	h.authority.now = h.clock.Now
 	h.authority.set(h.ca, h.bundle, true)
-	h.status = status.New(status.ClientUpdater(h.certapi), time.Millisecond, 1)
+	h.status = status.New(clientStatusUpdater{h.certapi}, time.Millisecond, 1)
 	c, err := New(Options{
 		Context:   newTestContext(tb, h.kube, h.certapi),
 		Authority: h.authority,
@@ -267,4 +267,32 @@ func verifyServing(tb testing.TB, s *corev1.Secret, dnsName string, at time.Time
 		tb.Fatalf("tls.key does not belong to tls.crt")
 	}
 	return cert
+}
+
+// clientStatusUpdater is a test double of the leader's status writes: production writes request status
+// in-process through certapi's own storage (servingcertrequest.StatusUpdater, run against etcd by
+// test/integration/registry), which a unit test on fake clientsets does not have. It reads and writes
+// the fake clientset's status subresource, so that a test reads the status the controller wrote where
+// it reads every other object. Like StatusUpdater, a request that does not exist is no error.
+type clientStatusUpdater struct{ client versioned.Interface }
+
+func (c clientStatusUpdater) UpdateStatus(ctx context.Context, key types.NamespacedName, mutate func(*certapiv1alpha1.ServingCertRequest) bool) error {
+	scrs := c.client.CertapiV1alpha1().ServingCertRequests(key.Namespace)
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		obj, err := scrs.Get(ctx, key.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil // deleted meanwhile: nothing to report on
+		}
+		if err != nil {
+			return fmt.Errorf("getting %s: %w", key, err)
+		}
+		if !mutate(obj) {
+			return nil
+		}
+		_, err = scrs.UpdateStatus(ctx, obj, metav1.UpdateOptions{FieldManager: certapiv1alpha1.FieldManager})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return err
+	})
 }

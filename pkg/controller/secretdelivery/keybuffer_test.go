@@ -161,7 +161,7 @@ func TestDeliverSendsTheKeyIntactOnRetry(t *testing.T) {
 			c, err := New(Options{
 				Context:   newTestContext(t, srv.clientset(t), certapifake.NewSimpleClientset()),
 				Authority: &fakeAuthority{ca: ca, bundle: bundle, ok: true},
-				Status:    status.New(status.ClientUpdater(certapifake.NewSimpleClientset()), time.Millisecond, 1),
+				Status:    status.New(clientStatusUpdater{certapifake.NewSimpleClientset()}, time.Millisecond, 1),
 			})
 			if err != nil {
 				t.Fatal(err)

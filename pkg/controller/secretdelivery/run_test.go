@@ -53,7 +53,7 @@ func newRunEnv(t *testing.T) *runEnv {
 	copyingWatches(e.certapi)
 	ca := newTestCA(t, time.Now())
 	e.authority.set(ca, signer.EncodeBundle(ca.Certificate), true)
-	e.status = status.New(status.ClientUpdater(e.certapi), 10*time.Millisecond, 1)
+	e.status = status.New(clientStatusUpdater{e.certapi}, 10*time.Millisecond, 1)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { _ = e.status.Run(ctx); close(done) }()

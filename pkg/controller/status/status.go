@@ -8,16 +8,13 @@ import (
 	"sync"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/clock"
 
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	"github.com/certapi/certapi/pkg/controller"
-	"github.com/certapi/certapi/pkg/generated/clientset/versioned"
 )
 
 // Condition reasons certapi writes on a request's Ready condition.
@@ -63,36 +60,10 @@ func (p *pending) empty() bool { return p.issued == nil && p.ready == nil && p.b
 
 // Updater writes one request's status: it applies mutate to the stored request and writes the status
 // when mutate reports a change. The server's own storage implements it in-process
-// (servingcertrequest.StatusUpdater); ClientUpdater does it through the API.
+// (servingcertrequest.StatusUpdater), which is the one way the leader writes request status; unit tests
+// give a double of it.
 type Updater interface {
 	UpdateStatus(ctx context.Context, key types.NamespacedName, mutate func(*certapiv1alpha1.ServingCertRequest) bool) error
-}
-
-// ClientUpdater is an Updater through the API: a read and, when something changed, a write of the
-// status subresource, read and tried again on a conflict.
-func ClientUpdater(client versioned.Interface) Updater { return clientUpdater{client} }
-
-type clientUpdater struct{ client versioned.Interface }
-
-func (c clientUpdater) UpdateStatus(ctx context.Context, key types.NamespacedName, mutate func(*certapiv1alpha1.ServingCertRequest) bool) error {
-	scrs := c.client.CertapiV1alpha1().ServingCertRequests(key.Namespace)
-	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		obj, err := scrs.Get(ctx, key.Name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return nil // deleted meanwhile: nothing to report on
-		}
-		if err != nil {
-			return fmt.Errorf("getting %s: %w", key, err)
-		}
-		if !mutate(obj) {
-			return nil
-		}
-		_, err = scrs.UpdateStatus(ctx, obj, metav1.UpdateOptions{FieldManager: certapiv1alpha1.FieldManager})
-		if apierrors.IsNotFound(err) {
-			return nil
-		}
-		return err
-	})
 }
 
 // Writer queues status changes per request and writes each request's status at most once per

@@ -3,7 +3,6 @@ package status
 import (
 	"context"
 	"errors"
-	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -15,7 +14,6 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
-	certapifake "github.com/certapi/certapi/pkg/generated/clientset/versioned/fake"
 )
 
 var (
@@ -28,43 +26,26 @@ func testIssued(serial string) *Issued {
 		NotAfter: testNow.Add(time.Hour), RenewalTime: testNow.Add(40 * time.Minute), IssuedAt: testNow}
 }
 
-// TestClientUpdater: through the API, a change is a read and a write of the status subresource, and a
-// change that changes nothing is the read alone.
-func TestClientUpdater(t *testing.T) {
+// TestApplyPending: a change is reported (and so written) only when it changes the status, and the
+// status then holds the issued certificate, the bundle and Ready=True.
+func TestApplyPending(t *testing.T) {
 	stored := &certapiv1alpha1.ServingCertRequest{ObjectMeta: metav1.ObjectMeta{Namespace: testKey.Namespace, Name: testKey.Name, Generation: 1, ResourceVersion: "5"}}
 	issuedStored := stored.DeepCopy()
 	applyPending(issuedStored, &pending{issued: testIssued("01")})
 	for _, tc := range []struct {
-		name      string
-		stored    *certapiv1alpha1.ServingCertRequest
-		change    *pending
-		wantVerbs []string
+		name        string
+		stored      *certapiv1alpha1.ServingCertRequest
+		change      *pending
+		wantChanged bool
 	}{
-		{name: "issued", stored: stored, change: &pending{issued: testIssued("01")}, wantVerbs: []string{"get", "update"}},
-		{name: "the same certificate again", stored: issuedStored, change: &pending{issued: testIssued("01")}, wantVerbs: []string{"get"}},
-		{name: "a new bundle", stored: issuedStored, change: &pending{bundle: ptr("NEW")}, wantVerbs: []string{"get", "update"}},
+		{name: "issued", stored: stored, change: &pending{issued: testIssued("01")}, wantChanged: true},
+		{name: "the same certificate again", stored: issuedStored, change: &pending{issued: testIssued("01")}, wantChanged: false},
+		{name: "a new bundle", stored: issuedStored, change: &pending{bundle: ptr("NEW")}, wantChanged: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			client := certapifake.NewSimpleClientset(tc.stored.DeepCopy())
-			client.ClearActions()
-			if err := ClientUpdater(client).UpdateStatus(context.Background(), testKey, func(obj *certapiv1alpha1.ServingCertRequest) bool {
-				return applyPending(obj, tc.change)
-			}); err != nil {
-				t.Fatal(err)
-			}
-			var verbs []string
-			for _, a := range client.Actions() {
-				verbs = append(verbs, a.GetVerb())
-				if a.GetVerb() == "update" && a.GetSubresource() != "status" {
-					t.Errorf("update of subresource %q; want the status subresource", a.GetSubresource())
-				}
-			}
-			if !slices.Equal(verbs, tc.wantVerbs) {
-				t.Errorf("requests %v; want %v", verbs, tc.wantVerbs)
-			}
-			got, err := client.CertapiV1alpha1().ServingCertRequests(testKey.Namespace).Get(context.Background(), testKey.Name, metav1.GetOptions{})
-			if err != nil {
-				t.Fatal(err)
+			got := tc.stored.DeepCopy()
+			if changed := applyPending(got, tc.change); changed != tc.wantChanged {
+				t.Errorf("applyPending reported a change: %v; want %v", changed, tc.wantChanged)
 			}
 			st := got.Status
 			if st.Certificate != "CERT01" || st.SerialNumber != "01" || st.NotAfter == nil || !st.NotAfter.Time.Equal(testNow.Add(time.Hour)) ||
@@ -81,17 +62,6 @@ func TestClientUpdater(t *testing.T) {
 				t.Errorf("conditions %+v; want Ready=True", st.Conditions)
 			}
 		})
-	}
-}
-
-// TestClientUpdaterDeleted: a request deleted before its status is written is nothing to report on.
-func TestClientUpdaterDeleted(t *testing.T) {
-	err := ClientUpdater(certapifake.NewSimpleClientset()).UpdateStatus(context.Background(), testKey, func(*certapiv1alpha1.ServingCertRequest) bool {
-		t.Error("mutate called for a request that does not exist")
-		return true
-	})
-	if err != nil {
-		t.Errorf("UpdateStatus of a deleted request: %v; want nil", err)
 	}
 }
 

@@ -1,9 +1,10 @@
 // Package trustbundle is the leader's publisher of certapi's CA bundle as a signer-linked
 // ClusterTrustBundle: one object, Name, with spec.signerName certapi.dev/serving, which pods mount with a
-// clusterTrustBundle projected volume (by name, or by signerName). It holds the bundle in canonical form
-// (the injector's: parsed, deduplicated, in order), is written only when it differs, with a JSON patch
-// guarded by a test of the resourceVersion under field manager certapi, and is re-created if deleted. It is a rotation
-// target like every injected object: the gate waits until it holds the bundle (AllHold).
+// clusterTrustBundle projected volume (by name, or by signerName). It holds the bundle in the canonical
+// form every injected target holds (cabundle.Canonical: parsed, deduplicated, in order), is written only
+// when it differs, with cabundle's guarded write (a JSON patch that tests the resourceVersion, under
+// field manager certapi), and is re-created if deleted. It is a rotation target like every injected
+// object: the gate waits until it holds the bundle (AllHold).
 //
 // Writing a ClusterTrustBundle with a signerName needs the "attest" verb on signers/certapi.dev/serving
 // (certificates.k8s.io), besides create, patch, get, list and watch on clustertrustbundles.
@@ -14,18 +15,14 @@ package trustbundle
 
 import (
 	"context"
-	"crypto/x509"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -34,8 +31,8 @@ import (
 	"k8s.io/klog/v2"
 
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
+	"github.com/certapi/certapi/pkg/cabundle"
 	"github.com/certapi/certapi/pkg/controller"
-	"github.com/certapi/certapi/pkg/signer"
 )
 
 // Name is the ClusterTrustBundle certapi keeps (certapiv1alpha1.ClusterTrustBundleName).
@@ -197,16 +194,10 @@ func (p *Publisher) sync(ctx context.Context, _ string) (controller.Result, erro
 		}
 		logger.V(2).Info("Created the ClusterTrustBundle", "name", Name)
 	case ActionUpdate:
-		// A JSON patch whose first operation tests the resourceVersion of the cached copy: a change
-		// since makes it fail (422), and the informer brings the change back here.
-		patch, err := json.Marshal([]map[string]string{
-			{"op": "test", "path": "/metadata/resourceVersion", "value": cur.ResourceVersion},
-			{"op": "replace", "path": "/spec/trustBundle", "value": want},
-		})
-		if err != nil {
-			return controller.Result{}, fmt.Errorf("making the patch of ClusterTrustBundle %s: %w", Name, err)
-		}
-		if _, err := p.kube.CertificatesV1().ClusterTrustBundles().Patch(ctx, Name, types.JSONPatchType, patch, metav1.PatchOptions{FieldManager: certapiv1alpha1.FieldManager}); err != nil {
+		// Guarded by the resourceVersion of the cached copy: a change since makes it fail (422), and
+		// the informer brings the change back here.
+		patch := cabundle.GuardedPatch(cur.ResourceVersion, cabundle.Op{Op: "replace", Path: "/spec/trustBundle", Value: want})
+		if _, err := cabundle.Patch(ctx, p.kube.CertificatesV1().ClusterTrustBundles(), Name, patch); err != nil {
 			if !stale(err) {
 				p.setProblem(fmt.Sprintf("updating ClusterTrustBundle %s: %v", Name, err))
 			}
@@ -221,7 +212,7 @@ func (p *Publisher) sync(ctx context.Context, _ string) (controller.Result, erro
 // stale reports whether a write failed because the object changed since it was read: a conflict, or the
 // patch's resourceVersion test failing (422).
 func stale(err error) bool {
-	return apierrors.IsConflict(err) || apierrors.IsInvalid(err)
+	return cabundle.Classify(err) == cabundle.Stale
 }
 
 // want is the canonical bundle; ok=false when the Source has none.
@@ -234,10 +225,10 @@ func (p *Publisher) want() (string, bool, error) {
 	return s, err == nil, err
 }
 
-// canonical is the bundle as every target is written (signer.CanonicalBundle).
+// canonical is the bundle as every target is written (cabundle.Canonical).
 func canonical(raw []byte) (string, error) {
-	b, err := signer.CanonicalBundle(raw)
-	return string(b), err
+	b, err := cabundle.Canonical(raw)
+	return string(b.PEM), err
 }
 
 func (p *Publisher) setProblem(msg string) {
@@ -286,29 +277,7 @@ func (p *Publisher) UpToDate() bool {
 		return false
 	}
 	cur, err := p.lister.Get(Name)
-	return err == nil && sameCertificates([]byte(cur.Spec.TrustBundle), raw)
-}
-
-// sameCertificates reports whether two PEM bundles hold the same set of certificates; false when
-// either does not parse.
-func sameCertificates(a, b []byte) bool {
-	ca, err := signer.ParseBundle(a)
-	if err != nil {
-		return false
-	}
-	cb, err := signer.ParseBundle(b)
-	if err != nil {
-		return false
-	}
-	set := func(certs []*x509.Certificate) []string {
-		out := make([]string, 0, len(certs))
-		for _, c := range certs {
-			out = append(out, string(c.Raw))
-		}
-		slices.Sort(out)
-		return slices.Compact(out)
-	}
-	return slices.Equal(set(ca), set(cb))
+	return err == nil && cabundle.SameCertificates([]byte(cur.Spec.TrustBundle), raw)
 }
 
 // listenerFunc adapts a function to the Source's listener.

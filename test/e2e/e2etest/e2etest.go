@@ -1,48 +1,27 @@
-// Package e2etest holds the helpers that the end-to-end packages share: test/e2e and test/e2e/faults
-// (the fault tests, a package of their own so that `go test` runs them beside the rest of test/e2e).
+// Package e2etest holds the helpers that the end-to-end packages share: test/e2e, test/e2e/faults (the
+// fault tests) and test/e2e/manifests (the manifests of artifacts/), packages of their own so that `go
+// test` runs them beside the rest of test/e2e.
 package e2etest
 
 import (
 	"context"
-	"crypto"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	"github.com/certapi/certapi/pkg/generated/clientset/versioned"
 	"github.com/certapi/certapi/pkg/signer"
 	"github.com/certapi/certapi/test/framework"
+	"github.com/certapi/certapi/test/testhelpers"
 )
 
 // CAKey is the etcd key under which certapi stores the CA's private keys (CertificateAuthorityKey default).
 const CAKey = "/registry/certapi.dev/certificateauthoritykeys/default"
-
-// Clients returns a certapi clientset and a Kubernetes clientset for config.
-func Clients(t testing.TB, config *rest.Config) (versioned.Interface, kubernetes.Interface) {
-	t.Helper()
-	c, err := versioned.NewForConfig(config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	k, err := kubernetes.NewForConfig(config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c, k
-}
 
 // Namespace creates a namespace with a generated name for one test, and deletes it afterwards.
 func Namespace(t testing.TB, kube kubernetes.Interface) string {
@@ -67,12 +46,11 @@ func Request(name, svc string) *certapiv1alpha1.ServingCertRequest {
 	}
 }
 
-// Eventually polls cond every 100ms until it returns true or the deadline passes, and fails the test then.
+// Eventually is testhelpers.Eventually at the end-to-end packages' pace: cond every 100 ms until it
+// holds, failing the test after timeout or at once on an error from cond.
 func Eventually(t testing.TB, timeout time.Duration, what string, cond func(ctx context.Context) (bool, error)) {
 	t.Helper()
-	if err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, timeout, true, cond); err != nil {
-		t.Fatalf("waiting for %s: %v", what, err)
-	}
+	testhelpers.Eventually(t, 100*time.Millisecond, timeout, what, cond)
 }
 
 // CAObject returns CertificateAuthority/default.
@@ -107,7 +85,7 @@ func UpdateCA(t testing.TB, c versioned.Interface, change func(*certapiv1alpha1.
 // ActiveSerial waits until CertificateAuthority/default shows an Active CA and returns its serial.
 func ActiveSerial(t testing.TB, own *framework.ControlPlane) string {
 	t.Helper()
-	c, _ := Clients(t, own.AdminConfig)
+	c, _ := testhelpers.Clients(t, own.AdminConfig)
 	var serial string
 	Eventually(t, 60*time.Second, "CertificateAuthority/default to show the Active CA", func(ctx context.Context) (bool, error) {
 		ca, err := c.CertapiV1alpha1().CertificateAuthorities().Get(ctx, "default", metav1.GetOptions{})
@@ -147,30 +125,6 @@ func IssuerSerialOf(t testing.TB, certPEM, bundle string) string {
 	}
 	t.Fatal("no CA in the bundle signed the certificate")
 	return ""
-}
-
-// ECKey generates an ECDSA key on curve.
-func ECKey(t testing.TB, curve elliptic.Curve) *ecdsa.PrivateKey {
-	t.Helper()
-	k, err := ecdsa.GenerateKey(curve, rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return k
-}
-
-// CSRPEM makes a PKCS#10 request for key; its subject and SANs are deliberately foreign, since certapi
-// must ignore them and take the identity from the ServingCertRequest.
-func CSRPEM(t testing.TB, key crypto.Signer) string {
-	t.Helper()
-	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{
-		Subject:  pkix.Name{CommonName: "evil.example.com"},
-		DNSNames: []string{"evil.example.com", "kubernetes.default.svc"},
-	}, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}))
 }
 
 // ServingCert returns a servingcerts subresource body for csr, with an optional duration.

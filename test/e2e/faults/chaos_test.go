@@ -22,6 +22,7 @@ import (
 	"github.com/certapi/certapi/pkg/signer"
 	"github.com/certapi/certapi/test/e2e/e2etest"
 	"github.com/certapi/certapi/test/framework"
+	"github.com/certapi/certapi/test/testhelpers"
 )
 
 // Fault tests on the real control plane (issue 9, "Chaos, with figures"). Each logs its measured
@@ -46,7 +47,7 @@ func TestPausedLeaderSignsNothing(t *testing.T) {
 		CertapiReplicaArgs: framework.LeaderIdentityArgs,
 		CertapiArgs:        []string{"--leader-session-ttl=" + ttl.String(), "--handoff-timeout=" + handoff.String()},
 	})
-	c, kube := e2etest.Clients(t, own.AdminConfig)
+	c, kube := testhelpers.Clients(t, own.AdminConfig)
 	ns := e2etest.Namespace(t, kube)
 	if _, err := c.CertapiV1alpha1().ServingCertRequests(ns).Create(context.Background(), e2etest.Request("paused", "paused"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -185,7 +186,7 @@ func TestEtcdStoppedUnderLoad(t *testing.T) {
 		CertapiReplicaArgs: framework.LeaderIdentityArgs,
 		CertapiArgs:        []string{"--handoff-timeout=" + handoff.String()},
 	})
-	c, kube := e2etest.Clients(t, own.AdminConfig)
+	c, kube := testhelpers.Clients(t, own.AdminConfig)
 	ns := e2etest.Namespace(t, kube)
 	names := createRequests(t, c, ns, 10)
 	serial := e2etest.ActiveSerial(t, own)
@@ -251,7 +252,7 @@ func TestEtcdMemberLossUnderLoad(t *testing.T) {
 		CertapiReplicaArgs: framework.LeaderIdentityArgs,
 		CertapiArgs:        []string{"--handoff-timeout=" + handoff.String()},
 	})
-	c, kube := e2etest.Clients(t, own.AdminConfig)
+	c, kube := testhelpers.Clients(t, own.AdminConfig)
 	ns := e2etest.Namespace(t, kube)
 	names := createRequests(t, c, ns, 10)
 	serial := e2etest.ActiveSerial(t, own)
@@ -335,7 +336,7 @@ func TestEtcdMemberLossUnderLoad(t *testing.T) {
 func TestAPIServerRestartDuringRotation(t *testing.T) {
 	const targets = 200
 	own := framework.StartT(t, framework.Options{CertapiArgs: []string{"--rotation-grace=5s", "--max-certificate-duration=20s"}})
-	c, kube := e2etest.Clients(t, own.AdminConfig)
+	c, kube := testhelpers.Clients(t, own.AdminConfig)
 	ns := e2etest.Namespace(t, kube)
 	old := e2etest.ActiveSerial(t, own)
 	vwcs := kube.AdmissionregistrationV1().ValidatingWebhookConfigurations()

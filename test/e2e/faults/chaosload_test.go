@@ -19,8 +19,10 @@ import (
 
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	"github.com/certapi/certapi/pkg/generated/clientset/versioned"
+	"github.com/certapi/certapi/pkg/signer/signertest"
 	"github.com/certapi/certapi/test/e2e/e2etest"
 	"github.com/certapi/certapi/test/framework"
+	"github.com/certapi/certapi/test/testhelpers"
 )
 
 // The load and measuring helpers of the fault tests in chaos_test.go.
@@ -33,7 +35,7 @@ type issueTarget struct {
 
 // throughAPIServer sends calls through own's kube-apiserver, as the admin.
 func throughAPIServer(t *testing.T, own *framework.ControlPlane) issueTarget {
-	c, _ := e2etest.Clients(t, own.AdminConfig)
+	c, _ := testhelpers.Clients(t, own.AdminConfig)
 	return issueTarget{name: framework.ProcessKubeAPIServer, c: c}
 }
 
@@ -43,7 +45,7 @@ func toReplica(t *testing.T, own *framework.ControlPlane, i int) issueTarget {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, _ := e2etest.Clients(t, cfg)
+	c, _ := testhelpers.Clients(t, cfg)
 	return issueTarget{name: own.ReplicaName(i), c: c}
 }
 
@@ -95,7 +97,7 @@ type issueLoad struct {
 // cleanup stops it, if the test does not first.
 func startLoad(t *testing.T, ns string, names []string, rate int, guard time.Duration, targets ...issueTarget) *issueLoad {
 	t.Helper()
-	body := e2etest.ServingCert(e2etest.CSRPEM(t, e2etest.ECKey(t, elliptic.P256())), nil)
+	body := e2etest.ServingCert(signertest.CSRPEM(t, signertest.ECKey(t, elliptic.P256())), nil)
 	l := &issueLoad{stop: make(chan struct{})}
 	interval := time.Second / time.Duration(rate)
 	for _, tg := range targets {

@@ -16,8 +16,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/certapi/certapi/pkg/signer/signertest"
 	"github.com/certapi/certapi/test/e2e/e2etest"
 	"github.com/certapi/certapi/test/framework"
+	"github.com/certapi/certapi/test/testhelpers"
 )
 
 func waitLeader(t *testing.T, own *framework.ControlPlane, timeout time.Duration) int {
@@ -75,8 +77,8 @@ type outcome struct {
 }
 
 func issueLoop(t *testing.T, own *framework.ControlPlane, ns, name string, workers int, stop <-chan struct{}, bound time.Duration) (func() []outcome, *sync.WaitGroup) {
-	c, _ := e2etest.Clients(t, own.AdminConfig)
-	body := e2etest.ServingCert(e2etest.CSRPEM(t, e2etest.ECKey(t, elliptic.P256())), nil)
+	c, _ := testhelpers.Clients(t, own.AdminConfig)
+	body := e2etest.ServingCert(signertest.CSRPEM(t, signertest.ECKey(t, elliptic.P256())), nil)
 	var mu sync.Mutex
 	var results []outcome
 	var wg sync.WaitGroup
@@ -125,7 +127,7 @@ func TestFailover(t *testing.T) {
 		CertapiReplicaArgs: framework.LeaderIdentityArgs,
 		CertapiArgs:        []string{"--leader-session-ttl=" + ttl.String(), "--handoff-timeout=" + handoff.String()},
 	})
-	c, kube := e2etest.Clients(t, own.AdminConfig)
+	c, kube := testhelpers.Clients(t, own.AdminConfig)
 	ns := e2etest.Namespace(t, kube)
 	if _, err := c.CertapiV1alpha1().ServingCertRequests(ns).Create(context.Background(), e2etest.Request("loop", "loop"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -210,7 +212,7 @@ func TestGracefulStopUnderConcurrentLoad(t *testing.T) {
 		CertapiReplicaArgs: framework.LeaderIdentityArgs,
 		CertapiArgs:        []string{"--handoff-timeout=" + handoff.String()},
 	})
-	c, kube := e2etest.Clients(t, own.AdminConfig)
+	c, kube := testhelpers.Clients(t, own.AdminConfig)
 	ns := e2etest.Namespace(t, kube)
 	if _, err := c.CertapiV1alpha1().ServingCertRequests(ns).Create(context.Background(), e2etest.Request("load", "load"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -301,7 +303,7 @@ func TestNoLeaderAnswers503WithRetryAfter(t *testing.T) {
 		CertapiReplicaArgs: framework.LeaderIdentityArgs,
 		CertapiArgs:        []string{"--leader-session-ttl=120s", "--handoff-timeout=" + handoff.String()},
 	})
-	c, kube := e2etest.Clients(t, own.AdminConfig)
+	c, kube := testhelpers.Clients(t, own.AdminConfig)
 	ns := e2etest.Namespace(t, kube)
 	if _, err := c.CertapiV1alpha1().ServingCertRequests(ns).Create(context.Background(), e2etest.Request("r", "r"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -312,7 +314,7 @@ func TestNoLeaderAnswers503WithRetryAfter(t *testing.T) {
 	if err := own.KillReplica(leader); err != nil {
 		t.Fatal(err)
 	}
-	body := e2etest.ServingCert(e2etest.CSRPEM(t, e2etest.ECKey(t, elliptic.P256())), nil)
+	body := e2etest.ServingCert(signertest.CSRPEM(t, signertest.ECKey(t, elliptic.P256())), nil)
 
 	// One attempt at a time, no client retries: the follower answers 503 with Retry-After after the
 	// handoff timeout. Before kube-apiserver reaches it, only kube-apiserver's own 503 for the killed

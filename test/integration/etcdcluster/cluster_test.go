@@ -14,11 +14,11 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/component-base/metrics/testutil"
 
 	"github.com/certapi/certapi/pkg/etcdcluster"
 	"github.com/certapi/certapi/pkg/metrics"
+	"github.com/certapi/certapi/test/testhelpers"
 )
 
 const (
@@ -187,20 +187,6 @@ func (w *world) client() *clientv3.Client {
 	return c
 }
 
-// waitFor waits until cond holds, failing the test with what it last saw after the deadline.
-func waitFor(t *testing.T, what string, timeout time.Duration, cond func() (bool, string)) {
-	t.Helper()
-	var last string
-	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
-		ok, seen := cond()
-		last = seen
-		return ok, nil
-	})
-	if err != nil {
-		t.Fatalf("waiting %s for %s: last seen: %s", timeout, what, last)
-	}
-}
-
 // membership describes the member list as nd has applied it.
 func membership(nd *node) (voters, learners []string) {
 	for _, e := range nd.member.Members() {
@@ -220,7 +206,7 @@ func membership(nd *node) (voters, learners []string) {
 // waitVoters waits until every running node sees exactly n voting members and no learner.
 func (w *world) waitVoters(n int) {
 	w.t.Helper()
-	waitFor(w.t, fmt.Sprintf("%d voting members and no learner on every running member", n), 30*time.Second, func() (bool, string) {
+	testhelpers.WaitFor(w.t, 50*time.Millisecond, 30*time.Second, fmt.Sprintf("%d voting members and no learner on every running member", n), func(context.Context) (bool, string) {
 		seen := ""
 		for _, nd := range w.nodes {
 			if nd.member == nil {
@@ -288,7 +274,7 @@ func TestFormationAndMembership(t *testing.T) {
 	w.startAll(n1, n2)
 	w.waitVoters(3)
 	t.Logf("figure: two members joined as learners and were promoted: %s", time.Since(t0).Round(time.Millisecond))
-	waitFor(t, "the metrics to show 3 voters, no learner and 3 healthy members", 10*time.Second, func() (bool, string) {
+	testhelpers.WaitFor(t, 50*time.Millisecond, 10*time.Second, "the metrics to show 3 voters, no learner and 3 healthy members", func(context.Context) (bool, string) {
 		voters, _ := testutil.GetGaugeMetricValue(metrics.EtcdMembers.WithLabelValues("voter"))
 		learners, _ := testutil.GetGaugeMetricValue(metrics.EtcdMembers.WithLabelValues("learner"))
 		healthy := 0.0
@@ -339,7 +325,7 @@ func TestFormationAndMembership(t *testing.T) {
 	w.stop(n1)
 	w.stop(n2)
 	downAt := time.Now()
-	waitFor(t, "the remaining member to check again well past the dead-member timeout", 30*time.Second, func() (bool, string) {
+	testhelpers.WaitFor(t, 50*time.Millisecond, 30*time.Second, "the remaining member to check again well past the dead-member timeout", func(context.Context) (bool, string) {
 		st := n0.member.Status()
 		return st.CheckedAt.After(downAt.Add(2 * deadMemberTimeout)), fmt.Sprintf("%+v", st)
 	})
@@ -362,7 +348,7 @@ func TestFormationAndMembership(t *testing.T) {
 	t.Log("two left, one down: never shrunk to one member")
 	w.stop(n1)
 	downAt = time.Now()
-	waitFor(t, "the remaining member to check again past the dead-member timeout", 30*time.Second, func() (bool, string) {
+	testhelpers.WaitFor(t, 50*time.Millisecond, 30*time.Second, "the remaining member to check again past the dead-member timeout", func(context.Context) (bool, string) {
 		st := n0.member.Status()
 		return st.CheckedAt.After(downAt.Add(2 * deadMemberTimeout)), fmt.Sprintf("%+v", st)
 	})
@@ -484,7 +470,7 @@ func TestStalledLearnerIsRemoved(t *testing.T) {
 	// etcd refuses a member add until every voter has been connected for a while: ask until it accepts.
 	var resp *clientv3.MemberAddResponse
 	c := w.client()
-	waitFor(t, "etcd to accept the learner", 30*time.Second, func() (bool, string) {
+	testhelpers.WaitFor(t, 50*time.Millisecond, 30*time.Second, "etcd to accept the learner", func(context.Context) (bool, string) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		var err error

@@ -10,6 +10,7 @@ import (
 
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	"github.com/certapi/certapi/pkg/controller/injector"
+	"github.com/certapi/certapi/pkg/signer/signertest"
 )
 
 // TestConfigMaps: a ConfigMap annotated certapi.dev/inject-ca-bundle: "true" gets the bundle as PEM in
@@ -17,7 +18,7 @@ import (
 // only that key, only when it differs, restored after drift, refused when another injector claims it,
 // counted in the Summary and in AllHold (the rotation gate), and re-written when the bundle changes.
 func TestConfigMaps(t *testing.T) {
-	b1 := newBundle(t, 1)
+	b1 := signertest.Bundle(t, 1)
 	e := newEnv(t, b1)
 	e.start(nil)
 	ctx := context.Background()
@@ -91,7 +92,7 @@ func TestConfigMaps(t *testing.T) {
 	e.waitFor("the overwritten ca.crt restored", injectionBound, holds("app", b1))
 
 	// A new bundle (a rotation's [Active, Next]) reaches both, and the gate follows.
-	b2 := append(append([]byte(nil), b1...), newBundle(t, 1)...)
+	b2 := append(append([]byte(nil), b1...), signertest.Bundle(t, 1)...)
 	if e.inj.AllHold(b2) {
 		t.Fatal("AllHold(b2) before b2 was injected")
 	}

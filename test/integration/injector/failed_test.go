@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/certapi/certapi/pkg/controller/injector"
+	"github.com/certapi/certapi/pkg/signer/signertest"
 )
 
 // configMapLimit is kube-apiserver's limit on the data of a ConfigMap (corev1 validation's
@@ -24,7 +25,7 @@ const configMapLimit = 1 << 20
 // (once the tenant has made room) brings the bundle in. Before, it stayed Pending and AllHold stayed
 // false until the CA's forced-switch deadline.
 func TestRefusedWriteDoesNotHoldTheGate(t *testing.T) {
-	b1 := newBundle(t, 1)
+	b1 := signertest.Bundle(t, 1)
 	e := newEnv(t, b1)
 	e.start(nil)
 	ctx := context.Background()
@@ -77,7 +78,7 @@ func TestRefusedWriteDoesNotHoldTheGate(t *testing.T) {
 	})
 
 	// A new bundle (a rotation publishing Next) is tried once on it, and the gate passes over it again.
-	b2 := newBundle(t, 2)
+	b2 := signertest.Bundle(t, 2)
 	e.source.set(b2)
 	e.waitFor("the new bundle everywhere it fits, the big ConfigMap Failed again", 5*time.Second, func(ctx context.Context) (bool, error) {
 		ok, err := holds("small", b2)(ctx)
@@ -104,13 +105,13 @@ func TestRefusedWriteDoesNotHoldTheGate(t *testing.T) {
 // Annotated, it is counted as a conflict with reason ManagedByKubernetes and a Warning Event, never
 // written, and does not hold the gate. Before, certapi and kube-controller-manager overwrote each other.
 func TestKubeRootCAConfigMapIsNotFoughtOver(t *testing.T) {
-	b1 := newBundle(t, 1)
+	b1 := signertest.Bundle(t, 1)
 	e := newEnv(t, b1)
 	e.start(nil)
 	const ns = "inj-kube-root-ca"
 	e.namespace(ns)
 	// No kube-controller-manager runs here: the test makes the publisher's ConfigMap itself.
-	root := map[string]string{injector.ConfigMapKey: string(newBundle(t, 1))}
+	root := map[string]string{injector.ConfigMapKey: string(signertest.Bundle(t, 1))}
 	e.mustApply(injector.KindConfigMap, ns+"/kube-root-ca.crt", configMapManifest(ns, "kube-root-ca.crt", optIn, root), "kube-controller-manager")
 	e.waitFor("kube-root-ca.crt counted as a conflict", 5*time.Second, func(context.Context) (bool, error) {
 		s := e.inj.Summary()

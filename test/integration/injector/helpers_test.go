@@ -28,8 +28,8 @@ import (
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	"github.com/certapi/certapi/pkg/controller"
 	"github.com/certapi/certapi/pkg/controller/injector"
-	"github.com/certapi/certapi/pkg/signer"
 	"github.com/certapi/certapi/test/framework"
+	"github.com/certapi/certapi/test/testhelpers"
 )
 
 // One control plane (etcd + kube-apiserver, no certapi) for every test in the package, started on
@@ -238,24 +238,11 @@ func (e *env) start(tweak func(*injector.Options)) *injector.Injector {
 	return inj
 }
 
-// waitFor polls cond every 10 ms until it holds, failing the test after timeout. It returns how long
-// it took.
+// waitFor polls cond every 10 ms until it holds, failing the test after timeout with cond's last error.
+// It returns how long it took.
 func (e *env) waitFor(what string, timeout time.Duration, cond wait.ConditionWithContextFunc) time.Duration {
 	e.t.Helper()
-	start := time.Now()
-	var last error
-	err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
-		ok, err := cond(ctx)
-		if err != nil {
-			last = err
-			return false, nil
-		}
-		return ok, nil
-	})
-	if err != nil {
-		e.t.Fatalf("timed out after %s waiting for %s (last error: %v)", timeout, what, last)
-	}
-	return time.Since(start)
+	return testhelpers.WaitFor(e.t, 10*time.Millisecond, timeout, what, testhelpers.LastWord(cond))
 }
 
 // configMapHolds is a condition: ConfigMap namespace/name holds bundle as its data["ca.crt"].
@@ -469,24 +456,6 @@ func jsonMap(m map[string]string) string {
 }
 
 var optIn = map[string]string{certapiv1alpha1.AnnotationInjectCABundle: "true"}
-
-// newBundle returns the PEM bundle of n fresh CAs.
-func newBundle(tb testing.TB, n int) []byte {
-	tb.Helper()
-	var certs []*signer.CA
-	for range n {
-		ca, err := signer.NewCA(signer.CAOptions{ClusterDomain: "cluster.local", Now: time.Now()})
-		if err != nil {
-			tb.Fatalf("NewCA: %v", err)
-		}
-		certs = append(certs, ca)
-	}
-	var b []byte
-	for _, ca := range certs {
-		b = append(b, signer.EncodeBundle(ca.Certificate)...)
-	}
-	return b
-}
 
 func ptr[T any](v T) *T { return &v }
 

@@ -14,6 +14,7 @@ import (
 
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	"github.com/certapi/certapi/pkg/controller/injector"
+	"github.com/certapi/certapi/pkg/signer/signertest"
 )
 
 // injectionBound is DESIGN.md's "new and changed objects are injected within a second".
@@ -39,7 +40,7 @@ func certapiEntry(entries []metav1.ManagedFieldsEntry) *metav1.ManagedFieldsEntr
 }
 
 func TestWebhookConfigurations(t *testing.T) {
-	bundle := newBundle(t, 1)
+	bundle := signertest.Bundle(t, 1)
 	e := newEnv(t, bundle)
 	e.start(nil)
 
@@ -118,7 +119,7 @@ func TestWebhookConfigurations(t *testing.T) {
 }
 
 func TestCustomResourceDefinitions(t *testing.T) {
-	bundle := newBundle(t, 1)
+	bundle := signertest.Bundle(t, 1)
 	e := newEnv(t, bundle)
 	e.start(nil)
 	ctx := context.Background()
@@ -215,7 +216,7 @@ func TestCustomResourceDefinitions(t *testing.T) {
 }
 
 func TestAPIServices(t *testing.T) {
-	bundle := newBundle(t, 1)
+	bundle := signertest.Bundle(t, 1)
 	e := newEnv(t, bundle)
 	e.start(nil)
 	svc := `"service":{"namespace":"ext","name":"ext-api","port":8443}`
@@ -263,7 +264,7 @@ func (e *env) overwrite(name string, other []byte) {
 }
 
 func TestDriftAndFight(t *testing.T) {
-	bundle, other := newBundle(t, 1), newBundle(t, 1)
+	bundle, other := signertest.Bundle(t, 1), signertest.Bundle(t, 1)
 	e := newEnv(t, bundle)
 	e.start(nil)
 	e.mustApply(injector.KindValidatingWebhookConfiguration, "fought", webhookManifest(injector.KindValidatingWebhookConfiguration, "fought", optIn, "a.example.com"), "owner")
@@ -321,7 +322,7 @@ func TestDriftAndFight(t *testing.T) {
 }
 
 func TestFightCooldown(t *testing.T) {
-	bundle, other := newBundle(t, 1), newBundle(t, 1)
+	bundle, other := signertest.Bundle(t, 1), signertest.Bundle(t, 1)
 	e := newEnv(t, bundle)
 	const cooldown = 2 * time.Second
 	e.start(func(o *injector.Options) { o.ConflictCooldown = cooldown })
@@ -345,7 +346,7 @@ func TestFightCooldown(t *testing.T) {
 }
 
 func TestAnnotationRemoved(t *testing.T) {
-	bundle, other := newBundle(t, 1), newBundle(t, 1)
+	bundle, other := signertest.Bundle(t, 1), signertest.Bundle(t, 1)
 	e := newEnv(t, bundle)
 	e.source.quiet = true
 	e.start(nil)
@@ -363,7 +364,7 @@ func TestAnnotationRemoved(t *testing.T) {
 	}
 	writes := e.writes.patches("/given-up")
 	e.overwrite("given-up", other)
-	e.source.set(newBundle(t, 1))
+	e.source.set(signertest.Bundle(t, 1))
 	e.inj.Trigger()
 	e.never("certapi writes an object that no longer opts in", leftAlone, func(context.Context) (bool, error) {
 		return e.writes.patches("/given-up") != writes, nil
@@ -374,7 +375,7 @@ func TestAnnotationRemoved(t *testing.T) {
 }
 
 func TestOtherInjectors(t *testing.T) {
-	bundle := newBundle(t, 1)
+	bundle := signertest.Bundle(t, 1)
 	e := newEnv(t, bundle)
 	e.start(nil)
 	certManager := map[string]string{certapiv1alpha1.AnnotationInjectCABundle: "true", "cert-manager.io/inject-ca-from": "webhooks/serving-cert"}
@@ -426,7 +427,7 @@ func TestOtherInjectors(t *testing.T) {
 }
 
 func TestTriggerAndSummary(t *testing.T) {
-	b1 := newBundle(t, 1)
+	b1 := signertest.Bundle(t, 1)
 	e := newEnv(t, b1)
 	// Only Trigger re-checks: the Source does not tell of its changes during the test.
 	e.source.quiet = true
@@ -451,7 +452,7 @@ func TestTriggerAndSummary(t *testing.T) {
 	}
 
 	// A rotation's first step: [Active, Next].
-	b2 := append(bytes.Clone(b1), newBundle(t, 1)...)
+	b2 := append(bytes.Clone(b1), signertest.Bundle(t, 1)...)
 	if e.inj.AllHold(b2) {
 		t.Fatal("AllHold(b2) before b2 was injected")
 	}
@@ -497,11 +498,11 @@ func TestWaitsForBundle(t *testing.T) {
 		p := e.problem(injector.KindValidatingWebhookConfiguration, "early")
 		return p != nil && p.Reason == injector.ReasonWaitingForBundle, nil
 	})
-	if e.inj.AllHold(newBundle(t, 1)) {
+	if e.inj.AllHold(signertest.Bundle(t, 1)) {
 		t.Error("AllHold while a target has no bundle")
 	}
 	// The Source gets a bundle and says so; Run re-checks without a Trigger.
-	bundle := newBundle(t, 1)
+	bundle := signertest.Bundle(t, 1)
 	e.source.set(bundle)
 	e.waitFor("the injection once the Source has a bundle", 2*injectionBound, e.vwcHolds("early", bundle))
 }

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
+	"github.com/certapi/certapi/pkg/signer/signertest"
 )
 
 // scaleTargets is DESIGN.md's rotation target: "every one of 1,000 opted-in webhook configurations
@@ -27,7 +28,7 @@ func TestScaleThousandWebhookConfigurations(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: skipping the 1,000-object scale test")
 	}
-	b1 := newBundle(t, 1)
+	b1 := signertest.Bundle(t, 1)
 	e := newEnv(t, b1)
 	e.source.quiet = true // only Trigger re-checks
 	e.start(nil)
@@ -85,7 +86,7 @@ func TestScaleThousandWebhookConfigurations(t *testing.T) {
 	})
 	t.Logf("created %d opted-in ValidatingWebhookConfigurations in %s; all injected %s after the first create", scaleTargets, created, time.Since(t0))
 
-	b2 := append(bytes.Clone(b1), newBundle(t, 1)...)
+	b2 := append(bytes.Clone(b1), signertest.Bundle(t, 1)...)
 	writes := e.writes.patches("")
 	e.source.set(b2)
 	e.inj.Trigger()

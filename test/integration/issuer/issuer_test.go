@@ -27,6 +27,7 @@ import (
 
 	"github.com/certapi/certapi/pkg/issuer"
 	"github.com/certapi/certapi/pkg/signer"
+	"github.com/certapi/certapi/pkg/signer/signertest"
 	"github.com/certapi/certapi/test/framework"
 )
 
@@ -569,10 +570,7 @@ func TestOldRecordIsRewrittenWithoutRetiringKeys(t *testing.T) {
 	prefix := fmt.Sprintf("/test/migrate-%d", time.Now().UnixNano())
 	now := time.Now()
 	mk := func() storedEntry {
-		ca, err := signer.NewCA(signer.CAOptions{ClusterDomain: "cluster.local", Duration: 48 * time.Hour, Now: now})
-		if err != nil {
-			t.Fatal(err)
-		}
+		ca := signertest.NewCA(t, now, 48*time.Hour)
 		key, err := ca.KeyPEM()
 		if err != nil {
 			t.Fatal(err)

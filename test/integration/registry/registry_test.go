@@ -1,6 +1,7 @@
 // Package registry_test runs the in-process access the leader has to certapi's own storage (the status
-// writes of servingcertrequest.StatusUpdater and the informers of listwatch) against a real etcd,
-// through the same generic registry and watch cache certapi serves its API from.
+// writes of servingcertrequest.StatusUpdater, with the status.Writer that makes them, and the informers
+// of listwatch) against a real etcd, through the same generic registry and watch cache certapi serves
+// its API from.
 package registry_test
 
 import (
@@ -17,7 +18,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/rand"
-	"k8s.io/apimachinery/pkg/util/wait"
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/registry/rest"
 	genericoptions "k8s.io/apiserver/pkg/server/options"
@@ -28,9 +28,11 @@ import (
 	"github.com/certapi/certapi/pkg/apis/certapi"
 	"github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	"github.com/certapi/certapi/pkg/apiserver"
+	"github.com/certapi/certapi/pkg/controller/status"
 	"github.com/certapi/certapi/pkg/registry/listwatch"
 	"github.com/certapi/certapi/pkg/registry/servingcertrequest"
 	"github.com/certapi/certapi/test/framework"
+	"github.com/certapi/certapi/test/testhelpers"
 )
 
 var etcdServers []string
@@ -202,11 +204,7 @@ func TestInformer(t *testing.T) {
 	}
 	waitFor := func(what string, cond func() bool) {
 		t.Helper()
-		if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-			return cond(), nil
-		}); err != nil {
-			t.Fatalf("waiting for %s: %v", what, err)
-		}
+		testhelpers.Eventually(t, 10*time.Millisecond, 30*time.Second, what, func(context.Context) (bool, error) { return cond(), nil })
 	}
 	if r := cached("a/one"); r == nil || r.Spec.ServiceName != "one" || cached("b/two") == nil {
 		t.Fatalf("the synced informer holds %v; want a/one and b/two", informer.GetStore().ListKeys())
@@ -240,4 +238,39 @@ func TestInformer(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor("b/two to be deleted", func() bool { return cached("b/two") == nil })
+}
+
+// TestStatusWriter: the leader's coalescing status writer, on the status writes production makes
+// (StatusUpdater on the storage), writes an issued certificate and then a new bundle into the stored
+// request; a request that does not exist does not hold it up.
+func TestStatusWriter(t *testing.T) {
+	scr, st := newStorage(t)
+	w := status.New(servingcertrequest.NewStatusUpdater(st, apiserver.Scheme), 10*time.Millisecond, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = w.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	create(t, scr, "ns", "w")
+	key := types.NamespacedName{Namespace: "ns", Name: "w"}
+	now := time.Now().Truncate(time.Second)
+	waitFor := func(what string, cond func(*certapi.ServingCertRequest) bool) {
+		t.Helper()
+		testhelpers.WaitFor(t, 10*time.Millisecond, 30*time.Second, what, func(context.Context) (bool, string) {
+			r := get(t, scr, "ns", "w")
+			return cond(r), fmt.Sprintf("status %+v", r.Status)
+		})
+	}
+
+	w.RecordIssued(types.NamespacedName{Namespace: "ns", Name: "missing"}, status.Issued{SerialNumber: "00", IssuedAt: now})
+	w.RecordIssued(key, status.Issued{Certificate: "CERT", CABundle: "BUNDLE", SerialNumber: "01",
+		NotBefore: now, NotAfter: now.Add(time.Hour), RenewalTime: now.Add(40 * time.Minute), IssuedAt: now})
+	waitFor("the issued certificate", func(r *certapi.ServingCertRequest) bool {
+		return r.Status.SerialNumber == "01" && r.Status.Certificate == "CERT" && r.Status.CABundle == "BUNDLE" &&
+			meta.IsStatusConditionTrue(r.Status.Conditions, v1alpha1.ConditionReady)
+	})
+	w.SetBundle(key, "NEW")
+	waitFor("the new bundle", func(r *certapi.ServingCertRequest) bool { return r.Status.CABundle == "NEW" })
+	if got := get(t, scr, "ns", "w"); got.Spec.ServiceName != "w" || got.Labels["app"] != "w" {
+		t.Errorf("spec %+v, labels %v; want them as created", got.Spec, got.Labels)
+	}
 }

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -20,8 +19,9 @@ import (
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	"github.com/certapi/certapi/pkg/controller"
 	"github.com/certapi/certapi/pkg/controller/trustbundle"
-	"github.com/certapi/certapi/pkg/signer"
+	"github.com/certapi/certapi/pkg/signer/signertest"
 	"github.com/certapi/certapi/test/framework"
+	"github.com/certapi/certapi/test/testhelpers"
 )
 
 // bound is how soon a change must reach the ClusterTrustBundle: "within a second", as for injection.
@@ -57,39 +57,12 @@ func (s *source) set(pem []byte) {
 	}
 }
 
-func newBundle(t *testing.T) []byte {
-	t.Helper()
-	ca, err := signer.NewCA(signer.CAOptions{ClusterDomain: "cluster.local", Now: time.Now()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return signer.EncodeBundle(ca.Certificate)
-}
-
-func waitFor(t *testing.T, what string, timeout time.Duration, cond func(context.Context) (bool, error)) time.Duration {
-	t.Helper()
-	start := time.Now()
-	var last error
-	err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
-		ok, err := cond(ctx)
-		if err != nil {
-			last = err
-			return false, nil
-		}
-		return ok, nil
-	})
-	if err != nil {
-		t.Fatalf("timed out after %s waiting for %s (last error: %v)", timeout, what, last)
-	}
-	return time.Since(start)
-}
-
 func TestClusterTrustBundle(t *testing.T) {
 	cp := framework.StartT(t, framework.Options{SkipCertapi: true})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 
-	b1 := newBundle(t)
+	b1 := signertest.Bundle(t, 1)
 	src := &source{}
 	src.set(b1)
 	kube := kubernetes.NewForConfigOrDie(rest.CopyConfig(cp.AdminConfig))
@@ -116,17 +89,17 @@ func TestClusterTrustBundle(t *testing.T) {
 		}
 	}()
 	ctbs := kube.CertificatesV1().ClusterTrustBundles()
-	holds := func(want []byte) func(context.Context) (bool, error) {
-		return func(ctx context.Context) (bool, error) {
+	holds := func(want []byte) func(context.Context) (bool, string) {
+		return func(ctx context.Context) (bool, string) {
 			b, err := ctbs.Get(ctx, trustbundle.Name, metav1.GetOptions{})
 			if err != nil {
-				return false, err
+				return false, err.Error()
 			}
-			return b.Spec.TrustBundle == string(want), nil
+			return b.Spec.TrustBundle == string(want), "another trust bundle"
 		}
 	}
 
-	took := waitFor(t, "the ClusterTrustBundle created", 30*time.Second, holds(b1))
+	took := testhelpers.WaitFor(t, 10*time.Millisecond, 30*time.Second, "the ClusterTrustBundle created", holds(b1))
 	t.Logf("ClusterTrustBundle created %s after the term started", took)
 	changes.Wait() // OnChange was called
 	b, err := ctbs.Get(ctx, trustbundle.Name, metav1.GetOptions{})
@@ -144,17 +117,17 @@ func TestClusterTrustBundle(t *testing.T) {
 	if err != nil || len(bySigner.Items) != 1 {
 		t.Errorf("listing by signerName: %v, %d items", err, len(bySigner.Items))
 	}
-	waitFor(t, "Holds(b1)", bound, func(context.Context) (bool, error) { return p.Holds(b1) && p.UpToDate(), nil })
+	testhelpers.WaitFor(t, 10*time.Millisecond, bound, "Holds(b1)", func(context.Context) (bool, string) { return p.Holds(b1) && p.UpToDate(), "not held" })
 
 	// A rotation's [Active, Next] reaches it, and Holds follows.
-	b2 := append(bytes.Clone(b1), newBundle(t)...)
+	b2 := append(bytes.Clone(b1), signertest.Bundle(t, 1)...)
 	if p.Holds(b2) {
 		t.Fatal("Holds(b2) before the Source changed")
 	}
 	src.set(b2)
-	took = waitFor(t, "the new bundle", bound, holds(b2))
+	took = testhelpers.WaitFor(t, 10*time.Millisecond, bound, "the new bundle", holds(b2))
 	t.Logf("the new bundle reached the ClusterTrustBundle %s after the Source changed", took)
-	waitFor(t, "Holds(b2)", bound, func(context.Context) (bool, error) { return p.Holds(b2) && !p.Holds(b1), nil })
+	testhelpers.WaitFor(t, 10*time.Millisecond, bound, "Holds(b2)", func(context.Context) (bool, string) { return p.Holds(b2) && !p.Holds(b1), "not held" })
 
 	// Another writer's bundle is put back.
 	cur, err := ctbs.Get(ctx, trustbundle.Name, metav1.GetOptions{})
@@ -165,13 +138,13 @@ func TestClusterTrustBundle(t *testing.T) {
 	if _, err := ctbs.Update(ctx, cur, metav1.UpdateOptions{FieldManager: "intruder"}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the bundle restored", bound, holds(b2))
+	testhelpers.WaitFor(t, 10*time.Millisecond, bound, "the bundle restored", holds(b2))
 
 	// Deleted: re-created.
 	if err := ctbs.Delete(ctx, trustbundle.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the ClusterTrustBundle re-created", bound, holds(b2))
+	testhelpers.WaitFor(t, 10*time.Millisecond, bound, "the ClusterTrustBundle re-created", holds(b2))
 	if p.Problem() != "" {
 		t.Errorf("Problem() = %q", p.Problem())
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/certapi/certapi/pkg/generated/clientset/versioned"
 	"github.com/certapi/certapi/test/framework"
+	"github.com/certapi/certapi/test/testhelpers"
 )
 
 // Kubectl runs kubectl against the cluster (ControlPlane.Kubectl) and returns its standard output; it fails
@@ -62,14 +63,7 @@ func Kustomization(t *testing.T, base string, setImages map[string]string, extra
 // Clients returns admin clients of the cluster.
 func Clients(t *testing.T, cp *framework.ControlPlane) (kubernetes.Interface, versioned.Interface) {
 	t.Helper()
-	kube, err := kubernetes.NewForConfig(cp.AdminConfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	certapi, err := versioned.NewForConfig(cp.AdminConfig)
-	if err != nil {
-		t.Fatal(err)
-	}
+	certapi, kube := testhelpers.Clients(t, cp.AdminConfig)
 	return kube, certapi
 }
 
@@ -77,11 +71,7 @@ func Clients(t *testing.T, cp *framework.ControlPlane) (kubernetes.Interface, ve
 // word then.
 func WaitFor(t *testing.T, timeout time.Duration, what string, cond func(ctx context.Context) (bool, string)) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), timeout+time.Minute)
-	defer cancel()
-	if err := framework.PollUntil(ctx, 250*time.Millisecond, timeout, what, nil, cond); err != nil {
-		t.Fatal(err)
-	}
+	testhelpers.WaitFor(t, 250*time.Millisecond, timeout, what, cond)
 }
 
 // RepoPath returns the absolute path of rel in the repository.

@@ -1,4 +1,4 @@
-package e2e
+package manifests
 
 import (
 	"context"
@@ -27,6 +27,7 @@ import (
 
 	"github.com/certapi/certapi/test/e2e/e2etest"
 	"github.com/certapi/certapi/test/framework"
+	"github.com/certapi/certapi/test/testhelpers"
 )
 
 var (
@@ -37,13 +38,13 @@ var (
 	gvrConfigMap  = schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
 )
 
-// mfCheckCABundleOnly runs on the control plane of TestManifestsRBACRunsCertapi, where the base manifests
+// checkCABundleOnly runs on the control plane of TestManifestsRBACRunsCertapi, where the base manifests
 // (policies included) are applied for real and certapi has injected its bundle, under those policies, into
 // the ValidatingWebhookConfiguration mf-rbac, the MutatingWebhookConfiguration mf-rbac, the CRD
 // mfwidgets.example.com, its own APIService and the ConfigMap trust of namespace ns. As certapi's
 // ServiceAccount (sa), every change but a caBundle is refused by kube-apiserver; the same changes by
 // another user are not.
-func mfCheckCABundleOnly(t *testing.T, own *framework.ControlPlane, sa *rest.Config, ns string) {
+func checkCABundleOnly(t *testing.T, own *framework.ControlPlane, sa *rest.Config, ns string) {
 	ctx := context.Background()
 	asSA, err := dynamic.NewForConfig(sa)
 	if err != nil {
@@ -176,21 +177,21 @@ func mfCheckCABundleOnly(t *testing.T, own *framework.ControlPlane, sa *rest.Con
 	}
 }
 
-// mfTypeCheckPolicies type-checks every ValidatingAdmissionPolicy in objs against the schemas kube-apiserver
+// typeCheckPolicies type-checks every ValidatingAdmissionPolicy in objs against the schemas kube-apiserver
 // serves for the kinds it matches, as kube-controller-manager does to fill in status.typeChecking (no
 // kube-controller-manager runs here): a misspelt field is a warning there, and an error on every request
 // at run time.
-func mfTypeCheckPolicies(t *testing.T, objs []*unstructured.Unstructured) {
+func typeCheckPolicies(t *testing.T, objs []*unstructured.Unstructured) {
 	t.Helper()
-	_, kube := e2etest.Clients(t, cp.AdminConfig)
+	_, kube := testhelpers.Clients(t, cp.AdminConfig)
 	checker := &validating.TypeChecker{
 		SchemaResolver: &resolver.ClientDiscoveryResolver{Discovery: kube.Discovery()},
 		RestMapper:     restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(kube.Discovery())),
 	}
 	n := 0
-	for _, u := range mfOfKind(objs, "ValidatingAdmissionPolicy") {
+	for _, u := range ofKind(objs, "ValidatingAdmissionPolicy") {
 		var p admissionregistrationv1.ValidatingAdmissionPolicy
-		mfConvert(t, u, &p)
+		convert(t, u, &p)
 		n++
 		// The checker skips a kind whose schema it cannot resolve, silently: make sure it resolved every
 		// kind the policy matches, by a field that no kind has.
@@ -210,16 +211,16 @@ func mfTypeCheckPolicies(t *testing.T, objs []*unstructured.Unstructured) {
 	}
 }
 
-// mfCheckStolenToken runs on the control plane of TestManifestsRBACRunsCertapi after certapi has done its
+// checkStolenToken runs on the control plane of TestManifestsRBACRunsCertapi after certapi has done its
 // work there: the base manifests' RBAC and ValidatingAdmissionPolicies are applied for real, the Secret
 // webhook-tls was delivered into ns, and the ConfigMap trust of ns and the ValidatingWebhookConfiguration
 // mf-rbac opted in and hold certapi's bundle. As certapi's ServiceAccount (sa), as a thief of its token
 // would: every write the security review made (issue #21) and its variants is refused, each by the rule
 // that says why, and every write certapi itself makes still passes.
-func mfCheckStolenToken(t *testing.T, own *framework.ControlPlane, sa *rest.Config, ns string) {
+func checkStolenToken(t *testing.T, own *framework.ControlPlane, sa *rest.Config, ns string) {
 	ctx := context.Background()
-	_, kube := e2etest.Clients(t, own.AdminConfig)
-	_, asSA := e2etest.Clients(t, sa)
+	_, kube := testhelpers.Clients(t, own.AdminConfig)
+	_, asSA := testhelpers.Clients(t, sa)
 	dynSA, err := dynamic.NewForConfig(sa)
 	if err != nil {
 		t.Fatal(err)
@@ -381,7 +382,7 @@ data:
 		return func(ctx context.Context) error {
 			b := &certificatesv1.ClusterTrustBundle{
 				ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
-				Spec:       certificatesv1.ClusterTrustBundleSpec{SignerName: signerName, TrustBundle: mfCurrentBundle(t, kube)},
+				Spec:       certificatesv1.ClusterTrustBundleSpec{SignerName: signerName, TrustBundle: currentBundle(t, kube)},
 			}
 			_, err := asSA.CertificatesV1().ClusterTrustBundles().Create(ctx, b, metav1.CreateOptions{})
 			return err
@@ -413,7 +414,7 @@ data:
 		}
 		return base64.StdEncoding.EncodeToString(w.Webhooks[0].ClientConfig.CABundle), nil
 	})
-	attackerBundle := fmt.Sprintf("%q", base64.StdEncoding.EncodeToString([]byte(mfCurrentBundle(t, kube))))
+	attackerBundle := fmt.Sprintf("%q", base64.StdEncoding.EncodeToString([]byte(currentBundle(t, kube))))
 
 	// The policies of this change take effect once kube-apiserver's admission plugin has seen them.
 	e2etest.Eventually(t, time.Minute, "the Secret and ClusterTrustBundle policies to take effect", func(ctx context.Context) (bool, error) {
@@ -532,7 +533,7 @@ data:
 		{name: "certapi: its own ClusterTrustBundle",
 			do: func(ctx context.Context) error {
 				_, err := asSA.CertificatesV1().ClusterTrustBundles().Patch(ctx, ctbName, types.JSONPatchType,
-					[]byte(`[{"op":"replace","path":"/spec/trustBundle","value":`+fmt.Sprintf("%q", mfCurrentBundle(t, kube))+`}]`), metav1.PatchOptions{})
+					[]byte(`[{"op":"replace","path":"/spec/trustBundle","value":`+fmt.Sprintf("%q", currentBundle(t, kube))+`}]`), metav1.PatchOptions{})
 				return err
 			}},
 	}
@@ -572,8 +573,8 @@ data:
 	}
 }
 
-// mfCurrentBundle returns the trust bundle of certapi's ClusterTrustBundle.
-func mfCurrentBundle(t *testing.T, kube kubernetes.Interface) string {
+// currentBundle returns the trust bundle of certapi's ClusterTrustBundle.
+func currentBundle(t *testing.T, kube kubernetes.Interface) string {
 	t.Helper()
 	b, err := kube.CertificatesV1().ClusterTrustBundles().Get(context.Background(), "certapi.dev:serving:ca", metav1.GetOptions{})
 	if err != nil {

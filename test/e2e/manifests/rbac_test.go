@@ -1,0 +1,437 @@
+package manifests
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
+	apiregistrationv1 "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
+	aggregatorclient "k8s.io/kube-aggregator/pkg/client/clientset_generated/clientset"
+
+	"github.com/certapi/certapi/test/e2e/e2etest"
+	"github.com/certapi/certapi/test/framework"
+	"github.com/certapi/certapi/test/testhelpers"
+)
+
+// TestManifestsRBACRunsCertapi runs certapi with exactly the permissions the manifests give its
+// ServiceAccount, and the arguments of the base Deployment, on a control plane of its own (the RBAC is
+// applied for real there): certapi must come up, serve itself so that kube-apiserver trusts it (which
+// needs its APIService injected), deliver a Secret and inject caBundles, and never be told "forbidden".
+// The base's ValidatingAdmissionPolicies apply too: certapi's injection passes them, and every change but
+// a caBundle made with certapi's identity is refused. It also proves the encryption resource name the
+// README gives, with --require-encrypted-ca-keys on as the base has it.
+func TestManifestsRBACRunsCertapi(t *testing.T) {
+	root, err := framework.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, err := e2etest.Run(t, e2etest.KubectlPath(t), "kustomize", filepath.Join(root, deployBase))
+	if err != nil {
+		t.Fatalf("kubectl kustomize %s: %v\n%s", deployBase, err, errOut)
+	}
+	objs, err := framework.DecodeManifests(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	bin, err := framework.CertapiBinary(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	own := framework.StartT(t, framework.Options{SkipCertapi: true})
+	port := e2etest.FreePort(t)
+
+	// Apply the base for real, except that certapi runs here as a process: its Service points at it
+	// (ExternalName to localhost, as the framework does) and its APIService at that port.
+	var apply []*unstructured.Unstructured
+	for _, u := range objs {
+		switch u.GetKind() {
+		case "Service":
+			u = &unstructured.Unstructured{Object: map[string]any{
+				"apiVersion": "v1", "kind": "Service",
+				"metadata": map[string]any{"name": u.GetName(), "namespace": u.GetNamespace()},
+				"spec": map[string]any{"type": "ExternalName", "externalName": "localhost",
+					"ports": []any{map[string]any{"name": "https", "port": int64(port), "protocol": "TCP"}}},
+			}}
+		case "APIService":
+			u = u.DeepCopy()
+			if err := unstructured.SetNestedField(u.Object, int64(port), "spec", "service", "port"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		apply = append(apply, u)
+	}
+	ownKubectl := func(args ...string) string {
+		t.Helper()
+		out, errOut, err := e2etest.Run(t, e2etest.KubectlPath(t), append([]string{"--kubeconfig", own.Kubeconfig}, args...)...)
+		if err != nil {
+			t.Fatalf("kubectl %s: %v\n%s%s", strings.Join(args, " "), err, out, errOut)
+		}
+		return string(out)
+	}
+	ownKubectl("apply", "-f", writeObjects(t, apply))
+
+	// certapi's identity: its ServiceAccount, as the kubelet's token would present it.
+	saConfig, err := own.UserConfig("system:serviceaccount:certapi-system:certapi", "system:serviceaccounts", "system:serviceaccounts:certapi-system")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.MkdirTemp("", "mf-rbac-") // short: the embedded etcd's sockets live in it
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	kubeconfig := filepath.Join(dir, "certapi.kubeconfig")
+	e2etest.WriteKubeconfig(t, kubeconfig, saConfig)
+	// The sample of artifacts/deploy/README.md: secretbox, one key, the resource name it documents.
+	encFile := testhelpers.CAKeysEncryptionConfigFile(t)
+
+	// The base Deployment's arguments, with what only a pod has replaced: the embedded etcd instead of
+	// the etcd cluster, files and identity of this test, loopback instead of in-cluster config.
+	d := deploymentOf(t, objs, "certapi-system", "certapi")
+	var args []string
+	for _, a := range containerOf(t, &d.Spec.Template.Spec, "certapi").Args {
+		switch name := flagName(a); {
+		case strings.HasPrefix(name, "etcd-"), name == "secure-port":
+		case name == "encryption-provider-config":
+			args = append(args, "--encryption-provider-config="+encFile)
+		case name == "leader-identity":
+			args = append(args, "--leader-identity=manifests-rbac")
+		default:
+			args = append(args, a)
+		}
+	}
+	args = append(args,
+		"--data-dir="+filepath.Join(dir, "data"),
+		"--bind-address=127.0.0.1",
+		fmt.Sprintf("--secure-port=%d", port),
+		"--kubeconfig="+kubeconfig,
+		"--authentication-kubeconfig="+kubeconfig,
+		"--authorization-kubeconfig="+kubeconfig,
+		"-v=2",
+	)
+	logPath := filepath.Join(dir, "certapi.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logFile.Close()
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(20 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	})
+	t.Cleanup(func() {
+		if t.Failed() {
+			data, _ := os.ReadFile(logPath)
+			t.Logf("certapi log (%s):\n%s", logPath, e2etest.Tail(string(data), 150))
+		}
+	})
+	waitFor := func(what string, timeout time.Duration, cond func(ctx context.Context) (bool, error)) {
+		t.Helper()
+		var last error
+		err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+			select {
+			case err := <-exited:
+				exited <- err
+				return false, fmt.Errorf("certapi exited: %w", err)
+			default:
+			}
+			ok, err := cond(ctx)
+			last = err
+			return ok, nil
+		})
+		if err != nil {
+			t.Fatalf("waiting for %s: %v (last: %v)", what, err, last)
+		}
+	}
+
+	// 1. kube-apiserver trusts certapi: certapi injected its own CA into its APIService.
+	c, kube := testhelpers.Clients(t, own.AdminConfig)
+	agg := aggregator(t, own)
+	waitFor("APIService v1alpha1.certapi.dev Available", 2*time.Minute, func(ctx context.Context) (bool, error) {
+		s, err := agg.ApiregistrationV1().APIServices().Get(ctx, "v1alpha1.certapi.dev", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, cond := range s.Status.Conditions {
+			if cond.Type == apiregistrationv1.Available {
+				if cond.Status == apiregistrationv1.ConditionTrue {
+					_, err := kube.Discovery().ServerResourcesForGroupVersion("certapi.dev/v1alpha1")
+					return err == nil, err
+				}
+				return false, fmt.Errorf("%s: %s", cond.Reason, cond.Message)
+			}
+		}
+		return false, errors.New("no Available condition")
+	})
+
+	// 2. A Secret is delivered into a namespace that asks.
+	ns := e2etest.Namespace(t, kube)
+	scr := e2etest.Request("rbac", "webhook")
+	scr.Spec.SecretName = "webhook-tls"
+	if _, err := c.CertapiV1alpha1().ServingCertRequests(ns).Create(ctx, scr, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("Secret webhook-tls", time.Minute, func(ctx context.Context) (bool, error) {
+		s, err := kube.CoreV1().Secrets(ns).Get(ctx, "webhook-tls", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		return len(s.Data["tls.crt"]) > 0, errors.New("no tls.crt yet")
+	})
+
+	// ... into a Secret a chart handed over (the admission policies let certapi adopt it, leaving the
+	// chart's own label, annotation and key), and again, into the first, when the request's spec changes
+	// (a patch of a Secret certapi manages).
+	handed := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "chart-tls", Namespace: ns, Labels: map[string]string{"app": "web"},
+			Annotations: map[string]string{"certapi.dev/servingcertrequest": "rbac-chart", "example.com/owner": "chart"}},
+		Type: corev1.SecretTypeTLS,
+		Data: map[string][]byte{"tls.crt": nil, "tls.key": nil, "extra": []byte("chart")},
+	}
+	if _, err := kube.CoreV1().Secrets(ns).Create(ctx, handed, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	chartReq := e2etest.Request("rbac-chart", "web")
+	chartReq.Spec.SecretName = "chart-tls"
+	if _, err := c.CertapiV1alpha1().ServingCertRequests(ns).Create(ctx, chartReq, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("Secret chart-tls adopted", time.Minute, func(ctx context.Context) (bool, error) {
+		s, err := kube.CoreV1().Secrets(ns).Get(ctx, "chart-tls", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		if len(s.Data["tls.crt"]) == 0 {
+			return false, errors.New("no tls.crt yet")
+		}
+		if s.Labels["app"] != "web" || s.Annotations["example.com/owner"] != "chart" || string(s.Data["extra"]) != "chart" || s.Labels["certapi.dev/managed"] != "true" {
+			return false, fmt.Errorf("adopted Secret: labels %v, annotations %v, extra %q", s.Labels, s.Annotations, s.Data["extra"])
+		}
+		return true, nil
+	})
+	delivered, err := c.CertapiV1alpha1().ServingCertRequests(ns).Get(ctx, scr.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	delivered.Spec.DNSNames = []string{"webhook-alt." + ns + ".svc"}
+	if delivered, err = c.CertapiV1alpha1().ServingCertRequests(ns).Update(ctx, delivered, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("Secret webhook-tls re-issued for the new spec", time.Minute, func(ctx context.Context) (bool, error) {
+		s, err := kube.CoreV1().Secrets(ns).Get(ctx, "webhook-tls", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		gen := s.Annotations["certapi.dev/generation"]
+		return gen == strconv.FormatInt(delivered.Generation, 10), fmt.Errorf("issued for generation %q, want %d", gen, delivered.Generation)
+	})
+
+	// 3. caBundles are injected into a webhook configuration and a CRD that opt in.
+	ownKubectl("apply", "-f", writeObjects(t, injectionTargets(t, ns)))
+	waitFor("caBundle in ValidatingWebhookConfiguration mf-rbac", time.Minute, func(ctx context.Context) (bool, error) {
+		w, err := kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, "mf-rbac", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		return len(w.Webhooks[0].ClientConfig.CABundle) > 0, errors.New("no caBundle yet")
+	})
+	waitFor("caBundle in MutatingWebhookConfiguration mf-rbac", time.Minute, func(ctx context.Context) (bool, error) {
+		w, err := kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, "mf-rbac", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		return len(w.Webhooks[0].ClientConfig.CABundle) > 0, errors.New("no caBundle yet")
+	})
+	dyn, err := dynamic.NewForConfig(own.AdminConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	crds := dyn.Resource(schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"})
+	waitFor("conversion caBundle in CRD mfwidgets.example.com", time.Minute, func(ctx context.Context) (bool, error) {
+		u, err := crds.Get(ctx, "mfwidgets.example.com", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		b, _, _ := unstructured.NestedString(u.Object, "spec", "conversion", "webhook", "clientConfig", "caBundle")
+		return b != "", errors.New("no caBundle yet")
+	})
+	// 4. The signer-linked ClusterTrustBundle (create, and "attest" on the signer) and an annotated
+	// ConfigMap (read and patched in any namespace).
+	waitFor("ClusterTrustBundle certapi.dev:serving:ca", time.Minute, func(ctx context.Context) (bool, error) {
+		b, err := kube.CertificatesV1().ClusterTrustBundles().Get(ctx, "certapi.dev:serving:ca", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		return b.Spec.TrustBundle != "", errors.New("no trustBundle yet")
+	})
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "trust", Namespace: ns, Annotations: map[string]string{"certapi.dev/inject-ca-bundle": "true"}}}
+	if _, err := kube.CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("ca.crt in ConfigMap trust", time.Minute, func(ctx context.Context) (bool, error) {
+		cm, err := kube.CoreV1().ConfigMaps(ns).Get(ctx, "trust", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		return cm.Data["ca.crt"] != "", errors.New("no ca.crt yet")
+	})
+	// Events go out asynchronously: wait until certapi's Event about the delivery is stored, so a refusal
+	// of Event writes would be in the log by now.
+	waitFor("certapi's Event on the delivered request", time.Minute, func(ctx context.Context) (bool, error) {
+		evs, err := kube.EventsV1().Events(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, e := range evs.Items {
+			if e.Regarding.Kind == "ServingCertRequest" && e.Regarding.Name == scr.Name {
+				return true, nil
+			}
+		}
+		return false, errors.New("no Event yet")
+	})
+
+	// 5. The admission policies let certapi's ServiceAccount change caBundle fields and nothing else
+	// (certapi's own writes above went through them), and leave other users alone.
+	injected, err := kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, "mf-rbac", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Run("certapi's ServiceAccount may change only caBundle fields", func(t *testing.T) {
+		checkCABundleOnly(t, own, saConfig, ns)
+	})
+	// The caBundle the ServiceAccount changed there is drift to certapi: it puts its own back, through
+	// the policies.
+	waitFor("certapi to restore the caBundle of ValidatingWebhookConfiguration mf-rbac", time.Minute, func(ctx context.Context) (bool, error) {
+		w, err := kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, "mf-rbac", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		return bytes.Equal(w.Webhooks[0].ClientConfig.CABundle, injected.Webhooks[0].ClientConfig.CABundle), errors.New("not restored yet")
+	})
+
+	data, err := os.ReadFile(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if strings.Contains(strings.ToLower(line), "forbidden") {
+			t.Errorf("certapi was refused something with the manifests' RBAC: %.400s", line)
+		}
+	}
+	if !strings.Contains(string(data), "CA private keys are encrypted at rest") {
+		t.Errorf("with an EncryptionConfiguration that lists certificateauthoritykeys.certapi.dev (the name the README gives), certapi does not say the CA keys are encrypted")
+	}
+
+	// 6. A stolen token: after the log was read, because an opted-in kube-root-ca.crt among its targets is
+	// one certapi's injector may itself try to write (and be refused).
+	t.Run("a stolen token of certapi's ServiceAccount", func(t *testing.T) {
+		checkStolenToken(t, own, saConfig, ns)
+	})
+}
+
+// injectionTargets returns a validating and a mutating webhook configuration and a CRD that opt in to
+// injection; their webhooks match nothing that exists, so they block nothing.
+func injectionTargets(t *testing.T, ns string) []*unstructured.Unstructured {
+	t.Helper()
+	objs, err := framework.DecodeManifests([]byte(`
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingWebhookConfiguration
+metadata:
+  name: mf-rbac
+  annotations:
+    certapi.dev/inject-ca-bundle: "true"
+webhooks:
+- name: mf-rbac.example.com
+  admissionReviewVersions: ["v1"]
+  sideEffects: None
+  failurePolicy: Ignore
+  clientConfig:
+    service: {name: webhook, namespace: ` + ns + `, path: /validate}
+  rules:
+  - apiGroups: ["example.com"]
+    apiVersions: ["v1"]
+    operations: ["CREATE"]
+    resources: ["nothings"]
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingWebhookConfiguration
+metadata:
+  name: mf-rbac
+  annotations:
+    certapi.dev/inject-ca-bundle: "true"
+webhooks:
+- name: mf-rbac.example.com
+  admissionReviewVersions: ["v1"]
+  sideEffects: None
+  failurePolicy: Ignore
+  clientConfig:
+    service: {name: webhook, namespace: ` + ns + `, path: /mutate}
+  rules:
+  - apiGroups: ["example.com"]
+    apiVersions: ["v1"]
+    operations: ["CREATE"]
+    resources: ["nothings"]
+---
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: mfwidgets.example.com
+  annotations:
+    certapi.dev/inject-ca-bundle: "true"
+spec:
+  group: example.com
+  names: {kind: MfWidget, plural: mfwidgets, singular: mfwidget, listKind: MfWidgetList}
+  scope: Namespaced
+  conversion:
+    strategy: Webhook
+    webhook:
+      conversionReviewVersions: ["v1"]
+      clientConfig:
+        service: {name: webhook, namespace: ` + ns + `, path: /convert}
+  versions:
+  - {name: v1, served: true, storage: true, schema: {openAPIV3Schema: {type: object}}}
+  - {name: v2, served: true, storage: false, schema: {openAPIV3Schema: {type: object}}}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return objs
+}
+
+func aggregator(t *testing.T, own *framework.ControlPlane) aggregatorclient.Interface {
+	t.Helper()
+	a, err := aggregatorclient.NewForConfig(own.AdminConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
