@@ -103,10 +103,11 @@ func TestClusterTrustBundle(t *testing.T) {
 	var changes sync.WaitGroup
 	changes.Add(1)
 	var once sync.Once
-	p, err := trustbundle.New(trustbundle.Options{Context: cc, Source: src, OnChange: func() { once.Do(changes.Done) }})
+	p, err := trustbundle.New(trustbundle.Options{Context: cc, Source: src})
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer p.AddListener(controller.ListenerFunc(func() { once.Do(changes.Done) }))()
 	done := make(chan error, 1)
 	go func() { done <- cc.RunTerm(termCtx, controller.Named{Name: "trustbundle", Runnable: p}) }()
 	defer func() {
@@ -128,7 +129,7 @@ func TestClusterTrustBundle(t *testing.T) {
 
 	took := waitFor(t, "the ClusterTrustBundle created", 30*time.Second, holds(b1))
 	t.Logf("ClusterTrustBundle created %s after the term started", took)
-	changes.Wait() // OnChange was called
+	changes.Wait() // the listeners were told
 	b, err := ctbs.Get(ctx, trustbundle.Name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
