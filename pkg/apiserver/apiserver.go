@@ -27,6 +27,7 @@ import (
 	"github.com/certapi/certapi/pkg/apis/certapi/install"
 	"github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	"github.com/certapi/certapi/pkg/controller"
+	"github.com/certapi/certapi/pkg/controller/leader"
 	"github.com/certapi/certapi/pkg/controller/status"
 	"github.com/certapi/certapi/pkg/issuer"
 	"github.com/certapi/certapi/pkg/metrics"
@@ -105,19 +106,13 @@ type Server struct {
 	GenericAPIServer *genericapiserver.GenericAPIServer
 	Issuer           *issuer.Issuer
 
-	statusInterval time.Duration
-	clusterDomain  string
-	rotationGrace  time.Duration
-	maxDuration    time.Duration
-	// distrustDeadline is the longest a distrusted CA stays in the bundle.
-	distrustDeadline time.Duration
-	leader           LeaderOptions
-	snapshots        *snapshot.Schedule
-	status           atomic.Pointer[status.Writer]
-	// statusUpdater writes request status in-process, through the status subresource's storage.
-	statusUpdater status.Updater
-	self          *selfServing
-	clients       controller.Clients
+	// term is what every leadership term of this process is run with (see lead).
+	term leader.Config
+	// status holds the running term's status writer, nil between terms.
+	status atomic.Pointer[status.Writer]
+	self   *selfServing
+	// clients are the process's clients, shared by every term.
+	clients controller.Clients
 	// broadcaster is the process's one Event broadcaster; recorder reports for the servingcerts path,
 	// and each leader loop takes a recorder of its own name from it.
 	broadcaster events.EventBroadcaster
@@ -136,21 +131,21 @@ func (c CompletedConfig) New() (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating the generic API server: %w", err)
 	}
-	s := &Server{GenericAPIServer: generic, statusInterval: c.ExtraConfig.StatusInterval, clusterDomain: c.ExtraConfig.ClusterDomain,
-		rotationGrace: c.ExtraConfig.RotationGrace, maxDuration: c.ExtraConfig.MaxCertificateDuration, leader: c.ExtraConfig.Leader,
-		distrustDeadline: c.ExtraConfig.DistrustDeadline, snapshots: c.ExtraConfig.Snapshots}
-	if s.statusInterval <= 0 {
+	s := &Server{GenericAPIServer: generic}
+	leaderOpts := c.ExtraConfig.Leader
+	statusInterval := c.ExtraConfig.StatusInterval
+	if statusInterval <= 0 {
 		// A request's first status change is written at once; this bounds how often it is written again,
 		// so that a burst of renewals against one request (many pods of one webhook) makes few writes.
-		s.statusInterval = 200 * time.Millisecond
+		statusInterval = 200 * time.Millisecond
 	}
-	if s.leader == (LeaderOptions{}) {
-		s.leader = DefaultLeaderOptions()
+	if leaderOpts == (LeaderOptions{}) {
+		leaderOpts = DefaultLeaderOptions()
 	}
 	if c.ExtraConfig.KubeConfig == nil {
 		return nil, fmt.Errorf("no kube-apiserver client: give --kubeconfig, or run in a cluster")
 	}
-	clients, err := newClients(c.GenericConfig.LoopbackClientConfig, c.ExtraConfig.KubeConfig, s.leader)
+	clients, err := newClients(c.GenericConfig.LoopbackClientConfig, c.ExtraConfig.KubeConfig, leaderOpts)
 	if err != nil {
 		return nil, err
 	}
@@ -227,7 +222,6 @@ func (c CompletedConfig) New() (*Server, error) {
 	}
 	// The leader reads certapi's objects and writes request status through this server's storage, not
 	// through its loopback.
-	s.statusUpdater = servingcertrequest.NewStatusUpdater(scrStatus, Scheme)
 	s.clients.CertapiStorage = &controller.CertapiListWatchers{
 		ServingCertRequests: listwatch.New(scr, Scheme,
 			func() runtime.Object { return &v1alpha1.ServingCertRequest{} },
@@ -236,8 +230,24 @@ func (c CompletedConfig) New() (*Server, error) {
 			func() runtime.Object { return &v1alpha1.CertificateAuthority{} },
 			func() runtime.Object { return &v1alpha1.CertificateAuthorityList{} }),
 	}
+	s.term = leader.Config{
+		ClusterDomain: c.ExtraConfig.ClusterDomain,
+		Clients:       s.clients,
+		Broadcaster:   s.broadcaster,
+		Issuer:        iss,
+		StatusUpdater: servingcertrequest.NewStatusUpdater(scrStatus, Scheme), StatusInterval: statusInterval,
+		StatusWorkers: leaderOpts.StatusWorkers, SecretWorkers: leaderOpts.SecretWorkers, InjectorWorkers: leaderOpts.InjectorWorkers,
+		RotationGrace: c.ExtraConfig.RotationGrace, MaxCertificateDuration: c.ExtraConfig.MaxCertificateDuration,
+		DistrustDeadline: c.ExtraConfig.DistrustDeadline,
+		Snapshots:        c.ExtraConfig.Snapshots,
+		WatchReplicas:    s.self != nil,
+		StatusWriter:     &s.status,
+	}
 	return s, nil
 }
+
+// lead runs the loops only the leader runs, until ctx (the term) ends.
+func (s *Server) lead(ctx context.Context) error { return leader.Run(ctx, s.term) }
 
 // Run serves until ctx ends, taking part in the leader election meanwhile. On the way out the issuer
 // resigns first, so a follower takes over while this replica still drains its requests.
