@@ -63,7 +63,8 @@ func init() {
 type ExtraConfig struct {
 	// ClusterDomain is the cluster's DNS domain, the suffix of every fully qualified Service name.
 	ClusterDomain string
-	// IssuerConfig configures the issuer; its Client is owned by the caller.
+	// IssuerConfig configures the issuer; its Client is owned by the caller (Etcd). Complete sets its
+	// ClusterDomain and MaxCertificateDuration from this config's.
 	IssuerConfig issuer.Config
 	// KubeConfig reaches kube-apiserver (Secrets, Events, SubjectAccessReviews): --kubeconfig or in-cluster.
 	KubeConfig *restclient.Config
@@ -89,17 +90,28 @@ type ExtraConfig struct {
 	RequestCounter *requestquota.Counter
 }
 
-// Config is the whole configuration of a certapi server.
+// Config is the whole configuration of a certapi server. Complete it to make a Server.
 type Config struct {
 	GenericConfig *genericapiserver.RecommendedConfig
 	ExtraConfig   ExtraConfig
 }
 
-// CompletedConfig is a Config with every default filled in; only it can make a Server.
-type CompletedConfig struct {
+// completedConfig is a Config whose defaults Complete filled in.
+type completedConfig struct {
 	GenericConfig genericapiserver.CompletedConfig
 	ExtraConfig   *ExtraConfig
 }
+
+// CompletedConfig is a Config with every default filled in; only it can make a Server, and only
+// Config.Complete can make one: its one field is private to this package.
+type CompletedConfig struct {
+	*completedConfig
+}
+
+// DefaultStatusInterval is ExtraConfig.StatusInterval when it is zero. A request's first status change is
+// written at once; this bounds how often it is written again, so that a burst of renewals against one
+// request (many pods of one webhook) makes few writes.
+const DefaultStatusInterval = 200 * time.Millisecond
 
 // Server is a certapi API server with its issuer.
 type Server struct {
@@ -119,29 +131,30 @@ type Server struct {
 	recorder    events.EventRecorder
 }
 
-// Complete fills in the defaults.
+// Complete fills in the defaults, here and nowhere else: New takes the completed config as it is.
 func (c *Config) Complete() CompletedConfig {
 	c.GenericConfig.BuildHandlerChainFunc = handlerChain(c.ExtraConfig.AuthReadiness)
-	return CompletedConfig{GenericConfig: c.GenericConfig.Complete(), ExtraConfig: &c.ExtraConfig}
+	extra := &c.ExtraConfig
+	if extra.StatusInterval <= 0 {
+		extra.StatusInterval = DefaultStatusInterval
+	}
+	if extra.Leader == (LeaderOptions{}) {
+		extra.Leader = DefaultLeaderOptions()
+	}
+	// The issuer signs with the server's cluster domain and lifetime cap.
+	extra.IssuerConfig.ClusterDomain = extra.ClusterDomain
+	extra.IssuerConfig.MaxCertificateDuration = extra.MaxCertificateDuration
+	return CompletedConfig{&completedConfig{GenericConfig: c.GenericConfig.Complete(), ExtraConfig: extra}}
 }
 
-// New builds the server, its issuer, and installs the certapi.dev API group.
-func (c CompletedConfig) New() (*Server, error) {
+// New builds the server, its issuer, and installs the certapi.dev API group. It starts nothing: Run does.
+func (c completedConfig) New() (*Server, error) {
 	generic, err := c.GenericConfig.New("certapi", genericapiserver.NewEmptyDelegate())
 	if err != nil {
 		return nil, fmt.Errorf("creating the generic API server: %w", err)
 	}
 	s := &Server{GenericAPIServer: generic}
 	leaderOpts := c.ExtraConfig.Leader
-	statusInterval := c.ExtraConfig.StatusInterval
-	if statusInterval <= 0 {
-		// A request's first status change is written at once; this bounds how often it is written again,
-		// so that a burst of renewals against one request (many pods of one webhook) makes few writes.
-		statusInterval = 200 * time.Millisecond
-	}
-	if leaderOpts == (LeaderOptions{}) {
-		leaderOpts = DefaultLeaderOptions()
-	}
 	if c.ExtraConfig.KubeConfig == nil {
 		return nil, fmt.Errorf("no kube-apiserver client: give --kubeconfig, or run in a cluster")
 	}
@@ -154,8 +167,6 @@ func (c CompletedConfig) New() (*Server, error) {
 	s.recorder = s.broadcaster.NewRecorder(controller.EventScheme, "certapi.dev/issuer")
 
 	icfg := c.ExtraConfig.IssuerConfig
-	icfg.ClusterDomain = c.ExtraConfig.ClusterDomain
-	icfg.MaxCertificateDuration = c.ExtraConfig.MaxCertificateDuration
 	icfg.OnIssued = s.recordIssued
 	icfg.OnLeadershipChange = func(leading bool) {
 		v := 0.0
@@ -235,7 +246,7 @@ func (c CompletedConfig) New() (*Server, error) {
 		Clients:       s.clients,
 		Broadcaster:   s.broadcaster,
 		Issuer:        iss,
-		StatusUpdater: servingcertrequest.NewStatusUpdater(scrStatus, Scheme), StatusInterval: statusInterval,
+		StatusUpdater: servingcertrequest.NewStatusUpdater(scrStatus, Scheme), StatusInterval: c.ExtraConfig.StatusInterval,
 		StatusWorkers: leaderOpts.StatusWorkers, SecretWorkers: leaderOpts.SecretWorkers, InjectorWorkers: leaderOpts.InjectorWorkers,
 		RotationGrace: c.ExtraConfig.RotationGrace, MaxCertificateDuration: c.ExtraConfig.MaxCertificateDuration,
 		DistrustDeadline: c.ExtraConfig.DistrustDeadline,
