@@ -23,7 +23,7 @@ type testInformer struct {
 	listOnce sync.Once
 }
 
-func newTestInformer(t *testing.T, syncs bool) *testInformer {
+func newTestInformer(syncs bool) *testInformer {
 	ti := &testInformer{listed: make(chan struct{})}
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, _ metav1.ListOptions) (runtime.Object, error) {
@@ -39,9 +39,15 @@ func newTestInformer(t *testing.T, syncs bool) *testInformer {
 			return watch.NewFake(), nil
 		},
 	}
-	ti.SharedIndexInformer = cache.NewSharedIndexInformer(lw, &corev1.ConfigMap{}, 0, cache.Indexers{})
+	ti.SharedIndexInformer = cache.NewSharedIndexInformer(listOnly{lw}, &corev1.ConfigMap{}, 0, cache.Indexers{})
 	return ti
 }
+
+// listOnly makes the reflector list and then watch, as against a server without streaming lists: the
+// test's watch sends no initial events.
+type listOnly struct{ *cache.ListWatch }
+
+func (listOnly) IsWatchListSemanticsUnSupported() bool { return true }
 
 func (ti *testInformer) AddEventHandlerWithOptions(h cache.ResourceEventHandler, o cache.HandlerOptions) (cache.ResourceEventHandlerRegistration, error) {
 	ti.added.Add(1)
@@ -102,7 +108,7 @@ func TestRunTerm(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			first, second := newTestInformer(t, true), newTestInformer(t, tc.secondSyncs)
+			first, second := newTestInformer(true), newTestInformer(tc.secondSyncs)
 			cc := &Context{}
 			cc.AddFactory(&testFactory{informers: []cache.SharedIndexInformer{first, second}})
 			var events atomic.Int32
