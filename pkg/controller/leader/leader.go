@@ -7,16 +7,10 @@ package leader
 
 import (
 	"context"
-	"crypto/x509"
 	"fmt"
 	"sync/atomic"
 	"time"
 
-	certificatesv1 "k8s.io/api/certificates/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 
@@ -28,9 +22,7 @@ import (
 	"github.com/certapi/certapi/pkg/controller/secretdelivery"
 	"github.com/certapi/certapi/pkg/controller/status"
 	"github.com/certapi/certapi/pkg/controller/trustbundle"
-	certapilisters "github.com/certapi/certapi/pkg/generated/listers/certapi/v1alpha1"
 	"github.com/certapi/certapi/pkg/metrics"
-	"github.com/certapi/certapi/pkg/signer"
 	"github.com/certapi/certapi/pkg/snapshot"
 )
 
@@ -66,7 +58,7 @@ type Config struct {
 	// Active CA (certapi serves itself from its own CA).
 	WatchReplicas bool
 	// StatusWriter holds the running term's status writer, nil between terms: the servingcerts path
-	// records what it issued through it.
+	// records what it issued through it. Required.
 	StatusWriter *atomic.Pointer[status.Writer]
 }
 
@@ -143,63 +135,4 @@ func Run(ctx context.Context, c Config) error {
 		term = append(term, controller.Named{Name: "snapshots", Runnable: c.Snapshots})
 	}
 	return cc.RunTerm(ctx, term...)
-}
-
-// distrustProgress tells how far a pending distrust has come: every Secret certapi delivers for an
-// existing request, and (replicas) every certapi replica's own serving certificate, from the Active CA.
-type distrustProgress struct {
-	delivery *secretdelivery.Controller
-	issuer   Issuer
-	replicas bool
-}
-
-func (d distrustProgress) of(ctx context.Context, active *x509.Certificate) rotation.DistrustProgress {
-	tally, ok := d.delivery.Distrust(active)
-	p := rotation.DistrustProgress{Known: ok, PendingSecrets: tally.Pending, UnmanagedSecrets: tally.Unmanaged}
-	if d.replicas && ok {
-		n, err := d.issuer.ServingNotFrom(ctx, signer.FormatSerialNumber(active.SerialNumber))
-		p.Known, p.PendingReplicas = err == nil, n
-	}
-	return p
-}
-
-// bundleFollower makes every request's status.caBundle follow the bundle after a rotation step; the
-// status writer coalesces and paces the writes.
-type bundleFollower struct {
-	requests certapilisters.ServingCertRequestLister
-	status   *status.Writer
-}
-
-func (b bundleFollower) set(_ context.Context, bundle []byte) {
-	all, err := b.requests.List(labels.Everything())
-	if err != nil {
-		return
-	}
-	for _, r := range all {
-		b.status.SetBundle(types.NamespacedName{Namespace: r.Namespace, Name: r.Name}, string(bundle))
-	}
-}
-
-// The certificates.k8s.io/v1 resources the leader's loops use when kube-apiserver serves them.
-const (
-	resourceClusterTrustBundles    = "clustertrustbundles"
-	resourcePodCertificateRequests = "podcertificaterequests"
-)
-
-// servedCertificatesV1 returns the resources of certificates.k8s.io/v1 that kube-apiserver serves:
-// ClusterTrustBundles and PodCertificateRequests are GA in Kubernetes 1.37, and certapi runs without
-// them on an older cluster.
-func servedCertificatesV1(d discovery.DiscoveryInterface) (map[string]bool, error) {
-	list, err := d.ServerResourcesForGroupVersion(certificatesv1.SchemeGroupVersion.String())
-	if apierrors.IsNotFound(err) {
-		return map[string]bool{}, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("discovering the resources of %s: %w", certificatesv1.SchemeGroupVersion, err)
-	}
-	served := map[string]bool{}
-	for _, r := range list.APIResources {
-		served[r.Name] = true
-	}
-	return served, nil
 }
