@@ -34,6 +34,7 @@ func TestComplete(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			generic := genericapiserver.NewRecommendedConfig(Codecs)
 			generic.EffectiveVersion = compatibility.DefaultBuildEffectiveVersion()
+			generic.ExternalAddress = "127.0.0.1:443" // what the secure serving options would give
 			c := &Config{GenericConfig: generic, ExtraConfig: tc.extra}
 			got := c.Complete().ExtraConfig
 			if got.StatusInterval != tc.wantStatus {

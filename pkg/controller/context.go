@@ -60,7 +60,7 @@ type Context struct {
 
 	mu        sync.Mutex
 	factories []Factory
-	watches   []*watch
+	watches   []*handlerWatch
 	listens   []listen
 	// started is set when RunTerm begins: from then on nothing more can be declared, and RunTerm
 	// refuses to run the term again.

@@ -95,8 +95,8 @@ func (l *Listeners) Notify() {
 	}
 }
 
-// watch is one handler a controller declared with Watch, and its registration once the term runs.
-type watch struct {
+// handlerWatch is one handler a controller declared with Watch, and its registration once the term runs.
+type handlerWatch struct {
 	informer cache.SharedInformer
 	handler  cache.ResourceEventHandler
 
@@ -105,7 +105,7 @@ type watch struct {
 }
 
 // hasSynced reports whether the handler has been registered and has seen the informer's initial list.
-func (w *watch) hasSynced() bool {
+func (w *handlerWatch) hasSynced() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.reg != nil && w.reg.HasSynced()
@@ -123,7 +123,7 @@ type listen struct {
 // that list, for a controller that answers from its cache between terms' events (the injector's AllHold).
 // Call Watch from the controller's constructor, before RunTerm.
 func (c *Context) Watch(informer cache.SharedInformer, handler cache.ResourceEventHandler) cache.InformerSynced {
-	w := &watch{informer: informer, handler: handler}
+	w := &handlerWatch{informer: informer, handler: handler}
 	c.declare(func() { c.watches = append(c.watches, w) })
 	return w.hasSynced
 }
@@ -173,7 +173,7 @@ func (c *Context) RunTerm(ctx context.Context, controllers ...Named) error {
 	ctx, cancel := context.WithCancel(ctx)
 	logger := klog.FromContext(ctx)
 	ran := false
-	var registered []*watch
+	var registered []*handlerWatch
 	defer func() {
 		cancel()
 		for _, f := range factories {
