@@ -95,12 +95,18 @@ func termWidth() int {
 	return cols
 }
 
+// run starts certapi's etcd (the embedded one when no --etcd-servers is given), builds the server as
+// sample-apiserver does (options, Config, Complete, New) and serves until ctx ends; etcd stops after.
 func run(ctx context.Context, o *apiserver.Options) error {
-	if err := o.Complete(ctx); err != nil {
+	if err := o.Complete(); err != nil {
 		return err
 	}
-	defer o.Stop()
-	config, err := o.Config()
+	etcd, err := o.StartEtcd(ctx)
+	if err != nil {
+		return err
+	}
+	defer etcd.Stop()
+	config, err := o.Config(etcd)
 	if err != nil {
 		return err
 	}

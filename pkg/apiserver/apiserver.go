@@ -28,6 +28,7 @@ import (
 	"github.com/certapi/certapi/pkg/apis/certapi/install"
 	"github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	"github.com/certapi/certapi/pkg/controller"
+	"github.com/certapi/certapi/pkg/controller/leader"
 	"github.com/certapi/certapi/pkg/controller/status"
 	"github.com/certapi/certapi/pkg/issuer"
 	"github.com/certapi/certapi/pkg/metrics"
@@ -63,7 +64,8 @@ func init() {
 type ExtraConfig struct {
 	// ClusterDomain is the cluster's DNS domain, the suffix of every fully qualified Service name.
 	ClusterDomain string
-	// IssuerConfig configures the issuer; its Client is owned by the caller.
+	// IssuerConfig configures the issuer; its Client is owned by the caller (Etcd). Complete sets its
+	// ClusterDomain and MaxCertificateDuration from this config's.
 	IssuerConfig issuer.Config
 	// KubeConfig reaches kube-apiserver (Secrets, Events, SubjectAccessReviews): --kubeconfig or in-cluster.
 	KubeConfig *restclient.Config
@@ -89,69 +91,75 @@ type ExtraConfig struct {
 	RequestCounter *requestquota.Counter
 }
 
-// Config is the whole configuration of a certapi server.
+// Config is the whole configuration of a certapi server. Complete it to make a Server.
 type Config struct {
 	GenericConfig *genericapiserver.RecommendedConfig
 	ExtraConfig   ExtraConfig
 }
 
-// CompletedConfig is a Config with every default filled in; only it can make a Server.
-type CompletedConfig struct {
+// completedConfig is a Config whose defaults Complete filled in.
+type completedConfig struct {
 	GenericConfig genericapiserver.CompletedConfig
 	ExtraConfig   *ExtraConfig
 }
+
+// CompletedConfig is a Config with every default filled in; only it can make a Server, and only
+// Config.Complete can make one: its one field is private to this package.
+type CompletedConfig struct {
+	*completedConfig
+}
+
+// DefaultStatusInterval is ExtraConfig.StatusInterval when it is zero. A request's first status change is
+// written at once; this bounds how often it is written again, so that a burst of renewals against one
+// request (many pods of one webhook) makes few writes.
+const DefaultStatusInterval = 200 * time.Millisecond
 
 // Server is a certapi API server with its issuer.
 type Server struct {
 	GenericAPIServer *genericapiserver.GenericAPIServer
 	Issuer           *issuer.Issuer
 
-	statusInterval time.Duration
-	clusterDomain  string
-	rotationGrace  time.Duration
-	maxDuration    time.Duration
-	// distrustDeadline is the longest a distrusted CA stays in the bundle.
-	distrustDeadline time.Duration
-	leader           LeaderOptions
-	snapshots        *snapshot.Schedule
-	status           atomic.Pointer[status.Writer]
-	// statusUpdater writes request status in-process, through the status subresource's storage.
-	statusUpdater status.Updater
-	self          *selfServing
-	clients       controller.Clients
+	// term is what every leadership term of this process is run with (see lead).
+	term leader.Config
+	// status holds the running term's status writer, nil between terms.
+	status atomic.Pointer[status.Writer]
+	self   *selfServing
+	// clients are the process's clients, shared by every term.
+	clients controller.Clients
 	// broadcaster is the process's one Event broadcaster; recorder reports for the servingcerts path,
 	// and each leader loop takes a recorder of its own name from it.
 	broadcaster events.EventBroadcaster
 	recorder    events.EventRecorder
 }
 
-// Complete fills in the defaults.
+// Complete fills in the defaults, here and nowhere else: New takes the completed config as it is.
 func (c *Config) Complete() CompletedConfig {
 	c.GenericConfig.BuildHandlerChainFunc = handlerChain(c.ExtraConfig.AuthReadiness)
-	return CompletedConfig{GenericConfig: c.GenericConfig.Complete(), ExtraConfig: &c.ExtraConfig}
+	extra := &c.ExtraConfig
+	if extra.StatusInterval <= 0 {
+		extra.StatusInterval = DefaultStatusInterval
+	}
+	if extra.Leader == (LeaderOptions{}) {
+		extra.Leader = DefaultLeaderOptions()
+	}
+	// The issuer signs with the server's cluster domain and lifetime cap.
+	extra.IssuerConfig.ClusterDomain = extra.ClusterDomain
+	extra.IssuerConfig.MaxCertificateDuration = extra.MaxCertificateDuration
+	return CompletedConfig{&completedConfig{GenericConfig: c.GenericConfig.Complete(), ExtraConfig: extra}}
 }
 
-// New builds the server, its issuer, and installs the certapi.dev API group.
-func (c CompletedConfig) New() (*Server, error) {
+// New builds the server, its issuer, and installs the certapi.dev API group. It starts nothing: Run does.
+func (c completedConfig) New() (*Server, error) {
 	generic, err := c.GenericConfig.New("certapi", genericapiserver.NewEmptyDelegate())
 	if err != nil {
 		return nil, fmt.Errorf("creating the generic API server: %w", err)
 	}
-	s := &Server{GenericAPIServer: generic, statusInterval: c.ExtraConfig.StatusInterval, clusterDomain: c.ExtraConfig.ClusterDomain,
-		rotationGrace: c.ExtraConfig.RotationGrace, maxDuration: c.ExtraConfig.MaxCertificateDuration, leader: c.ExtraConfig.Leader,
-		distrustDeadline: c.ExtraConfig.DistrustDeadline, snapshots: c.ExtraConfig.Snapshots}
-	if s.statusInterval <= 0 {
-		// A request's first status change is written at once; this bounds how often it is written again,
-		// so that a burst of renewals against one request (many pods of one webhook) makes few writes.
-		s.statusInterval = 200 * time.Millisecond
-	}
-	if s.leader == (LeaderOptions{}) {
-		s.leader = DefaultLeaderOptions()
-	}
+	s := &Server{GenericAPIServer: generic}
+	leaderOpts := c.ExtraConfig.Leader
 	if c.ExtraConfig.KubeConfig == nil {
 		return nil, fmt.Errorf("no kube-apiserver client: give --kubeconfig, or run in a cluster")
 	}
-	clients, err := newClients(c.GenericConfig.LoopbackClientConfig, c.ExtraConfig.KubeConfig, s.leader)
+	clients, err := newClients(c.GenericConfig.LoopbackClientConfig, c.ExtraConfig.KubeConfig, leaderOpts)
 	if err != nil {
 		return nil, err
 	}
@@ -160,8 +168,6 @@ func (c CompletedConfig) New() (*Server, error) {
 	s.recorder = s.broadcaster.NewRecorder(controller.EventScheme, "certapi.dev/issuer")
 
 	icfg := c.ExtraConfig.IssuerConfig
-	icfg.ClusterDomain = c.ExtraConfig.ClusterDomain
-	icfg.MaxCertificateDuration = c.ExtraConfig.MaxCertificateDuration
 	icfg.OnIssued = s.recordIssued
 	icfg.OnLeadershipChange = func(leading bool) {
 		v := 0.0
@@ -228,7 +234,6 @@ func (c CompletedConfig) New() (*Server, error) {
 	}
 	// The leader reads certapi's objects and writes request status through this server's storage, not
 	// through its loopback.
-	s.statusUpdater = servingcertrequest.NewStatusUpdater(scrStatus, Scheme)
 	s.clients.CertapiStorage = &controller.CertapiListWatchers{
 		ServingCertRequests: listwatch.New(scr, Scheme,
 			func() runtime.Object { return &v1alpha1.ServingCertRequest{} },
@@ -237,8 +242,24 @@ func (c CompletedConfig) New() (*Server, error) {
 			func() runtime.Object { return &v1alpha1.CertificateAuthority{} },
 			func() runtime.Object { return &v1alpha1.CertificateAuthorityList{} }),
 	}
+	s.term = leader.Config{
+		ClusterDomain: c.ExtraConfig.ClusterDomain,
+		Clients:       s.clients,
+		Broadcaster:   s.broadcaster,
+		Issuer:        iss,
+		StatusUpdater: servingcertrequest.NewStatusUpdater(scrStatus, Scheme), StatusInterval: c.ExtraConfig.StatusInterval,
+		StatusWorkers: leaderOpts.StatusWorkers, SecretWorkers: leaderOpts.SecretWorkers, InjectorWorkers: leaderOpts.InjectorWorkers,
+		RotationGrace: c.ExtraConfig.RotationGrace, MaxCertificateDuration: c.ExtraConfig.MaxCertificateDuration,
+		DistrustDeadline: c.ExtraConfig.DistrustDeadline,
+		Snapshots:        c.ExtraConfig.Snapshots,
+		WatchReplicas:    s.self != nil,
+		StatusWriter:     &s.status,
+	}
 	return s, nil
 }
+
+// lead runs the loops only the leader runs, until ctx (the term) ends.
+func (s *Server) lead(ctx context.Context) error { return leader.Run(ctx, s.term) }
 
 // Run serves until ctx ends, taking part in the leader election meanwhile. On the way out the issuer
 // resigns first, so a follower takes over while this replica still drains its requests.

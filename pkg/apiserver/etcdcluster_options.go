@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -44,9 +43,6 @@ type EtcdClusterOptions struct {
 	PeerCASecret string
 	// PeerCACertFile and PeerCAKeyFile give the peer CA as files instead of the Secret.
 	PeerCACertFile, PeerCAKeyFile string
-
-	cancel context.CancelFunc
-	done   sync.WaitGroup
 }
 
 // DefaultEtcdClusterOptions are the defaults: cluster mode off.
@@ -140,8 +136,9 @@ func (o *EtcdClusterOptions) memberName() string {
 	return h
 }
 
-// start loads or creates the peer CA, starts this member, and keeps it running until Stop. namespace is
-// certapi's own (--service-namespace); kubeconfig is --kubeconfig (empty: in-cluster).
+// start loads or creates the peer CA and starts this member; the caller runs its maintenance loop
+// (Member.Run) and stops it. namespace is certapi's own (--service-namespace); kubeconfig is
+// --kubeconfig (empty: in-cluster).
 func (o *EtcdClusterOptions) start(ctx context.Context, dataDir, namespace, kubeconfig string) (*etcdcluster.Member, error) {
 	dir, err := filepath.Abs(dataDir)
 	if err != nil {
@@ -192,31 +189,7 @@ func (o *EtcdClusterOptions) start(ctx context.Context, dataDir, namespace, kube
 		cfg.DesiredMembers = incluster.StatefulSetReplicas(client, namespace, name[:strings.LastIndex(name, "-")])
 	}
 	klog.InfoS("Starting the embedded etcd member of certapi's cluster", "member", name, "peerURL", cfg.PeerURL, "clientURL", cfg.ClientURL, "dataDir", dir)
-	m, err := etcdcluster.Start(ctx, cfg)
-	if err != nil {
-		return nil, err
-	}
-	runCtx, cancel := context.WithCancel(context.Background())
-	o.cancel = cancel
-	o.done.Add(1)
-	go func() {
-		defer o.done.Done()
-		if err := m.Run(runCtx); err != nil {
-			// certapi's storage is this member: without it every call fails. Exit, so that kubelet
-			// restarts the pod and the member rejoins (DecideStart), rather than serve errors.
-			klog.ErrorS(err, "The embedded etcd member stopped; exiting so that the pod restarts and the member rejoins")
-			klog.FlushAndExit(klog.ExitFlushTimeout, 1)
-		}
-	}()
-	return m, nil
-}
-
-// stop ends the member's maintenance loop; the caller stops the member after.
-func (o *EtcdClusterOptions) stop() {
-	if o.cancel != nil {
-		o.cancel()
-		o.done.Wait()
-	}
+	return etcdcluster.Start(ctx, cfg)
 }
 
 func kubeConfig(path string) (*rest.Config, error) {

@@ -7,7 +7,6 @@ import (
 	"os"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/apiserver/pkg/storage/value"
 
@@ -36,7 +35,6 @@ import (
 	"github.com/certapi/certapi/pkg/apis/certapi"
 	"github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	"github.com/certapi/certapi/pkg/apis/certapi/validation"
-	"github.com/certapi/certapi/pkg/etcdcluster"
 	generatedopenapi "github.com/certapi/certapi/pkg/generated/openapi"
 	"github.com/certapi/certapi/pkg/issuer"
 	"github.com/certapi/certapi/pkg/registry/servingcertrequest"
@@ -112,9 +110,6 @@ type Options struct {
 	// EtcdCluster turns the embedded etcd into one member of a cluster of certapi's replicas.
 	EtcdCluster EtcdClusterOptions
 
-	embeddedEtcd *EmbeddedEtcd
-	etcdMember   *etcdcluster.Member
-	etcdClient   *clientv3.Client
 	// requestCounter counts each namespace's ServingCertRequests for the CertapiServingCertRequestLimit
 	// admission plugin; the server feeds it from its storage.
 	requestCounter *requestquota.Counter
@@ -315,48 +310,17 @@ func (o *Options) Validate() error {
 	return utilerrors.NewAggregate(errs)
 }
 
-// Complete starts the embedded etcd when no --etcd-servers were given: this replica's member of the
-// replicas' cluster with --etcd-peer-service, else a single member. Call Stop when done.
-func (o *Options) Complete(ctx context.Context) error {
-	if len(o.RecommendedOptions.Etcd.StorageConfig.Transport.ServerList) > 0 {
-		return nil
+// Complete fills in what the flags leave to certapi: this replica's name in the leader election. It
+// starts nothing; StartEtcd starts the embedded etcd.
+func (o *Options) Complete() error {
+	if o.LeaderIdentity == "" {
+		o.LeaderIdentity = defaultIdentity()
 	}
-	if o.EtcdCluster.Enabled() {
-		m, err := o.EtcdCluster.start(ctx, o.DataDir, o.ServiceNamespace, o.RecommendedOptions.CoreAPI.CoreAPIKubeconfigPath)
-		if err != nil {
-			return err
-		}
-		o.etcdMember = m
-		transport := &o.RecommendedOptions.Etcd.StorageConfig.Transport
-		transport.ServerList = m.ClientURLs()
-		transport.CertFile, transport.KeyFile, transport.TrustedCAFile = m.ClientTLSFiles()
-		return nil
-	}
-	e, err := StartEmbeddedEtcd(ctx, o.DataDir)
-	if err != nil {
-		return err
-	}
-	o.embeddedEtcd = e
-	o.RecommendedOptions.Etcd.StorageConfig.Transport.ServerList = []string{e.Endpoint()}
 	return nil
 }
 
-// Stop releases what Complete and Config started.
-func (o *Options) Stop() {
-	if o.etcdClient != nil {
-		_ = o.etcdClient.Close()
-	}
-	if o.embeddedEtcd != nil {
-		o.embeddedEtcd.Stop()
-	}
-	o.EtcdCluster.stop()
-	if o.etcdMember != nil {
-		o.etcdMember.Stop()
-	}
-}
-
-// Config turns the options into a server configuration.
-func (o *Options) Config() (*Config, error) {
+// Config turns the completed options into a server configuration whose storage is etcd (see StartEtcd).
+func (o *Options) Config(etcd *Etcd) (*Config, error) {
 	// With no certificate given, certapi serves with one from its own CA (a placeholder until then).
 	var self *selfServing
 	if cert := o.RecommendedOptions.SecureServing.ServerCert.CertKey; cert.CertFile == "" && cert.KeyFile == "" {
@@ -386,25 +350,18 @@ func (o *Options) Config() (*Config, error) {
 	serverConfig.ShutdownDelayDuration = o.ShutdownDelay
 	serverConfig.EffectiveVersion = compatibility.DefaultBuildEffectiveVersion()
 
-	if transport := &o.RecommendedOptions.Etcd.StorageConfig.Transport; tcpEndpoints(transport.ServerList) && transport.EgressLookup == nil {
-		transport.EgressLookup = patientEgress // reconnect at once after an etcd outage
-	}
-	if err := o.RecommendedOptions.ApplyTo(serverConfig); err != nil {
+	// The storage reaches etcd as StartEtcd does: the embedded etcd's endpoints when it runs one.
+	recommended := *o.RecommendedOptions
+	etcdOptions := *recommended.Etcd
+	etcdOptions.StorageConfig.Transport = etcd.transport
+	recommended.Etcd = &etcdOptions
+	if err := recommended.ApplyTo(serverConfig); err != nil {
 		return nil, fmt.Errorf("applying options: %w", err)
 	}
 
 	transformer, err := caKeysTransformer(serverConfig, o.RequireEncryptedCAKeys)
 	if err != nil {
 		return nil, err
-	}
-	client, err := newEtcdClient(o.RecommendedOptions.Etcd.StorageConfig.Transport)
-	if err != nil {
-		return nil, err
-	}
-	o.etcdClient = client
-	identity := o.LeaderIdentity
-	if identity == "" {
-		identity = defaultIdentity()
 	}
 	authn := o.RecommendedOptions.Authentication
 	auth := &authReadiness{
@@ -428,12 +385,12 @@ func (o *Options) Config() (*Config, error) {
 			DistrustDeadline:       o.DistrustDeadline,
 			RequestCounter:         o.requestCounter,
 			Leader:                 o.Leader,
-			Snapshots:              o.Snapshots.schedule(client, o.DataDir),
+			Snapshots:              o.Snapshots.schedule(etcd.client, o.DataDir),
 			IssuerConfig: issuer.Config{
-				Client:         client,
+				Client:         etcd.client,
 				Prefix:         EtcdPathPrefix,
 				Transformer:    transformer,
-				Identity:       identity,
+				Identity:       o.LeaderIdentity,
 				SessionTTL:     o.LeaderSessionTTL,
 				HandoffTimeout: o.HandoffTimeout,
 			},

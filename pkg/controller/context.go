@@ -1,8 +1,6 @@
 package controller
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -16,7 +14,6 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
-	"k8s.io/klog/v2"
 	aggregatorclient "k8s.io/kube-aggregator/pkg/client/clientset_generated/clientset"
 
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
@@ -47,9 +44,10 @@ type Factory interface {
 }
 
 // Context is what the controllers of one leadership term share: the clients, the certapi informer
-// factory, the informer factories controllers add, and Event recorders from one broadcaster.
-// Controllers register the informers they need in their constructors; Run starts every factory once
-// every constructor has succeeded, so a term never runs half its controllers.
+// factory, the informer factories controllers add, and Event recorders from one broadcaster. A
+// controller's constructor declares through it what the controller watches (Watch), whom it listens to
+// (Listen) and the factories it made (AddFactory); RunTerm does the rest once for every controller (see
+// term.go), so a term never runs half its controllers.
 type Context struct {
 	Clients
 	// ClusterDomain is the cluster's DNS domain, the suffix of every fully qualified Service name.
@@ -62,7 +60,11 @@ type Context struct {
 
 	mu        sync.Mutex
 	factories []Factory
-	started   bool
+	watches   []*handlerWatch
+	listens   []listen
+	// started is set when RunTerm begins: from then on nothing more can be declared, and RunTerm
+	// refuses to run the term again.
+	started bool
 }
 
 // Clients are the clients every term shares; the process makes them once.
@@ -119,84 +121,6 @@ func useListerWatcher(factory externalversions.SharedInformerFactory, obj runtim
 // Recorder returns an Event recorder that reports as reportingController (e.g. certapi.dev/injector).
 func (c *Context) Recorder(reportingController string) events.EventRecorder {
 	return c.broadcaster.NewRecorder(EventScheme, reportingController)
-}
-
-// AddFactory makes the term start and shut down f with its own factories. It must be called before Start.
-func (c *Context) AddFactory(f Factory) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.started {
-		panic("controller: AddFactory after Start")
-	}
-	c.factories = append(c.factories, f)
-}
-
-// Start starts every informer factory of the term; they stop when ctx ends. Shutdown waits for them.
-func (c *Context) Start(ctx context.Context) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.started = true
-	for _, f := range c.factories {
-		f.Start(ctx.Done())
-	}
-}
-
-// Shutdown waits for the informers of every factory to stop; call it after the term's context ended.
-func (c *Context) Shutdown() {
-	c.mu.Lock()
-	fs := append([]Factory(nil), c.factories...)
-	c.mu.Unlock()
-	for _, f := range fs {
-		f.Shutdown()
-	}
-}
-
-// Runnable is a controller of a term: Run returns when ctx ends (nil) or when the controller cannot go
-// on (an error, which ends the term).
-type Runnable interface {
-	Run(ctx context.Context) error
-}
-
-// RunFunc makes a function a Runnable.
-type RunFunc func(ctx context.Context) error
-
-// Run calls f.
-func (f RunFunc) Run(ctx context.Context) error { return f(ctx) }
-
-// Named is a Runnable with a name for the log.
-type Named struct {
-	Name string
-	Runnable
-}
-
-// RunTerm starts the term's informers and runs every controller until ctx ends, and then returns nil
-// once every controller and informer has stopped. If a controller fails, the term ends for all of them
-// and RunTerm returns that error: a leader runs all of its loops or none.
-func (c *Context) RunTerm(ctx context.Context, controllers ...Named) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	c.Start(ctx)
-	defer c.Shutdown()
-
-	errs := make(chan error, len(controllers))
-	var wg sync.WaitGroup
-	for _, n := range controllers {
-		wg.Go(func() {
-			logger := klog.FromContext(ctx).WithName(n.Name)
-			err := n.Run(klog.NewContext(ctx, logger))
-			if err != nil && ctx.Err() == nil {
-				errs <- fmt.Errorf("%s: %w", n.Name, err)
-				cancel()
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	var all []error
-	for err := range errs {
-		all = append(all, err)
-	}
-	return errors.Join(all...)
 }
 
 // trimCertapi drops the parts of certapi's objects that no controller reads: managed fields; every

@@ -5,7 +5,9 @@ package controller
 
 import (
 	"context"
+	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/client-go/util/workqueue"
@@ -49,6 +51,7 @@ type Queue[K comparable] struct {
 	sync    SyncFunc[K]
 	quiet   func(error) bool
 	queue   workqueue.TypedRateLimitingInterface[K]
+	ran     atomic.Bool
 }
 
 // NewQueue makes a Queue; nothing runs until Run.
@@ -86,8 +89,12 @@ func (q *Queue[K]) AddAfter(key K, d time.Duration) { q.queue.AddAfter(key, d) }
 func (q *Queue[K]) Len() int { return q.queue.Len() }
 
 // Run syncs queued keys with the configured number of workers until ctx ends, then shuts the queue down
-// and returns once every worker has finished its current key.
-func (q *Queue[K]) Run(ctx context.Context) {
+// and returns once every worker has finished its current key. A queue runs once: a second Run, or a Run
+// after ShutDown, is refused, so a controller whose run is its queue cannot run in two terms.
+func (q *Queue[K]) Run(ctx context.Context) error {
+	if !q.ran.CompareAndSwap(false, true) || q.queue.ShuttingDown() {
+		return fmt.Errorf("queue %s: Run called twice, or after ShutDown; make a new controller for each leadership term", q.name)
+	}
 	logger := klog.FromContext(ctx)
 	var wg sync.WaitGroup
 	for range q.workers {
@@ -99,9 +106,10 @@ func (q *Queue[K]) Run(ctx context.Context) {
 	<-ctx.Done()
 	q.queue.ShutDown()
 	wg.Wait()
+	return nil
 }
 
-// ShutDown stops the queue without Run, for a controller whose term ended before it started.
+// ShutDown stops the queue without Run, for a controller whose term ended before it ran (see Stopper).
 func (q *Queue[K]) ShutDown() { q.queue.ShutDown() }
 
 func (q *Queue[K]) processNext(ctx context.Context, logger klog.Logger) bool {

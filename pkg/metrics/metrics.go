@@ -213,6 +213,17 @@ func ForgetReady(namespace, name, reason string) {
 	ServingCertRequestReady.DeleteLabelValues(namespace, name, reason)
 }
 
+// ObserveInjection records the injection targets by state, as the rotation counts them for
+// CertificateAuthority status.injection: UpToDate, Skipped, Conflict, Failed, and Pending for the rest.
+func ObserveInjection(targets, upToDate, skipped, conflicts, failed int32) {
+	pending := max(targets-upToDate-skipped-conflicts-failed, 0)
+	InjectionTargets.WithLabelValues("UpToDate").Set(float64(upToDate))
+	InjectionTargets.WithLabelValues("Skipped").Set(float64(skipped))
+	InjectionTargets.WithLabelValues("Conflict").Set(float64(conflicts))
+	InjectionTargets.WithLabelValues("Pending").Set(float64(pending))
+	InjectionTargets.WithLabelValues("Failed").Set(float64(failed))
+}
+
 // ForgetTerm drops the gauges only a leader publishes (CA lifetimes, injection targets, certificate
 // times, requests' readiness) when its term ends, so that a replica that stopped leading does not go on reporting what it saw
 // as leader next to the new leader's figures.

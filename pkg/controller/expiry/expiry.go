@@ -3,21 +3,20 @@
 // term's informer: a certificate's series appear when it is first recorded in status and follow each
 // renewal, the Ready series from the request's creation; all go away with the request, so alerts never
 // fire for a request that no longer exists and the series cannot grow without bound. A replica that
-// stops leading drops them all: only the leader publishes them.
+// stops leading drops them all (metrics.ForgetTerm, once the term's handlers are removed): only the
+// leader publishes them.
+//
+// It is only a handler of the term's informer: it has no queue and nothing to run.
 package expiry
 
 import (
-	"context"
 	"errors"
-	"fmt"
 	"sync"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/klog/v2"
 
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	"github.com/certapi/certapi/pkg/controller"
@@ -25,46 +24,26 @@ import (
 )
 
 // Publisher keeps the certificate expiry metrics in step with the ServingCertRequests. Make one per
-// leadership term with New and call Run once.
+// leadership term with New.
 type Publisher struct {
-	informer cache.SharedIndexInformer
-
 	mu sync.Mutex
 	// reasons holds the reason label of each request's Ready series, to replace it when the reason changes.
 	reasons map[types.NamespacedName]string
 }
 
-// New registers the ServingCertRequest informer of the term.
+// New declares on the term's Context a handler of its ServingCertRequest informer that publishes the
+// metrics for the term.
 func New(cc *controller.Context) (*Publisher, error) {
 	if cc == nil {
 		return nil, errors.New("expiry: a controller Context is required")
 	}
-	return &Publisher{
-		informer: cc.CertapiInformers.Certapi().V1alpha1().ServingCertRequests().Informer(),
-		reasons:  map[types.NamespacedName]string{},
-	}, nil
-}
-
-// Run publishes until ctx ends, then drops every series it published.
-func (p *Publisher) Run(ctx context.Context) error {
-	logger := klog.FromContext(ctx)
-	reg, err := p.informer.AddEventHandlerWithOptions(cache.ResourceEventHandlerFuncs{
+	p := &Publisher{reasons: map[types.NamespacedName]string{}}
+	cc.Watch(cc.CertapiInformers.Certapi().V1alpha1().ServingCertRequests().Informer(), cache.ResourceEventHandlerFuncs{
 		AddFunc:    p.observe,
 		UpdateFunc: func(_, obj any) { p.observe(obj) },
 		DeleteFunc: p.forget,
-	}, cache.HandlerOptions{Logger: &logger})
-	if err != nil {
-		return fmt.Errorf("watching ServingCertRequests: %w", err)
-	}
-	defer func() { _ = p.informer.RemoveEventHandler(reg) }()
-	<-ctx.Done()
-	metrics.CertificateNotAfter.Reset()
-	metrics.CertificateRenewal.Reset()
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	metrics.ServingCertRequestReady.Reset()
-	clear(p.reasons)
-	return nil
+	})
+	return p, nil
 }
 
 func (p *Publisher) observe(obj any) {

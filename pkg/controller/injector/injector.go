@@ -57,7 +57,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -68,6 +67,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	"github.com/certapi/certapi/pkg/controller"
 )
 
@@ -122,17 +122,17 @@ type Options struct {
 	// writes against a writer that never stops; a shorter one, a quicker return once it has. Zero means
 	// DefaultConflictCooldown.
 	ConflictCooldown time.Duration
-	// OnChange, when set, is called after a target was synced, when its state may have changed (the
-	// rotation gate waits on it). It must not block.
-	OnChange func()
 }
 
-// Injector injects the CA bundle. Make one with New for each leadership term and call Run once.
+// Injector injects the CA bundle. Make one with New for each leadership term; the term runs it. It is a
+// controller.Notifier: its listeners are told after each target was synced, when the target's state may
+// have changed (the rotation gate listens).
 type Injector struct {
 	source   BundleSource
 	recorder events.EventRecorder
 	clock    clock.Clock
-	onChange func()
+	// changes tells the listeners (see AddListener).
+	changes controller.Listeners
 
 	kinds     map[Kind]*kindClient
 	informers map[Kind]cache.SharedIndexInformer
@@ -141,9 +141,11 @@ type Injector struct {
 	// conflictCooldown is Options.ConflictCooldown, defaulted.
 	conflictCooldown time.Duration
 
+	// synced reports, for each target kind, whether the term's handler has seen the informer's first list.
+	synced []cache.InformerSynced
+
 	mu      sync.Mutex
 	objects map[key]*objState
-	synced  bool
 	// lastBundle is the digest of the bundle every target was last triggered for; haveBundle says the
 	// Source had one then.
 	lastBundle digest
@@ -151,12 +153,10 @@ type Injector struct {
 
 	bundleMu    sync.Mutex
 	bundleCache map[digest]canonicalBundle
-
-	ran atomic.Bool
 }
 
-// New checks o and registers the metadata informers of every target kind with the term. Nothing runs
-// until Run.
+// New checks o and declares on the term's Context the metadata informers of every target kind and the
+// Source's listener. Nothing runs until the term does.
 func New(o Options) (*Injector, error) {
 	switch {
 	case o.Context == nil:
@@ -173,7 +173,6 @@ func New(o Options) (*Injector, error) {
 		source:           o.Source,
 		recorder:         cc.Recorder(ReportingController),
 		clock:            o.Clock,
-		onChange:         o.OnChange,
 		kinds:            newKindClients(clientsets{kube: cc.Kube, ext: cc.APIExtensions, agg: cc.Aggregator}),
 		informers:        map[Kind]cache.SharedIndexInformer{},
 		conflictCooldown: o.ConflictCooldown,
@@ -182,9 +181,6 @@ func New(o Options) (*Injector, error) {
 	}
 	if i.clock == nil {
 		i.clock = clock.RealClock{}
-	}
-	if i.onChange == nil {
-		i.onChange = func() {}
 	}
 	if i.conflictCooldown == 0 {
 		i.conflictCooldown = DefaultConflictCooldown
@@ -197,7 +193,13 @@ func New(o Options) (*Injector, error) {
 	// target in full again, periodically, for nothing.
 	factory := metadatainformer.NewSharedInformerFactoryWithOptions(cc.Metadata, 0, metadatainformer.WithTransform(trimMetadata))
 	for _, kind := range Kinds {
-		i.informers[kind] = factory.ForResource(i.kinds[kind].gvr).Informer()
+		inf := factory.ForResource(i.kinds[kind].gvr).Informer()
+		i.informers[kind] = inf
+		i.synced = append(i.synced, cc.Watch(inf, cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { i.onObject(kind, obj) },
+			UpdateFunc: func(_, obj any) { i.onObject(kind, obj) },
+			DeleteFunc: func(obj any) { i.onDelete(kind, obj) },
+		}))
 	}
 	cc.AddFactory(factory)
 	qo := controller.QueueOptions[key]{
@@ -211,63 +213,52 @@ func New(o Options) (*Injector, error) {
 		qo.Clock = c
 	}
 	i.queue = controller.NewQueue(qo)
+	// Every target is queued by the initial lists; from then on a new bundle re-checks them all.
+	i.bundleChanged(klog.Background())
+	cc.Listen(o.Source, i.onBundle)
 	return i, nil
 }
 
-// Run injects until ctx ends (when this replica stops leading), then stops every goroutine it started
-// and returns nil. The term starts the informers; Run waits for their caches. Run may be called once.
-func (i *Injector) Run(ctx context.Context) error {
-	if !i.ran.CompareAndSwap(false, true) {
-		return errors.New("injector: Run called twice; make a new Injector for each leadership term")
-	}
-	defer i.queue.ShutDown()
-	logger := klog.FromContext(ctx)
-	var synced []cache.InformerSynced
-	for _, kind := range Kinds {
-		inf := i.informers[kind]
-		reg, err := inf.AddEventHandlerWithOptions(cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(obj any) { i.onObject(kind, obj) },
-			UpdateFunc: func(_, obj any) { i.onObject(kind, obj) },
-			DeleteFunc: func(obj any) { i.onDelete(kind, obj) },
-		}, cache.HandlerOptions{Logger: &logger})
-		if err != nil {
-			return fmt.Errorf("watching %ss: %w", kind, err)
-		}
-		defer func() { _ = inf.RemoveEventHandler(reg) }()
-		synced = append(synced, reg.HasSynced)
-	}
-	slow := time.AfterFunc(30*time.Second, func() {
-		logger.Info("Still waiting for the informer caches; can certapi list and watch webhook configurations, CRDs, APIServices and ConfigMaps?")
-	})
-	ok := cache.WaitForCacheSync(ctx.Done(), synced...)
-	slow.Stop()
-	if !ok {
-		return nil // ctx ended
-	}
-	i.mu.Lock()
-	i.synced = true
-	targets := len(i.objects)
-	i.mu.Unlock()
-	// Every target was queued by the initial list; from now on a new bundle re-checks them all.
-	i.bundleChanged(ctx)
-	defer i.source.AddListener(issuerListener(func() {
-		if i.bundleChanged(ctx) {
-			logger.V(2).Info("The CA bundle changed; re-checking every target")
-			i.Trigger()
-		}
-	}))()
-	logger.Info("Injecting the CA bundle", "targets", targets)
-	i.queue.Run(ctx)
-	logger.Info("Stopped injecting the CA bundle")
-	return nil
+// Run injects until ctx ends (when this replica stops leading): the term calls it once every cache has
+// synced. Its run is its queue's, which runs once.
+func (i *Injector) Run(ctx context.Context) error { return i.queue.Run(ctx) }
+
+// ShutDown stops the queue of an Injector whose term ended before it ran.
+func (i *Injector) ShutDown() { i.queue.ShutDown() }
+
+// AddListener tells lis after each target was synced (controller.Notifier).
+func (i *Injector) AddListener(lis dynamiccertificates.Listener) (remove func()) {
+	return i.changes.AddListener(lis)
 }
 
-// HasSynced reports whether Run has seen the first full list of every target kind. Until then Summary
-// may miss targets and AllHold is false. It is a cache.InformerSynced, for cache.WaitForCacheSync.
+// HasSynced reports whether the term's handlers have seen the first full list of every target kind.
+// Until then Summary may miss targets and AllHold is false. It is a cache.InformerSynced, for
+// cache.WaitForCacheSync.
 func (i *Injector) HasSynced() bool {
-	i.mu.Lock()
-	defer i.mu.Unlock()
-	return i.synced
+	if len(i.synced) == 0 {
+		return false
+	}
+	for _, synced := range i.synced {
+		if !synced() {
+			return false
+		}
+	}
+	return true
+}
+
+// InjectionSummary is Summary as CertificateAuthority status.injection: the injector is one target of
+// the rotation (see rotation.Target).
+func (i *Injector) InjectionSummary() certapiv1alpha1.InjectionSummary {
+	return *i.Summary().InjectionSummary()
+}
+
+// onBundle is the Source's listener: a new bundle re-checks every target.
+func (i *Injector) onBundle() {
+	logger := klog.Background().WithName("injector")
+	if i.bundleChanged(logger) {
+		logger.V(2).Info("The CA bundle changed; re-checking every target")
+		i.Trigger()
+	}
 }
 
 // Trigger re-checks every target now. Run does it when the Source says the bundle changed.
@@ -285,21 +276,15 @@ func (i *Injector) Trigger() {
 
 // bundleChanged records the Source's current bundle and reports whether it differs from the one recorded
 // before (the first call only sets the baseline).
-func (i *Injector) bundleChanged(ctx context.Context) bool {
+func (i *Injector) bundleChanged(logger klog.Logger) bool {
 	pem, d, err := i.currentBundle()
 	have := pem != nil && err == nil
 	i.mu.Lock()
 	defer i.mu.Unlock()
 	if err != nil && i.haveBundle {
-		klog.FromContext(ctx).Error(err, "The CA bundle to inject does not parse; nothing is written until it does")
+		logger.Error(err, "The CA bundle to inject does not parse; nothing is written until it does")
 	}
 	changed := have != i.haveBundle || d != i.lastBundle
 	i.lastBundle, i.haveBundle = d, have
 	return changed
 }
-
-// issuerListener adapts a function to the Source's listener.
-type issuerListener func()
-
-// Enqueue calls f.
-func (f issuerListener) Enqueue() { f() }

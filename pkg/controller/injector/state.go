@@ -422,14 +422,11 @@ func (i *Injector) Summary() Summary {
 // synced, while a target has not been read, and for a bundle that does not parse.
 func (i *Injector) AllHold(bundle []byte) bool {
 	c := i.canonical(bundle)
-	if c.err != nil {
+	if c.err != nil || !i.HasSynced() {
 		return false
 	}
 	i.mu.Lock()
 	defer i.mu.Unlock()
-	if !i.synced {
-		return false
-	}
 	for k, st := range i.objects {
 		if st.state == StateConflict {
 			continue

@@ -101,7 +101,7 @@ func TestAllHoldFailed(t *testing.T) {
 		{name: "refused with an earlier bundle: tried again, holds the gate", refusedRV: "5", otherCA: true, want: false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			i := &Injector{objects: map[key]*objState{}, bundleCache: map[digest]canonicalBundle{}, source: staticSource(bundle), synced: true}
+			i := &Injector{objects: map[key]*objState{}, bundleCache: map[digest]canonicalBundle{}, source: staticSource(bundle), synced: []cache.InformerSynced{func() bool { return true }}}
 			inf := cache.NewSharedIndexInformer(&cache.ListWatch{}, &metav1.PartialObjectMetadata{}, 0, cache.Indexers{})
 			i.informers = map[Kind]cache.SharedIndexInformer{KindConfigMap: inf}
 			m := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "big", UID: "u", ResourceVersion: "5",

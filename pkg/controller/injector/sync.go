@@ -12,11 +12,11 @@ import (
 	"github.com/certapi/certapi/pkg/controller"
 )
 
-// syncAndTell syncs one object on the term's queue and then tells OnChange, since its state may have
-// changed.
+// syncAndTell syncs one object on the term's queue and then tells the listeners, since its state may
+// have changed.
 func (i *Injector) syncAndTell(ctx context.Context, k key) (controller.Result, error) {
 	after, err := i.sync(ctx, k)
-	i.onChange()
+	i.changes.Notify()
 	return controller.Result{After: after}, err
 }
 

@@ -67,8 +67,8 @@ type Options struct {
 	Clock clock.PassiveClock
 }
 
-// Signer answers PodCertificateRequests for certapi.dev/serving. Make one per leadership term with New
-// and call Run once.
+// Signer answers PodCertificateRequests for certapi.dev/serving. Make one per leadership term with New;
+// the term runs it.
 type Signer struct {
 	kube      kubernetes.Interface
 	certapi   versioned.Interface
@@ -78,13 +78,12 @@ type Signer struct {
 
 	informer cache.SharedIndexInformer
 	lister   certificateslisters.PodCertificateRequestLister
-	requests cache.SharedIndexInformer
 	reqs     certapilisters.ServingCertRequestLister
 	queue    *controller.Queue[string]
 }
 
-// New checks o and registers the informers it needs with the term: PodCertificateRequests for
-// certapi.dev/serving, and the term's ServingCertRequests.
+// New checks o and declares on the term's Context the informers the signer watches:
+// PodCertificateRequests for certapi.dev/serving, and the term's ServingCertRequests.
 func New(o Options) (*Signer, error) {
 	switch {
 	case o.Context == nil:
@@ -114,7 +113,6 @@ func New(o Options) (*Signer, error) {
 		clock:     o.Clock,
 		informer:  inf.Informer(),
 		lister:    inf.Lister(),
-		requests:  reqs.Informer(),
 		reqs:      reqs.Lister(),
 	}
 	if s.clock == nil {
@@ -129,6 +127,12 @@ func New(o Options) (*Signer, error) {
 		BackoffBase: 50 * time.Millisecond, BackoffMax: time.Minute,
 		Quiet: apierrors.IsConflict,
 	})
+	cc.Watch(inf.Informer(), cache.ResourceEventHandlerFuncs{
+		AddFunc:    s.enqueue,
+		UpdateFunc: func(_, obj any) { s.enqueue(obj) },
+	})
+	// A PodCertificateRequest that waits for its ServingCertRequest is looked at again when it appears.
+	cc.Watch(reqs.Informer(), cache.ResourceEventHandlerFuncs{AddFunc: s.onRequestAdd})
 	return s, nil
 }
 
@@ -229,54 +233,38 @@ func answered(pcr *certificatesv1.PodCertificateRequest) bool {
 	return false
 }
 
-// Run answers PodCertificateRequests until ctx ends. Run may be called once.
-func (s *Signer) Run(ctx context.Context) error {
-	defer s.queue.ShutDown()
-	logger := klog.FromContext(ctx)
-	enqueue := func(obj any) {
-		pcr, ok := obj.(*certificatesv1.PodCertificateRequest)
-		if !ok || answered(pcr) {
-			return
-		}
-		key, err := cache.MetaNamespaceKeyFunc(pcr)
-		if err == nil {
-			s.queue.Add(key)
-		}
+// Run answers PodCertificateRequests until ctx ends: the term calls it once every cache has synced. Its
+// run is its queue's, which runs once.
+func (s *Signer) Run(ctx context.Context) error { return s.queue.Run(ctx) }
+
+// ShutDown stops the queue of a Signer whose term ended before it ran.
+func (s *Signer) ShutDown() { s.queue.ShutDown() }
+
+// enqueue queues a PodCertificateRequest that is not answered yet.
+func (s *Signer) enqueue(obj any) {
+	pcr, ok := obj.(*certificatesv1.PodCertificateRequest)
+	if !ok || answered(pcr) {
+		return
 	}
-	reg, err := s.informer.AddEventHandlerWithOptions(cache.ResourceEventHandlerFuncs{
-		AddFunc:    enqueue,
-		UpdateFunc: func(_, obj any) { enqueue(obj) },
-	}, cache.HandlerOptions{Logger: &logger})
+	key, err := cache.MetaNamespaceKeyFunc(pcr)
+	if err == nil {
+		s.queue.Add(key)
+	}
+}
+
+// onRequestAdd queues the PodCertificateRequests that wait for a ServingCertRequest that appeared.
+func (s *Signer) onRequestAdd(obj any) {
+	r, ok := obj.(*certapiv1alpha1.ServingCertRequest)
+	if !ok {
+		return
+	}
+	waiting, err := s.informer.GetIndexer().ByIndex(byRequest, r.Namespace+"/"+r.Name)
 	if err != nil {
-		return fmt.Errorf("watching PodCertificateRequests: %w", err)
+		return
 	}
-	defer func() { _ = s.informer.RemoveEventHandler(reg) }()
-	// A PodCertificateRequest that waits for its ServingCertRequest is looked at again when it appears.
-	reqReg, err := s.requests.AddEventHandlerWithOptions(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) {
-			r, ok := obj.(*certapiv1alpha1.ServingCertRequest)
-			if !ok {
-				return
-			}
-			waiting, err := s.informer.GetIndexer().ByIndex(byRequest, r.Namespace+"/"+r.Name)
-			if err != nil {
-				return
-			}
-			for _, pcr := range waiting {
-				enqueue(pcr)
-			}
-		},
-	}, cache.HandlerOptions{Logger: &logger})
-	if err != nil {
-		return fmt.Errorf("watching ServingCertRequests: %w", err)
+	for _, pcr := range waiting {
+		s.enqueue(pcr)
 	}
-	defer func() { _ = s.requests.RemoveEventHandler(reqReg) }()
-	if !cache.WaitForCacheSync(ctx.Done(), reg.HasSynced, reqReg.HasSynced) {
-		return nil
-	}
-	logger.Info("Answering PodCertificateRequests", "signerName", certapiv1alpha1.PodCertificateSignerName)
-	s.queue.Run(ctx)
-	return nil
 }
 
 func (s *Signer) sync(ctx context.Context, key string) (controller.Result, error) {

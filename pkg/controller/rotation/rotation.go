@@ -44,14 +44,18 @@ const distrustDwell = 5 * time.Second
 // progressDelay coalesces the injector's progress reports into at most a few looks a second.
 const progressDelay = 200 * time.Millisecond
 
-// Targets is what the rotation needs of the injector.
-type Targets interface {
-	// AllHold reports whether every injectable target holds exactly bundle: the rotation gate. Targets
-	// that are skipped, in conflict, or whose write kube-apiserver refused for good (Failed: a tenant's
-	// ConfigMap too large to take the bundle) do not count, so that no tenant can hold a rotation.
+// Target is a set of objects the bundle must reach before a Next CA may sign: the injector (every
+// object that opted in) and the ClusterTrustBundle publisher. Each tells its listeners when its state may
+// have changed, which may open the gate.
+type Target interface {
+	// AllHold reports whether every injectable object of the target holds exactly bundle: the rotation
+	// gate. Objects that are skipped, in conflict, or whose write kube-apiserver refused for good
+	// (Failed: a tenant's ConfigMap too large to take the bundle) do not count, so that no tenant can
+	// hold a rotation.
 	AllHold(bundle []byte) bool
-	// Summary counts the targets by state.
-	Summary() certapiv1alpha1.InjectionSummary
+	// InjectionSummary counts the target's objects by state.
+	InjectionSummary() certapiv1alpha1.InjectionSummary
+	controller.Notifier
 }
 
 // Authority is what the rotation needs of the issuer.
@@ -67,8 +71,12 @@ type Options struct {
 	Context *controller.Context
 	// Authority is the issuer. Required.
 	Authority Authority
-	// Targets is the injector. Required: without it the gate would check nothing but the grace period.
-	Targets Targets
+	// Targets are what the bundle must reach before a Next CA signs, summed in status.injection. At least
+	// one is required: without any the gate would check nothing but the grace period.
+	Targets []Target
+	// Reissued are what tells of progress towards a pending distrust: Secret delivery (a delivered Secret
+	// changed), the replicas' serving records.
+	Reissued []controller.Notifier
 	// Distrust tells how far a pending distrust has come against the Active CA active: what it waits
 	// for (Secrets certapi delivers, certapi's replicas) and what it does not. Asked only while a
 	// distrusted CA is in the bundle. Required.
@@ -86,12 +94,11 @@ type Options struct {
 	Clock clock.PassiveClock
 }
 
-// Controller moves CA rotations on. Make one per leadership term with New and call Run once.
+// Controller moves CA rotations on. Make one per leadership term with New; the term runs it.
 type Controller struct {
 	o        Options
 	client   versioned.Interface
 	lister   certapilisters.CertificateAuthorityLister
-	informer cache.SharedIndexInformer
 	recorder events.EventRecorder
 	queue    *controller.Queue[string]
 
@@ -123,14 +130,16 @@ func (p DistrustProgress) Done() bool {
 	return p.Known && p.PendingSecrets.Count == 0 && p.PendingReplicas == 0
 }
 
-// New checks o and registers the CertificateAuthority informer with the term.
+// New checks o and declares on the term's Context the CertificateAuthority informer and the listeners:
+// the Authority (a new CA or bundle), every target (progress towards the gate) and every Reissued
+// notifier (progress of a pending distrust).
 func New(o Options) (*Controller, error) {
 	switch {
 	case o.Context == nil:
 		return nil, errors.New("rotation: Options.Context is required")
 	case o.Authority == nil:
 		return nil, errors.New("rotation: Options.Authority is required")
-	case o.Targets == nil:
+	case len(o.Targets) == 0:
 		return nil, errors.New("rotation: Options.Targets is required")
 	case o.Distrust == nil:
 		return nil, errors.New("rotation: Options.Distrust is required")
@@ -143,7 +152,6 @@ func New(o Options) (*Controller, error) {
 		o:        o,
 		client:   o.Context.Certapi,
 		lister:   inf.Lister(),
-		informer: inf.Informer(),
 		recorder: o.Context.Recorder(ReportingController),
 	}
 	c.queue = controller.NewQueue(controller.QueueOptions[string]{
@@ -151,6 +159,20 @@ func New(o Options) (*Controller, error) {
 		BackoffBase: time.Second, BackoffMax: 30 * time.Second,
 		Quiet: apierrors.IsConflict,
 	})
+	cc := o.Context
+	cc.Watch(inf.Informer(), cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { c.Enqueue() },
+		UpdateFunc: func(any, any) { c.Enqueue() },
+		DeleteFunc: func(any) { c.Enqueue() },
+	})
+	cc.Listen(o.Authority, c.Enqueue)
+	for _, t := range o.Targets {
+		cc.Listen(t, c.Progress)
+	}
+	for _, n := range o.Reissued {
+		cc.Listen(n, c.Reissued)
+	}
+	c.Enqueue() // looked at once the caches have synced, whatever they hold
 	return c, nil
 }
 
@@ -174,26 +196,21 @@ func (c *Controller) Reissued() {
 	}
 }
 
-// Run drives rotations until ctx ends. Run may be called once.
-func (c *Controller) Run(ctx context.Context) error {
-	defer c.queue.ShutDown()
-	logger := klog.FromContext(ctx)
-	reg, err := c.informer.AddEventHandlerWithOptions(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { c.Enqueue() },
-		UpdateFunc: func(any, any) { c.Enqueue() },
-		DeleteFunc: func(any) { c.Enqueue() },
-	}, cache.HandlerOptions{Logger: &logger})
-	if err != nil {
-		return fmt.Errorf("watching CertificateAuthorities: %w", err)
+// Run drives rotations until ctx ends: the term calls it once every cache has synced. Its run is its
+// queue's, which runs once.
+func (c *Controller) Run(ctx context.Context) error { return c.queue.Run(ctx) }
+
+// ShutDown stops the queue of a Controller whose term ended before it ran.
+func (c *Controller) ShutDown() { c.queue.ShutDown() }
+
+// allHold is the gate: every target holds bundle.
+func (c *Controller) allHold(bundle []byte) bool {
+	for _, t := range c.o.Targets {
+		if !t.AllHold(bundle) {
+			return false
+		}
 	}
-	defer func() { _ = c.informer.RemoveEventHandler(reg) }()
-	if !cache.WaitFor(ctx, "CertificateAuthority cache", reg.HasSyncedChecker()) {
-		return nil
-	}
-	defer c.o.Authority.AddListener(issuer.ListenerFunc(c.Enqueue))()
-	c.Enqueue()
-	c.queue.Run(ctx)
-	return nil
+	return true
 }
 
 func (c *Controller) sync(ctx context.Context, _ string) (controller.Result, error) {
@@ -225,7 +242,7 @@ func (c *Controller) sync(ctx context.Context, _ string) (controller.Result, err
 		Distrust:       obj.Spec.Distrust,
 		CADuration:     caDuration,
 		Policy:         policy,
-		NextEverywhere: c.o.Targets.AllHold(before.Bundle()),
+		NextEverywhere: c.allHold(before.Bundle()),
 	}
 	// Only while a distrust is pending: what it waits for, against the Active CA.
 	var progress *DistrustProgress
@@ -255,7 +272,8 @@ func (c *Controller) sync(ctx context.Context, _ string) (controller.Result, err
 	if !ok {
 		return controller.Result{}, nil
 	}
-	summary := c.o.Targets.Summary()
+	summary := SumTargets(c.o.Targets)
+	metrics.ObserveInjection(summary.Targets, summary.UpToDate, summary.Skipped, summary.Conflicts, summary.Failed)
 	distrust := distrustStatus(distrustInput{
 		Previous: obj.Status.Distrust, Before: before, After: after, Steps: steps, Progress: progress,
 		PendingTargets: pendingTargets(summary),
@@ -269,6 +287,28 @@ func (c *Controller) sync(ctx context.Context, _ string) (controller.Result, err
 		return controller.Result{}, err
 	}
 	return controller.Result{After: c.wait(after, policy)}, nil
+}
+
+// maxFailedTargets bounds InjectionSummary.FailedTargets, as each target bounds its own.
+const maxFailedTargets = 10
+
+// SumTargets adds up the targets' summaries: status.injection counts every object of every target.
+func SumTargets(targets []Target) certapiv1alpha1.InjectionSummary {
+	var s certapiv1alpha1.InjectionSummary
+	for _, t := range targets {
+		ts := t.InjectionSummary()
+		s.Targets += ts.Targets
+		s.UpToDate += ts.UpToDate
+		s.Skipped += ts.Skipped
+		s.Conflicts += ts.Conflicts
+		s.Failed += ts.Failed
+		for _, f := range ts.FailedTargets {
+			if len(s.FailedTargets) < maxFailedTargets {
+				s.FailedTargets = append(s.FailedTargets, f)
+			}
+		}
+	}
+	return s
 }
 
 // pendingTargets is the number of injection targets still to take the current bundle: neither up to

@@ -4,7 +4,20 @@ import (
 	"bytes"
 
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
 )
+
+// onAuthority is the Authority's listener: a new signing CA or bundle re-examines every delivered
+// Secret; signing that resumed (leadership, a loaded CA, a renewed lease) retries the requests that
+// waited for it.
+func (c *Controller) onAuthority() {
+	if c.authorityChanged() {
+		n := c.enqueueAll()
+		klog.Background().WithName("secretdelivery").Info("CA bundle or signing CA changed; re-examining every delivered Secret", "requests", n)
+		return
+	}
+	c.enqueueNotSigning()
+}
 
 // authorityChanged records the Authority's signing CA and bundle and reports whether either differs
 // from what was recorded before (the first call only sets the baseline).

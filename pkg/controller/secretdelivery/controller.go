@@ -14,18 +14,17 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
-	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
@@ -74,13 +73,11 @@ type Options struct {
 	Clock clock.PassiveClock
 	// Workers is the number of requests handled concurrently; default DefaultWorkers.
 	Workers int
-	// OnChange, when set, is called after a labelled Secret changes or a request is deleted: what a
-	// pending distrust waits for may have changed (the rotation's Reissued).
-	OnChange func()
 }
 
-// Controller delivers certificates into Secrets. Make one with New for each leadership term and call
-// Run once.
+// Controller delivers certificates into Secrets. Make one with New for each leadership term; the term
+// runs it. It is a controller.Notifier: its listeners are told after a labelled Secret changes or a
+// request is deleted, when what a pending distrust waits for may have changed (the rotation listens).
 type Controller struct {
 	kube      kubernetes.Interface
 	authority issuer.Authority
@@ -110,14 +107,13 @@ type Controller struct {
 	// alive, or the CA is not loaded yet); the Authority's next change enqueues them again.
 	notSigning map[types.NamespacedName]struct{}
 
-	ran atomic.Bool
-	// onChange is Options.OnChange, or a no-op.
-	onChange func()
+	// changes tells the listeners (see AddListener).
+	changes controller.Listeners
 }
 
-// New checks o and builds a Controller. It registers the ServingCertRequest informer of the term's
-// Context (and an index on it) and adds the filtered Secret informer's factory to the term; nothing
-// runs until Run.
+// New checks o and builds a Controller. It declares on the term's Context what the controller watches
+// (the term's ServingCertRequest informer, with an index on it, and a filtered Secret informer of its
+// own) and that it listens to the Authority; nothing runs until the term does.
 func New(o Options) (*Controller, error) {
 	switch {
 	case o.Context == nil:
@@ -140,12 +136,8 @@ func New(o Options) (*Controller, error) {
 		reported:   map[types.NamespacedName]string{},
 		readFirst:  map[types.NamespacedName]struct{}{},
 		notSigning: map[types.NamespacedName]struct{}{},
-		onChange:   o.OnChange,
 
 		clusterDomain: o.Context.ClusterDomain,
-	}
-	if c.onChange == nil {
-		c.onChange = func() {}
 	}
 	if c.clock == nil {
 		c.clock = clock.RealClock{}
@@ -185,6 +177,21 @@ func New(o Options) (*Controller, error) {
 	})
 	c.conflictBackoff = workqueue.NewTypedItemExponentialFailureRateLimiter[types.NamespacedName](conflictBackoffBase, conflictBackoffMax)
 	c.conflicts = newConflictWatches(c.kube, c.enqueueForSecret)
+
+	cc := o.Context
+	cc.Watch(c.requestInformer, cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.onRequestAdd,
+		UpdateFunc: c.onRequestUpdate,
+		DeleteFunc: c.onRequestDelete,
+	})
+	cc.Watch(c.secretInformer, cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.onSecret,
+		UpdateFunc: func(oldObj, newObj any) { c.onSecret(oldObj); c.onSecret(newObj) },
+		DeleteFunc: c.onSecret,
+	})
+	// The initial lists enqueue every request; from then on a new CA or bundle re-examines them all.
+	c.authorityChanged()
+	cc.Listen(o.Authority, c.onAuthority)
 	return c, nil
 }
 
@@ -197,49 +204,14 @@ func indexBySecretName(obj any) ([]string, error) {
 	return []string{req.Namespace + "/" + req.Spec.SecretName}, nil
 }
 
-// Run delivers certificates until ctx ends (when this replica stops leading), then stops every goroutine
-// it started and returns nil. The term starts the informers; Run waits for their caches. Run may be
-// called once.
-func (c *Controller) Run(ctx context.Context) error {
-	if !c.ran.CompareAndSwap(false, true) {
-		return errors.New("secretdelivery: Run called twice; make a new Controller for each leadership term")
-	}
-	defer c.queue.ShutDown()
-	logger := klog.FromContext(ctx)
-	reqReg, err := c.requestInformer.AddEventHandlerWithOptions(cache.ResourceEventHandlerFuncs{
-		AddFunc:    c.onRequestAdd,
-		UpdateFunc: c.onRequestUpdate,
-		DeleteFunc: c.onRequestDelete,
-	}, cache.HandlerOptions{Logger: &logger})
-	if err != nil {
-		return fmt.Errorf("watching ServingCertRequests: %w", err)
-	}
-	defer func() { _ = c.requestInformer.RemoveEventHandler(reqReg) }()
-	secReg, err := c.secretInformer.AddEventHandlerWithOptions(cache.ResourceEventHandlerFuncs{
-		AddFunc:    c.onSecret,
-		UpdateFunc: func(oldObj, newObj any) { c.onSecret(oldObj); c.onSecret(newObj) },
-		DeleteFunc: c.onSecret,
-	}, cache.HandlerOptions{Logger: &logger})
-	if err != nil {
-		return fmt.Errorf("watching Secrets: %w", err)
-	}
-	defer func() { _ = c.secretInformer.RemoveEventHandler(secReg) }()
+// Run delivers certificates until ctx ends (when this replica stops leading): the term calls it once
+// every cache has synced. Its run is its queue's, which runs once.
+func (c *Controller) Run(ctx context.Context) error { return c.queue.Run(ctx) }
 
-	if !cache.WaitFor(ctx, "secretdelivery caches", reqReg.HasSyncedChecker(), secReg.HasSyncedChecker()) {
-		return nil // ctx ended
-	}
-	// The initial list enqueued every request; from now on a new CA or bundle re-examines them all.
-	c.authorityChanged()
-	defer c.authority.AddListener(issuer.ListenerFunc(func() {
-		if c.authorityChanged() {
-			n := c.enqueueAll()
-			logger.Info("CA bundle or signing CA changed; re-examining every delivered Secret", "requests", n)
-			return
-		}
-		c.enqueueNotSigning()
-	}))()
-	logger.Info("Delivering certificates into Secrets")
-	c.queue.Run(ctx)
-	logger.Info("Stopped delivering certificates into Secrets")
-	return nil
+// ShutDown stops the queue of a controller whose term ended before it ran.
+func (c *Controller) ShutDown() { c.queue.ShutDown() }
+
+// AddListener tells lis after a labelled Secret changed or a request was deleted (controller.Notifier).
+func (c *Controller) AddListener(lis dynamiccertificates.Listener) (remove func()) {
+	return c.changes.AddListener(lis)
 }

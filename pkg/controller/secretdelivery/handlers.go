@@ -55,7 +55,7 @@ func (c *Controller) onRequestDelete(obj any) {
 		return
 	}
 	c.forgetConflict(types.NamespacedName{Namespace: key.Namespace, Name: key.Name})
-	c.onChange()
+	c.changes.Notify()
 }
 
 // onSecret enqueues the request a certapi Secret's annotation names and every request whose
@@ -74,7 +74,7 @@ func (c *Controller) onSecret(obj any) {
 			c.enqueueForSecret(ns, name)
 		}
 	}
-	c.onChange()
+	c.changes.Notify()
 	if s == nil {
 		return
 	}

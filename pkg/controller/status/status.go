@@ -141,11 +141,11 @@ func (w *Writer) entry(key types.NamespacedName) *pending {
 	return p
 }
 
-// Run writes queued status until ctx ends.
-func (w *Writer) Run(ctx context.Context) error {
-	w.queue.Run(ctx)
-	return nil
-}
+// Run writes queued status until ctx ends. Its run is its queue's, which runs once.
+func (w *Writer) Run(ctx context.Context) error { return w.queue.Run(ctx) }
+
+// ShutDown stops the queue of a Writer whose term ended before it ran.
+func (w *Writer) ShutDown() { w.queue.ShutDown() }
 
 // sync writes the change pending for key, then looks at key again after the interval to write what
 // arrived meanwhile. When nothing did, the key's entry goes: its next change is written at once. On

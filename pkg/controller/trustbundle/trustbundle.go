@@ -52,27 +52,27 @@ type Options struct {
 	Context *controller.Context
 	// Source gives the bundle and tells when it changes. Required.
 	Source BundleSource
-	// OnChange, when set, is called after each sync, when the bundle's state may have changed (the
-	// rotation gate waits on it). It must not block.
-	OnChange func()
 }
 
-// Publisher keeps the ClusterTrustBundle. Make one per leadership term with New and call Run once.
+// Publisher keeps the ClusterTrustBundle. Make one per leadership term with New; the term runs it. It is
+// a controller.Notifier: its listeners are told after each sync, when the bundle's state may have
+// changed (the rotation gate listens).
 type Publisher struct {
-	source   BundleSource
-	kube     kubernetes.Interface
-	informer cache.SharedIndexInformer
-	lister   certificateslisters.ClusterTrustBundleLister
-	queue    *controller.Queue[string]
-	onChange func()
+	source  BundleSource
+	kube    kubernetes.Interface
+	lister  certificateslisters.ClusterTrustBundleLister
+	queue   *controller.Queue[string]
+	changes controller.Listeners
+	// synced reports whether the term's handler has seen the informer's first list.
+	synced cache.InformerSynced
 
 	mu sync.Mutex
 	// problem is why the last sync failed; "" when it did not.
 	problem string
-	synced  bool
 }
 
-// New checks o and registers an informer on the one ClusterTrustBundle with the term.
+// New checks o and declares on the term's Context an informer on the one ClusterTrustBundle and the
+// Source's listener.
 func New(o Options) (*Publisher, error) {
 	switch {
 	case o.Context == nil:
@@ -92,48 +92,38 @@ func New(o Options) (*Publisher, error) {
 		}))
 	inf := factory.Certificates().V1().ClusterTrustBundles()
 	p := &Publisher{
-		source:   o.Source,
-		kube:     o.Context.Kube,
-		informer: inf.Informer(),
-		lister:   inf.Lister(),
-		onChange: o.OnChange,
-	}
-	if p.onChange == nil {
-		p.onChange = func() {}
+		source: o.Source,
+		kube:   o.Context.Kube,
+		lister: inf.Lister(),
 	}
 	o.Context.AddFactory(factory)
 	p.queue = controller.NewQueue(controller.QueueOptions[string]{
 		Name: "trustbundle", Workers: 1, Sync: p.sync,
 		Quiet: func(err error) bool { return stale(err) || apierrors.IsAlreadyExists(err) },
 	})
+	p.synced = o.Context.Watch(inf.Informer(), cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { p.enqueue() },
+		UpdateFunc: func(any, any) { p.enqueue() },
+		DeleteFunc: func(any) { p.enqueue() },
+	})
+	o.Context.Listen(o.Source, p.enqueue)
+	p.enqueue() // looked at once the caches have synced, whatever they hold
 	return p, nil
 }
 
-// Run keeps the ClusterTrustBundle until ctx ends. Run may be called once.
-func (p *Publisher) Run(ctx context.Context) error {
-	defer p.queue.ShutDown()
-	logger := klog.FromContext(ctx)
-	enqueue := func() { p.queue.Add(Name) }
-	reg, err := p.informer.AddEventHandlerWithOptions(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { enqueue() },
-		UpdateFunc: func(any, any) { enqueue() },
-		DeleteFunc: func(any) { enqueue() },
-	}, cache.HandlerOptions{Logger: &logger})
-	if err != nil {
-		return fmt.Errorf("watching ClusterTrustBundle %s: %w", Name, err)
-	}
-	defer func() { _ = p.informer.RemoveEventHandler(reg) }()
-	if !cache.WaitFor(ctx, "ClusterTrustBundle cache", reg.HasSyncedChecker()) {
-		return nil
-	}
-	p.mu.Lock()
-	p.synced = true
-	p.mu.Unlock()
-	defer p.source.AddListener(listenerFunc(enqueue))()
-	enqueue()
-	logger.Info("Publishing the CA bundle", "clusterTrustBundle", Name, "signerName", certapiv1alpha1.PodCertificateSignerName)
-	p.queue.Run(ctx)
-	return nil
+// enqueue makes the publisher look at the ClusterTrustBundle again.
+func (p *Publisher) enqueue() { p.queue.Add(Name) }
+
+// Run keeps the ClusterTrustBundle until ctx ends: the term calls it once every cache has synced. Its
+// run is its queue's, which runs once.
+func (p *Publisher) Run(ctx context.Context) error { return p.queue.Run(ctx) }
+
+// ShutDown stops the queue of a Publisher whose term ended before it ran.
+func (p *Publisher) ShutDown() { p.queue.ShutDown() }
+
+// AddListener tells lis after each sync (controller.Notifier).
+func (p *Publisher) AddListener(lis dynamiccertificates.Listener) (remove func()) {
+	return p.changes.AddListener(lis)
 }
 
 // Action is what sync does to the ClusterTrustBundle.
@@ -163,7 +153,7 @@ func Decide(cur *certificatesv1.ClusterTrustBundle, want string) Action {
 }
 
 func (p *Publisher) sync(ctx context.Context, _ string) (controller.Result, error) {
-	defer p.onChange()
+	defer p.changes.Notify()
 	want, ok, err := p.want()
 	if err != nil {
 		p.setProblem("the CA bundle does not parse, so the ClusterTrustBundle is not written: " + err.Error())
@@ -244,12 +234,8 @@ func (p *Publisher) Problem() string {
 	return p.problem
 }
 
-// HasSynced reports whether Run has seen the first list of the ClusterTrustBundle.
-func (p *Publisher) HasSynced() bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.synced
-}
+// HasSynced reports whether the term's handler has seen the first list of the ClusterTrustBundle.
+func (p *Publisher) HasSynced() bool { return p.synced != nil && p.synced() }
 
 // Holds reports whether the ClusterTrustBundle, as the informer last saw it, holds exactly bundle (in
 // canonical form): the rotation gate. It is false before the informer has synced and for a bundle that
@@ -266,6 +252,19 @@ func (p *Publisher) Holds(bundle []byte) bool {
 	return err == nil && Decide(cur, want) == ActionNone
 }
 
+// AllHold is Holds: the ClusterTrustBundle is one target of the rotation (see rotation.Target).
+func (p *Publisher) AllHold(bundle []byte) bool { return p.Holds(bundle) }
+
+// InjectionSummary counts the ClusterTrustBundle as one injection target, up to date or pending (see
+// UpToDate).
+func (p *Publisher) InjectionSummary() certapiv1alpha1.InjectionSummary {
+	s := certapiv1alpha1.InjectionSummary{Targets: 1}
+	if p.UpToDate() {
+		s.UpToDate = 1
+	}
+	return s
+}
+
 // UpToDate reports whether the ClusterTrustBundle holds the Source's current certificates, in any
 // order: for the injection summary. When a rotation's Next CA becomes Active only the bundle's order
 // changes, and the ClusterTrustBundle trusts exactly what the new bundle does while it is re-written;
@@ -279,9 +278,3 @@ func (p *Publisher) UpToDate() bool {
 	cur, err := p.lister.Get(Name)
 	return err == nil && cabundle.SameCertificates([]byte(cur.Spec.TrustBundle), raw)
 }
-
-// listenerFunc adapts a function to the Source's listener.
-type listenerFunc func()
-
-// Enqueue calls f.
-func (f listenerFunc) Enqueue() { f() }

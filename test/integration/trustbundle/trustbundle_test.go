@@ -76,10 +76,11 @@ func TestClusterTrustBundle(t *testing.T) {
 	var changes sync.WaitGroup
 	changes.Add(1)
 	var once sync.Once
-	p, err := trustbundle.New(trustbundle.Options{Context: cc, Source: src, OnChange: func() { once.Do(changes.Done) }})
+	p, err := trustbundle.New(trustbundle.Options{Context: cc, Source: src})
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer p.AddListener(controller.ListenerFunc(func() { once.Do(changes.Done) }))()
 	done := make(chan error, 1)
 	go func() { done <- cc.RunTerm(termCtx, controller.Named{Name: "trustbundle", Runnable: p}) }()
 	defer func() {
@@ -101,7 +102,7 @@ func TestClusterTrustBundle(t *testing.T) {
 
 	took := testhelpers.WaitFor(t, 10*time.Millisecond, 30*time.Second, "the ClusterTrustBundle created", holds(b1))
 	t.Logf("ClusterTrustBundle created %s after the term started", took)
-	changes.Wait() // OnChange was called
+	changes.Wait() // the listeners were told
 	b, err := ctbs.Get(ctx, trustbundle.Name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,140 @@
+// Package leader wires one leadership term: the controllers only the leader runs, built on the term's
+// Context in the order they depend on each other, and run together until the term ends. Every
+// dependency between them is a value made before it is used: the rotation listens to Secret delivery,
+// the injector, the ClusterTrustBundle publisher and the replicas' serving records through their
+// Notifiers, and nothing is captured before it is assigned.
+package leader
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
+
+	"github.com/certapi/certapi/pkg/controller"
+	"github.com/certapi/certapi/pkg/controller/expiry"
+	"github.com/certapi/certapi/pkg/controller/injector"
+	"github.com/certapi/certapi/pkg/controller/podcert"
+	"github.com/certapi/certapi/pkg/controller/rotation"
+	"github.com/certapi/certapi/pkg/controller/secretdelivery"
+	"github.com/certapi/certapi/pkg/controller/status"
+	"github.com/certapi/certapi/pkg/controller/trustbundle"
+	"github.com/certapi/certapi/pkg/metrics"
+	"github.com/certapi/certapi/pkg/snapshot"
+)
+
+// Issuer is what a term needs of the issuer (*issuer.Issuer is one): the CA's state and rotation, and
+// the replicas' serving records that a distrust waits for.
+type Issuer interface {
+	rotation.Authority
+	// Bundle is the trust bundle to inject and publish (injector.BundleSource, trustbundle.BundleSource).
+	Bundle() (pem []byte, ok bool)
+	// ServingNotFrom counts the replicas not serving with a certificate of the CA with that serial.
+	ServingNotFrom(ctx context.Context, serial string) (int, error)
+	// WatchServing calls onChange whenever a replica's serving record changes, until ctx ends.
+	WatchServing(ctx context.Context, onChange func()) error
+}
+
+// Config is what every term of this process shares. The process makes it once.
+type Config struct {
+	// ClusterDomain is the cluster's DNS domain.
+	ClusterDomain string
+	// Clients and Broadcaster are the process's clients and its one Event broadcaster (started by it).
+	Clients     controller.Clients
+	Broadcaster events.EventBroadcaster
+	// Issuer signs and rotates.
+	Issuer Issuer
+	// StatusUpdater writes request status; StatusInterval bounds how often one request's is written.
+	StatusUpdater  status.Updater
+	StatusInterval time.Duration
+	// StatusWorkers, SecretWorkers and InjectorWorkers are how many writes of each the leader makes at once.
+	StatusWorkers, SecretWorkers, InjectorWorkers int
+	// RotationGrace, MaxCertificateDuration and DistrustDeadline are the rotation's policy.
+	RotationGrace, MaxCertificateDuration, DistrustDeadline time.Duration
+	// Snapshots, when set, takes the scheduled etcd snapshots.
+	Snapshots *snapshot.Schedule
+	// WatchReplicas makes a pending distrust wait for every replica to serve with a certificate of the
+	// Active CA (certapi serves itself from its own CA).
+	WatchReplicas bool
+	// StatusWriter holds the running term's status writer, nil between terms: the servingcerts path
+	// records what it issued through it. Required.
+	StatusWriter *atomic.Pointer[status.Writer]
+}
+
+// Run runs one leadership term until ctx ends. Each term gets a new Context and new controllers:
+// nothing a deposed leader queued can leak into the next. If a controller cannot be built or fails, the
+// term ends with an error: a leader runs all of its loops or none.
+func Run(ctx context.Context, c Config) error {
+	defer metrics.ForgetTerm()
+	cc := controller.NewContext(c.ClusterDomain, c.Clients, c.Broadcaster)
+	served, err := servedCertificatesV1(c.Clients.Kube.Discovery())
+	if err != nil {
+		return err
+	}
+	w := status.New(c.StatusUpdater, c.StatusInterval, c.StatusWorkers)
+	c.StatusWriter.Store(w)
+	defer c.StatusWriter.CompareAndSwap(w, nil)
+	term := []controller.Named{{Name: "status", Runnable: w}}
+
+	if _, err := expiry.New(cc); err != nil {
+		return fmt.Errorf("building the expiry metrics: %w", err)
+	}
+	delivery, err := secretdelivery.New(secretdelivery.Options{Context: cc, Authority: c.Issuer, Status: w, Workers: c.SecretWorkers})
+	if err != nil {
+		return fmt.Errorf("building Secret delivery: %w", err)
+	}
+	inj, err := injector.New(injector.Options{Context: cc, Source: c.Issuer, Workers: c.InjectorWorkers})
+	if err != nil {
+		return fmt.Errorf("building caBundle injection: %w", err)
+	}
+	term = append(term, controller.Named{Name: "secretdelivery", Runnable: delivery}, controller.Named{Name: "injector", Runnable: inj})
+	targets := []rotation.Target{inj}
+	if served[resourceClusterTrustBundles] {
+		ctb, err := trustbundle.New(trustbundle.Options{Context: cc, Source: c.Issuer})
+		if err != nil {
+			return fmt.Errorf("building the ClusterTrustBundle publisher: %w", err)
+		}
+		targets = append(targets, ctb)
+		term = append(term, controller.Named{Name: "trustbundle", Runnable: ctb})
+	} else {
+		klog.FromContext(ctx).Info("kube-apiserver serves no certificates.k8s.io/v1 ClusterTrustBundles (Kubernetes 1.37 or later does): no ClusterTrustBundle is published")
+	}
+	if served[resourcePodCertificateRequests] {
+		pcrs, err := podcert.New(podcert.Options{Context: cc, Authority: c.Issuer})
+		if err != nil {
+			return fmt.Errorf("building the PodCertificateRequest signer: %w", err)
+		}
+		term = append(term, controller.Named{Name: "podcert", Runnable: pcrs})
+	} else {
+		klog.FromContext(ctx).Info("kube-apiserver serves no certificates.k8s.io/v1 PodCertificateRequests (Kubernetes 1.37 or later does): signer certapi.dev/serving answers none")
+	}
+	// What a pending distrust waits for: the Secrets certapi delivers and, when certapi serves itself
+	// from its CA, every replica's own serving certificate.
+	reissued := []controller.Notifier{delivery}
+	if c.WatchReplicas {
+		replicas := &controller.Listeners{}
+		reissued = append(reissued, replicas)
+		term = append(term, controller.Named{Name: "replicas", Runnable: controller.RunFunc(func(ctx context.Context) error {
+			return c.Issuer.WatchServing(ctx, replicas.Notify)
+		})})
+	}
+	progress := distrustProgress{delivery: delivery, issuer: c.Issuer, replicas: c.WatchReplicas}
+	bundles := bundleFollower{requests: cc.CertapiInformers.Certapi().V1alpha1().ServingCertRequests().Lister(), status: w}
+	rot, err := rotation.New(rotation.Options{
+		Context: cc, Authority: c.Issuer, Targets: targets, Reissued: reissued,
+		Grace: c.RotationGrace, MaxCertificateDuration: c.MaxCertificateDuration, DistrustDeadline: c.DistrustDeadline,
+		Distrust: progress.of, BundleChanged: bundles.set,
+	})
+	if err != nil {
+		return fmt.Errorf("building the CA rotation: %w", err)
+	}
+	term = append(term, controller.Named{Name: "rotation", Runnable: rot})
+	if c.Snapshots != nil {
+		// Never ends the term: a failed snapshot is logged, counted and tried again an interval later.
+		term = append(term, controller.Named{Name: "snapshots", Runnable: c.Snapshots})
+	}
+	return cc.RunTerm(ctx, term...)
+}
