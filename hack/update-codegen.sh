@@ -84,11 +84,17 @@ codegen_setup "${SCRIPT_ROOT}/hack/tools/codegen" "${CLIENT_CODEGEN_PKG:-}"
 # shellcheck source=/dev/null
 source "${CODEGEN_ROOT}/kube_codegen.sh"
 
-kube::codegen::gen_client \
-    --with-watch \
-    --with-applyconfig \
-    --applyconfig-openapi-schema "${TMP}/models-schema.json" \
-    --output-dir "${SCRIPT_ROOT}/pkg/generated" \
-    --output-pkg "${THIS_PKG}/pkg/generated" \
-    --boilerplate "${BOILERPLATE}" \
-    "${SCRIPT_ROOT}/pkg/apis"
+# From pkg/generated's module, which requires pkg/apis: client-gen loads the types by their directory, and
+# from the main module a directory of the nested pkg/apis is "not in the main module". The generators then
+# also read k8s.io/apimachinery at the version the client code is for.
+(
+  cd "${SCRIPT_ROOT}/pkg/generated"
+  kube::codegen::gen_client \
+      --with-watch \
+      --with-applyconfig \
+      --applyconfig-openapi-schema "${TMP}/models-schema.json" \
+      --output-dir "${SCRIPT_ROOT}/pkg/generated" \
+      --output-pkg "${THIS_PKG}/pkg/generated" \
+      --boilerplate "${BOILERPLATE}" \
+      "${SCRIPT_ROOT}/pkg/apis"
+)
