@@ -184,10 +184,10 @@ func spdxDocument(bin string, src source) ([]byte, error) {
 		path, version := d.Path, d.Version
 		download := ""
 		switch {
-		case d.Replace != nil && d.Replace.Version == "":
-			// A client module of this repository (pkg/servingcert, pkg/apis, ...), replaced by its directory:
-			// built from the same commit as certapi, so at certapi's version (the tag it gets beside
-			// certapi's) and from certapi's repository.
+		case d.Replace != nil && (strings.HasPrefix(d.Replace.Path, "./") || strings.HasPrefix(d.Replace.Path, "../")):
+			// A client module of this repository (pkg/apis, pkg/generated, ...), replaced by its directory
+			// (version "(devel)"): built from the same commit as certapi, so at certapi's version and from
+			// certapi's repository.
 			version, download = src.Version, repoURL
 		case d.Replace != nil:
 			path, version = d.Replace.Path, d.Replace.Version
