@@ -6,6 +6,7 @@ require (
 	github.com/certapi/certapi/pkg/apis v0.0.0-00010101000000-000000000000
 	github.com/certapi/certapi/pkg/cawatch v0.0.0-00010101000000-000000000000
 	github.com/certapi/certapi/pkg/generated v0.0.0-00010101000000-000000000000
+	github.com/certapi/certapi/pkg/generated/openapi v0.0.0-00010101000000-000000000000
 	github.com/certapi/certapi/pkg/servingcert v0.0.0-00010101000000-000000000000
 	github.com/certapi/certapi/pkg/signer v0.0.0-00010101000000-000000000000
 	github.com/go-logr/logr v1.4.3
@@ -164,6 +165,7 @@ replace (
 	github.com/certapi/certapi/pkg/apis => ./pkg/apis
 	github.com/certapi/certapi/pkg/cawatch => ./pkg/cawatch
 	github.com/certapi/certapi/pkg/generated => ./pkg/generated
+	github.com/certapi/certapi/pkg/generated/openapi => ./pkg/generated/openapi
 	github.com/certapi/certapi/pkg/servingcert => ./pkg/servingcert
 	github.com/certapi/certapi/pkg/signer => ./pkg/signer
 )

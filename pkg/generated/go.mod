@@ -1,7 +1,7 @@
-// certapi's generated clientset, listers, informers and apply configurations (and the OpenAPI definitions
-// the server serves). A module of its own that requires k8s.io/apimachinery and k8s.io/client-go at the
-// oldest minor the client modules support (and kube-openapi and structured-merge-diff at the versions
-// that client-go requires), so that an operator importing it keeps its own client-go; the client code is
+// certapi's generated clientset, listers, informers and apply configurations (openapi/, which only the
+// server uses, is a module apart). A module of its own that requires k8s.io/apimachinery and
+// k8s.io/client-go at the oldest minor the client modules support (and structured-merge-diff at the
+// version that client-go requires), so that an operator importing it keeps its own client-go; the client code is
 // generated with that minor's code-generator (hack/tools/codegen) so that it compiles against it and
 // every newer one (docs/development.md, "Modules").
 module github.com/certapi/certapi/pkg/generated
@@ -12,7 +12,6 @@ require (
 	github.com/certapi/certapi/pkg/apis v0.0.0-00010101000000-000000000000
 	k8s.io/apimachinery v0.35.0
 	k8s.io/client-go v0.35.0
-	k8s.io/kube-openapi v0.0.0-20250910181357-589584f1c912
 	sigs.k8s.io/structured-merge-diff/v6 v6.3.0
 )
 
@@ -49,6 +48,7 @@ require (
 	gopkg.in/yaml.v3 v3.0.1 // indirect
 	k8s.io/api v0.35.0 // indirect
 	k8s.io/klog/v2 v2.130.1 // indirect
+	k8s.io/kube-openapi v0.0.0-20250910181357-589584f1c912 // indirect
 	k8s.io/utils v0.0.0-20251002143259-bc988d571ff4 // indirect
 	sigs.k8s.io/json v0.0.0-20250730193827-2d320260d730 // indirect
 	sigs.k8s.io/randfill v1.0.0 // indirect
