@@ -12,6 +12,9 @@
 #                                  (kubelet, containerd, kube-proxy, CoreDNS), from `make images`
 #   test/monitoring                artifacts/monitoring with promtool and a real Prometheus scraping certapi
 #   test/image                     make image's and make images' archives, read back, each binary run from them
+#   test/clientmodule              the client modules (pkg/servingcert, pkg/generated, ...) from outside: the
+#                                  example webhook built as an operator with older and current client-go and
+#                                  controller-runtime, each run against a real certapi
 #   test/chart                     the Helm chart: helm lint, every example rendered and applied with a
 #                                  server-side dry run, helm install and uninstall against kube-apiserver
 #   test/framework                 starts those processes; its own tests start them too
@@ -33,6 +36,12 @@ STATIC := CGO_ENABLED=0 GOFLAGS="$(strip $(shell $(GO) env GOFLAGS) -trimpath)"
 # The version stamped into the binaries, images, chart and release (hack/version.sh: git describe, or
 # `make release VERSION=v0.2.0`), with its commit, tree state and the commit's time, into pkg/version.
 LDFLAGS = $(shell VERSION=$(VERSION) ./hack/version.sh --ldflags)
+# The client modules (docs/development.md, "Modules"): nested modules at these directories, which `./...`
+# does not enter. `go vet` and the unit tests name their packages by import path, so the main module builds
+# them with its own versions (replace directives in go.mod point at these directories); test/clientmodule
+# builds them, outside this module, with the oldest client-go and controller-runtime they support.
+CLIENT_MODULES := pkg/apis pkg/generated pkg/cawatch pkg/signer pkg/servingcert
+CLIENT_PACKAGES := $(foreach m,$(CLIENT_MODULES),github.com/certapi/certapi/$(m)/...)
 # The kubectl plugins' platforms of the release that make test and make e2e build for test/release:
 # cross-building darwin and windows is left to `make release`.
 TEST_PLATFORMS := linux/amd64,linux/arm64
@@ -106,19 +115,19 @@ docs:
 	$(STATIC) $(GO) run ./hack/docgen
 
 ## verify: generated code, the manifests rendered from the Helm chart (builds helm when it is not
-## current), the generated docs, formatting and vet
+## current), the generated docs, formatting and vet (of the client modules too)
 verify:
 	$(STATIC) ./hack/verify-codegen.sh
 	./hack/verify-manifests.sh
 	$(STATIC) ./hack/verify-docs.sh
 	@out="$$(gofmt -l $$(git ls-files -co --exclude-standard '*.go' | grep -v '^pkg/generated/' | grep -v '/zz_generated'))"; \
 	  if [[ -n "$$out" ]]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
-	$(STATIC) $(GO) vet ./...
+	$(STATIC) $(GO) vet ./... $(CLIENT_PACKAGES)
 
-## unit: the unit tests, every package outside test/, with the race detector. They start no process and
-## need no tools, so this does not build them.
+## unit: the unit tests, every package outside test/ (the client modules' too), with the race detector.
+## They start no process and need no tools, so this does not build them.
 unit:
-	$(GO) test $(RACE) -count=1 $$($(GO) list ./... | grep -v /test/)
+	$(GO) test $(RACE) -count=1 $$($(GO) list ./... $(CLIENT_PACKAGES) | grep -v /test/)
 
 ## integration: only test/integration (one component against a real etcd and/or kube-apiserver)
 integration: tools

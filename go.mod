@@ -3,6 +3,12 @@ module github.com/certapi/certapi
 go 1.26.0
 
 require (
+	github.com/certapi/certapi/pkg/apis v0.0.0-00010101000000-000000000000
+	github.com/certapi/certapi/pkg/cawatch v0.0.0-00010101000000-000000000000
+	github.com/certapi/certapi/pkg/generated v0.0.0-00010101000000-000000000000
+	github.com/certapi/certapi/pkg/generated/openapi v0.0.0-00010101000000-000000000000
+	github.com/certapi/certapi/pkg/servingcert v0.0.0-00010101000000-000000000000
+	github.com/certapi/certapi/pkg/signer v0.0.0-00010101000000-000000000000
 	github.com/go-logr/logr v1.4.3
 	github.com/google/go-containerregistry v0.21.4
 	github.com/spf13/cobra v1.10.2
@@ -151,4 +157,15 @@ require (
 	sigs.k8s.io/kustomize/kyaml v0.21.1 // indirect
 	sigs.k8s.io/randfill v1.0.0 // indirect
 	sigs.k8s.io/yaml v1.6.0
+)
+
+// The client modules: nested modules of this repository, so that an operator can require them without
+// certapi's server dependencies (docs/development.md, "Modules"). certapi builds them from this tree.
+replace (
+	github.com/certapi/certapi/pkg/apis => ./pkg/apis
+	github.com/certapi/certapi/pkg/cawatch => ./pkg/cawatch
+	github.com/certapi/certapi/pkg/generated => ./pkg/generated
+	github.com/certapi/certapi/pkg/generated/openapi => ./pkg/generated/openapi
+	github.com/certapi/certapi/pkg/servingcert => ./pkg/servingcert
+	github.com/certapi/certapi/pkg/signer => ./pkg/signer
 )

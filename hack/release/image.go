@@ -157,7 +157,8 @@ func attachReferrer(p layout.Path, subject v1.Descriptor, sbom []byte, src sourc
 
 // spdxDocument is an SPDX 2.3 document of the modules linked into bin, from its build information (what
 // `go version -m` prints): certapi's own module, every dependency at the version built (a replacement's
-// when replaced) and the Go standard library, each with its package URL.
+// when replaced; certapi's client modules, replaced by their directories, at certapi's version) and the Go
+// standard library, each with its package URL.
 func spdxDocument(bin string, src source) ([]byte, error) {
 	info, err := buildinfo.ReadFile(bin)
 	if err != nil {
@@ -199,11 +200,21 @@ func spdxDocument(bin string, src source) ([]byte, error) {
 	rels = append(rels, rel{mainID, "DEPENDS_ON", "SPDXRef-Package-stdlib"})
 	for i, d := range info.Deps {
 		path, version := d.Path, d.Version
-		if d.Replace != nil {
+		download := ""
+		switch {
+		case d.Replace != nil && (strings.HasPrefix(d.Replace.Path, "./") || strings.HasPrefix(d.Replace.Path, "../")):
+			// A client module of this repository (pkg/apis, pkg/generated, ...), replaced by its directory
+			// (version "(devel)"): built from the same commit as certapi, so at certapi's version and from
+			// certapi's repository.
+			version, download = src.Version, repoURL
+		case d.Replace != nil:
 			path, version = d.Replace.Path, d.Replace.Version
 		}
+		if download == "" {
+			download = "https://proxy.golang.org/" + path + "/@v/" + version + ".zip"
+		}
 		id := fmt.Sprintf("SPDXRef-Package-go-module-%d", i+1)
-		p := newPkg(id, d.Path, version, "https://proxy.golang.org/"+path+"/@v/"+version+".zip", "NOASSERTION", purl(path, version))
+		p := newPkg(id, d.Path, version, download, "NOASSERTION", purl(path, version))
 		pkgs = append(pkgs, p)
 		rels = append(rels, rel{mainID, "DEPENDS_ON", id})
 	}

@@ -29,7 +29,8 @@
 //
 // With controller-runtime, give TLSOpts to the webhook server (it then reads no CertDir), add the Source to
 // the manager (it reports NeedLeaderElection false, so every replica runs it, as every replica serves) and
-// use Checker as a readiness check; see the package example:
+// use Checker as a readiness check, as the example operator artifacts/examples/webhook of certapi's
+// repository does (this module does not require controller-runtime):
 //
 //	mgr, err := manager.New(cfg, manager.Options{
 //		WebhookServer: webhook.NewServer(webhook.Options{TLSOpts: src.TLSOpts()}),

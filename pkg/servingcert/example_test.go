@@ -1,5 +1,8 @@
 package servingcert_test
 
+// With controller-runtime, see artifacts/examples/webhook in certapi's repository: this module does not
+// require controller-runtime, so an operator keeps the version it has.
+
 import (
 	"context"
 	"net/http"
@@ -8,62 +11,11 @@ import (
 
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
-	"sigs.k8s.io/controller-runtime/pkg/manager"
-	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/certapi/certapi/pkg/servingcert"
 )
 
-// An operator built on controller-runtime serves its webhooks with a certificate from certapi: no
-// cert-manager, no Secret, no CertDir, and no crash when the webhook server starts before the
-// certificate exists. Its ServiceAccount needs only create on servingcertrequests/servingcerts with
-// resourceNames [my-operator-webhook] (and, to follow CA rotation at once, watch on
-// certificateauthorities/default); see the package documentation.
-func Example() {
-	cfg, err := rest.InClusterConfig()
-	if err != nil {
-		klog.Fatal(err)
-	}
-	src, err := servingcert.New(servingcert.Options{
-		RestConfig: cfg,
-		Namespace:  "my-operator-system",
-		Name:       "my-operator-webhook", // a ServingCertRequest for Service my-operator-webhook, shipped with the manifests
-	})
-	if err != nil {
-		klog.Fatal(err)
-	}
-	mgr, err := manager.New(cfg, manager.Options{
-		// GetCertificate comes from src: the webhook server reads no files.
-		WebhookServer:          webhook.NewServer(webhook.Options{Port: 9443, TLSOpts: src.TLSOpts()}),
-		HealthProbeBindAddress: ":8081",
-		LeaderElection:         true,
-		LeaderElectionID:       "my-operator",
-	})
-	if err != nil {
-		klog.Fatal(err)
-	}
-	// The Source runs on every replica (NeedLeaderElection is false): each one serves webhooks.
-	if err := mgr.Add(src); err != nil {
-		klog.Fatal(err)
-	}
-	// Not Ready until the first certificate is issued, and again if it ever expires.
-	if err := mgr.AddReadyzCheck("serving-cert", src.Checker()); err != nil {
-		klog.Fatal(err)
-	}
-	if err := mgr.AddReadyzCheck("webhook", mgr.GetWebhookServer().StartedChecker()); err != nil {
-		klog.Fatal(err)
-	}
-	mgr.GetWebhookServer().Register("/validate", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		// an admission.Webhook in a real operator
-	}))
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
-	if err := mgr.Start(ctx); err != nil {
-		klog.Fatal(err)
-	}
-}
-
-// Without controller-runtime: a plain net/http server whose TLS configuration reads the certificate from
+// A plain net/http server whose TLS configuration reads the certificate from
 // the Source on every handshake.
 func ExampleSource_TLSConfig() {
 	cfg, err := rest.InClusterConfig()

@@ -250,8 +250,9 @@ type spdx struct {
 }
 
 // goVersionM runs `go version -m bin`: the Go version, and every dependency's path and version as built
-// (the replacement's when replaced).
-func goVersionM(t *testing.T, bin string) (string, map[string]string) {
+// (the replacement's when replaced; a client module of this repository, replaced by its directory, at
+// certapi's release version).
+func goVersionM(t *testing.T, bin, release string) (string, map[string]string) {
 	t.Helper()
 	out, err := exec.Command("go", "version", "-m", bin).Output()
 	if err != nil {
@@ -268,6 +269,8 @@ func goVersionM(t *testing.T, bin string) (string, map[string]string) {
 		case len(f) >= 3 && f[0] == "dep":
 			last = f[1]
 			deps[last] = f[1] + "@" + f[2]
+		case len(f) >= 2 && f[0] == "=>" && (strings.HasPrefix(f[1], "./") || strings.HasPrefix(f[1], "../")):
+			deps[last] = last + "@" + release
 		case len(f) >= 3 && f[0] == "=>":
 			deps[last] = f[1] + "@" + f[2]
 		}
@@ -343,7 +346,7 @@ func TestSBOM(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	goVersion, deps := goVersionM(t, certapiFromImage(t, img))
+	goVersion, deps := goVersionM(t, certapiFromImage(t, img), version)
 	if len(deps) < 50 {
 		t.Fatalf("go version -m lists %d dependencies of certapi; want its modules", len(deps))
 	}

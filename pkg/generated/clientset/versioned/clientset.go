@@ -29,7 +29,7 @@ import (
 )
 
 type Interface interface {
-	Discovery() discovery.DiscoveryInterfaces
+	Discovery() discovery.DiscoveryInterface
 	CertapiV1alpha1() certapiv1alpha1.CertapiV1alpha1Interface
 }
 
@@ -45,7 +45,7 @@ func (c *Clientset) CertapiV1alpha1() certapiv1alpha1.CertapiV1alpha1Interface {
 }
 
 // Discovery retrieves the DiscoveryClient
-func (c *Clientset) Discovery() discovery.DiscoveryInterfaces {
+func (c *Clientset) Discovery() discovery.DiscoveryInterface {
 	if c == nil {
 		return nil
 	}

@@ -33,7 +33,7 @@ import (
 // CertificateAuthority is the public face of the in-cluster CA. Exactly one exists, named "default";
 // it cannot be deleted. Private keys are never part of it.
 type CertificateAuthorityApplyConfiguration struct {
-	v1.TypeMetaApplyConfiguration    `json:""`
+	v1.TypeMetaApplyConfiguration    `json:",inline"`
 	*v1.ObjectMetaApplyConfiguration `json:"metadata,omitempty"`
 	Spec                             *CertificateAuthoritySpecApplyConfiguration   `json:"spec,omitempty"`
 	Status                           *CertificateAuthorityStatusApplyConfiguration `json:"status,omitempty"`

@@ -28,7 +28,7 @@ import (
 //
 // CertificateAuthorityCertificate is one CA certificate in the bundle.
 type CertificateAuthorityCertificateApplyConfiguration struct {
-	CertificateAuthorityRefApplyConfiguration `json:""`
+	CertificateAuthorityRefApplyConfiguration `json:",inline"`
 	// role is Active, Next or Retiring.
 	Role *certapiv1alpha1.CertificateAuthorityRole `json:"role,omitempty"`
 	// distrusted marks a Retiring CA that spec.distrust removes from trust: it leaves the bundle as soon

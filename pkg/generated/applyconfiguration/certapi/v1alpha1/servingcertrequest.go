@@ -34,7 +34,7 @@ import (
 // serving certificate from the cluster's CA. The namespace is the trust boundary: whoever may write
 // requests in a namespace may obtain certificates for that namespace's Services and nothing else.
 type ServingCertRequestApplyConfiguration struct {
-	v1.TypeMetaApplyConfiguration    `json:""`
+	v1.TypeMetaApplyConfiguration    `json:",inline"`
 	*v1.ObjectMetaApplyConfiguration `json:"metadata,omitempty"`
 	Spec                             *ServingCertRequestSpecApplyConfiguration   `json:"spec,omitempty"`
 	Status                           *ServingCertRequestStatusApplyConfiguration `json:"status,omitempty"`

@@ -28,45 +28,16 @@ import (
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/generated/listers/certapi/v1alpha1"
 	v1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	runtime "k8s.io/apimachinery/pkg/runtime"
-	schema "k8s.io/apimachinery/pkg/runtime/schema"
 	watch "k8s.io/apimachinery/pkg/watch"
 	cache "k8s.io/client-go/tools/cache"
 )
 
 // CertificateAuthorityInformer provides access to a shared informer and lister for
-// CertificateAuthorities. Prefer using the type-safe variant (see [TypedCertificateAuthorityInformer]).
+// CertificateAuthorities.
 type CertificateAuthorityInformer interface {
 	Informer() cache.SharedIndexInformer
 	Lister() certapiv1alpha1.CertificateAuthorityLister
 }
-
-// TypedCertificateAuthorityInformer provides access to a shared informer and lister for
-// CertificateAuthorities, including the type-safe TypedInformer variant.
-// It is a superset of CertificateAuthorityInformer.
-type TypedCertificateAuthorityInformer interface {
-	Informer() cache.SharedIndexInformer
-	TypedInformer() CertificateAuthorityIndexInformer
-	Lister() certapiv1alpha1.CertificateAuthorityLister
-}
-
-// CertificateAuthorityIndexInformer is a wrapper around the underlying [cache.SharedIndexInformer]
-// with type-safe variants of several methods.
-type CertificateAuthorityIndexInformer cache.TypedSharedIndexInformer[*apiscertapiv1alpha1.CertificateAuthority]
-
-// CertificateAuthorityHandlerFuncs is a specialization of [cache.TypedResourceEventHandlerFuncs] for CertificateAuthority.
-type CertificateAuthorityHandlerFuncs = cache.TypedResourceEventHandlerFuncs[*apiscertapiv1alpha1.CertificateAuthority]
-
-// CertificateAuthorityDetailedHandlerFuncs is a specialization of [cache.TypedResourceEventHandlerDetailedFuncs] for CertificateAuthority.
-type CertificateAuthorityDetailedHandlerFuncs = cache.TypedResourceEventHandlerDetailedFuncs[*apiscertapiv1alpha1.CertificateAuthority]
-
-// CertificateAuthorityFilteringHandler is a specialization of [cache.TypedFilteringResourceEventHandler] for CertificateAuthority.
-type CertificateAuthorityFilteringHandler = cache.TypedFilteringResourceEventHandler[*apiscertapiv1alpha1.CertificateAuthority]
-
-// CertificateAuthorityIndexers is a specialization of [cache.TypedIndexers] for CertificateAuthority.
-type CertificateAuthorityIndexers = cache.TypedIndexers[*apiscertapiv1alpha1.CertificateAuthority]
-
-// DeletedCertificateAuthority is a specialization of [cache.DeletedObject] for CertificateAuthority.
-type DeletedCertificateAuthority = cache.DeletedObject[*apiscertapiv1alpha1.CertificateAuthority]
 
 type certificateAuthorityInformer struct {
 	factory          internalinterfaces.SharedInformerFactory
@@ -76,132 +47,55 @@ type certificateAuthorityInformer struct {
 // NewCertificateAuthorityInformer constructs a new informer for CertificateAuthority type.
 // Always prefer using an informer factory to get a shared informer instead of getting an independent
 // one. This reduces memory footprint and number of connections to the server.
-// If you really need an independent one, prefer using the type-safe variant (see [NewTypedCertificateAuthorityInformer]).
 func NewCertificateAuthorityInformer(client versioned.Interface, resyncPeriod time.Duration, indexers cache.Indexers) cache.SharedIndexInformer {
-	return NewCertificateAuthorityInformerWithOptions(client, internalinterfaces.InformerOptions{ResyncPeriod: resyncPeriod, Indexers: indexers})
-}
-
-// NewTypedCertificateAuthorityInformer constructs a new informer for CertificateAuthority type.
-// Always prefer using an informer factory to get a shared informer instead of getting an independent
-// one. This reduces memory footprint and number of connections to the server.
-func NewTypedCertificateAuthorityInformer(client versioned.Interface, resyncPeriod time.Duration, indexers CertificateAuthorityIndexers) CertificateAuthorityIndexInformer {
-	return NewTypedCertificateAuthorityInformerWithOptions(client, internalinterfaces.InformerOptions{ResyncPeriod: resyncPeriod, Indexers: cache.TypedIndexersToIndexers(indexers)})
+	return NewFilteredCertificateAuthorityInformer(client, resyncPeriod, indexers, nil)
 }
 
 // NewFilteredCertificateAuthorityInformer constructs a new informer for CertificateAuthority type.
 // Always prefer using an informer factory to get a shared informer instead of getting an independent
 // one. This reduces memory footprint and number of connections to the server.
-// If you really need an independent one, prefer using the type-safe variant (see [NewTypedFilteredCertificateAuthorityInformer]).
 func NewFilteredCertificateAuthorityInformer(client versioned.Interface, resyncPeriod time.Duration, indexers cache.Indexers, tweakListOptions internalinterfaces.TweakListOptionsFunc) cache.SharedIndexInformer {
-	return NewTypedCertificateAuthorityInformerWithOptions(client, internalinterfaces.InformerOptions{ResyncPeriod: resyncPeriod, Indexers: indexers, TweakListOptions: tweakListOptions})
-}
-
-// NewTypedFilteredCertificateAuthorityInformer constructs a new informer for CertificateAuthority type.
-// Always prefer using an informer factory to get a shared informer instead of getting an independent
-// one. This reduces memory footprint and number of connections to the server.
-func NewTypedFilteredCertificateAuthorityInformer(client versioned.Interface, resyncPeriod time.Duration, indexers CertificateAuthorityIndexers, tweakListOptions internalinterfaces.TweakListOptionsFunc) CertificateAuthorityIndexInformer {
-	return NewTypedCertificateAuthorityInformerWithOptions(client, internalinterfaces.InformerOptions{ResyncPeriod: resyncPeriod, Indexers: cache.TypedIndexersToIndexers(indexers), TweakListOptions: tweakListOptions})
-}
-
-// NewCertificateAuthorityInformerWithOptions constructs a new informer for CertificateAuthority type with additional options.
-// Always prefer using an informer factory to get a shared informer instead of getting an independent
-// one. This reduces memory footprint and number of connections to the server.
-// If you really need an independent one, prefer using the type-safe variant (see [NewTypedCertificateAuthorityInformerWithOptions]).
-func NewCertificateAuthorityInformerWithOptions(client versioned.Interface, options internalinterfaces.InformerOptions) cache.SharedIndexInformer {
-	return NewTypedCertificateAuthorityInformerWithOptions(client, options)
-}
-
-// NewTypedCertificateAuthorityInformerWithOptions constructs a new informer for CertificateAuthority type with additional options.
-// Always prefer using an informer factory to get a shared informer instead of getting an independent
-// one. This reduces memory footprint and number of connections to the server.
-func NewTypedCertificateAuthorityInformerWithOptions(client versioned.Interface, options internalinterfaces.InformerOptions) CertificateAuthorityIndexInformer {
-	gvr := schema.GroupVersionResource{Group: "certapi.dev", Version: "v1alpha1", Resource: "certificateauthoritys"}
-	identifier := options.InformerName.WithResource(gvr)
-	tweakListOptions := options.TweakListOptions
-	return cache.NewTypedSharedIndexInformer[*apiscertapiv1alpha1.CertificateAuthority](cache.NewSharedIndexInformerWithOptions(
+	return cache.NewSharedIndexInformer(
 		cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
-			ListFunc: func(opts v1.ListOptions) (runtime.Object, error) {
+			ListFunc: func(options v1.ListOptions) (runtime.Object, error) {
 				if tweakListOptions != nil {
-					tweakListOptions(&opts)
+					tweakListOptions(&options)
 				}
-				return client.CertapiV1alpha1().CertificateAuthorities().List(context.Background(), opts)
+				return client.CertapiV1alpha1().CertificateAuthorities().List(context.Background(), options)
 			},
-			WatchFunc: func(opts v1.ListOptions) (watch.Interface, error) {
+			WatchFunc: func(options v1.ListOptions) (watch.Interface, error) {
 				if tweakListOptions != nil {
-					tweakListOptions(&opts)
+					tweakListOptions(&options)
 				}
-				return client.CertapiV1alpha1().CertificateAuthorities().Watch(context.Background(), opts)
+				return client.CertapiV1alpha1().CertificateAuthorities().Watch(context.Background(), options)
 			},
-			ListWithContextFunc: func(ctx context.Context, opts v1.ListOptions) (runtime.Object, error) {
+			ListWithContextFunc: func(ctx context.Context, options v1.ListOptions) (runtime.Object, error) {
 				if tweakListOptions != nil {
-					tweakListOptions(&opts)
+					tweakListOptions(&options)
 				}
-				return client.CertapiV1alpha1().CertificateAuthorities().List(ctx, opts)
+				return client.CertapiV1alpha1().CertificateAuthorities().List(ctx, options)
 			},
-			WatchFuncWithContext: func(ctx context.Context, opts v1.ListOptions) (watch.Interface, error) {
+			WatchFuncWithContext: func(ctx context.Context, options v1.ListOptions) (watch.Interface, error) {
 				if tweakListOptions != nil {
-					tweakListOptions(&opts)
+					tweakListOptions(&options)
 				}
-				return client.CertapiV1alpha1().CertificateAuthorities().Watch(ctx, opts)
+				return client.CertapiV1alpha1().CertificateAuthorities().Watch(ctx, options)
 			},
 		}, client),
 		&apiscertapiv1alpha1.CertificateAuthority{},
-		cache.SharedIndexInformerOptions{
-			ResyncPeriod: options.ResyncPeriod,
-			Indexers:     options.Indexers,
-			Identifier:   identifier,
-		},
-	))
+		resyncPeriod,
+		indexers,
+	)
 }
 
 func (f *certificateAuthorityInformer) defaultInformer(client versioned.Interface, resyncPeriod time.Duration) cache.SharedIndexInformer {
-	return NewTypedCertificateAuthorityInformerWithOptions(client, internalinterfaces.InformerOptions{ResyncPeriod: resyncPeriod, Indexers: cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}, InformerName: f.factory.InformerName(), TweakListOptions: f.tweakListOptions})
+	return NewFilteredCertificateAuthorityInformer(client, resyncPeriod, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}, f.tweakListOptions)
 }
 
 func (f *certificateAuthorityInformer) Informer() cache.SharedIndexInformer {
-	return f.TypedInformer()
-}
-
-func (f *certificateAuthorityInformer) TypedInformer() CertificateAuthorityIndexInformer {
-	return cache.NewTypedSharedIndexInformer[*apiscertapiv1alpha1.CertificateAuthority](f.factory.InformerFor(&apiscertapiv1alpha1.CertificateAuthority{}, f.defaultInformer))
+	return f.factory.InformerFor(&apiscertapiv1alpha1.CertificateAuthority{}, f.defaultInformer)
 }
 
 func (f *certificateAuthorityInformer) Lister() certapiv1alpha1.CertificateAuthorityLister {
 	return certapiv1alpha1.NewCertificateAuthorityLister(f.Informer().GetIndexer())
-}
-
-// ToTypedCertificateAuthorityInformer converts an untyped informer into a TypedCertificateAuthorityInformer.
-//
-// WARNING: this conversion is only safe if the informer handles objects of type
-// *CertificateAuthority. If that is not the case, calling type-safe methods of the returned
-// TypedCertificateAuthorityInformer leads to runtime panics. A safer alternative is to pass
-// around a TypedCertificateAuthorityInformer instances that was obtained from a
-// SharedInformerFactory.
-func ToTypedCertificateAuthorityInformer(informer CertificateAuthorityInformer) TypedCertificateAuthorityInformer {
-	if informer, ok := informer.(TypedCertificateAuthorityInformer); ok {
-		return informer
-	}
-	return &certificateAuthorityTypedInformerAdapter{informer}
-}
-
-type certificateAuthorityTypedInformerAdapter struct {
-	CertificateAuthorityInformer
-}
-
-func (a *certificateAuthorityTypedInformerAdapter) TypedInformer() CertificateAuthorityIndexInformer {
-	return cache.NewTypedSharedIndexInformer[*apiscertapiv1alpha1.CertificateAuthority](a.Informer())
-}
-
-// ToCertificateAuthorityIndexInformer converts an untyped informer into a CertificateAuthorityIndexInformer.
-//
-// WARNING: this conversion is only safe if the informer handles objects of type
-// *CertificateAuthority. If that is not the case, calling type-safe methods of the returned
-// CertificateAuthorityIndexInformer leads to runtime panics. A safer alternative is to pass
-// around a CertificateAuthorityIndexInformer instances that was obtained from a
-// SharedInformerFactory.
-func ToCertificateAuthorityIndexInformer(informer cache.SharedIndexInformer) CertificateAuthorityIndexInformer {
-	if informer, ok := informer.(CertificateAuthorityIndexInformer); ok {
-		return informer
-	}
-	return cache.NewTypedSharedIndexInformer[*apiscertapiv1alpha1.CertificateAuthority](informer)
 }

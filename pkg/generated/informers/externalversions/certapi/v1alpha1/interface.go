@@ -25,9 +25,9 @@ import (
 // Interface provides access to all the informers in this group version.
 type Interface interface {
 	// CertificateAuthorities returns a CertificateAuthorityInformer.
-	CertificateAuthorities() TypedCertificateAuthorityInformer
+	CertificateAuthorities() CertificateAuthorityInformer
 	// ServingCertRequests returns a ServingCertRequestInformer.
-	ServingCertRequests() TypedServingCertRequestInformer
+	ServingCertRequests() ServingCertRequestInformer
 }
 
 type version struct {
@@ -41,12 +41,12 @@ func New(f internalinterfaces.SharedInformerFactory, namespace string, tweakList
 	return &version{factory: f, namespace: namespace, tweakListOptions: tweakListOptions}
 }
 
-// CertificateAuthorities returns a TypedCertificateAuthorityInformer.
-func (v *version) CertificateAuthorities() TypedCertificateAuthorityInformer {
+// CertificateAuthorities returns a CertificateAuthorityInformer.
+func (v *version) CertificateAuthorities() CertificateAuthorityInformer {
 	return &certificateAuthorityInformer{factory: v.factory, tweakListOptions: v.tweakListOptions}
 }
 
-// ServingCertRequests returns a TypedServingCertRequestInformer.
-func (v *version) ServingCertRequests() TypedServingCertRequestInformer {
+// ServingCertRequests returns a ServingCertRequestInformer.
+func (v *version) ServingCertRequests() ServingCertRequestInformer {
 	return &servingCertRequestInformer{factory: v.factory, namespace: v.namespace, tweakListOptions: v.tweakListOptions}
 }

@@ -28,45 +28,16 @@ import (
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/generated/listers/certapi/v1alpha1"
 	v1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	runtime "k8s.io/apimachinery/pkg/runtime"
-	schema "k8s.io/apimachinery/pkg/runtime/schema"
 	watch "k8s.io/apimachinery/pkg/watch"
 	cache "k8s.io/client-go/tools/cache"
 )
 
 // ServingCertRequestInformer provides access to a shared informer and lister for
-// ServingCertRequests. Prefer using the type-safe variant (see [TypedServingCertRequestInformer]).
+// ServingCertRequests.
 type ServingCertRequestInformer interface {
 	Informer() cache.SharedIndexInformer
 	Lister() certapiv1alpha1.ServingCertRequestLister
 }
-
-// TypedServingCertRequestInformer provides access to a shared informer and lister for
-// ServingCertRequests, including the type-safe TypedInformer variant.
-// It is a superset of ServingCertRequestInformer.
-type TypedServingCertRequestInformer interface {
-	Informer() cache.SharedIndexInformer
-	TypedInformer() ServingCertRequestIndexInformer
-	Lister() certapiv1alpha1.ServingCertRequestLister
-}
-
-// ServingCertRequestIndexInformer is a wrapper around the underlying [cache.SharedIndexInformer]
-// with type-safe variants of several methods.
-type ServingCertRequestIndexInformer cache.TypedSharedIndexInformer[*apiscertapiv1alpha1.ServingCertRequest]
-
-// ServingCertRequestHandlerFuncs is a specialization of [cache.TypedResourceEventHandlerFuncs] for ServingCertRequest.
-type ServingCertRequestHandlerFuncs = cache.TypedResourceEventHandlerFuncs[*apiscertapiv1alpha1.ServingCertRequest]
-
-// ServingCertRequestDetailedHandlerFuncs is a specialization of [cache.TypedResourceEventHandlerDetailedFuncs] for ServingCertRequest.
-type ServingCertRequestDetailedHandlerFuncs = cache.TypedResourceEventHandlerDetailedFuncs[*apiscertapiv1alpha1.ServingCertRequest]
-
-// ServingCertRequestFilteringHandler is a specialization of [cache.TypedFilteringResourceEventHandler] for ServingCertRequest.
-type ServingCertRequestFilteringHandler = cache.TypedFilteringResourceEventHandler[*apiscertapiv1alpha1.ServingCertRequest]
-
-// ServingCertRequestIndexers is a specialization of [cache.TypedIndexers] for ServingCertRequest.
-type ServingCertRequestIndexers = cache.TypedIndexers[*apiscertapiv1alpha1.ServingCertRequest]
-
-// DeletedServingCertRequest is a specialization of [cache.DeletedObject] for ServingCertRequest.
-type DeletedServingCertRequest = cache.DeletedObject[*apiscertapiv1alpha1.ServingCertRequest]
 
 type servingCertRequestInformer struct {
 	factory          internalinterfaces.SharedInformerFactory
@@ -77,132 +48,55 @@ type servingCertRequestInformer struct {
 // NewServingCertRequestInformer constructs a new informer for ServingCertRequest type.
 // Always prefer using an informer factory to get a shared informer instead of getting an independent
 // one. This reduces memory footprint and number of connections to the server.
-// If you really need an independent one, prefer using the type-safe variant (see [NewTypedServingCertRequestInformer]).
 func NewServingCertRequestInformer(client versioned.Interface, namespace string, resyncPeriod time.Duration, indexers cache.Indexers) cache.SharedIndexInformer {
-	return NewServingCertRequestInformerWithOptions(client, namespace, internalinterfaces.InformerOptions{ResyncPeriod: resyncPeriod, Indexers: indexers})
-}
-
-// NewTypedServingCertRequestInformer constructs a new informer for ServingCertRequest type.
-// Always prefer using an informer factory to get a shared informer instead of getting an independent
-// one. This reduces memory footprint and number of connections to the server.
-func NewTypedServingCertRequestInformer(client versioned.Interface, namespace string, resyncPeriod time.Duration, indexers ServingCertRequestIndexers) ServingCertRequestIndexInformer {
-	return NewTypedServingCertRequestInformerWithOptions(client, namespace, internalinterfaces.InformerOptions{ResyncPeriod: resyncPeriod, Indexers: cache.TypedIndexersToIndexers(indexers)})
+	return NewFilteredServingCertRequestInformer(client, namespace, resyncPeriod, indexers, nil)
 }
 
 // NewFilteredServingCertRequestInformer constructs a new informer for ServingCertRequest type.
 // Always prefer using an informer factory to get a shared informer instead of getting an independent
 // one. This reduces memory footprint and number of connections to the server.
-// If you really need an independent one, prefer using the type-safe variant (see [NewTypedFilteredServingCertRequestInformer]).
 func NewFilteredServingCertRequestInformer(client versioned.Interface, namespace string, resyncPeriod time.Duration, indexers cache.Indexers, tweakListOptions internalinterfaces.TweakListOptionsFunc) cache.SharedIndexInformer {
-	return NewTypedServingCertRequestInformerWithOptions(client, namespace, internalinterfaces.InformerOptions{ResyncPeriod: resyncPeriod, Indexers: indexers, TweakListOptions: tweakListOptions})
-}
-
-// NewTypedFilteredServingCertRequestInformer constructs a new informer for ServingCertRequest type.
-// Always prefer using an informer factory to get a shared informer instead of getting an independent
-// one. This reduces memory footprint and number of connections to the server.
-func NewTypedFilteredServingCertRequestInformer(client versioned.Interface, namespace string, resyncPeriod time.Duration, indexers ServingCertRequestIndexers, tweakListOptions internalinterfaces.TweakListOptionsFunc) ServingCertRequestIndexInformer {
-	return NewTypedServingCertRequestInformerWithOptions(client, namespace, internalinterfaces.InformerOptions{ResyncPeriod: resyncPeriod, Indexers: cache.TypedIndexersToIndexers(indexers), TweakListOptions: tweakListOptions})
-}
-
-// NewServingCertRequestInformerWithOptions constructs a new informer for ServingCertRequest type with additional options.
-// Always prefer using an informer factory to get a shared informer instead of getting an independent
-// one. This reduces memory footprint and number of connections to the server.
-// If you really need an independent one, prefer using the type-safe variant (see [NewTypedServingCertRequestInformerWithOptions]).
-func NewServingCertRequestInformerWithOptions(client versioned.Interface, namespace string, options internalinterfaces.InformerOptions) cache.SharedIndexInformer {
-	return NewTypedServingCertRequestInformerWithOptions(client, namespace, options)
-}
-
-// NewTypedServingCertRequestInformerWithOptions constructs a new informer for ServingCertRequest type with additional options.
-// Always prefer using an informer factory to get a shared informer instead of getting an independent
-// one. This reduces memory footprint and number of connections to the server.
-func NewTypedServingCertRequestInformerWithOptions(client versioned.Interface, namespace string, options internalinterfaces.InformerOptions) ServingCertRequestIndexInformer {
-	gvr := schema.GroupVersionResource{Group: "certapi.dev", Version: "v1alpha1", Resource: "servingcertrequests"}
-	identifier := options.InformerName.WithResource(gvr)
-	tweakListOptions := options.TweakListOptions
-	return cache.NewTypedSharedIndexInformer[*apiscertapiv1alpha1.ServingCertRequest](cache.NewSharedIndexInformerWithOptions(
+	return cache.NewSharedIndexInformer(
 		cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
-			ListFunc: func(opts v1.ListOptions) (runtime.Object, error) {
+			ListFunc: func(options v1.ListOptions) (runtime.Object, error) {
 				if tweakListOptions != nil {
-					tweakListOptions(&opts)
+					tweakListOptions(&options)
 				}
-				return client.CertapiV1alpha1().ServingCertRequests(namespace).List(context.Background(), opts)
+				return client.CertapiV1alpha1().ServingCertRequests(namespace).List(context.Background(), options)
 			},
-			WatchFunc: func(opts v1.ListOptions) (watch.Interface, error) {
+			WatchFunc: func(options v1.ListOptions) (watch.Interface, error) {
 				if tweakListOptions != nil {
-					tweakListOptions(&opts)
+					tweakListOptions(&options)
 				}
-				return client.CertapiV1alpha1().ServingCertRequests(namespace).Watch(context.Background(), opts)
+				return client.CertapiV1alpha1().ServingCertRequests(namespace).Watch(context.Background(), options)
 			},
-			ListWithContextFunc: func(ctx context.Context, opts v1.ListOptions) (runtime.Object, error) {
+			ListWithContextFunc: func(ctx context.Context, options v1.ListOptions) (runtime.Object, error) {
 				if tweakListOptions != nil {
-					tweakListOptions(&opts)
+					tweakListOptions(&options)
 				}
-				return client.CertapiV1alpha1().ServingCertRequests(namespace).List(ctx, opts)
+				return client.CertapiV1alpha1().ServingCertRequests(namespace).List(ctx, options)
 			},
-			WatchFuncWithContext: func(ctx context.Context, opts v1.ListOptions) (watch.Interface, error) {
+			WatchFuncWithContext: func(ctx context.Context, options v1.ListOptions) (watch.Interface, error) {
 				if tweakListOptions != nil {
-					tweakListOptions(&opts)
+					tweakListOptions(&options)
 				}
-				return client.CertapiV1alpha1().ServingCertRequests(namespace).Watch(ctx, opts)
+				return client.CertapiV1alpha1().ServingCertRequests(namespace).Watch(ctx, options)
 			},
 		}, client),
 		&apiscertapiv1alpha1.ServingCertRequest{},
-		cache.SharedIndexInformerOptions{
-			ResyncPeriod: options.ResyncPeriod,
-			Indexers:     options.Indexers,
-			Identifier:   identifier,
-		},
-	))
+		resyncPeriod,
+		indexers,
+	)
 }
 
 func (f *servingCertRequestInformer) defaultInformer(client versioned.Interface, resyncPeriod time.Duration) cache.SharedIndexInformer {
-	return NewTypedServingCertRequestInformerWithOptions(client, f.namespace, internalinterfaces.InformerOptions{ResyncPeriod: resyncPeriod, Indexers: cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}, InformerName: f.factory.InformerName(), TweakListOptions: f.tweakListOptions})
+	return NewFilteredServingCertRequestInformer(client, f.namespace, resyncPeriod, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}, f.tweakListOptions)
 }
 
 func (f *servingCertRequestInformer) Informer() cache.SharedIndexInformer {
-	return f.TypedInformer()
-}
-
-func (f *servingCertRequestInformer) TypedInformer() ServingCertRequestIndexInformer {
-	return cache.NewTypedSharedIndexInformer[*apiscertapiv1alpha1.ServingCertRequest](f.factory.InformerFor(&apiscertapiv1alpha1.ServingCertRequest{}, f.defaultInformer))
+	return f.factory.InformerFor(&apiscertapiv1alpha1.ServingCertRequest{}, f.defaultInformer)
 }
 
 func (f *servingCertRequestInformer) Lister() certapiv1alpha1.ServingCertRequestLister {
 	return certapiv1alpha1.NewServingCertRequestLister(f.Informer().GetIndexer())
-}
-
-// ToTypedServingCertRequestInformer converts an untyped informer into a TypedServingCertRequestInformer.
-//
-// WARNING: this conversion is only safe if the informer handles objects of type
-// *ServingCertRequest. If that is not the case, calling type-safe methods of the returned
-// TypedServingCertRequestInformer leads to runtime panics. A safer alternative is to pass
-// around a TypedServingCertRequestInformer instances that was obtained from a
-// SharedInformerFactory.
-func ToTypedServingCertRequestInformer(informer ServingCertRequestInformer) TypedServingCertRequestInformer {
-	if informer, ok := informer.(TypedServingCertRequestInformer); ok {
-		return informer
-	}
-	return &servingCertRequestTypedInformerAdapter{informer}
-}
-
-type servingCertRequestTypedInformerAdapter struct {
-	ServingCertRequestInformer
-}
-
-func (a *servingCertRequestTypedInformerAdapter) TypedInformer() ServingCertRequestIndexInformer {
-	return cache.NewTypedSharedIndexInformer[*apiscertapiv1alpha1.ServingCertRequest](a.Informer())
-}
-
-// ToServingCertRequestIndexInformer converts an untyped informer into a ServingCertRequestIndexInformer.
-//
-// WARNING: this conversion is only safe if the informer handles objects of type
-// *ServingCertRequest. If that is not the case, calling type-safe methods of the returned
-// ServingCertRequestIndexInformer leads to runtime panics. A safer alternative is to pass
-// around a ServingCertRequestIndexInformer instances that was obtained from a
-// SharedInformerFactory.
-func ToServingCertRequestIndexInformer(informer cache.SharedIndexInformer) ServingCertRequestIndexInformer {
-	if informer, ok := informer.(ServingCertRequestIndexInformer); ok {
-		return informer
-	}
-	return cache.NewTypedSharedIndexInformer[*apiscertapiv1alpha1.ServingCertRequest](informer)
 }

@@ -1,0 +1,1 @@
+../../../artifacts/examples/webhook/main.go
