@@ -10,6 +10,8 @@ import (
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
+
+	"github.com/certapi/certapi/pkg/notify"
 )
 
 // A term runs the same way for every controller: its constructor declares on the term's Context what it
@@ -52,48 +54,10 @@ type Notifier interface {
 }
 
 // ListenerFunc adapts a function to dynamiccertificates.Listener.
-type ListenerFunc func()
+type ListenerFunc = notify.ListenerFunc
 
-// Enqueue calls f.
-func (f ListenerFunc) Enqueue() { f() }
-
-// Listeners is a Notifier for a producer to hold: Notify tells every listener added. Its zero value is
-// ready to use.
-type Listeners struct {
-	mu   sync.Mutex
-	next int
-	m    map[int]dynamiccertificates.Listener
-}
-
-// AddListener adds lis until remove is called.
-func (l *Listeners) AddListener(lis dynamiccertificates.Listener) (remove func()) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.m == nil {
-		l.m = map[int]dynamiccertificates.Listener{}
-	}
-	id := l.next
-	l.next++
-	l.m[id] = lis
-	return func() {
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		delete(l.m, id)
-	}
-}
-
-// Notify tells every listener that something changed. Listeners must not block.
-func (l *Listeners) Notify() {
-	l.mu.Lock()
-	all := make([]dynamiccertificates.Listener, 0, len(l.m))
-	for _, lis := range l.m {
-		all = append(all, lis)
-	}
-	l.mu.Unlock()
-	for _, lis := range all {
-		lis.Enqueue()
-	}
-}
+// Listeners is a Notifier for a producer to hold (package notify).
+type Listeners = notify.Listeners
 
 // handlerWatch is one handler a controller declared with Watch, and its registration once the term runs.
 type handlerWatch struct {

@@ -223,6 +223,6 @@ func (i *Issuer) setLeading(leading bool, auth signer.Authorities) {
 		i.cfg.OnLeadershipChange(leading)
 	}
 	if changed || leading {
-		i.listeners.notify()
+		i.listeners.Notify()
 	}
 }

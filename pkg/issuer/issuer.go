@@ -13,6 +13,7 @@ import (
 	"k8s.io/apiserver/pkg/storage/value"
 	"k8s.io/utils/clock"
 
+	"github.com/certapi/certapi/pkg/notify"
 	"github.com/certapi/certapi/pkg/signer"
 )
 
@@ -83,7 +84,7 @@ type Issuer struct {
 
 	servers serverLease
 
-	listeners listeners
+	listeners notify.Listeners
 }
 
 // New returns an Issuer; Run makes it take part in the election.

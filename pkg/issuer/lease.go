@@ -74,7 +74,7 @@ func (i *Issuer) leaseRenewed(sent time.Time, ttl time.Duration) {
 		i.leaseLapseLogged.Store(false)
 		klog.InfoS("Signing again: etcd renewed the election lease, so it never expired", "identity", i.cfg.Identity)
 		i.signalLease()
-		i.listeners.notify()
+		i.listeners.Notify()
 	}
 }
 

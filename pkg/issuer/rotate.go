@@ -72,7 +72,7 @@ func (i *Issuer) Rotate(ctx context.Context, req RotationRequest) ([]signer.Rota
 		}
 	}
 	i.mu.Unlock()
-	i.listeners.notify()
+	i.listeners.Notify()
 	klog.InfoS("CA rotation step", "step", step, "active", signer.FormatSerialNumber(next.Active.Certificate.SerialNumber), "bundleSize", len(next.Certificates()))
 	return []signer.RotationStep{step}, nil
 }
