@@ -65,14 +65,12 @@ func untar(t *testing.T, path string) string {
 	}
 }
 
-// imageLayout unpacks the release's image archive and returns its layout and the image index's
-// descriptor, the one manifest its index.json lists (what `ctr images import` and `kind load
-// image-archive` unpack, every one of them).
-func imageLayout(t *testing.T) (layout.Path, v1.Descriptor) {
+// ociArchive unpacks the release's OCI layout archive name and returns the layout and its index.json.
+func ociArchive(t *testing.T, name string) (layout.Path, *v1.IndexManifest) {
 	t.Helper()
-	p, err := layout.FromPath(untar(t, filepath.Join(dir, "certapi-image.oci.tar")))
+	p, err := layout.FromPath(untar(t, filepath.Join(dir, name)))
 	if err != nil {
-		t.Fatalf("certapi-image.oci.tar is not an OCI image layout: %v", err)
+		t.Fatalf("%s is not an OCI image layout: %v", name, err)
 	}
 	top, err := p.ImageIndex()
 	if err != nil {
@@ -82,6 +80,15 @@ func imageLayout(t *testing.T) (layout.Path, v1.Descriptor) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return p, im
+}
+
+// imageLayout unpacks the release's image archive and returns its layout and the image index's
+// descriptor, the one manifest its index.json lists (what `ctr images import` and `kind load
+// image-archive` unpack, every one of them).
+func imageLayout(t *testing.T) (layout.Path, v1.Descriptor) {
+	t.Helper()
+	p, im := ociArchive(t, "certapi-image.oci.tar")
 	var index []v1.Descriptor
 	var others []v1.Descriptor
 	for _, d := range im.Manifests {
@@ -280,18 +287,7 @@ func goVersionM(t *testing.T, bin, release string) (string, map[string]string) {
 
 func TestSBOM(t *testing.T) {
 	imagePath, indexDesc := imageLayout(t)
-	p, err := layout.FromPath(untar(t, filepath.Join(dir, "certapi-sbom.oci.tar")))
-	if err != nil {
-		t.Fatalf("certapi-sbom.oci.tar is not an OCI image layout: %v", err)
-	}
-	top, err := p.ImageIndex()
-	if err != nil {
-		t.Fatal(err)
-	}
-	im, err := top.IndexManifest()
-	if err != nil {
-		t.Fatal(err)
-	}
+	p, im := ociArchive(t, "certapi-sbom.oci.tar")
 	others := im.Manifests
 	var referrers []v1.Descriptor
 	for _, d := range others {
