@@ -5,13 +5,16 @@ package etcdcluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"k8s.io/component-base/metrics/testutil"
@@ -468,20 +471,38 @@ func TestStalledLearnerIsRemoved(t *testing.T) {
 
 	n3, n4 := w.nodes[3], w.nodes[4]
 	// etcd refuses a member add until every voter has been connected for a while: ask until it accepts.
-	var resp *clientv3.MemberAddResponse
+	// An add whose reply was lost (the client's deadline passed while the cluster applied it) leaves the
+	// learner listed, and every later add says its peer URL exists: then the listed learner is ours.
+	var stalled uint64
 	c := w.client()
 	testhelpers.WaitFor(t, 50*time.Millisecond, 30*time.Second, "etcd to accept the learner", func(context.Context) (bool, string) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		var err error
-		resp, err = c.MemberAddAsLearner(ctx, []string{n3.peerURL})
-		return err == nil, fmt.Sprint(err)
+		resp, err := c.MemberAddAsLearner(ctx, []string{n3.peerURL})
+		if err == nil {
+			stalled = resp.Member.ID
+			return true, ""
+		}
+		if !errors.Is(err, rpctypes.ErrPeerURLExist) {
+			return false, fmt.Sprint(err)
+		}
+		list, lerr := c.MemberList(ctx)
+		if lerr != nil {
+			return false, fmt.Sprintf("%v; listing members: %v", err, lerr)
+		}
+		for _, m := range list.Members {
+			if m.IsLearner && slices.Contains(m.PeerURLs, n3.peerURL) {
+				stalled = m.ID
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("%v, but no learner lists %s", err, n3.peerURL)
 	})
 	t0 := time.Now()
 	w.restarting(n4)
 	t.Logf("figure: a member joined past a stalled learner in %s (stalled-learner timeout %s)", time.Since(t0).Round(time.Millisecond), w.stalledLearnerTimeout)
 	for _, e := range n4.member.Members() {
-		if e.ID == resp.Member.ID {
+		if e.ID == stalled {
 			t.Fatalf("the stalled learner %x is still listed", e.ID)
 		}
 	}
