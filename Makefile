@@ -46,7 +46,7 @@ CLIENT_PACKAGES := $(foreach m,$(CLIENT_MODULES),github.com/certapi/certapi/$(m)
 # cross-building darwin and windows is left to `make release`.
 TEST_PLATFORMS := linux/amd64,linux/arm64
 
-.PHONY: all build tools test verify unit integration e2e codegen manifests docs local-up image images release clean
+.PHONY: all build tools test verify unit integration e2e codegen manifests docs local-up image images release module-versions clean
 
 all: build
 
@@ -87,12 +87,19 @@ images:
 ## release: every artifact of a release into _output/release, built by hack/release without Docker
 ## (docs/release.md): certapi's image index for linux/amd64 and linux/arm64 as an OCI layout archive with
 ## its SPDX SBOM attached, the kubectl plugins' archives for PLATFORMS (default linux, darwin and windows
-## on amd64 and arm64), their krew manifests, the chart, the install YAML and checksums.txt.
+## on amd64 and arm64), their krew manifests, the chart, the install YAML, the client modules as a module
+## proxy serves them with tags.txt (the release's git tags) and checksums.txt.
 ## VERSION=vX.Y.Z names the release (default: git describe, hack/version.sh); the same commit gives the
-## same bytes.
+## same bytes. A release's go.mod files must require the client modules at VERSION: make module-versions.
 release:
 	./hack/build-tools.sh helm
 	VERSION=$(VERSION) $(STATIC) $(GO) run ./hack/release $(if $(PLATFORMS),--platforms $(PLATFORMS))
+
+## module-versions: VERSION=vX.Y.Z rewrites every go.mod so that the client modules under pkg/ require each
+## other at VERSION; commit that, then make release VERSION=vX.Y.Z on the commit and tag it (docs/release.md).
+module-versions:
+	@test -n "$(filter v%,$(VERSION))" || { echo "make module-versions: set VERSION=vX.Y.Z" >&2; exit 2; }
+	$(GO) run ./hack/release --set-module-versions $(VERSION)
 
 ## tools: kube-apiserver, etcd, kubectl, podcertnode, kubenode (kubelet, kube-proxy, kube-controller-manager,
 ## kube-scheduler), promtool, prometheus, helm and coredns from the Go module proxy into _output/bin (each

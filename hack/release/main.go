@@ -4,7 +4,8 @@
 // referrer; the kubectl plugins kubectl-certapi and kubectl-create-servingcertrequest as archives for
 // each platform (tar.gz, zip for Windows); krew plugin manifests naming those archives by checksum; the
 // Helm chart packaged with the release's version; one install YAML of the chart's defaults with the image
-// pinned by digest; and checksums.txt. Every binary is static, stripped (-s -w) and stamped with the
+// pinned by digest; the client modules under pkg/ as a module proxy serves them, with tags.txt naming
+// the release's git tags; and checksums.txt. Every binary is static, stripped (-s -w) and stamped with the
 // version of hack/version.sh. Everything is built from the commit alone, with the commit's time as every
 // file's, so two builds of one commit are byte-identical (test/release checks it). No Docker: the Go
 // toolchain, go-containerregistry (hack/image) and helm.
@@ -51,6 +52,8 @@ const defaultPlatforms = "linux/amd64,linux/arm64,darwin/amd64,darwin/arm64,wind
 
 type options struct {
 	output, work, platforms, imageArchs, helm string
+	// setModuleVersions, when set, only rewrites the go.mod files for a release of that version.
+	setModuleVersions string
 }
 
 func main() {
@@ -60,7 +63,15 @@ func main() {
 	flag.StringVar(&o.platforms, "platforms", defaultPlatforms, "OS/ARCH list (comma-separated) of the kubectl plugins' archives.")
 	flag.StringVar(&o.imageArchs, "image-arch", "amd64,arm64", "The architectures (comma-separated) of certapi's image index; all linux.")
 	flag.StringVar(&o.helm, "helm", filepath.Join("_output", "bin", "helm"), "The helm that packages and renders the chart (make tools builds it).")
+	flag.StringVar(&o.setModuleVersions, "set-module-versions", "", "Build nothing: rewrite every go.mod so that the client modules under pkg/ require each other at this version (vX.Y.Z), the commit to tag a release of it on (make module-versions, docs/release.md).")
 	flag.Parse()
+	if o.setModuleVersions != "" {
+		if err := setModuleVersions(o.setModuleVersions); err != nil {
+			fmt.Fprintf(os.Stderr, "release: %v\n", err)
+			os.Exit(1)
+		}
+		return
+	}
 	start := time.Now()
 	if err := run(o); err != nil {
 		fmt.Fprintf(os.Stderr, "release: %v\n", err)
@@ -92,6 +103,10 @@ func run(o options) error {
 	}
 	fmt.Printf("releasing certapi %s (commit %s) into %s\n", src.Version, src.Commit, o.output)
 
+	// First, as the cheapest: a release whose go.mod files do not name its version stops here.
+	if err := releaseModules(o, src); err != nil {
+		return fmt.Errorf("the client modules: %w", err)
+	}
 	digest, err := releaseImage(o, src)
 	if err != nil {
 		return fmt.Errorf("the image: %w", err)
