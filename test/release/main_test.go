@@ -5,8 +5,10 @@
 // holds linux/amd64 and linux/arm64, each config saying its architecture and carrying the release's
 // labels; the SBOM attached to the index lists the module versions `go version -m` reads from the
 // image's certapi; the krew manifests pass krew's own validation and name the archives by their
-// checksums; the chart archive installs on a real kube-apiserver and the install YAML applies there; and
-// a second build of the same commit is byte-identical.
+// checksums; the chart archive installs on a real kube-apiserver and the install YAML applies there; the
+// client modules are there as a module proxy serves them, each requiring its siblings at the release's
+// version, and an operator outside the repository builds from them with no replace directive; and a
+// second build of the same commit is byte-identical.
 //
 // CERTAPI_RELEASE_DIR names another release directory than <repo>/_output/release.
 package release
