@@ -177,6 +177,7 @@ func (c completedConfig) New() (*Server, error) {
 		metrics.Leader.WithLabelValues(icfg.Identity).Set(v)
 	}
 	icfg.OnLeading = s.lead
+	icfg.PublishedBundles = publishedBundles(clients)
 	iss, err := issuer.New(icfg)
 	if err != nil {
 		return nil, err

@@ -21,6 +21,7 @@ import (
 type memStore struct {
 	mu    sync.Mutex
 	auth  signer.Authorities
+	rec   *Recovery
 	rev   int64
 	saves int
 }
@@ -28,10 +29,10 @@ type memStore struct {
 func (m *memStore) load(context.Context) (loaded, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return loaded{auth: m.auth, modRevision: m.rev, found: m.rev > 0}, nil
+	return loaded{auth: m.auth, modRevision: m.rev, found: m.rev > 0, recovery: m.rec}, nil
 }
 
-func (m *memStore) save(_ context.Context, a signer.Authorities, modRevision int64, _ string, _ int64) (int64, error) {
+func (m *memStore) save(_ context.Context, a signer.Authorities, rec *Recovery, modRevision int64, _ string, _ int64) (int64, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if modRevision != m.rev {
@@ -40,7 +41,7 @@ func (m *memStore) save(_ context.Context, a signer.Authorities, modRevision int
 	if _, err := encodeRecord(a); err != nil {
 		return 0, err
 	}
-	m.auth, m.rev, m.saves = a, m.rev+1, m.saves+1
+	m.auth, m.rec, m.rev, m.saves = a, rec, m.rev+1, m.saves+1
 	return m.rev, nil
 }
 
@@ -51,7 +52,7 @@ func rotatingIssuer(t *testing.T, clk *clocktesting.FakePassiveClock) (*Issuer, 
 	ca := signertest.NewCA(t, clk.Now(), signer.DefaultCADuration)
 	st := &memStore{}
 	auth := signer.Authorities{Active: ca}
-	rev, err := st.save(context.Background(), auth, 0, "", 0)
+	rev, err := st.save(context.Background(), auth, nil, 0, "", 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -117,12 +117,14 @@ func (i *Issuer) lead(ctx context.Context, leaderKey string, leaderRev int64) er
 	i.mu.Lock()
 	i.termKey, i.termRev = leaderKey, leaderRev
 	i.mu.Unlock()
-	auth, modRev, err := i.loadOrCreateCA(ctx, leaderKey, leaderRev)
+	l, created, err := i.loadOrCreateCA(ctx, leaderKey, leaderRev)
 	if err != nil {
 		return err
 	}
+	auth := l.auth
 	i.mu.Lock()
-	i.modRev = modRev
+	i.modRev = l.modRevision
+	i.recovery, i.recoveredThisTerm = l.recovery, created && l.recovery != nil
 	i.mu.Unlock()
 	i.setLeading(true, auth)
 	ca := auth.Active
@@ -152,52 +154,55 @@ func (i *Issuer) lead(ctx context.Context, leaderKey string, leaderRev int64) er
 	return err
 }
 
-func (i *Issuer) loadOrCreateCA(ctx context.Context, leaderKey string, leaderRev int64) (signer.Authorities, int64, error) {
+// loadOrCreateCA returns the stored CA record, rewritten first when it must be, or creates one when none
+// is stored (created is then true): a new Active CA, and the CAs of certapi's found in what it had
+// published as Retiring (newAuthorities).
+func (i *Issuer) loadOrCreateCA(ctx context.Context, leaderKey string, leaderRev int64) (l loaded, created bool, err error) {
 	for attempt := 0; attempt < 3; attempt++ {
-		l, err := i.store.load(ctx)
-		auth, rev := l.auth, l.modRevision
+		l, err = i.store.load(ctx)
 		if err != nil {
-			return auth, 0, err
+			return l, false, err
 		}
 		if l.found && l.rewrite != "" {
 			// Rewritten as it is now, fenced like every CA write: encrypted with the configured key, and
 			// without the key of any CA that no longer signs.
-			newRev, err := i.store.save(ctx, auth, rev, leaderKey, leaderRev)
+			newRev, err := i.store.save(ctx, l.auth, l.recovery, l.modRevision, leaderKey, leaderRev)
 			if errors.Is(err, ErrFenced) {
 				if !i.stillLeader(ctx, leaderKey, leaderRev) {
-					return auth, 0, err
+					return l, false, err
 				}
 				continue // the record changed meanwhile: read it again
 			}
 			if err != nil {
-				return auth, 0, fmt.Errorf("rewriting the CA record: %w", err)
+				return l, false, fmt.Errorf("rewriting the CA record: %w", err)
 			}
 			klog.InfoS("Rewrote the CA record", "reason", l.rewrite)
-			rev = newRev
+			l.modRevision = newRev
 		}
 		if l.found {
-			klog.InfoS("Loaded the CA from etcd", "serialNumber", signer.FormatSerialNumber(auth.Active.Certificate.SerialNumber), "bundleSize", len(auth.Certificates()))
-			return auth, rev, nil
+			klog.InfoS("Loaded the CA from etcd", "serialNumber", signer.FormatSerialNumber(l.auth.Active.Certificate.SerialNumber), "bundleSize", len(l.auth.Certificates()))
+			return l, false, nil
 		}
-		ca, err := signer.NewCA(signer.CAOptions{ClusterDomain: i.cfg.ClusterDomain, Duration: i.cfg.CADuration, Now: i.cfg.Clock.Now()})
+		auth, rec, err := i.newAuthorities(ctx)
 		if err != nil {
-			return auth, 0, fmt.Errorf("generating the CA: %w", err)
+			return l, false, err
 		}
-		auth = signer.Authorities{Active: ca}
-		newRev, err := i.store.save(ctx, auth, 0, leaderKey, leaderRev)
+		newRev, err := i.store.save(ctx, auth, rec, 0, leaderKey, leaderRev)
 		if err == nil {
-			klog.InfoS("Created the cluster's CA", "serialNumber", signer.FormatSerialNumber(ca.Certificate.SerialNumber), "notAfter", ca.Certificate.NotAfter)
-			return auth, newRev, nil
+			ca := auth.Active
+			klog.InfoS("Created the cluster's CA", "serialNumber", signer.FormatSerialNumber(ca.Certificate.SerialNumber), "notAfter", ca.Certificate.NotAfter,
+				"keptRetiring", len(auth.Retiring))
+			return loaded{auth: auth, modRevision: newRev, found: true, recovery: rec}, true, nil
 		}
 		if !errors.Is(err, ErrFenced) {
-			return auth, 0, err
+			return l, false, err
 		}
 		// Either we no longer lead (the next load happens in a new term) or the record appeared: look again.
 		if !i.stillLeader(ctx, leaderKey, leaderRev) {
-			return auth, 0, err
+			return l, false, err
 		}
 	}
-	return signer.Authorities{}, 0, errors.New("the CA record kept changing while creating the CA")
+	return loaded{}, false, errors.New("the CA record kept changing while creating the CA")
 }
 
 func (i *Issuer) stillLeader(ctx context.Context, leaderKey string, leaderRev int64) bool {

@@ -48,6 +48,11 @@ type Config struct {
 	OnLeading func(ctx context.Context) error
 	// OnLeadershipChange, when set, is called with true when this replica starts leading and false when it stops.
 	OnLeadershipChange func(leading bool)
+	// PublishedBundles, when set, is asked by a leader that finds no CA record, before it creates one, for
+	// the CA bundles certapi had published: the CAs of certapi's found there stay trusted as Retiring
+	// (see Recovery). Give only objects that certapi alone writes. An error ends the term: no CA is
+	// created before they were read. Objects that do not exist are left out, without an error.
+	PublishedBundles func(ctx context.Context) ([]PublishedBundle, error)
 }
 
 // Issuer signs certificates for every replica: directly on the leader, through an etcd handoff elsewhere.
@@ -60,6 +65,10 @@ type Issuer struct {
 	auth    signer.Authorities
 	bundle  []byte
 	modRev  int64
+	// recovery is the CA record's Recovery (nil when it has none); recoveredThisTerm says this replica
+	// created the record in its current term.
+	recovery          *Recovery
+	recoveredThisTerm bool
 	// termKey and termRev identify the election key of the current or last term; CA writes are fenced on them.
 	termKey string
 	termRev int64

@@ -41,6 +41,9 @@ type caRecord struct {
 	ForcedSwitch  bool       `json:"forcedSwitch,omitempty"`
 	// LastStepAt is when the last rotation step was saved (signer.Authorities.LastStepAt).
 	LastStepAt *time.Time `json:"lastStepAt,omitempty"`
+	// Recovery is set when the record was created with none stored and certapi had published CAs
+	// before (see Recovery); every later write keeps it.
+	Recovery *Recovery `json:"recovery,omitempty"`
 }
 
 type caEntry struct {
@@ -157,7 +160,7 @@ func (d authenticatedData) AuthenticatedData() []byte { return []byte(d) }
 // caStore keeps the CA record: keystore in etcd; tests use a fake.
 type caStore interface {
 	load(ctx context.Context) (loaded, error)
-	save(ctx context.Context, a signer.Authorities, modRevision int64, leaderKey string, leaderRev int64) (int64, error)
+	save(ctx context.Context, a signer.Authorities, rec *Recovery, modRevision int64, leaderKey string, leaderRev int64) (int64, error)
 }
 
 // loaded is what keystore.load read.
@@ -167,6 +170,8 @@ type loaded struct {
 	modRevision int64
 	// found is false when no record is stored.
 	found bool
+	// recovery is the record's Recovery, nil when it has none.
+	recovery *Recovery
 	// rewrite says why the record must be written again as it is now (empty: it need not be): it was
 	// stored in a form the transformer calls stale (unencrypted while encryption is configured now, or
 	// under an old key), or it holds the key of a Retiring CA.
@@ -195,7 +200,7 @@ func (k *keystore) load(ctx context.Context) (loaded, error) {
 	if err != nil {
 		return loaded{}, err
 	}
-	l := loaded{auth: a, modRevision: kv.ModRevision, found: true}
+	l := loaded{auth: a, modRevision: kv.ModRevision, found: true, recovery: rec.Recovery}
 	switch {
 	case stale:
 		l.rewrite = "it is stored unencrypted or under an old key of the encryption configuration"
@@ -205,14 +210,15 @@ func (k *keystore) load(ctx context.Context) (loaded, error) {
 	return l, nil
 }
 
-// save writes a if the record is still at modRevision (0: absent) and the election key leaderKey still
-// has createRevision leaderRev, and returns the new mod revision. Both conditions are one etcd
-// transaction, so a deposed leader cannot overwrite a CA that its successor wrote.
-func (k *keystore) save(ctx context.Context, a signer.Authorities, modRevision int64, leaderKey string, leaderRev int64) (int64, error) {
+// save writes a, with recovery, if the record is still at modRevision (0: absent) and the election key
+// leaderKey still has createRevision leaderRev, and returns the new mod revision. Both conditions are one
+// etcd transaction, so a deposed leader cannot overwrite a CA that its successor wrote.
+func (k *keystore) save(ctx context.Context, a signer.Authorities, recovery *Recovery, modRevision int64, leaderKey string, leaderRev int64) (int64, error) {
 	rec, err := encodeRecord(a)
 	if err != nil {
 		return 0, err
 	}
+	rec.Recovery = recovery
 	data, err := json.Marshal(rec)
 	if err != nil {
 		return 0, fmt.Errorf("encoding the CA record: %w", err)

@@ -35,7 +35,7 @@ type RotationRequest struct {
 // nothing is saved, and signing goes on with the Active CA while it can.
 func (i *Issuer) Rotate(ctx context.Context, req RotationRequest) ([]signer.RotationStep, error) {
 	i.mu.RLock()
-	leading, stored, modRev, key, rev := i.leading, i.auth, i.modRev, i.termKey, i.termRev
+	leading, stored, recovery, modRev, key, rev := i.leading, i.auth, i.recovery, i.modRev, i.termKey, i.termRev
 	i.mu.RUnlock()
 	if !leading || stored.Active == nil {
 		return nil, ErrNotLeading
@@ -60,7 +60,7 @@ func (i *Issuer) Rotate(ctx context.Context, req RotationRequest) ([]signer.Rota
 	if next.Next != nil && next.Next == stored.Next {
 		next.NextPublished = stored.NextPublished // the record keeps the wall-clock time it was published at
 	}
-	newRev, err := i.store.save(ctx, next, modRev, key, rev)
+	newRev, err := i.store.save(ctx, next, recovery, modRev, key, rev)
 	if err != nil {
 		return nil, fmt.Errorf("persisting rotation step %s: %w", step, err)
 	}

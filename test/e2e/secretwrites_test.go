@@ -10,7 +10,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/certapi/certapi/test/e2e/e2etest"
@@ -92,10 +91,11 @@ func TestSpecChangesNeedRightsOnTheSecret(t *testing.T) {
 	waitSecret(t, kube, ns, "r-tls", func(s *corev1.Secret) bool { return !bytes.Equal(s.Data["tls.crt"], before.Data["tls.crt"]) })
 }
 
-// TestSecretOfAnEarlierRequestIsNotOverwritten: a Secret records the UID of the request it was
-// delivered for. A new request of the same name is a different request: it does not take that Secret
-// over (SecretConflict) unless someone who may edit the Secret removes the UID annotation.
-func TestSecretOfAnEarlierRequestIsNotOverwritten(t *testing.T) {
+// TestSecretOfAnEarlierRequestIsAdopted: a Secret records the UID of the request it was delivered for.
+// A new request of the same name, created after that one was deleted (or applied again after certapi's
+// etcd data was lost), adopts the Secret: no request has the recorded UID any more, and names are unique
+// in a namespace. certapi re-issues the Secret in place for the new request and records its UID.
+func TestSecretOfAnEarlierRequestIsAdopted(t *testing.T) {
 	ctx := context.Background()
 	c, kube := testhelpers.Clients(t, cp.AdminConfig)
 	ns := e2etest.Namespace(t, kube)
@@ -121,27 +121,18 @@ func TestSecretOfAnEarlierRequestIsNotOverwritten(t *testing.T) {
 	if _, err := c.CertapiV1alpha1().ServingCertRequests(ns).Create(ctx, again, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	r := waitReady(t, c, ns, "u", metav1.ConditionFalse, "SecretConflict")
-	msg := meta.FindStatusCondition(r.Status.Conditions, "Ready").Message
-	if !strings.Contains(msg, string(firstReq.UID)) || !strings.Contains(msg, "certapi.dev/servingcertrequest-uid") {
-		t.Errorf("the conflict message %q does not name the earlier request's UID and the annotation to remove", msg)
+	r := waitReady(t, c, ns, "u", metav1.ConditionTrue, "Issued")
+	if r.UID == firstReq.UID {
+		t.Fatal("control failed: the new request has the earlier one's UID")
 	}
-	s, err := kube.CoreV1().Secrets(ns).Get(ctx, "u-tls", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if s.ResourceVersion != first.ResourceVersion || !bytes.Equal(s.Data["tls.crt"], first.Data["tls.crt"]) {
-		t.Fatal("certapi wrote a Secret that records another request's UID")
-	}
-
-	// Removing the UID annotation hands the Secret over by name: certapi re-issues it for the new request.
-	delete(s.Annotations, "certapi.dev/servingcertrequest-uid")
-	if _, err := kube.CoreV1().Secrets(ns).Update(ctx, s, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	r = waitReady(t, c, ns, "u", metav1.ConditionTrue, "Issued")
-	s = waitSecret(t, kube, ns, "u-tls", func(s *corev1.Secret) bool {
+	s := waitSecret(t, kube, ns, "u-tls", func(s *corev1.Secret) bool {
 		return s.Annotations["certapi.dev/servingcertrequest-uid"] == string(r.UID)
 	})
+	if s.UID != first.UID {
+		t.Errorf("the Secret was replaced (UID %s -> %s), not adopted in place", first.UID, s.UID)
+	}
+	if bytes.Equal(s.Data["tls.crt"], first.Data["tls.crt"]) {
+		t.Error("the adopted Secret keeps the earlier request's certificate; want one issued for the new request")
+	}
 	verifySecret(t, s, "u", ns)
 }

@@ -23,14 +23,16 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apiserver/pkg/server/options/encryptionconfig"
 	"k8s.io/client-go/kubernetes"
+	aggregatorclient "k8s.io/kube-aggregator/pkg/client/clientset_generated/clientset"
 
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	"github.com/certapi/certapi/pkg/generated/clientset/versioned"
+	"github.com/certapi/certapi/pkg/signer"
 	"github.com/certapi/certapi/test/e2e/e2etest"
 	"github.com/certapi/certapi/test/framework"
 	"github.com/certapi/certapi/test/testhelpers"
@@ -214,11 +216,14 @@ func plaintextKeysIn(t *testing.T, own *framework.ControlPlane, dataDir string, 
 	return found
 }
 
-// TestNoBackupDataDirLost records what happens when certapi's data dir is lost and there is no snapshot: a
-// new CA, every ServingCertRequest gone, delivered Secrets left as they were (no longer renewed), and every
-// injected target given a bundle of the new CA only, which no longer trusts the certificates still served;
-// the same request created again is refused its Secret (SecretConflict: the Secret records the lost
-// request's UID) until that annotation is removed; then it adopts the Secret and re-issues it.
+// TestNoBackupDataDirLost: certapi's data dir is lost and there is no snapshot. The leader finds no CA
+// record and creates a new CA, but keeps the CA it had published (read back from its APIService and its
+// ClusterTrustBundle) as Retiring: every re-injected bundle trusts both, so the certificate still served
+// from the orphaned Secret verifies against every one of them until no certificate of the lost CA can be
+// valid; CertificateAuthority status (condition Recovered) and a Warning Event say what happened. Every
+// ServingCertRequest is gone and their Secrets are left as they were; the same request applied again
+// adopts its Secret (whose recorded UID names a request that no longer exists) and re-issues it in
+// place from the new CA, with no annotation to remove.
 func TestNoBackupDataDirLost(t *testing.T) {
 	ctx := context.Background()
 	own, dataDir := snapshotPlane(t)
@@ -228,10 +233,17 @@ func TestNoBackupDataDirLost(t *testing.T) {
 	deliveredRequest(t, c, kube, ns, "web")
 	target := injectionTarget(t, kube, ns)
 	injectedBundle(t, kube, target, func(b []byte) bool { return holdsCA(b, serial) })
+	lostReq, err := c.CertapiV1alpha1().ServingCertRequests(ns).Get(ctx, "web", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	secret, err := kube.CoreV1().Secrets(ns).Get(ctx, "web-tls", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
+	leaf := leafOf(t, secret)
+	// certapi had published its CA in both sources the new leader reads back.
+	publishedBundles(t, own, kube, func(b []byte) bool { return holdsCA(b, serial) })
 
 	if err := own.StopCertapi(); err != nil {
 		t.Fatal(err)
@@ -247,12 +259,12 @@ func TestNoBackupDataDirLost(t *testing.T) {
 	}
 	newSerial := e2etest.ActiveSerial(t, own)
 	if newSerial == serial {
-		t.Fatalf("with its data dir lost certapi still has CA %s", serial)
+		t.Fatalf("with its data dir lost certapi still has CA %s Active", serial)
 	}
-	// The target gets the new CA's bundle, and the old CA leaves it at once.
+	// The target gets the new CA's bundle, which keeps the lost CA.
 	bundle := injectedBundle(t, kube, target, func(b []byte) bool { return holdsCA(b, newSerial) })
-	if holdsCA(bundle, serial) {
-		t.Errorf("the target's new bundle still holds the lost CA %s", serial)
+	if !holdsCA(bundle, serial) {
+		t.Errorf("the target's new bundle dropped the lost CA %s", serial)
 	}
 	settle(t, own, c, kube, ns)
 	if _, err := c.CertapiV1alpha1().ServingCertRequests(ns).Get(ctx, "web", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
@@ -265,30 +277,126 @@ func TestNoBackupDataDirLost(t *testing.T) {
 	if after.ResourceVersion != secret.ResourceVersion {
 		t.Errorf("the orphaned Secret was written: resourceVersion %s -> %s", secret.ResourceVersion, after.ResourceVersion)
 	}
-	// The certificate still served from the Secret no longer verifies against the target's bundle: the
-	// unsafe part (see docs/backup-and-restore.md).
-	if verifies(after, bundle, "web", ns) == nil {
-		t.Errorf("the old Secret's certificate verifies against the new bundle; the docs say it does not")
-	}
 
-	// The way back. The same request applied again (from Git, say) finds its Secret recording the lost
-	// request's UID: SecretConflict, the Secret untouched. With that annotation removed, the Secret is handed
-	// over by name: the request adopts it and re-issues it in place from the new CA.
+	// The certificate still served from the Secret verifies against every bundle certapi injects or
+	// publishes now: the webhook configuration's, the APIService's, the ClusterTrustBundle's and status'.
+	ca := e2etest.CAObject(t, c)
+	bundles := map[string][]byte{"the webhook configuration": bundle, "CertificateAuthority status": []byte(ca.Status.CABundle)}
+	for source, b := range publishedBundles(t, own, kube, func(b []byte) bool { return holdsCA(b, newSerial) && holdsCA(b, serial) }) {
+		bundles[source] = b
+	}
+	for source, b := range bundles {
+		if err := verifies(after, b, "web", ns); err != nil {
+			t.Errorf("the old Secret's certificate does not verify against the bundle of %s: %v", source, err)
+		}
+	}
+	// Status: the lost CA is Retiring, and the Recovered condition says so, with a time no earlier than
+	// the leaf's notAfter.
+	if !slices.ContainsFunc(ca.Status.Certificates, func(c certapiv1alpha1.CertificateAuthorityCertificate) bool {
+		return c.SerialNumber == serial && c.Role == certapiv1alpha1.CARoleRetiring
+	}) {
+		t.Errorf("status.certificates %+v does not show the lost CA %s as Retiring", ca.Status.Certificates, serial)
+	}
+	cond := meta.FindStatusCondition(ca.Status.Conditions, certapiv1alpha1.ConditionRecovered)
+	if cond == nil || cond.Status != metav1.ConditionTrue || cond.Reason != certapiv1alpha1.RecoveredReasonKeptPublishedCAs {
+		t.Fatalf("condition Recovered %+v; want True, %s", cond, certapiv1alpha1.RecoveredReasonKeptPublishedCAs)
+	}
+	for _, want := range []string{"found no CA record", "APIService " + certapiv1alpha1.APIServiceName, "ClusterTrustBundle " + certapiv1alpha1.ClusterTrustBundleName} {
+		if !strings.Contains(cond.Message, want) {
+			t.Errorf("condition Recovered %q does not say %q", cond.Message, want)
+		}
+	}
+	t.Logf("condition Recovered, reason %s: %s", cond.Reason, cond.Message)
+	m := regexp.MustCompile(regexp.QuoteMeta(serial) + ` until (\S+?)[,)]`).FindStringSubmatch(cond.Message)
+	if m == nil {
+		t.Fatalf("condition Recovered %q does not say until when the lost CA %s stays", cond.Message, serial)
+	}
+	until, err := time.Parse(time.RFC3339, m[1])
+	if err != nil || until.Before(leaf.NotAfter) {
+		t.Errorf("the lost CA stays until %s (%v); the Secret's certificate is valid until %s", m[1], err, leaf.NotAfter)
+	}
+	waitCAEvents(t, kube, corev1.EventTypeWarning, certapiv1alpha1.RecoveredReasonKeptPublishedCAs)
+
+	// The way back: the same request applied again (from Git, say) adopts its Secret, whose recorded
+	// UID names the lost request, and re-issues it in place from the new CA.
 	req := e2etest.Request("web", "web")
 	req.Spec.SecretName = "web-tls"
-	if _, err := c.CertapiV1alpha1().ServingCertRequests(ns).Create(ctx, req, metav1.CreateOptions{}); err != nil {
+	created, err := c.CertapiV1alpha1().ServingCertRequests(ns).Create(ctx, req, metav1.CreateOptions{})
+	if err != nil {
 		t.Fatal(err)
 	}
-	waitReady(t, c, ns, "web", metav1.ConditionFalse, "SecretConflict")
-	patch := []byte(`{"metadata":{"annotations":{"` + certapiv1alpha1.AnnotationServingCertRequestUID + `":null}}}`)
-	if _, err := kube.CoreV1().Secrets(ns).Patch(ctx, "web-tls", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-		t.Fatal(err)
+	if created.UID == lostReq.UID {
+		t.Fatal("control failed: the request applied again has the lost one's UID")
 	}
-	reissued := waitSecret(t, kube, ns, "web-tls", func(s *corev1.Secret) bool { return verifies(s, bundle, "web", ns) == nil })
+	ready := waitReady(t, c, ns, "web", metav1.ConditionTrue, "Issued")
+	reissued := waitSecret(t, kube, ns, "web-tls", func(s *corev1.Secret) bool {
+		return s.Annotations[certapiv1alpha1.AnnotationServingCertRequestUID] == string(ready.UID)
+	})
 	if reissued.UID != secret.UID {
 		t.Errorf("the Secret was replaced (UID %s -> %s), not re-issued in place", secret.UID, reissued.UID)
 	}
-	waitReady(t, c, ns, "web", metav1.ConditionTrue, "Issued")
+	verifyAgainst(t, reissued, bundle, "web", ns)
+	if got := signer.FormatSerialNumber(leafOf(t, reissued).SerialNumber); got == signer.FormatSerialNumber(leaf.SerialNumber) {
+		t.Errorf("the adopted Secret still holds the lost request's certificate %s", got)
+	}
+	if !bytes.Equal(leafOf(t, reissued).AuthorityKeyId, activeCA(t, ca).SubjectKeyId) {
+		t.Errorf("the adopted Secret's certificate is not from the new Active CA %s", newSerial)
+	}
+}
+
+// leafOf parses the certificate in the Secret's tls.crt.
+func leafOf(t *testing.T, s *corev1.Secret) *x509.Certificate {
+	t.Helper()
+	block, _ := pem.Decode(s.Data["tls.crt"])
+	if block == nil {
+		t.Fatalf("Secret %s/%s: tls.crt holds no PEM", s.Namespace, s.Name)
+	}
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cert
+}
+
+// activeCA returns the Active CA's certificate from the CertificateAuthority's bundle.
+func activeCA(t *testing.T, ca *certapiv1alpha1.CertificateAuthority) *x509.Certificate {
+	t.Helper()
+	certs, err := signer.ParseBundle([]byte(ca.Status.CABundle))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range certs {
+		if ca.Status.Active != nil && signer.FormatSerialNumber(c.SerialNumber) == ca.Status.Active.SerialNumber {
+			return c
+		}
+	}
+	t.Fatalf("the bundle in status does not hold the Active CA %+v", ca.Status.Active)
+	return nil
+}
+
+// publishedBundles waits until certapi's APIService and its ClusterTrustBundle both hold a bundle ok
+// accepts, and returns them by source.
+func publishedBundles(t *testing.T, own *framework.ControlPlane, kube kubernetes.Interface, ok func([]byte) bool) map[string][]byte {
+	t.Helper()
+	agg, err := aggregatorclient.NewForConfig(own.AdminConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string][]byte{}
+	e2etest.Eventually(t, 60*time.Second, "the bundles of certapi's APIService and ClusterTrustBundle", func(ctx context.Context) (bool, error) {
+		svc, err := agg.ApiregistrationV1().APIServices().Get(ctx, certapiv1alpha1.APIServiceName, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		ctb, err := kube.CertificatesV1().ClusterTrustBundles().Get(ctx, certapiv1alpha1.ClusterTrustBundleName, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		out["APIService "+certapiv1alpha1.APIServiceName] = svc.Spec.CABundle
+		out["ClusterTrustBundle "+certapiv1alpha1.ClusterTrustBundleName] = []byte(ctb.Spec.TrustBundle)
+		return ok(svc.Spec.CABundle) && ok([]byte(ctb.Spec.TrustBundle)), nil
+	})
+	return out
 }
 
 // settle waits until the leader of a (re)started certapi has worked through what it found: a request

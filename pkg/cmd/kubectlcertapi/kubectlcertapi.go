@@ -35,7 +35,7 @@ const (
 	// caResource is how kubectl names the CertificateAuthority in its output.
 	caResource = "certificateauthority.certapi.dev/" + certapiv1alpha1.CertificateAuthorityName
 	// apiServiceName is the APIService that registers certapi with kube-apiserver.
-	apiServiceName = "v1alpha1.certapi.dev"
+	apiServiceName = certapiv1alpha1.APIServiceName
 	// groupVersion is certapi's API.
 	groupVersion = "certapi.dev/v1alpha1"
 )

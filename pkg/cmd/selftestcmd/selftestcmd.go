@@ -36,7 +36,7 @@ import (
 )
 
 const (
-	apiServiceName = "v1alpha1.certapi.dev"
+	apiServiceName = certapiv1alpha1.APIServiceName
 	groupVersion   = "certapi.dev/v1alpha1"
 	// pollInterval is how often the command looks again while it waits for certapi to serve.
 	pollInterval = time.Second

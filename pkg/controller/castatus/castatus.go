@@ -5,6 +5,7 @@ package castatus
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -14,14 +15,15 @@ import (
 
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	"github.com/certapi/certapi/pkg/generated/clientset/versioned"
+	"github.com/certapi/certapi/pkg/issuer"
 	"github.com/certapi/certapi/pkg/metrics"
 	"github.com/certapi/certapi/pkg/signer"
 )
 
-// Sync writes obj's status from the leader's CAs, the injection summary and the distrust's status, if it
-// differs.
+// Sync writes obj's status from the leader's CAs, the injection summary, the distrust's status and the
+// Recovered condition (see Recovered; nil removes it), if it differs.
 func Sync(ctx context.Context, client versioned.Interface, obj *certapiv1alpha1.CertificateAuthority, auth signer.Authorities,
-	injection *certapiv1alpha1.InjectionSummary, distrust *certapiv1alpha1.DistrustStatus) error {
+	injection *certapiv1alpha1.InjectionSummary, distrust *certapiv1alpha1.DistrustStatus, recovered *metav1.Condition) error {
 	want := obj.DeepCopy()
 	st := &want.Status
 	st.CABundle = string(auth.Bundle())
@@ -57,6 +59,13 @@ func Sync(ctx context.Context, client versioned.Interface, obj *certapiv1alpha1.
 		Message: fmt.Sprintf("the Active CA %s signs; it expires %s", ref.SerialNumber, active.NotAfter.UTC().Format(time.RFC3339)),
 	})
 	meta.SetStatusCondition(&st.Conditions, notWaitingFor(rotating(auth, distrust, obj.Generation), injection))
+	if recovered != nil {
+		c := *recovered
+		c.ObservedGeneration = obj.Generation
+		meta.SetStatusCondition(&st.Conditions, c)
+	} else {
+		meta.RemoveStatusCondition(&st.Conditions, certapiv1alpha1.ConditionRecovered)
+	}
 
 	if apiequality.Semantic.DeepEqual(obj.Status, want.Status) {
 		return nil
@@ -66,6 +75,71 @@ func Sync(ctx context.Context, client versioned.Interface, obj *certapiv1alpha1.
 		return fmt.Errorf("writing CertificateAuthority/%s status: %w", certapiv1alpha1.CertificateAuthorityName, err)
 	}
 	return nil
+}
+
+// maxSkippedNamed bounds the certificates not kept that a Recovered condition names.
+const maxSkippedNamed = 3
+
+// Recovered is the Recovered condition of a CA record created with none stored after certapi had
+// published CAs (rec, see issuer.Recovery), or nil when rec is nil: when, which CAs stay trusted as
+// Retiring and until when, which certificates were not kept and why, and what an admin does next. The
+// message is also the Warning Event's.
+func Recovered(rec *issuer.Recovery) *metav1.Condition {
+	if rec == nil {
+		return nil
+	}
+	c := &metav1.Condition{Type: certapiv1alpha1.ConditionRecovered, Status: metav1.ConditionTrue, Reason: certapiv1alpha1.RecoveredReasonKeptPublishedCAs}
+	var b strings.Builder
+	fmt.Fprintf(&b, "at %s certapi found no CA record in its etcd (its data was lost, and no snapshot was restored) and created a new CA", rec.At.UTC().Format(time.RFC3339))
+	if len(rec.Kept) == 0 {
+		c.Reason = certapiv1alpha1.RecoveredReasonNoPublishedCAKept
+		b.WriteString("; no CA found in the bundles certapi had published could be kept, so certificates of the lost CA are no longer trusted")
+	} else {
+		var kept []string
+		for _, k := range rec.Kept {
+			kept = append(kept, fmt.Sprintf("%s until %s", k.SerialNumber, k.Until.UTC().Format(time.RFC3339)))
+		}
+		fmt.Fprintf(&b, "; it keeps %s found in %s in the bundle as Retiring (%s), so that the certificates they signed stay trusted until they expire",
+			plural(len(rec.Kept), "the CA", "the CAs"), strings.Join(sources(rec.Kept), " and "), strings.Join(kept, ", "))
+	}
+	if len(rec.Skipped) > 0 {
+		var skipped []string
+		for _, s := range rec.Skipped[:min(len(rec.Skipped), maxSkippedNamed)] {
+			name := s.SerialNumber
+			if name == "" {
+				name = "a block"
+			}
+			skipped = append(skipped, fmt.Sprintf("%s in %s: %s", name, strings.Join(s.Sources, " and "), s.Reason))
+		}
+		if more := len(rec.Skipped) - maxSkippedNamed; more > 0 {
+			skipped = append(skipped, fmt.Sprintf("and %d more", more))
+		}
+		fmt.Fprintf(&b, "; not kept: %s", strings.Join(skipped, "; "))
+	}
+	b.WriteString(". ServingCertRequests were lost with the record: apply them again, and each adopts its Secret and re-issues it from the new CA")
+	c.Message = b.String()
+	return c
+}
+
+// sources lists the objects the CAs were found in, each once, in order of appearance.
+func sources(cas []issuer.RecoveredCA) []string {
+	var out []string
+	for _, ca := range cas {
+		for _, s := range ca.Sources {
+			if !slices.Contains(out, s) {
+				out = append(out, s)
+			}
+		}
+	}
+	return out
+}
+
+// plural is one when n is 1, many otherwise.
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }
 
 // rotating says where a rotation stands, in words an admin can act on.

@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
+	"github.com/certapi/certapi/pkg/issuer"
 	"github.com/certapi/certapi/pkg/signer"
 	"github.com/certapi/certapi/pkg/signer/signertest"
 )
@@ -89,5 +90,64 @@ func TestRotatingNamesEveryDistrustedCA(t *testing.T) {
 	want := "the distrusted CAs " + RefOf(a).SerialNumber + ", " + RefOf(b).SerialNumber + ", " + RefOf(c).SerialNumber + " leave the bundle"
 	if cond.Reason != certapiv1alpha1.RotatingReasonDistrusted || !strings.Contains(cond.Message, want) {
 		t.Errorf("condition %s: %q; want Distrusted, saying %q", cond.Reason, cond.Message, want)
+	}
+}
+
+// TestRecovered: the Recovered condition of a CA record created with none stored says when, which CAs
+// stay trusted and until when, what was not kept and why, and what to do next; none without a Recovery.
+func TestRecovered(t *testing.T) {
+	at := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	until := at.Add(2160 * time.Hour)
+	const api, ctb = "APIService v1alpha1.certapi.dev", "ClusterTrustBundle certapi.dev:serving:ca"
+	for _, tc := range []struct {
+		name   string
+		rec    *issuer.Recovery
+		reason string
+		want   []string
+		not    []string
+	}{
+		{name: "no recovery: no condition"},
+		{name: "one CA kept from both sources",
+			rec:    &issuer.Recovery{At: at, Kept: []issuer.RecoveredCA{{SerialNumber: "1a", Sources: []string{api, ctb}, Until: until}}},
+			reason: certapiv1alpha1.RecoveredReasonKeptPublishedCAs,
+			want: []string{"at 2030-01-01T00:00:00Z certapi found no CA record", "keeps the CA found in " + api + " and " + ctb,
+				"1a until 2030-04-01T00:00:00Z", "apply them again", "adopts its Secret"},
+			not: []string{"not kept"}},
+		{name: "two kept, some skipped",
+			rec: &issuer.Recovery{At: at,
+				Kept: []issuer.RecoveredCA{{SerialNumber: "1a", Sources: []string{api}, Until: until}, {SerialNumber: "2b", Sources: []string{ctb}, Until: until}},
+				Skipped: []issuer.RecoveredCA{{SerialNumber: "3c", Sources: []string{api}, Reason: "expired at 2029-01-01T00:00:00Z"},
+					{Sources: []string{ctb}, Reason: "certificate 2 does not parse"}, {SerialNumber: "4d", Sources: []string{api}, Reason: "x"}, {SerialNumber: "5e", Sources: []string{api}, Reason: "y"}}},
+			reason: certapiv1alpha1.RecoveredReasonKeptPublishedCAs,
+			want: []string{"keeps the CAs found in " + api + " and " + ctb, "1a until", "2b until", "not kept: 3c in " + api + ": expired at 2029-01-01T00:00:00Z",
+				"a block in " + ctb + ": certificate 2 does not parse", "and 1 more"},
+			not: []string{"5e"}},
+		{name: "none kept",
+			rec:    &issuer.Recovery{At: at, Skipped: []issuer.RecoveredCA{{SerialNumber: "3c", Sources: []string{api}, Reason: "expired"}}},
+			reason: certapiv1alpha1.RecoveredReasonNoPublishedCAKept,
+			want:   []string{"no CA found in the bundles certapi had published could be kept", "no longer trusted", "not kept: 3c"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := Recovered(tc.rec)
+			if tc.rec == nil {
+				if c != nil {
+					t.Fatalf("condition %+v; want none", c)
+				}
+				return
+			}
+			if c == nil || c.Type != certapiv1alpha1.ConditionRecovered || c.Status != metav1.ConditionTrue || c.Reason != tc.reason {
+				t.Fatalf("condition %+v; want Recovered True %s", c, tc.reason)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(c.Message, w) {
+					t.Errorf("message %q does not say %q", c.Message, w)
+				}
+			}
+			for _, n := range tc.not {
+				if strings.Contains(c.Message, n) {
+					t.Errorf("message %q says %q", c.Message, n)
+				}
+			}
+		})
 	}
 }

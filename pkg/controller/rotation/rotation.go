@@ -62,6 +62,9 @@ type Target interface {
 type Authority interface {
 	State() (signer.Authorities, bool)
 	Rotate(ctx context.Context, req issuer.RotationRequest) ([]signer.RotationStep, error)
+	// Recovery says what the leader did with the CAs certapi had published when it created the CA
+	// record with none stored (nil: it did not), and whether that was in this term.
+	Recovery() (rec *issuer.Recovery, thisTerm bool)
 	issuer.Authority
 }
 
@@ -110,6 +113,9 @@ type Controller struct {
 	// distrusting is whether the last sync left a distrust pending: only then do re-issued Secrets and
 	// replicas (Reissued) make the controller look again.
 	distrusting atomic.Bool
+	// recoveryAnnounced is whether the Event of a CA record created in this term with none stored was
+	// recorded. Only sync touches it.
+	recoveryAnnounced bool
 }
 
 // DistrustProgress is how far a pending distrust has come: what it waits for, and what it does not.
@@ -283,7 +289,13 @@ func (c *Controller) sync(ctx context.Context, _ string) (controller.Result, err
 	if distrustPending(after) {
 		c.reportUnmanaged(obj, after, progress)
 	}
-	if err := castatus.Sync(ctx, c.client, obj, after, &summary, distrust); err != nil {
+	recovery, recoveredNow := c.o.Authority.Recovery()
+	recovered := castatus.Recovered(recovery)
+	if recoveredNow && !c.recoveryAnnounced {
+		c.recoveryAnnounced = true
+		c.recorder.Eventf(regarding(obj), nil, corev1.EventTypeWarning, recovered.Reason, "CreateCA", "%s", truncate(recovered.Message))
+	}
+	if err := castatus.Sync(ctx, c.client, obj, after, &summary, distrust, recovered); err != nil {
 		return controller.Result{}, err
 	}
 	return controller.Result{After: c.wait(after, policy)}, nil

@@ -219,6 +219,66 @@ func TestSyncRecordsTheRequestUID(t *testing.T) {
 	}
 }
 
+// TestSyncAdoptsTheSecretOfALostRequest: a Secret delivered for an earlier request of the same name (its
+// UID recorded), which no longer exists (deleted and created again, or lost with certapi's etcd data), is
+// adopted by the request of that name: re-issued in place from the Active CA, with the request's UID
+// recorded, although its certificate was not due. A Secret that records the UID of a request that does
+// exist stays untouched (SecretConflict).
+func TestSyncAdoptsTheSecretOfALostRequest(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		liveOwner bool // a request with the recorded UID exists
+	}{
+		{name: "the recorded request is gone: adopted"},
+		{name: "the recorded request exists: conflict", liveOwner: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req := newRequest("webhook", "webhook-svc", "webhook-tls")
+			h := newHarness(t)
+			lost := req.DeepCopy()
+			lost.UID = "uid-of-the-lost-webhook"
+			s := deliveredSecret(t, lost, h.ca, h.bundle, testNow)
+			if err := h.kube.Tracker().Add(s); err != nil {
+				t.Fatal(err)
+			}
+			h.addRequest(t, req)
+			if tc.liveOwner {
+				owner := newRequest("owner", "owner-svc", "owner-tls")
+				owner.UID = lost.UID
+				h.addRequest(t, owner)
+			}
+			h.cacheSecret(t, s)
+
+			if _, _, err := h.c.syncRequest(context.Background(), keyFor(req)); err != nil {
+				t.Fatalf("sync: %v", err)
+			}
+			got := getSecret(t, h, "webhook-tls")
+			if tc.liveOwner {
+				if w := h.secretWrites(); len(w) != 0 {
+					t.Errorf("Secret writes %v; want none", w)
+				}
+				if got.Annotations[certapiv1alpha1.AnnotationServingCertRequestUID] != string(lost.UID) {
+					t.Errorf("the recorded UID changed to %q", got.Annotations[certapiv1alpha1.AnnotationServingCertRequestUID])
+				}
+				if evs := h.events(); len(evs) != 1 || !strings.HasPrefix(evs[0], "Warning SecretConflict") || !strings.Contains(evs[0], "which exists") {
+					t.Errorf("events %q; want one Warning SecretConflict saying the recorded request exists", evs)
+				}
+				return
+			}
+			if w := h.secretWrites(); len(w) != 1 {
+				t.Fatalf("Secret writes %v; want one", w)
+			}
+			if got.Annotations[certapiv1alpha1.AnnotationServingCertRequestUID] != string(req.UID) {
+				t.Errorf("the Secret records UID %q; want the adopting request's %s", got.Annotations[certapiv1alpha1.AnnotationServingCertRequestUID], req.UID)
+			}
+			if string(got.Data[corev1.TLSCertKey]) == string(s.Data[corev1.TLSCertKey]) {
+				t.Error("the adopted Secret keeps the lost request's certificate; want one issued for the adopting request")
+			}
+			verifyServing(t, got, "webhook-svc.webhooks.svc", testNow)
+		})
+	}
+}
+
 func TestSyncKeyAlgorithms(t *testing.T) {
 	for _, alg := range []certapiv1alpha1.KeyAlgorithm{certapiv1alpha1.KeyAlgorithmECDSAP384, certapiv1alpha1.KeyAlgorithmRSA2048} {
 		t.Run(string(alg), func(t *testing.T) {

@@ -97,14 +97,20 @@ type decideInput struct {
 	// ClusterDomain gives the second SAN of every certificate.
 	ClusterDomain string
 	Now           time.Time
+	// RecordedUIDExists is true when a ServingCertRequest with the UID the Secret records exists (and is
+	// not Request): the Secret is that request's, and a conflict. When the Secret records another UID than
+	// Request's and no request has it, the request it was delivered for no longer exists, and Request,
+	// of the name the Secret is annotated with, adopts the Secret.
+	RecordedUIDExists bool
 }
 
 // decide says what to do about one request's Secret. It is a pure function of its input so that every
 // case can be tested without a cluster.
 //
 // A Secret is certapi's to write only when it is of type kubernetes.io/tls, mutable, annotated
-// AnnotationServingCertRequest=<this request> and, if it records a request UID, this request's (see
-// ownership). Everything else that exists under spec.secretName is a conflict and is never written.
+// AnnotationServingCertRequest=<this request> and, if it records a request UID, this request's or that
+// of a request that no longer exists (see ownership). Everything else that exists under spec.secretName
+// is a conflict and is never written.
 func decide(in decideInput) decision {
 	req := in.Request
 	name := req.Spec.SecretName
@@ -115,7 +121,7 @@ func decide(in decideInput) decision {
 	if s == nil {
 		return decision{Action: actionCreate, Why: fmt.Sprintf("Secret %q does not exist", name)}
 	}
-	if conflict := ownership(req, s); conflict != "" {
+	if conflict := ownership(req, s, in.RecordedUIDExists); conflict != "" {
 		return decision{Action: actionConflict, Conflict: conflict}
 	}
 
@@ -124,6 +130,12 @@ func decide(in decideInput) decision {
 	held := delivered || s.HasCert
 	issue := func(why string) decision {
 		return decision{Action: actionIssue, Why: why, Renewal: delivered}
+	}
+	if uid := s.Annotations[certapiv1alpha1.AnnotationServingCertRequestUID]; uid != "" && uid != string(req.UID) {
+		// Delivered for an earlier request of this name, which no longer exists (deleted, or lost with
+		// certapi's etcd data): this one adopts the Secret, and a certificate of its own records its UID.
+		return issue(fmt.Sprintf("Secret %q was delivered to by an earlier ServingCertRequest %q with UID %s, which no longer exists: "+
+			"this request (UID %s) adopts it", name, req.Name, uid, req.UID))
 	}
 	if !held {
 		return issue(fmt.Sprintf("Secret %q was handed over to certapi and holds no certificate", name))
@@ -169,9 +181,12 @@ func decide(in decideInput) decision {
 }
 
 // ownership says why the existing Secret s is not req's to write, or "" when it is: of type
-// kubernetes.io/tls, mutable, annotated AnnotationServingCertRequest=<req's name>, and recording either
-// req's UID or none. The message names the Secret, why certapi leaves it alone, and the fix.
-func ownership(req *certapiv1alpha1.ServingCertRequest, s *secretView) string {
+// kubernetes.io/tls, mutable, annotated AnnotationServingCertRequest=<req's name>, and recording req's
+// UID, none, or that of a request that no longer exists (recordedUIDExists false: a request of req's name
+// deleted and created again, or lost with certapi's etcd data; names are unique in a namespace, so the
+// live request of that name is req). The message names the Secret, why certapi leaves it alone, and the
+// fix.
+func ownership(req *certapiv1alpha1.ServingCertRequest, s *secretView, recordedUIDExists bool) string {
 	name := s.Name
 	owner := s.Annotations[certapiv1alpha1.AnnotationServingCertRequest]
 	annotated := owner != "" // an empty value names no request
@@ -182,12 +197,11 @@ func ownership(req *certapiv1alpha1.ServingCertRequest, s *secretView) string {
 			"Secret %q is delivered to by ServingCertRequest %q (annotation %s=%s); two requests cannot share a Secret: "+
 				"choose another spec.secretName, or annotate the Secret %s=%s to hand it over",
 			name, owner, certapiv1alpha1.AnnotationServingCertRequest, owner, certapiv1alpha1.AnnotationServingCertRequest, req.Name)
-	case annotated && uid != "" && uid != string(req.UID):
+	case annotated && uid != "" && uid != string(req.UID) && recordedUIDExists:
 		return fmt.Sprintf(
-			"Secret %q was delivered to by an earlier ServingCertRequest %q with UID %s (annotation %s), not by this one (UID %s): "+
-				"a request deleted and created again is another request. Remove the annotation %s from the Secret to hand it over "+
-				"to this request, or choose another spec.secretName",
-			name, owner, uid, certapiv1alpha1.AnnotationServingCertRequestUID, req.UID, certapiv1alpha1.AnnotationServingCertRequestUID)
+			"Secret %q records the UID %s (annotation %s) of another ServingCertRequest, which exists, not this one's (UID %s): "+
+				"two requests cannot share a Secret; choose another spec.secretName",
+			name, uid, certapiv1alpha1.AnnotationServingCertRequestUID, req.UID)
 	case s.Type != corev1.SecretTypeTLS:
 		typ := string(s.Type)
 		if typ == "" {
@@ -244,14 +258,15 @@ func tallyDistrust(secrets []*secretView, request func(namespace, name string) *
 }
 
 // delivered reports whether certapi delivers into s now: an existing request, not being deleted, whose
-// spec.secretName names s, and whose Secret s is to write (see ownership).
+// spec.secretName names s, and whose Secret s is to write (see ownership). A UID s records that is not
+// req's belongs to no existing request: req is the one of that name.
 func delivered(s *secretView, request func(namespace, name string) *certapiv1alpha1.ServingCertRequest) bool {
 	owner := s.Annotations[certapiv1alpha1.AnnotationServingCertRequest]
 	if owner == "" {
 		return false
 	}
 	req := request(s.Namespace, owner)
-	return req != nil && req.DeletionTimestamp == nil && req.Spec.SecretName == s.Name && ownership(req, s) == ""
+	return req != nil && req.DeletionTimestamp == nil && req.Spec.SecretName == s.Name && ownership(req, s, false) == ""
 }
 
 // summarize counts names and keeps the first MaxReportedSecrets in lexical order.

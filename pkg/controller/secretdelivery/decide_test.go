@@ -55,6 +55,7 @@ func TestDecide(t *testing.T) {
 		renewal   bool
 		whyOrMsg  []string // substrings of Why (issue) or Conflict (conflict)
 		wantRenew time.Time
+		uidExists bool // decideInput.RecordedUIDExists
 	}{
 		{
 			name: "skip-no-secretName",
@@ -218,13 +219,49 @@ func TestDecide(t *testing.T) {
 				"certapi.dev/servingcertrequest=webhook to hand it over"},
 		},
 		{
-			name: "conflict-uid: the Secret records an earlier request's UID (same name, deleted and created again)",
+			name: "adopt: the Secret records the UID of an earlier request of this name, which no longer exists (deleted and created again, or lost with certapi's etcd)",
 			secret: edit(func(s *corev1.Secret) {
 				s.Annotations[certapiv1alpha1.AnnotationServingCertRequestUID] = "uid-of-an-earlier-webhook"
 			}),
-			want: actionConflict,
-			whyOrMsg: []string{"earlier ServingCertRequest", "uid-of-an-earlier-webhook", "uid-webhook",
-				"Remove the annotation " + certapiv1alpha1.AnnotationServingCertRequestUID},
+			want:     actionIssue,
+			renewal:  true,
+			whyOrMsg: []string{"earlier ServingCertRequest", "uid-of-an-earlier-webhook", "no longer exists", "uid-webhook", "adopts it"},
+		},
+		{
+			name: "adopt a Secret of a lost request even when its certificate is not due (from a CA that is still in the bundle)",
+			secret: edit(func(s *corev1.Secret) {
+				s.Annotations[certapiv1alpha1.AnnotationServingCertRequestUID] = "uid-of-an-earlier-webhook"
+			}),
+			bundle:   signer.EncodeBundle(ca.Certificate),
+			now:      testNow.Add(time.Minute),
+			want:     actionIssue,
+			renewal:  true,
+			whyOrMsg: []string{"adopts it"},
+		},
+		{
+			name: "conflict-uid: the Secret records the UID of another request that exists",
+			secret: edit(func(s *corev1.Secret) {
+				s.Annotations[certapiv1alpha1.AnnotationServingCertRequestUID] = "uid-of-a-live-request"
+			}),
+			uidExists: true,
+			want:      actionConflict,
+			whyOrMsg:  []string{"uid-of-a-live-request", "which exists", "uid-webhook", "two requests cannot share a Secret"},
+		},
+		{
+			name:      "the Secret records this request's UID: a live request of its own is no conflict",
+			secret:    current,
+			uidExists: true,
+			want:      actionNone,
+			wantRenew: renewAt,
+		},
+		{
+			name: "conflict-other-request wins over adoption: annotated for another request, recording a UID nobody has",
+			secret: edit(func(s *corev1.Secret) {
+				s.Annotations[certapiv1alpha1.AnnotationServingCertRequest] = "other"
+				s.Annotations[certapiv1alpha1.AnnotationServingCertRequestUID] = "uid-of-an-earlier-other"
+			}),
+			want:     actionConflict,
+			whyOrMsg: []string{`ServingCertRequest "other"`, "certapi.dev/servingcertrequest=webhook to hand it over"},
 		},
 		{
 			name: "record the UID on a current Secret written before certapi recorded it",
@@ -278,6 +315,7 @@ func TestDecide(t *testing.T) {
 			if !tt.now.IsZero() {
 				in.Now = tt.now
 			}
+			in.RecordedUIDExists = tt.uidExists
 			d := decide(in)
 			if d.Action != tt.want {
 				t.Fatalf("action = %s (why %q, conflict %q); want %s", d.Action, d.Why, d.Conflict, tt.want)
@@ -517,7 +555,7 @@ func TestTallyDistrust(t *testing.T) {
 		{name: "request deleted", report: true, secret: old(newRequest("gone", "gone-svc", "gone-tls"))},
 		{name: "request being deleted", report: true, secret: old(deleting)},
 		{name: "the request names another Secret now", report: true, secret: old(newRequest("moved", "moved-svc", "moved-tls"))},
-		{name: "an earlier request of the same name (UID)", report: true, secret: old(func() *certapiv1alpha1.ServingCertRequest {
+		{name: "an earlier request of the same name (UID): the request of that name adopts it, waited for", pending: true, secret: old(func() *certapiv1alpha1.ServingCertRequest {
 			r := recreated.DeepCopy()
 			r.UID = "uid-of-the-earlier-one"
 			return r

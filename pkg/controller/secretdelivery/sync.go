@@ -7,6 +7,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
@@ -73,6 +74,8 @@ func (c *Controller) syncOnce(ctx context.Context, key types.NamespacedName) (re
 		Bundle:        bundle,
 		ClusterDomain: c.clusterDomain,
 		Now:           now,
+
+		RecordedUIDExists: c.recordedUIDExists(req, secret),
 	})
 	klog.FromContext(ctx).V(4).Info("Decided", "request", key, "secret", req.Spec.SecretName, "action", d.Action, "why", d.Why)
 	switch d.Action {
@@ -160,4 +163,27 @@ func (c *Controller) cachedSecret(namespace, name string) *secretView {
 	}
 	v, _ := obj.(*secretView)
 	return v
+}
+
+// recordedUIDExists reports whether the Secret s records the UID of a ServingCertRequest other than req
+// that exists in the cache: then s is that request's, whatever name it is annotated with. It lists the
+// namespace's requests only when s records a UID that is not req's, which adoption ends.
+func (c *Controller) recordedUIDExists(req *certapiv1alpha1.ServingCertRequest, s *secretView) bool {
+	if s == nil {
+		return false
+	}
+	uid := s.Annotations[certapiv1alpha1.AnnotationServingCertRequestUID]
+	if uid == "" || uid == string(req.UID) {
+		return false
+	}
+	all, err := c.requests.ServingCertRequests(req.Namespace).List(labels.Everything())
+	if err != nil {
+		return true // cannot tell: leave the Secret alone, as a conflict, until the next look
+	}
+	for _, r := range all {
+		if string(r.UID) == uid {
+			return true
+		}
+	}
+	return false
 }

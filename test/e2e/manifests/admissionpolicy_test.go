@@ -484,7 +484,7 @@ data:
 			refusal: "handed to it"},
 		{name: "moving a delivered Secret to another request",
 			do:      secretPatch(ns, "webhook-tls", map[string]any{"metadata": map[string]any{"annotations": map[string]string{request: "other"}}}),
-			refusal: "never change that annotation or the request UID"},
+			refusal: "never change that annotation"},
 		{name: "another key of a delivered Secret",
 			do:      secretPatch(ns, "webhook-tls", map[string]any{"data": map[string][]byte{"token": []byte("x")}}),
 			refusal: "another key of data"},
@@ -526,6 +526,10 @@ data:
 			do: secretPatch(ns, "delivered", map[string]any{
 				"metadata": map[string]any{"labels": map[string]string{managed: "true"}, "annotations": map[string]string{request: "delivered", uid: "0b3e4a1c-uid", serial: "02"}},
 				"data":     map[string][]byte{"tls.crt": append(pemish, '\n'), "tls.key": pemish, "ca.crt": pemish}})},
+		{name: "certapi: adopting the Secret of an earlier request of the same name (another UID)",
+			do: secretPatch(ns, "delivered", map[string]any{
+				"metadata": map[string]any{"annotations": map[string]string{uid: "7e2a-uid-of-the-request-applied-again", serial: "04"}},
+				"data":     map[string][]byte{"tls.crt": pemish, "tls.key": pemish, "ca.crt": pemish}})},
 		{name: "certapi: adopting a handed-over Secret, leaving the chart's label, annotation and key",
 			do: secretPatch(ns, "handed-over", map[string]any{
 				"metadata": map[string]any{"labels": map[string]string{managed: "true"}, "annotations": map[string]string{request: "handed-over", uid: "5d1f-uid", serial: "03"}},

@@ -7,6 +7,9 @@ const (
 	ConditionReady = "Ready"
 	// ConditionRotating says where a CertificateAuthority's rotation stands.
 	ConditionRotating = "Rotating"
+	// ConditionRecovered says that certapi found no CA record in its etcd (its data was lost and not
+	// restored) and created a new CA after it had published others, and what it did with those.
+	ConditionRecovered = "Recovered"
 )
 
 // Reasons of a CertificateAuthority's Rotating condition.
@@ -20,4 +23,14 @@ const (
 	// RotatingReasonDistrusted: a distrusted CA leaves the bundle once its certificates are re-issued;
 	// clients of the servingcerts subresource should re-issue at once (pkg/servingcert does).
 	RotatingReasonDistrusted = "Distrusted"
+)
+
+// Reasons of a CertificateAuthority's Recovered condition.
+const (
+	// RecoveredReasonKeptPublishedCAs: the CAs of certapi's found in the bundles it had published stay in
+	// the bundle as Retiring until no certificate they signed can still be valid.
+	RecoveredReasonKeptPublishedCAs = "KeptPublishedCAs"
+	// RecoveredReasonNoPublishedCAKept: certificates were found in the bundles certapi had published, but
+	// none is a CA of certapi's valid now; certificates of the lost CA are no longer trusted.
+	RecoveredReasonNoPublishedCAKept = "NoPublishedCAKept"
 )

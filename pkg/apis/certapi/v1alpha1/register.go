@@ -9,6 +9,10 @@ import (
 // GroupName is the API group of certapi.
 const GroupName = "certapi.dev"
 
+// APIServiceName is the APIService that registers this group and version with kube-apiserver's
+// aggregator. certapi injects its CA bundle into it, as into every object that opts in.
+const APIServiceName = "v1alpha1." + GroupName
+
 // SchemeGroupVersion is the group and version of the types in this package.
 var SchemeGroupVersion = schema.GroupVersion{Group: GroupName, Version: "v1alpha1"}
 

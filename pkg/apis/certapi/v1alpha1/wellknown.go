@@ -33,9 +33,11 @@ const (
 	// into the Secret. certapi writes a Secret only when it carries this annotation naming the request.
 	AnnotationServingCertRequest = "certapi.dev/servingcertrequest"
 	// AnnotationServingCertRequestUID is the UID of that ServingCertRequest. certapi records it with
-	// every write; a Secret that records another UID belongs to an earlier request of the same name and
-	// is not written (SecretConflict). A Secret annotated with the name only (handed over from a chart)
-	// is adopted by name, and certapi records the UID.
+	// every write. A Secret that records another UID was delivered for an earlier request of the same
+	// name, which no longer exists (deleted and created again, or lost with certapi's etcd data): the
+	// request of that name adopts it, re-issues it and records its own UID; one that records the UID of a
+	// request that exists is not written (SecretConflict). A Secret annotated with the name only (handed
+	// over from a chart) is adopted by name, and certapi records the UID.
 	AnnotationServingCertRequestUID = "certapi.dev/servingcertrequest-uid"
 	// AnnotationSerialNumber is the serial of the certificate in tls.crt, lower-case hex.
 	AnnotationSerialNumber = "certapi.dev/serial-number"
