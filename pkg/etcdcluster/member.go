@@ -965,7 +965,12 @@ func (m *Member) presented(ctx context.Context, members []Entry, ca *PeerCA) []P
 		if len(mm.ClientURLs) == 0 {
 			continue
 		}
-		u, err := url.Parse(mm.ClientURLs[0])
+		target := mm.ClientURLs[0]
+		if mm.ID == m.ID() {
+			// Itself over loopback: its advertised name need not resolve where it runs.
+			target = m.localClientURL()
+		}
+		u, err := url.Parse(target)
 		if err != nil {
 			continue
 		}

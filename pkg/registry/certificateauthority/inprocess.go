@@ -7,6 +7,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/registry/rest"
 
 	"github.com/certapi/certapi/pkg/apis/certapi"
@@ -34,6 +35,8 @@ func NewStatusUpdater(status *StatusREST, scheme *runtime.Scheme) *StatusUpdater
 // mutate reports a change, writes the status it left. mutate may be called more than once. A
 // CertificateAuthority that does not exist yet is an error: the caller tries again later.
 func (u *StatusUpdater) UpdateStatus(ctx context.Context, mutate func(*v1alpha1.CertificateAuthority) bool) error {
+	// The storage keys objects by the request's namespace: none, for this cluster-scoped resource.
+	ctx = genericapirequest.WithNamespace(ctx, metav1.NamespaceNone)
 	info := &statusMutation{scheme: u.scheme, mutate: mutate}
 	_, _, err := u.status.Update(ctx, v1alpha1.CertificateAuthorityName, info, rest.ValidateAllObjectFunc, rest.ValidateAllObjectUpdateFunc, false, &metav1.UpdateOptions{})
 	if apierrors.IsNotFound(err) {
