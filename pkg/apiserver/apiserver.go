@@ -30,6 +30,7 @@ import (
 	"github.com/certapi/certapi/pkg/controller"
 	"github.com/certapi/certapi/pkg/controller/leader"
 	"github.com/certapi/certapi/pkg/controller/status"
+	"github.com/certapi/certapi/pkg/etcdcluster"
 	"github.com/certapi/certapi/pkg/issuer"
 	"github.com/certapi/certapi/pkg/metrics"
 	"github.com/certapi/certapi/pkg/registry/certificateauthority"
@@ -89,6 +90,10 @@ type ExtraConfig struct {
 	// RequestCounter, when set, is the CertapiServingCertRequestLimit admission plugin's count of each
 	// namespace's ServingCertRequests: the server feeds it from its own storage once it serves.
 	RequestCounter *requestquota.Counter
+	// EtcdMember, when set, is this replica's member of certapi's own etcd cluster (owned by Etcd):
+	// while it is the etcd leader, the server writes what it sees of the cluster into
+	// CertificateAuthority/default's status.etcd, when that changes.
+	EtcdMember *etcdcluster.Member
 }
 
 // Config is the whole configuration of a certapi server. Complete it to make a Server.
@@ -222,6 +227,13 @@ func (c completedConfig) New() (*Server, error) {
 	}
 	if err := generic.InstallAPIGroup(&apiGroupInfo); err != nil {
 		return nil, fmt.Errorf("installing the certapi.dev API group: %w", err)
+	}
+	if m := c.ExtraConfig.EtcdMember; m != nil {
+		w := &etcdStatusWriter{member: m, update: certificateauthority.NewStatusUpdater(caStatus, Scheme).UpdateStatus}
+		generic.AddPostStartHookOrDie("certapi-etcd-cluster-status", func(hc genericapiserver.PostStartHookContext) error {
+			go w.run(hc)
+			return nil
+		})
 	}
 	if counter := c.ExtraConfig.RequestCounter; counter != nil {
 		// Every replica counts each namespace's requests (names only) from its own watch cache.

@@ -23,7 +23,7 @@ type Etcd struct {
 
 	embedded *EmbeddedEtcd
 	member   *etcdcluster.Member
-	// stopMember ends the member's maintenance loop; done waits for it.
+	// stopMember ends the member's maintenance loop and its watch of the peer CA; done waits for them.
 	stopMember context.CancelFunc
 	done       sync.WaitGroup
 }
@@ -61,7 +61,7 @@ func (o *Options) StartEtcd(ctx context.Context) (_ *Etcd, err error) {
 
 // startMember starts this replica's member of the replicas' etcd cluster and its maintenance loop.
 func (e *Etcd) startMember(ctx context.Context, o *Options) error {
-	m, err := o.EtcdCluster.start(ctx, o.DataDir, o.ServiceNamespace, o.RecommendedOptions.CoreAPI.CoreAPIKubeconfigPath)
+	m, follow, err := o.EtcdCluster.start(ctx, o.DataDir, o.ServiceNamespace, o.RecommendedOptions.CoreAPI.CoreAPIKubeconfigPath)
 	if err != nil {
 		return err
 	}
@@ -78,6 +78,15 @@ func (e *Etcd) startMember(ctx context.Context, o *Options) error {
 			klog.FlushAndExit(klog.ExitFlushTimeout, 1)
 		}
 	})
+	if follow != nil {
+		// Every replica follows the peer CA's Secret: a rotation the etcd leader stored there reaches
+		// this member, which re-issues its certificate from the new CA.
+		e.done.Go(func() {
+			if err := follow(runCtx); err != nil {
+				klog.ErrorS(err, "Following the etcd peer CA Secret failed; this member learns of a peer CA rotation only when it restarts")
+			}
+		})
+	}
 	return nil
 }
 

@@ -137,12 +137,13 @@ func (o *EtcdClusterOptions) memberName() string {
 }
 
 // start loads or creates the peer CA and starts this member; the caller runs its maintenance loop
-// (Member.Run) and stops it. namespace is certapi's own (--service-namespace); kubeconfig is
-// --kubeconfig (empty: in-cluster).
-func (o *EtcdClusterOptions) start(ctx context.Context, dataDir, namespace, kubeconfig string) (*etcdcluster.Member, error) {
+// (Member.Run), and follow when not nil (it tells the member of every change of the peer CA's Secret
+// until its context ends), and stops them. namespace is certapi's own (--service-namespace); kubeconfig
+// is --kubeconfig (empty: in-cluster).
+func (o *EtcdClusterOptions) start(ctx context.Context, dataDir, namespace, kubeconfig string) (_ *etcdcluster.Member, follow func(context.Context) error, _ error) {
 	dir, err := filepath.Abs(dataDir)
 	if err != nil {
-		return nil, fmt.Errorf("resolving --data-dir %q: %w", dataDir, err)
+		return nil, nil, fmt.Errorf("resolving --data-dir %q: %w", dataDir, err)
 	}
 	name := o.memberName()
 	host := name + "." + strings.TrimSuffix(o.PeerService, ".")
@@ -159,37 +160,48 @@ func (o *EtcdClusterOptions) start(ctx context.Context, dataDir, namespace, kube
 	ips := etcdcluster.LocalIPs()
 	cfg.CertHosts = append([]string{host}, ips...)
 	cfg.Discover = etcdcluster.DNSDiscovery(o.PeerService, o.ClientPort, ips)
+	var store *incluster.PeerCASecret
 	if o.PeerCACertFile != "" {
+		// A CA given as files is the operator's: certapi never rotates it.
 		certPEM, err := os.ReadFile(o.PeerCACertFile)
 		if err != nil {
-			return nil, fmt.Errorf("reading --etcd-peer-ca-cert-file: %w", err)
+			return nil, nil, fmt.Errorf("reading --etcd-peer-ca-cert-file: %w", err)
 		}
 		keyPEM, err := os.ReadFile(o.PeerCAKeyFile)
 		if err != nil {
-			return nil, fmt.Errorf("reading --etcd-peer-ca-key-file: %w", err)
+			return nil, nil, fmt.Errorf("reading --etcd-peer-ca-key-file: %w", err)
 		}
-		if cfg.CA, err = etcdcluster.LoadPeerCA(certPEM, keyPEM, nil); err != nil {
-			return nil, fmt.Errorf("--etcd-peer-ca-cert-file/--etcd-peer-ca-key-file: %w", err)
+		if cfg.CA, err = etcdcluster.LoadPeerCA(certPEM, keyPEM, nil, nil); err != nil {
+			return nil, nil, fmt.Errorf("--etcd-peer-ca-cert-file/--etcd-peer-ca-key-file: %w", err)
 		}
 	} else {
 		restConfig, err := kubeConfig(kubeconfig)
 		if err != nil {
-			return nil, fmt.Errorf("reaching kube-apiserver for the etcd peer CA Secret: %w", err)
+			return nil, nil, fmt.Errorf("reaching kube-apiserver for the etcd peer CA Secret: %w", err)
 		}
 		client, err := kubernetes.NewForConfig(restConfig)
 		if err != nil {
-			return nil, fmt.Errorf("reaching kube-apiserver for the etcd peer CA Secret: %w", err)
+			return nil, nil, fmt.Errorf("reaching kube-apiserver for the etcd peer CA Secret: %w", err)
 		}
 		secret := &incluster.PeerCASecret{Client: client, Namespace: namespace, Name: o.PeerCASecret, Member: name}
 		if cfg.CA, err = secret.LoadOrCreate(ctx); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		cfg.Bootstrap = secret
+		cfg.PeerCAStore = secret
 		// The StatefulSet is the pod name without its ordinal, in certapi's namespace.
 		cfg.DesiredMembers = incluster.StatefulSetReplicas(client, namespace, name[:strings.LastIndex(name, "-")])
+		store = secret
 	}
 	klog.InfoS("Starting the embedded etcd member of certapi's cluster", "member", name, "peerURL", cfg.PeerURL, "clientURL", cfg.ClientURL, "dataDir", dir)
-	return etcdcluster.Start(ctx, cfg)
+	m, err := etcdcluster.Start(ctx, cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	if store != nil {
+		follow = func(ctx context.Context) error { return store.Watch(ctx, m.SetPeerCA) }
+	}
+	return m, follow, nil
 }
 
 func kubeConfig(path string) (*rest.Config, error) {

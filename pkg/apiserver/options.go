@@ -386,6 +386,7 @@ func (o *Options) Config(etcd *Etcd) (*Config, error) {
 			RequestCounter:         o.requestCounter,
 			Leader:                 o.Leader,
 			Snapshots:              o.Snapshots.schedule(etcd.client, o.DataDir),
+			EtcdMember:             etcd.member,
 			IssuerConfig: issuer.Config{
 				Client:         etcd.client,
 				Prefix:         EtcdPathPrefix,

@@ -150,3 +150,58 @@ func TestOrdinal(t *testing.T) {
 		}
 	}
 }
+
+func TestDecidePeerCA(t *testing.T) {
+	notBefore := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	notAfter := notBefore.Add(300 * 24 * time.Hour)
+	rotateAt := notBefore.Add(200 * 24 * time.Hour)
+	early := notBefore.Add(24 * time.Hour)
+	current := func(names ...string) []PeerCAMember {
+		var ms []PeerCAMember
+		for _, n := range names {
+			ms = append(ms, PeerCAMember{Name: n, Reached: true, Current: true})
+		}
+		return ms
+	}
+	tests := []struct {
+		name        string
+		in          PeerCAInput
+		want        PeerCAAction
+		wantHandled string
+		wantWaiting int
+	}{
+		{"young CA, no request: keep", PeerCAInput{Now: early}, PeerCAKeep, "", 0},
+		{"just before two thirds: keep", PeerCAInput{Now: rotateAt.Add(-time.Second)}, PeerCAKeep, "", 0},
+		{"two thirds of its life passed: begin", PeerCAInput{Now: rotateAt}, PeerCABegin, "", 0},
+		{"expired: begin", PeerCAInput{Now: notAfter.Add(time.Hour)}, PeerCABegin, "", 0},
+		{"a custom fraction: begin earlier", PeerCAInput{Now: notBefore.Add(31 * 24 * time.Hour), RotateAt: 0.1}, PeerCABegin, "", 0},
+		{"a request: begin, recorded as handled", PeerCAInput{Now: early, Requested: "r1"}, PeerCABegin, "r1", 0},
+		{"a request already handled: keep", PeerCAInput{Now: early, Requested: "r1", Handled: "r1"}, PeerCAKeep, "r1", 0},
+		{"a new request after a handled one: begin", PeerCAInput{Now: early, Requested: "r2", Handled: "r1"}, PeerCABegin, "r2", 0},
+		{"rotating, every member current: finish", PeerCAInput{Now: early, Rotating: true, Members: current("a", "b", "c")}, PeerCAFinish, "", 0},
+		{"rotating, one member presents the old CA: keep", PeerCAInput{Now: early, Rotating: true,
+			Members: append(current("a", "b"), PeerCAMember{Name: "c", Reached: true})}, PeerCAKeep, "", 1},
+		{"rotating, one member not reached: keep, never assumed", PeerCAInput{Now: early, Rotating: true,
+			Members: append(current("a", "b"), PeerCAMember{Name: "c", Current: true})}, PeerCAKeep, "", 1},
+		{"rotating, no member seen: keep", PeerCAInput{Now: early, Rotating: true}, PeerCAKeep, "", 0},
+		{"rotating, a request meanwhile waits for the next rotation", PeerCAInput{Now: early, Rotating: true, Requested: "r2", Handled: "r1",
+			Members: []PeerCAMember{{Name: "a", Reached: true}}}, PeerCAKeep, "r1", 1},
+		{"rotating past two thirds: finish first, never begin again", PeerCAInput{Now: rotateAt, Rotating: true, Members: current("a")}, PeerCAFinish, "", 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.in.NotBefore, tt.in.NotAfter = notBefore, notAfter
+			got := DecidePeerCA(tt.in)
+			if got.Action != tt.want || got.Handled != tt.wantHandled || len(got.Waiting) != tt.wantWaiting {
+				t.Fatalf("DecidePeerCA = %s handled %q waiting %v (%s); want %s handled %q waiting %d",
+					got.Action, got.Handled, got.Waiting, got.Reason, tt.want, tt.wantHandled, tt.wantWaiting)
+			}
+			if got.Reason == "" {
+				t.Errorf("no reason given")
+			}
+			if tt.in.RotateAt == 0 && !got.RotateAt.Equal(rotateAt) {
+				t.Errorf("RotateAt = %s, want %s", got.RotateAt, rotateAt)
+			}
+		})
+	}
+}

@@ -5,6 +5,9 @@
 // a timeout, never when that could lose quorum or data (DecideMaintenance). Peer and client traffic is
 // mutual TLS from a peer CA (PeerCA) that the caller supplies: the Kubernetes side that keeps it in a
 // Secret lives outside this package, so the cluster logic runs and is tested with a CA given directly.
+// The etcd leader rotates the peer CA through a PeerCAStore (DecidePeerCA), with no restart: the new CA
+// is trusted beside the old one and vouched for by it (PeerCA.Chain), every member re-issues its
+// certificate, and the old CA leaves the bundle once every member presents a new one.
 //
 // The decisions are pure functions in decide.go; member.go does the I/O.
 package etcdcluster

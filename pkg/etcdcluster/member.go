@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/url"
 	"os"
@@ -22,9 +23,11 @@ import (
 	"go.etcd.io/etcd/server/v3/etcdserver"
 	"go.uber.org/zap"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 	"k8s.io/klog/v2"
 
 	"github.com/certapi/certapi/pkg/metrics"
+	"github.com/certapi/certapi/pkg/notify"
 )
 
 // Discovery is what a starting member learns of its peers.
@@ -48,6 +51,23 @@ type BootstrapRecord interface {
 	ReportedNoData(ctx context.Context, members []string, window time.Duration) (bool, error)
 }
 
+// PeerCAState is the peer CA as its store holds it, with the on-demand request to rotate it.
+type PeerCAState struct {
+	CA *PeerCA
+	// Requested is the latest request to rotate the CA (empty: none); Handled is the request the last
+	// rotation began for (see DecidePeerCA).
+	Requested, Handled string
+}
+
+// PeerCAStore keeps the peer CA where every member reads it at start (in a cluster, the Secret of
+// incluster.PeerCASecret). The etcd leader rotates the CA through it; every member learns of the change
+// through Member.SetPeerCA.
+type PeerCAStore interface {
+	// Replace stores next in place of cur and records handled as the request acted on (empty: leave the
+	// record as it is). It fails, changing nothing, when the store no longer holds cur.
+	Replace(ctx context.Context, cur, next *PeerCA, handled string) error
+}
+
 // NoDataWindow is how recent a member's report of having no data must be to count (see DecideStart):
 // members that wait report every RetryInterval, at most every NoDataWindow/4.
 const NoDataWindow = 2 * time.Minute
@@ -68,8 +88,16 @@ type Config struct {
 	CertHosts []string
 	// Designated is true for the member that may bootstrap the cluster (ordinal 0).
 	Designated bool
-	// CA is the peer CA; it signs the member's certificate.
+	// CA is the peer CA as the member starts; it signs the member's certificate. SetPeerCA replaces it.
 	CA *PeerCA
+	// PeerCAStore, when set, lets this member rotate the peer CA while it is the etcd leader (DecidePeerCA);
+	// nil never rotates (a CA given as files).
+	PeerCAStore PeerCAStore
+	// PeerCARotateAt is the fraction of the peer CA's life after which the etcd leader rotates it; 0 means
+	// DefaultPeerCARotateAt.
+	PeerCARotateAt float64
+	// PeerCADuration is the lifetime of a new peer CA made by a rotation; 0 means DefaultPeerCADuration.
+	PeerCADuration time.Duration
 	// MemberCertDuration is the member certificate's lifetime; 0 means DefaultMemberCertDuration.
 	MemberCertDuration time.Duration
 	// Discover finds the other members.
@@ -132,7 +160,12 @@ type Member struct {
 
 	mu     sync.Mutex
 	cert   *MemberCertificate
+	peer   PeerCAState
 	status Status
+	// peerChanged wakes Run when SetPeerCA brought another CA: the member re-issues its certificate.
+	peerChanged chan struct{}
+	// statusListeners hear when Status changes in more than its time (see AddStatusListener).
+	statusListeners notify.Listeners
 }
 
 // Status is what a member knows of its cluster, for metrics and `kubectl certapi status`.
@@ -148,6 +181,23 @@ type Status struct {
 	Decision string
 	// CheckedAt is when this status was taken.
 	CheckedAt time.Time
+	// PeerCA is the peer CA as this member knows it.
+	PeerCA PeerCAStatus
+}
+
+// PeerCAStatus is the peer CA's state, for `kubectl certapi status` and the log.
+type PeerCAStatus struct {
+	// SerialNumber and NotAfter are the signing CA's.
+	SerialNumber string
+	NotAfter     time.Time
+	// Rotating is true while the bundle trusts the CA it replaces too.
+	Rotating bool
+	// RotateAt is when the etcd leader rotates it by itself (set on the etcd leader).
+	RotateAt time.Time
+	// Waiting names the members a rotation waits for (on the etcd leader).
+	Waiting []string
+	// Reason is the etcd leader's latest decision, in words.
+	Reason string
 }
 
 // errWait means: nothing to do yet, look again.
@@ -172,7 +222,7 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 	if err := os.Chmod(cfg.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("restricting %q to its owner: %w", cfg.Dir, err)
 	}
-	m := &Member{cfg: cfg, files: newPKIFiles(filepath.Join(cfg.Dir, "etcd-pki"))}
+	m := &Member{cfg: cfg, files: newPKIFiles(filepath.Join(cfg.Dir, "etcd-pki")), peer: PeerCAState{CA: cfg.CA}, peerChanged: make(chan struct{}, 1)}
 	if err := m.renewCertificate(time.Now()); err != nil {
 		return nil, err
 	}
@@ -560,6 +610,9 @@ func (m *Member) ClientTLSFiles() (certFile, keyFile, caFile string) {
 // Members is the member list as this member has applied it (no network call).
 func (m *Member) Members() []Entry { return convertClusterMembers(m.etcd.Server) }
 
+// Name is this member's name.
+func (m *Member) Name() string { return m.cfg.Name }
+
 // ID is this member's etcd ID.
 func (m *Member) ID() uint64 { return uint64(m.etcd.Server.MemberID()) }
 
@@ -568,6 +621,21 @@ func (m *Member) Status() Status {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.status
+}
+
+// AddStatusListener adds lis, told whenever Status changes in what it shows (the member counts, the
+// leadership, health, the peer CA and what its rotation waits for; not CheckedAt, nor the reasons'
+// words), until remove is called. A cluster that does not change tells nobody anything.
+func (m *Member) AddStatusListener(lis dynamiccertificates.Listener) (remove func()) {
+	return m.statusListeners.AddListener(lis)
+}
+
+// sameShown reports whether a and b show the same: everything but the time and the reasons' words.
+func sameShown(a, b Status) bool {
+	pa, pb := a.PeerCA, b.PeerCA
+	return a.Members == b.Members && a.Learners == b.Learners && a.Leader == b.Leader && maps.Equal(a.Healthy, b.Healthy) &&
+		pa.SerialNumber == pb.SerialNumber && pa.NotAfter.Equal(pb.NotAfter) && pa.Rotating == pb.Rotating &&
+		pa.RotateAt.Equal(pb.RotateAt) && slices.Equal(pa.Waiting, pb.Waiting)
 }
 
 func (m *Member) client(ctx context.Context, endpoints []string) (*clientv3.Client, error) {
@@ -583,7 +651,34 @@ func (m *Member) client(ctx context.Context, endpoints []string) (*clientv3.Clie
 	})
 }
 
-// renewCertificate issues a new member certificate and writes it where etcd reads it.
+// SetPeerCA tells the member the peer CA's latest state (from its store's watch, or the etcd leader's
+// own rotation). When the CA differs from the one the member holds, Run re-issues the member
+// certificate from it at once and writes the new trust bundle (which etcd reads at its next start).
+func (m *Member) SetPeerCA(st PeerCAState) {
+	if st.CA == nil {
+		return
+	}
+	m.mu.Lock()
+	changed := !st.CA.Equal(m.peer.CA)
+	m.peer = st
+	m.mu.Unlock()
+	if changed {
+		select {
+		case m.peerChanged <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// PeerCA returns the peer CA's state as this member holds it.
+func (m *Member) PeerCA() PeerCAState {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.peer
+}
+
+// renewCertificate issues a new member certificate from the peer CA the member holds and writes it,
+// with the CA's trust bundle, where etcd reads it.
 func (m *Member) renewCertificate(now time.Time) error {
 	hosts := slices.Clone(m.cfg.CertHosts)
 	for _, u := range []string{m.cfg.PeerURL, m.cfg.ClientURL} {
@@ -591,11 +686,12 @@ func (m *Member) renewCertificate(now time.Time) error {
 			hosts = append(hosts, p.Hostname())
 		}
 	}
-	mc, err := m.cfg.CA.IssueMember(m.cfg.Name, hosts, now, m.cfg.MemberCertDuration)
+	ca := m.PeerCA().CA
+	mc, err := ca.IssueMember(m.cfg.Name, hosts, now, m.cfg.MemberCertDuration)
 	if err != nil {
 		return fmt.Errorf("etcd member %s: %w", m.cfg.Name, err)
 	}
-	if err := m.files.write(mc, m.cfg.CA.TrustPEM()); err != nil {
+	if err := m.files.write(mc, ca.TrustPEM()); err != nil {
 		return fmt.Errorf("etcd member %s: storing its certificate: %w", m.cfg.Name, err)
 	}
 	m.mu.Lock()
@@ -609,21 +705,23 @@ func (m *Member) renewCertificate(now time.Time) error {
 // DecideMaintenance allows. It returns when ctx ends or etcd stops.
 func (m *Member) Run(ctx context.Context) error {
 	var tracker HealthTracker
-	var lastReason string
+	var lastReason, lastPeerReason string
 	ticker := time.NewTicker(m.cfg.CheckInterval)
 	defer ticker.Stop()
+	reissue := false
 	for {
 		m.mu.Lock()
 		renewAt := m.cert.RenewAt
 		m.mu.Unlock()
-		if !time.Now().Before(renewAt) {
+		if reissue || !time.Now().Before(renewAt) {
 			if err := m.renewCertificate(time.Now()); err != nil {
 				klog.ErrorS(err, "Renewing the etcd member certificate failed; retried", "member", m.cfg.Name)
 			} else {
-				klog.InfoS("Renewed the etcd member certificate", "member", m.cfg.Name)
+				klog.InfoS("Renewed the etcd member certificate", "member", m.cfg.Name, "peerCA", m.PeerCA().CA.Certificate.SerialNumber.Text(16))
+				reissue = false
 			}
 		}
-		m.maintain(ctx, &tracker, &lastReason)
+		m.maintain(ctx, &tracker, &lastReason, &lastPeerReason)
 		select {
 		case <-ctx.Done():
 			return nil
@@ -631,16 +729,21 @@ func (m *Member) Run(ctx context.Context) error {
 			return fmt.Errorf("etcd member %s: %w", m.cfg.Name, err)
 		case <-m.etcd.Server.StopNotify():
 			return fmt.Errorf("etcd member %s stopped", m.cfg.Name)
+		case <-m.peerChanged:
+			reissue = true
 		case <-ticker.C:
 		}
 	}
 }
 
 // maintain runs one round of the maintenance loop.
-func (m *Member) maintain(ctx context.Context, tracker *HealthTracker, lastReason *string) {
+func (m *Member) maintain(ctx context.Context, tracker *HealthTracker, lastReason, lastPeerReason *string) {
 	self := m.ID()
 	members := convertClusterMembers(m.etcd.Server)
-	st := Status{Leader: uint64(m.etcd.Server.Leader()) == self, CheckedAt: time.Now()}
+	peer := m.PeerCA()
+	st := Status{Leader: uint64(m.etcd.Server.Leader()) == self, CheckedAt: time.Now(), PeerCA: PeerCAStatus{
+		SerialNumber: peer.CA.Certificate.SerialNumber.Text(16), NotAfter: peer.CA.Certificate.NotAfter, Rotating: peer.CA.Rotating(),
+	}}
 	for _, mm := range members {
 		if mm.IsLearner {
 			st.Learners++
@@ -702,6 +805,7 @@ func (m *Member) maintain(ctx context.Context, tracker *HealthTracker, lastReaso
 	}
 	act := DecideMaintenance(MaintenanceInput{Members: states, Now: time.Now(), DeadMemberTimeout: m.cfg.DeadMemberTimeout, StalledLearnerTimeout: m.cfg.StalledLearnerTimeout})
 	st.Decision = act.Reason
+	m.rotatePeerCA(ctx, peer, members, &st.PeerCA, lastPeerReason)
 	m.setStatus(st)
 	if act.Reason != "" && act.Reason != *lastReason {
 		klog.InfoS("Etcd membership", "reason", act.Reason)
@@ -732,8 +836,12 @@ func peerURLs(states []MemberState, id uint64) []string {
 
 func (m *Member) setStatus(st Status) {
 	m.mu.Lock()
+	changed := !sameShown(m.status, st)
 	m.status = st
 	m.mu.Unlock()
+	if changed {
+		defer m.statusListeners.Notify()
+	}
 	metrics.EtcdMembers.WithLabelValues("voter").Set(float64(st.Members))
 	metrics.EtcdMembers.WithLabelValues("learner").Set(float64(st.Learners))
 	leader := 0.0
@@ -792,5 +900,97 @@ func convertClusterMembers(s *etcdserver.EtcdServer) []Entry {
 	for _, m := range in {
 		out = append(out, Entry{ID: uint64(m.ID), Name: m.Name, PeerURLs: m.PeerURLs, ClientURLs: m.ClientURLs, IsLearner: m.IsLearner})
 	}
+	return out
+}
+
+// rotatePeerCA runs one step of the peer CA's rotation on the etcd leader (DecidePeerCA): it begins one
+// when due or asked for, and finishes it once every member presents a certificate of the new CA, each
+// through the store. st is filled with what it saw.
+func (m *Member) rotatePeerCA(ctx context.Context, peer PeerCAState, members []Entry, st *PeerCAStatus, lastReason *string) {
+	if m.cfg.PeerCAStore == nil {
+		return
+	}
+	ca := peer.CA
+	in := PeerCAInput{
+		Now: time.Now(), NotBefore: ca.Certificate.NotBefore, NotAfter: ca.Certificate.NotAfter, Rotating: st.Rotating,
+		Requested: peer.Requested, Handled: peer.Handled, RotateAt: m.cfg.PeerCARotateAt,
+	}
+	if in.Rotating {
+		in.Members = m.presented(ctx, members, ca)
+	}
+	plan := DecidePeerCA(in)
+	st.RotateAt, st.Waiting, st.Reason = plan.RotateAt, plan.Waiting, plan.Reason
+	if plan.Reason != *lastReason && (plan.Action != PeerCAKeep || in.Rotating) {
+		klog.InfoS("Etcd peer CA", "action", plan.Action, "reason", plan.Reason)
+	}
+	*lastReason = plan.Reason
+	var next *PeerCA
+	switch plan.Action {
+	case PeerCABegin:
+		var err error
+		if next, err = ca.Successor(time.Now(), m.cfg.PeerCADuration); err != nil {
+			klog.ErrorS(err, "Rotating the etcd peer CA failed; retried")
+			return
+		}
+	case PeerCAFinish:
+		next = ca.Settled()
+	default:
+		return
+	}
+	handled := ""
+	if plan.Handled != peer.Handled {
+		handled = plan.Handled
+	}
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := m.cfg.PeerCAStore.Replace(cctx, ca, next, handled); err != nil {
+		klog.ErrorS(err, "Storing the rotated etcd peer CA failed; retried", "action", plan.Action)
+		return
+	}
+	// The store tells every member of the change, this one included (SetPeerCA), in the order it
+	// changed: one source of truth, never this member's own copy ahead of the store's.
+	klog.InfoS("Stored the rotated etcd peer CA", "action", plan.Action, "serial", next.Certificate.SerialNumber.Text(16), "notAfter", next.Certificate.NotAfter)
+}
+
+// presented looks at the certificate each member presents on its client URL (the same files serve its
+// peer URL): whether a TLS handshake succeeded, and whether ca signed the certificate.
+func (m *Member) presented(ctx context.Context, members []Entry, ca *PeerCA) []PeerCAMember {
+	out := make([]PeerCAMember, len(members))
+	var wg sync.WaitGroup
+	for i, mm := range members {
+		out[i].Name = mm.Name
+		if out[i].Name == "" {
+			out[i].Name = fmt.Sprintf("%x", mm.ID)
+		}
+		if len(mm.ClientURLs) == 0 {
+			continue
+		}
+		target := mm.ClientURLs[0]
+		if mm.ID == m.ID() {
+			// Itself over loopback: its advertised name need not resolve where it runs.
+			target = m.localClientURL()
+		}
+		u, err := url.Parse(target)
+		if err != nil {
+			continue
+		}
+		wg.Go(func() {
+			cfg := m.tls.Clone()
+			cfg.ServerName = u.Hostname()
+			d := tls.Dialer{NetDialer: &net.Dialer{Timeout: 2 * time.Second}, Config: cfg}
+			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			defer cancel()
+			conn, err := d.DialContext(cctx, "tcp", u.Host)
+			if err != nil {
+				klog.V(2).InfoS("Could not reach an etcd member to see its certificate", "member", out[i].Name, "err", err)
+				return
+			}
+			defer func() { _ = conn.Close() }()
+			certs := conn.(*tls.Conn).ConnectionState().PeerCertificates
+			out[i].Reached = len(certs) > 0
+			out[i].Current = len(certs) > 0 && ca.Signed(certs[0])
+		})
+	}
+	wg.Wait()
 	return out
 }

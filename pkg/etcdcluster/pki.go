@@ -29,8 +29,14 @@ type PeerCA struct {
 	Certificate *x509.Certificate
 	Key         crypto.Signer
 	// Bundle is every CA certificate a member trusts, PEM: Certificate, and during a rotation also the
-	// other CA. Empty means Certificate alone.
+	// CA it replaces. Empty means Certificate alone.
 	Bundle []byte
+	// Chain is PEM: Certificate cross-signed by the CA it replaced, then that CA cross-signed by its own
+	// predecessor, and so on, as long as each signer is valid (empty before the first rotation). Every
+	// member certificate carries it, so that a process that loaded an earlier CA as its trust when it
+	// started (etcd reads its trusted CA file only at start, certapi's storage client only at process
+	// start) still verifies certificates the new CA signed. See Successor.
+	Chain []byte
 }
 
 // NewPeerCA makes a self-signed ECDSA P-256 peer CA valid from now (backdated by signer.Backdate).
@@ -48,14 +54,17 @@ func NewPeerCA(now time.Time, duration time.Duration) (*PeerCA, error) {
 	}
 	now = now.UTC().Truncate(time.Second)
 	tmpl := &x509.Certificate{
-		SerialNumber:          serial,
-		Subject:               pkix.Name{CommonName: fmt.Sprintf("certapi-etcd-peer-ca@%d", now.Unix())},
+		SerialNumber: serial,
+		// The serial in the name keeps two CAs made in the same second apart (a rotation).
+		Subject:               pkix.Name{CommonName: fmt.Sprintf("certapi-etcd-peer-ca@%d-%08x", now.Unix(), serial.Uint64()&0xffffffff)},
 		NotBefore:             now.Add(-signer.Backdate),
 		NotAfter:              now.Add(duration),
 		IsCA:                  true,
 		BasicConstraintsValid: true,
-		MaxPathLenZero:        true,
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
+		// No path length limit: the cross-signed certificates of Chain sit between this CA and the
+		// member certificates of its successors.
+		MaxPathLen: -1,
+		KeyUsage:   x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
 	if err != nil {
@@ -68,9 +77,99 @@ func NewPeerCA(now time.Time, duration time.Duration) (*PeerCA, error) {
 	return &PeerCA{Certificate: cert, Key: key}, nil
 }
 
-// LoadPeerCA reads a peer CA from PEM: its certificate, its key, and the bundle to trust (empty: the
-// certificate alone). The key must belong to the certificate, and the bundle must hold the certificate.
-func LoadPeerCA(certPEM, keyPEM, bundlePEM []byte) (*PeerCA, error) {
+// Successor makes the CA that replaces ca in a rotation: a new CA (NewPeerCA) whose Bundle trusts both
+// (members that have not yet re-issued their certificates present ca's), and whose Chain is the new CA
+// cross-signed by ca (valid no longer than ca), followed by ca's own Chain. A process that trusts only
+// ca (or an earlier CA of the Chain) then verifies a member certificate of the new CA through the chain,
+// with nothing reloaded. ca must be settled: its Bundle trusts only itself.
+func (ca *PeerCA) Successor(now time.Time, duration time.Duration) (*PeerCA, error) {
+	if ca.Rotating() {
+		return nil, errors.New("creating the successor of the etcd peer CA: a rotation is under way (its bundle trusts another CA)")
+	}
+	next, err := NewPeerCA(now, duration)
+	if err != nil {
+		return nil, err
+	}
+	serial, err := signer.RandomSerial()
+	if err != nil {
+		return nil, fmt.Errorf("cross-signing the new etcd peer CA: %w", err)
+	}
+	notAfter := next.Certificate.NotAfter
+	if notAfter.After(ca.Certificate.NotAfter) {
+		notAfter = ca.Certificate.NotAfter
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          serial,
+		Subject:               next.Certificate.Subject,
+		SubjectKeyId:          next.Certificate.SubjectKeyId,
+		NotBefore:             next.Certificate.NotBefore,
+		NotAfter:              notAfter,
+		IsCA:                  true,
+		BasicConstraintsValid: true,
+		MaxPathLen:            -1,
+		KeyUsage:              next.Certificate.KeyUsage,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Certificate, next.Key.Public(), ca.Key)
+	if err != nil {
+		return nil, fmt.Errorf("cross-signing the new etcd peer CA: %w", err)
+	}
+	bridge, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, fmt.Errorf("cross-signing the new etcd peer CA: parsing: %w", err)
+	}
+	chain := []*x509.Certificate{bridge}
+	older, err := signer.ParseBundle(ca.Chain)
+	if len(ca.Chain) > 0 && err != nil {
+		return nil, fmt.Errorf("reading the chain of the etcd peer CA: %w", err)
+	}
+	for _, c := range older {
+		if c.NotAfter.After(now) {
+			chain = append(chain, c)
+		}
+	}
+	next.Chain = signer.EncodeBundle(chain...)
+	next.Bundle = signer.EncodeBundle(next.Certificate, ca.Certificate)
+	return next, nil
+}
+
+// Settled is ca once every member presents a certificate it signed: its Bundle trusts only itself.
+func (ca *PeerCA) Settled() *PeerCA {
+	out := *ca
+	out.Bundle = ca.CertificatePEM()
+	return &out
+}
+
+// Rotating reports whether ca's Bundle trusts a CA besides ca: a rotation to ca is under way.
+func (ca *PeerCA) Rotating() bool {
+	trusted, err := signer.ParseBundle(ca.TrustPEM())
+	if err != nil {
+		return false
+	}
+	for _, c := range trusted {
+		if !c.Equal(ca.Certificate) {
+			return true
+		}
+	}
+	return false
+}
+
+// Signed reports whether leaf was signed by ca.
+func (ca *PeerCA) Signed(leaf *x509.Certificate) bool {
+	return leaf != nil && leaf.CheckSignatureFrom(ca.Certificate) == nil
+}
+
+// Equal reports whether ca and other hold the same certificate, bundle and chain.
+func (ca *PeerCA) Equal(other *PeerCA) bool {
+	if ca == nil || other == nil {
+		return ca == other
+	}
+	return ca.Certificate.Equal(other.Certificate) && string(ca.TrustPEM()) == string(other.TrustPEM()) && string(ca.Chain) == string(other.Chain)
+}
+
+// LoadPeerCA reads a peer CA from PEM: its certificate, its key, the bundle to trust (empty: the
+// certificate alone) and its chain (empty: none; see PeerCA.Chain). The key must belong to the
+// certificate, and the bundle must hold the certificate.
+func LoadPeerCA(certPEM, keyPEM, bundlePEM, chainPEM []byte) (*PeerCA, error) {
 	certs, err := signer.ParseBundle(certPEM)
 	if err != nil || len(certs) != 1 {
 		return nil, fmt.Errorf("loading etcd peer CA: expected exactly one CA certificate in PEM (%v)", err)
@@ -101,6 +200,16 @@ func LoadPeerCA(certPEM, keyPEM, bundlePEM []byte) (*PeerCA, error) {
 		}
 		ca.Bundle = bundlePEM
 	}
+	if len(chainPEM) > 0 {
+		chain, err := signer.ParseBundle(chainPEM)
+		if err != nil {
+			return nil, fmt.Errorf("loading etcd peer CA chain: %w", err)
+		}
+		if string(chain[0].RawSubject) != string(certs[0].RawSubject) || !pub.Equal(chain[0].PublicKey) {
+			return nil, errors.New("loading etcd peer CA: the chain does not begin with the CA cross-signed by its predecessor")
+		}
+		ca.Chain = chainPEM
+	}
 	return ca, nil
 }
 
@@ -118,7 +227,8 @@ func (ca *PeerCA) TrustPEM() []byte {
 	return ca.CertificatePEM()
 }
 
-// MemberCertificate is a member's own certificate and key, PEM.
+// MemberCertificate is a member's own certificate and key, PEM. CertPEM is the certificate followed by
+// the CA's Chain.
 type MemberCertificate struct {
 	CertPEM, KeyPEM []byte
 	NotAfter        time.Time
@@ -180,9 +290,21 @@ func (ca *PeerCA) IssueMember(name string, hosts []string, now time.Time, durati
 	if err != nil {
 		return nil, fmt.Errorf("issuing etcd member certificate: parsing: %w", err)
 	}
+	chain := []*x509.Certificate{cert}
+	if len(ca.Chain) > 0 {
+		bridges, err := signer.ParseBundle(ca.Chain)
+		if err != nil {
+			return nil, fmt.Errorf("issuing etcd member certificate: the peer CA's chain: %w", err)
+		}
+		for _, b := range bridges {
+			if b.NotAfter.After(now) {
+				chain = append(chain, b)
+			}
+		}
+	}
 	life := cert.NotAfter.Sub(now)
 	return &MemberCertificate{
-		CertPEM:  signer.EncodeBundle(cert),
+		CertPEM:  signer.EncodeBundle(chain...),
 		KeyPEM:   keyPEM,
 		NotAfter: cert.NotAfter,
 		RenewAt:  now.Add(life * 2 / 3),
@@ -190,17 +312,21 @@ func (ca *PeerCA) IssueMember(name string, hosts []string, now time.Time, durati
 }
 
 // pkiFiles are where a member keeps its TLS material for etcd, which reads files: its certificate and
-// key at every handshake (so a renewal is a rename), the trust bundle at start.
+// key at every handshake (so a renewal is a rename), the trust bundle at start. The certificate (with the
+// CA's chain) and its key are one file, given to etcd as both its certificate and its key file (Go's
+// tls.X509KeyPair takes the CERTIFICATE blocks of one and the PRIVATE KEY block of the other): one rename
+// replaces both, so no handshake ever pairs a certificate with another certificate's key.
 type pkiFiles struct {
 	dir                              string
 	CertFile, KeyFile, TrustedCAFile string
 }
 
 func newPKIFiles(dir string) pkiFiles {
-	return pkiFiles{dir: dir, CertFile: filepath.Join(dir, "member.crt"), KeyFile: filepath.Join(dir, "member.key"), TrustedCAFile: filepath.Join(dir, "ca.crt")}
+	pair := filepath.Join(dir, "member.pem")
+	return pkiFiles{dir: dir, CertFile: pair, KeyFile: pair, TrustedCAFile: filepath.Join(dir, "ca.crt")}
 }
 
-// write stores the member certificate, its key and the trust bundle, each mode 0600 in a 0700
+// write stores the member certificate with its key, and the trust bundle, each mode 0600 in a 0700
 // directory, each by rename so that a handshake never reads half a file. The key is on the member's
 // private data volume only; the peer CA's key is never written here.
 func (f pkiFiles) write(mc *MemberCertificate, trust []byte) error {
@@ -210,18 +336,23 @@ func (f pkiFiles) write(mc *MemberCertificate, trust []byte) error {
 	if err := os.Chmod(f.dir, 0o700); err != nil {
 		return fmt.Errorf("restricting %q to its owner: %w", f.dir, err)
 	}
-	// Key before certificate: a handshake between the two renames pairs the old certificate with the new
-	// key and fails, once; the other order would too. etcd retries.
+	pair := append(append([]byte{}, mc.CertPEM...), mc.KeyPEM...)
 	for _, w := range []struct {
 		path string
 		data []byte
-	}{{f.TrustedCAFile, trust}, {f.KeyFile, mc.KeyPEM}, {f.CertFile, mc.CertPEM}} {
+	}{{f.TrustedCAFile, trust}, {f.CertFile, pair}} {
 		tmp := w.path + ".tmp"
 		if err := os.WriteFile(tmp, w.data, 0o600); err != nil {
 			return fmt.Errorf("writing %q: %w", tmp, err)
 		}
 		if err := os.Rename(tmp, w.path); err != nil {
 			return fmt.Errorf("replacing %q: %w", w.path, err)
+		}
+	}
+	// An earlier version kept the certificate and its key in two files: remove the key.
+	for _, old := range []string{"member.crt", "member.key"} {
+		if err := os.Remove(filepath.Join(f.dir, old)); err != nil && !os.IsNotExist(err) {
+			return fmt.Errorf("removing %q: %w", old, err)
 		}
 	}
 	return nil

@@ -69,9 +69,29 @@ func TestClusterModePeerCASecret(t *testing.T) {
 		t.Fatalf("certapi cannot read its StatefulSet: %v", err)
 	}
 
+	// The etcd leader's rotation: a new CA trusted beside the old one, then the old one dropped.
+	next, err := again.Successor(time.Now(), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Replace(ctx, again, next, "r1"); err != nil {
+		t.Fatalf("certapi cannot begin a peer CA rotation: %v", err)
+	}
+	if err := s.Replace(ctx, next, next.Settled(), ""); err != nil {
+		t.Fatalf("certapi cannot finish a peer CA rotation: %v", err)
+	}
+
 	refused := map[string]func() error{
-		"replace the CA key": func() error {
+		"replace the CA key without its certificate": func() error {
 			_, err := secrets.Patch(ctx, release+"-etcd-peer-ca", types.MergePatchType, []byte(`{"data":{"tls.key":"eA=="}}`), metav1.PatchOptions{})
+			return err
+		},
+		"add another data key": func() error {
+			_, err := secrets.Patch(ctx, release+"-etcd-peer-ca", types.MergePatchType, []byte(`{"data":{"other":"eA=="}}`), metav1.PatchOptions{})
+			return err
+		},
+		"remove the trust bundle": func() error {
+			_, err := secrets.Patch(ctx, release+"-etcd-peer-ca", types.MergePatchType, []byte(`{"data":{"ca.crt":null}}`), metav1.PatchOptions{})
 			return err
 		},
 		"add another annotation": func() error {

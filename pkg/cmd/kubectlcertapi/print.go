@@ -97,6 +97,9 @@ func PrintReport(out io.Writer, r Report) error {
 	} else {
 		fmt.Fprintln(out, "\nInjection: no summary yet")
 	}
+	if err := printEtcd(out, r.Time, r.Etcd); err != nil {
+		return err
+	}
 
 	q := r.Requests
 	if q.Error != "" {
@@ -136,4 +139,42 @@ func conditionCell(c ConditionSummary) string {
 func indent(s, prefix string) string {
 	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	return prefix + strings.Join(lines, "\n"+prefix) + "\n"
+}
+
+// printEtcd writes the etcd cluster's section: nothing without one.
+func printEtcd(out io.Writer, now time.Time, e *EtcdReport) error {
+	if e == nil {
+		return nil
+	}
+	fmt.Fprintf(out, "\nEtcd cluster: %d voting, %d learning, %d of %d healthy; etcd leader %s\n",
+		e.Voters, e.Learners, e.Healthy, len(e.Members), e.Leader)
+	w := printers.GetNewTabWriter(out)
+	fmt.Fprintln(w, "MEMBER\tROLE\tHEALTHY\tLEADER")
+	for _, m := range e.Members {
+		leader := ""
+		if m.Leader {
+			leader = "*"
+		}
+		fmt.Fprintf(w, "%s\t%s\t%t\t%s\n", m.Name, m.Role, m.Healthy, leader)
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	p := e.PeerCA
+	if p == nil {
+		return nil
+	}
+	fmt.Fprintf(out, "Etcd peer CA %s, valid until %s (%s left)", p.SerialNumber, formatTime(p.NotAfter), timeLeft(now, p.NotAfter))
+	switch {
+	case p.Rotating:
+		fmt.Fprintln(out, "; rotating to it: the members trust the CA it replaces too")
+		for _, m := range p.WaitingFor {
+			fmt.Fprintf(out, "  waiting for %s\n", m)
+		}
+	case p.RotateAt != nil:
+		fmt.Fprintf(out, "; rotates by itself at %s (`kubectl certapi rotate --etcd-peer` now)\n", formatTime(*p.RotateAt))
+	default:
+		fmt.Fprintln(out)
+	}
+	return nil
 }

@@ -31,8 +31,42 @@ type Report struct {
 	CertificateAuthorities []CAReport `json:"certificateAuthorities"`
 	// Injection counts the objects that opted in to caBundle injection; nil before the leader reported.
 	Injection *InjectionReport `json:"injection,omitempty"`
+	// Etcd is certapi's own etcd cluster (its replicas' embedded members), as the replica whose member
+	// is the etcd leader last wrote it into status.etcd; nil without one.
+	Etcd *EtcdReport `json:"etcd,omitempty"`
 	// Requests summarises the ServingCertRequests and lists those nearest expiry.
 	Requests RequestsReport `json:"requests"`
+}
+
+// EtcdReport is certapi's own etcd cluster: its members, the etcd leader, their health, the peer CA.
+type EtcdReport struct {
+	// Leader is the member that is the etcd leader.
+	Leader string `json:"leader"`
+	// Voters, Learners and Healthy count the members.
+	Voters   int `json:"voters"`
+	Learners int `json:"learners"`
+	Healthy  int `json:"healthy"`
+	// Members are every member, by name.
+	Members []EtcdMemberReport `json:"members"`
+	// PeerCA is the CA of the members' mutual TLS; nil when not reported.
+	PeerCA *EtcdPeerCAReport `json:"peerCA,omitempty"`
+}
+
+// EtcdMemberReport is one member.
+type EtcdMemberReport struct {
+	Name    string `json:"name"`
+	Role    string `json:"role"`
+	Healthy bool   `json:"healthy"`
+	Leader  bool   `json:"leader,omitempty"`
+}
+
+// EtcdPeerCAReport is the peer CA and its rotation.
+type EtcdPeerCAReport struct {
+	SerialNumber string     `json:"serialNumber"`
+	NotAfter     time.Time  `json:"notAfter"`
+	RotateAt     *time.Time `json:"rotateAt,omitempty"`
+	Rotating     bool       `json:"rotating,omitempty"`
+	WaitingFor   []string   `json:"waitingFor,omitempty"`
 }
 
 // ConditionSummary is one condition of the CertificateAuthority.
@@ -163,6 +197,34 @@ func BuildReport(in ReportInput) Report {
 	}
 	r.Requests = requestsReport(in)
 	r.Rotation = rotationReport(ca, r.Injection, r.Requests, in.Now)
+	r.Etcd = etcdReport(ca.Status.Etcd)
+	return r
+}
+
+// etcdReport is status.etcd for the report; nil when absent.
+func etcdReport(e *certapiv1alpha1.EtcdClusterStatus) *EtcdReport {
+	if e == nil {
+		return nil
+	}
+	r := &EtcdReport{Leader: e.Leader, Members: []EtcdMemberReport{}}
+	for _, m := range e.Members {
+		if m.Role == certapiv1alpha1.EtcdMemberLearner {
+			r.Learners++
+		} else {
+			r.Voters++
+		}
+		if m.Healthy {
+			r.Healthy++
+		}
+		r.Members = append(r.Members, EtcdMemberReport{Name: m.Name, Role: string(m.Role), Healthy: m.Healthy, Leader: m.Name == e.Leader})
+	}
+	if p := e.PeerCA; p != nil {
+		r.PeerCA = &EtcdPeerCAReport{SerialNumber: p.SerialNumber, NotAfter: p.NotAfter.Time, Rotating: p.Rotating, WaitingFor: p.WaitingFor}
+		if p.RotateAt != nil {
+			at := p.RotateAt.Time
+			r.PeerCA.RotateAt = &at
+		}
+	}
 	return r
 }
 

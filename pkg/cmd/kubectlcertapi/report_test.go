@@ -242,3 +242,69 @@ func TestPrintReportFailedTargets(t *testing.T) {
 		}
 	}
 }
+
+// TestPrintReportEtcd: status shows certapi's own etcd cluster from status.etcd (members, roles,
+// health, the etcd leader, the peer CA and its rotation), and nothing of it without one.
+func TestPrintReportEtcd(t *testing.T) {
+	active := newCA(t, t0.Add(-24*time.Hour), 365*24*time.Hour)
+	rotateAt := metav1.NewTime(t0.Add(1000 * 24 * time.Hour))
+	notAfter := metav1.NewTime(t0.Add(3000 * 24 * time.Hour))
+	cluster := &certapiv1alpha1.EtcdClusterStatus{
+		Leader: "certapi-1",
+		Members: []certapiv1alpha1.EtcdMemberStatus{
+			{Name: "certapi-0", Role: certapiv1alpha1.EtcdMemberVoter, Healthy: true},
+			{Name: "certapi-1", Role: certapiv1alpha1.EtcdMemberVoter, Healthy: true},
+			{Name: "certapi-2", Role: certapiv1alpha1.EtcdMemberLearner},
+		},
+		PeerCA: &certapiv1alpha1.EtcdPeerCAStatus{SerialNumber: "5e", NotAfter: notAfter, RotateAt: &rotateAt},
+	}
+	tests := []struct {
+		name   string
+		etcd   *certapiv1alpha1.EtcdClusterStatus
+		want   []string
+		absent []string
+	}{
+		{"no cluster", nil, nil, []string{"Etcd"}},
+		{"settled", cluster, []string{
+			"Etcd cluster: 2 voting, 1 learning, 2 of 3 healthy; etcd leader certapi-1",
+			"MEMBER      ROLE      HEALTHY   LEADER",
+			"certapi-1   Voter     true      *",
+			"certapi-2   Learner   false",
+			"Etcd peer CA 5e, valid until " + formatTime(notAfter.Time) + " (8y",
+			"rotates by itself at " + formatTime(rotateAt.Time),
+		}, []string{"rotating to it"}},
+		{"rotating", func() *certapiv1alpha1.EtcdClusterStatus {
+			c := cluster.DeepCopy()
+			c.PeerCA.Rotating = true
+			c.PeerCA.WaitingFor = []string{"certapi-2 (not reached)"}
+			return c
+		}(), []string{
+			"rotating to it: the members trust the CA it replaces too",
+			"  waiting for certapi-2 (not reached)",
+		}, []string{"rotates by itself"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ca := caObject(idle(), nil, caEntry(active, "Active"))
+			ca.Status.Etcd = tt.etcd
+			r := BuildReport(ReportInput{Now: t0, CA: ca, Leader: "certapi-0", Scope: allNamespaces, Nearest: 5})
+			if (r.Etcd == nil) != (tt.etcd == nil) {
+				t.Fatalf("report's etcd = %+v", r.Etcd)
+			}
+			var out bytes.Buffer
+			if err := PrintReport(&out, r); err != nil {
+				t.Fatal(err)
+			}
+			for _, want := range tt.want {
+				if !strings.Contains(out.String(), want) {
+					t.Errorf("output lacks %q:\n%s", want, out.String())
+				}
+			}
+			for _, no := range tt.absent {
+				if strings.Contains(out.String(), no) {
+					t.Errorf("output has %q:\n%s", no, out.String())
+				}
+			}
+		})
+	}
+}

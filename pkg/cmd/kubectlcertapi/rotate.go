@@ -45,13 +45,17 @@ type rotateOptions struct {
 	yes     bool
 	wait    bool
 	timeout time.Duration
+	// etcdPeer rotates the peer CA of certapi's own etcd cluster instead of the CA; peerCASecret names its
+	// Secret in the namespace of -n.
+	etcdPeer     bool
+	peerCASecret string
 }
 
 func newRotateCmd(root *rootOptions) *cobra.Command {
-	o := &rotateOptions{rootOptions: root, kind: kindRotate, timeout: DefaultRotateTimeout}
+	o := &rotateOptions{rootOptions: root, kind: kindRotate, timeout: DefaultRotateTimeout, peerCASecret: certapiv1alpha1.DefaultEtcdPeerCASecretName}
 	cmd := &cobra.Command{
-		Use:   "rotate [--wait]",
-		Short: "Rotate the CA with trust overlap (sets spec.forceRotation)",
+		Use:   "rotate [--wait] [--etcd-peer -n <certapi's namespace>]",
+		Short: "Rotate the CA with trust overlap (sets spec.forceRotation), or with --etcd-peer the etcd peer CA",
 		Long: templates.LongDesc(`
 			Start a CA rotation now: set CertificateAuthority/default's spec.forceRotation to a new,
 			generated value. certapi publishes a Next CA in every trust bundle; once every injection target
@@ -59,10 +63,20 @@ func newRotateCmd(root *rootOptions) *cobra.Command {
 			until no certificate it signed can still be valid. Nothing stops trusting anything: this is the
 			routine rotation. If a rotation is already running, this one starts after it.
 
-			With --wait, follow the steps until the new CA signs.`),
+			With --wait, follow the steps until the new CA signs.
+
+			With --etcd-peer, rotate instead the peer CA of certapi's own etcd cluster (etcd.mode cluster):
+			annotate its Secret (--etcd-peer-ca-secret in the namespace -n names, certapi's) with
+			certapi.dev/etcd-peer-ca-rotate set to a new, generated value. The replica whose member is the
+			etcd leader makes a new peer CA trusted beside the old one, every member re-issues its
+			certificate from it, and once every member presents one the old CA leaves the bundle; no
+			restart, no failed etcd request. With --wait, follow it until the old CA has left.`),
 		Example: templates.Examples(`
 			kubectl certapi rotate
-			kubectl certapi rotate --wait --timeout=2h`),
+			kubectl certapi rotate --wait --timeout=2h
+
+			# Rotate the etcd peer CA of certapi installed in certapi-system, and follow it
+			kubectl certapi rotate --etcd-peer -n certapi-system --wait`),
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := o.validate(cmd); err != nil {
@@ -73,6 +87,8 @@ func newRotateCmd(root *rootOptions) *cobra.Command {
 	}
 	cmd.Flags().BoolVar(&o.wait, "wait", o.wait, "Follow the rotation, printing each step, until the new CA signs.")
 	cmd.Flags().DurationVar(&o.timeout, "timeout", o.timeout, "How long --wait waits. On timeout the command fails and says where the rotation stands; the rotation goes on.")
+	cmd.Flags().BoolVar(&o.etcdPeer, "etcd-peer", o.etcdPeer, "Rotate the peer CA of certapi's own etcd cluster instead of the CA; -n names certapi's namespace.")
+	cmd.Flags().StringVar(&o.peerCASecret, "etcd-peer-ca-secret", o.peerCASecret, "With --etcd-peer: the peer CA's Secret, as certapi's --etcd-peer-ca-secret (the Helm chart's <fullname>-etcd-peer-ca).")
 	return cmd
 }
 
@@ -115,6 +131,12 @@ func (o *rotateOptions) validate(cmd *cobra.Command) error {
 	if cmd.Flags().Changed("timeout") && !o.wait {
 		return cmdutil.UsageErrorf(cmd, "--timeout is the limit of --wait; add --wait")
 	}
+	if cmd.Flags().Changed("etcd-peer-ca-secret") && !o.etcdPeer {
+		return cmdutil.UsageErrorf(cmd, "--etcd-peer-ca-secret names the Secret of --etcd-peer; add --etcd-peer")
+	}
+	if o.etcdPeer && !cmd.Flags().Changed("timeout") {
+		o.timeout = DefaultPeerRotateTimeout
+	}
 	return positive("timeout", o.timeout)
 }
 
@@ -122,6 +144,9 @@ func (o *rotateOptions) run(ctx context.Context) error {
 	c, err := o.clients()
 	if err != nil {
 		return err
+	}
+	if o.etcdPeer {
+		return o.runPeer(ctx, c)
 	}
 	cas := c.certapi.CertapiV1alpha1().CertificateAuthorities()
 	before, err := cas.Get(ctx, certapiv1alpha1.CertificateAuthorityName, metav1.GetOptions{})

@@ -35,8 +35,10 @@ func newStatusCmd(root *rootOptions) *cobra.Command {
 			Show certapi's state: the replica that leads; the CA certificates in the trust bundle with their
 			roles (Active signs, Next waits to sign, Retiring leaves when nothing it signed is valid) and
 			lifetimes; where a rotation stands and what its next step waits for; how many objects that opted
-			in to caBundle injection hold the current bundle; and the ServingCertRequests whose certificates
-			expire first, with the CA that signed each.
+			in to caBundle injection hold the current bundle; with certapi's own etcd cluster (etcd.mode
+			cluster), its members, the etcd leader, their health and the peer CA, as the replica whose member
+			is the etcd leader last wrote them into status.etcd; and the ServingCertRequests whose
+			certificates expire first, with the CA that signed each.
 
 			Requests are listed in every namespace, or only in the one -n names.`),
 		Example: templates.Examples(`

@@ -1,6 +1,7 @@
 // Package incluster keeps what the etcd cluster of certapi's replicas needs from Kubernetes: the peer CA
-// in a Secret of certapi's own namespace, created by the first replica that finds none, and the record
-// that a cluster was bootstrapped. pkg/etcdcluster itself takes the CA as a value and knows no API server.
+// in a Secret of certapi's own namespace, created by the first replica that finds none, replaced there
+// by the etcd leader's rotations and watched by every replica, and the record that a cluster was
+// bootstrapped. pkg/etcdcluster itself takes the CA as a value and knows no API server.
 package incluster
 
 import (
@@ -16,9 +17,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
@@ -27,7 +31,7 @@ import (
 
 const (
 	// DefaultSecretName is the peer CA Secret's name in certapi's namespace.
-	DefaultSecretName = "certapi-etcd-peer-ca"
+	DefaultSecretName = certapiv1alpha1.DefaultEtcdPeerCASecretName
 	// LabelPeerCA ("true") marks the peer CA Secret.
 	LabelPeerCA = "certapi.dev/etcd-peer-ca"
 	// AnnotationBootstrapped records when a member bootstrapped the etcd cluster (RFC 3339) and which.
@@ -39,10 +43,15 @@ const (
 	AnnotationNoDataPrefix = "certapi.dev/etcd-no-data."
 	// keyBundle is the Secret key of the bundle every member trusts.
 	keyBundle = "ca.crt"
+	// keyChain is the Secret key of the CA's chain to its predecessors (etcdcluster.PeerCA.Chain),
+	// absent before the first rotation.
+	keyChain = "chain.crt"
 )
 
 // PeerCASecret is the Secret that holds the peer CA: tls.crt and tls.key the CA that signs member
-// certificates, ca.crt the bundle members trust (the CA, and during a rotation the other one too).
+// certificates, ca.crt the bundle members trust (the CA, and during a rotation the one it replaces
+// too), chain.crt the CA cross-signed by its predecessors. It is the etcdcluster.PeerCAStore of a
+// cluster: the etcd leader replaces the CA in it (Replace), and every replica follows it (Watch).
 type PeerCASecret struct {
 	Client          kubernetes.Interface
 	Namespace, Name string
@@ -126,11 +135,103 @@ func (s *PeerCASecret) loadOrCreate(ctx context.Context) (*etcdcluster.PeerCA, e
 	if err != nil {
 		return nil, fmt.Errorf("reading the etcd peer CA Secret %s/%s: %w", s.Namespace, s.Name, err)
 	}
-	ca, err := etcdcluster.LoadPeerCA(sec.Data[corev1.TLSCertKey], sec.Data[corev1.TLSPrivateKeyKey], sec.Data[keyBundle])
+	st, err := s.state(sec)
 	if err != nil {
-		return nil, fmt.Errorf("the etcd peer CA Secret %s/%s (keys tls.crt, tls.key, ca.crt): %w", s.Namespace, s.Name, err)
+		return nil, err
 	}
-	return ca, nil
+	return st.CA, nil
+}
+
+// state reads the peer CA and its rotation request from sec.
+func (s *PeerCASecret) state(sec *corev1.Secret) (etcdcluster.PeerCAState, error) {
+	ca, err := etcdcluster.LoadPeerCA(sec.Data[corev1.TLSCertKey], sec.Data[corev1.TLSPrivateKeyKey], sec.Data[keyBundle], sec.Data[keyChain])
+	if err != nil {
+		return etcdcluster.PeerCAState{}, fmt.Errorf("the etcd peer CA Secret %s/%s (keys tls.crt, tls.key, ca.crt, chain.crt): %w", s.Namespace, s.Name, err)
+	}
+	return etcdcluster.PeerCAState{
+		CA:        ca,
+		Requested: sec.Annotations[certapiv1alpha1.AnnotationEtcdPeerCARotate],
+		Handled:   sec.Annotations[certapiv1alpha1.AnnotationEtcdPeerCARotated],
+	}, nil
+}
+
+// Replace stores next in place of cur: the Secret's data become next's (tls.crt, tls.key, ca.crt and
+// chain.crt), and handled, when not empty, is recorded as the request acted on. The patch is guarded
+// by the resourceVersion read and by the Secret still holding cur, so that of two replicas that both
+// believe they lead, one changes the Secret and the other fails.
+func (s *PeerCASecret) Replace(ctx context.Context, cur, next *etcdcluster.PeerCA, handled string) error {
+	secrets := s.Client.CoreV1().Secrets(s.Namespace)
+	sec, err := secrets.Get(ctx, s.Name, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("reading the etcd peer CA Secret %s/%s: %w", s.Namespace, s.Name, err)
+	}
+	held, err := s.state(sec)
+	if err != nil {
+		return err
+	}
+	if !held.CA.Equal(cur) {
+		return fmt.Errorf("the etcd peer CA Secret %s/%s no longer holds the CA %s this rotation started from; not replaced",
+			s.Namespace, s.Name, cur.Certificate.SerialNumber.Text(16))
+	}
+	keyPEM, err := next.KeyPEM()
+	if err != nil {
+		return err
+	}
+	data := map[string]any{
+		corev1.TLSCertKey:       next.CertificatePEM(),
+		corev1.TLSPrivateKeyKey: keyPEM,
+		keyBundle:               next.TrustPEM(),
+		keyChain:                nil,
+	}
+	if len(next.Chain) > 0 {
+		data[keyChain] = next.Chain
+	}
+	meta := map[string]any{"resourceVersion": sec.ResourceVersion}
+	if handled != "" {
+		meta["annotations"] = map[string]any{certapiv1alpha1.AnnotationEtcdPeerCARotated: handled}
+	}
+	// A merge patch that carries the resourceVersion read applies only to the Secret as read.
+	patch, err := json.Marshal(map[string]any{"metadata": meta, "data": data})
+	if err != nil {
+		return fmt.Errorf("encoding the rotated etcd peer CA: %w", err)
+	}
+	if _, err := secrets.Patch(ctx, s.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: certapiv1alpha1.FieldManager}); err != nil {
+		return fmt.Errorf("storing the rotated etcd peer CA in Secret %s/%s: %w", s.Namespace, s.Name, err)
+	}
+	return nil
+}
+
+// Watch follows the Secret until ctx ends, calling fn with its state each time it changes (and once at
+// the start): one list and one watch of this Secret alone, re-established by the informer when the
+// server ends it, and no call in between. A Secret that does not hold a valid CA is logged and skipped.
+func (s *PeerCASecret) Watch(ctx context.Context, fn func(etcdcluster.PeerCAState)) error {
+	factory := informers.NewSharedInformerFactoryWithOptions(s.Client, 0, informers.WithNamespace(s.Namespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", s.Name).String()
+		}))
+	informer := factory.Core().V1().Secrets().Informer()
+	handle := func(obj any) {
+		sec, ok := obj.(*corev1.Secret)
+		if !ok || sec.Name != s.Name {
+			return
+		}
+		st, err := s.state(sec)
+		if err != nil {
+			klog.ErrorS(err, "Ignoring the etcd peer CA Secret's change")
+			return
+		}
+		fn(st)
+	}
+	if _, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    handle,
+		UpdateFunc: func(_, obj any) { handle(obj) },
+	}); err != nil {
+		return fmt.Errorf("watching the etcd peer CA Secret %s/%s: %w", s.Namespace, s.Name, err)
+	}
+	factory.Start(ctx.Done())
+	<-ctx.Done()
+	factory.Shutdown()
+	return nil
 }
 
 // Existed reports whether the Secret records a bootstrap.

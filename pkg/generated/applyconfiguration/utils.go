@@ -44,6 +44,12 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &certapiv1alpha1.CertificateAuthorityStatusApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("DistrustStatus"):
 		return &certapiv1alpha1.DistrustStatusApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("EtcdClusterStatus"):
+		return &certapiv1alpha1.EtcdClusterStatusApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("EtcdMemberStatus"):
+		return &certapiv1alpha1.EtcdMemberStatusApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("EtcdPeerCAStatus"):
+		return &certapiv1alpha1.EtcdPeerCAStatusApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("InjectionSummary"):
 		return &certapiv1alpha1.InjectionSummaryApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("SecretsSummary"):

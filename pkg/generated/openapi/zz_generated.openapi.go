@@ -40,6 +40,9 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1alpha1.CertificateAuthoritySpec{}.OpenAPIModelName():        schema_pkg_apis_certapi_v1alpha1_CertificateAuthoritySpec(ref),
 		v1alpha1.CertificateAuthorityStatus{}.OpenAPIModelName():      schema_pkg_apis_certapi_v1alpha1_CertificateAuthorityStatus(ref),
 		v1alpha1.DistrustStatus{}.OpenAPIModelName():                  schema_pkg_apis_certapi_v1alpha1_DistrustStatus(ref),
+		v1alpha1.EtcdClusterStatus{}.OpenAPIModelName():               schema_pkg_apis_certapi_v1alpha1_EtcdClusterStatus(ref),
+		v1alpha1.EtcdMemberStatus{}.OpenAPIModelName():                schema_pkg_apis_certapi_v1alpha1_EtcdMemberStatus(ref),
+		v1alpha1.EtcdPeerCAStatus{}.OpenAPIModelName():                schema_pkg_apis_certapi_v1alpha1_EtcdPeerCAStatus(ref),
 		v1alpha1.InjectionSummary{}.OpenAPIModelName():                schema_pkg_apis_certapi_v1alpha1_InjectionSummary(ref),
 		v1alpha1.SecretsSummary{}.OpenAPIModelName():                  schema_pkg_apis_certapi_v1alpha1_SecretsSummary(ref),
 		v1alpha1.ServingCert{}.OpenAPIModelName():                     schema_pkg_apis_certapi_v1alpha1_ServingCert(ref),
@@ -405,11 +408,17 @@ func schema_pkg_apis_certapi_v1alpha1_CertificateAuthorityStatus(ref common.Refe
 							Ref:         ref(v1alpha1.DistrustStatus{}.OpenAPIModelName()),
 						},
 					},
+					"etcd": {
+						SchemaProps: spec.SchemaProps{
+							Description: "etcd is certapi's own etcd cluster, when its replicas run one (--etcd-peer-service): members, the etcd leader, their health, and the peer CA. Absent with a single embedded member or an external etcd.",
+							Ref:         ref(v1alpha1.EtcdClusterStatus{}.OpenAPIModelName()),
+						},
+					},
 				},
 			},
 		},
 		Dependencies: []string{
-			v1alpha1.CertificateAuthorityCertificate{}.OpenAPIModelName(), v1alpha1.CertificateAuthorityRef{}.OpenAPIModelName(), v1alpha1.DistrustStatus{}.OpenAPIModelName(), v1alpha1.InjectionSummary{}.OpenAPIModelName(), v1.Condition{}.OpenAPIModelName()},
+			v1alpha1.CertificateAuthorityCertificate{}.OpenAPIModelName(), v1alpha1.CertificateAuthorityRef{}.OpenAPIModelName(), v1alpha1.DistrustStatus{}.OpenAPIModelName(), v1alpha1.EtcdClusterStatus{}.OpenAPIModelName(), v1alpha1.InjectionSummary{}.OpenAPIModelName(), v1.Condition{}.OpenAPIModelName()},
 	}
 }
 
@@ -504,6 +513,158 @@ func schema_pkg_apis_certapi_v1alpha1_DistrustStatus(ref common.ReferenceCallbac
 		},
 		Dependencies: []string{
 			v1alpha1.CertificateAuthorityRef{}.OpenAPIModelName(), v1alpha1.SecretsSummary{}.OpenAPIModelName(), v1.Time{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_certapi_v1alpha1_EtcdClusterStatus(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "EtcdClusterStatus is certapi's own etcd cluster (its replicas' embedded members, --etcd-peer-service) as the replica whose member is the etcd leader sees it. That replica writes it when it changes, never on a schedule.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"leader": {
+						SchemaProps: spec.SchemaProps{
+							Description: "leader is the member that is the etcd leader and wrote this status.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"members": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-map-keys": []interface{}{
+									"name",
+								},
+								"x-kubernetes-list-type": "map",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "members lists every member of the cluster, voting or learner, by name (an added learner that has not started yet is named by its etcd member ID in hex).",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref(v1alpha1.EtcdMemberStatus{}.OpenAPIModelName()),
+									},
+								},
+							},
+						},
+					},
+					"peerCA": {
+						SchemaProps: spec.SchemaProps{
+							Description: "peerCA is the CA of the members' mutual TLS and where its rotation stands.",
+							Ref:         ref(v1alpha1.EtcdPeerCAStatus{}.OpenAPIModelName()),
+						},
+					},
+				},
+				Required: []string{"leader"},
+			},
+		},
+		Dependencies: []string{
+			v1alpha1.EtcdMemberStatus{}.OpenAPIModelName(), v1alpha1.EtcdPeerCAStatus{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_certapi_v1alpha1_EtcdMemberStatus(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "EtcdMemberStatus is one member of certapi's own etcd cluster.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"name": {
+						SchemaProps: spec.SchemaProps{
+							Description: "name is the member's name: its pod's.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"role": {
+						SchemaProps: spec.SchemaProps{
+							Description: "role is Voter or Learner.\n\nPossible enum values:\n - `\"Learner\"` replicates without a vote: a member that joined and is not promoted yet.\n - `\"Voter\"` is a voting member.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+							Enum:        []interface{}{"Learner", "Voter"},
+						},
+					},
+					"healthy": {
+						SchemaProps: spec.SchemaProps{
+							Description: "healthy is whether the member answered the etcd leader's latest check.",
+							Default:     false,
+							Type:        []string{"boolean"},
+							Format:      "",
+						},
+					},
+				},
+				Required: []string{"name", "role", "healthy"},
+			},
+		},
+	}
+}
+
+func schema_pkg_apis_certapi_v1alpha1_EtcdPeerCAStatus(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "EtcdPeerCAStatus is the peer CA of certapi's own etcd cluster.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"serialNumber": {
+						SchemaProps: spec.SchemaProps{
+							Description: "serialNumber is the serial number of the peer CA that signs member certificates, in hex.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"notAfter": {
+						SchemaProps: spec.SchemaProps{
+							Description: "notAfter is when that CA expires.",
+							Ref:         ref(v1.Time{}.OpenAPIModelName()),
+						},
+					},
+					"rotateAt": {
+						SchemaProps: spec.SchemaProps{
+							Description: "rotateAt is when the etcd leader rotates it by itself (two thirds of its life); `kubectl certapi rotate --etcd-peer` rotates it at once.",
+							Ref:         ref(v1.Time{}.OpenAPIModelName()),
+						},
+					},
+					"rotating": {
+						SchemaProps: spec.SchemaProps{
+							Description: "rotating is true while a rotation is under way: the members trust the CA it replaces too, until every member presents a certificate of the new one.",
+							Type:        []string{"boolean"},
+							Format:      "",
+						},
+					},
+					"waitingFor": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "waitingFor names the members a rotation waits for: not reached, or presenting a certificate of the CA it replaces.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Type:   []string{"string"},
+										Format: "",
+									},
+								},
+							},
+						},
+					},
+				},
+				Required: []string{"serialNumber", "notAfter"},
+			},
+		},
+		Dependencies: []string{
+			v1.Time{}.OpenAPIModelName()},
 	}
 }
 

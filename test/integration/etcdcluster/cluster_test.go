@@ -50,6 +50,8 @@ type world struct {
 	deadMemberTimeout, stalledLearnerTimeout time.Duration
 	// replicas is the StatefulSet's spec.replicas; 0 when unknown.
 	replicas int
+	// store, when set, is the peer CA's store: members rotate the CA through it, and ca follows it.
+	store *memStore
 }
 
 func newWorld(t *testing.T, n int) *world {
@@ -106,10 +108,17 @@ func (w *world) discover(self *node) func(context.Context) (etcdcluster.Discover
 }
 
 func (w *world) config(nd *node) etcdcluster.Config {
+	w.mu.Lock()
+	ca, store := w.ca, w.store
+	w.mu.Unlock()
+	var peerCAStore etcdcluster.PeerCAStore
+	if store != nil {
+		peerCAStore = store
+	}
 	return etcdcluster.Config{
 		Name: nd.name, Dir: nd.dir,
 		PeerURL: nd.peerURL, ClientURL: nd.clientURL, ListenPeerURL: nd.peerURL, ListenClientURL: nd.clientURL,
-		Designated: nd.designated, CA: w.ca, Discover: w.discover(nd),
+		Designated: nd.designated, CA: ca, PeerCAStore: peerCAStore, Discover: w.discover(nd),
 		DeadMemberTimeout: w.deadMemberTimeout, StalledLearnerTimeout: w.stalledLearnerTimeout,
 		CheckInterval: checkInterval, RetryInterval: 500 * time.Millisecond,
 		DesiredMembers: func(context.Context) (int, bool) {
@@ -449,7 +458,12 @@ func (w *world) startFor(nd *node, d time.Duration) error {
 	}()
 	w.mu.Lock()
 	nd.member, nd.cancel, nd.done = m, runCancel, done
+	store := w.store
 	w.mu.Unlock()
+	if store != nil {
+		// As a replica's watch of the Secret tells it the state at once.
+		m.SetPeerCA(store.state())
+	}
 	return nil
 }
 

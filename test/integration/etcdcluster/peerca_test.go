@@ -9,9 +9,11 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	"github.com/certapi/certapi/pkg/etcdcluster"
 	"github.com/certapi/certapi/pkg/etcdcluster/incluster"
 	"github.com/certapi/certapi/test/framework"
@@ -107,6 +109,64 @@ func TestPeerCASecret(t *testing.T) {
 	w.nodes[0].member = m
 	put(t, w.client(), "/k", "v")
 	w.nodes[0].member = nil
+
+	t.Log("every replica follows the Secret: a request to rotate, then the etcd leader's guarded replacement")
+	states := make(chan etcdcluster.PeerCAState, 100)
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	watched := make(chan error, 1)
+	go func() { watched <- s.Watch(watchCtx, func(st etcdcluster.PeerCAState) { states <- st }) }()
+	defer func() {
+		stopWatch()
+		if err := <-watched; err != nil {
+			t.Errorf("Watch: %v", err)
+		}
+	}()
+	next := func(what string, ok func(etcdcluster.PeerCAState) bool) etcdcluster.PeerCAState {
+		t.Helper()
+		timeout := time.NewTimer(30 * time.Second)
+		defer timeout.Stop()
+		for {
+			select {
+			case st := <-states:
+				if ok(st) {
+					return st
+				}
+			case <-timeout.C:
+				t.Fatalf("the watch did not deliver %s within 30s", what)
+			}
+		}
+	}
+	next("the Secret's CA", func(st etcdcluster.PeerCAState) bool { return st.CA.Certificate.Equal(cas[0].Certificate) })
+	patch := []byte(`{"metadata":{"annotations":{"` + certapiv1alpha1.AnnotationEtcdPeerCARotate + `":"now"}}}`)
+	if _, err := kube.CoreV1().Secrets(ns).Patch(ctx, incluster.DefaultSecretName, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	next("the request", func(st etcdcluster.PeerCAState) bool { return st.Requested == "now" && st.Handled == "" })
+	successor, err := cas[0].Successor(time.Now(), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Replace(ctx, successor, successor.Settled(), ""); err == nil {
+		t.Fatal("Replace from a CA the Secret does not hold succeeded")
+	}
+	if err := s.Replace(ctx, cas[0], successor, "now"); err != nil {
+		t.Fatal(err)
+	}
+	got := next("the successor", func(st etcdcluster.PeerCAState) bool { return st.CA.Equal(successor) })
+	if got.Handled != "now" || !got.CA.Rotating() {
+		t.Fatalf("after Replace: handled %q, rotating %v; want now, true", got.Handled, got.CA.Rotating())
+	}
+	if err := s.Replace(ctx, successor, successor.Settled(), ""); err != nil {
+		t.Fatal(err)
+	}
+	got = next("the settled successor", func(st etcdcluster.PeerCAState) bool { return st.CA.Equal(successor.Settled()) })
+	if got.Handled != "now" {
+		t.Fatalf("a replacement without a request forgot the handled one: %q", got.Handled)
+	}
+	restarted, err := (&incluster.PeerCASecret{Client: kube, Namespace: ns, Name: incluster.DefaultSecretName, Member: "certapi-2"}).LoadOrCreate(ctx)
+	if err != nil || !restarted.Equal(successor.Settled()) {
+		t.Fatalf("a replica starting after the rotation loads another CA (%v)", err)
+	}
 }
 
 // TestDesignatedWaitsWhenClusterExisted: ordinal 0 without data, while the Secret records a bootstrap and

@@ -258,6 +258,12 @@ type CertificateAuthorityStatus struct {
 	// for, what it does not wait for, and how it ended.
 	// +optional
 	Distrust *DistrustStatus `json:"distrust,omitempty"`
+
+	// etcd is certapi's own etcd cluster, when its replicas run one (--etcd-peer-service): members, the
+	// etcd leader, their health, and the peer CA. Absent with a single embedded member or an external
+	// etcd.
+	// +optional
+	Etcd *EtcdClusterStatus `json:"etcd,omitempty"`
 }
 
 // DistrustCompletion says how a distrust ended.
@@ -390,4 +396,71 @@ type CertificateAuthorityList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 
 	Items []CertificateAuthority `json:"items"`
+}
+
+// EtcdMemberRole is a member's part in certapi's own etcd cluster.
+// +enum
+type EtcdMemberRole string
+
+const (
+	// EtcdMemberVoter is a voting member.
+	EtcdMemberVoter EtcdMemberRole = "Voter"
+	// EtcdMemberLearner replicates without a vote: a member that joined and is not promoted yet.
+	EtcdMemberLearner EtcdMemberRole = "Learner"
+)
+
+// EtcdClusterStatus is certapi's own etcd cluster (its replicas' embedded members, --etcd-peer-service)
+// as the replica whose member is the etcd leader sees it. That replica writes it when it changes, never
+// on a schedule.
+type EtcdClusterStatus struct {
+	// leader is the member that is the etcd leader and wrote this status.
+	Leader string `json:"leader"`
+
+	// members lists every member of the cluster, voting or learner, by name (an added learner that has
+	// not started yet is named by its etcd member ID in hex).
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	Members []EtcdMemberStatus `json:"members,omitempty"`
+
+	// peerCA is the CA of the members' mutual TLS and where its rotation stands.
+	// +optional
+	PeerCA *EtcdPeerCAStatus `json:"peerCA,omitempty"`
+}
+
+// EtcdMemberStatus is one member of certapi's own etcd cluster.
+type EtcdMemberStatus struct {
+	// name is the member's name: its pod's.
+	Name string `json:"name"`
+
+	// role is Voter or Learner.
+	Role EtcdMemberRole `json:"role"`
+
+	// healthy is whether the member answered the etcd leader's latest check.
+	Healthy bool `json:"healthy"`
+}
+
+// EtcdPeerCAStatus is the peer CA of certapi's own etcd cluster.
+type EtcdPeerCAStatus struct {
+	// serialNumber is the serial number of the peer CA that signs member certificates, in hex.
+	SerialNumber string `json:"serialNumber"`
+
+	// notAfter is when that CA expires.
+	NotAfter metav1.Time `json:"notAfter"`
+
+	// rotateAt is when the etcd leader rotates it by itself (two thirds of its life);
+	// `kubectl certapi rotate --etcd-peer` rotates it at once.
+	// +optional
+	RotateAt *metav1.Time `json:"rotateAt,omitempty"`
+
+	// rotating is true while a rotation is under way: the members trust the CA it replaces too, until
+	// every member presents a certificate of the new one.
+	// +optional
+	Rotating bool `json:"rotating,omitempty"`
+
+	// waitingFor names the members a rotation waits for: not reached, or presenting a certificate of the
+	// CA it replaces.
+	// +optional
+	// +listType=atomic
+	WaitingFor []string `json:"waitingFor,omitempty"`
 }

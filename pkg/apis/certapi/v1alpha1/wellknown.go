@@ -53,3 +53,17 @@ const (
 // SecretKeyCABundle is the data key of the CA bundle in a Secret certapi delivers, next to tls.crt and
 // tls.key: the name cert-manager and Kubernetes' own service-account Secrets use.
 const SecretKeyCABundle = "ca.crt"
+
+// The etcd peer CA of certapi's own etcd cluster (--etcd-peer-service): the Secret that holds it in
+// certapi's namespace, and the annotation that asks for its rotation.
+const (
+	// DefaultEtcdPeerCASecretName is the peer CA Secret's default name (--etcd-peer-ca-secret; the Helm
+	// chart names it <fullname>-etcd-peer-ca).
+	DefaultEtcdPeerCASecretName = "certapi-etcd-peer-ca"
+	// AnnotationEtcdPeerCARotate, set on the peer CA Secret to a value it did not hold before, asks the
+	// replica whose member is the etcd leader to rotate the peer CA now (`kubectl certapi rotate
+	// --etcd-peer` sets it). The value handled is recorded in AnnotationEtcdPeerCARotated.
+	AnnotationEtcdPeerCARotate = "certapi.dev/etcd-peer-ca-rotate"
+	// AnnotationEtcdPeerCARotated is the AnnotationEtcdPeerCARotate value the latest rotation began for.
+	AnnotationEtcdPeerCARotated = "certapi.dev/etcd-peer-ca-rotated"
+)

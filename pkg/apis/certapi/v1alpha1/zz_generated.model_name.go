@@ -57,6 +57,21 @@ func (in DistrustStatus) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in EtcdClusterStatus) OpenAPIModelName() string {
+	return "com.github.certapi.certapi.pkg.apis.certapi.v1alpha1.EtcdClusterStatus"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in EtcdMemberStatus) OpenAPIModelName() string {
+	return "com.github.certapi.certapi.pkg.apis.certapi.v1alpha1.EtcdMemberStatus"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in EtcdPeerCAStatus) OpenAPIModelName() string {
+	return "com.github.certapi.certapi.pkg.apis.certapi.v1alpha1.EtcdPeerCAStatus"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in InjectionSummary) OpenAPIModelName() string {
 	return "com.github.certapi.certapi.pkg.apis.certapi.v1alpha1.InjectionSummary"
 }

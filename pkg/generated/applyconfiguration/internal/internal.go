@@ -133,6 +133,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: distrust
       type:
         namedType: com.github.certapi.certapi.pkg.apis.certapi.v1alpha1.DistrustStatus
+    - name: etcd
+      type:
+        namedType: com.github.certapi.certapi.pkg.apis.certapi.v1alpha1.EtcdClusterStatus
     - name: injection
       type:
         namedType: com.github.certapi.certapi.pkg.apis.certapi.v1alpha1.InjectionSummary
@@ -176,6 +179,61 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: unmanagedSecrets
       type:
         namedType: com.github.certapi.certapi.pkg.apis.certapi.v1alpha1.SecretsSummary
+- name: com.github.certapi.certapi.pkg.apis.certapi.v1alpha1.EtcdClusterStatus
+  map:
+    fields:
+    - name: leader
+      type:
+        scalar: string
+      default: ""
+    - name: members
+      type:
+        list:
+          elementType:
+            namedType: com.github.certapi.certapi.pkg.apis.certapi.v1alpha1.EtcdMemberStatus
+          elementRelationship: associative
+          keys:
+          - name
+    - name: peerCA
+      type:
+        namedType: com.github.certapi.certapi.pkg.apis.certapi.v1alpha1.EtcdPeerCAStatus
+- name: com.github.certapi.certapi.pkg.apis.certapi.v1alpha1.EtcdMemberStatus
+  map:
+    fields:
+    - name: healthy
+      type:
+        scalar: boolean
+      default: false
+    - name: name
+      type:
+        scalar: string
+      default: ""
+    - name: role
+      type:
+        scalar: string
+      default: ""
+- name: com.github.certapi.certapi.pkg.apis.certapi.v1alpha1.EtcdPeerCAStatus
+  map:
+    fields:
+    - name: notAfter
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: rotateAt
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: rotating
+      type:
+        scalar: boolean
+    - name: serialNumber
+      type:
+        scalar: string
+      default: ""
+    - name: waitingFor
+      type:
+        list:
+          elementType:
+            scalar: string
+          elementRelationship: atomic
 - name: com.github.certapi.certapi.pkg.apis.certapi.v1alpha1.InjectionSummary
   map:
     fields:

@@ -42,6 +42,10 @@ type CertificateAuthorityStatusApplyConfiguration struct {
 	// distrust shows the last distrust (spec.distrust): which CAs it removes from trust, what it waits
 	// for, what it does not wait for, and how it ended.
 	Distrust *DistrustStatusApplyConfiguration `json:"distrust,omitempty"`
+	// etcd is certapi's own etcd cluster, when its replicas run one (--etcd-peer-service): members, the
+	// etcd leader, their health, and the peer CA. Absent with a single embedded member or an external
+	// etcd.
+	Etcd *EtcdClusterStatusApplyConfiguration `json:"etcd,omitempty"`
 }
 
 // CertificateAuthorityStatusApplyConfiguration constructs a declarative configuration of the CertificateAuthorityStatus type for use with
@@ -113,5 +117,13 @@ func (b *CertificateAuthorityStatusApplyConfiguration) WithInjection(value *Inje
 // If called multiple times, the Distrust field is set to the value of the last call.
 func (b *CertificateAuthorityStatusApplyConfiguration) WithDistrust(value *DistrustStatusApplyConfiguration) *CertificateAuthorityStatusApplyConfiguration {
 	b.Distrust = value
+	return b
+}
+
+// WithEtcd sets the Etcd field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Etcd field is set to the value of the last call.
+func (b *CertificateAuthorityStatusApplyConfiguration) WithEtcd(value *EtcdClusterStatusApplyConfiguration) *CertificateAuthorityStatusApplyConfiguration {
+	b.Etcd = value
 	return b
 }
