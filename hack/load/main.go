@@ -129,7 +129,10 @@ func run(o options) error {
 		// serves it only when told to.
 		// The load makes --requests (10,000) or --secrets requests in one namespace, past the per-namespace
 		// default that bounds a tenant; --certapi-arg can set it again.
-		args := append([]string{"--profiling", "--max-servingcertrequests-per-namespace=0"}, o.certapiArgs...)
+		// -v=0: certapi logs as the deploy manifests run it. The test framework starts it with -v=4, which
+		// logs every request it serves and every decision, work the figures should not count;
+		// --certapi-arg=-v=4 restores it.
+		args := append([]string{"--profiling", "--max-servingcertrequests-per-namespace=0", "-v=0"}, o.certapiArgs...)
 		cp, err := framework.Start(startCtx, framework.Options{Dir: dir, CertapiReplicas: o.replicas, CertapiEmbeddedEtcd: o.snapshot, CertapiArgs: args, Stdout: os.Stderr})
 		cancel()
 		if err != nil {
