@@ -65,6 +65,13 @@ func (l *loader) issuance(ctx context.Context) error {
 		return fmt.Errorf("warming up: %w", err)
 	}
 
+	var before phaseMetrics
+	if l.cp != nil {
+		if before, err = l.scrapeBoth(ctx); err != nil {
+			return fmt.Errorf("metrics before the issuance phase: %w", err)
+		}
+	}
+
 	// Calls still in flight when o.duration ends have until ctx's deadline (drainTimeout) to finish.
 	var (
 		mu        sync.Mutex
@@ -109,6 +116,13 @@ func (l *loader) issuance(ctx context.Context) error {
 		o.rate, o.concurrency, o.clients, o.duration, len(latencies), failures, float64(len(latencies))/elapsed.Seconds())
 	if len(latencies) > 0 {
 		fmt.Printf("  latency p50 %s  p95 %s  p99 %s  max %s\n", pct(latencies, 50), pct(latencies, 95), pct(latencies, 99), latencies[len(latencies)-1])
+	}
+	if l.cp != nil && len(latencies) > 0 {
+		after, err := l.scrapeBoth(ctx)
+		if err != nil {
+			return fmt.Errorf("metrics after the issuance phase: %w", err)
+		}
+		printPhase(before, after, len(latencies), "issuance")
 	}
 	return nil
 }

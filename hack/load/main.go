@@ -39,8 +39,7 @@ type options struct {
 	secrets     int
 	clients     int
 	requests    int
-	heap        string
-	cpuProfile  string
+	profile     string
 	inject      int
 	pcr         int
 	pcrRate     float64
@@ -59,8 +58,11 @@ func main() {
 	flag.DurationVar(&o.duration, "duration", 10*time.Second, "How long to issue; 0 skips the issuance phase.")
 	flag.IntVar(&o.secrets, "secrets", 500, "How many ServingCertRequests with secretName to create and wait for; 0 skips that phase.")
 	flag.IntVar(&o.clients, "clients", 4, "Separate client-go connections to spread the load over.")
-	flag.StringVar(&o.heap, "heap-profile", "", "With --local and --requests: write certapi's heap profile (pprof) to this file at the end.")
-	flag.StringVar(&o.cpuProfile, "cpu-profile", "", "With --local and --secrets: write CPU profiles (pprof) of certapi and kube-apiserver, taken while the --secrets phase runs, to <this>.certapi and <this>.kube-apiserver.")
+	flag.StringVar(&o.profile, "profile", "", "With --local: write into this directory (made if missing) CPU profiles (pprof) of certapi and kube-apiserver taken while each phase runs, "+
+		"<phase>-certapi-cpu-NN.pprof and <phase>-kube-apiserver-cpu-NN.pprof (one per second: give them all to go tool pprof), and certapi's heap profiles "+
+		"at the start of each phase and, after a GC, at its end, <phase>-certapi-heap-start.pprof and <phase>-certapi-heap.pprof. "+
+		"Phases: issuance, secrets, requests, inject, pcr, snapshot. "+
+		"Profiling costs certapi some CPU: measure the CPU figures without it.")
 	flag.Func("certapi-arg", "With --local: one more argument for certapi (repeat the flag for more), e.g. --certapi-arg=--status-workers=32.", func(v string) error {
 		o.certapiArgs = append(o.certapiArgs, v)
 		return nil
@@ -123,11 +125,14 @@ func run(o options) error {
 		}
 		defer os.RemoveAll(dir)
 		startCtx, cancel := context.WithTimeout(ctx, framework.StartTimeout)
-		// --profiling: the memory figures run a GC through /debug/pprof, and --heap-profile and
-		// --cpu-profile read it; certapi serves it only when told to.
+		// --profiling: the memory figures run a GC through /debug/pprof, and --profile reads it; certapi
+		// serves it only when told to.
 		// The load makes --requests (10,000) or --secrets requests in one namespace, past the per-namespace
 		// default that bounds a tenant; --certapi-arg can set it again.
-		args := append([]string{"--profiling", "--max-servingcertrequests-per-namespace=0"}, o.certapiArgs...)
+		// -v=0: certapi logs as the deploy manifests run it. The test framework starts it with -v=4, which
+		// logs every request it serves and every decision, work the figures should not count;
+		// --certapi-arg=-v=4 restores it.
+		args := append([]string{"--profiling", "--max-servingcertrequests-per-namespace=0", "-v=0"}, o.certapiArgs...)
 		cp, err := framework.Start(startCtx, framework.Options{Dir: dir, CertapiReplicas: o.replicas, CertapiEmbeddedEtcd: o.snapshot, CertapiArgs: args, Stdout: os.Stderr})
 		cancel()
 		if err != nil {
@@ -163,21 +168,31 @@ func run(o options) error {
 	}
 	fmt.Printf("host: %s\n", l.config.Host)
 	phases := []struct {
-		on  bool
-		run func(context.Context) error
+		name string
+		on   bool
+		run  func(context.Context) error
 	}{
-		{o.duration > 0, l.issuance},
-		{o.secrets > 0, l.secretDelivery},
-		{o.requests > 0, l.memory},
-		{o.inject > 0, l.injection},
-		{o.pcr > 0, l.podCertificates},
-		{o.snapshot, l.snapshot},
+		{"issuance", o.duration > 0, l.issuance},
+		{"secrets", o.secrets > 0, l.secretDelivery},
+		{"requests", o.requests > 0, l.memory},
+		{"inject", o.inject > 0, l.injection},
+		{"pcr", o.pcr > 0, l.podCertificates},
+		{"snapshot", o.snapshot, l.snapshot},
 	}
 	for _, p := range phases {
 		if !p.on {
 			continue
 		}
-		if err := p.run(ctx); err != nil {
+		prof, err := l.startProfile(ctx, p.name)
+		if err != nil {
+			return err
+		}
+		err = p.run(ctx)
+		if perr := prof.finish(ctx); perr != nil {
+			// The phase's figures stand without its profiles (a restarted certapi, in --snapshot).
+			fmt.Fprintf(os.Stderr, "load: %v\n", perr)
+		}
+		if err != nil {
 			return err
 		}
 	}

@@ -52,7 +52,7 @@ func (l *loader) memory(ctx context.Context) error {
 	}
 	// The burst of creates leaves garbage the runtime has not collected or returned yet: run a GC through
 	// pprof (?gc=1) and let the scavenger return freed pages, then measure the steady state.
-	if err := l.heapProfile(ctx); err != nil {
+	if err := l.collectGarbage(ctx); err != nil {
 		return err
 	}
 	select {

@@ -153,10 +153,10 @@ func (l *loader) scrapeBoth(ctx context.Context) (phaseMetrics, error) {
 	return m, err
 }
 
-// printPhase prints what a --secrets run of n requests cost: the API calls certapi made and the requests
-// kube-apiserver served, per request, and how many items each of the leader's work queues handled, with
-// their mean wait in the queue and mean work time.
-func printPhase(before, after phaseMetrics, n int) {
+// printPhase prints what a phase of n units (requests, issuances) cost: the CPU time of each process,
+// the API calls certapi made and the requests kube-apiserver served, per unit, and how many items each
+// of the leader's work queues handled, with their mean wait in the queue and mean work time.
+func printPhase(before, after phaseMetrics, n int, unit string) {
 	var total time.Duration
 	var parts []string
 	for _, name := range slices.Sorted(maps.Keys(after.cpu)) {
@@ -164,9 +164,9 @@ func printPhase(before, after phaseMetrics, n int) {
 		total += d
 		parts = append(parts, fmt.Sprintf("%s %.2f ms", name, float64(d)/float64(time.Millisecond)/float64(n)))
 	}
-	fmt.Printf("  CPU time per request: %.2f ms in all (%s)\n", float64(total)/float64(time.Millisecond)/float64(n), strings.Join(parts, ", "))
+	fmt.Printf("  CPU time per %s: %.2f ms in all (%s)\n", unit, float64(total)/float64(time.Millisecond)/float64(n), strings.Join(parts, ", "))
 	printPer := func(title string, m map[string]float64) {
-		fmt.Printf("  %s, per request:\n", title)
+		fmt.Printf("  %s, per %s:\n", title, unit)
 		for _, k := range slices.Sorted(maps.Keys(m)) {
 			if per := m[k] / float64(n); per >= 0.05 {
 				fmt.Printf("    %-60s %5.2f\n", k, per)

@@ -209,6 +209,6 @@ func (l *loader) podCertificates(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("metrics after the --pcr phase: %w", err)
 	}
-	printPhase(before, after, o.pcr)
+	printPhase(before, after, o.pcr, "request")
 	return nil
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
 	"strings"
 	"time"
 
@@ -23,14 +22,6 @@ func (l *loader) secretDelivery(ctx context.Context) error {
 	o := l.o
 	scrs := l.certapi.CertapiV1alpha1().ServingCertRequests(o.namespace)
 	prefix := fmt.Sprintf("s%d-", time.Now().Unix()%100000)
-	if o.cpuProfile != "" && l.cp != nil {
-		profiled := l.cpuProfiles(ctx, cpuProfileSeconds)
-		defer func() {
-			if err := <-profiled; err != nil {
-				fmt.Fprintf(os.Stderr, "load: CPU profiles: %v\n", err)
-			}
-		}()
-	}
 	var before phaseMetrics
 	if l.cp != nil {
 		var err error
@@ -81,7 +72,7 @@ func (l *loader) secretDelivery(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("metrics after the --secrets phase: %w", err)
 		}
-		printPhase(before, after, o.secrets)
+		printPhase(before, after, o.secrets, "request")
 	}
 	return nil
 }

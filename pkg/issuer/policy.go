@@ -47,7 +47,7 @@ func (p Policy) Sign(ca *signer.CA, bundle []byte, req Request, now time.Time) (
 	if req.MaxLifetime > 0 && req.Duration > req.MaxLifetime-backdate {
 		req.Duration = req.MaxLifetime - backdate
 	}
-	leaf, err := ca.Sign(signer.LeafRequest{
+	leaf, err := ca.SignPEM(signer.LeafRequest{
 		ServiceName:   req.ServiceName,
 		Namespace:     req.Namespace,
 		ClusterDomain: p.ClusterDomain,

@@ -67,24 +67,47 @@ type Leaf struct {
 // notBefore) and notAfter = min(Now + Duration, CA notAfter): a leaf never
 // outlives its CA.
 func (ca *CA) Sign(req LeafRequest) (*Leaf, error) {
+	leaf, der, err := ca.sign(req)
+	if err != nil {
+		return nil, err
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, fmt.Errorf("parsing the certificate just signed for %s: %w", req.ServiceName, err)
+	}
+	leaf.Certificate = cert
+	return leaf, nil
+}
+
+// SignPEM is Sign without parsing the certificate it made (crypto/x509 has verified its signature
+// already), for callers that need only its PEM and the facts Leaf reports: Leaf.Certificate is nil.
+func (ca *CA) SignPEM(req LeafRequest) (*Leaf, error) {
+	leaf, _, err := ca.sign(req)
+	return leaf, err
+}
+
+// sign makes the certificate of Sign and returns it as DER and as a Leaf without Certificate, whose
+// other fields are the template's: crypto/x509 encodes its serial and times (whole seconds, UTC) as
+// they are.
+func (ca *CA) sign(req LeafRequest) (*Leaf, []byte, error) {
 	if ca == nil || ca.Certificate == nil {
-		return nil, errors.New("signing: no CA certificate")
+		return nil, nil, errors.New("signing: no CA certificate")
 	}
 	if ca.Key == nil {
-		return nil, errors.New("signing: the CA has no private key: it no longer signs (a Retiring CA keeps its certificate only)")
+		return nil, nil, errors.New("signing: the CA has no private key: it no longer signs (a Retiring CA keeps its certificate only)")
 	}
 	sans, err := checkLeafNames(req)
 	if err != nil {
-		return nil, fmt.Errorf("signing: %w", err)
+		return nil, nil, fmt.Errorf("signing: %w", err)
 	}
 	if err := checkPermittedByCA(ca.Certificate, sans); err != nil {
-		return nil, fmt.Errorf("signing: %w", err)
+		return nil, nil, fmt.Errorf("signing: %w", err)
 	}
 	if err := CheckPublicKey(req.PublicKey); err != nil {
-		return nil, fmt.Errorf("signing: %w", err)
+		return nil, nil, fmt.Errorf("signing: %w", err)
 	}
 	if req.Duration <= 0 {
-		return nil, fmt.Errorf("signing: duration %s; expected a positive duration", req.Duration)
+		return nil, nil, fmt.Errorf("signing: duration %s; expected a positive duration", req.Duration)
 	}
 
 	now := req.Now
@@ -96,10 +119,10 @@ func (ca *CA) Sign(req LeafRequest) (*Leaf, error) {
 	now = now.UTC().Truncate(time.Second)
 	caCert := ca.Certificate
 	if now.Before(caCert.NotBefore) {
-		return nil, fmt.Errorf("signing: CA is not valid until %s", caCert.NotBefore.Format(time.RFC3339))
+		return nil, nil, fmt.Errorf("signing: CA is not valid until %s", caCert.NotBefore.Format(time.RFC3339))
 	}
 	if !now.Before(caCert.NotAfter) {
-		return nil, fmt.Errorf("signing: CA expired at %s", caCert.NotAfter.Format(time.RFC3339))
+		return nil, nil, fmt.Errorf("signing: CA expired at %s", caCert.NotAfter.Format(time.RFC3339))
 	}
 	backdate := req.Backdate
 	if backdate <= 0 {
@@ -116,11 +139,11 @@ func (ca *CA) Sign(req LeafRequest) (*Leaf, error) {
 
 	serial, err := RandomSerial()
 	if err != nil {
-		return nil, fmt.Errorf("signing: %w", err)
+		return nil, nil, fmt.Errorf("signing: %w", err)
 	}
 	ski, err := subjectKeyID(req.PublicKey)
 	if err != nil {
-		return nil, fmt.Errorf("signing: %w", err)
+		return nil, nil, fmt.Errorf("signing: %w", err)
 	}
 	var subject pkix.Name
 	if cn := sans[0]; len(cn) <= MaxCommonNameLength {
@@ -147,19 +170,14 @@ func (ca *CA) Sign(req LeafRequest) (*Leaf, error) {
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, req.PublicKey, ca.Key)
 	if err != nil {
-		return nil, fmt.Errorf("signing certificate for %s: %w", sans[0], err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		return nil, fmt.Errorf("parsing the certificate just signed for %s: %w", sans[0], err)
+		return nil, nil, fmt.Errorf("signing certificate for %s: %w", sans[0], err)
 	}
 	return &Leaf{
-		Certificate:    cert,
 		CertificatePEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		SerialNumber:   FormatSerialNumber(cert.SerialNumber),
-		NotBefore:      cert.NotBefore,
-		NotAfter:       cert.NotAfter,
-	}, nil
+		SerialNumber:   FormatSerialNumber(serial),
+		NotBefore:      notBefore,
+		NotAfter:       notAfter,
+	}, der, nil
 }
 
 // SANs returns the DNS names of a serving certificate for a Service:

@@ -3,6 +3,7 @@ package signer
 import (
 	"bytes"
 	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"slices"
 	"strings"
@@ -331,5 +332,52 @@ func TestMatchDNSConstraint(t *testing.T) {
 		if got := matchDNSConstraint(tt.name, tt.constraint); got != tt.want {
 			t.Errorf("matchDNSConstraint(%q, %q)=%v, want %v", tt.name, tt.constraint, got, tt.want)
 		}
+	}
+}
+
+// TestSignPEMReportsTheCertificate: SignPEM reports the serial and validity of the certificate it
+// made, as parsing its PEM reads them, without the parsed certificate.
+func TestSignPEMReportsTheCertificate(t *testing.T) {
+	caNow := testNow
+	ca := newTestCA(t, caNow, 100*time.Hour)
+	for _, tc := range []struct {
+		name     string
+		now      time.Time
+		duration time.Duration
+		kind     string
+	}{
+		{name: "inside", now: caNow.Add(time.Hour), duration: 24 * time.Hour, kind: string(ECDSAP256)},
+		{name: "capped at CA notAfter", now: caNow.Add(90 * time.Hour), duration: 24 * time.Hour, kind: string(ECDSAP256)},
+		{name: "backdate clamped to CA notBefore", now: caNow.Add(-2 * time.Minute), duration: time.Hour, kind: string(RSA2048)},
+		{name: "sub-second now", now: caNow.Add(time.Hour + 900*time.Millisecond), duration: time.Hour, kind: string(ECDSAP256)},
+		{name: "local time zone", now: caNow.Add(time.Hour).In(time.FixedZone("UTC+3", 3*3600)), duration: time.Hour, kind: string(ECDSAP256)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			leaf, err := ca.SignPEM(LeafRequest{ServiceName: "s", Namespace: "n", ClusterDomain: "cluster.local",
+				PublicKey: testKey(t, tc.kind).Public(), Duration: tc.duration, Now: tc.now})
+			if err != nil {
+				t.Fatalf("SignPEM: %v", err)
+			}
+			if leaf.Certificate != nil {
+				t.Errorf("Leaf.Certificate is set; SignPEM parses nothing")
+			}
+			block, _ := pem.Decode(leaf.CertificatePEM)
+			if block == nil {
+				t.Fatalf("no PEM block in %q", leaf.CertificatePEM)
+			}
+			cert, err := x509.ParseCertificate(block.Bytes)
+			if err != nil {
+				t.Fatalf("parsing the certificate: %v", err)
+			}
+			if want := FormatSerialNumber(cert.SerialNumber); leaf.SerialNumber != want {
+				t.Errorf("serial %s; the certificate's is %s", leaf.SerialNumber, want)
+			}
+			if leaf.NotBefore != cert.NotBefore || leaf.NotAfter != cert.NotAfter {
+				t.Errorf("validity %s..%s; the certificate's is %s..%s", leaf.NotBefore, leaf.NotAfter, cert.NotBefore, cert.NotAfter)
+			}
+			if err := cert.CheckSignatureFrom(ca.Certificate); err != nil {
+				t.Errorf("signature: %v", err)
+			}
+		})
 	}
 }

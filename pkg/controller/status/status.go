@@ -53,6 +53,11 @@ type pending struct {
 	// written is when the last write for this request was made; zero when none was made within the
 	// interval. A key with a write that recent has its next look scheduled at written + interval.
 	written time.Time
+	// lastReady is the Ready condition that write set, if it set one: the same condition set again
+	// within the interval, and nothing else, is not written again (Secret delivery marks a request
+	// current when its own Secret comes back through the watch, often before the request's status
+	// does, with the condition it has just written).
+	lastReady *Ready
 }
 
 // empty reports whether nothing is waiting to be written.
@@ -170,6 +175,11 @@ func (w *Writer) sync(ctx context.Context, key types.NamespacedName) (controller
 	}
 	change := pending{issued: p.issued, ready: p.ready, bundle: p.bundle}
 	p.issued, p.ready, p.bundle = nil, nil, nil
+	if change.issued == nil && change.bundle == nil && p.lastReady != nil && *change.ready == *p.lastReady {
+		// The condition this Writer wrote last, within the interval: the stored status holds it already.
+		w.mu.Unlock()
+		return controller.Result{After: w.interval}, nil
+	}
 	w.mu.Unlock()
 
 	if err := w.updater.UpdateStatus(ctx, key, func(obj *certapiv1alpha1.ServingCertRequest) bool {
@@ -190,7 +200,14 @@ func (w *Writer) sync(ctx context.Context, key types.NamespacedName) (controller
 		return controller.Result{}, fmt.Errorf("writing ServingCertRequest status: %w", err)
 	}
 	w.mu.Lock()
-	w.entry(key).written = w.now()
+	p = w.entry(key)
+	p.written = w.now()
+	switch {
+	case change.ready != nil:
+		p.lastReady = change.ready
+	case change.issued != nil:
+		p.lastReady = nil // Apply may have set a Ready condition of its own
+	}
 	w.mu.Unlock()
 	return controller.Result{After: w.interval}, nil
 }

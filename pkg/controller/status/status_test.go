@@ -189,3 +189,53 @@ func TestWriterRetriesAFailedWrite(t *testing.T) {
 		t.Errorf("written serial %q after two failures; want 01", got)
 	}
 }
+
+// TestWriterDoesNotRewriteItsLastCondition: the Ready condition the Writer has just written, set again
+// within the interval and nothing else with it, makes no second write; a different condition, or the
+// same one with a certificate, does.
+func TestWriterDoesNotRewriteItsLastCondition(t *testing.T) {
+	ready := Ready{Status: metav1.ConditionTrue, Reason: ReasonIssued, Message: "Secret holds certificate 01", Generation: 1}
+	other := Ready{Status: metav1.ConditionFalse, Reason: ReasonPending, Message: "pending", Generation: 1}
+	for _, tc := range []struct {
+		name string
+		// then is what is set within the interval after ready was written.
+		then       func(w *Writer)
+		wantWrites int
+		// wantStored is the Ready condition stored in the end.
+		wantStored Ready
+	}{
+		{name: "the same condition", then: func(w *Writer) { w.SetReady(testKey, ready) }, wantWrites: 1, wantStored: ready},
+		{name: "the same condition twice", then: func(w *Writer) { w.SetReady(testKey, ready); w.SetReady(testKey, ready) }, wantWrites: 1, wantStored: ready},
+		{name: "another condition", then: func(w *Writer) { w.SetReady(testKey, other) }, wantWrites: 2, wantStored: other},
+		{name: "another condition, then the same again", then: func(w *Writer) { w.SetReady(testKey, other); w.SetReady(testKey, ready) }, wantWrites: 1, wantStored: ready},
+		{name: "the same condition with a certificate", then: func(w *Writer) { w.RecordIssued(testKey, *testIssued("02")); w.SetReady(testKey, ready) }, wantWrites: 2, wantStored: ready},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := clocktesting.NewFakeClock(testNow)
+			u := &recordingUpdater{obj: certapiv1alpha1.ServingCertRequest{ObjectMeta: metav1.ObjectMeta{Namespace: testKey.Namespace, Name: testKey.Name, Generation: 1}}}
+			const interval = time.Second
+			w := newWriter(u, interval, 1, clk)
+			ctx, cancel := context.WithCancel(context.Background())
+			var done sync.WaitGroup
+			done.Go(func() { _ = w.Run(ctx) })
+			defer func() { cancel(); done.Wait() }()
+
+			w.SetReady(testKey, ready)
+			waitWrites(t, u, 1)
+			tc.then(w)
+			// Step the clock until the entry is gone: every look that was due has been made.
+			if err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+				clk.Step(interval)
+				return w.pendingEntries() == 0, nil
+			}); err != nil {
+				t.Fatalf("%d entries kept; want none once every look was made", w.pendingEntries())
+			}
+			if n := u.count(); n != tc.wantWrites {
+				t.Errorf("%d writes; want %d", n, tc.wantWrites)
+			}
+			if c := meta.FindStatusCondition(u.last().Conditions, certapiv1alpha1.ConditionReady); c == nil || c.Message != tc.wantStored.Message || c.Status != tc.wantStored.Status {
+				t.Errorf("stored Ready %+v; want the one set last (%s, %q)", c, tc.wantStored.Status, tc.wantStored.Message)
+			}
+		})
+	}
+}
