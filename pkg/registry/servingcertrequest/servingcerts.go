@@ -92,7 +92,7 @@ func (r *ServingCertsREST) Create(ctx context.Context, name string, obj runtime.
 	// the handoff, and a caller must get an answer it can retry rather than wait for the request timeout.
 	callCtx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
-	parentObj, err := r.parent(callCtx, name)
+	parentObj, err := r.requests.Get(callCtx, name, &metav1.GetOptions{})
 	if err != nil {
 		if callCtx.Err() != nil && ctx.Err() == nil {
 			metrics.Issuances.WithLabelValues(issuer.PathServingCerts, "unavailable").Inc()
@@ -160,19 +160,6 @@ func (r *ServingCertsREST) Create(ctx context.Context, name string, obj runtime.
 		RenewalTime:  timePtr(res.RenewalTime),
 	}
 	return out, nil
-}
-
-// parent reads the ServingCertRequest name from the watch cache (resourceVersion "0"): no read of etcd
-// and no decoding per call, which were the costliest part of an issuance after signing. The cache
-// follows etcd within milliseconds; a request it does not hold yet (created a moment ago) is read from
-// etcd, so that a create followed at once by an issuance finds its parent. The object may be the
-// cache's own: it is only read.
-func (r *ServingCertsREST) parent(ctx context.Context, name string) (runtime.Object, error) {
-	obj, err := r.requests.Get(ctx, name, &metav1.GetOptions{ResourceVersion: "0"})
-	if apierrors.IsNotFound(err) {
-		return r.requests.Get(ctx, name, &metav1.GetOptions{})
-	}
-	return obj, err
 }
 
 // validateServingCert checks the body against its parent and returns the CSR's public key (PKIX DER) and
