@@ -164,7 +164,7 @@ endpoints. */}}
 {{- fail (printf "etcd.mode %q: want embedded, dedicated, external or cluster" $mode) -}}
 {{- end -}}
 {{- if and (eq $mode "embedded") (gt (int .Values.replicas) 1) -}}
-{{- fail (printf "replicas %d with etcd.mode embedded: the embedded etcd is one member inside one pod; run several replicas with etcd.mode cluster, dedicated or external" (int .Values.replicas)) -}}
+{{- fail (printf "replicas %d with etcd.mode embedded: the embedded etcd is one member inside one pod; set replicas=1 (examples/values-single.yaml), or run several replicas with etcd.mode cluster (the default), dedicated or external" (int .Values.replicas)) -}}
 {{- end -}}
 {{- if and (eq $mode "external") (empty .Values.etcd.external.endpoints) -}}
 {{- fail "etcd.mode external needs etcd.external.endpoints: the client URLs of your etcd" -}}
