@@ -113,6 +113,16 @@ func (n *ClusterNode) ctr(ctx context.Context, args ...string) (string, error) {
 	return command(ctx, "ctr", append([]string{"--address", n.containerdSocket, "--namespace", containerdNamespace}, args...)...)
 }
 
+// TagImage gives the image src, already in the node's containerd, the further name dst (replacing an
+// image of that name), as a registry would serve one image under a new tag: a pod asking for dst with
+// imagePullPolicy IfNotPresent or Never runs it.
+func (n *ClusterNode) TagImage(ctx context.Context, src, dst string) error {
+	if _, err := n.ctr(ctx, "images", "tag", "--force", src, dst); err != nil {
+		return fmt.Errorf("tagging %s as %s in the node's containerd: %w", src, dst, err)
+	}
+	return nil
+}
+
 // ContainerdAddress is the socket of the node's containerd, for `ctr --address` (images live in its
 // k8s.io namespace, where kubelet looks for them).
 func (n *ClusterNode) ContainerdAddress() string { return n.containerdSocket }
