@@ -118,8 +118,8 @@ func TestZeroDowntime(t *testing.T) {
 	start = time.Now()
 	nodetest.Kubectl(t, cp, "-n", ns, "delete", "pod", leader, "--force", "--grace-period=0")
 	nodetest.WaitFor(t, 2*time.Minute, "another replica leading", func(context.Context) (bool, string) {
-		l, err := nodetest.LeaderOf(cp)
-		return err == nil && l != "" && l != leader, fmt.Sprintf("leader %q, %v", l, err)
+		who, err := nodetest.LeaderOf(cp)
+		return err == nil && who != "" && who != leader, fmt.Sprintf("leader %q, %v", who, err)
 	})
 	newLeader := time.Since(start)
 	nodetest.WaitFor(t, 10*time.Minute, "the leader's pod replaced and Ready", func(ctx context.Context) (bool, string) {
