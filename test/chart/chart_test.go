@@ -229,7 +229,7 @@ func TestExamples(t *testing.T) {
 		{name: "security-off", args: []string{"--set", "networkPolicy.enabled=false", "--set", "secretDelivery.refuseReleaseNamespace=false",
 			"--set", "priorityClassName="},
 			check: func(t *testing.T, ns string, objs []*unstructured.Unstructured) {
-				checkSecurity(t, ns, objs, securityWant{refused: []string{"kube-system", "kube-public", "kube-node-lease"}})
+				checkSecurity(t, ns, objs, securityWant{refused: []string{"kube-system", "kube-public", "kube-node-lease"}, cluster: true})
 			}},
 	}
 	for _, f := range exampleFiles(t) {
