@@ -123,6 +123,24 @@ func (n *ClusterNode) TagImage(ctx context.Context, src, dst string) error {
 	return nil
 }
 
+// PauseContainer freezes the processes of a container of the node (its CRI container ID, as a pod's
+// status gives it after "containerd://"), as a machine that stops answering: nothing exits, nothing
+// answers, until ResumeContainer.
+func (n *ClusterNode) PauseContainer(ctx context.Context, id string) error {
+	if _, err := n.ctr(ctx, "tasks", "pause", id); err != nil {
+		return fmt.Errorf("pausing container %s: %w", id, err)
+	}
+	return nil
+}
+
+// ResumeContainer thaws a container PauseContainer froze.
+func (n *ClusterNode) ResumeContainer(ctx context.Context, id string) error {
+	if _, err := n.ctr(ctx, "tasks", "resume", id); err != nil {
+		return fmt.Errorf("resuming container %s: %w", id, err)
+	}
+	return nil
+}
+
 // ContainerdAddress is the socket of the node's containerd, for `ctr --address` (images live in its
 // k8s.io namespace, where kubelet looks for them).
 func (n *ClusterNode) ContainerdAddress() string { return n.containerdSocket }

@@ -29,8 +29,21 @@ type Load struct {
 
 	mu      sync.Mutex
 	calls   int
-	failed  []string
+	failed  []Failure
 	slowest time.Duration
+	// lastOK is when the last call that succeeded started.
+	lastOK time.Time
+}
+
+// Failure is one call that failed after client-go's retries.
+type Failure struct {
+	Start time.Time
+	Took  time.Duration
+	Err   error
+}
+
+func (f Failure) String() string {
+	return fmt.Sprintf("%s (+%s): %v", f.Start.UTC().Format(time.StampMilli), f.Took.Round(time.Millisecond), f.Err)
 }
 
 // LoadFigures are the counts of a Load between two checks.
@@ -71,7 +84,9 @@ func StartLoad(t *testing.T, certapi versioned.Interface, ns, name string) *Load
 				l.calls++
 				l.slowest = max(l.slowest, took)
 				if err != nil {
-					l.failed = append(l.failed, fmt.Sprintf("%s (+%s): %v", start.UTC().Format(time.StampMilli), took.Round(time.Millisecond), err))
+					l.failed = append(l.failed, Failure{Start: start, Took: took, Err: err})
+				} else if start.After(l.lastOK) {
+					l.lastOK = start
 				}
 				l.mu.Unlock()
 			}
@@ -85,21 +100,39 @@ func StartLoad(t *testing.T, certapi versioned.Interface, ns, name string) *Load
 // counts with what happened meanwhile, resets them and returns them.
 func (l *Load) Check(t *testing.T, what string) LoadFigures {
 	t.Helper()
+	f, failed := l.Take()
+	t.Logf("%s: %s", what, f)
+	if len(failed) > 0 {
+		msgs := make([]string, len(failed))
+		for i, x := range failed {
+			msgs[i] = x.String()
+		}
+		t.Errorf("%s: %d failed calls: %s", what, len(failed), strings.Join(msgs, "; "))
+	}
+	if f.Slowest > CallBound {
+		t.Errorf("%s: a call took %s, over the documented bound %s", what, f.Slowest, CallBound)
+	}
+	if f.Calls == 0 {
+		t.Errorf("%s: no call ended", what)
+	}
+	return f
+}
+
+// Take returns the counts and the failed calls since the last check or take, and resets them.
+func (l *Load) Take() (LoadFigures, []Failure) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	f := LoadFigures{Calls: l.calls, Failed: len(l.failed), Slowest: l.slowest}
-	t.Logf("%s: %s", what, f)
-	if len(l.failed) > 0 {
-		t.Errorf("%s: %d failed calls: %s", what, len(l.failed), strings.Join(l.failed, "; "))
-	}
-	if l.slowest > CallBound {
-		t.Errorf("%s: a call took %s, over the documented bound %s", what, l.slowest, CallBound)
-	}
-	if l.calls == 0 {
-		t.Errorf("%s: no call ended", what)
-	}
+	failed := l.failed
 	l.calls, l.failed, l.slowest = 0, nil, 0
-	return f
+	return f, failed
+}
+
+// LastSuccess returns when the last call that succeeded started; zero before any.
+func (l *Load) LastSuccess() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.lastOK
 }
 
 // Calls returns how many calls have ended since the last check.
