@@ -1,8 +1,8 @@
 // Package etcdcluster runs the README's install on a control plane with a real node, as it is written: the
 // release's image and Helm chart with its defaults (etcd.mode cluster), three certapi pods whose embedded
 // etcd members form one cluster with no Secret made by hand; then the README's use of it, membership (a
-// lost volume, scaling, a rolling restart, every volume lost), and zero downtime under load (a rolling
-// upgrade, a drain's evictions, a forced delete of the leader).
+// lost volume, scaling, a rolling restart, every volume lost), two of three members lost under load, and
+// zero downtime under load (a rolling upgrade, a drain's evictions, a forced delete of the leader).
 package etcdcluster
 
 import (
