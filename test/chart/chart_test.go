@@ -177,10 +177,17 @@ func TestExamples(t *testing.T) {
 		args  []string
 		check func(t *testing.T, ns string, objs []*unstructured.Unstructured)
 	}{
+		// The defaults are the highly available install: etcd.mode cluster, three replicas.
 		{name: "defaults", check: func(t *testing.T, ns string, objs []*unstructured.Unstructured) {
-			checkEmbedded(t, objs)
+			checkCluster(t, ns, objs, 3)
+			checkHA(t, objs)
 			checkSecurity(t, ns, objs, securityWant{refused: []string{"kube-system", "kube-public", "kube-node-lease", ns},
-				networkPolicy: true, priorityClass: "system-cluster-critical"})
+				networkPolicy: true, cluster: true, priorityClass: "system-cluster-critical"})
+		}},
+		// The single-replica switch: a one-member cluster, whose PodDisruptionBudget never blocks a drain.
+		{name: "one-replica", args: []string{"--set", "replicas=1"}, check: func(t *testing.T, ns string, objs []*unstructured.Unstructured) {
+			checkCluster(t, ns, objs, 1)
+			checkHA(t, objs)
 		}},
 		// The values of the admission policies, NetworkPolicies and priority, set otherwise.
 		{name: "security", args: []string{"--set", "etcd.mode=dedicated", "--set", "replicas=3",
@@ -190,9 +197,9 @@ func TestExamples(t *testing.T) {
 				checkSecurity(t, ns, objs, securityWant{refused: []string{"kube-system", "tenant-infra", ns},
 					networkPolicy: true, etcdMetrics: true, priorityClass: "system-cluster-critical"})
 			}},
-		{name: "cluster", args: []string{"--set", "etcd.mode=cluster", "--set", "replicas=3"},
+		{name: "cluster", args: []string{"--set", "etcd.mode=cluster", "--set", "replicas=5"},
 			check: func(t *testing.T, ns string, objs []*unstructured.Unstructured) {
-				checkCluster(t, ns, objs)
+				checkCluster(t, ns, objs, 5)
 				checkSecurity(t, ns, objs, securityWant{refused: []string{"kube-system", "kube-public", "kube-node-lease", ns},
 					networkPolicy: true, cluster: true, priorityClass: "system-cluster-critical"})
 			}},
@@ -222,7 +229,7 @@ func TestExamples(t *testing.T) {
 		{name: "security-off", args: []string{"--set", "networkPolicy.enabled=false", "--set", "secretDelivery.refuseReleaseNamespace=false",
 			"--set", "priorityClassName="},
 			check: func(t *testing.T, ns string, objs []*unstructured.Unstructured) {
-				checkSecurity(t, ns, objs, securityWant{refused: []string{"kube-system", "kube-public", "kube-node-lease"}})
+				checkSecurity(t, ns, objs, securityWant{refused: []string{"kube-system", "kube-public", "kube-node-lease"}, cluster: true})
 			}},
 	}
 	for _, f := range exampleFiles(t) {
@@ -482,9 +489,43 @@ func checkEmbedded(t *testing.T, objs []*unstructured.Unstructured) {
 	}
 }
 
-// checkCluster checks etcd.mode cluster: certapi is a StatefulSet whose pods each run one member of the
-// replicas' etcd cluster on their own claim, behind a headless Service (docs/high-availability.md).
-func checkCluster(t *testing.T, ns string, objs []*unstructured.Unstructured) {
+// checkHA checks what keeps certapi up through drains and node losses: a PodDisruptionBudget that lets one
+// pod go at a time (templates/pdb.yaml says why not minAvailable: 2), over certapi's pods, and spreading
+// over nodes and zones that is preferred only, so that a one-node cluster runs every replica.
+func checkHA(t *testing.T, objs []*unstructured.Unstructured) {
+	t.Helper()
+	u := find(objs, "PodDisruptionBudget", release)
+	if u == nil {
+		t.Fatal("no PodDisruptionBudget certapi")
+	}
+	var pdb policyv1.PodDisruptionBudget
+	convert(t, u, &pdb)
+	d, _ := certapiArgs(t, objs)
+	if pdb.Spec.MaxUnavailable == nil || pdb.Spec.MaxUnavailable.IntValue() != 1 || pdb.Spec.MinAvailable != nil ||
+		pdb.Spec.Selector == nil || !reflect.DeepEqual(pdb.Spec.Selector.MatchLabels, d.Spec.Template.Labels) {
+		t.Errorf("PodDisruptionBudget maxUnavailable %v, minAvailable %v, selector %v; want 1, none, the pods' labels %v",
+			pdb.Spec.MaxUnavailable, pdb.Spec.MinAvailable, pdb.Spec.Selector, d.Spec.Template.Labels)
+	}
+	a := d.Spec.Template.Spec.Affinity
+	if a == nil || a.PodAntiAffinity == nil || len(a.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution) != 0 {
+		t.Fatalf("affinity %+v; want a preferred pod anti-affinity only", a)
+	}
+	var keys []string
+	for _, term := range a.PodAntiAffinity.PreferredDuringSchedulingIgnoredDuringExecution {
+		keys = append(keys, term.PodAffinityTerm.TopologyKey)
+		if !reflect.DeepEqual(term.PodAffinityTerm.LabelSelector.MatchLabels, pdb.Spec.Selector.MatchLabels) {
+			t.Errorf("anti-affinity over %s selects %v; want certapi's pods %v", term.PodAffinityTerm.TopologyKey, term.PodAffinityTerm.LabelSelector.MatchLabels, pdb.Spec.Selector.MatchLabels)
+		}
+	}
+	if !slices.Equal(keys, []string{"kubernetes.io/hostname", "topology.kubernetes.io/zone"}) {
+		t.Errorf("preferred anti-affinity over %v; want nodes, then zones", keys)
+	}
+}
+
+// checkCluster checks etcd.mode cluster: certapi is a StatefulSet of replicas pods whose pods each run one
+// member of the replicas' etcd cluster on their own claim, behind a headless Service
+// (docs/high-availability.md).
+func checkCluster(t *testing.T, ns string, objs []*unstructured.Unstructured, replicas int32) {
 	t.Helper()
 	u := find(objs, "StatefulSet", release)
 	if u == nil || find(objs, "Deployment", release) != nil {
@@ -492,10 +533,10 @@ func checkCluster(t *testing.T, ns string, objs []*unstructured.Unstructured) {
 	}
 	var sts appsv1.StatefulSet
 	convert(t, u, &sts)
-	if sts.Spec.Replicas == nil || *sts.Spec.Replicas != 3 || sts.Spec.ServiceName != release+"-peers" ||
+	if sts.Spec.Replicas == nil || *sts.Spec.Replicas != replicas || sts.Spec.ServiceName != release+"-peers" ||
 		sts.Spec.PodManagementPolicy != appsv1.ParallelPodManagement {
-		t.Errorf("StatefulSet replicas %v, serviceName %q, podManagementPolicy %q; want 3, %s-peers, Parallel (a member that lost its volume must see its peers)",
-			sts.Spec.Replicas, sts.Spec.ServiceName, sts.Spec.PodManagementPolicy, release)
+		t.Errorf("StatefulSet replicas %v, serviceName %q, podManagementPolicy %q; want %d, %s-peers, Parallel (a member that lost its volume must see its peers)",
+			sts.Spec.Replicas, sts.Spec.ServiceName, sts.Spec.PodManagementPolicy, replicas, release)
 	}
 	if len(sts.Spec.VolumeClaimTemplates) != 1 || sts.Spec.VolumeClaimTemplates[0].Name != "data" {
 		t.Errorf("volumeClaimTemplates %+v; want one, data", sts.Spec.VolumeClaimTemplates)
@@ -741,7 +782,8 @@ func TestBadValuesAreRefused(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--set", "replicas=3"}, "the embedded etcd is one member inside one pod"},
+		// The embedded etcd with the default three replicas.
+		{[]string{"--set", "etcd.mode=embedded"}, "the embedded etcd is one member inside one pod; set replicas=1"},
 		{[]string{"--set", "etcd.mode=external"}, "etcd.mode external needs etcd.external.endpoints"},
 		{[]string{"--set", "encryption.enabled=false"}, "certapi would refuse to start"},
 		{[]string{"--set", "encryption.config=apiVersion: v1"}, "does not list certificateauthoritykeys.certapi.dev"},
@@ -917,8 +959,9 @@ func sortedRefs(set map[objRef]bool) []string {
 
 // TestInstallAndUninstall installs the chart with helm against kube-apiserver, checks that every object of
 // the release is there, uninstalls it and lists, over every resource the API serves, what is left of
-// certapi's: exactly what docs/operating.md's "Uninstall" says helm uninstall keeps. With the defaults, a new
-// install of the same release then takes over what was kept.
+// certapi's: exactly what docs/operating.md's "Uninstall" says helm uninstall keeps. With the single
+// embedded etcd, a new install of the same release then takes over what was kept. (No controller runs
+// here: the StatefulSet of the defaults makes no claims, whose retention checkCluster checks.)
 func TestInstallAndUninstall(t *testing.T) {
 	encFile := testhelpers.CAKeysEncryptionConfigFile(t)
 	kube, err := kubernetes.NewForConfig(cp.AdminConfig)
@@ -935,11 +978,19 @@ func TestInstallAndUninstall(t *testing.T) {
 		// kept is what helm uninstall leaves, the release's namespace included (helm never deletes a
 		// namespace, not even one --create-namespace made).
 		kept []objRef
+		// takeOver: a second install takes over the kept claim certapi-data.
+		takeOver bool
 	}{{
 		name: "defaults with the encryption Secret and monitoring",
 		ns:   "certapi",
 		args: []string{"--set-file", "encryption.config=" + encFile, "--set", "monitoring.serviceMonitor.enabled=true", "--set", "monitoring.prometheusRule.enabled=true"},
-		kept: []objRef{ref("namespaces", "", "certapi"), ref("persistentvolumeclaims", "certapi", "certapi-data"), ref("secrets", "certapi", "certapi-encryption-config")},
+		kept: []objRef{ref("namespaces", "", "certapi"), ref("secrets", "certapi", "certapi-encryption-config")},
+	}, {
+		name:     "values-single with the encryption Secret",
+		ns:       "certapi-single",
+		args:     []string{"-f", filepath.Join(examples, "values-single.yaml"), "--set-file", "encryption.config=" + encFile},
+		kept:     []objRef{ref("namespaces", "", "certapi-single"), ref("persistentvolumeclaims", "certapi-single", "certapi-data"), ref("secrets", "certapi-single", "certapi-encryption-config")},
+		takeOver: true,
 	}, {
 		name: "values-ha",
 		ns:   "certapi-ha",
@@ -986,7 +1037,7 @@ func TestInstallAndUninstall(t *testing.T) {
 			if !reflect.DeepEqual(left, want) {
 				t.Fatalf("helm uninstall left %v; want exactly %v", sortedRefs(left), sortedRefs(want))
 			}
-			if tc.ns != "certapi" {
+			if !tc.takeOver {
 				return
 			}
 			// A new install of the release takes over the kept claim and Secret (the same objects, so the

@@ -106,3 +106,18 @@ func TestClusterModePeerCASecret(t *testing.T) {
 		}
 	}
 }
+
+// TestClusterModeNotScaledToOne: the single-replica switch is for an install: `helm upgrade --set
+// replicas=1` of a running cluster of three is refused, saying why (the etcd leader never shrinks a
+// cluster to one member), while scaling up stays allowed.
+func TestClusterModeNotScaledToOne(t *testing.T) {
+	const ns = "certapi-scale-to-one"
+	runHelm(t, "install", release, chartDir, "--namespace", ns, "--create-namespace",
+		"--set", "encryption.enabled=false", "--set", "encryption.required=false").must(t)
+	defer func() { runHelm(t, "uninstall", release, "--namespace", ns).must(t) }()
+	r := runHelm(t, "upgrade", release, chartDir, "--namespace", ns, "--reuse-values", "--set", "replicas=1")
+	if r.err == nil || !strings.Contains(r.stderr, "a running cluster cannot be scaled down to one") {
+		t.Errorf("helm upgrade --set replicas=1 of a cluster of three: %v, stderr %q; want it refused, saying why", r.err, r.stderr)
+	}
+	runHelm(t, "upgrade", release, chartDir, "--namespace", ns, "--reuse-values", "--set", "replicas=5").must(t)
+}

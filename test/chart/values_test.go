@@ -2,6 +2,7 @@ package chart
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -183,11 +184,16 @@ priorityClassName: ""
 			for _, m := range c.VolumeMounts {
 				mounts = append(mounts, m.Name+":"+m.MountPath)
 			}
-			if !slices.Equal(volumes, []string{"data", "encryption-config"}) || !slices.Equal(mounts, []string{"data:/var/lib/certapi", "encryption-config:/etc/certapi/encryption"}) {
-				t.Errorf("volumes %v, mounts %v; want data and encryption-config only", volumes, mounts)
+			// etcd.mode cluster, the default: the data volume is each pod's claim (volumeClaimTemplates).
+			if !slices.Equal(volumes, []string{"encryption-config"}) || !slices.Equal(mounts, []string{"data:/var/lib/certapi", "encryption-config:/etc/certapi/encryption"}) {
+				t.Errorf("volumes %v, mounts %v; want the claim data and encryption-config only", volumes, mounts)
 			}
-			if len(c.Ports) != 1 || c.Ports[0].ContainerPort != 8443 || !slices.Contains(c.Args, "--secure-port=8443") {
-				t.Errorf("ports %+v, args %v; want 8443", c.Ports, c.Args)
+			var ports []string
+			for _, p := range c.Ports {
+				ports = append(ports, fmt.Sprintf("%s:%d", p.Name, p.ContainerPort))
+			}
+			if !slices.Equal(ports, []string{"https:8443", "etcd-client:2379", "etcd-peer:2380"}) || !slices.Contains(c.Args, "--secure-port=8443") {
+				t.Errorf("ports %v, args %v; want 8443 and the member's 2379 and 2380", ports, c.Args)
 			}
 			if len(c.Env) != 1 || pod.Affinity == nil || pod.Affinity.PodAntiAffinity == nil || pod.NodeSelector != nil || pod.Tolerations != nil || pod.TopologySpreadConstraints != nil {
 				t.Errorf("env %v, affinity %+v, nodeSelector %v, tolerations %v, spread %v; want POD_NAME, the soft anti-affinity and nothing else", c.Env, pod.Affinity, pod.NodeSelector, pod.Tolerations, pod.TopologySpreadConstraints)
@@ -238,8 +244,8 @@ priorityClassName: ""
 		podSecurity: "privileged",
 		check: func(t *testing.T, ns string, objs []*unstructured.Unstructured, pod *corev1.PodSpec) {
 			c := certapiContainer(t, pod)
-			if v := pod.Volumes[len(pod.Volumes)-1]; v.Name != "kms" || v.HostPath == nil || v.HostPath.Path != "/var/run/kmsplugin" || len(pod.Volumes) != 3 {
-				t.Errorf("volumes %+v; want data, encryption-config and the KMS socket's directory", pod.Volumes)
+			if v := pod.Volumes[len(pod.Volumes)-1]; v.Name != "kms" || v.HostPath == nil || v.HostPath.Path != "/var/run/kmsplugin" || len(pod.Volumes) != 2 {
+				t.Errorf("volumes %+v; want encryption-config and the KMS socket's directory (data is the claim template's)", pod.Volumes)
 			}
 			if m := c.VolumeMounts[len(c.VolumeMounts)-1]; m.Name != "kms" || m.MountPath != "/var/run/kmsplugin" || len(c.VolumeMounts) != 3 {
 				t.Errorf("mounts %+v; want data, encryption-config and kms", c.VolumeMounts)
@@ -266,7 +272,7 @@ priorityClassName: ""
 			c := certapiContainer(t, pod)
 			_, args := certapiArgs(t, objs)
 			if !pod.HostNetwork || pod.DNSPolicy != corev1.DNSClusterFirstWithHostNet || args["secure-port"] != "10443" ||
-				len(c.Ports) != 1 || c.Ports[0].ContainerPort != 10443 || c.Ports[0].Name != "https" {
+				len(c.Ports) == 0 || c.Ports[0].ContainerPort != 10443 || c.Ports[0].Name != "https" {
 				t.Errorf("hostNetwork %v, dnsPolicy %q, --secure-port=%s, ports %+v; want true, ClusterFirstWithHostNet, 10443 named https",
 					pod.HostNetwork, pod.DNSPolicy, args["secure-port"], c.Ports)
 			}

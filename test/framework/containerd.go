@@ -113,6 +113,34 @@ func (n *ClusterNode) ctr(ctx context.Context, args ...string) (string, error) {
 	return command(ctx, "ctr", append([]string{"--address", n.containerdSocket, "--namespace", containerdNamespace}, args...)...)
 }
 
+// TagImage gives the image src, already in the node's containerd, the further name dst (replacing an
+// image of that name), as a registry would serve one image under a new tag: a pod asking for dst with
+// imagePullPolicy IfNotPresent or Never runs it.
+func (n *ClusterNode) TagImage(ctx context.Context, src, dst string) error {
+	if _, err := n.ctr(ctx, "images", "tag", "--force", src, dst); err != nil {
+		return fmt.Errorf("tagging %s as %s in the node's containerd: %w", src, dst, err)
+	}
+	return nil
+}
+
+// PauseContainer freezes the processes of a container of the node (its CRI container ID, as a pod's
+// status gives it after "containerd://"), as a machine that stops answering: nothing exits, nothing
+// answers, until ResumeContainer.
+func (n *ClusterNode) PauseContainer(ctx context.Context, id string) error {
+	if _, err := n.ctr(ctx, "tasks", "pause", id); err != nil {
+		return fmt.Errorf("pausing container %s: %w", id, err)
+	}
+	return nil
+}
+
+// ResumeContainer thaws a container PauseContainer froze.
+func (n *ClusterNode) ResumeContainer(ctx context.Context, id string) error {
+	if _, err := n.ctr(ctx, "tasks", "resume", id); err != nil {
+		return fmt.Errorf("resuming container %s: %w", id, err)
+	}
+	return nil
+}
+
 // ContainerdAddress is the socket of the node's containerd, for `ctr --address` (images live in its
 // k8s.io namespace, where kubelet looks for them).
 func (n *ClusterNode) ContainerdAddress() string { return n.containerdSocket }

@@ -50,12 +50,13 @@ func TestChartAndInstallYAML(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The chart's default install, and so the install YAML: the StatefulSet of etcd.mode cluster.
 	image := func(ns string) string {
-		d, err := kube.AppsV1().Deployments(ns).Get(context.Background(), "certapi", metav1.GetOptions{})
+		s, err := kube.AppsV1().StatefulSets(ns).Get(context.Background(), "certapi", metav1.GetOptions{})
 		if err != nil {
-			t.Fatalf("the certapi Deployment: %v", err)
+			t.Fatalf("the certapi StatefulSet: %v", err)
 		}
-		return d.Spec.Template.Spec.Containers[0].Image
+		return s.Spec.Template.Spec.Containers[0].Image
 	}
 
 	encFile := testhelpers.CAKeysEncryptionConfigFile(t)

@@ -1,7 +1,8 @@
 // Package etcdcluster runs the README's install on a control plane with a real node, as it is written: the
-// release's image and Helm chart with etcd.mode cluster, three certapi pods whose embedded etcd members
-// form one cluster with no Secret made by hand; then the README's use of it, and membership: a lost
-// volume, scaling, a rolling restart, every volume lost.
+// release's image and Helm chart with its defaults (etcd.mode cluster), three certapi pods whose embedded
+// etcd members form one cluster with no Secret made by hand; then the README's use of it, membership (a
+// lost volume, scaling, a rolling restart, every volume lost), two of three members lost under load, and
+// zero downtime under load (a rolling upgrade, a drain's evictions, a forced delete of the leader).
 package etcdcluster
 
 import (
@@ -68,16 +69,45 @@ func logged(t *testing.T, pod string, want ...string) {
 	})
 }
 
-// TestChartClusterMode: the README's install (the release's chart, `--set etcd.mode=cluster --set
-// replicas=3`) forms one etcd cluster of three certapi pods (no Secret made by hand but the encryption
-// configuration), and its use of certapi works on it; certapi-0 losing its volume
-// rejoins the running cluster (it does not bootstrap a second one); `kubectl scale` 3 -> 5 -> 3 adds two
-// members and removes them again; `kubectl rollout restart` restarts every member on its data; the CA
-// stays the same throughout; when every volume is lost the members report having no data and certapi-0
-// bootstraps a new cluster without a person.
-func TestChartClusterMode(t *testing.T) {
+// selector selects certapi's pods.
+const selector = "app.kubernetes.io/name=certapi,app.kubernetes.io/component=apiserver"
+
+// installed is true once the README's install has run on this package's cluster. The tests share it (the
+// APIService is cluster-wide: one certapi at a time), and each one installs it when it runs alone.
+var installed bool
+
+// install runs the README's install as it is written, unless an earlier test of the package did: the
+// release's image loaded as into kind, the encryption Secret, helm install of the release's chart with its
+// defaults (three members), kubectl certapi check --wait; then it waits for three pods Ready and the
+// APIService Available.
+func install(t *testing.T) {
+	t.Helper()
+	if installed {
+		return
+	}
 	ctx := context.Background()
-	kube, certapi := nodetest.Clients(t, cp)
+	kube, _ := nodetest.Clients(t, cp)
+	// Three claims now (kind's storage provisioner would make them), a fourth for certapi-0's new claim
+	// after its volume is lost, two for the scale-up, three after every volume is lost.
+	for i := range 9 {
+		if err := cp.CreateHostPathPV(ctx, fmt.Sprintf("certapi-data-%d", i), "1Gi"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := time.Now()
+	installed = true
+	nodetest.RunReadmeBlocks(t, cp, 10*time.Minute, "cluster-image", "cluster-install")
+	nodetest.WaitFor(t, 5*time.Minute, "three certapi pods Ready", func(ctx context.Context) (bool, string) {
+		return nodetest.PodsReady(ctx, kube, ns, selector, 3)
+	})
+	nodetest.Kubectl(t, cp, "wait", "--for=condition=Available", "apiservice/v1alpha1.certapi.dev", "--timeout=2m")
+	t.Logf("figure: the README's install (the image loaded, helm install, check --wait) to three members and the APIService Available: %s", time.Since(start).Round(time.Second))
+}
+
+// logPodsOnFailure logs, when the test has failed, the last lines of every certapi pod's log (and of its
+// previous container) and the namespace's events.
+func logPodsOnFailure(t *testing.T) {
+	t.Helper()
 	t.Cleanup(func() {
 		if !t.Failed() {
 			return
@@ -105,25 +135,22 @@ func TestChartClusterMode(t *testing.T) {
 		out, _ := nodetest.KubectlErr(cp, "-n", ns, "get", "events", "--sort-by=.lastTimestamp")
 		t.Logf("events:\n%s", out)
 	})
-	// Three claims now (kind's storage provisioner would make them), a fourth for certapi-0's new claim
-	// after its volume is lost, two for the scale-up, three after every volume is lost.
-	for i := range 9 {
-		if err := cp.CreateHostPathPV(ctx, fmt.Sprintf("certapi-data-%d", i), "1Gi"); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// The README's install, as it is written: the release's image loaded as into kind, the encryption
-	// Secret, helm install of the release's chart, kubectl certapi check --wait.
-	start := time.Now()
-	nodetest.RunReadmeBlocks(t, cp, 10*time.Minute, "cluster-image", "cluster-install")
-	selector := "app.kubernetes.io/name=certapi,app.kubernetes.io/component=apiserver"
-	nodetest.WaitFor(t, 5*time.Minute, "three certapi pods Ready", func(ctx context.Context) (bool, string) {
-		return nodetest.PodsReady(ctx, kube, ns, selector, 3)
-	})
-	nodetest.Kubectl(t, cp, "wait", "--for=condition=Available", "apiservice/v1alpha1.certapi.dev", "--timeout=2m")
-	t.Logf("figure: the README's install (the image loaded, helm install, check --wait) to three members and the APIService Available: %s", time.Since(start).Round(time.Second))
+}
+
+// TestChartClusterMode: the README's install (the release's chart with its defaults: etcd.mode cluster,
+// three replicas) forms one etcd cluster of three certapi pods (no Secret made by hand but the encryption
+// configuration), and its use of certapi works on it; certapi-0 losing its volume
+// rejoins the running cluster (it does not bootstrap a second one); `kubectl scale` 3 -> 5 -> 3 adds two
+// members and removes them again; `kubectl rollout restart` restarts every member on its data; the CA
+// stays the same throughout; when every volume is lost the members report having no data and certapi-0
+// bootstraps a new cluster without a person.
+func TestChartClusterMode(t *testing.T) {
+	ctx := context.Background()
+	kube, certapi := nodetest.Clients(t, cp)
+	logPodsOnFailure(t)
+	install(t)
 	// The chart's own test: a Pod of certapi's image runs `certapi selftest` as a client would.
-	start = time.Now()
+	start := time.Now()
 	if out := helm(t, "test", "certapi", "--namespace", ns, "--timeout", "3m"); !strings.Contains(out, "Succeeded") {
 		t.Fatalf("helm test: %s", out)
 	}

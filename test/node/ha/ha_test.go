@@ -6,13 +6,11 @@ package ha
 
 import (
 	"context"
-	"crypto/elliptic"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,8 +19,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
-	"github.com/certapi/certapi/pkg/generated/clientset/versioned"
-	"github.com/certapi/certapi/pkg/signer/signertest"
 	"github.com/certapi/certapi/test/framework"
 	"github.com/certapi/certapi/test/node/nodetest"
 )
@@ -30,10 +26,6 @@ import (
 // etcdImage is the test image of etcd (the etcd of `make tools`), for the StatefulSet's
 // quay.io/coreos/etcd, which cannot be pulled here.
 const etcdImage = "certapi-test/etcd:v3.7.0"
-
-// callBound is the longest a client-go caller can wait for a servingcerts call (docs/concepts.md, "Storage,
-// leadership and replicas"): 11 x (--handoff-timeout 3 s + 1 s).
-const callBound = 44 * time.Second
 
 var (
 	cp     *framework.ControlPlane
@@ -143,22 +135,22 @@ func TestHAOverlay(t *testing.T) {
 	ns := "ha-load"
 	nodetest.Kubectl(t, cp, "create", "namespace", ns)
 	nodetest.Kubectl(t, cp, "create", "servingcertrequest", "load", "-n", ns, "--service=load")
-	l := startLoad(t, certapi, ns, "load")
+	l := nodetest.StartLoad(t, certapi, ns, "load")
 
 	// The leader's pod deleted as `kubectl delete pod` does (graceful: certapi resigns on SIGTERM).
-	leader := leaderPod(t)
+	leader := nodetest.LeaderPod(t, cp)
 	t.Logf("deleting the leader's pod %s under load", leader)
 	nodetest.Kubectl(t, cp, "-n", "certapi-system", "delete", "pod", leader, "--wait=false")
 	nodetest.WaitFor(t, 2*time.Minute, "another replica leading", func(ctx context.Context) (bool, string) {
-		l, err := leaderOf()
+		l, err := nodetest.LeaderOf(cp)
 		return err == nil && l != "" && l != leader, fmt.Sprintf("leader %q, %v", l, err)
 	})
 	nodetest.Kubectl(t, cp, "-n", "certapi-system", "rollout", "status", "deployment/certapi", "--timeout=5m")
-	l.check(t, "deleting the leader's pod")
+	l.Check(t, "deleting the leader's pod")
 
 	nodetest.Kubectl(t, cp, "-n", "certapi-system", "rollout", "restart", "deployment/certapi")
 	nodetest.Kubectl(t, cp, "-n", "certapi-system", "rollout", "status", "deployment/certapi", "--timeout=5m")
-	l.check(t, "kubectl rollout restart")
+	l.Check(t, "kubectl rollout restart")
 
 	// The PodDisruptionBudget (maxUnavailable: 1): one eviction goes, a second one at once is refused.
 	selector := "app.kubernetes.io/name=certapi,app.kubernetes.io/component=apiserver"
@@ -184,8 +176,8 @@ func TestHAOverlay(t *testing.T) {
 		t.Errorf("a second eviction at once: %v; want 429 from the PodDisruptionBudget", err)
 	}
 	nodetest.Kubectl(t, cp, "-n", "certapi-system", "rollout", "status", "deployment/certapi", "--timeout=5m")
-	l.check(t, "an eviction")
-	l.stop(t)
+	l.Check(t, "an eviction")
+	l.Stop()
 
 	ca, err = certapi.CertapiV1alpha1().CertificateAuthorities().Get(ctx, "default", metav1.GetOptions{})
 	if err != nil {
@@ -194,109 +186,4 @@ func TestHAOverlay(t *testing.T) {
 	if len(ca.Status.Certificates) != 1 || ca.Status.Active.SubjectKeyID != firstCA {
 		t.Errorf("the CA changed through the disruptions: %+v", ca.Status.Certificates)
 	}
-}
-
-// leaderOf returns the identity in the Leader column of `kubectl get certificateauthority` (the pod's name:
-// the manifests set --leader-identity=$(POD_NAME)), "" for none.
-func leaderOf() (string, error) {
-	out, err := nodetest.KubectlErr(cp, "get", "certificateauthority", "default")
-	if err != nil {
-		return "", err
-	}
-	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if len(lines) != 2 {
-		return "", fmt.Errorf("unexpected output %q", out)
-	}
-	// Columns are aligned, and some headers have spaces ("NOT AFTER"): the value starts where its header does.
-	at := strings.Index(lines[0], "LEADER")
-	if at >= 0 && at < len(lines[1]) {
-		if f := strings.Fields(lines[1][at:]); len(f) > 0 {
-			if f[0] == "<none>" {
-				return "", nil
-			}
-			return f[0], nil
-		}
-	}
-	return "", fmt.Errorf("no LEADER column in %q", out)
-}
-
-func leaderPod(t *testing.T) string {
-	t.Helper()
-	l, err := leaderOf()
-	if err != nil || l == "" {
-		t.Fatalf("the leader: %q, %v", l, err)
-	}
-	return l
-}
-
-// load issues certificates through kube-apiserver from 4 callers, every 50 ms each, with client-go's own
-// retries (a 503 or 429 with Retry-After is retried), until stopped.
-type load struct {
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-
-	mu      sync.Mutex
-	calls   int
-	failed  []string
-	slowest time.Duration
-}
-
-func startLoad(t *testing.T, certapi versioned.Interface, ns, name string) *load {
-	t.Helper()
-	body := &certapiv1alpha1.ServingCert{Spec: certapiv1alpha1.ServingCertSpec{CertificateRequest: signertest.CSRPEM(t, signertest.ECKey(t, elliptic.P256()))}}
-	ctx, cancel := context.WithCancel(context.Background())
-	l := &load{cancel: cancel}
-	for range 4 {
-		l.wg.Add(1)
-		go func() {
-			defer l.wg.Done()
-			tick := time.NewTicker(50 * time.Millisecond)
-			defer tick.Stop()
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case <-tick.C:
-				}
-				callCtx, cancel := context.WithTimeout(ctx, 2*callBound)
-				start := time.Now()
-				_, err := certapi.CertapiV1alpha1().ServingCertRequests(ns).CreateServingCert(callCtx, name, body, metav1.CreateOptions{})
-				took := time.Since(start)
-				cancel()
-				if ctx.Err() != nil {
-					return
-				}
-				l.mu.Lock()
-				l.calls++
-				l.slowest = max(l.slowest, took)
-				if err != nil {
-					l.failed = append(l.failed, fmt.Sprintf("%s: %v", start.Format(time.StampMilli), err))
-				}
-				l.mu.Unlock()
-			}
-		}()
-	}
-	return l
-}
-
-// check fails the test if any call failed or took longer than callBound, and logs the counts since the last
-// check.
-func (l *load) check(t *testing.T, what string) {
-	t.Helper()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	t.Logf("%s: %d calls, %d failed, slowest %s", what, l.calls, len(l.failed), l.slowest.Round(time.Millisecond))
-	if len(l.failed) > 0 {
-		t.Errorf("%s: %d failed calls: %s", what, len(l.failed), strings.Join(l.failed, "; "))
-	}
-	if l.slowest > callBound {
-		t.Errorf("%s: a call took %s, over the documented bound %s", what, l.slowest, callBound)
-	}
-	l.calls, l.failed, l.slowest = 0, nil, 0
-}
-
-func (l *load) stop(t *testing.T) {
-	t.Helper()
-	l.cancel()
-	l.wg.Wait()
 }

@@ -1,6 +1,7 @@
 // Package nodetest holds what the tests on the node (test/node and below) share, as testing helpers over
 // test/framework's installation functions (which `make local-up NODE=1` uses too): kubectl against the
-// cluster, kustomizations of the repository's manifests with the node's images, and waits.
+// cluster, kustomizations of the repository's manifests with the node's images, waits, issuance load
+// through kube-apiserver and the APIService's availability watched throughout a disruption.
 package nodetest
 
 import (

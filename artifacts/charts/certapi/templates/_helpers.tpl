@@ -164,7 +164,16 @@ endpoints. */}}
 {{- fail (printf "etcd.mode %q: want embedded, dedicated, external or cluster" $mode) -}}
 {{- end -}}
 {{- if and (eq $mode "embedded") (gt (int .Values.replicas) 1) -}}
-{{- fail (printf "replicas %d with etcd.mode embedded: the embedded etcd is one member inside one pod; run several replicas with etcd.mode cluster, dedicated or external" (int .Values.replicas)) -}}
+{{- fail (printf "replicas %d with etcd.mode embedded: the embedded etcd is one member inside one pod; set replicas=1 (examples/values-single.yaml), or run several replicas with etcd.mode cluster (the default), dedicated or external" (int .Values.replicas)) -}}
+{{- end -}}
+{{- /* A running cluster scaled down to one member: the etcd leader never removes the second-last member,
+so the one left would wait for it without a quorum. lookup finds nothing in helm template. */ -}}
+{{- if and (eq $mode "cluster") (eq (int .Values.replicas) 1) -}}
+{{- $sts := lookup "apps/v1" "StatefulSet" .Release.Namespace (include "certapi.fullname" .) -}}
+{{- $running := int (dig "spec" "replicas" 0 ($sts | default dict)) -}}
+{{- if gt $running 1 -}}
+{{- fail (printf "replicas 1: the StatefulSet %s runs %d etcd members, and a running cluster cannot be scaled down to one (its etcd leader never shrinks a cluster to one member, so the one left would wait without a quorum); keep 3 or more, or move to one replica with a snapshot and restore (docs/backup-and-restore.md)" (include "certapi.fullname" .) $running) -}}
+{{- end -}}
 {{- end -}}
 {{- if and (eq $mode "external") (empty .Values.etcd.external.endpoints) -}}
 {{- fail "etcd.mode external needs etcd.external.endpoints: the client URLs of your etcd" -}}

@@ -1,0 +1,111 @@
+package etcdcluster
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/certapi/certapi/test/node/nodetest"
+)
+
+// outage is how long two members stay frozen: well under the 60 s their liveness probes allow.
+const outage = 20 * time.Second
+
+// TestQuorumLost: under issuance load through kube-apiserver, two of the three members stop answering
+// (their containers frozen in containerd, as nodes that hang) for 20 s while the leader's pod stays up:
+// every call that fails fails with a 503 within nodetest.CallBound, nothing is lost (the load's
+// ServingCertRequest and the CA are there after), and issuance is back within seconds of the members
+// answering again. How many 503s carry Retry-After is logged, not required: without a quorum no replica
+// is Ready, so the 503s are kube-apiserver's aggregator's own ("service unavailable"), which has none.
+func TestQuorumLost(t *testing.T) {
+	ctx := context.Background()
+	kube, certapi := nodetest.Clients(t, cp)
+	logPodsOnFailure(t)
+	install(t)
+	nodetest.WaitFor(t, 5*time.Minute, "three certapi pods Ready", func(ctx context.Context) (bool, string) {
+		return nodetest.PodsReady(ctx, kube, ns, selector, 3)
+	})
+	ca, err := certapi.CertapiV1alpha1().CertificateAuthorities().Get(ctx, "default", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	firstCA := ca.Status.Active.SubjectKeyID
+
+	const loadNS = "quorum-lost"
+	nodetest.Kubectl(t, cp, "create", "namespace", loadNS)
+	t.Cleanup(func() {
+		_, _ = nodetest.KubectlErr(cp, "delete", "namespace", loadNS, "--ignore-not-found", "--wait=false")
+	})
+	nodetest.Kubectl(t, cp, "create", "servingcertrequest", "load", "-n", loadNS, "--service=load")
+	l := nodetest.StartLoad(t, certapi, loadNS, "load")
+	nodetest.WaitFor(t, time.Minute, "calls under way", func(context.Context) (bool, string) {
+		return l.Calls() >= 40, fmt.Sprintf("%d calls", l.Calls())
+	})
+	l.Check(t, "before")
+
+	leader := nodetest.LeaderPod(t, cp)
+	var frozen []string
+	for _, p := range certapiPods(t, kube) {
+		if p.Name == leader || len(frozen) == 2 {
+			continue
+		}
+		id := strings.TrimPrefix(p.Status.ContainerStatuses[0].ContainerID, "containerd://")
+		if err := cp.ClusterNode.PauseContainer(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cp.ClusterNode.ResumeContainer(context.Background(), id) })
+		frozen = append(frozen, p.Name)
+	}
+	t.Logf("froze %v for %s; %s leads", frozen, outage, leader)
+	<-time.After(outage) // the outage itself: nothing to wait for
+	for _, p := range certapiPods(t, kube) {
+		for _, name := range frozen {
+			if p.Name == name {
+				if err := cp.ClusterNode.ResumeContainer(ctx, strings.TrimPrefix(p.Status.ContainerStatuses[0].ContainerID, "containerd://")); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	resumed := time.Now()
+	nodetest.WaitFor(t, 2*time.Minute, "a call started after the members resumed to succeed", func(context.Context) (bool, string) {
+		return l.LastSuccess().After(resumed), "last success " + l.LastSuccess().UTC().Format(time.StampMilli)
+	})
+	back := time.Since(resumed)
+	f, failed := l.Take()
+	withRetryAfter := 0
+	for _, x := range failed {
+		if _, ok := apierrors.SuggestsClientDelay(x.Err); ok {
+			withRetryAfter++
+		}
+		if !apierrors.IsServiceUnavailable(x.Err) || x.Took > nodetest.CallBound {
+			t.Errorf("a call failed otherwise than with a 503 within %s: %s", nodetest.CallBound, x)
+		}
+	}
+	if len(failed) > 0 {
+		t.Logf("first failure %s; last %s", failed[0], failed[len(failed)-1])
+	}
+	t.Logf("figure: two of three members frozen for %s: %s (%d with Retry-After); issuance back %s after they resumed",
+		outage, f, withRetryAfter, back.Round(100*time.Millisecond))
+
+	nodetest.WaitFor(t, 5*time.Minute, "three certapi pods Ready", func(ctx context.Context) (bool, string) {
+		return nodetest.PodsReady(ctx, kube, ns, selector, 3)
+	})
+	nodetest.WaitFor(t, time.Minute, "calls under way again", func(context.Context) (bool, string) {
+		return l.Calls() >= 40, fmt.Sprintf("%d calls", l.Calls())
+	})
+	l.Check(t, "after")
+	l.Stop()
+	if _, err := certapi.CertapiV1alpha1().ServingCertRequests(loadNS).Get(ctx, "load", metav1.GetOptions{}); err != nil {
+		t.Errorf("the load's ServingCertRequest after the outage: %v", err)
+	}
+	ca, err = certapi.CertapiV1alpha1().CertificateAuthorities().Get(ctx, "default", metav1.GetOptions{})
+	if err != nil || ca.Status.Active.SubjectKeyID != firstCA || len(ca.Status.Certificates) != 1 {
+		t.Errorf("the CA changed through the outage: %v %+v", err, ca.Status.Certificates)
+	}
+}
