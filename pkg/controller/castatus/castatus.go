@@ -18,10 +18,10 @@ import (
 	"github.com/certapi/certapi/pkg/signer"
 )
 
-// Sync writes obj's status from the leader's CAs, the injection summary and the distrust's status, if it
-// differs.
+// Sync writes obj's status from the leader's CAs, the injection summary, the distrust's status and the
+// further conditions the leader found (APIsServed), if it differs.
 func Sync(ctx context.Context, client versioned.Interface, obj *certapiv1alpha1.CertificateAuthority, auth signer.Authorities,
-	injection *certapiv1alpha1.InjectionSummary, distrust *certapiv1alpha1.DistrustStatus) error {
+	injection *certapiv1alpha1.InjectionSummary, distrust *certapiv1alpha1.DistrustStatus, conditions ...metav1.Condition) error {
 	want := obj.DeepCopy()
 	st := &want.Status
 	st.CABundle = string(auth.Bundle())
@@ -57,6 +57,10 @@ func Sync(ctx context.Context, client versioned.Interface, obj *certapiv1alpha1.
 		Message: fmt.Sprintf("the Active CA %s signs; it expires %s", ref.SerialNumber, active.NotAfter.UTC().Format(time.RFC3339)),
 	})
 	meta.SetStatusCondition(&st.Conditions, notWaitingFor(rotating(auth, distrust, obj.Generation), injection))
+	for _, c := range conditions {
+		c.ObservedGeneration = obj.Generation
+		meta.SetStatusCondition(&st.Conditions, c)
+	}
 
 	if apiequality.Semantic.DeepEqual(obj.Status, want.Status) {
 		return nil

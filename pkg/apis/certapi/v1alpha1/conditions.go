@@ -7,6 +7,18 @@ const (
 	ConditionReady = "Ready"
 	// ConditionRotating says where a CertificateAuthority's rotation stands.
 	ConditionRotating = "Rotating"
+	// ConditionAPIsServed says whether kube-apiserver serves every API certapi uses (certificates.k8s.io/v1
+	// ClusterTrustBundles and PodCertificateRequests, Kubernetes 1.37 or later) or, when not, what certapi
+	// leaves off for want of one: certapi runs everything else on an older Kubernetes.
+	ConditionAPIsServed = "APIsServed"
+)
+
+// Reasons of a CertificateAuthority's APIsServed condition.
+const (
+	// APIsServedReasonAllServed: kube-apiserver serves every API certapi uses.
+	APIsServedReasonAllServed = "AllServed"
+	// APIsServedReasonNotServed: kube-apiserver lacks an API; the message says which and what is off.
+	APIsServedReasonNotServed = "NotServed"
 )
 
 // Reasons of a CertificateAuthority's Rotating condition.
