@@ -1,6 +1,7 @@
 package matrix
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -17,6 +18,10 @@ func TestParseTestJSON(t *testing.T) {
 {"Action":"output","Package":"github.com/certapi/certapi/test/e2e","Test":"TestPod","Output":"--- SKIP: TestPod (0.01s)\n"}
 {"Action":"skip","Package":"github.com/certapi/certapi/test/e2e","Test":"TestPod","Elapsed":0.01}
 {"Action":"fail","Package":"github.com/certapi/certapi/test/e2e","Test":"TestB","Elapsed":3}
+{"Action":"output","Package":"github.com/certapi/certapi/test/e2e","Test":"TestM/dry_run/pods","Output":"    m_test.go:9: not served: no PCRs\n"}
+{"Action":"skip","Package":"github.com/certapi/certapi/test/e2e","Test":"TestM/dry_run/pods","Elapsed":0}
+{"Action":"pass","Package":"github.com/certapi/certapi/test/e2e","Test":"TestM/dry_run","Elapsed":1}
+{"Action":"pass","Package":"github.com/certapi/certapi/test/e2e","Test":"TestM","Elapsed":2}
 {"Action":"fail","Package":"github.com/certapi/certapi/test/e2e","Elapsed":9}
 {"Action":"fail","Package":"github.com/certapi/certapi/test/chart","Elapsed":1}
 `
@@ -28,13 +33,14 @@ func TestParseTestJSON(t *testing.T) {
 		{Test: Test{"test/e2e", "TestA"}, Result: Pass, Seconds: 2.5},
 		{Test: Test{"test/e2e", "TestPod"}, Result: Skip, Seconds: 0.01, Message: "not served: kube-apiserver v1.33.7 serves no certificates.k8s.io/v1 podcertificaterequests"},
 		{Test: Test{"test/e2e", "TestB"}, Result: Fail, Seconds: 3},
+		{Test: Test{"test/e2e", "TestM"}, Result: Pass, Seconds: 2, NotServed: []string{"no PCRs"}},
 		{Test: Test{"test/chart", "(package test/chart)"}, Result: Fail, Seconds: 1},
 	}
 	if len(got) != len(want) {
 		t.Fatalf("got %+v, want %+v", got, want)
 	}
 	for i := range want {
-		if got[i] != want[i] {
+		if !reflect.DeepEqual(got[i], want[i]) {
 			t.Errorf("result %d = %+v, want %+v", i, got[i], want[i])
 		}
 	}
@@ -58,6 +64,9 @@ func TestSummarize(t *testing.T) {
 		{name: "one not served", tests: []TestResult{
 			{Test: Test{"p", "TestA"}, Result: Pass}, {Test: Test{"p", "TestB"}, Result: Skip, Message: notServed}},
 			want: Cell{Status: "partly off", Note: "kube-apiserver v1.33.7 serves no certificates.k8s.io/v1 podcertificaterequests"}},
+		{name: "a subtest not served", tests: []TestResult{
+			{Test: Test{"p", "TestA"}, Result: Pass, NotServed: []string{"no PCRs"}}, {Test: Test{"p", "TestB"}, Result: Pass}},
+			want: Cell{Status: "partly off", Note: "no PCRs"}},
 		{name: "skipped for another reason", want: Cell{Status: "FAILS", Note: "TestB"}, tests: []TestResult{
 			{Test: Test{"p", "TestA"}, Result: Pass}, {Test: Test{"p", "TestB"}, Result: Skip, Message: "short"}}},
 		{name: "one not run", want: Cell{Status: "not run"}, tests: []TestResult{{Test: Test{"p", "TestA"}, Result: Pass}}},
