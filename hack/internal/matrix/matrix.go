@@ -108,7 +108,7 @@ type TestResult struct {
 	Seconds float64 `json:"seconds"`
 	// Message is a skipped test's reason (its last output line before the skip).
 	Message string `json:"message,omitempty"`
-	// NotServed are the reasons of its subtests skipped because the minor does not serve an API (a
+	// NotServed are its subtests skipped because the minor does not serve an API, "<subtest>: <reason>" (a
 	// passing test with some left out, e.g. one example of several that needs a newer Kubernetes).
 	NotServed []string `json:"notServed,omitempty"`
 }
@@ -162,7 +162,7 @@ func ParseTestJSON(r io.Reader) ([]TestResult, error) {
 			continue
 		}
 		key := pkg + "." + e.Test
-		if top, _, sub := strings.Cut(e.Test, "/"); sub {
+		if top, path, sub := strings.Cut(e.Test, "/"); sub {
 			switch e.Action {
 			case "output":
 				if s := strings.TrimSpace(e.Output); s != "" && !strings.HasPrefix(s, "---") && !strings.HasPrefix(s, "=== ") {
@@ -170,7 +170,7 @@ func ParseTestJSON(r io.Reader) ([]TestResult, error) {
 				}
 			case "skip":
 				if m := skipMessage(lastLine[key]); strings.HasPrefix(m, NotServedPrefix) {
-					notServed[pkg+"."+top] = append(notServed[pkg+"."+top], strings.TrimPrefix(m, NotServedPrefix))
+					notServed[pkg+"."+top] = append(notServed[pkg+"."+top], path+": "+strings.TrimPrefix(m, NotServedPrefix))
 				}
 			}
 			continue

@@ -33,7 +33,7 @@ func TestParseTestJSON(t *testing.T) {
 		{Test: Test{"test/e2e", "TestA"}, Result: Pass, Seconds: 2.5},
 		{Test: Test{"test/e2e", "TestPod"}, Result: Skip, Seconds: 0.01, Message: "not served: kube-apiserver v1.33.7 serves no certificates.k8s.io/v1 podcertificaterequests"},
 		{Test: Test{"test/e2e", "TestB"}, Result: Fail, Seconds: 3},
-		{Test: Test{"test/e2e", "TestM"}, Result: Pass, Seconds: 2, NotServed: []string{"no PCRs"}},
+		{Test: Test{"test/e2e", "TestM"}, Result: Pass, Seconds: 2, NotServed: []string{"dry_run/pods: no PCRs"}},
 		{Test: Test{"test/chart", "(package test/chart)"}, Result: Fail, Seconds: 1},
 	}
 	if len(got) != len(want) {
