@@ -46,7 +46,7 @@ CLIENT_PACKAGES := $(foreach m,$(CLIENT_MODULES),github.com/certapi/certapi/$(m)
 # cross-building darwin and windows is left to `make release`.
 TEST_PLATFORMS := linux/amd64,linux/arm64
 
-.PHONY: all build tools test verify unit integration e2e codegen manifests docs local-up image images release module-versions clean
+.PHONY: all build tools test verify unit integration e2e codegen manifests docs local-up image images release module-versions clean test-matrix
 
 all: build
 
@@ -117,7 +117,8 @@ manifests:
 	./hack/update-manifests.sh
 
 ## docs: the generated reference pages docs/api-reference.md (from pkg/apis/certapi/v1alpha1) and
-## docs/flags.md (from certapi's flag sets), and the values table of the chart's README (from values.yaml)
+## docs/flags.md (from certapi's flag sets), the values table of the chart's README (from values.yaml) and
+## the supported-versions table of docs/install.md (from docs/matrix, what `make test-matrix` found)
 docs:
 	$(STATIC) $(GO) run ./hack/docgen
 
@@ -163,6 +164,18 @@ e2e-other:
 test: PLATFORMS = $(TEST_PLATFORMS)
 test: verify tools build images release
 	$(MAKE) --no-print-directory -j3 --output-sync=target unit e2e-node e2e-other
+
+## test-matrix: the core end-to-end cases (hack/internal/matrix: issuance, Secrets, injection into every target
+## kind, rotation and distrust, ClusterTrustBundles, pod certificates, the plugins, the deploy manifests and
+## the chart with a server-side dry run, the admission policies) against kube-apiserver and kubectl of each
+## Kubernetes minor of MINORS, one minor after another: each older minor is built from its own module
+## hack/tools/kube-<minor> (hack/tools/new-kube-minor.sh writes it) into _output/kube/v<minor>/bin. Writes
+## docs/matrix/kubernetes-<minor>.json and the supported-versions table of docs/install.md from them (commit
+## both). Not part of `make test`.
+MINORS ?= 1.33 1.37
+test-matrix: build
+	CERTAPI_BIN=$(BIN)/certapi $(STATIC) $(GO) run ./hack/matrix -minors "$(MINORS)" -timeout $(E2E_TIMEOUT); \
+	  status=$$?; $(STATIC) $(GO) run ./hack/docgen && exit $$status
 
 ## local-up: the demo: etcd, kube-apiserver, certapi and the example webhook on loopback, a walkthrough, until Ctrl-C.
 ## NODE=1 adds a real node (needs root) and runs certapi on it as a pod from artifacts/deploy/overlays/single-replica.

@@ -12,6 +12,10 @@
 # Usage: hack/build-tools.sh [GROUP...]   GROUP: kube (etcd, kube-apiserver, kubectl), node (podcertnode,
 # kubenode), prometheus, helm, coredns; all five when none is named. make local-up builds kube (and node
 # with NODE=1), hack/update-manifests.sh only helm, make images only coredns.
+# GROUP kube-<minor> (e.g. kube-1.33; never built unless named) builds kube-apiserver and kubectl of an older
+# Kubernetes minor from its own module hack/tools/kube-<minor> (hack/tools/new-kube-minor.sh writes it)
+# into _output/kube/v<minor>/bin, with its own stamp there: what `make test-matrix` runs the core
+# end-to-end cases against.
 set -o errexit -o nounset -o pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
@@ -29,10 +33,18 @@ GROUPS_WANTED=("$@")
 if [[ ${#GROUPS_WANTED[@]} -eq 0 ]]; then
   GROUPS_WANTED=(kube node prometheus helm coredns)
 fi
+MINORS_WANTED=()
 for g in "${GROUPS_WANTED[@]}"; do
   case "${g}" in
     kube | node | prometheus | helm | coredns) ;;
-    *) echo "build-tools.sh: unknown group ${g}; want kube, node, prometheus, helm or coredns" >&2; exit 2 ;;
+    kube-1.[0-9]*)
+      if [[ ! -f "${TOOLS}/${g}/go.mod" ]]; then
+        echo "build-tools.sh: no module hack/tools/${g}: write it with hack/tools/new-kube-minor.sh v${g#kube-}.<patch>" >&2
+        exit 2
+      fi
+      MINORS_WANTED+=("${g#kube-}")
+      ;;
+    *) echo "build-tools.sh: unknown group ${g}; want kube, node, prometheus, helm, coredns or kube-<minor>" >&2; exit 2 ;;
   esac
 done
 wanted() { [[ " ${GROUPS_WANTED[*]} " == *" $1 "* ]]; }
@@ -46,9 +58,10 @@ own() { local f; for f in "$@"; do if [[ -L "${f}" ]]; then rm -f "${f}"; fi; do
 # version (v1.37.2) and its time as the build date, so that `kube-apiserver --version`, kubectl version,
 # a Node's kubeletVersion and /version (which Helm's kubeVersion checks) say v1.37.2 rather than
 # v0.0.0-master. The module proxy gives no commit: gitCommit stays empty.
+# kube_ldflags [MODULE_DIR]: of the tools module in MODULE_DIR, hack/tools by default.
 kube_ldflags() {
-  local version date major minor flags="" p
-  read -r version date < <(cd "${TOOLS}" && go list -m -f '{{.Version}} {{.Time.UTC.Format "2006-01-02T15:04:05Z"}}' k8s.io/kubernetes)
+  local version date major minor flags="" p dir="${1:-${TOOLS}}"
+  read -r version date < <(cd "${dir}" && go list -m -f '{{.Version}} {{.Time.UTC.Format "2006-01-02T15:04:05Z"}}' k8s.io/kubernetes)
   major="$(cut -d. -f1 <<<"${version#v}")"
   minor="$(cut -d. -f2 <<<"${version}")"
   for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
@@ -114,6 +127,30 @@ if (( ${#pkgs[@]} > 0 )); then
   )
 fi
 fi
+
+# kube-apiserver and kubectl of each older minor named (kube-<minor>), each from its own module and into its
+# own directory, so that a minor never rebuilds another nor the current one.
+for minor in ${MINORS_WANTED[@]+"${MINORS_WANTED[@]}"}; do
+  mdir="${TOOLS}/kube-${minor}"
+  mbin="${ROOT}/_output/kube/v${minor}/bin"
+  mkdir -p "${mbin}"
+  mldflags="$(kube_ldflags "${mdir}")"
+  mstamp="${mbin}/.tools-stamp"
+  mwant="$(cd "${mdir}" && cat go.mod go.sum tools.go | sha256sum | cut -d' ' -f1) ${TOOLCHAIN} ${mldflags}"
+  if [[ -f "${mstamp}" && "$(cat "${mstamp}")" == "${mwant}" && -x "${mbin}/kube-apiserver" && -x "${mbin}/kubectl" ]]; then
+    echo "kube-${minor} tools are current in ${mbin}"
+    continue
+  fi
+  (
+    cd "${mdir}"
+    start=${SECONDS}
+    echo "building kube-apiserver and kubectl of Kubernetes ${minor} into ${mbin} (cold, about 7 minutes of CPU)"
+    own "${mstamp}" "${mbin}/kube-apiserver" "${mbin}/kubectl"
+    go build -ldflags "${mldflags}" -o "${mbin}/" k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl
+    echo "${mwant}" > "${mstamp}"
+    echo "kube-${minor} tools built in $((SECONDS - start))s"
+  )
+done
 
 # promtool and prometheus, which check the alerting rules and the dashboard in artifacts/monitoring
 # (test/monitoring). Their own module keeps Prometheus's dependencies from moving the versions

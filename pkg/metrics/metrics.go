@@ -97,6 +97,16 @@ var (
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"path"})
 
+	// KubeAPIServed is 1 for each API certapi uses when kube-apiserver serves it, 0 when the leader found it
+	// missing and left its feature off (an older Kubernetes): the CertificateAuthority's APIsServed
+	// condition says what is off.
+	KubeAPIServed = metrics.NewGaugeVec(&metrics.GaugeOpts{
+		Namespace:      namespace,
+		Name:           "kube_api_served",
+		Help:           "1 when kube-apiserver serves the API (ClusterTrustBundle, PodCertificateRequest of certificates.k8s.io/v1), else 0: certapi leaves what needs it off (leader only, found through discovery at each leadership term).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"api"})
+
 	// Leader is 1 on the replica that leads, 0 elsewhere.
 	Leader = metrics.NewGaugeVec(&metrics.GaugeOpts{
 		Namespace:      namespace,
@@ -161,7 +171,7 @@ var registerOnce sync.Once
 func Register() {
 	registerOnce.Do(func() {
 		legacyregistry.MustRegister(Issuances, IssuanceDuration, CertificateNotAfter, CertificateRenewal, ServingCertRequestReady, CANotAfter, RotationSteps, InjectionTargets, Leader, Signatures,
-			Snapshots, SnapshotLastSuccess, EtcdMembers, EtcdLeader, EtcdMemberHealthy)
+			KubeAPIServed, Snapshots, SnapshotLastSuccess, EtcdMembers, EtcdLeader, EtcdMemberHealthy)
 	})
 }
 
@@ -233,4 +243,5 @@ func ForgetTerm() {
 	CertificateNotAfter.Reset()
 	CertificateRenewal.Reset()
 	ServingCertRequestReady.Reset()
+	KubeAPIServed.Reset()
 }

@@ -10,6 +10,7 @@ import (
 	"k8s.io/client-go/discovery"
 
 	"github.com/certapi/certapi/test/framework"
+	"github.com/certapi/certapi/test/testhelpers"
 )
 
 // TestKubeVersion checks Chart.yaml's kubeVersion against a real kube-apiserver: the one of `make tools`
@@ -21,13 +22,19 @@ func TestKubeVersion(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gomod, err := os.ReadFile(filepath.Join(root, "hack", "tools", "go.mod"))
+	// The tools module kube-apiserver was built from: hack/tools, or hack/tools/kube-<minor> under
+	// `make test-matrix` ($KUBE_MINOR).
+	module := filepath.Join("hack", "tools")
+	if minor := os.Getenv(framework.EnvKubeMinor); minor != "" {
+		module = filepath.Join(module, "kube-"+minor)
+	}
+	gomod, err := os.ReadFile(filepath.Join(root, module, "go.mod"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := regexp.MustCompile(`(?m)^\s*k8s\.io/kubernetes (v\S+)`).FindSubmatch(gomod)
+	m := regexp.MustCompile(`(?m)^\s*(?:require\s+)?k8s\.io/kubernetes (v\S+)`).FindSubmatch(gomod)
 	if m == nil {
-		t.Fatal("hack/tools/go.mod requires no k8s.io/kubernetes")
+		t.Fatalf("%s/go.mod requires no k8s.io/kubernetes", module)
 	}
 	dc, err := discovery.NewDiscoveryClientForConfig(cp.AdminConfig)
 	if err != nil {
@@ -62,5 +69,35 @@ func TestKubeVersion(t *testing.T) {
 		case !tc.refuse && r.err != nil:
 			t.Errorf("helm template --kube-version %s: %v\n%s", tc.kube, r.err, r.stderr)
 		}
+	}
+}
+
+// TestClusterTrustBundlePolicyFollowsTheCluster: the chart installs the ValidatingAdmissionPolicy (and its
+// binding) for certapi's ClusterTrustBundle only where certapi publishes one, a cluster that serves
+// certificates.k8s.io/v1 ClusterTrustBundles: against kube-apiserver as its discovery says (run by `make
+// test-matrix` on the older minors too), and without a cluster by the Kubernetes version helm is given
+// (1.37 or later, which is helm's own default, the one artifacts/deploy is rendered with).
+func TestClusterTrustBundlePolicyFollowsTheCluster(t *testing.T) {
+	served, version := testhelpers.Served(t, cp.AdminConfig, "certificates.k8s.io/v1", "clustertrustbundles")
+	const policy = "name: " + release + "-clustertrustbundles\n"
+	for _, tc := range []struct {
+		name string
+		args []string
+		want bool
+	}{
+		{name: "against kube-apiserver " + version, args: []string{"--validate"}, want: served},
+		{name: "helm's default version", want: true},
+		{name: "Kubernetes 1.37", args: []string{"--kube-version", "v1.37.0"}, want: true},
+		{name: "Kubernetes 1.33", args: []string{"--kube-version", "v1.33.5"}, want: false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := runHelm(t, append([]string{"template", release, chartDir, "--namespace", "certapi"}, tc.args...)...)
+			if r.err != nil {
+				t.Fatalf("helm template %v: %v\n%s", tc.args, r.err, r.stderr)
+			}
+			if got := strings.Count(r.stdout, policy); got != map[bool]int{true: 2, false: 0}[tc.want] {
+				t.Errorf("helm template %v renders %q %d times; want the policy and its binding: %v", tc.args, strings.TrimSpace(policy), got, tc.want)
+			}
+		})
 	}
 }

@@ -51,11 +51,10 @@ func run(m *testing.M) int {
 	}
 	kubectlBin = os.Getenv("KUBECTL")
 	if kubectlBin == "" {
-		kubectlBin = filepath.Join(root, "_output", "bin", "kubectl")
-	}
-	if _, err := os.Stat(kubectlBin); err != nil {
-		fmt.Fprintf(os.Stderr, "kubectl: %v (run `make tools`)\n", err)
-		return 1
+		if kubectlBin, err = framework.KubectlBinary(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
 	}
 	dir, err := os.MkdirTemp("", "certapi-chart-")
 	if err != nil {

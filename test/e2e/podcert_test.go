@@ -175,6 +175,7 @@ func verifyIssued(t *testing.T, p *podCert, roots *x509.CertPool, svc string, wa
 // certificate for their own key, verifiable against the ClusterTrustBundle; a pod whose request does not
 // exist yet waits for it; everything else is denied with the API's reasons or certapi's.
 func TestPodCertificates(t *testing.T) {
+	testhelpers.SkipUnlessServed(t, cp.AdminConfig, "certificates.k8s.io/v1", "podcertificaterequests")
 	ctx := context.Background()
 	c, kube := testhelpers.Clients(t, cp.AdminConfig)
 	ns, elsewhere := e2etest.Namespace(t, kube), e2etest.Namespace(t, kube)
@@ -348,6 +349,7 @@ func waitEvent(t *testing.T, kube kubernetes.Interface, ns, kind, name, eventTyp
 // Next CA does not sign), and then pods get certificates from it that verify against the bundle they
 // mount.
 func TestPodCertificatesThroughRotation(t *testing.T) {
+	testhelpers.SkipUnlessServed(t, cp.AdminConfig, "certificates.k8s.io/v1", "podcertificaterequests")
 	ctx := context.Background()
 	// A long --max-certificate-duration: a pod certificate must last an hour.
 	own := framework.StartT(t, framework.Options{CertapiArgs: []string{"--rotation-grace=2s"}})
@@ -527,6 +529,7 @@ func ptrTo[T any](v T) *T { return &v }
 // hands the volume host a credential bundle whose certificate, from certapi, certifies its key and
 // verifies against the ClusterTrustBundle; a key type certapi does not sign ends as kubelet's "denied".
 func TestPodCertificatesFromKubeletsManager(t *testing.T) {
+	testhelpers.SkipUnlessServed(t, cp.AdminConfig, "certificates.k8s.io/v1", "podcertificaterequests")
 	ctx := context.Background()
 	c, kube := testhelpers.Clients(t, cp.AdminConfig)
 	ns := e2etest.Namespace(t, kube)

@@ -32,7 +32,17 @@ const (
 	EnvPromtoolBin = "PROMTOOL_BIN"
 	// EnvPrometheusBin names a prometheus binary to use instead of <repo>/_output/bin/prometheus.
 	EnvPrometheusBin = "PROMETHEUS_BIN"
+	// EnvKubectlBin names a kubectl binary to use instead of <repo>/_output/bin/kubectl.
+	EnvKubectlBin = "KUBECTL_BIN"
+	// EnvKubeMinor names the Kubernetes minor (e.g. "1.33") whose kube-apiserver and kubectl the tests run
+	// instead of `make tools`' own: those `hack/build-tools.sh kube-1.33` builds into
+	// <repo>/_output/kube/v1.33/bin from the module hack/tools/kube-1.33 (what `make test-matrix` runs).
+	// KUBE_APISERVER_BIN and KUBECTL_BIN still win over it.
+	EnvKubeMinor = "KUBE_MINOR"
 )
+
+// kubeMinorTools are the binaries EnvKubeMinor picks from <repo>/_output/kube/v<minor>/bin.
+var kubeMinorTools = map[string]bool{"kube-apiserver": true, "kubectl": true}
 
 // RepoRoot returns the root of the certapi repository: the nearest directory, walking up from the
 // working directory and then from this source file, whose go.mod declares module ModulePath.
@@ -73,7 +83,8 @@ func isCertapiModule(goMod string) bool {
 	return false
 }
 
-// toolBinary returns the path of a binary built by `make tools` (or named by envVar).
+// toolBinary returns the path of a binary built by `make tools` (or named by envVar); with $KUBE_MINOR set,
+// kube-apiserver and kubectl of that minor (EnvKubeMinor).
 func toolBinary(name, envVar string) (string, error) {
 	if p := os.Getenv(envVar); p != "" {
 		if _, err := os.Stat(p); err != nil {
@@ -85,10 +96,13 @@ func toolBinary(name, envVar string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	p := filepath.Join(root, "_output", "bin", name)
+	p, build := filepath.Join(root, "_output", "bin", name), "make tools"
+	if minor := os.Getenv(EnvKubeMinor); minor != "" && kubeMinorTools[name] {
+		p, build = filepath.Join(root, "_output", "kube", "v"+minor, "bin", name), "hack/build-tools.sh kube-"+minor
+	}
 	if _, err := os.Stat(p); err != nil {
 		if errors.Is(err, os.ErrNotExist) {
-			return "", fmt.Errorf("%s not found at %s: run `make tools` (or set %s)", name, p, envVar)
+			return "", fmt.Errorf("%s not found at %s: run `%s` (or set %s)", name, p, build, envVar)
 		}
 		return "", fmt.Errorf("checking %s: %w", p, err)
 	}
@@ -99,6 +113,12 @@ func toolBinary(name, envVar string) (string, error) {
 // built by `make tools`. Tests that need only etcd start it themselves.
 func EtcdBinary() (string, error) {
 	return toolBinary("etcd", EnvEtcdBin)
+}
+
+// KubectlBinary returns the kubectl to run: $KUBECTL_BIN if set, otherwise kubectl of $KUBE_MINOR
+// (EnvKubeMinor) or <repo>/_output/bin/kubectl, built by `make tools`: the version of kube-apiserver.
+func KubectlBinary() (string, error) {
+	return toolBinary("kubectl", EnvKubectlBin)
 }
 
 // PromtoolBinary returns Prometheus's promtool: $PROMTOOL_BIN if set, otherwise <repo>/_output/bin/promtool,

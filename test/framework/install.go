@@ -26,7 +26,7 @@ import (
 // first on PATH (the kubectl plugins of `make build`), and returns its standard output; the error carries
 // both outputs.
 func (cp *ControlPlane) Kubectl(ctx context.Context, args ...string) (string, error) {
-	bin, err := toolBinary("kubectl", "KUBECTL_BIN")
+	bin, err := KubectlBinary()
 	if err != nil {
 		return "", err
 	}

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/duration"
 	"k8s.io/cli-runtime/pkg/printers"
 	"sigs.k8s.io/yaml"
@@ -86,6 +87,13 @@ func PrintReport(out io.Writer, r Report) error {
 	fmt.Fprintln(out)
 	for _, s := range r.Rotation.WaitingFor {
 		fmt.Fprintf(out, "  waiting for %s\n", s)
+	}
+
+	switch {
+	case r.APIs.Status == string(metav1.ConditionFalse):
+		fmt.Fprintf(out, "\nKubernetes APIs: not all served: %s\n", r.APIs.Message)
+	case r.APIs.Status == string(metav1.ConditionTrue):
+		fmt.Fprintf(out, "\nKubernetes APIs: %s\n", r.APIs.Message)
 	}
 
 	if inj := r.Injection; inj != nil {

@@ -25,6 +25,9 @@ type Report struct {
 	Leader string `json:"leader"`
 	// Ready is CertificateAuthority/default's Ready condition.
 	Ready ConditionSummary `json:"ready"`
+	// APIs is its APIsServed condition: whether kube-apiserver serves every API certapi uses or, when not
+	// (an older Kubernetes), what certapi leaves off. Unknown before a leader of this version reported.
+	APIs ConditionSummary `json:"apis"`
 	// Rotation is where a CA rotation stands and what its next step waits for.
 	Rotation RotationReport `json:"rotation"`
 	// CertificateAuthorities are the CA certificates in the bundle, Active first.
@@ -184,6 +187,7 @@ func BuildReport(in ReportInput) Report {
 	ca := in.CA
 	r := Report{Time: in.Now, Leader: in.Leader}
 	r.Ready = conditionSummary(ca.Status.Conditions, certapiv1alpha1.ConditionReady)
+	r.APIs = conditionSummary(ca.Status.Conditions, certapiv1alpha1.ConditionAPIsServed)
 	for _, c := range ca.Status.Certificates {
 		r.CertificateAuthorities = append(r.CertificateAuthorities, CAReport{
 			Role: string(c.Role), SerialNumber: c.SerialNumber, SubjectKeyID: c.SubjectKeyID,

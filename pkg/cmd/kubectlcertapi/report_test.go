@@ -308,3 +308,43 @@ func TestPrintReportEtcd(t *testing.T) {
 		})
 	}
 }
+
+// TestPrintReportAPIs: status says which Kubernetes APIs certapi lacks and what it leaves off, says so
+// briefly when all are served, and nothing before a leader reported the condition.
+func TestPrintReportAPIs(t *testing.T) {
+	active := newCA(t, t0.Add(-24*time.Hour), 365*24*time.Hour)
+	notServed := "kube-apiserver v1.33.7 serves no certificates.k8s.io/v1 podcertificaterequests (Kubernetes 1.37 or later does): signer certapi.dev/serving answers no PodCertificateRequest; everything else runs"
+	for _, tc := range []struct {
+		name  string
+		cond  *metav1.Condition
+		want  string
+		never string
+	}{
+		{name: "not served", want: "Kubernetes APIs: not all served: " + notServed,
+			cond: &metav1.Condition{Type: certapiv1alpha1.ConditionAPIsServed, Status: metav1.ConditionFalse, Reason: certapiv1alpha1.APIsServedReasonNotServed, Message: notServed}},
+		{name: "all served", want: "Kubernetes APIs: kube-apiserver v1.37.2 serves every API certapi uses", never: "not all served",
+			cond: &metav1.Condition{Type: certapiv1alpha1.ConditionAPIsServed, Status: metav1.ConditionTrue, Reason: certapiv1alpha1.APIsServedReasonAllServed, Message: "kube-apiserver v1.37.2 serves every API certapi uses"}},
+		{name: "no condition yet", never: "Kubernetes APIs"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ca := caObject(idle(), nil, caEntry(active, "Active"))
+			if tc.cond != nil {
+				ca.Status.Conditions = append(ca.Status.Conditions, *tc.cond)
+			}
+			r := BuildReport(ReportInput{Now: t0, CA: ca, Leader: "certapi-0", Scope: allNamespaces, Nearest: 5})
+			if tc.cond != nil && (r.APIs.Status != string(tc.cond.Status) || r.APIs.Reason != tc.cond.Reason) {
+				t.Errorf("report APIs %+v; want the condition's status and reason", r.APIs)
+			}
+			var out bytes.Buffer
+			if err := PrintReport(&out, r); err != nil {
+				t.Fatal(err)
+			}
+			if tc.want != "" && !strings.Contains(out.String(), tc.want) {
+				t.Errorf("output lacks %q:\n%s", tc.want, out.String())
+			}
+			if tc.never != "" && strings.Contains(out.String(), tc.never) {
+				t.Errorf("output says %q:\n%s", tc.never, out.String())
+			}
+		})
+	}
+}

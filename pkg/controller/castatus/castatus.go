@@ -21,9 +21,10 @@ import (
 )
 
 // Sync writes obj's status from the leader's CAs, the injection summary, the distrust's status and the
-// Recovered condition (see Recovered; nil removes it), if it differs.
+// Recovered condition (see Recovered; nil removes it) and the further conditions the leader found
+// (APIsServed), if it differs.
 func Sync(ctx context.Context, client versioned.Interface, obj *certapiv1alpha1.CertificateAuthority, auth signer.Authorities,
-	injection *certapiv1alpha1.InjectionSummary, distrust *certapiv1alpha1.DistrustStatus, recovered *metav1.Condition) error {
+	injection *certapiv1alpha1.InjectionSummary, distrust *certapiv1alpha1.DistrustStatus, recovered *metav1.Condition, conditions ...metav1.Condition) error {
 	want := obj.DeepCopy()
 	st := &want.Status
 	st.CABundle = string(auth.Bundle())
@@ -65,6 +66,10 @@ func Sync(ctx context.Context, client versioned.Interface, obj *certapiv1alpha1.
 		meta.SetStatusCondition(&st.Conditions, c)
 	} else {
 		meta.RemoveStatusCondition(&st.Conditions, certapiv1alpha1.ConditionRecovered)
+	}
+	for _, c := range conditions {
+		c.ObservedGeneration = obj.Generation
+		meta.SetStatusCondition(&st.Conditions, c)
 	}
 
 	if apiequality.Semantic.DeepEqual(obj.Status, want.Status) {

@@ -1,13 +1,16 @@
 package castatus
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
+	"github.com/certapi/certapi/pkg/generated/clientset/versioned/fake"
 	"github.com/certapi/certapi/pkg/issuer"
 	"github.com/certapi/certapi/pkg/signer"
 	"github.com/certapi/certapi/pkg/signer/signertest"
@@ -149,5 +152,34 @@ func TestRecovered(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestSyncWritesFurtherConditions: the conditions the leader adds (APIsServed) are written beside Ready and
+// Rotating, at the object's generation, and replace what an earlier term wrote.
+func TestSyncWritesFurtherConditions(t *testing.T) {
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	auth := signer.Authorities{Active: signertest.NewCA(t, now, 8760*time.Hour)}
+	obj := &certapiv1alpha1.CertificateAuthority{ObjectMeta: metav1.ObjectMeta{Name: certapiv1alpha1.CertificateAuthorityName, Generation: 3}}
+	obj.Status.Conditions = []metav1.Condition{{Type: certapiv1alpha1.ConditionAPIsServed, Status: metav1.ConditionTrue,
+		Reason: certapiv1alpha1.APIsServedReasonAllServed, Message: "kube-apiserver v1.37.2 serves every API certapi uses"}}
+	client := fake.NewSimpleClientset(obj)
+	notServed := metav1.Condition{Type: certapiv1alpha1.ConditionAPIsServed, Status: metav1.ConditionFalse,
+		Reason: certapiv1alpha1.APIsServedReasonNotServed, Message: "kube-apiserver v1.33.7 serves no certificates.k8s.io/v1 podcertificaterequests"}
+	if err := Sync(context.Background(), client, obj, auth, nil, nil, nil, notServed); err != nil {
+		t.Fatal(err)
+	}
+	got, err := client.CertapiV1alpha1().CertificateAuthorities().Get(context.Background(), obj.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{certapiv1alpha1.ConditionReady, certapiv1alpha1.ConditionRotating, certapiv1alpha1.ConditionAPIsServed} {
+		if meta.FindStatusCondition(got.Status.Conditions, want) == nil {
+			t.Errorf("no %s condition in %+v", want, got.Status.Conditions)
+		}
+	}
+	c := meta.FindStatusCondition(got.Status.Conditions, certapiv1alpha1.ConditionAPIsServed)
+	if c == nil || c.Status != metav1.ConditionFalse || c.Message != notServed.Message || c.ObservedGeneration != 3 {
+		t.Errorf("APIsServed %+v; want False with %q at generation 3", c, notServed.Message)
 	}
 }

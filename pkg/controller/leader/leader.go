@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 
@@ -70,7 +72,7 @@ type Config struct {
 func Run(ctx context.Context, c Config) error {
 	defer metrics.ForgetTerm()
 	cc := controller.NewContext(c.ClusterDomain, c.Clients, c.Broadcaster)
-	served, err := servedCertificatesV1(c.Clients.Kube.Discovery())
+	apis, err := discoverAPIs(ctx, c.Clients.Kube.Discovery())
 	if err != nil {
 		return err
 	}
@@ -92,24 +94,20 @@ func Run(ctx context.Context, c Config) error {
 	}
 	term = append(term, controller.Named{Name: "secretdelivery", Runnable: delivery}, controller.Named{Name: "injector", Runnable: inj})
 	targets := []rotation.Target{inj}
-	if served[resourceClusterTrustBundles] {
+	if apis.On[apiClusterTrustBundle.Name] {
 		ctb, err := trustbundle.New(trustbundle.Options{Context: cc, Source: c.Issuer})
 		if err != nil {
 			return fmt.Errorf("building the ClusterTrustBundle publisher: %w", err)
 		}
 		targets = append(targets, ctb)
 		term = append(term, controller.Named{Name: "trustbundle", Runnable: ctb})
-	} else {
-		klog.FromContext(ctx).Info("kube-apiserver serves no certificates.k8s.io/v1 ClusterTrustBundles (Kubernetes 1.37 or later does): no ClusterTrustBundle is published")
 	}
-	if served[resourcePodCertificateRequests] {
+	if apis.On[apiPodCertificateRequest.Name] {
 		pcrs, err := podcert.New(podcert.Options{Context: cc, Authority: c.Issuer})
 		if err != nil {
 			return fmt.Errorf("building the PodCertificateRequest signer: %w", err)
 		}
 		term = append(term, controller.Named{Name: "podcert", Runnable: pcrs})
-	} else {
-		klog.FromContext(ctx).Info("kube-apiserver serves no certificates.k8s.io/v1 PodCertificateRequests (Kubernetes 1.37 or later does): signer certapi.dev/serving answers none")
 	}
 	// What a pending distrust waits for: the Secrets certapi delivers and, when certapi serves itself
 	// from its CA, every replica's own serving certificate.
@@ -126,7 +124,7 @@ func Run(ctx context.Context, c Config) error {
 	rot, err := rotation.New(rotation.Options{
 		Context: cc, Authority: c.Issuer, Targets: targets, Reissued: reissued,
 		Grace: c.RotationGrace, MaxCertificateDuration: c.MaxCertificateDuration, DistrustDeadline: c.DistrustDeadline,
-		Distrust: progress.of, BundleChanged: bundles.set,
+		Distrust: progress.of, BundleChanged: bundles.set, Conditions: []metav1.Condition{apis.Condition},
 	})
 	if err != nil {
 		return fmt.Errorf("building the CA rotation: %w", err)
@@ -137,4 +135,31 @@ func Run(ctx context.Context, c Config) error {
 		term = append(term, controller.Named{Name: "snapshots", Runnable: c.Snapshots})
 	}
 	return cc.RunTerm(ctx, term...)
+}
+
+// discoverAPIs finds out through discovery which of the optional APIs kube-apiserver serves (decideAPIs),
+// logs each one missing with what is off, and sets certapi_kube_api_served.
+func discoverAPIs(ctx context.Context, d discovery.DiscoveryInterface) (apisDecision, error) {
+	served, err := servedCertificatesV1(d)
+	if err != nil {
+		return apisDecision{}, err
+	}
+	version := ""
+	if v, err := d.ServerVersion(); err == nil {
+		version = v.GitVersion
+	} else {
+		klog.FromContext(ctx).Info("Cannot read kube-apiserver's version; the APIsServed condition names none", "err", err)
+	}
+	apis := decideAPIs(served, version)
+	for _, a := range optionalAPIs {
+		v := 0.0
+		if apis.On[a.Name] {
+			v = 1
+		}
+		metrics.KubeAPIServed.WithLabelValues(a.Name).Set(v)
+	}
+	for _, a := range apis.Missing {
+		klog.FromContext(ctx).Info(a.notServed(apis.Server)+"; everything else runs", "api", a.Name)
+	}
+	return apis, nil
 }

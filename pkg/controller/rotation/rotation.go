@@ -95,6 +95,9 @@ type Options struct {
 	BundleChanged func(ctx context.Context, bundle []byte)
 	// Clock tells the time for the next deadline; the real clock when nil.
 	Clock clock.PassiveClock
+	// Conditions are further conditions of CertificateAuthority/default the term found (APIsServed),
+	// written with the rest of its status.
+	Conditions []metav1.Condition
 }
 
 // Controller moves CA rotations on. Make one per leadership term with New; the term runs it.
@@ -295,7 +298,7 @@ func (c *Controller) sync(ctx context.Context, _ string) (controller.Result, err
 		c.recoveryAnnounced = true
 		c.recorder.Eventf(regarding(obj), nil, corev1.EventTypeWarning, recovered.Reason, "CreateCA", "%s", truncate(recovered.Message))
 	}
-	if err := castatus.Sync(ctx, c.client, obj, after, &summary, distrust, recovered); err != nil {
+	if err := castatus.Sync(ctx, c.client, obj, after, &summary, distrust, recovered, c.o.Conditions...); err != nil {
 		return controller.Result{}, err
 	}
 	return controller.Result{After: c.wait(after, policy)}, nil

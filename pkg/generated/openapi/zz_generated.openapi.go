@@ -347,7 +347,7 @@ func schema_pkg_apis_certapi_v1alpha1_CertificateAuthorityStatus(ref common.Refe
 							},
 						},
 						SchemaProps: spec.SchemaProps{
-							Description: "conditions: Ready and Rotating.",
+							Description: "conditions: Ready, Rotating and APIsServed (False when kube-apiserver lacks an API certapi uses, such as certificates.k8s.io/v1 PodCertificateRequests before Kubernetes 1.37: its message says what is off).",
 							Type:        []string{"array"},
 							Items: &spec.SchemaOrArray{
 								Schema: &spec.Schema{

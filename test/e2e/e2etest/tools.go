@@ -5,7 +5,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -14,18 +13,20 @@ import (
 	"github.com/certapi/certapi/test/framework"
 )
 
-// KubectlPath returns the kubectl to run: $KUBECTL, then the one `make tools` builds into _output/bin
-// (the version of kube-apiserver), then the one on PATH.
+// KubectlPath returns the kubectl to run: $KUBECTL, then framework.KubectlBinary ($KUBECTL_BIN, the one
+// of $KUBE_MINOR, or the one `make tools` builds into _output/bin: the version of kube-apiserver), then
+// the one on PATH when none of those is set or built.
 func KubectlPath(t testing.TB) string {
 	t.Helper()
 	if p := os.Getenv("KUBECTL"); p != "" {
 		return p
 	}
-	if root, err := framework.RepoRoot(); err == nil {
-		built := filepath.Join(root, "_output", "bin", "kubectl")
-		if _, err := os.Stat(built); err == nil {
-			return built
-		}
+	built, err := framework.KubectlBinary()
+	if err == nil {
+		return built
+	}
+	if os.Getenv(framework.EnvKubeMinor) != "" || os.Getenv(framework.EnvKubectlBin) != "" {
+		t.Fatal(err)
 	}
 	p, err := exec.LookPath("kubectl")
 	if err != nil {

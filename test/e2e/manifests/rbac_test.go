@@ -284,15 +284,18 @@ func TestManifestsRBACRunsCertapi(t *testing.T) {
 		b, _, _ := unstructured.NestedString(u.Object, "spec", "conversion", "webhook", "clientConfig", "caBundle")
 		return b != "", errors.New("no caBundle yet")
 	})
-	// 4. The signer-linked ClusterTrustBundle (create, and "attest" on the signer) and an annotated
+	// 4. The signer-linked ClusterTrustBundle (create, and "attest" on the signer), where kube-apiserver
+	// serves certificates.k8s.io/v1 ClusterTrustBundles (Kubernetes 1.37 or later), and an annotated
 	// ConfigMap (read and patched in any namespace).
-	waitFor("ClusterTrustBundle certapi.dev:serving:ca", time.Minute, func(ctx context.Context) (bool, error) {
-		b, err := kube.CertificatesV1().ClusterTrustBundles().Get(ctx, "certapi.dev:serving:ca", metav1.GetOptions{})
-		if err != nil {
-			return false, err
-		}
-		return b.Spec.TrustBundle != "", errors.New("no trustBundle yet")
-	})
+	if served, _ := testhelpers.Served(t, own.AdminConfig, "certificates.k8s.io/v1", "clustertrustbundles"); served {
+		waitFor("ClusterTrustBundle certapi.dev:serving:ca", time.Minute, func(ctx context.Context) (bool, error) {
+			b, err := kube.CertificatesV1().ClusterTrustBundles().Get(ctx, "certapi.dev:serving:ca", metav1.GetOptions{})
+			if err != nil {
+				return false, err
+			}
+			return b.Spec.TrustBundle != "", errors.New("no trustBundle yet")
+		})
+	}
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "trust", Namespace: ns, Annotations: map[string]string{"certapi.dev/inject-ca-bundle": "true"}}}
 	if _, err := kube.CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)

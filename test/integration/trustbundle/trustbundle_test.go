@@ -59,6 +59,7 @@ func (s *source) set(pem []byte) {
 
 func TestClusterTrustBundle(t *testing.T) {
 	cp := framework.StartT(t, framework.Options{SkipCertapi: true})
+	testhelpers.SkipUnlessServed(t, cp.AdminConfig, "certificates.k8s.io/v1", "clustertrustbundles")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 

@@ -153,6 +153,18 @@ endpoints. */}}
 {{- end -}}
 {{- end -}}
 
+{{/*
+Whether the cluster serves certificates.k8s.io/v1 ClusterTrustBundles, for which certapi publishes its
+bundle: "true" or empty. With helm install, from the cluster's discovery; with helm template (no cluster,
+as artifacts/deploy is rendered), from the Kubernetes version: 1.37 or later. On an older cluster certapi
+publishes no ClusterTrustBundle (its APIsServed condition says so), and the chart installs no policy for one.
+*/}}
+{{- define "certapi.servesClusterTrustBundles" -}}
+{{- if or (.Capabilities.APIVersions.Has "certificates.k8s.io/v1/ClusterTrustBundle") (semverCompare ">=1.37.0-0" .Capabilities.KubeVersion.Version) -}}
+true
+{{- end -}}
+{{- end -}}
+
 {{/* Refuses values that cannot work, with a message that says why. */}}
 {{- define "certapi.validate" -}}
 {{- /* A cluster that serves the policies (helm install), or a version that does (helm template, offline). */ -}}

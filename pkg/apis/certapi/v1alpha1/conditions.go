@@ -10,6 +10,18 @@ const (
 	// ConditionRecovered says that certapi found no CA record in its etcd (its data was lost and not
 	// restored) and created a new CA after it had published others, and what it did with those.
 	ConditionRecovered = "Recovered"
+	// ConditionAPIsServed says whether kube-apiserver serves every API certapi uses (certificates.k8s.io/v1
+	// ClusterTrustBundles and PodCertificateRequests, Kubernetes 1.37 or later) or, when not, what certapi
+	// leaves off for want of one: certapi runs everything else on an older Kubernetes.
+	ConditionAPIsServed = "APIsServed"
+)
+
+// Reasons of a CertificateAuthority's APIsServed condition.
+const (
+	// APIsServedReasonAllServed: kube-apiserver serves every API certapi uses.
+	APIsServedReasonAllServed = "AllServed"
+	// APIsServedReasonNotServed: kube-apiserver lacks an API; the message says which and what is off.
+	APIsServedReasonNotServed = "NotServed"
 )
 
 // Reasons of a CertificateAuthority's Rotating condition.

@@ -227,7 +227,8 @@ type CertificateAuthoritySpec struct {
 
 // CertificateAuthorityStatus shows the CA certificates and how far their bundle has reached.
 type CertificateAuthorityStatus struct {
-	// conditions: Ready and Rotating.
+	// conditions: Ready, Rotating and APIsServed (False when kube-apiserver lacks an API certapi uses, such
+	// as certificates.k8s.io/v1 PodCertificateRequests before Kubernetes 1.37: its message says what is off).
 	// +optional
 	// +listType=map
 	// +listMapKey=type

@@ -27,7 +27,8 @@ import (
 //
 // CertificateAuthorityStatus shows the CA certificates and how far their bundle has reached.
 type CertificateAuthorityStatusApplyConfiguration struct {
-	// conditions: Ready and Rotating.
+	// conditions: Ready, Rotating and APIsServed (False when kube-apiserver lacks an API certapi uses, such
+	// as certificates.k8s.io/v1 PodCertificateRequests before Kubernetes 1.37: its message says what is off).
 	Conditions []v1.ConditionApplyConfiguration `json:"conditions,omitempty"`
 	// observedGeneration is the spec generation this status describes.
 	ObservedGeneration *int64 `json:"observedGeneration,omitempty"`
