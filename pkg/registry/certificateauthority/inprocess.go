@@ -8,17 +8,15 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
-	"k8s.io/apiserver/pkg/registry/rest"
 
 	"github.com/certapi/certapi/pkg/apis/certapi"
 	"github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
+	"github.com/certapi/certapi/pkg/registry/inprocess"
 )
 
-// StatusUpdater writes CertificateAuthority/default's status in this process, through the status
-// subresource's storage and its strategy (spec and metadata kept as stored, the status validated): no
-// request through the loopback, so nothing that kube-apiserver or certapi's request metrics count. It
-// applies a change to the stored object as the storage reads it, so it never meets a stale
-// resourceVersion, and a writer that holds an older copy (the leader's CA status, guarded by the
+// StatusUpdater writes CertificateAuthority/default's status in this process (pkg/registry/inprocess),
+// its strategy keeping spec and metadata as stored and validating the status. A writer that holds an
+// older copy (the leader's CA status, guarded by the
 // resourceVersion it read) gets a conflict and reads again instead of undoing the change.
 type StatusUpdater struct {
 	status *StatusREST
@@ -37,8 +35,7 @@ func NewStatusUpdater(status *StatusREST, scheme *runtime.Scheme) *StatusUpdater
 func (u *StatusUpdater) UpdateStatus(ctx context.Context, mutate func(*v1alpha1.CertificateAuthority) bool) error {
 	// The storage keys objects by the request's namespace: none, for this cluster-scoped resource.
 	ctx = genericapirequest.WithNamespace(ctx, metav1.NamespaceNone)
-	info := &statusMutation{scheme: u.scheme, mutate: mutate}
-	_, _, err := u.status.Update(ctx, v1alpha1.CertificateAuthorityName, info, rest.ValidateAllObjectFunc, rest.ValidateAllObjectUpdateFunc, false, &metav1.UpdateOptions{})
+	err := inprocess.UpdateStatus[certapi.CertificateAuthority, v1alpha1.CertificateAuthority](ctx, u.status, u.scheme, "CertificateAuthority", v1alpha1.CertificateAuthorityName, mutate)
 	if apierrors.IsNotFound(err) {
 		return fmt.Errorf("CertificateAuthority/%s does not exist yet: %w", v1alpha1.CertificateAuthorityName, err)
 	}
@@ -46,33 +43,4 @@ func (u *StatusUpdater) UpdateStatus(ctx context.Context, mutate func(*v1alpha1.
 		return fmt.Errorf("writing the status of CertificateAuthority/%s: %w", v1alpha1.CertificateAuthorityName, err)
 	}
 	return nil
-}
-
-// statusMutation is the rest.UpdatedObjectInfo of one UpdateStatus.
-type statusMutation struct {
-	scheme *runtime.Scheme
-	mutate func(*v1alpha1.CertificateAuthority) bool
-}
-
-func (*statusMutation) Preconditions() *metav1.Preconditions { return nil }
-
-// UpdatedObject returns the stored object with mutate's change, or an unchanged copy of it, which the
-// storage then does not write. It never changes oldObj, which may be the watch cache's.
-func (m *statusMutation) UpdatedObject(_ context.Context, oldObj runtime.Object) (runtime.Object, error) {
-	old, ok := oldObj.(*certapi.CertificateAuthority)
-	if !ok {
-		return nil, fmt.Errorf("the stored object is a %T, not a CertificateAuthority", oldObj)
-	}
-	versioned := &v1alpha1.CertificateAuthority{}
-	if err := m.scheme.Convert(old.DeepCopy(), versioned, nil); err != nil {
-		return nil, fmt.Errorf("converting the stored CertificateAuthority: %w", err)
-	}
-	if !m.mutate(versioned) {
-		return old.DeepCopy(), nil
-	}
-	out := &certapi.CertificateAuthority{}
-	if err := m.scheme.Convert(versioned, out, nil); err != nil {
-		return nil, fmt.Errorf("converting the new status: %w", err)
-	}
-	return out, nil
 }
