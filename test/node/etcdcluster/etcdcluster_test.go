@@ -106,6 +106,19 @@ func install(t *testing.T) {
 
 // logPodsOnFailure logs, when the test has failed, the last lines of every certapi pod's log (and of its
 // previous container) and the namespace's events.
+// caCertificates is the CertificateAuthority's CAs as role and subject key id, in order: what a
+// disruption must leave as it was.
+func caCertificates(ca *certapiv1alpha1.CertificateAuthority) string {
+	if ca == nil {
+		return "none"
+	}
+	var parts []string
+	for _, c := range ca.Status.Certificates {
+		parts = append(parts, fmt.Sprintf("%s:%s", c.Role, c.SubjectKeyID))
+	}
+	return strings.Join(parts, ",")
+}
+
 func logPodsOnFailure(t *testing.T) {
 	t.Helper()
 	t.Cleanup(func() {

@@ -34,7 +34,8 @@ func TestQuorumLost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	firstCA := ca.Status.Active.SubjectKeyID
+	// The CAs as they are before: an earlier test of the package may have left a Retiring one.
+	before := caCertificates(ca)
 
 	const loadNS = "quorum-lost"
 	nodetest.Kubectl(t, cp, "create", "namespace", loadNS)
@@ -105,7 +106,7 @@ func TestQuorumLost(t *testing.T) {
 		t.Errorf("the load's ServingCertRequest after the outage: %v", err)
 	}
 	ca, err = certapi.CertapiV1alpha1().CertificateAuthorities().Get(ctx, "default", metav1.GetOptions{})
-	if err != nil || ca.Status.Active.SubjectKeyID != firstCA || len(ca.Status.Certificates) != 1 {
-		t.Errorf("the CA changed through the outage: %v %+v", err, ca.Status.Certificates)
+	if err != nil || caCertificates(ca) != before {
+		t.Errorf("the CAs changed through the outage: %v: before %s, after %s", err, before, caCertificates(ca))
 	}
 }
