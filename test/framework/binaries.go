@@ -13,6 +13,8 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+
+	"github.com/certapi/certapi/test/testhelpers"
 )
 
 // ModulePath is the Go module path of the repository the framework belongs to.
@@ -38,7 +40,7 @@ const (
 	// instead of `make tools`' own: those `hack/build-tools.sh kube-1.33` builds into
 	// <repo>/_output/kube/v1.33/bin from the module hack/tools/kube-1.33 (what `make test-matrix` runs).
 	// KUBE_APISERVER_BIN and KUBECTL_BIN still win over it.
-	EnvKubeMinor = "KUBE_MINOR"
+	EnvKubeMinor = testhelpers.EnvKubeMinor
 )
 
 // kubeMinorTools are the binaries EnvKubeMinor picks from <repo>/_output/kube/v<minor>/bin.
