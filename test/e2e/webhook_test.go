@@ -344,18 +344,21 @@ func TestZeroFailureRotation(t *testing.T) {
 	var mu sync.Mutex
 	var calls, failures int
 	var firstFailure error
-	record := func(err error) {
+	record := func(what string, err error) {
 		mu.Lock()
 		defer mu.Unlock()
 		calls++
 		if err != nil {
 			failures++
+			// Each failure is logged when it happens, with the phase the CA was in, so a failure in CI
+			// can be placed against certapi's log lines.
+			t.Logf("%s: call to %s failed: %v", time.Now().Format("15:04:05.000"), what, err)
 			if firstFailure == nil {
-				firstFailure = err
+				firstFailure = fmt.Errorf("%s: %w", what, err)
 			}
 		}
 	}
-	loop := func(call func(ctx context.Context, i int) error) {
+	loop := func(what string, call func(ctx context.Context, i int) error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -366,27 +369,28 @@ func TestZeroFailureRotation(t *testing.T) {
 				case <-time.After(100 * time.Millisecond):
 				}
 				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-				record(call(ctx, i))
+				record(what, call(ctx, i))
 				cancel()
 			}
 		}()
 	}
-	loop(func(ctx context.Context, i int) error {
+	loop("the webhook (ConfigMap create)", func(ctx context.Context, i int) error {
 		_, err := kube.CoreV1().ConfigMaps(ns).Create(ctx, configMap("r-"+strconv.Itoa(i)), metav1.CreateOptions{})
 		return err
 	})
-	loop(func(ctx context.Context, i int) error {
+	loop("certapi (ServingCertRequest list)", func(ctx context.Context, i int) error {
 		_, err := c.CertapiV1alpha1().ServingCertRequests(ns).List(ctx, metav1.ListOptions{})
 		return err
 	})
 
 	e2etest.UpdateCA(t, c, func(ca *certapiv1alpha1.CertificateAuthority) { ca.Spec.ForceRotation = "zero-failure" })
 	var newSerial string
-	t.Logf("forced rotation requested at %s", time.Now().Format(time.RFC3339))
+	t.Logf("%s: forced rotation requested", time.Now().Format("15:04:05.000"))
 	e2etest.Eventually(t, 60*time.Second, "the switch to the new CA", func(context.Context) (bool, error) {
 		newSerial = e2etest.CAObject(t, c).Status.Active.SerialNumber
 		return newSerial != old, nil
 	})
+	t.Logf("%s: the new CA signs", time.Now().Format("15:04:05.000"))
 	// Both serving certificates move to the new CA without a restart.
 	e2etest.Eventually(t, 60*time.Second, "the webhook's certificate from the new CA", func(context.Context) (bool, error) {
 		cert, err := w.source.GetCertificate(nil)
@@ -395,6 +399,7 @@ func TestZeroFailureRotation(t *testing.T) {
 	e2etest.Eventually(t, 60*time.Second, "certapi's own certificate from the new CA", func(context.Context) (bool, error) {
 		return servedIssuer(t, own) == newSerial, nil
 	})
+	t.Logf("%s: the webhook and certapi serve certificates from the new CA", time.Now().Format("15:04:05.000"))
 	// The old CA leaves the bundle (20 s after the switch in this plane), and every target follows.
 	var where string
 	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 90*time.Second, true, func(ctx context.Context) (bool, error) {
@@ -415,6 +420,7 @@ func TestZeroFailureRotation(t *testing.T) {
 	if err != nil {
 		t.Fatalf("waiting for the old CA to leave every bundle: %v; last seen: %s", err, where)
 	}
+	t.Logf("%s: the old CA left every bundle", time.Now().Format("15:04:05.000"))
 	// A few more calls on the final bundle alone.
 	mu.Lock()
 	n := calls
