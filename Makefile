@@ -45,8 +45,13 @@ CLIENT_PACKAGES := $(foreach m,$(CLIENT_MODULES),github.com/certapi/certapi/$(m)
 # The kubectl plugins' platforms of the release that make test and make e2e build for test/release:
 # cross-building darwin and windows is left to `make release`.
 TEST_PLATFORMS := linux/amd64,linux/arm64
+# The Kubernetes minors certapi supports, oldest first (each older one has its tools module
+# hack/tools/kube-<minor>; the newest is hack/tools'). make test runs the core end-to-end cases against the
+# oldest as well as everything against the newest; make test-matrix runs them against every one.
+MINORS ?= 1.33 1.34 1.35 1.36 1.37
+OLDEST_MINOR := $(firstword $(MINORS))
 
-.PHONY: all build tools test verify unit integration e2e codegen manifests docs local-up image images release module-versions clean test-matrix
+.PHONY: all build tools tools-oldest test verify unit integration e2e codegen manifests docs local-up image images release module-versions clean test-matrix
 
 all: build
 
@@ -101,6 +106,11 @@ module-versions:
 	@test -n "$(filter v%,$(VERSION))" || { echo "make module-versions: set VERSION=vX.Y.Z" >&2; exit 2; }
 	$(GO) run ./hack/release --set-module-versions $(VERSION)
 
+## tools-oldest: kube-apiserver and kubectl of the oldest supported minor, OLDEST_MINOR, into
+## _output/kube/v$(OLDEST_MINOR)/bin (hack/build-tools.sh kube-$(OLDEST_MINOR); skipped when current)
+tools-oldest:
+	./hack/build-tools.sh kube-$(OLDEST_MINOR)
+
 ## tools: kube-apiserver, etcd, kubectl, podcertnode, kubenode (kubelet, kube-proxy, kube-controller-manager,
 ## kube-scheduler), promtool, prometheus, helm and coredns from the Go module proxy into _output/bin (each
 ## group skipped when current; prometheus, helm and coredns are modules of their own under hack/tools)
@@ -150,20 +160,27 @@ e2e: PLATFORMS = $(TEST_PLATFORMS)
 e2e: tools build images release
 	$(MAKE) --no-print-directory -j2 --output-sync=target e2e-node e2e-other
 
-.PHONY: e2e-node e2e-other
+.PHONY: e2e-node e2e-other e2e-oldest unit-then-oldest
 e2e-node:
 	CERTAPI_BIN=$(BIN)/certapi $(STATIC) $(GO) test -count=1 -p 1 -timeout $(E2E_TIMEOUT) ./test/node/...
 e2e-other:
 	CERTAPI_BIN=$(BIN)/certapi $(STATIC) $(GO) test -count=1 -timeout $(E2E_TIMEOUT) $$($(GO) list ./test/... | grep -v /test/node)
+## e2e-oldest: the core end-to-end cases of test-matrix against the oldest supported minor; its results go to
+## _output/matrix (docs/matrix is written only by make test-matrix)
+e2e-oldest: tools-oldest
+	CERTAPI_BIN=$(BIN)/certapi $(STATIC) $(GO) run ./hack/matrix -minors "$(OLDEST_MINOR)" -results _output/matrix -timeout $(E2E_TIMEOUT)
+unit-then-oldest: unit
+	$(MAKE) --no-print-directory e2e-oldest
 
-## test: everything CI runs: verify; the tools, certapi, the images and a release for TEST_PLATFORMS; then
-## three jobs side by side (each one's output printed whole when it ends): the unit tests, the packages of
-## test/node one after another, and the rest of test/. Building the unit tests under the race detector
+## test: everything CI runs: verify; the tools (those of the oldest supported minor too), certapi, the images
+## and a release for TEST_PLATFORMS; then three jobs side by side (each one's output printed whole when it
+## ends): the unit tests and after them the core cases against the oldest minor (e2e-oldest), the packages
+## of test/node one after another, and the rest of test/. Building the unit tests under the race detector
 ## keeps both cores busy, while the tests under test/ mostly wait on their processes (docs/development.md,
 ## "Build times"). The unit tests bind only ephemeral ports, test/framework's processes ports below that range.
 test: PLATFORMS = $(TEST_PLATFORMS)
-test: verify tools build images release
-	$(MAKE) --no-print-directory -j3 --output-sync=target unit e2e-node e2e-other
+test: verify tools tools-oldest build images release
+	$(MAKE) --no-print-directory -j3 --output-sync=target unit-then-oldest e2e-node e2e-other
 
 ## test-matrix: the core end-to-end cases (hack/internal/matrix: issuance, Secrets, injection into every target
 ## kind, rotation and distrust, ClusterTrustBundles, pod certificates, the plugins, the deploy manifests and
@@ -171,8 +188,7 @@ test: verify tools build images release
 ## Kubernetes minor of MINORS, one minor after another: each older minor is built from its own module
 ## hack/tools/kube-<minor> (hack/tools/new-kube-minor.sh writes it) into _output/kube/v<minor>/bin. Writes
 ## docs/matrix/kubernetes-<minor>.json and the supported-versions table of docs/install.md from them (commit
-## both). Not part of `make test`.
-MINORS ?= 1.33 1.37
+## both). `make test` runs the same cases against OLDEST_MINOR only (e2e-oldest), writing no docs.
 test-matrix: build
 	CERTAPI_BIN=$(BIN)/certapi $(STATIC) $(GO) run ./hack/matrix -minors "$(MINORS)" -timeout $(E2E_TIMEOUT); \
 	  status=$$?; $(STATIC) $(GO) run ./hack/docgen && exit $$status

@@ -31,10 +31,12 @@ func main() {
 	root := flag.String("root", ".", "The repository's root directory.")
 	minors := flag.String("minors", "", `The Kubernetes minors to run, separated by spaces, e.g. "1.33 1.37".`)
 	timeout := flag.Duration("timeout", 40*time.Minute, "go test -timeout of each package.")
+	results := flag.String("results", matrix.ResultsDir, "Where kubernetes-<minor>.json is written, relative to -root. "+
+		"make test runs the oldest minor with _output/matrix, so that a test run leaves docs/matrix (what make docs reads) as it was.")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	failed, err := run(ctx, *root, strings.Fields(*minors), *timeout)
+	failed, err := run(ctx, *root, *results, strings.Fields(*minors), *timeout)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "matrix:", err)
 		os.Exit(1)
@@ -44,7 +46,7 @@ func main() {
 	}
 }
 
-func run(ctx context.Context, root string, minors []string, timeout time.Duration) (failed bool, err error) {
+func run(ctx context.Context, root, results string, minors []string, timeout time.Duration) (failed bool, err error) {
 	if len(minors) == 0 {
 		return false, fmt.Errorf(`no minor named: -minors "1.33 1.37"`)
 	}
@@ -64,7 +66,7 @@ func run(ctx context.Context, root string, minors []string, timeout time.Duratio
 		if !regexp.MustCompile(`^1\.[0-9]+$`).MatchString(minor) {
 			return false, fmt.Errorf("minor %q: want e.g. 1.33", minor)
 		}
-		r, err := runMinor(ctx, root, minor, minor == current, certapi, timeout)
+		r, err := runMinor(ctx, root, results, minor, minor == current, certapi, timeout)
 		if err != nil {
 			return false, err
 		}
@@ -88,7 +90,7 @@ func run(ctx context.Context, root string, minors []string, timeout time.Duratio
 }
 
 // runMinor builds minor's tools and runs every package's tests against them.
-func runMinor(ctx context.Context, root, minor string, current bool, certapi string, timeout time.Duration) (matrix.Results, error) {
+func runMinor(ctx context.Context, root, results, minor string, current bool, certapi string, timeout time.Duration) (matrix.Results, error) {
 	module, group := filepath.Join(root, "hack", "tools"), "kube"
 	env := os.Environ()
 	if !current {
@@ -143,6 +145,7 @@ func runMinor(ctx context.Context, root, minor string, current bool, certapi str
 			tests = append(tests, matrix.TestResult{Test: matrix.Test{Package: pkg, Name: "(package " + pkg + ")"}, Result: matrix.Fail})
 		}
 		r.Tests = append(r.Tests, tests...)
+		printFailures(os.Stdout, minor, buf.Bytes(), tests)
 		fmt.Printf("Kubernetes %s: ./%s done; its go test -json output is in %s\n", minor, pkg, raw)
 	}
 	r.Seconds = time.Since(start).Round(time.Second).Seconds()
@@ -150,7 +153,7 @@ func runMinor(ctx context.Context, root, minor string, current bool, certapi str
 	if err != nil {
 		return matrix.Results{}, err
 	}
-	path := filepath.Join(root, matrix.ResultsDir, "kubernetes-"+minor+".json")
+	path := filepath.Join(root, results, "kubernetes-"+minor+".json")
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return matrix.Results{}, err
 	}
@@ -159,6 +162,32 @@ func runMinor(ctx context.Context, root, minor string, current bool, certapi str
 	}
 	fmt.Printf("Kubernetes %s: results in %s (`make docs` writes the table of docs/install.md from them)\n", minor, path)
 	return r, nil
+}
+
+// printFailures prints, for each failed test of tests, the messages its test files logged (the
+// "x_test.go:12: ..." lines of its go test -json output), so that a failure is readable where the run is
+// read and not only in the JSON files.
+func printFailures(w io.Writer, minor string, goTestJSON []byte, tests []matrix.TestResult) {
+	failed := map[string]bool{}
+	for _, t := range tests {
+		if t.Result == matrix.Fail {
+			failed[t.Name] = true
+		}
+	}
+	if len(failed) == 0 {
+		return
+	}
+	message := regexp.MustCompile(`^\s*[A-Za-z0-9_]+_test\.go:[0-9]+: `)
+	for _, line := range bytes.Split(goTestJSON, []byte("\n")) {
+		var e struct{ Action, Test, Output string }
+		if json.Unmarshal(line, &e) != nil || e.Action != "output" {
+			continue
+		}
+		top, _, _ := strings.Cut(e.Test, "/")
+		if failed[top] && message.MatchString(e.Output) {
+			fmt.Fprintf(w, "FAIL %s: %s: %s", minor, e.Test, strings.TrimLeft(e.Output, " \t"))
+		}
+	}
 }
 
 // moduleKubernetes returns the minor and version of k8s.io/kubernetes that the tools module in dir requires.
