@@ -157,6 +157,8 @@ type Member struct {
 
 	// reportedNoData is when this member last reported that it has no data (while starting).
 	reportedNoData time.Time
+	// lastJoinRefusal is the members that last refused to add this one, logged when it changes.
+	lastJoinRefusal string
 
 	mu     sync.Mutex
 	cert   *MemberCertificate
@@ -337,7 +339,7 @@ func (m *Member) startOnce(ctx context.Context, lastReason *string) error {
 			}
 			klog.InfoS("Moved the data of this removed etcd member aside", "member", m.cfg.Name, "to", aside)
 		}
-		initial, err := m.join(ctx, answered, plan.Remove)
+		initial, err := m.join(ctx, answered, joinCandidates(answered, members, disc.ClientURLs, m.cfg.ClientURL), plan.Remove)
 		if err != nil {
 			return err
 		}
@@ -400,23 +402,83 @@ func (m *Member) memberList(ctx context.Context, urls []string) (string, []Entry
 	return "", nil
 }
 
-// join removes this member's stale entries and adds it as a learner through the member at url; it
-// returns the initial cluster to start with.
-func (m *Member) join(ctx context.Context, url string, stale []uint64) (string, error) {
+// joinCandidates are the client URLs to ask, in turn, to add this member: the member that answered the
+// member list first, then the other voting members' advertised client URLs, then every other member found.
+// etcd's strict reconfiguration check refuses an add on a member that has not been connected to a
+// quorum of voters for 5 s; that is a fact about the member asked, not the cluster, so another may accept.
+func joinCandidates(answered string, members []Entry, discovered []string, self string) []string {
+	out := []string{answered}
+	add := func(u string) {
+		if u != "" && u != self && !slices.Contains(out, u) {
+			out = append(out, u)
+		}
+	}
+	for _, e := range members {
+		if !e.IsLearner {
+			for _, u := range e.ClientURLs {
+				add(u)
+			}
+		}
+	}
+	for _, u := range discovered {
+		add(u)
+	}
+	return out
+}
+
+// join removes this member's stale entries through the member at url and adds it as a learner through
+// the first of candidates that accepts; it returns the initial cluster to start with.
+func (m *Member) join(ctx context.Context, url string, candidates []string, stale []uint64) (string, error) {
+	if len(stale) > 0 {
+		c, err := m.client(ctx, []string{url})
+		if err != nil {
+			return "", err
+		}
+		for _, id := range stale {
+			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			_, err := c.MemberRemove(cctx, id)
+			cancel()
+			if err != nil && !errors.Is(err, rpctypes.ErrMemberNotFound) {
+				_ = c.Close()
+				return "", fmt.Errorf("removing the stale entry %x of this member: %w", id, err)
+			}
+			klog.InfoS("Removed a stale etcd member entry of this member (its data was lost)", "member", m.cfg.Name, "id", fmt.Sprintf("%x", id))
+		}
+		_ = c.Close()
+	}
+	var refusals []string
+	for _, u := range candidates {
+		initial, err := m.addAsLearner(ctx, u)
+		switch {
+		case err == nil:
+			m.lastJoinRefusal = ""
+			return initial, nil
+		case errors.Is(err, rpctypes.ErrTooManyLearners):
+			klog.InfoS("Another etcd member is joining; waiting for it to be promoted", "member", m.cfg.Name)
+			return "", errWait
+		case errors.Is(err, rpctypes.ErrUnhealthy):
+			// etcd adds a member only through a member that has been connected to a quorum of voters for
+			// 5 s: after a restart or a join, the next join waits that long. Ask the next member.
+			refusals = append(refusals, u)
+			continue
+		}
+		return "", fmt.Errorf("adding this member as a learner through %s: %w", u, err)
+	}
+	if msg := strings.Join(refusals, ", "); msg != m.lastJoinRefusal {
+		klog.InfoS("Every etcd member asked refused to add this one for now (not connected to a quorum of voters for 5 s); trying again",
+			"member", m.cfg.Name, "refusedBy", refusals)
+		m.lastJoinRefusal = msg
+	}
+	return "", errWait
+}
+
+// addAsLearner asks the member at url to add this member as a learner and returns the initial cluster.
+func (m *Member) addAsLearner(ctx context.Context, url string) (string, error) {
 	c, err := m.client(ctx, []string{url})
 	if err != nil {
 		return "", err
 	}
 	defer func() { _ = c.Close() }()
-	for _, id := range stale {
-		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		_, err := c.MemberRemove(cctx, id)
-		cancel()
-		if err != nil && !errors.Is(err, rpctypes.ErrMemberNotFound) {
-			return "", fmt.Errorf("removing the stale entry %x of this member: %w", id, err)
-		}
-		klog.InfoS("Removed a stale etcd member entry of this member (its data was lost)", "member", m.cfg.Name, "id", fmt.Sprintf("%x", id))
-	}
 	// Raft drops a configuration change proposed while another is unapplied (two members joining at the
 	// same moment), and the call then waits for nothing: keep the wait short and try again. Should the
 	// add have been applied after all, the next attempt finds it as a stale entry of this member's peer
@@ -425,19 +487,9 @@ func (m *Member) join(ctx context.Context, url string, stale []uint64) (string, 
 	resp, err := c.MemberAddAsLearner(cctx, []string{m.cfg.PeerURL})
 	cancel()
 	if err != nil {
-		switch {
-		case errors.Is(err, rpctypes.ErrTooManyLearners):
-			klog.InfoS("Another etcd member is joining; waiting for it to be promoted", "member", m.cfg.Name)
-			return "", errWait
-		case errors.Is(err, rpctypes.ErrUnhealthy):
-			// etcd adds a member only when every voting member has been connected for a while (5 s):
-			// after a restart or a join, the next join waits that long.
-			klog.V(1).InfoS("The etcd cluster has a member that connected only just now; waiting to join", "member", m.cfg.Name)
-			return "", errWait
-		}
-		return "", fmt.Errorf("adding this member as a learner: %w", err)
+		return "", err
 	}
-	klog.InfoS("Added this member as an etcd learner", "member", m.cfg.Name, "id", fmt.Sprintf("%x", resp.Member.ID))
+	klog.InfoS("Added this member as an etcd learner", "member", m.cfg.Name, "id", fmt.Sprintf("%x", resp.Member.ID), "through", url)
 	var parts []string
 	for _, mm := range resp.Members {
 		switch {

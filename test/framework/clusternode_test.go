@@ -25,13 +25,17 @@ const probeImage = "certapi-test/probe:dev"
 // Service's names inside that pod (cluster DNS), and checks that stopping the control plane leaves nothing
 // of the node on the machine: no bridge, mount, network namespace, shim, cgroup or KUBE-* chain.
 func TestNodeRunsPods(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
+	buildCtx, cancelBuild := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancelBuild()
 	archive := filepath.Join(t.TempDir(), "probe.tar")
-	if err := framework.BuildTestImage(ctx, "./test/framework/testdata/probe", probeImage, archive); err != nil {
+	if err := framework.BuildTestImage(buildCtx, "./test/framework/testdata/probe", probeImage, archive); err != nil {
 		t.Fatal(err)
 	}
+	// StartT may wait for another package's node to end first (one node at a time on a machine): the
+	// test's own deadline starts once its node is up.
 	cp := framework.StartT(t, framework.Options{SkipCertapi: true, Node: true, NodeImages: []string{archive}})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
 	cs, err := kubernetes.NewForConfig(cp.AdminConfig)
 	if err != nil {
 		t.Fatal(err)
