@@ -23,8 +23,9 @@
 # hack/update-manifests.sh"; generated files the chart no longer renders are removed. The READMEs, the
 # Dockerfile and the rest of artifacts/monitoring are written by hand.
 #
-# Each overlay is then built with `kubectl kustomize` (kubectl on PATH, else _output/bin/kubectl) and must
-# give exactly the objects of its chart rendering: the script fails otherwise.
+# The base and each overlay are then built with `kubectl kustomize` and must give exactly the objects of
+# their chart rendering: the script fails otherwise. kubectl is the tests' (_output/bin/kubectl), else one
+# on PATH, else the script builds the tests' (hack/build-tools.sh kube, as `make tools` would next).
 #
 # Usage: hack/update-manifests.sh [OUTPUT_ROOT]
 # OUTPUT_ROOT defaults to the repository; hack/verify-manifests.sh renders into a copy and compares.
@@ -334,7 +335,14 @@ KUSTOMIZATION
 
 # Each kustomization must build to exactly what the chart renders: compare it, built, with a kustomization
 # of the rendered files (the same images), built with the same kubectl.
-KUBECTL="$(command -v kubectl || echo "${ROOT}/_output/bin/kubectl")"
+KUBECTL="${ROOT}/_output/bin/kubectl"
+if [[ ! -x "${KUBECTL}" ]]; then
+  if command -v kubectl >/dev/null 2>&1; then
+    KUBECTL="$(command -v kubectl)"
+  else
+    "${ROOT}/hack/build-tools.sh" kube
+  fi
+fi
 # reference NAME FILE...: a kustomization of FILEs in ${TMP}/ref/NAME, built.
 reference() {
   local dir="${TMP}/ref/$1" i=0
