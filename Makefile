@@ -133,7 +133,8 @@ docs:
 	$(STATIC) $(GO) run ./hack/docgen
 
 ## verify: generated code, the manifests rendered from the Helm chart (builds helm when it is not
-## current), the generated docs, formatting and vet (of the client modules too)
+## current, and kubectl when none is at hand, to build each kustomization), the generated docs, formatting
+## and vet (of the client modules too)
 verify:
 	$(STATIC) ./hack/verify-codegen.sh
 	./hack/verify-manifests.sh
@@ -194,11 +195,12 @@ test-matrix: build
 	  status=$$?; $(STATIC) $(GO) run ./hack/docgen && exit $$status
 
 ## local-up: the demo: etcd, kube-apiserver, certapi and the example webhook on loopback, a walkthrough, until Ctrl-C.
-## NODE=1 adds a real node (needs root) and runs certapi on it as a pod from artifacts/deploy/overlays/single-replica.
+## NODE=1 adds a real node (needs root) and runs certapi on it as a pod from artifacts/deploy/overlays/single-replica;
+## NODE=1 HA=1 installs the HA default there instead, artifacts/deploy/base: three replicas forming one etcd cluster.
 ## It builds only the tools it runs (hack/local-up.sh: hack/build-tools.sh kube, and node with NODE=1), not
 ## Prometheus or helm.
 local-up: build $(if $(NODE),images)
-	$(STATIC) ./hack/local-up.sh $(if $(NODE),--node)
+	$(STATIC) ./hack/local-up.sh $(if $(NODE),--node) $(if $(HA),--ha)
 
 clean:
 	rm -rf _output

@@ -10,7 +10,10 @@
 // containerd, kubelet, kube-proxy, kube-controller-manager, kube-scheduler, CoreDNS; it needs root and the
 // images of `make images`), and certapi runs as a pod, installed the way a user installs it, from
 // artifacts/deploy/overlays/single-replica (framework's InstallCertapiSingleReplica), instead of as a
-// process; the walkthrough is the same.
+// process; the walkthrough is the same. With --node --ha (make local-up NODE=1 HA=1) certapi is installed
+// from artifacts/deploy/base instead, what the Helm chart installs by default: three replicas in a
+// StatefulSet whose embedded etcd members form one etcd cluster, all three on the one node
+// (InstallCertapiHA).
 //
 // hack/local-up.sh (make local-up) builds what it needs into _output/bin and runs it. The line
 // "certapi local-up: ready" (readyMarker) is printed once everything is up; tests wait for it.
@@ -97,14 +100,19 @@ func main() {
 	dir := flag.String("dir", filepath.Join("_output", "local"), "Directory for the stack's PKI, data, logs and kubeconfig; emptied at start.")
 	bin := flag.String("bin-dir", "", "Directory holding example-webhook, kubectl-create-servingcertrequest and kubectl-certapi (and kubectl, else kubectl is looked up on PATH). Default: <repository>/_output/bin.")
 	node := flag.Bool("node", false, "Also run a real node (containerd, kubelet, kube-proxy, kube-controller-manager, kube-scheduler, CoreDNS; needs root and `make images`) and install certapi on it as a pod from artifacts/deploy/overlays/single-replica, instead of running it as a process.")
+	ha := flag.Bool("ha", false, "With --node: install the highly available default instead, artifacts/deploy/base: three certapi replicas whose embedded etcd members form one etcd cluster, on the one node.")
 	flag.Parse()
-	if err := run(*dir, *bin, *node); err != nil {
+	if *ha && !*node {
+		fmt.Fprintln(os.Stderr, "local-up: --ha installs certapi on the node: give --node too (make local-up NODE=1 HA=1)")
+		os.Exit(2)
+	}
+	if err := run(*dir, *bin, *node, *ha); err != nil {
 		fmt.Fprintf(os.Stderr, "local-up: %v\n", err)
 		os.Exit(1)
 	}
 }
 
-func run(dirFlag, binFlag string, node bool) error {
+func run(dirFlag, binFlag string, node, ha bool) error {
 	root, err := framework.RepoRoot()
 	if err != nil {
 		return err
@@ -141,7 +149,7 @@ func run(dirFlag, binFlag string, node bool) error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	d := &demo{root: root, dir: dir, bin: bin, kubectl: kubectl, out: os.Stdout, node: node}
+	d := &demo{root: root, dir: dir, bin: bin, kubectl: kubectl, out: os.Stdout, node: node, ha: ha}
 	defer d.stop()
 	if err := d.up(ctx); err != nil {
 		if ctx.Err() != nil {
@@ -169,6 +177,8 @@ type demo struct {
 	out                     io.Writer
 	// node runs a real node and certapi as a pod on it (--node).
 	node bool
+	// ha installs artifacts/deploy/base on the node, three replicas, instead of the single replica (--ha).
+	ha bool
 
 	cp       *framework.ControlPlane
 	progress *os.File
@@ -185,7 +195,7 @@ type demo struct {
 func (d *demo) up(ctx context.Context) error {
 	if d.node {
 		fmt.Fprintf(d.out, "certapi local-up: etcd and kube-apiserver on 127.0.0.1 with a node (containerd, kubelet, kube-proxy, CoreDNS),\n"+
-			"certapi as a pod from artifacts/deploy/overlays/single-replica, then the example webhook of %s.\n", exampleDir)
+			"certapi as %s from %s, then the example webhook of %s.\n", d.certapiPods(), d.kustomization(), exampleDir)
 	} else {
 		fmt.Fprintf(d.out, "certapi local-up: etcd, kube-apiserver and certapi on 127.0.0.1, then the example webhook of %s.\n", exampleDir)
 	}
@@ -206,6 +216,22 @@ func (d *demo) up(ctx context.Context) error {
 	}
 	fmt.Fprintln(d.out, readyMarker)
 	return nil
+}
+
+// kustomization is what certapi is installed from with --node.
+func (d *demo) kustomization() string {
+	if d.ha {
+		return "artifacts/deploy/base"
+	}
+	return "artifacts/deploy/overlays/single-replica"
+}
+
+// certapiPods says how certapi runs on the node.
+func (d *demo) certapiPods() string {
+	if d.ha {
+		return "three pods (one etcd cluster)"
+	}
+	return "a pod"
 }
 
 // 1. The control plane, and certapi's registration as kube-apiserver sees it.
@@ -241,9 +267,13 @@ func (d *demo) controlPlane(ctx context.Context) error {
 	}
 	d.cp = cp
 	if d.node {
-		fmt.Fprintf(d.out, "   node %s up; installing certapi as users do: kubectl apply -k artifacts/deploy/overlays/single-replica\n", cp.ClusterNode.Name)
+		fmt.Fprintf(d.out, "   node %s up; installing certapi as users do: kubectl apply -k %s\n", cp.ClusterNode.Name, d.kustomization())
 		fmt.Fprintln(d.out, "   (with the Secret certapi-encryption-config and the image certapi.tar of `make images`) ...")
-		if err := cp.InstallCertapiSingleReplica(startCtx, "--rotation-grace="+rotationGrace.String()); err != nil {
+		install := cp.InstallCertapiSingleReplica
+		if d.ha {
+			install = cp.InstallCertapiHA
+		}
+		if err := install(startCtx, "--rotation-grace="+rotationGrace.String()); err != nil {
 			return err
 		}
 	}
@@ -290,8 +320,8 @@ func (d *demo) controlPlane(ctx context.Context) error {
 	fmt.Fprintf(d.out, "1. certapi is registered: APIService %s Available, caBundle injected by certapi itself (CA serial %s)\n",
 		framework.CertapiAPIService, serial)
 	if d.node {
-		fmt.Fprintf(d.out, "   up in %s: etcd %s, kube-apiserver %s, node %s (pods in %s), certapi as a pod in %s\n", up, d.cp.EtcdEndpoint,
-			d.cp.APIServerURL, d.cp.ClusterNode.IP, d.cp.ClusterNode.PodCIDR, framework.CertapiNamespace)
+		fmt.Fprintf(d.out, "   up in %s: etcd %s, kube-apiserver %s, node %s (pods in %s), certapi as %s in %s\n", up, d.cp.EtcdEndpoint,
+			d.cp.APIServerURL, d.cp.ClusterNode.IP, d.cp.ClusterNode.PodCIDR, d.certapiPods(), framework.CertapiNamespace)
 	} else {
 		fmt.Fprintf(d.out, "   up in %s: etcd %s, kube-apiserver %s, certapi %s\n", up, d.cp.EtcdEndpoint, d.cp.APIServerURL, d.cp.CertapiURL)
 	}
@@ -592,7 +622,14 @@ func (d *demo) whatNext() {
 		{"kubectl get clustertrustbundle " + podCertBundle + " -o yaml", "the bundle pods mount, kept by certapi"},
 		{"kubectl certapi check", "exit status 0 while certapi serves"},
 	}
-	if d.node {
+	switch {
+	case d.ha:
+		lines = append(lines,
+			[2]string{"kubectl get pods -A -o wide", "certapi-0, -1, -2 and CoreDNS on node " + d.cp.ClusterNode.Name},
+			[2]string{"kubectl get certificateauthority default -o jsonpath='{.status.etcd}'", "the three etcd members, the etcd leader"},
+			[2]string{"kubectl logs -n " + framework.CertapiNamespace + " certapi-1", "a replica's log: its member joined, promoted"},
+			[2]string{"kubectl delete pod -n " + framework.CertapiNamespace + " certapi-0", "the other two keep serving; certapi-0 rejoins"})
+	case d.node:
 		lines = append(lines,
 			[2]string{"kubectl get pods -A -o wide", "certapi's pod and CoreDNS on node " + d.cp.ClusterNode.Name},
 			[2]string{"kubectl logs -n " + framework.CertapiNamespace + " deploy/certapi", "certapi's log, from kubelet"})

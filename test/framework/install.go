@@ -20,7 +20,7 @@ import (
 )
 
 // Installing certapi on the node the way artifacts/deploy/README.md tells users to: what the tests of
-// test/node and `make local-up NODE=1` apply.
+// test/node and `make local-up NODE=1` (HA=1: the base) apply.
 
 // Kubectl runs kubectl (_output/bin/kubectl of `make tools`) against the control plane, with _output/bin
 // first on PATH (the kubectl plugins of `make build`), and returns its standard output; the error carries
@@ -160,6 +160,21 @@ func (cp *ControlPlane) CreateEncryptionConfigSecret(ctx context.Context) error 
 // imagePullPolicy Never, and certapi's extraArgs appended to its flags. It waits until the Deployment has
 // rolled out and the APIService is Available.
 func (cp *ControlPlane) InstallCertapiSingleReplica(ctx context.Context, extraArgs ...string) error {
+	return cp.installCertapi(ctx, "artifacts/deploy/overlays/single-replica", "Deployment", []string{"certapi-data"}, "5m", extraArgs)
+}
+
+// InstallCertapiHA installs certapi on the node from artifacts/deploy/base, what the Helm chart installs by
+// default, as InstallCertapiSingleReplica installs the single replica: three replicas in the StatefulSet
+// certapi, whose embedded etcd members form one etcd cluster, all on the one node (the spreading is
+// preferred), with a volume for each pod's claim. It waits until the StatefulSet has rolled out (a pod is
+// Ready only once its member has joined and been promoted) and the APIService is Available.
+func (cp *ControlPlane) InstallCertapiHA(ctx context.Context, extraArgs ...string) error {
+	return cp.installCertapi(ctx, "artifacts/deploy/base", "StatefulSet", []string{"certapi-data-0", "certapi-data-1", "certapi-data-2"}, "10m", extraArgs)
+}
+
+// installCertapi installs the kustomization dir (relative to the repository) whose certapi workload is of
+// kind, with a PersistentVolume of 1Gi for each of volumes, waiting up to rollout for the workload.
+func (cp *ControlPlane) installCertapi(ctx context.Context, dir, kind string, volumes []string, rollout string, extraArgs []string) error {
 	if cp.ClusterNode == nil {
 		return fmt.Errorf("installing certapi as a pod: no node (Options.Node)")
 	}
@@ -177,24 +192,26 @@ func (cp *ControlPlane) InstallCertapiSingleReplica(ctx context.Context, extraAr
 	if err := cp.CreateEncryptionConfigSecret(ctx); err != nil {
 		return err
 	}
-	if err := cp.CreateHostPathPV(ctx, "certapi-data", "1Gi"); err != nil {
-		return err
+	for _, v := range volumes {
+		if err := cp.CreateHostPathPV(ctx, v, "1Gi"); err != nil {
+			return err
+		}
 	}
 	var extra strings.Builder
 	if len(extraArgs) > 0 {
-		extra.WriteString("- target:\n    kind: Deployment\n    name: certapi\n  patch: |-\n")
+		fmt.Fprintf(&extra, "- target:\n    kind: %s\n    name: certapi\n  patch: |-\n", kind)
 		for _, a := range extraArgs {
 			fmt.Fprintf(&extra, "    - op: add\n      path: /spec/template/spec/containers/0/args/-\n      value: %q\n", a)
 		}
 	}
-	dir, err := OverlayKustomization("artifacts/deploy/overlays/single-replica", map[string]string{"ghcr.io/certapi/certapi": names[0]}, extra.String())
+	k, err := OverlayKustomization(dir, map[string]string{"ghcr.io/certapi/certapi": names[0]}, extra.String())
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
+	defer os.RemoveAll(k)
 	for _, args := range [][]string{
-		{"apply", "-k", dir},
-		{"-n", CertapiNamespace, "rollout", "status", "deployment/certapi", "--timeout=5m"},
+		{"apply", "-k", k},
+		{"-n", CertapiNamespace, "rollout", "status", strings.ToLower(kind) + "/certapi", "--timeout=" + rollout},
 		{"wait", "--for=condition=Available", "apiservice/" + CertapiAPIService, "--timeout=2m"},
 	} {
 		if _, err := cp.Kubectl(ctx, args...); err != nil {

@@ -61,7 +61,7 @@ func findKustomizations(t *testing.T, root string) map[string]*kustomization {
 		if ks[dir] != nil {
 			return fmt.Errorf("%s has more than one kustomization file", dir)
 		}
-		mk := &kustomization{dir: dir, component: k.Kind == "Component"}
+		mk := &kustomization{dir: dir, component: k.Kind == "Component", patchesOnly: k.Kind == "Component" && len(k.Resources) == 0}
 		for _, r := range append(k.Resources, k.Components...) {
 			mk.refs = append(mk.refs, filepath.ToSlash(filepath.Join(dir, r)))
 		}
@@ -332,6 +332,22 @@ func containerOf(t *testing.T, spec *corev1.PodSpec, name string) *corev1.Contai
 type workload struct {
 	kind, name string
 	template   corev1.PodTemplateSpec
+}
+
+// certapiWorkload returns certapi's own workload of objs: the Deployment certapi of the overlays, or the
+// StatefulSet certapi of the base (etcd.mode cluster), its claim volumes in its pod template.
+func certapiWorkload(t *testing.T, objs []*unstructured.Unstructured) workload {
+	t.Helper()
+	var found []workload
+	for _, w := range workloadsOf(t, objs) {
+		if w.name == "certapi" {
+			found = append(found, w)
+		}
+	}
+	if len(found) != 1 {
+		t.Fatalf("%d workloads named certapi (%v); want one Deployment or StatefulSet", len(found), found)
+	}
+	return found[0]
 }
 
 func workloadsOf(t *testing.T, objs []*unstructured.Unstructured) []workload {

@@ -34,11 +34,12 @@ import (
 
 // Paths relative to the repository root.
 const (
-	deployBase    = "artifacts/deploy/base"
-	deployHA      = "artifacts/deploy/overlays/ha"
-	deploySingle  = "artifacts/deploy/overlays/single-replica"
-	etcdComponent = "artifacts/deploy/components/etcd"
-	argoCDApp     = "artifacts/examples/argocd/application.yaml"
+	deployBase     = "artifacts/deploy/base"
+	deployExternal = "artifacts/deploy/overlays/external-etcd"
+	deploySingle   = "artifacts/deploy/overlays/single-replica"
+	etcdComponent  = "artifacts/deploy/components/etcd"
+	noEtcdCluster  = "artifacts/deploy/components/no-etcd-cluster"
+	argoCDApp      = "artifacts/examples/argocd/application.yaml"
 	// podCertificates is the example of pods that get their certificate from kubelet.
 	podCertificates = "artifacts/examples/pod-certificates"
 )
@@ -47,8 +48,11 @@ const (
 type kustomization struct {
 	dir       string // relative to the repository root, slash-separated
 	component bool   // kind: Component
-	refs      []string
-	objs      []*unstructured.Unstructured
+	// patchesOnly: a component with no resources of its own (components/no-etcd-cluster), which only
+	// changes those of the kustomization that uses it and builds only there.
+	patchesOnly bool
+	refs        []string
+	objs        []*unstructured.Unstructured
 }
 
 // manifests is every kustomization under artifacts/, built.
@@ -71,7 +75,8 @@ func TestManifests(t *testing.T) {
 		{"certapi's flags exist", checkCertapiFlags},
 		{"etcd's flags exist", checkEtcdFlags},
 		{"certapi serves itself and registers its APIService for injection", checkSelfServing},
-		{"three replicas on the dedicated etcd", checkHA},
+		{"the base is the chart's default: three replicas forming one etcd cluster", checkBaseCluster},
+		{"three replicas on the dedicated etcd", checkExternalEtcd},
 		{"single replica runs an embedded etcd", checkSingleReplica},
 		{"default RBAC aggregates view, edit and admin", checkRBACAggregation},
 		{"admission policies type-check", checkPolicies},
@@ -91,13 +96,16 @@ func build(t *testing.T) *manifests {
 		t.Fatal(err)
 	}
 	ks := findKustomizations(t, root)
-	for _, want := range []string{deployBase, deployHA, deploySingle, etcdComponent, "artifacts/examples/argocd/widget-webhook", podCertificates} {
+	for _, want := range []string{deployBase, deployExternal, deploySingle, etcdComponent, noEtcdCluster, "artifacts/examples/argocd/widget-webhook", podCertificates} {
 		if ks[want] == nil {
 			t.Errorf("no kustomization in %s", want)
 		}
 	}
 	for _, dir := range sortedKeys(ks) {
 		k := ks[dir]
+		if k.patchesOnly {
+			continue
+		}
 		out, errOut, err := e2etest.Run(t, e2etest.KubectlPath(t), "kustomize", filepath.Join(root, dir))
 		if err != nil {
 			t.Errorf("kubectl kustomize %s: %v\n%s", dir, err, errOut)
@@ -231,7 +239,7 @@ func checkPodSecurity(t *testing.T, m *manifests) {
 			t.Fatal(err)
 		}
 	}
-	for _, dir := range []string{deployHA, deploySingle, podCertificates} {
+	for _, dir := range []string{deployBase, deployExternal, deploySingle, podCertificates} {
 		for _, w := range workloadsOf(t, ks[dir].objs) {
 			pod := &corev1.Pod{
 				ObjectMeta: metav1.ObjectMeta{Name: w.name, Namespace: ns, Labels: w.template.Labels},
@@ -244,7 +252,7 @@ func checkPodSecurity(t *testing.T, m *manifests) {
 	}
 }
 
-// checkCertapiFlags checks that every argument the Deployments give certapi is a flag certapi has.
+// checkCertapiFlags checks that every argument the workloads give certapi is a flag certapi has.
 func checkCertapiFlags(t *testing.T, m *manifests) {
 	ks := m.ks
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -254,9 +262,9 @@ func checkCertapiFlags(t *testing.T, m *manifests) {
 		t.Fatal(err)
 	}
 	flags := helpFlags(t, bin)
-	for _, dir := range []string{deployBase, deployHA, deploySingle} {
-		d := deploymentOf(t, ks[dir].objs, "certapi-system", "certapi")
-		c := containerOf(t, &d.Spec.Template.Spec, "certapi")
+	for _, dir := range []string{deployBase, deployExternal, deploySingle} {
+		w := certapiWorkload(t, ks[dir].objs)
+		c := containerOf(t, &w.template.Spec, "certapi")
 		for _, arg := range c.Args {
 			name := flagName(arg)
 			if name == "" {
@@ -268,7 +276,7 @@ func checkCertapiFlags(t *testing.T, m *manifests) {
 	}
 }
 
-// checkEtcdFlags checks that every argument the HA overlay gives etcd is a flag etcd has.
+// checkEtcdFlags checks that every argument the external-etcd overlay gives etcd is a flag etcd has.
 func checkEtcdFlags(t *testing.T, m *manifests) {
 	ks := m.ks
 	root := m.root
@@ -277,7 +285,7 @@ func checkEtcdFlags(t *testing.T, m *manifests) {
 		bin = p
 	}
 	flags := helpFlags(t, bin)
-	sts := statefulSetOf(t, ks[deployHA].objs, "certapi-system", "certapi-etcd")
+	sts := statefulSetOf(t, ks[deployExternal].objs, "certapi-system", "certapi-etcd")
 	c := containerOf(t, &sts.Spec.Template.Spec, "etcd")
 	if len(c.Command) != 1 || filepath.Base(c.Command[0]) != "etcd" {
 		t.Errorf("etcd command %q; want the etcd binary alone, flags in args", c.Command)
@@ -320,9 +328,9 @@ func checkSelfServing(t *testing.T, m *manifests) {
 			target = p.TargetPort.String()
 		}
 	}
-	for _, dir := range []string{deployBase, deployHA, deploySingle} {
-		d := deploymentOf(t, ks[dir].objs, svcRef.Namespace, "certapi")
-		c := containerOf(t, &d.Spec.Template.Spec, "certapi")
+	for _, dir := range []string{deployBase, deployExternal, deploySingle} {
+		w := certapiWorkload(t, ks[dir].objs)
+		c := containerOf(t, &w.template.Spec, "certapi")
 		args := containerArgs(c)
 		// kube-apiserver checks certapi's certificate for <service>.<namespace>.svc of the APIService.
 		if args["service-name"] != svcRef.Name || args["service-namespace"] != svcRef.Namespace {
@@ -342,8 +350,8 @@ func checkSelfServing(t *testing.T, m *manifests) {
 		if port == "" || args["secure-port"] != port {
 			t.Errorf("%s: the Service sends port %d to %q (container port %q), certapi listens on --secure-port=%q", dir, *svcRef.Port, target, port, args["secure-port"])
 		}
-		if !selectorMatches(svc.Spec.Selector, d.Spec.Template.Labels) {
-			t.Errorf("%s: Service selector %v does not select the pods (labels %v)", dir, svc.Spec.Selector, d.Spec.Template.Labels)
+		if !selectorMatches(svc.Spec.Selector, w.template.Labels) {
+			t.Errorf("%s: Service selector %v does not select the pods (labels %v)", dir, svc.Spec.Selector, w.template.Labels)
 		}
 		for _, probe := range []struct {
 			name string
@@ -369,7 +377,7 @@ func checkSelfServing(t *testing.T, m *manifests) {
 			if !ok {
 				continue
 			}
-			if got := secretOf(&d.Spec.Template.Spec, c, path); got != secret {
+			if got := secretOf(&w.template.Spec, c, path); got != secret {
 				t.Errorf("%s: --%s=%s is not in a volume of Secret %s (found %q)", dir, flag, path, secret, got)
 			}
 		}
@@ -385,11 +393,12 @@ func checkSelfServing(t *testing.T, m *manifests) {
 	}
 }
 
-// checkHA checks that the HA overlay runs three replicas on a three-member etcd over mutual TLS, with
-// disruption budgets.
-func checkHA(t *testing.T, m *manifests) {
+// checkExternalEtcd checks that the external-etcd overlay runs three replicas on a three-member etcd over
+// mutual TLS, with disruption budgets, and nothing left of the base's etcd cluster of replicas.
+func checkExternalEtcd(t *testing.T, m *manifests) {
 	ks := m.ks
-	objs := ks[deployHA].objs
+	objs := ks[deployExternal].objs
+	checkNoEtcdCluster(t, deployExternal, objs)
 	d := deploymentOf(t, objs, "certapi-system", "certapi")
 	if d.Spec.Replicas == nil || *d.Spec.Replicas != 3 {
 		t.Errorf("replicas %v; want 3", d.Spec.Replicas)
@@ -436,7 +445,7 @@ func checkHA(t *testing.T, m *manifests) {
 	if eargs["client-cert-auth"] != "true" || eargs["peer-client-cert-auth"] != "true" {
 		t.Errorf("etcd must require client certificates from clients and peers: %v", eargs)
 	}
-	checkEnvRefs(t, deployHA+" etcd", ec)
+	checkEnvRefs(t, deployExternal+" etcd", ec)
 	for flag, secret := range map[string]string{
 		"trusted-ca-file": "certapi-etcd-server-tls", "cert-file": "certapi-etcd-server-tls", "key-file": "certapi-etcd-server-tls",
 		"peer-trusted-ca-file": "certapi-etcd-peer-tls", "peer-cert-file": "certapi-etcd-peer-tls", "peer-key-file": "certapi-etcd-peer-tls",
@@ -460,11 +469,125 @@ func checkHA(t *testing.T, m *manifests) {
 	}
 }
 
+// checkBaseCluster checks that the base is what the chart installs by default: three certapi replicas in a
+// StatefulSet, each on its own claim, whose embedded etcd members find each other through a headless
+// Service and a peer CA certapi creates, spread over nodes and zones but able to share one node, with a
+// PodDisruptionBudget that lets a drain take one member at a time, and the rights and admission policy
+// that peer CA Secret needs.
+func checkBaseCluster(t *testing.T, m *manifests) {
+	objs := m.ks[deployBase].objs
+	sts := statefulSetOf(t, objs, "certapi-system", "certapi")
+	if sts.Spec.Replicas == nil || *sts.Spec.Replicas != 3 {
+		t.Errorf("replicas %v; want 3", sts.Spec.Replicas)
+	}
+	if n := len(ofKind(objs, "Deployment")); n != 0 {
+		t.Errorf("%d Deployments in the base; want none beside the StatefulSet", n)
+	}
+	if sts.Spec.PodManagementPolicy != appsv1.ParallelPodManagement {
+		t.Errorf("podManagementPolicy %q; want Parallel (a member that lost its volume must see its peers)", sts.Spec.PodManagementPolicy)
+	}
+	// Preferred spreading only: one node must run all three.
+	a := sts.Spec.Template.Spec.Affinity
+	if a == nil || a.PodAntiAffinity == nil || len(a.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution) != 0 {
+		t.Fatalf("pod anti-affinity %+v; want preferred terms only", a)
+	}
+	keys := map[string]bool{}
+	for _, term := range a.PodAntiAffinity.PreferredDuringSchedulingIgnoredDuringExecution {
+		if term.PodAffinityTerm.LabelSelector == nil || !selectorMatches(term.PodAffinityTerm.LabelSelector.MatchLabels, sts.Spec.Template.Labels) {
+			t.Errorf("anti-affinity term %+v does not select certapi's pods", term)
+		}
+		keys[term.PodAffinityTerm.TopologyKey] = true
+	}
+	if !keys["kubernetes.io/hostname"] || !keys["topology.kubernetes.io/zone"] {
+		t.Errorf("preferred anti-affinity over %v; want kubernetes.io/hostname and topology.kubernetes.io/zone", keys)
+	}
+	c := containerOf(t, &sts.Spec.Template.Spec, "certapi")
+	args := containerArgs(c)
+	if _, ok := args["etcd-servers"]; ok {
+		t.Errorf("--etcd-servers=%s: the base's replicas run their own members", args["etcd-servers"])
+	}
+	if args["etcd-member-name"] != "$(POD_NAME)" || args["leader-identity"] != "$(POD_NAME)" {
+		t.Errorf("--etcd-member-name=%q --leader-identity=%q; want $(POD_NAME)", args["etcd-member-name"], args["leader-identity"])
+	}
+	// --etcd-peer-service is the StatefulSet's headless Service, which publishes members before they are
+	// Ready (a member joins before it serves).
+	var peers corev1.Service
+	convert(t, findObject(t, objs, "Service", sts.Namespace, sts.Spec.ServiceName), &peers)
+	if want := fmt.Sprintf("%s.%s.svc", peers.Name, peers.Namespace); args["etcd-peer-service"] != want {
+		t.Errorf("--etcd-peer-service=%q; want %q", args["etcd-peer-service"], want)
+	}
+	if peers.Spec.ClusterIP != corev1.ClusterIPNone || !peers.Spec.PublishNotReadyAddresses || !selectorMatches(peers.Spec.Selector, sts.Spec.Template.Labels) {
+		t.Errorf("Service %s: clusterIP %q, publishNotReadyAddresses %v, selector %v; want headless, publishing not-ready pods, selecting certapi's", peers.Name, peers.Spec.ClusterIP, peers.Spec.PublishNotReadyAddresses, peers.Spec.Selector)
+	}
+	// Each member's data on its own claim.
+	w := certapiWorkload(t, objs)
+	if v := volumeOf(&w.template.Spec, containerOf(t, &w.template.Spec, "certapi"), args["data-dir"]); v == nil || v.PersistentVolumeClaim == nil {
+		t.Errorf("--data-dir=%q is not on a claim of the StatefulSet's volumeClaimTemplates", args["data-dir"])
+	}
+	// The PodDisruptionBudget takes one member at a time, at any replica count.
+	found := false
+	for _, u := range ofKind(objs, "PodDisruptionBudget") {
+		sel, _, _ := unstructured.NestedStringMap(u.Object, "spec", "selector", "matchLabels")
+		if !selectorMatches(sel, sts.Spec.Template.Labels) {
+			continue
+		}
+		found = true
+		if v, ok, _ := unstructured.NestedFieldNoCopy(u.Object, "spec", "maxUnavailable"); !ok || fmt.Sprint(v) != "1" {
+			t.Errorf("PodDisruptionBudget %s: maxUnavailable %v; want 1", u.GetName(), v)
+		}
+	}
+	if !found {
+		t.Error("no PodDisruptionBudget selects certapi's pods")
+	}
+	// The etcd leader reads its StatefulSet; certapi writes its peer CA Secret under a policy of its own.
+	peerCA := args["etcd-peer-ca-secret"]
+	if peerCA == "" {
+		t.Error("no --etcd-peer-ca-secret")
+	}
+	findObject(t, objs, "Role", sts.Namespace, "certapi:etcd-cluster")
+	findObject(t, objs, "RoleBinding", sts.Namespace, "certapi:etcd-cluster")
+	findObject(t, objs, "ValidatingAdmissionPolicy", "", peerCA)
+	findObject(t, objs, "ValidatingAdmissionPolicyBinding", "", peerCA)
+}
+
+// checkNoEtcdCluster checks that an overlay on another etcd kept nothing of the base's etcd cluster of
+// replicas (components/no-etcd-cluster): no StatefulSet certapi, no peers Service, no rights or policy
+// for the peer CA Secret, no etcd ports open between certapi's pods.
+func checkNoEtcdCluster(t *testing.T, dir string, objs []*unstructured.Unstructured) {
+	t.Helper()
+	for _, u := range objs {
+		switch k, n := u.GetKind(), u.GetName(); {
+		case k == "StatefulSet" && n == "certapi",
+			k == "Service" && n == "certapi-peers",
+			strings.Contains(n, "etcd-cluster"),
+			strings.Contains(n, "etcd-peer-ca"):
+			t.Errorf("%s: %s %s of the base's etcd cluster is left", dir, k, n)
+		case k == "NetworkPolicy" && n == "certapi":
+			data, err := u.MarshalJSON()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if strings.Contains(string(data), `"port":2380`) {
+				t.Errorf("%s: NetworkPolicy certapi still opens the etcd peer port between certapi's pods", dir)
+			}
+		case k == "ValidatingAdmissionPolicy":
+			data, err := u.MarshalJSON()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if strings.Contains(string(data), "etcd-peer-ca") {
+				t.Errorf("%s: ValidatingAdmissionPolicy %s still names the etcd peer CA Secret", dir, n)
+			}
+		}
+	}
+}
+
 // checkSingleReplica checks that the single-replica overlay runs one certapi with its embedded etcd on a
 // volume.
 func checkSingleReplica(t *testing.T, m *manifests) {
 	ks := m.ks
 	objs := ks[deploySingle].objs
+	checkNoEtcdCluster(t, deploySingle, objs)
 	d := deploymentOf(t, objs, "certapi-system", "certapi")
 	if d.Spec.Replicas == nil || *d.Spec.Replicas != 1 {
 		t.Errorf("replicas %v; want 1", d.Spec.Replicas)

@@ -29,7 +29,7 @@ import (
 )
 
 // TestManifestsRBACRunsCertapi runs certapi with exactly the permissions the manifests give its
-// ServiceAccount, and the arguments of the base Deployment, on a control plane of its own (the RBAC is
+// ServiceAccount, and the arguments of the base StatefulSet, on a control plane of its own (the RBAC is
 // applied for real there): certapi must come up, serve itself so that kube-apiserver trusts it (which
 // needs its APIService injected), deliver a Secret and inject caBundles, and never be told "forbidden".
 // The base's ValidatingAdmissionPolicies apply too: certapi's injection passes them, and every change but
@@ -102,13 +102,14 @@ func TestManifestsRBACRunsCertapi(t *testing.T) {
 	// The sample of artifacts/deploy/README.md: secretbox, one key, the resource name it documents.
 	encFile := testhelpers.CAKeysEncryptionConfigFile(t)
 
-	// The base Deployment's arguments, with what only a pod has replaced: the embedded etcd instead of
-	// the etcd cluster, files and identity of this test, loopback instead of in-cluster config.
-	d := deploymentOf(t, objs, "certapi-system", "certapi")
+	// The arguments of the base's StatefulSet, with what only a pod has replaced: a single embedded etcd
+	// member instead of the replicas' cluster, files and identity of this test, loopback instead of
+	// in-cluster config.
+	w := certapiWorkload(t, objs)
 	var args []string
-	for _, a := range containerOf(t, &d.Spec.Template.Spec, "certapi").Args {
+	for _, a := range containerOf(t, &w.template.Spec, "certapi").Args {
 		switch name := flagName(a); {
-		case strings.HasPrefix(name, "etcd-"), name == "secure-port":
+		case strings.HasPrefix(name, "etcd-"), name == "secure-port", name == "data-dir":
 		case name == "encryption-provider-config":
 			args = append(args, "--encryption-provider-config="+encFile)
 		case name == "leader-identity":

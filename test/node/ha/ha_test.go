@@ -1,7 +1,7 @@
-// Package ha installs certapi's production overlay, artifacts/deploy/overlays/ha (three certapi replicas and
-// the three-member etcd StatefulSet of components/etcd, with TLS), on a control plane with a real node, as
-// artifacts/deploy/README.md says, and disrupts it under issuance load. It has a cluster of its own: the
-// overlay takes the same names as test/node's single replica.
+// Package ha installs certapi on the dedicated etcd, artifacts/deploy/overlays/external-etcd (three certapi
+// replicas and the three-member etcd StatefulSet of components/etcd, with TLS), on a control plane with a
+// real node, as artifacts/deploy/README.md says, and disrupts it under issuance load. It has a cluster of
+// its own: the overlay takes the same names as test/node's single replica.
 package ha
 
 import (
@@ -78,9 +78,9 @@ func etcdTLSScript(t *testing.T) string {
 	return s[start+6 : start+6+end]
 }
 
-// TestHAOverlay installs overlays/ha as artifacts/deploy/README.md says (the etcd TLS Secrets with the
-// README's OpenSSL recipe, the encryption configuration, `kubectl apply -k`), with the node's images and
-// one change for a one-node cluster: the etcd members' required anti-affinity is dropped. Then, under
+// TestHAOverlay installs overlays/external-etcd as artifacts/deploy/README.md says (the etcd TLS Secrets
+// with the README's OpenSSL recipe, the encryption configuration, `kubectl apply -k`), with the node's
+// images and one change for a one-node cluster: the etcd members' required anti-affinity is dropped. Then, under
 // issuance load through kube-apiserver (client-go, with its retries): exactly one CA; deleting the leader's
 // pod and `kubectl rollout restart` fail no call and keep every call within the documented bound; the
 // PodDisruptionBudget refuses a second eviction while one replica is away.
@@ -106,7 +106,7 @@ func TestHAOverlay(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	dir := nodetest.Kustomization(t, "artifacts/deploy/overlays/ha", map[string]string{
+	dir := nodetest.Kustomization(t, "artifacts/deploy/overlays/external-etcd", map[string]string{
 		"ghcr.io/certapi/certapi": images["certapi"],
 		"quay.io/coreos/etcd":     images["etcd"],
 	}, `- target:
@@ -121,7 +121,7 @@ func TestHAOverlay(t *testing.T) {
 	nodetest.Kubectl(t, cp, "-n", "certapi-system", "rollout", "status", "statefulset/certapi-etcd", "--timeout=5m")
 	nodetest.Kubectl(t, cp, "-n", "certapi-system", "rollout", "status", "deployment/certapi", "--timeout=5m")
 	nodetest.Kubectl(t, cp, "wait", "--for=condition=Available", "apiservice/v1alpha1.certapi.dev", "--timeout=2m")
-	t.Logf("overlays/ha: 3 etcd members, 3 certapi replicas and the APIService Available %s after `kubectl apply -k`", time.Since(start).Round(time.Second))
+	t.Logf("overlays/external-etcd: 3 etcd members, 3 certapi replicas and the APIService Available %s after `kubectl apply -k`", time.Since(start).Round(time.Second))
 
 	ca, err := certapi.CertapiV1alpha1().CertificateAuthorities().Get(ctx, "default", metav1.GetOptions{})
 	if err != nil {
