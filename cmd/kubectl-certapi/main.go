@@ -3,8 +3,8 @@
 package main
 
 import (
-	"github.com/certapi/certapi/pkg/cmd/internal/plugin"
 	"github.com/certapi/certapi/pkg/cmd/kubectlcertapi"
+	"github.com/certapi/certapi/pkg/cmd/plugin"
 )
 
 func main() {

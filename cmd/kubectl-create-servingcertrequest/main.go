@@ -5,7 +5,7 @@ package main
 
 import (
 	"github.com/certapi/certapi/pkg/cmd/createscr"
-	"github.com/certapi/certapi/pkg/cmd/internal/plugin"
+	"github.com/certapi/certapi/pkg/cmd/plugin"
 )
 
 func main() {
