@@ -52,6 +52,31 @@ wanted() { [[ " ${GROUPS_WANTED[*]} " == *" $1 "* ]]; }
 # links another checkout's tools) into a file of this checkout: `go build -o` would touch, or copy into,
 # the other checkout's binary through the link, and `echo > STAMP` would overwrite its stamp.
 own() { local f; for f in "$@"; do if [[ -L "${f}" ]]; then rm -f "${f}"; fi; done; }
+# build_tool WHAT DIR STAMP WANT MINUTES BINARIES COMMAND...: builds WHAT (BINARIES, their names in ${BIN},
+# space-separated) by running COMMAND in its module DIR, unless they were built from WANT (the module's
+# sources, Go, flags), which STAMP holds after a build. MINUTES is what a cold build costs, for the message.
+build_tool() {
+  local what="$1" dir="$2" stamp="$3" want="$4" minutes="$5" bins="$6" b current=true verb=is
+  shift 6
+  for b in ${bins}; do
+    [[ -x "${BIN}/${b}" ]] || current=false
+  done
+  [[ "${bins}" == *" "* ]] && verb=are
+  if [[ -f "${stamp}" && "$(cat "${stamp}")" == "${want}" && "${current}" == true ]]; then
+    echo "${what} ${verb} current in ${BIN}"
+    return
+  fi
+  (
+    cd "${dir}"
+    start=${SECONDS}
+    echo "building ${what} into ${BIN} (a cold build takes about ${minutes} minutes of CPU)"
+    own "${stamp}"
+    for b in ${bins}; do own "${BIN}/${b}"; done
+    "$@"
+    echo "${want}" > "${stamp}"
+    echo "${what} built in $((SECONDS - start))s"
+  )
+}
 
 # kube_ldflags: the version stamp of the Kubernetes binaries, as Kubernetes' hack/lib/version.sh writes it
 # into k8s.io/component-base/version and k8s.io/client-go/pkg/version: the k8s.io/kubernetes module's
@@ -156,24 +181,12 @@ done
 # (test/monitoring). Their own module keeps Prometheus's dependencies from moving the versions
 # kube-apiserver is built with.
 if wanted prometheus; then
-PSTAMP="${BIN}/.prometheus-stamp"
 # remove_all_sd leaves out every service discovery but static, file and HTTP (Prometheus's own build
 # tag): the tests scrape certapi by static_configs, and the cloud SDKs cost about 4 minutes of CPU cold.
 PTAGS=remove_all_sd
-pwant="$(cd "${TOOLS}/prometheus" && cat go.mod go.sum tools.go | sha256sum | cut -d' ' -f1) ${TOOLCHAIN} ${PTAGS}"
-if [[ -f "${PSTAMP}" && "$(cat "${PSTAMP}")" == "${pwant}" && -x "${BIN}/promtool" && -x "${BIN}/prometheus" ]]; then
-  echo "promtool and prometheus are current in ${BIN}"
-else
-  (
-    cd "${TOOLS}/prometheus"
-    start=${SECONDS}
-    echo "building promtool and prometheus into ${BIN} (a cold build takes about 7 minutes of CPU)"
-    own "${PSTAMP}" "${BIN}"/{promtool,prometheus}
-    go build -tags "${PTAGS}" -o "${BIN}/" github.com/prometheus/prometheus/cmd/promtool github.com/prometheus/prometheus/cmd/prometheus
-    echo "${pwant}" > "${PSTAMP}"
-    echo "promtool and prometheus built in $((SECONDS - start))s"
-  )
-fi
+build_tool "promtool and prometheus" "${TOOLS}/prometheus" "${BIN}/.prometheus-stamp" \
+  "$(cd "${TOOLS}/prometheus" && cat go.mod go.sum tools.go | sha256sum | cut -d' ' -f1) ${TOOLCHAIN} ${PTAGS}" 7 "promtool prometheus" \
+  go build -tags "${PTAGS}" -o "${BIN}/" github.com/prometheus/prometheus/cmd/promtool github.com/prometheus/prometheus/cmd/prometheus
 fi
 
 # helm, which lints, renders and installs the chart artifacts/charts/certapi (test/chart) and renders
@@ -181,40 +194,20 @@ fi
 # Helm 4 needs newer grpc, OpenTelemetry and golang.org/x modules than k8s.io/kubernetes v1.37.2 is built
 # with. The version is stamped in as Helm's own Makefile does (`helm version`, .Capabilities.HelmVersion).
 if wanted helm; then
-HSTAMP="${BIN}/.helm-stamp"
-hwant="$(cd "${TOOLS}/helm" && cat go.mod go.sum tools.go | sha256sum | cut -d' ' -f1) ${TOOLCHAIN}"
-if [[ -f "${HSTAMP}" && "$(cat "${HSTAMP}")" == "${hwant}" && -x "${BIN}/helm" ]]; then
-  echo "helm is current in ${BIN}"
-else
-  (
-    cd "${TOOLS}/helm"
-    start=${SECONDS}
-    echo "building helm into ${BIN} (a cold build takes about 6 minutes of CPU)"
-    own "${HSTAMP}" "${BIN}/helm"
-    version="$(go list -m -f '{{.Version}}' helm.sh/helm/v4)"
-    go build -ldflags "-X helm.sh/helm/v4/internal/version.version=${version}" -o "${BIN}/helm" helm.sh/helm/v4/cmd/helm
-    echo "${hwant}" > "${HSTAMP}"
-    echo "helm built in $((SECONDS - start))s"
-  )
-fi
+build_helm() {
+  local version
+  version="$(go list -m -f '{{.Version}}' helm.sh/helm/v4)"
+  go build -ldflags "-X helm.sh/helm/v4/internal/version.version=${version}" -o "${BIN}/helm" helm.sh/helm/v4/cmd/helm
+}
+build_tool helm "${TOOLS}/helm" "${BIN}/.helm-stamp" \
+  "$(cd "${TOOLS}/helm" && cat go.mod go.sum tools.go | sha256sum | cut -d' ' -f1) ${TOOLCHAIN}" 6 helm \
+  build_helm
 fi
 
 # CoreDNS, the test node's cluster DNS, for the certapi.dev/coredns image (make images). Static
 # (CGO_ENABLED=0): it runs in an empty base image.
 if wanted coredns; then
-CSTAMP="${BIN}/.coredns-stamp"
-cwant="$(cd "${TOOLS}/coredns" && cat go.mod go.sum main.go | sha256sum | cut -d' ' -f1) ${TOOLCHAIN}"
-if [[ -f "${CSTAMP}" && "$(cat "${CSTAMP}")" == "${cwant}" && -x "${BIN}/coredns" ]]; then
-  echo "coredns is current in ${BIN}"
-else
-  (
-    cd "${TOOLS}/coredns"
-    start=${SECONDS}
-    echo "building coredns into ${BIN} (a cold build takes about 4 minutes of CPU)"
-    own "${CSTAMP}" "${BIN}/coredns"
-    go build -ldflags="-s -w" -o "${BIN}/coredns" .
-    echo "${cwant}" > "${CSTAMP}"
-    echo "coredns built in $((SECONDS - start))s"
-  )
-fi
+build_tool coredns "${TOOLS}/coredns" "${BIN}/.coredns-stamp" \
+  "$(cd "${TOOLS}/coredns" && cat go.mod go.sum main.go | sha256sum | cut -d' ' -f1) ${TOOLCHAIN}" 4 coredns \
+  go build -ldflags="-s -w" -o "${BIN}/coredns" .
 fi

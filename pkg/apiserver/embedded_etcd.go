@@ -10,10 +10,10 @@ import (
 
 	"go.etcd.io/etcd/server/v3/embed"
 	"k8s.io/klog/v2"
-)
 
-// maxSocketPath is the longest path a Unix socket may have on Linux (sun_path is 108 bytes with the NUL).
-const maxSocketPath = 107
+	"github.com/certapi/certapi/pkg/etcdcluster"
+	"github.com/certapi/certapi/pkg/snapshot"
+)
 
 // EmbeddedEtcd is a single-member etcd that certapi runs in its own process when no --etcd-servers is
 // given. It listens only on Unix sockets inside the data directory, so no other host, and no local user
@@ -36,10 +36,10 @@ func StartEmbeddedEtcd(ctx context.Context, dataDir string) (*EmbeddedEtcd, erro
 	if err := os.Chmod(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("restricting --data-dir %q to its owner: %w", dir, err)
 	}
-	clientSock := filepath.Join(dir, "etcd.sock")
-	peerSock := filepath.Join(dir, "etcd-peer.sock")
-	if len(peerSock) > maxSocketPath {
-		return nil, fmt.Errorf("--data-dir %q is too long: the embedded etcd's sockets live in it and a socket path may have at most %d characters; choose a shorter path", dir, maxSocketPath)
+	clientSock := filepath.Join(dir, snapshot.ClientSocketName)
+	peerSock := filepath.Join(dir, snapshot.PeerSocketName)
+	if len(peerSock) > etcdcluster.MaxSocketPath {
+		return nil, fmt.Errorf("--data-dir %q is too long: the embedded etcd's sockets live in it and a socket path may have at most %d characters; choose a shorter path", dir, etcdcluster.MaxSocketPath)
 	}
 	// Sockets left by a process that was killed would make the listen fail.
 	for _, s := range []string{clientSock, peerSock} {
@@ -50,15 +50,7 @@ func StartEmbeddedEtcd(ctx context.Context, dataDir string) (*EmbeddedEtcd, erro
 
 	clientURL := url.URL{Scheme: "unix", Path: clientSock}
 	peerURL := url.URL{Scheme: "unix", Path: peerSock}
-	cfg := embed.NewConfig()
-	cfg.Name = "certapi"
-	cfg.Dir = filepath.Join(dir, "etcd")
-	cfg.ListenClientUrls = []url.URL{clientURL}
-	cfg.AdvertiseClientUrls = []url.URL{clientURL}
-	cfg.ListenPeerUrls = []url.URL{peerURL}
-	cfg.AdvertisePeerUrls = []url.URL{peerURL}
-	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
-	cfg.LogLevel = "error"
+	cfg := etcdcluster.SingleMemberConfig(snapshot.DefaultMemberName, filepath.Join(dir, snapshot.EtcdDirName), clientURL, peerURL)
 	// Keep the store compact: certapi's data is small and changes mostly by status writes.
 	cfg.AutoCompactionMode = "periodic"
 	cfg.AutoCompactionRetention = "1h"

@@ -53,6 +53,15 @@ type Notifier interface {
 	AddListener(lis dynamiccertificates.Listener) (remove func())
 }
 
+// BundleSource gives the CA bundle that certapi injects and publishes, and tells when it changes (the
+// issuer is one). The injector and the ClusterTrustBundle publisher read it.
+type BundleSource interface {
+	// Bundle returns the current PEM bundle; ok=false means there is none yet: do nothing.
+	Bundle() (pem []byte, ok bool)
+	// AddListener tells lis when the bundle may have changed; remove unregisters it.
+	AddListener(lis dynamiccertificates.Listener) (remove func())
+}
+
 // ListenerFunc adapts a function to dynamiccertificates.Listener.
 type ListenerFunc = notify.ListenerFunc
 

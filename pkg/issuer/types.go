@@ -4,6 +4,8 @@ import (
 	"crypto"
 	"errors"
 	"time"
+
+	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 )
 
 // Request is one certificate to sign: the identity comes from the parent ServingCertRequest, the key from
@@ -25,6 +27,28 @@ type Request struct {
 	// MaxLifetime, when positive, caps the leaf's whole validity, notAfter - notBefore with the backdate
 	// included: a PodCertificateRequest's spec.maxExpirationSeconds.
 	MaxLifetime time.Duration `json:"maxLifetime,omitempty"`
+}
+
+// RequestFor returns the Request for a certificate of the ServingCertRequest namespace/name with spec: its
+// Service and DNS names, its lifetime (certapiv1alpha1.DefaultDuration when spec.duration is unset) and
+// its renewBefore (zero when unset: the policy's default). The caller adds the key and the Path.
+func RequestFor(namespace, name string, spec *certapiv1alpha1.ServingCertRequestSpec) Request {
+	duration := certapiv1alpha1.DefaultDuration
+	if spec.Duration != nil {
+		duration = spec.Duration.Duration
+	}
+	var renewBefore time.Duration
+	if spec.RenewBefore != nil {
+		renewBefore = spec.RenewBefore.Duration
+	}
+	return Request{
+		Namespace:   namespace,
+		Name:        name,
+		ServiceName: spec.ServiceName,
+		DNSNames:    spec.DNSNames,
+		Duration:    duration,
+		RenewBefore: renewBefore,
+	}
 }
 
 // The issuance paths, as the metrics label them.

@@ -12,6 +12,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
+
+	"github.com/certapi/certapi/pkg/etcdcluster"
 )
 
 // revokeLeases starts etcd on a restored data directory, on Unix sockets of its own that nothing else
@@ -24,7 +26,7 @@ func revokeLeases(ctx context.Context, etcdDir, memberName string) (int, error) 
 	// Beside the restored data when the socket paths fit (a container's root file system may be read-only),
 	// else in the temporary directory.
 	parent := filepath.Dir(etcdDir)
-	if len(filepath.Join(parent, ".sock-0123456789", "c.sock")) > maxSocketPath {
+	if len(filepath.Join(parent, ".sock-0123456789", "c.sock")) > etcdcluster.MaxSocketPath {
 		parent = ""
 	}
 	sockDir, err := os.MkdirTemp(parent, ".sock-")
@@ -34,15 +36,7 @@ func revokeLeases(ctx context.Context, etcdDir, memberName string) (int, error) 
 	defer os.RemoveAll(sockDir)
 	client := url.URL{Scheme: "unix", Path: filepath.Join(sockDir, "c.sock")}
 	peer := url.URL{Scheme: "unix", Path: filepath.Join(sockDir, "p.sock")}
-	cfg := embed.NewConfig()
-	cfg.Name = memberName
-	cfg.Dir = etcdDir
-	cfg.ListenClientUrls = []url.URL{client}
-	cfg.AdvertiseClientUrls = []url.URL{client}
-	cfg.ListenPeerUrls = []url.URL{peer}
-	cfg.AdvertisePeerUrls = []url.URL{peer}
-	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
-	cfg.LogLevel = "error"
+	cfg := etcdcluster.SingleMemberConfig(memberName, etcdDir, client, peer)
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {

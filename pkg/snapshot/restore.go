@@ -11,10 +11,9 @@ import (
 
 	etcdutl "go.etcd.io/etcd/etcdutl/v3/snapshot"
 	"go.uber.org/zap"
-)
 
-// maxSocketPath is the longest path a Unix socket may have on Linux (sun_path is 108 bytes with the NUL).
-const maxSocketPath = 107
+	"github.com/certapi/certapi/pkg/etcdcluster"
+)
 
 // RestoreOptions says what to restore where. Only SnapshotPath and DataDir are required: the defaults give
 // the one-member embedded etcd of certapi's --data-dir. A member of a multi-member cluster is restored by
@@ -77,8 +76,8 @@ func Restore(ctx context.Context, o RestoreOptions) (RestoreResult, error) {
 	}
 	if o.PeerURL == "" {
 		peerSock := filepath.Join(dir, PeerSocketName)
-		if len(peerSock) > maxSocketPath {
-			return RestoreResult{}, fmt.Errorf("--data-dir %q is too long: the embedded etcd's sockets live in it and a socket path may have at most %d characters; choose a shorter path", dir, maxSocketPath)
+		if len(peerSock) > etcdcluster.MaxSocketPath {
+			return RestoreResult{}, fmt.Errorf("--data-dir %q is too long: the embedded etcd's sockets live in it and a socket path may have at most %d characters; choose a shorter path", dir, etcdcluster.MaxSocketPath)
 		}
 		o.PeerURL = "unix://" + peerSock
 	}

@@ -86,22 +86,11 @@ type Options struct {
 	PrintFlags *genericclioptions.PrintFlags
 	genericiooptions.IOStreams
 
-	// Name is the request's name, the command's argument.
-	Name string
-	// Service is --service.
-	Service string
-	// DNSNames is --dns-name.
-	DNSNames []string
-	// Duration is --duration; zero means the server's default.
-	Duration time.Duration
-	// RenewBefore is --renew-before; zero means the server's default.
-	RenewBefore time.Duration
-	// KeyAlgorithm is --key-algorithm; empty means the server's default.
-	KeyAlgorithm string
-	// SecretName is --secret.
-	SecretName string
-	// ServiceAccountNames is --service-account.
-	ServiceAccountNames []string
+	// RequestParams are the command's argument (Name) and the flags that make up the request:
+	// --service, --dns-name, --duration, --renew-before, --key-algorithm, --secret and --service-account.
+	// Its Namespace stays empty: Complete sets Options.Namespace, which request writes into the object
+	// when -n was given.
+	RequestParams
 	// FieldManager is --field-manager.
 	FieldManager string
 	// Wait is --wait.
@@ -257,16 +246,8 @@ func (o *Options) Validate() error {
 
 // request builds the object from the options.
 func (o *Options) request() (*certapiv1alpha1.ServingCertRequest, error) {
-	p := RequestParams{
-		Name:                o.Name,
-		Service:             o.Service,
-		DNSNames:            o.DNSNames,
-		Duration:            o.Duration,
-		RenewBefore:         o.RenewBefore,
-		KeyAlgorithm:        o.KeyAlgorithm,
-		SecretName:          o.SecretName,
-		ServiceAccountNames: o.ServiceAccountNames,
-	}
+	p := o.RequestParams
+	p.Namespace = ""
 	if o.EnforceNamespace {
 		p.Namespace = o.Namespace
 	}

@@ -8,13 +8,12 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 	watchtools "k8s.io/client-go/tools/watch"
 
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
+	"github.com/certapi/certapi/pkg/cmd/internal/byname"
 	certapiclient "github.com/certapi/certapi/pkg/generated/clientset/versioned/typed/certapi/v1alpha1"
 )
 
@@ -52,17 +51,7 @@ func waitForReady(ctx context.Context, client certapiclient.ServingCertRequestIn
 	waitCtx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 
-	selector := fields.OneTermEqualSelector("metadata.name", name).String()
-	lw := cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-			opts.FieldSelector = selector
-			return client.List(ctx, opts)
-		},
-		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-			opts.FieldSelector = selector
-			return client.Watch(ctx, opts)
-		},
-	}, client)
+	lw := cache.ToListWatcherWithWatchListSemantics(byname.ListWatch[*certapiv1alpha1.ServingCertRequestList](client, name), client)
 
 	var last *certapiv1alpha1.ServingCertRequest
 	check := func(obj any) (bool, error) {

@@ -162,7 +162,8 @@ func writePlan(w io.Writer, certs []cmCertificate, targets []injectTarget, clust
 	var plan []planned
 	var notes []string
 	requests := map[string]mappedRequest{}
-	var requestOrder []string
+	// planCerts are the Certificates of the plan, each once, in the order the plan first names them.
+	var planCerts []cmCertificate
 	for _, t := range targets {
 		var remove []string
 		var cert cmCertificate
@@ -196,11 +197,13 @@ func writePlan(w io.Writer, certs []cmCertificate, targets []injectTarget, clust
 		if !seen {
 			m = mapCertificate(cert, clusterDomain)
 			requests[key] = m
-			requestOrder = append(requestOrder, key)
 		}
 		if m.problem != "" {
 			notes = append(notes, fmt.Sprintf("%s %s: Certificate %s cannot become a ServingCertRequest: %s; keep cert-manager for it", t.Resource, t.Name, key, m.problem))
 			continue
+		}
+		if !seen {
+			planCerts = append(planCerts, cert)
 		}
 		plan = append(plan, planned{t: t, remove: remove, cert: cert})
 	}
@@ -213,23 +216,17 @@ func writePlan(w io.Writer, certs []cmCertificate, targets []injectTarget, clust
 	} else {
 		b.WriteString("\n# 1. A ServingCertRequest per Certificate (drop --secret to use pkg/servingcert instead of a Secret).\n")
 		b.WriteString("kubectl certapi check --wait\n")
-		done := map[string]bool{}
-		for _, p := range plan {
-			key := p.cert.Namespace + "/" + p.cert.Name
-			if done[key] {
-				continue
-			}
-			done[key] = true
-			m := requests[key]
-			fmt.Fprintf(&b, "kubectl create servingcertrequest %s -n %s --service=%s", m.service, p.cert.Namespace, m.service)
+		for _, c := range planCerts {
+			m := requests[c.Namespace+"/"+c.Name]
+			fmt.Fprintf(&b, "kubectl create servingcertrequest %s -n %s --service=%s", m.service, c.Namespace, m.service)
 			for _, n := range m.dnsNames {
 				fmt.Fprintf(&b, " --dns-name='%s'", n)
 			}
 			if m.duration != "" {
 				fmt.Fprintf(&b, " --duration=%s", m.duration)
 			}
-			if p.cert.SecretName != "" {
-				fmt.Fprintf(&b, " --secret=%s-certapi", p.cert.SecretName)
+			if c.SecretName != "" {
+				fmt.Fprintf(&b, " --secret=%s-certapi", c.SecretName)
 			}
 			b.WriteString(" --wait\n")
 		}
@@ -247,17 +244,11 @@ func writePlan(w io.Writer, certs []cmCertificate, targets []injectTarget, clust
 		}
 		b.WriteString("kubectl get events -A --field-selector reason=KeepingForeignCA\n")
 		b.WriteString("\n# 4. Move each webhook server to certapi's certificate, and wait until every pod serves it:\n")
-		done = map[string]bool{}
-		for _, p := range plan {
-			key := p.cert.Namespace + "/" + p.cert.Name
-			if done[key] {
-				continue
-			}
-			done[key] = true
-			if p.cert.SecretName != "" {
-				fmt.Fprintf(&b, "#    the pods mounting Secret %s/%s: mount %s-certapi instead (or use pkg/servingcert), then kubectl rollout status\n", p.cert.Namespace, p.cert.SecretName, p.cert.SecretName)
+		for _, c := range planCerts {
+			if c.SecretName != "" {
+				fmt.Fprintf(&b, "#    the pods mounting Secret %s/%s: mount %s-certapi instead (or use pkg/servingcert), then kubectl rollout status\n", c.Namespace, c.SecretName, c.SecretName)
 			} else {
-				fmt.Fprintf(&b, "#    the server of Certificate %s: pkg/servingcert, then kubectl rollout status\n", key)
+				fmt.Fprintf(&b, "#    the server of Certificate %s/%s: pkg/servingcert, then kubectl rollout status\n", c.Namespace, c.Name)
 			}
 		}
 		b.WriteString("\n# 5. Drop cert-manager's CA from the caBundle.\n")
@@ -265,16 +256,10 @@ func writePlan(w io.Writer, certs []cmCertificate, targets []injectTarget, clust
 			fmt.Fprintf(&b, "kubectl annotate %s %s %s-\n", p.t.Resource, p.t.Name, certapiv1alpha1.AnnotationKeepForeignCA)
 		}
 		b.WriteString("\n# 6. Delete cert-manager's objects (their Issuers too, once nothing else uses them).\n")
-		done = map[string]bool{}
-		for _, p := range plan {
-			key := p.cert.Namespace + "/" + p.cert.Name
-			if done[key] {
-				continue
-			}
-			done[key] = true
-			fmt.Fprintf(&b, "kubectl delete certificate %s -n %s\n", p.cert.Name, p.cert.Namespace)
-			if p.cert.SecretName != "" {
-				fmt.Fprintf(&b, "kubectl delete secret %s -n %s\n", p.cert.SecretName, p.cert.Namespace)
+		for _, c := range planCerts {
+			fmt.Fprintf(&b, "kubectl delete certificate %s -n %s\n", c.Name, c.Namespace)
+			if c.SecretName != "" {
+				fmt.Fprintf(&b, "kubectl delete secret %s -n %s\n", c.SecretName, c.Namespace)
 			}
 		}
 	}

@@ -10,14 +10,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/tools/cache"
 	watchtools "k8s.io/client-go/tools/watch"
 
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
+	"github.com/certapi/certapi/pkg/cmd/internal/byname"
 	"github.com/certapi/certapi/pkg/signer"
 )
 
@@ -69,17 +67,7 @@ func (o *rotateOptions) runPeer(ctx context.Context, c *clients) error {
 	}
 	waitCtx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
-	selector := fields.OneTermEqualSelector("metadata.name", o.peerCASecret).String()
-	lw := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-			opts.FieldSelector = selector
-			return secrets.List(ctx, opts)
-		},
-		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-			opts.FieldSelector = selector
-			return secrets.Watch(ctx, opts)
-		},
-	}
+	lw := byname.ListWatch[*corev1.SecretList](secrets, o.peerCASecret)
 	_, err = watchtools.UntilWithSync(waitCtx, lw, &corev1.Secret{}, nil, func(ev watch.Event) (bool, error) {
 		sec, ok := ev.Object.(*corev1.Secret)
 		if !ok || ev.Type == watch.Deleted {

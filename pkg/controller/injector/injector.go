@@ -94,13 +94,8 @@ const (
 	errorBackoffMax  = 5 * time.Minute
 )
 
-// BundleSource gives the trust bundle to inject, and says when it changes.
-type BundleSource interface {
-	// Bundle returns the current PEM bundle; ok=false means there is none yet: do nothing.
-	Bundle() (pem []byte, ok bool)
-	// AddListener tells lis when the bundle may have changed; remove unregisters it.
-	AddListener(lis dynamiccertificates.Listener) (remove func())
-}
+// BundleSource gives the trust bundle to inject, and says when it changes (one type for every reader).
+type BundleSource = controller.BundleSource
 
 // Options configures New.
 type Options struct {

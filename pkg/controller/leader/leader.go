@@ -32,7 +32,7 @@ import (
 // the replicas' serving records that a distrust waits for.
 type Issuer interface {
 	rotation.Authority
-	// Bundle is the trust bundle to inject and publish (injector.BundleSource, trustbundle.BundleSource).
+	// Bundle is the trust bundle to inject and publish (controller.BundleSource).
 	Bundle() (pem []byte, ok bool)
 	// ServingNotFrom counts the replicas not serving with a certificate of the CA with that serial.
 	ServingNotFrom(ctx context.Context, serial string) (int, error)

@@ -153,29 +153,14 @@ func Decide(in Input) Decision {
 		return deny(ReasonPodMismatch, msg)
 	}
 
-	duration := certapiv1alpha1.DefaultDuration
-	if req.Spec.Duration != nil {
-		duration = req.Spec.Duration.Duration
-	}
-	var renewBefore time.Duration
-	if req.Spec.RenewBefore != nil {
-		renewBefore = req.Spec.RenewBefore.Duration
-	}
-	maxLifetime := defaultMaxExpiration
+	sign := issuer.RequestFor(ns, name, &req.Spec)
+	sign.PublicKey = csr.PublicKey
+	sign.Path = issuer.PathPCR
+	sign.MaxLifetime = defaultMaxExpiration
 	if m := pcr.Spec.MaxExpirationSeconds; m != nil {
-		maxLifetime = time.Duration(*m) * time.Second
+		sign.MaxLifetime = time.Duration(*m) * time.Second
 	}
-	return Decision{Sign: issuer.Request{
-		Namespace:   ns,
-		Name:        name,
-		ServiceName: req.Spec.ServiceName,
-		DNSNames:    req.Spec.DNSNames,
-		Duration:    duration,
-		RenewBefore: renewBefore,
-		PublicKey:   csr.PublicKey,
-		Path:        issuer.PathPCR,
-		MaxLifetime: maxLifetime,
-	}}
+	return Decision{Sign: sign}
 }
 
 // podMismatch returns why the pod does not match the PodCertificateRequest, or "".

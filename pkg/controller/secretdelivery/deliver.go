@@ -44,24 +44,10 @@ func (c *Controller) issue(req *certapiv1alpha1.ServingCertRequest) (*issued, er
 	if err != nil {
 		return nil, fmt.Errorf("generating the key for ServingCertRequest %s/%s: %w", req.Namespace, req.Name, err)
 	}
-	duration := certapiv1alpha1.DefaultDuration
-	if req.Spec.Duration != nil {
-		duration = req.Spec.Duration.Duration
-	}
-	var renewBefore time.Duration
-	if req.Spec.RenewBefore != nil {
-		renewBefore = req.Spec.RenewBefore.Duration
-	}
-	res, err := c.authority.Sign(issuer.Request{
-		Namespace:   req.Namespace,
-		Name:        req.Name,
-		ServiceName: req.Spec.ServiceName,
-		DNSNames:    req.Spec.DNSNames,
-		Duration:    duration,
-		RenewBefore: renewBefore,
-		PublicKey:   key.Public(),
-		Path:        issuer.PathSecret,
-	})
+	sign := issuer.RequestFor(req.Namespace, req.Name, &req.Spec)
+	sign.PublicKey = key.Public()
+	sign.Path = issuer.PathSecret
+	res, err := c.authority.Sign(sign)
 	if err != nil {
 		return nil, fmt.Errorf("ServingCertRequest %s/%s: %w", req.Namespace, req.Name, err)
 	}

@@ -38,13 +38,8 @@ import (
 // Name is the ClusterTrustBundle certapi keeps (certapiv1alpha1.ClusterTrustBundleName).
 const Name = certapiv1alpha1.ClusterTrustBundleName
 
-// BundleSource gives the trust bundle to publish and says when it changes (the issuer).
-type BundleSource interface {
-	// Bundle returns the current PEM bundle; ok=false means there is none yet: do nothing.
-	Bundle() (pem []byte, ok bool)
-	// AddListener tells lis when the bundle may have changed; remove unregisters it.
-	AddListener(lis dynamiccertificates.Listener) (remove func())
-}
+// BundleSource gives the trust bundle to publish and says when it changes (the issuer; one type for every reader).
+type BundleSource = controller.BundleSource
 
 // Options configure New.
 type Options struct {

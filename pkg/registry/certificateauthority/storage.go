@@ -14,9 +14,10 @@ import (
 	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
 	"k8s.io/apiserver/pkg/registry/rest"
 	"k8s.io/klog/v2"
-	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
 
 	"github.com/certapi/certapi/pkg/apis/certapi"
+	"github.com/certapi/certapi/pkg/registry/objecttable"
+	"github.com/certapi/certapi/pkg/registry/withstatus"
 )
 
 // errUndeletable explains why a delete is refused and what to do instead.
@@ -44,7 +45,7 @@ func (r *REST) DeleteCollection(ctx context.Context, deleteValidation rest.Valid
 
 // StatusREST is the storage of the status subresource.
 type StatusREST struct {
-	store *genericregistry.Store
+	*withstatus.StatusREST
 }
 
 // LeaderFunc names the replica that holds the leader election now; ok is false when none does. The
@@ -73,37 +74,7 @@ func NewREST(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, leade
 	if err := store.CompleteWithOptions(&generic.StoreOptions{RESTOptions: optsGetter, AttrFunc: GetAttrs}); err != nil {
 		return nil, nil, fmt.Errorf("completing CertificateAuthority storage: %w", err)
 	}
-	statusStore := *store
-	status := statusStrategy{s}
-	statusStore.UpdateStrategy = status
-	statusStore.ResetFieldsStrategy = status
-	return &REST{Store: store}, &StatusREST{store: &statusStore}, nil
-}
-
-// New returns an empty CertificateAuthority.
-func (r *StatusREST) New() runtime.Object { return &certapi.CertificateAuthority{} }
-
-// Destroy does nothing: the main resource's storage owns the etcd client.
-func (r *StatusREST) Destroy() {}
-
-// Get returns the CertificateAuthority.
-func (r *StatusREST) Get(ctx context.Context, name string, options *metav1.GetOptions) (runtime.Object, error) {
-	return r.store.Get(ctx, name, options)
-}
-
-// Update writes status only.
-func (r *StatusREST) Update(ctx context.Context, name string, objInfo rest.UpdatedObjectInfo, createValidation rest.ValidateObjectFunc, updateValidation rest.ValidateObjectUpdateFunc, forceAllowCreate bool, options *metav1.UpdateOptions) (runtime.Object, bool, error) {
-	return r.store.Update(ctx, name, objInfo, createValidation, updateValidation, false, options)
-}
-
-// GetResetFields tells server-side apply which fields a status write resets.
-func (r *StatusREST) GetResetFields() map[fieldpath.APIVersion]*fieldpath.Set {
-	return r.store.GetResetFields()
-}
-
-// ConvertToTable prints the CA as `kubectl get` does.
-func (r *StatusREST) ConvertToTable(ctx context.Context, object runtime.Object, tableOptions runtime.Object) (*metav1.Table, error) {
-	return r.store.ConvertToTable(ctx, object, tableOptions)
+	return &REST{Store: store}, &StatusREST{withstatus.NewStatusREST(store, statusStrategy{s})}, nil
 }
 
 type tableConvertor struct {
@@ -121,22 +92,10 @@ var columns = []metav1.TableColumnDefinition{
 }
 
 func (c tableConvertor) ConvertToTable(ctx context.Context, obj runtime.Object, tableOptions runtime.Object) (*metav1.Table, error) {
-	table := &metav1.Table{}
-	if opt, ok := tableOptions.(*metav1.TableOptions); !ok || !opt.NoHeaders {
-		table.ColumnDefinitions = columns
-	}
-	var items []certapi.CertificateAuthority
-	switch t := obj.(type) {
-	case *certapi.CertificateAuthority:
-		items = []certapi.CertificateAuthority{*t}
-		table.ResourceVersion = t.ResourceVersion
-	case *certapi.CertificateAuthorityList:
-		items = t.Items
-		table.ResourceVersion = t.ResourceVersion
-		table.Continue = t.Continue
-		table.RemainingItemCount = t.RemainingItemCount
-	default:
-		return nil, fmt.Errorf("cannot print %T as a CertificateAuthority table", obj)
+	table, items, err := objecttable.New(obj, tableOptions, columns, "CertificateAuthority",
+		func(l *certapi.CertificateAuthorityList) []certapi.CertificateAuthority { return l.Items })
+	if err != nil {
+		return nil, err
 	}
 	now := time.Now()
 	leader := ""

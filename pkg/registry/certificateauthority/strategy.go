@@ -13,30 +13,23 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/apiserver/pkg/registry/generic"
 	"k8s.io/apiserver/pkg/storage"
-	"k8s.io/apiserver/pkg/storage/names"
 	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
 
 	"github.com/certapi/certapi/pkg/apis/certapi"
 	"github.com/certapi/certapi/pkg/apis/certapi/validation"
+	"github.com/certapi/certapi/pkg/registry/withstatus"
 )
 
 type strategy struct {
-	runtime.ObjectTyper
-	names.NameGenerator
+	withstatus.Strategy
 }
 
 // NewStrategy returns the create, update and delete rules of the CertificateAuthority.
 func NewStrategy(typer runtime.ObjectTyper) strategy {
-	return strategy{ObjectTyper: typer, NameGenerator: names.SimpleNameGenerator}
+	return strategy{withstatus.NewStrategy(typer)}
 }
 
 func (strategy) NamespaceScoped() bool { return false }
-
-func (strategy) GetResetFields() map[fieldpath.APIVersion]*fieldpath.Set {
-	return map[fieldpath.APIVersion]*fieldpath.Set{
-		"certapi.dev/v1alpha1": fieldpath.NewSet(fieldpath.MakePathOrDie("status")),
-	}
-}
 
 func (strategy) PrepareForCreate(ctx context.Context, obj runtime.Object) {
 	ca := obj.(*certapi.CertificateAuthority)
@@ -57,28 +50,16 @@ func (strategy) Validate(ctx context.Context, obj runtime.Object) field.ErrorLis
 	return validation.ValidateCertificateAuthority(obj.(*certapi.CertificateAuthority))
 }
 
-func (strategy) WarningsOnCreate(ctx context.Context, obj runtime.Object) []string { return nil }
-
-func (strategy) AllowCreateOnUpdate(ctx context.Context) bool { return false }
-
-func (strategy) AllowUnconditionalUpdate(ctx context.Context) bool { return true }
-
-func (strategy) Canonicalize(obj runtime.Object) {}
-
 func (strategy) ValidateUpdate(ctx context.Context, obj, old runtime.Object) field.ErrorList {
 	return validation.ValidateCertificateAuthorityUpdate(obj.(*certapi.CertificateAuthority), old.(*certapi.CertificateAuthority))
 }
-
-func (strategy) WarningsOnUpdate(ctx context.Context, obj, old runtime.Object) []string { return nil }
 
 type statusStrategy struct {
 	strategy
 }
 
 func (statusStrategy) GetResetFields() map[fieldpath.APIVersion]*fieldpath.Set {
-	return map[fieldpath.APIVersion]*fieldpath.Set{
-		"certapi.dev/v1alpha1": fieldpath.NewSet(fieldpath.MakePathOrDie("spec")),
-	}
+	return withstatus.StatusResetFields()
 }
 
 func (statusStrategy) PrepareForUpdate(ctx context.Context, obj, old runtime.Object) {

@@ -12,34 +12,25 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/apiserver/pkg/registry/generic"
 	"k8s.io/apiserver/pkg/storage"
-	"k8s.io/apiserver/pkg/storage/names"
 	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
 
 	"github.com/certapi/certapi/pkg/apis/certapi"
 	"github.com/certapi/certapi/pkg/apis/certapi/validation"
+	"github.com/certapi/certapi/pkg/registry/withstatus"
 )
 
 // strategy holds the create, update and delete rules of ServingCertRequests.
 type strategy struct {
-	runtime.ObjectTyper
-	names.NameGenerator
+	withstatus.Strategy
 	clusterDomain string
 }
 
 // NewStrategy returns the strategy for ServingCertRequests, validating SANs against clusterDomain.
 func NewStrategy(typer runtime.ObjectTyper, clusterDomain string) strategy {
-	return strategy{ObjectTyper: typer, NameGenerator: names.SimpleNameGenerator, clusterDomain: clusterDomain}
+	return strategy{Strategy: withstatus.NewStrategy(typer), clusterDomain: clusterDomain}
 }
 
 func (strategy) NamespaceScoped() bool { return true }
-
-// GetResetFields says that writes to the main resource never change status; server-side apply needs it
-// to attribute fields correctly.
-func (strategy) GetResetFields() map[fieldpath.APIVersion]*fieldpath.Set {
-	return map[fieldpath.APIVersion]*fieldpath.Set{
-		"certapi.dev/v1alpha1": fieldpath.NewSet(fieldpath.MakePathOrDie("status")),
-	}
-}
 
 func (strategy) PrepareForCreate(ctx context.Context, obj runtime.Object) {
 	scr := obj.(*certapi.ServingCertRequest)
@@ -62,19 +53,9 @@ func (s strategy) Validate(ctx context.Context, obj runtime.Object) field.ErrorL
 	return validation.ValidateServingCertRequest(obj.(*certapi.ServingCertRequest), s.clusterDomain)
 }
 
-func (strategy) WarningsOnCreate(ctx context.Context, obj runtime.Object) []string { return nil }
-
-func (strategy) AllowCreateOnUpdate(ctx context.Context) bool { return false }
-
-func (strategy) AllowUnconditionalUpdate(ctx context.Context) bool { return true }
-
-func (strategy) Canonicalize(obj runtime.Object) {}
-
 func (s strategy) ValidateUpdate(ctx context.Context, obj, old runtime.Object) field.ErrorList {
 	return validation.ValidateServingCertRequestUpdate(obj.(*certapi.ServingCertRequest), old.(*certapi.ServingCertRequest), s.clusterDomain)
 }
-
-func (strategy) WarningsOnUpdate(ctx context.Context, obj, old runtime.Object) []string { return nil }
 
 // statusStrategy holds the rules of the status subresource: it changes status and nothing else.
 type statusStrategy struct {
@@ -87,9 +68,7 @@ func NewStatusStrategy(s strategy) statusStrategy {
 }
 
 func (statusStrategy) GetResetFields() map[fieldpath.APIVersion]*fieldpath.Set {
-	return map[fieldpath.APIVersion]*fieldpath.Set{
-		"certapi.dev/v1alpha1": fieldpath.NewSet(fieldpath.MakePathOrDie("spec")),
-	}
+	return withstatus.StatusResetFields()
 }
 
 func (statusStrategy) PrepareForUpdate(ctx context.Context, obj, old runtime.Object) {
@@ -103,10 +82,6 @@ func (statusStrategy) PrepareForUpdate(ctx context.Context, obj, old runtime.Obj
 
 func (statusStrategy) ValidateUpdate(ctx context.Context, obj, old runtime.Object) field.ErrorList {
 	return validation.ValidateServingCertRequestStatusUpdate(obj.(*certapi.ServingCertRequest), old.(*certapi.ServingCertRequest))
-}
-
-func (statusStrategy) WarningsOnUpdate(ctx context.Context, obj, old runtime.Object) []string {
-	return nil
 }
 
 // GetAttrs returns the labels and fields a list or watch can select ServingCertRequests by.

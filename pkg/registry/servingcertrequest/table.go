@@ -2,7 +2,6 @@ package servingcertrequest
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -10,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/duration"
 
 	"github.com/certapi/certapi/pkg/apis/certapi"
+	"github.com/certapi/certapi/pkg/registry/objecttable"
 )
 
 // tableConvertor prints the columns `kubectl get scr` shows: what the request is for and where its
@@ -28,22 +28,10 @@ var columns = []metav1.TableColumnDefinition{
 }
 
 func (tableConvertor) ConvertToTable(ctx context.Context, obj runtime.Object, tableOptions runtime.Object) (*metav1.Table, error) {
-	table := &metav1.Table{}
-	if opt, ok := tableOptions.(*metav1.TableOptions); !ok || !opt.NoHeaders {
-		table.ColumnDefinitions = columns
-	}
-	var items []certapi.ServingCertRequest
-	switch t := obj.(type) {
-	case *certapi.ServingCertRequest:
-		items = []certapi.ServingCertRequest{*t}
-		table.ResourceVersion = t.ResourceVersion
-	case *certapi.ServingCertRequestList:
-		items = t.Items
-		table.ResourceVersion = t.ResourceVersion
-		table.Continue = t.Continue
-		table.RemainingItemCount = t.RemainingItemCount
-	default:
-		return nil, fmt.Errorf("cannot print %T as a ServingCertRequest table", obj)
+	table, items, err := objecttable.New(obj, tableOptions, columns, "ServingCertRequest",
+		func(l *certapi.ServingCertRequestList) []certapi.ServingCertRequest { return l.Items })
+	if err != nil {
+		return nil, err
 	}
 	now := time.Now()
 	for i := range items {

@@ -102,10 +102,17 @@ func ValidateServingCertRequestUpdate(newObj, oldObj *certapi.ServingCertRequest
 
 // ValidateServingCertRequestStatusUpdate validates a write to the status subresource.
 func ValidateServingCertRequestStatusUpdate(newObj, oldObj *certapi.ServingCertRequest) field.ErrorList {
-	allErrs := apimachineryvalidation.ValidateObjectMetaUpdate(&newObj.ObjectMeta, &oldObj.ObjectMeta, field.NewPath("metadata"))
 	statusPath := field.NewPath("status")
-	allErrs = append(allErrs, metav1validation.ValidateConditions(newObj.Status.Conditions, statusPath.Child("conditions"))...)
-	allErrs = append(allErrs, apimachineryvalidation.ValidateNonnegativeField(newObj.Status.ObservedGeneration, statusPath.Child("observedGeneration"))...)
+	allErrs := validateStatusUpdate(&newObj.ObjectMeta, &oldObj.ObjectMeta, newObj.Status.Conditions, newObj.Status.ObservedGeneration, statusPath)
+	return allErrs
+}
+
+// validateStatusUpdate validates what every write to a status subresource is checked for: the metadata
+// update, the conditions and observedGeneration.
+func validateStatusUpdate(newMeta, oldMeta *metav1.ObjectMeta, conditions []metav1.Condition, observedGeneration int64, statusPath *field.Path) field.ErrorList {
+	allErrs := apimachineryvalidation.ValidateObjectMetaUpdate(newMeta, oldMeta, field.NewPath("metadata"))
+	allErrs = append(allErrs, metav1validation.ValidateConditions(conditions, statusPath.Child("conditions"))...)
+	allErrs = append(allErrs, apimachineryvalidation.ValidateNonnegativeField(observedGeneration, statusPath.Child("observedGeneration"))...)
 	return allErrs
 }
 
@@ -264,10 +271,8 @@ func ValidateCertificateAuthorityUpdate(newObj, oldObj *certapi.CertificateAutho
 
 // ValidateCertificateAuthorityStatusUpdate validates a write to the CertificateAuthority's status.
 func ValidateCertificateAuthorityStatusUpdate(newObj, oldObj *certapi.CertificateAuthority) field.ErrorList {
-	allErrs := apimachineryvalidation.ValidateObjectMetaUpdate(&newObj.ObjectMeta, &oldObj.ObjectMeta, field.NewPath("metadata"))
 	statusPath := field.NewPath("status")
-	allErrs = append(allErrs, metav1validation.ValidateConditions(newObj.Status.Conditions, statusPath.Child("conditions"))...)
-	allErrs = append(allErrs, apimachineryvalidation.ValidateNonnegativeField(newObj.Status.ObservedGeneration, statusPath.Child("observedGeneration"))...)
+	allErrs := validateStatusUpdate(&newObj.ObjectMeta, &oldObj.ObjectMeta, newObj.Status.Conditions, newObj.Status.ObservedGeneration, statusPath)
 	for i, c := range newObj.Status.Certificates {
 		p := statusPath.Child("certificates").Index(i).Child("role")
 		switch c.Role {
