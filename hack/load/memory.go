@@ -77,7 +77,8 @@ func (l *loader) memory(ctx context.Context) error {
 }
 
 // runtimeMemory summarises the runtime.MemStats at the end of a /debug/pprof/heap?debug=1 profile taken
-// right after a GC (HeapAlloc is then the live heap), in MiB.
+// right after a GC (HeapAlloc is then the live heap), in MiB. Stack, MSpan and MCache are printed as "in
+// use / obtained": the first number is taken.
 func runtimeMemory(profile []byte) string {
 	stats := map[string]int64{}
 	for line := range strings.Lines(string(profile)) {
@@ -94,7 +95,7 @@ func runtimeMemory(profile []byte) string {
 	return fmt.Sprintf("Go runtime after a GC, MiB: live heap %s, heap spans in use %s, free heap not returned to the OS %s, "+
 		"next GC at %s; stacks %s; runtime metadata (spans, GC, other) %s",
 		mib(stats["HeapAlloc"]), mib(stats["HeapInuse"]), mib(stats["HeapIdle"]-stats["HeapReleased"]), mib(stats["NextGC"]),
-		mib(stats["StackInuse"]), mib(stats["MSpanInuse"]+stats["MCacheInuse"]+stats["BuckHashSys"]+stats["GCSys"]+stats["OtherSys"]))
+		mib(stats["Stack"]), mib(stats["MSpan"]+stats["MCache"]+stats["BuckHashSys"]+stats["GCSys"]+stats["OtherSys"]))
 }
 
 // memSample is a process's resident memory, in bytes.
