@@ -53,7 +53,8 @@ bodies.
 Memory: unless GOMEMLIMIT is set, certapi sets the Go runtime's soft memory limit to 3/4 of the memory
 limit of its cgroup (v1 or v2; the lowest of its own and its parents'), and logs the value at start-up;
 the other quarter is for the pages of its executable the kernel maps and counts against the same limit.
-With no cgroup limit it sets none. GOMEMLIMIT=off turns the limit off.
+With no cgroup limit it sets none. GOMEMLIMIT=off turns the limit off. Unless GOGC is set, certapi sets
+GOGC after each garbage collection from the live heap it found (--gc-headroom).
 
 Backup: "certapi snapshot save" and "certapi snapshot restore" save and restore certapi's etcd (its CA and
 objects); see "certapi snapshot --help". "certapi selftest" checks an installed certapi as a client does (the
@@ -74,6 +75,7 @@ Helm chart's helm test runs it).`,
 			if err := o.Validate(); err != nil {
 				return err
 			}
+			startGCTuner(o.GCHeadroom.Quantity)
 			return run(cmd.Context(), o)
 		},
 	}

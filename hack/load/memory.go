@@ -67,7 +67,35 @@ func (l *loader) memory(ctx context.Context) error {
 	fmt.Printf("memory: certapi RSS %s before, %s right after creating %d ServingCertRequests (in %s), %s 30 s after a GC "+
 		"(anonymous: heap and stacks; file: the pages of certapi's binary the kernel maps)\n",
 		before, after, o.requests, created.Round(time.Millisecond), steady)
+	// Where the anonymous memory goes, from the Go runtime's own figures (after one more GC).
+	heap, err := l.heapAfterGC(ctx, true)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("  %s\n", runtimeMemory(heap))
 	return nil
+}
+
+// runtimeMemory summarises the runtime.MemStats at the end of a /debug/pprof/heap?debug=1 profile taken
+// right after a GC (HeapAlloc is then the live heap), in MiB. Stack, MSpan and MCache are printed as "in
+// use / obtained": the first number is taken.
+func runtimeMemory(profile []byte) string {
+	stats := map[string]int64{}
+	for line := range strings.Lines(string(profile)) {
+		key, value, ok := strings.Cut(strings.TrimPrefix(line, "# "), " = ")
+		if !ok {
+			continue
+		}
+		var n int64
+		if _, err := fmt.Sscanf(value, "%d", &n); err == nil {
+			stats[key] = n
+		}
+	}
+	mib := func(n int64) string { return fmt.Sprintf("%.1f", float64(n)/(1<<20)) }
+	return fmt.Sprintf("Go runtime after a GC, MiB: live heap %s, heap spans in use %s, free heap not returned to the OS %s, "+
+		"next GC at %s; stacks %s; runtime metadata (spans, GC, other) %s",
+		mib(stats["HeapAlloc"]), mib(stats["HeapInuse"]), mib(stats["HeapIdle"]-stats["HeapReleased"]), mib(stats["NextGC"]),
+		mib(stats["Stack"]), mib(stats["MSpan"]+stats["MCache"]+stats["BuckHashSys"]+stats["GCSys"]+stats["OtherSys"]))
 }
 
 // memSample is a process's resident memory, in bytes.

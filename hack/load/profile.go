@@ -158,20 +158,37 @@ func (p *profiler) finish(ctx context.Context) error {
 
 // collectGarbage runs a GC in certapi (replica 0) through /debug/pprof/heap?gc=1, discarding the profile.
 func (l *loader) collectGarbage(ctx context.Context) error {
+	_, err := l.heapAfterGC(ctx, false)
+	return err
+}
+
+// heapAfterGC runs a GC in certapi (replica 0) through /debug/pprof/heap?gc=1 and returns the profile,
+// in text with the runtime's MemStats when debug is set.
+func (l *loader) heapAfterGC(ctx context.Context, debug bool) ([]byte, error) {
 	client, err := l.cp.CertapiHTTPClient()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	client.Timeout = time.Minute
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, l.cp.CertapiURL+"/debug/pprof/heap?gc=1", nil)
+	path := "/debug/pprof/heap?gc=1"
+	if debug {
+		path += "&debug=1"
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, l.cp.CertapiURL+path, nil)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return fmt.Errorf("running a GC in certapi: %w", err)
+		return nil, fmt.Errorf("running a GC in certapi: %w", err)
 	}
 	defer resp.Body.Close()
-	_, err = io.Copy(io.Discard, resp.Body)
-	return err
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("running a GC in certapi: %s", resp.Status)
+	}
+	if !debug {
+		_, err = io.Copy(io.Discard, resp.Body)
+		return nil, err
+	}
+	return io.ReadAll(resp.Body)
 }

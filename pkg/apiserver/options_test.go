@@ -122,6 +122,37 @@ func TestDistrustDeadlineFlag(t *testing.T) {
 	}
 }
 
+func TestGCHeadroomFlag(t *testing.T) {
+	for _, tc := range []struct {
+		args    []string
+		want    int64
+		invalid bool
+	}{
+		{args: nil, want: 16 << 20},
+		{args: []string{"--gc-headroom=64Mi"}, want: 64 << 20},
+		{args: []string{"--gc-headroom=0"}, want: 0},
+		{args: []string{"--gc-headroom=-1Mi"}, want: -1 << 20, invalid: true},
+	} {
+		o := NewOptions()
+		fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
+		o.AddFlags(fs)
+		if err := fs.Parse(tc.args); err != nil {
+			t.Fatal(err)
+		}
+		if got := o.GCHeadroom.Value(); got != tc.want {
+			t.Errorf("%v: GCHeadroom %d; want %d", tc.args, got, tc.want)
+		}
+		err := o.Validate()
+		if got := err != nil && strings.Contains(err.Error(), "--gc-headroom"); got != tc.invalid {
+			t.Errorf("%v: Validate() = %v; want a --gc-headroom error: %v", tc.args, err, tc.invalid)
+		}
+	}
+	fss := NewOptions().Flags()
+	if f := fss.FlagSet("certapi").Lookup("gc-headroom"); f == nil || !strings.Contains(f.Usage, "GOGC") {
+		t.Errorf("--help does not explain --gc-headroom: %+v", f)
+	}
+}
+
 func TestShutdownFlags(t *testing.T) {
 	for _, tc := range []struct {
 		args      []string

@@ -4,7 +4,6 @@ package metrics
 
 import (
 	"sync"
-	"time"
 
 	"k8s.io/component-base/metrics"
 	"k8s.io/component-base/metrics/legacyregistry"
@@ -33,35 +32,6 @@ var (
 		Buckets:        []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5},
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"path"})
-
-	// CertificateNotAfter is the notAfter of the latest certificate issued for each request (Unix seconds),
-	// with who renews it (renewer: RenewerCertapi or RenewerClient).
-	CertificateNotAfter = metrics.NewGaugeVec(&metrics.GaugeOpts{
-		Namespace:      namespace,
-		Name:           "certificate_not_after_timestamp_seconds",
-		Help:           "notAfter of the latest certificate issued for each ServingCertRequest, in Unix seconds; renewer is certapi (spec.secretName: certapi renews the Secret) or client (the workload renews through servingcerts) (leader only).",
-		StabilityLevel: metrics.ALPHA,
-	}, []string{"namespace", "name", "renewer"})
-
-	// CertificateRenewal is the renewal time of the latest certificate issued for each request (Unix
-	// seconds), with who renews it. Only certapi's own renewals can be called overdue from the server's
-	// side: a client that stops calling servingcerts may simply be gone.
-	CertificateRenewal = metrics.NewGaugeVec(&metrics.GaugeOpts{
-		Namespace:      namespace,
-		Name:           "certificate_renewal_timestamp_seconds",
-		Help:           "Renewal time of the latest certificate issued for each ServingCertRequest, in Unix seconds; renewer is certapi (spec.secretName) or client (servingcerts) (leader only).",
-		StabilityLevel: metrics.ALPHA,
-	}, []string{"namespace", "name", "renewer"})
-
-	// ServingCertRequestReady is 1 for each ServingCertRequest whose Ready condition is True, else 0, with
-	// the condition's reason. It exists from the request's creation, before any certificate, so that an
-	// alert can find a request that never became Ready.
-	ServingCertRequestReady = metrics.NewGaugeVec(&metrics.GaugeOpts{
-		Namespace:      namespace,
-		Name:           "servingcertrequest_ready",
-		Help:           "1 when the ServingCertRequest's Ready condition is True, else 0, from its creation on (before its first certificate too); reason is the condition's, empty while it has none (leader only).",
-		StabilityLevel: metrics.ALPHA,
-	}, []string{"namespace", "name", "reason"})
 
 	// CANotAfter is the notAfter of each CA certificate by role (Unix seconds).
 	CANotAfter = metrics.NewGaugeVec(&metrics.GaugeOpts{
@@ -170,8 +140,9 @@ var registerOnce sync.Once
 // Register adds certapi's metrics to the registry behind /metrics. It is safe to call more than once.
 func Register() {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(Issuances, IssuanceDuration, CertificateNotAfter, CertificateRenewal, ServingCertRequestReady, CANotAfter, RotationSteps, InjectionTargets, Leader, Signatures,
+		legacyregistry.MustRegister(Issuances, IssuanceDuration, CANotAfter, RotationSteps, InjectionTargets, Leader, Signatures,
 			KubeAPIServed, Snapshots, SnapshotLastSuccess, EtcdMembers, EtcdLeader, EtcdMemberHealthy)
+		legacyregistry.CustomMustRegister(requests)
 	})
 }
 
@@ -182,46 +153,6 @@ const (
 	// RenewerClient: the workload renews through the servingcerts subresource.
 	RenewerClient = "client"
 )
-
-// ObserveCertificate records a request's latest certificate times and who renews it (RenewerCertapi or
-// RenewerClient), dropping the series of the other renewer.
-func ObserveCertificate(namespace, name, renewer string, notAfter, renewal time.Time) {
-	for _, other := range []string{RenewerCertapi, RenewerClient} {
-		if other != renewer {
-			CertificateNotAfter.DeleteLabelValues(namespace, name, other)
-			CertificateRenewal.DeleteLabelValues(namespace, name, other)
-		}
-	}
-	CertificateNotAfter.WithLabelValues(namespace, name, renewer).Set(float64(notAfter.Unix()))
-	CertificateRenewal.WithLabelValues(namespace, name, renewer).Set(float64(renewal.Unix()))
-}
-
-// ForgetCertificate drops a deleted request's certificate series.
-func ForgetCertificate(namespace, name string) {
-	for _, renewer := range []string{RenewerCertapi, RenewerClient} {
-		CertificateNotAfter.DeleteLabelValues(namespace, name, renewer)
-		CertificateRenewal.DeleteLabelValues(namespace, name, renewer)
-	}
-}
-
-// ObserveReady records a request's Ready condition: ready, with reason (empty while it has no condition),
-// replacing the series of the reason it had before (previous; empty string when it had none or was not
-// observed).
-func ObserveReady(namespace, name, previous, reason string, ready bool) {
-	if previous != reason {
-		ServingCertRequestReady.DeleteLabelValues(namespace, name, previous)
-	}
-	v := 0.0
-	if ready {
-		v = 1
-	}
-	ServingCertRequestReady.WithLabelValues(namespace, name, reason).Set(v)
-}
-
-// ForgetReady drops a deleted request's Ready series, that of reason.
-func ForgetReady(namespace, name, reason string) {
-	ServingCertRequestReady.DeleteLabelValues(namespace, name, reason)
-}
 
 // ObserveInjection records the injection targets by state, as the rotation counts them for
 // CertificateAuthority status.injection: UpToDate, Skipped, Conflict, Failed, and Pending for the rest.
@@ -234,14 +165,12 @@ func ObserveInjection(targets, upToDate, skipped, conflicts, failed int32) {
 	InjectionTargets.WithLabelValues("Failed").Set(float64(failed))
 }
 
-// ForgetTerm drops the gauges only a leader publishes (CA lifetimes, injection targets, certificate
-// times, requests' readiness) when its term ends, so that a replica that stopped leading does not go on reporting what it saw
-// as leader next to the new leader's figures.
+// ForgetTerm drops the gauges only a leader publishes (CA lifetimes, injection targets) and its
+// RequestSource (the requests' certificate times and readiness) when its term ends, so that a replica
+// that stopped leading does not go on reporting what it saw as leader next to the new leader's figures.
 func ForgetTerm() {
 	CANotAfter.Reset()
 	InjectionTargets.Reset()
-	CertificateNotAfter.Reset()
-	CertificateRenewal.Reset()
-	ServingCertRequestReady.Reset()
+	PublishRequests(nil)
 	KubeAPIServed.Reset()
 }

@@ -1,21 +1,20 @@
 // Package expiry publishes, on the leader, the notAfter and renewal time of every ServingCertRequest's
 // latest certificate as metrics, with who renews it, and every request's Ready condition, from the
-// term's informer: a certificate's series appear when it is first recorded in status and follow each
+// term's informer cache: the series are made when /metrics is scraped (metrics.RequestSource), so none
+// is stored per request. A certificate's series appear once it is recorded in status and follow each
 // renewal, the Ready series from the request's creation; all go away with the request, so alerts never
-// fire for a request that no longer exists and the series cannot grow without bound. A replica that
-// stops leading drops them all (metrics.ForgetTerm, once the term's handlers are removed): only the
-// leader publishes them.
+// fire for a request that no longer exists and the series cannot grow without bound. None are shown
+// until the term's informer has synced, and a replica that stops leading shows none
+// (metrics.ForgetTerm): only the leader publishes them.
 //
-// It is only a handler of the term's informer: it has no queue and nothing to run.
+// It has no handler, no queue and nothing to run.
 package expiry
 
 import (
 	"errors"
-	"sync"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
@@ -23,63 +22,50 @@ import (
 	"github.com/certapi/certapi/pkg/metrics"
 )
 
-// Publisher keeps the certificate expiry metrics in step with the ServingCertRequests. Make one per
-// leadership term with New.
-type Publisher struct {
-	mu sync.Mutex
-	// reasons holds the reason label of each request's Ready series, to replace it when the reason changes.
-	reasons map[types.NamespacedName]string
+// Source is the metrics.RequestSource of one leadership term: the requests its informer holds.
+type Source struct {
+	store  cache.Store
+	synced cache.InformerSynced
 }
 
-// New declares on the term's Context a handler of its ServingCertRequest informer that publishes the
-// metrics for the term.
-func New(cc *controller.Context) (*Publisher, error) {
+var _ metrics.RequestSource = &Source{}
+
+// New makes the term's Source from the ServingCertRequest informer of cc and publishes it
+// (metrics.PublishRequests) until the term ends (metrics.ForgetTerm).
+func New(cc *controller.Context) (*Source, error) {
 	if cc == nil {
 		return nil, errors.New("expiry: a controller Context is required")
 	}
-	p := &Publisher{reasons: map[types.NamespacedName]string{}}
-	cc.Watch(cc.CertapiInformers.Certapi().V1alpha1().ServingCertRequests().Informer(), cache.ResourceEventHandlerFuncs{
-		AddFunc:    p.observe,
-		UpdateFunc: func(_, obj any) { p.observe(obj) },
-		DeleteFunc: p.forget,
-	})
-	return p, nil
+	informer := cc.CertapiInformers.Certapi().V1alpha1().ServingCertRequests().Informer()
+	s := &Source{store: informer.GetStore(), synced: informer.HasSynced}
+	metrics.PublishRequests(s)
+	return s, nil
 }
 
-func (p *Publisher) observe(obj any) {
-	r, ok := obj.(*certapiv1alpha1.ServingCertRequest)
-	if !ok {
+// EachRequest calls f with the series of each request in the informer's cache; with none until the
+// informer has synced.
+func (s *Source) EachRequest(f func(metrics.Request)) {
+	if !s.synced() {
 		return
 	}
+	for _, obj := range s.store.List() {
+		if r, ok := obj.(*certapiv1alpha1.ServingCertRequest); ok {
+			f(Series(r))
+		}
+	}
+}
+
+// Series is what r's series say.
+func Series(r *certapiv1alpha1.ServingCertRequest) metrics.Request {
 	ready, reason := Readiness(r)
-	key := types.NamespacedName{Namespace: r.Namespace, Name: r.Name}
-	p.mu.Lock()
-	previous, seen := p.reasons[key]
-	if !seen {
-		previous = reason
+	m := metrics.Request{Namespace: r.Namespace, Name: r.Name, Ready: ready, Reason: reason}
+	if r.Status.NotAfter != nil && r.Status.RenewalTime != nil {
+		m.Certificate = true
+		m.Renewer = Renewer(r)
+		m.NotAfter = r.Status.NotAfter.Time
+		m.Renewal = r.Status.RenewalTime.Time
 	}
-	p.reasons[key] = reason
-	metrics.ObserveReady(r.Namespace, r.Name, previous, reason, ready)
-	p.mu.Unlock()
-	if r.Status.NotAfter == nil || r.Status.RenewalTime == nil {
-		return
-	}
-	metrics.ObserveCertificate(r.Namespace, r.Name, Renewer(r), r.Status.NotAfter.Time, r.Status.RenewalTime.Time)
-}
-
-func (p *Publisher) forget(obj any) {
-	name, err := cache.DeletionHandlingObjectToName(obj)
-	if err != nil {
-		return
-	}
-	key := types.NamespacedName{Namespace: name.Namespace, Name: name.Name}
-	metrics.ForgetCertificate(key.Namespace, key.Name)
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if reason, ok := p.reasons[key]; ok {
-		metrics.ForgetReady(key.Namespace, key.Name, reason)
-		delete(p.reasons, key)
-	}
+	return m
 }
 
 // Readiness is what the Ready series of r says: whether its Ready condition is True, and the condition's
