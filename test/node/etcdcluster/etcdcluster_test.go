@@ -52,23 +52,6 @@ func helm(t *testing.T, args ...string) string {
 	return string(out)
 }
 
-// logged waits until pod's log holds every line fragment of want (what pkg/etcdcluster logs).
-func logged(t *testing.T, pod string, want ...string) {
-	t.Helper()
-	nodetest.WaitFor(t, time.Minute, fmt.Sprintf("%s to log %q", pod, want), func(context.Context) (bool, string) {
-		out, err := nodetest.KubectlErr(cp, "-n", ns, "logs", pod)
-		if err != nil {
-			return false, err.Error()
-		}
-		for _, w := range want {
-			if !strings.Contains(out, w) {
-				return false, "missing " + w
-			}
-		}
-		return true, ""
-	})
-}
-
 // selector selects certapi's pods.
 const selector = "app.kubernetes.io/name=certapi,app.kubernetes.io/component=apiserver"
 
@@ -170,9 +153,9 @@ func TestChartClusterMode(t *testing.T) {
 	t.Logf("figure: helm test: %s", time.Since(start).Round(time.Second))
 	readmeUse(t)
 
-	logged(t, "certapi-0", `action="Bootstrap"`, "Etcd member is ready")
+	nodetest.Logged(t, cp, ns, "certapi-0", `action="Bootstrap"`, "Etcd member is ready")
 	for _, pod := range []string{"certapi-1", "certapi-2"} {
-		logged(t, pod, `action="Join"`, "Added this member as an etcd learner", "Promoted this etcd learner to a voting member")
+		nodetest.Logged(t, cp, ns, pod, `action="Join"`, "Added this member as an etcd learner", "Promoted this etcd learner to a voting member")
 	}
 	sec, err := kube.CoreV1().Secrets(ns).Get(ctx, "certapi-etcd-peer-ca", metav1.GetOptions{})
 	if err != nil || sec.Annotations[incluster.AnnotationBootstrapped] == "" {
@@ -195,7 +178,7 @@ func TestChartClusterMode(t *testing.T) {
 		}
 		return nodetest.PodsReady(ctx, kube, ns, selector, 3)
 	})
-	logged(t, "certapi-0", `action="Join"`, "Removed a stale etcd member entry of this member", "Promoted this etcd learner to a voting member")
+	nodetest.Logged(t, cp, ns, "certapi-0", `action="Join"`, "Removed a stale etcd member entry of this member", "Promoted this etcd learner to a voting member")
 	t.Logf("figure: a member whose volume was deleted replaced (pod recreated on a new claim, joined, Ready): %s", time.Since(start).Round(time.Second))
 	ca, err = certapi.CertapiV1alpha1().CertificateAuthorities().Get(ctx, "default", metav1.GetOptions{})
 	if err != nil || ca.Status.Active.SubjectKeyID != firstCA || len(ca.Status.Certificates) != 1 {
@@ -209,7 +192,7 @@ func TestChartClusterMode(t *testing.T) {
 		return nodetest.PodsReady(ctx, kube, ns, selector, 5)
 	})
 	for _, pod := range []string{"certapi-3", "certapi-4"} {
-		logged(t, pod, `action="Join"`, "Promoted this etcd learner to a voting member")
+		nodetest.Logged(t, cp, ns, pod, `action="Join"`, "Promoted this etcd learner to a voting member")
 	}
 	t.Logf("figure: scaled 3 -> 5, both new members promoted: %s", time.Since(start).Round(time.Second))
 	start = time.Now()
@@ -237,7 +220,7 @@ func TestChartClusterMode(t *testing.T) {
 	nodetest.Kubectl(t, cp, "-n", ns, "rollout", "restart", "statefulset/certapi")
 	nodetest.Kubectl(t, cp, "-n", ns, "rollout", "status", "statefulset/certapi", "--timeout=5m")
 	for i := range 3 {
-		logged(t, fmt.Sprintf("certapi-%d", i), `action="Restart"`, "Etcd member is ready")
+		nodetest.Logged(t, cp, ns, fmt.Sprintf("certapi-%d", i), `action="Restart"`, "Etcd member is ready")
 	}
 	nodetest.Kubectl(t, cp, "wait", "--for=condition=Available", "apiservice/v1alpha1.certapi.dev", "--timeout=2m")
 	t.Logf("figure: kubectl rollout restart of three members: %s", time.Since(start).Round(time.Second))
@@ -256,7 +239,7 @@ func TestChartClusterMode(t *testing.T) {
 	nodetest.WaitFor(t, 5*time.Minute, "three certapi pods Ready on new claims", func(ctx context.Context) (bool, string) {
 		return nodetest.PodsReady(ctx, kube, ns, selector, 3)
 	})
-	logged(t, "certapi-0", "every member reports that it has no data", "Etcd member is ready")
+	nodetest.Logged(t, cp, ns, "certapi-0", "every member reports that it has no data", "Etcd member is ready")
 	nodetest.Kubectl(t, cp, "wait", "--for=condition=Available", "apiservice/v1alpha1.certapi.dev", "--timeout=2m")
 	t.Logf("figure: every volume lost, to a new cluster of three and the APIService Available: %s", time.Since(start).Round(time.Second))
 	// Without a backup the data is gone: a new cluster, and certapi makes exactly one new CA on it,

@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"os"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -38,23 +37,6 @@ func TestMain(m *testing.M) {
 		}
 		return map[string]string{"certapi": archive}, nil
 	}, func(c *framework.ControlPlane, _ map[string]string) { cp = c }))
-}
-
-// logged waits until pod's log holds every line fragment of want (what pkg/etcdcluster logs).
-func logged(t *testing.T, pod string, want ...string) {
-	t.Helper()
-	nodetest.WaitFor(t, time.Minute, fmt.Sprintf("%s to log %q", pod, want), func(context.Context) (bool, string) {
-		out, err := nodetest.KubectlErr(cp, "-n", ns, "logs", pod)
-		if err != nil {
-			return false, err.Error()
-		}
-		for _, w := range want {
-			if !strings.Contains(out, w) {
-				return false, "missing " + w
-			}
-		}
-		return true, ""
-	})
 }
 
 // logPodsOnFailure logs, when the test has failed, the pods and the last lines of certapi's.
@@ -105,9 +87,9 @@ func TestKustomizeBase(t *testing.T) {
 		}
 	}
 
-	logged(t, "certapi-0", `action="Bootstrap"`, "Etcd member is ready")
+	nodetest.Logged(t, cp, ns, "certapi-0", `action="Bootstrap"`, "Etcd member is ready")
 	for _, pod := range []string{"certapi-1", "certapi-2"} {
-		logged(t, pod, `action="Join"`, "Added this member as an etcd learner", "Promoted this etcd learner to a voting member")
+		nodetest.Logged(t, cp, ns, pod, `action="Join"`, "Added this member as an etcd learner", "Promoted this etcd learner to a voting member")
 	}
 	// The etcd leader's view, in the CertificateAuthority's status: three healthy voters.
 	nodetest.WaitFor(t, 2*time.Minute, "status.etcd of CertificateAuthority/default to list certapi-0, -1 and -2 as healthy voters", func(ctx context.Context) (bool, string) {

@@ -122,3 +122,21 @@ func PodsReady(ctx context.Context, kube kubernetes.Interface, ns, selector stri
 	}
 	return ready == want && len(states) == want, strings.Join(states, "; ")
 }
+
+// Logged waits up to a minute until the log of pod in namespace ns holds every line fragment of want (what
+// pkg/etcdcluster logs, say).
+func Logged(t *testing.T, cp *framework.ControlPlane, ns, pod string, want ...string) {
+	t.Helper()
+	WaitFor(t, time.Minute, fmt.Sprintf("%s to log %q", pod, want), func(context.Context) (bool, string) {
+		out, err := KubectlErr(cp, "-n", ns, "logs", pod)
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, w := range want {
+			if !strings.Contains(out, w) {
+				return false, "missing " + w
+			}
+		}
+		return true, ""
+	})
+}
