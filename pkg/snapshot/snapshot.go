@@ -154,8 +154,8 @@ func checkTarget(path string) error {
 	return nil
 }
 
-// SaveFrom streams a snapshot through client (etcd's Maintenance.Snapshot, from the member the client
-// talks to) into path: to a temporary file in path's directory first, synced and verified (etcd's SHA-256
+// SaveFrom streams a snapshot through client (etcd's Maintenance.Snapshot, from the first of the client's
+// endpoints that shows it holds every acknowledged write; see memberSnapshot) into path: to a temporary file in path's directory first, synced and verified (etcd's SHA-256
 // trailer and a full bbolt check), then renamed into place, so path is either a complete snapshot or
 // absent. It refuses to overwrite an existing file. The file's mode is 0600.
 func SaveFrom(ctx context.Context, client *clientv3.Client, path string) (Info, error) {
@@ -178,9 +178,9 @@ func SaveFrom(ctx context.Context, client *clientv3.Client, path string) (Info, 
 	if err := tmp.Chmod(0o600); err != nil {
 		return Info{}, fmt.Errorf("restricting %s to its owner: %w", tmpPath, err)
 	}
-	rc, err := client.Snapshot(ctx)
+	rc, err := memberSnapshot(ctx, client)
 	if err != nil {
-		return Info{}, fmt.Errorf("requesting a snapshot from etcd: %w", err)
+		return Info{}, err
 	}
 	_, err = io.Copy(tmp, rc)
 	_ = rc.Close()

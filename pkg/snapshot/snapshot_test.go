@@ -415,3 +415,40 @@ func TestSchedule(t *testing.T) {
 		}
 	}
 }
+
+// TestSaveFromPassesOverAMemberThatDoesNotAnswer gives SaveFrom a client whose first endpoint is a member
+// that does not answer: the snapshot comes from the next one, holding the write made just before it, and a
+// client of only dead members gets an error that names them instead of a hang.
+func TestSaveFromPassesOverAMemberThatDoesNotAnswer(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	root := shortDir(t)
+	e, c := startEtcd(t, filepath.Join(root, "a"))
+	defer e.Stop()
+	put, err := c.Put(ctx, "/registry/certapi.dev/last", "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := "unix://" + filepath.Join(root, "gone.sock")
+	both, err := clientv3.New(clientv3.Config{Endpoints: []string{dead, e.Endpoint()}, DialTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer both.Close()
+	info, err := snapshot.SaveFrom(ctx, both, filepath.Join(root, "s.db"))
+	if err != nil {
+		t.Fatalf("SaveFrom with a dead member first: %v", err)
+	}
+	if info.Revision < put.Header.Revision {
+		t.Errorf("snapshot at revision %d; want at least %d, the last write's", info.Revision, put.Header.Revision)
+	}
+
+	only, err := clientv3.New(clientv3.Config{Endpoints: []string{dead}, DialTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer only.Close()
+	if _, err := snapshot.SaveFrom(ctx, only, filepath.Join(root, "none.db")); err == nil || !strings.Contains(err.Error(), "gone.sock") {
+		t.Errorf("SaveFrom with only a dead member: %v; want an error that names it", err)
+	}
+}

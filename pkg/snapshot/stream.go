@@ -19,9 +19,9 @@ import (
 // way. w has received every byte by then, so a failed check is reported as an error and the copy must be
 // discarded; run Verify on the copy for the full database check. It returns the number of bytes written.
 func SaveToWriter(ctx context.Context, client *clientv3.Client, w io.Writer) (int64, error) {
-	rc, err := client.Snapshot(ctx)
+	rc, err := memberSnapshot(ctx, client)
 	if err != nil {
-		return 0, fmt.Errorf("requesting a snapshot from etcd: %w", err)
+		return 0, err
 	}
 	defer rc.Close()
 	tw := &trailerWriter{h: sha256.New()}
