@@ -39,6 +39,8 @@ type EtcdClusterOptions struct {
 	ClientPort, PeerPort int
 	// DeadMemberTimeout is how long a member stays unhealthy before the etcd leader removes it; 0 never.
 	DeadMemberTimeout time.Duration
+	// ClusterEpoch counts the cluster's restores from a snapshot (etcdcluster.EpochFileName).
+	ClusterEpoch int
 	// PeerCASecret names the Secret in --service-namespace that holds the peer CA.
 	PeerCASecret string
 	// PeerCACertFile and PeerCAKeyFile give the peer CA as files instead of the Secret.
@@ -75,6 +77,11 @@ func (o *EtcdClusterOptions) AddFlags(fs *pflag.FlagSet) {
 		"How long an etcd member must stay unreachable before the etcd leader removes it from the cluster, and only while the healthy voting members "+
 			"that remain are a quorum of the cluster before and after the removal; never the last member, one at a time. A pod that comes back "+
 			"after its removal moves its old data aside and joins anew. 0 never removes a member.")
+	fs.IntVar(&o.ClusterEpoch, "etcd-cluster-epoch", o.ClusterEpoch,
+		"How many times the etcd cluster has been restored from a snapshot (cluster mode). Raise it by one with each restore, to the "+
+			"--cluster-epoch given to certapi snapshot restore: a member whose data is of an earlier epoch moves it aside and joins the "+
+			"restored member, rather than restart the old cluster with other members that kept their data; a member whose data is of a "+
+			"later epoch refuses to start. Chart value etcd.cluster.epoch.")
 	fs.StringVar(&o.PeerCASecret, "etcd-peer-ca-secret", o.PeerCASecret,
 		"Secret in --service-namespace holding the etcd peer CA (tls.crt, tls.key, ca.crt). The first replica that finds none creates it; the others read it. "+
 			"Every member issues itself a short-lived certificate from it at start. Whoever can read this Secret can read certapi's etcd.")
@@ -113,6 +120,9 @@ func (o *EtcdClusterOptions) Validate(externalEtcd bool) []error {
 	}
 	if o.DeadMemberTimeout < 0 || (o.DeadMemberTimeout > 0 && o.DeadMemberTimeout < time.Minute) {
 		errs = append(errs, fmt.Errorf("--etcd-dead-member-timeout %s: expected 0 (never remove) or at least 1m (a member restarting must not be removed)", o.DeadMemberTimeout))
+	}
+	if o.ClusterEpoch < 0 {
+		errs = append(errs, fmt.Errorf("--etcd-cluster-epoch %d: expected 0 (never restored) or more", o.ClusterEpoch))
 	}
 	if (o.PeerCACertFile == "") != (o.PeerCAKeyFile == "") {
 		errs = append(errs, errors.New("--etcd-peer-ca-cert-file and --etcd-peer-ca-key-file go together: give both or neither"))
@@ -156,6 +166,7 @@ func (o *EtcdClusterOptions) start(ctx context.Context, dataDir, namespace, kube
 		ListenClientURL:   "https://" + net.JoinHostPort(o.BindAddress, strconv.Itoa(o.ClientPort)),
 		Designated:        etcdcluster.Ordinal(name) == 0,
 		DeadMemberTimeout: o.DeadMemberTimeout,
+		ClusterEpoch:      o.ClusterEpoch,
 	}
 	ips := etcdcluster.LocalIPs()
 	cfg.CertHosts = append([]string{host}, ips...)

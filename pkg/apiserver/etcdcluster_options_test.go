@@ -22,6 +22,8 @@ func TestEtcdClusterFlags(t *testing.T) {
 		{"bad bind address", []string{"--etcd-peer-service=certapi-etcd.ns.svc", "--etcd-member-name=certapi-0", "--etcd-bind-address=localhost"}, "--etcd-bind-address"},
 		{"same ports", []string{"--etcd-peer-service=certapi-etcd.ns.svc", "--etcd-member-name=certapi-0", "--etcd-peer-port=2379"}, "must differ"},
 		{"port out of range", []string{"--etcd-peer-service=certapi-etcd.ns.svc", "--etcd-member-name=certapi-0", "--etcd-client-port=70000"}, "--etcd-client-port 70000"},
+		{"restored cluster", []string{"--etcd-peer-service=certapi-etcd.ns.svc", "--etcd-member-name=certapi-1", "--etcd-cluster-epoch=2"}, ""},
+		{"negative epoch", []string{"--etcd-peer-service=certapi-etcd.ns.svc", "--etcd-member-name=certapi-1", "--etcd-cluster-epoch=-1"}, "--etcd-cluster-epoch -1"},
 		{"timeout too short", []string{"--etcd-peer-service=certapi-etcd.ns.svc", "--etcd-member-name=certapi-0", "--etcd-dead-member-timeout=10s"}, "at least 1m"},
 		{"CA cert without key", []string{"--etcd-peer-service=certapi-etcd.ns.svc", "--etcd-member-name=certapi-0", "--etcd-peer-ca-cert-file=/ca.crt"}, "give both or neither"},
 	}

@@ -41,6 +41,11 @@ const (
 	// StartDiscardAndJoin moves the existing data directory aside (it belongs to a member the cluster
 	// has removed: etcd would refuse to start on it) and then joins as StartJoin does.
 	StartDiscardAndJoin StartAction = "DiscardAndJoin"
+	// StartDiscardStale moves aside data of a cluster epoch before this member's (the cluster was restored
+	// from a snapshot since), and the member then starts as one without data.
+	StartDiscardStale StartAction = "DiscardStale"
+	// StartRefuse starts nothing, for good: the data is of a later cluster epoch than this member's.
+	StartRefuse StartAction = "Refuse"
 	// StartWait starts nothing yet: look again later.
 	StartWait StartAction = "Wait"
 )
@@ -51,6 +56,9 @@ type StartInput struct {
 	Name, PeerURL string
 	// HasData is true when the data directory holds an etcd member (a WAL).
 	HasData bool
+	// Epoch is this member's cluster epoch (--etcd-cluster-epoch); DataEpoch is the one its data directory
+	// records (see EpochFileName).
+	Epoch, DataEpoch int
 	// Designated is true for the member that may bootstrap a new cluster: the StatefulSet's ordinal 0.
 	Designated bool
 	// Answered is true when a member of a running cluster answered; Members is its member list.
@@ -78,6 +86,10 @@ type StartPlan struct {
 
 // DecideStart chooses how a member starts. The rules, in order:
 //
+//  0. With data of another cluster epoch: data of an earlier epoch is from before a restore; restarting
+//     on it could restart the old cluster (two members with old data are a quorum of three), so it is
+//     moved aside and the member starts as one without data (rules 2 and 3). Data of a later epoch
+//     means --etcd-cluster-epoch was not raised with the restore: refuse, and say so.
 //  1. With data: restart as is, unless a running cluster answered and lists no entry of this member's
 //     name or peer URL. Then the cluster removed this member (a dead-member removal, or a scale-down that
 //     kept the volume) and etcd would refuse the old data: move it aside and join. A member whose peers
@@ -100,6 +112,13 @@ func DecideStart(in StartInput) StartPlan {
 		}
 	}
 	switch {
+	case in.HasData && in.DataEpoch > in.Epoch:
+		return StartPlan{Action: StartRefuse, Reason: fmt.Sprintf("the data directory is of cluster epoch %d, after this member's --etcd-cluster-epoch %d: "+
+			"it was restored with --cluster-epoch %d; start every member with --etcd-cluster-epoch=%d (chart value etcd.cluster.epoch)",
+			in.DataEpoch, in.Epoch, in.DataEpoch, in.DataEpoch)}
+	case in.HasData && in.DataEpoch < in.Epoch:
+		return StartPlan{Action: StartDiscardStale, Reason: fmt.Sprintf("the data directory is of cluster epoch %d, before the restore that began epoch %d: "+
+			"move it aside and start as a member without data", in.DataEpoch, in.Epoch)}
 	case in.HasData && (!in.Answered || len(own) > 0):
 		if !in.Answered {
 			return StartPlan{Action: StartRestart, Reason: "the data directory holds a member and no other member answered: etcd finds its cluster itself"}

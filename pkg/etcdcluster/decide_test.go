@@ -37,6 +37,11 @@ func TestDecideStart(t *testing.T) {
 		{"hazard: cluster existed, designated lost its volume while others restart: wait", StartInput{Designated: true, ClusterExisted: true, OtherPeersExist: true}, StartWait, nil},
 		{"every volume lost, every other member reports no data: bootstrap anew", StartInput{Designated: true, ClusterExisted: true, OtherPeersExist: true, OthersReportNoData: true}, StartBootstrap, nil},
 		{"every other member reports no data, not designated: wait", StartInput{ClusterExisted: true, OtherPeersExist: true, OthersReportNoData: true}, StartWait, nil},
+		{"data of the current epoch: restart", StartInput{HasData: true, Epoch: 2, DataEpoch: 2}, StartRestart, nil},
+		{"data of an earlier epoch, nobody answers: discard, never restart the old cluster", StartInput{HasData: true, Epoch: 1}, StartDiscardStale, nil},
+		{"data of an earlier epoch, the old cluster answers: discard", StartInput{HasData: true, Epoch: 1, Answered: true, Members: []Entry{self, other}}, StartDiscardStale, nil},
+		{"data of a later epoch than the flag: refuse", StartInput{HasData: true, Epoch: 1, DataEpoch: 2, Designated: true}, StartRefuse, nil},
+		{"no data, a later epoch: join the restored cluster", StartInput{Epoch: 1, Answered: true, Members: []Entry{other}}, StartJoin, nil},
 		{"no data reported but a cluster answers: join", StartInput{Designated: true, ClusterExisted: true, OtherPeersExist: true, OthersReportNoData: true, Answered: true, Members: []Entry{other}}, StartJoin, nil},
 	}
 	for _, tt := range tests {

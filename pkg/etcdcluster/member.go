@@ -88,6 +88,9 @@ type Config struct {
 	CertHosts []string
 	// Designated is true for the member that may bootstrap the cluster (ordinal 0).
 	Designated bool
+	// ClusterEpoch counts the restores of the cluster from a snapshot (EpochFileName): data of an earlier
+	// epoch is moved aside at start, data of a later one refused.
+	ClusterEpoch int
 	// CA is the peer CA as the member starts; it signs the member's certificate. SetPeerCA replaces it.
 	CA *PeerCA
 	// PeerCAStore, when set, lets this member rotate the peer CA while it is the etcd leader (DecidePeerCA);
@@ -141,6 +144,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Discover == nil {
 		errs = append(errs, errors.New("no discovery given"))
+	}
+	if c.ClusterEpoch < 0 {
+		errs = append(errs, fmt.Errorf("cluster epoch %d is negative; expected 0 (never restored) or more", c.ClusterEpoch))
 	}
 	if c.DeadMemberTimeout < 0 {
 		errs = append(errs, fmt.Errorf("dead-member timeout %s is negative; expected 0 (never remove) or more", c.DeadMemberTimeout))
@@ -205,6 +211,9 @@ type PeerCAStatus struct {
 // errWait means: nothing to do yet, look again.
 var errWait = errors.New("waiting")
 
+// errRefused means: this member must not start; looking again changes nothing.
+var errRefused = errors.New("refused")
+
 // Start starts this member: it issues itself a certificate, decides how to start (DecideStart), starts
 // etcd, and returns once the member is ready and a voting member (a learner promotes itself first), or
 // ctx ends. Run keeps it; Stop stops it.
@@ -224,7 +233,7 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 	if err := os.Chmod(cfg.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("restricting %q to its owner: %w", cfg.Dir, err)
 	}
-	m := &Member{cfg: cfg, files: newPKIFiles(filepath.Join(cfg.Dir, "etcd-pki")), peer: PeerCAState{CA: cfg.CA}, peerChanged: make(chan struct{}, 1)}
+	m := &Member{cfg: cfg, files: newPKIFiles(filepath.Join(cfg.Dir, PKIDirName)), peer: PeerCAState{CA: cfg.CA}, peerChanged: make(chan struct{}, 1)}
 	if err := m.renewCertificate(time.Now()); err != nil {
 		return nil, err
 	}
@@ -242,7 +251,7 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 			return true, nil
 		case errors.Is(err, errWait):
 			return false, nil
-		case ctx.Err() != nil:
+		case errors.Is(err, errRefused), ctx.Err() != nil:
 			return false, err
 		default:
 			klog.ErrorS(err, "Starting the etcd member failed; trying again", "member", cfg.Name)
@@ -256,6 +265,10 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 	if err := m.promote(ctx); err != nil {
 		m.Stop()
 		return nil, fmt.Errorf("etcd member %s: %w", cfg.Name, err)
+	}
+	if err := m.writeLocalClientURL(); err != nil {
+		// Only `certapi snapshot save --data-dir` in the pod needs it; the member runs without.
+		klog.ErrorS(err, "Could not record the member's local client URL", "member", cfg.Name)
 	}
 	return m, nil
 }
@@ -291,7 +304,13 @@ func (m *Member) hasData() bool {
 
 // startOnce looks at the data and the peers, decides, and starts etcd; errWait when it must wait.
 func (m *Member) startOnce(ctx context.Context, lastReason *string) error {
-	in := StartInput{Name: m.cfg.Name, PeerURL: m.cfg.PeerURL, HasData: m.hasData(), Designated: m.cfg.Designated}
+	in := StartInput{Name: m.cfg.Name, PeerURL: m.cfg.PeerURL, HasData: m.hasData(), Designated: m.cfg.Designated, Epoch: m.cfg.ClusterEpoch}
+	if in.HasData {
+		var err error
+		if in.DataEpoch, err = ReadEpoch(m.etcdDir()); err != nil {
+			return fmt.Errorf("%w: %w", errRefused, err)
+		}
+	}
 	disc, err := m.cfg.Discover(ctx)
 	if err != nil {
 		return fmt.Errorf("discovering peers: %w", err)
@@ -316,6 +335,15 @@ func (m *Member) startOnce(ctx context.Context, lastReason *string) error {
 	}
 	ecfg := m.embedConfig()
 	switch plan.Action {
+	case StartRefuse:
+		return fmt.Errorf("%w: %s", errRefused, plan.Reason)
+	case StartDiscardStale:
+		aside := fmt.Sprintf("%s.before-epoch-%d-%d", m.etcdDir(), in.Epoch, time.Now().Unix())
+		if err := os.Rename(m.etcdDir(), aside); err != nil {
+			return fmt.Errorf("moving the data of an earlier cluster epoch aside: %w", err)
+		}
+		klog.InfoS("Moved the data of an earlier cluster epoch aside", "member", m.cfg.Name, "dataEpoch", in.DataEpoch, "epoch", in.Epoch, "to", aside)
+		return m.startOnce(ctx, lastReason)
 	case StartWait:
 		if !in.HasData && m.cfg.Bootstrap != nil && time.Since(m.reportedNoData) > NoDataWindow/4 {
 			if err := m.cfg.Bootstrap.ReportNoData(ctx); err != nil {
@@ -348,6 +376,13 @@ func (m *Member) startOnce(ctx context.Context, lastReason *string) error {
 	}
 	if err := m.startEtcd(ctx, ecfg); err != nil {
 		return err
+	}
+	if plan.Action != StartRestart {
+		// A new data directory belongs to this member's epoch. Should the record fail, the next start
+		// takes the data for an earlier epoch's (when the epoch is above 0) and rejoins: slow, not unsafe.
+		if err := WriteEpoch(m.etcdDir(), m.cfg.ClusterEpoch); err != nil {
+			klog.ErrorS(err, "Could not record the cluster epoch of this member's data", "member", m.cfg.Name)
+		}
 	}
 	if plan.Action == StartBootstrap && m.cfg.Bootstrap != nil {
 		if err := m.cfg.Bootstrap.Record(ctx); err != nil {

@@ -31,6 +31,10 @@ type RestoreOptions struct {
 	ClusterToken string
 	// RevisionBump moves the revision forward and marks it compacted (0: not at all). See DefaultRevisionBump.
 	RevisionBump uint64
+	// ClusterEpoch, above 0, is recorded in the restored directory as the epoch its data begins
+	// (etcdcluster.EpochFileName): the members of a cluster restored into one member start with it, and
+	// those with older data move it aside instead of restarting the old cluster.
+	ClusterEpoch int
 	// Force moves an existing DataDir/etcd aside (renamed, never deleted) instead of refusing.
 	Force bool
 	// KeepLeases keeps the snapshot's leases (and so the keys bound to them: the old leader's election key,
@@ -59,6 +63,9 @@ type RestoreResult struct {
 func Restore(ctx context.Context, o RestoreOptions) (RestoreResult, error) {
 	if o.SnapshotPath == "" {
 		return RestoreResult{}, errors.New("no snapshot file given: certapi snapshot restore FILE --data-dir DIR")
+	}
+	if o.ClusterEpoch < 0 {
+		return RestoreResult{}, fmt.Errorf("--cluster-epoch %d: expected 1 or more (one more than the cluster's current epoch)", o.ClusterEpoch)
 	}
 	if o.DataDir == "" {
 		return RestoreResult{}, errors.New("no --data-dir given: the directory certapi will run its embedded etcd in (its etcd data goes to DIR/etcd)")
@@ -152,6 +159,11 @@ func Restore(ctx context.Context, o RestoreOptions) (RestoreResult, error) {
 	}
 	if !o.KeepLeases {
 		if res.RevokedLeases, err = revokeLeases(ctx, tmp, o.MemberName); err != nil {
+			return RestoreResult{}, err
+		}
+	}
+	if o.ClusterEpoch > 0 {
+		if err := etcdcluster.WriteEpoch(tmp, o.ClusterEpoch); err != nil {
 			return RestoreResult{}, err
 		}
 	}

@@ -22,6 +22,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	etcdutl "go.etcd.io/etcd/etcdutl/v3/snapshot"
 	"go.uber.org/zap"
+
+	"github.com/certapi/certapi/pkg/etcdcluster"
 )
 
 // Layout of certapi's embedded etcd inside --data-dir (see pkg/apiserver's StartEmbeddedEtcd).
@@ -53,7 +55,9 @@ type Source struct {
 	DialTimeout time.Duration
 }
 
-// EmbeddedSource returns the Source of the embedded etcd of a certapi running with dataDir.
+// EmbeddedSource returns the Source of the embedded etcd of a certapi running with dataDir: the single
+// member's Unix socket, or, for a member of certapi's own cluster, the client URL it answers on its own
+// host with its own TLS files (etcdcluster.FindLocalClient).
 func EmbeddedSource(dataDir string) (Source, error) {
 	dir, err := filepath.Abs(dataDir)
 	if err != nil {
@@ -63,7 +67,14 @@ func EmbeddedSource(dataDir string) (Source, error) {
 	fi, err := os.Stat(sock)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
-			return Source{}, fmt.Errorf("no embedded etcd socket at %s: is certapi running with --data-dir=%s? "+
+			lc, lerr := etcdcluster.FindLocalClient(dir)
+			if lerr == nil {
+				return Source{Endpoints: []string{lc.URL}, CertFile: lc.CertFile, KeyFile: lc.KeyFile, CAFile: lc.CAFile}, nil
+			}
+			if !errors.Is(lerr, os.ErrNotExist) {
+				return Source{}, fmt.Errorf("--data-dir %s is a member of certapi's etcd cluster, but: %w", dataDir, lerr)
+			}
+			return Source{}, fmt.Errorf("no embedded etcd socket at %s, nor a member of certapi's etcd cluster: is certapi running with --data-dir=%s? "+
 				"(for an external etcd give --etcd-servers instead)", sock, dataDir)
 		}
 		return Source{}, fmt.Errorf("reading the embedded etcd socket %s: %w", sock, err)

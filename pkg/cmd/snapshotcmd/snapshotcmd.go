@@ -166,8 +166,11 @@ The snapshot's leases are revoked (unless --keep-leases), and the keys bound to 
 leader's election key and handoffs belong to processes that will not renew them, and would keep the
 restored certapi from leading, signing and serving for a lease TTL (about 15 s).
 
---member-name and --peer-url are for a member of a multi-member embedded cluster; the defaults are those of
-the single embedded member.
+--member-name and --peer-url are for a member of a multi-member embedded cluster (chart etcd.mode=cluster);
+the defaults are those of the single embedded member. Such a restore needs --cluster-epoch, one more than
+the cluster's current --etcd-cluster-epoch (chart value etcd.cluster.epoch; 1 for a cluster never restored):
+start every member with that epoch, and members whose data is of an earlier one move it aside and join the
+restored member instead of restarting the old cluster between them.
 
 ` + snapshotLong,
 		Example:      `  certapi snapshot restore certapi-20260101T000000Z.db --data-dir=/var/lib/certapi`,
@@ -189,6 +192,14 @@ the single embedded member.
 				o.SnapshotPath = path
 			}
 			o.RevisionBump = bump
+			member := cmd.Flags().Changed("member-name") || cmd.Flags().Changed("peer-url")
+			if member && !cmd.Flags().Changed("cluster-epoch") {
+				return errors.New("restoring a member of a cluster (--member-name, --peer-url) needs --cluster-epoch: one more than the cluster's " +
+					"etcd.cluster.epoch (--etcd-cluster-epoch), so 1 for a cluster never restored; start every member with it afterwards")
+			}
+			if member && o.ClusterEpoch < 1 {
+				return fmt.Errorf("--cluster-epoch %d: a cluster restore begins an epoch of 1 or more (one more than the cluster's current one)", o.ClusterEpoch)
+			}
 			start := time.Now()
 			res, err := snapshot.Restore(cmd.Context(), o)
 			if err != nil {
@@ -200,7 +211,13 @@ the single embedded member.
 			}
 			fmt.Fprintf(&b, "Revoked the snapshot's %d leases (the old leader's election key, handoffs)\n", res.RevokedLeases)
 			fmt.Fprintf(&b, "Restored %s into %s in %s\n%s", res.Snapshot.Path, res.EtcdDir, time.Since(start).Round(time.Millisecond), describe(res.Snapshot))
-			fmt.Fprintf(&b, "Start certapi with --data-dir=%s and the --encryption-provider-config it ran with when the snapshot was taken.\n", o.DataDir)
+			if o.ClusterEpoch > 0 {
+				fmt.Fprintf(&b, "Recorded cluster epoch %d. Start every member with --etcd-cluster-epoch=%d (helm: --set etcd.cluster.epoch=%d), "+
+					"this one with --data-dir=%s, and the --encryption-provider-config certapi ran with when the snapshot was taken.\n",
+					o.ClusterEpoch, o.ClusterEpoch, o.ClusterEpoch, o.DataDir)
+			} else {
+				fmt.Fprintf(&b, "Start certapi with --data-dir=%s and the --encryption-provider-config it ran with when the snapshot was taken.\n", o.DataDir)
+			}
 			_, err = fmt.Fprint(cmd.OutOrStdout(), b.String())
 			return err
 		},
@@ -212,6 +229,7 @@ the single embedded member.
 	fs.BoolVar(&o.KeepLeases, "keep-leases", false, "Keep the snapshot's leases. By default they are revoked: they belong to processes that will not renew them, and the old leader's election key would hold off the restored certapi's leadership for a lease TTL.")
 	fs.StringVar(&o.MemberName, "member-name", snapshot.DefaultMemberName, "The etcd member's name.")
 	fs.StringVar(&o.PeerURL, "peer-url", "", "The etcd member's peer URL (default: unix://DIR/etcd-peer.sock, the embedded member's).")
+	fs.IntVar(&o.ClusterEpoch, "cluster-epoch", 0, "With --member-name: the cluster epoch the restored data begins, one more than the cluster's --etcd-cluster-epoch (required then).")
 	return cmd
 }
 

@@ -52,6 +52,8 @@ type world struct {
 	replicas int
 	// store, when set, is the peer CA's store: members rotate the CA through it, and ca follows it.
 	store *memStore
+	// epoch is the --etcd-cluster-epoch every member starts with.
+	epoch int
 }
 
 func newWorld(t *testing.T, n int) *world {
@@ -109,7 +111,7 @@ func (w *world) discover(self *node) func(context.Context) (etcdcluster.Discover
 
 func (w *world) config(nd *node) etcdcluster.Config {
 	w.mu.Lock()
-	ca, store := w.ca, w.store
+	ca, store, epoch := w.ca, w.store, w.epoch
 	w.mu.Unlock()
 	var peerCAStore etcdcluster.PeerCAStore
 	if store != nil {
@@ -118,7 +120,7 @@ func (w *world) config(nd *node) etcdcluster.Config {
 	return etcdcluster.Config{
 		Name: nd.name, Dir: nd.dir,
 		PeerURL: nd.peerURL, ClientURL: nd.clientURL, ListenPeerURL: nd.peerURL, ListenClientURL: nd.clientURL,
-		Designated: nd.designated, CA: ca, PeerCAStore: peerCAStore, Discover: w.discover(nd),
+		Designated: nd.designated, ClusterEpoch: epoch, CA: ca, PeerCAStore: peerCAStore, Discover: w.discover(nd),
 		DeadMemberTimeout: w.deadMemberTimeout, StalledLearnerTimeout: w.stalledLearnerTimeout,
 		CheckInterval: checkInterval, RetryInterval: 500 * time.Millisecond,
 		DesiredMembers: func(context.Context) (int, bool) {

@@ -4,9 +4,11 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/certapi/certapi/pkg/etcdcluster"
 	"github.com/certapi/certapi/pkg/snapshot"
 )
 
@@ -64,5 +66,77 @@ func TestRestoreIntoOneMemberTheOthersJoin(t *testing.T) {
 		if got := w.getFrom(nd, "/registry/certapi.dev/after"); got != "" {
 			t.Errorf("%s serves %q for the key written after the snapshot; want none", nd.name, got)
 		}
+	}
+}
+
+// TestRestoreWhileTheOthersKeepTheirData is the several-members restore without the step that is easy to
+// get wrong: the snapshot is restored into the first member (its old data moved aside) with cluster epoch
+// 1, and the other two keep the data of before the restore. Two members of three are a quorum: started on
+// that data they would restart the old cluster beside the restored one. Started with
+// --etcd-cluster-epoch 1, all three at once, they move their data aside and join the restored member, and
+// every member serves the restored keys. The snapshot is saved as in a member's pod, through the second
+// member's data dir. A member then started with the old epoch 0 on data of epoch 1 is
+// refused with a message that names the flag.
+func TestRestoreWhileTheOthersKeepTheirData(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t, 3)
+	w.startAll(w.nodes...)
+	w.waitVoters(3)
+	c := w.client()
+	put(t, c, "/registry/certapi.dev/before", "kept")
+	// As `certapi snapshot save --data-dir` in a member's pod: the member found through its data dir.
+	src, err := snapshot.EmbeddedSource(w.nodes[1].dir)
+	if err != nil {
+		t.Fatalf("finding the member in %s's data dir: %v", w.nodes[1].name, err)
+	}
+	snap := filepath.Join(t.TempDir(), "cluster.db")
+	if _, err := snapshot.Save(ctx, src, snap); err != nil {
+		t.Fatalf("saving a snapshot through %s's data dir: %v", w.nodes[1].name, err)
+	}
+	put(t, c, "/registry/certapi.dev/after", "lost")
+	for _, nd := range w.nodes {
+		w.stop(nd)
+	}
+
+	first := w.nodes[0]
+	res, err := snapshot.Restore(ctx, snapshot.RestoreOptions{SnapshotPath: snap, DataDir: first.dir, MemberName: first.name,
+		PeerURL: first.peerURL, ClusterEpoch: 1, Force: true})
+	if err != nil {
+		t.Fatalf("restoring into %s: %v", first.name, err)
+	}
+	if res.MovedAside == "" {
+		t.Errorf("the restore into %s moved no old data aside", first.name)
+	}
+	w.epoch = 1
+	start := time.Now()
+	w.startAll(w.nodes...)
+	w.waitVoters(3)
+	t.Logf("figure: restore with two members keeping their old data: three voting members %s after they started",
+		time.Since(start).Round(time.Millisecond))
+	for _, nd := range w.nodes {
+		if got := w.getFrom(nd, "/registry/certapi.dev/before"); got != "kept" {
+			t.Errorf("%s serves %q for the key written before the snapshot; want %q", nd.name, got, "kept")
+		}
+		if got := w.getFrom(nd, "/registry/certapi.dev/after"); got != "" {
+			t.Errorf("%s serves %q for the key written after the snapshot: the old cluster is back", nd.name, got)
+		}
+	}
+	for _, nd := range w.nodes[1:] {
+		aside, _ := filepath.Glob(filepath.Join(nd.dir, "etcd.before-epoch-1-*"))
+		if len(aside) != 1 {
+			t.Errorf("%s: the data of epoch 0 moved aside to %v; want one etcd.before-epoch-1-<time>", nd.name, aside)
+		}
+		if got, err := etcdcluster.ReadEpoch(filepath.Join(nd.dir, "etcd")); err != nil || got != 1 {
+			t.Errorf("%s: its new data records epoch %d (%v); want 1", nd.name, got, err)
+		}
+	}
+
+	// The flag not raised on one member: it refuses, rather than take the restored data for older.
+	last := w.nodes[2]
+	w.stop(last)
+	w.epoch = 0
+	err = w.startFor(last, 30*time.Second)
+	if err == nil || !strings.Contains(err.Error(), "--etcd-cluster-epoch=1") {
+		t.Errorf("starting %s with epoch 0 on data of epoch 1: %v; want a refusal that names --etcd-cluster-epoch=1", last.name, err)
 	}
 }
