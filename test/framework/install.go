@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"maps"
 	"os"
 	"os/exec"
@@ -26,13 +27,24 @@ import (
 // first on PATH (the kubectl plugins of `make build`), and returns its standard output; the error carries
 // both outputs.
 func (cp *ControlPlane) Kubectl(ctx context.Context, args ...string) (string, error) {
+	var stdout bytes.Buffer
+	err := cp.KubectlIO(ctx, nil, &stdout, args...)
+	if err != nil {
+		return stdout.String(), fmt.Errorf("%w\nstdout: %s", err, stdout.String())
+	}
+	return stdout.String(), nil
+}
+
+// KubectlIO is Kubectl with the caller's standard input (nil: none) and output (a snapshot streamed in or
+// out of a pod); the error carries kubectl's standard error.
+func (cp *ControlPlane) KubectlIO(ctx context.Context, stdin io.Reader, stdout io.Writer, args ...string) error {
 	bin, err := KubectlBinary()
 	if err != nil {
-		return "", err
+		return err
 	}
 	root, err := RepoRoot()
 	if err != nil {
-		return "", err
+		return err
 	}
 	cmd := exec.CommandContext(ctx, bin, args...)
 	env := slices.DeleteFunc(os.Environ(), func(kv string) bool {
@@ -40,12 +52,12 @@ func (cp *ControlPlane) Kubectl(ctx context.Context, args ...string) (string, er
 	})
 	cmd.Env = append(env, "KUBECONFIG="+cp.Kubeconfig, "KUBERC=off",
 		"PATH="+filepath.Join(root, "_output", "bin")+string(os.PathListSeparator)+os.Getenv("PATH"))
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	var stderr bytes.Buffer
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, stdout, &stderr
 	if err := cmd.Run(); err != nil {
-		return stdout.String(), fmt.Errorf("kubectl %s: %w\nstdout: %s\nstderr: %s", strings.Join(args, " "), err, stdout.String(), stderr.String())
+		return fmt.Errorf("kubectl %s: %w\nstderr: %s", strings.Join(args, " "), err, stderr.String())
 	}
-	return stdout.String(), nil
+	return nil
 }
 
 // OverlayKustomization writes, in a new directory under <repo>/_output/kustomize (kustomize takes a base

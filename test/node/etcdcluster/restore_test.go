@@ -1,0 +1,165 @@
+package etcdcluster
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/certapi/certapi/pkg/snapshot"
+	"github.com/certapi/certapi/test/node/nodetest"
+)
+
+// TestClusterRestore is docs/backup-and-restore.md's "Several members" on the README's install, as
+// written: a snapshot streamed out of a member's pod (`kubectl exec certapi-1 -- certapi snapshot save -`);
+// a request made after it; certapi scaled to zero; the snapshot restored into certapi-0's claim by a
+// one-off Pod of certapi's image fed on stdin (`kubectl run -i`), with --cluster-epoch=1 and --force; helm
+// upgrade with etcd.cluster.epoch=1 and three replicas, certapi-1 and certapi-2 still holding the data of
+// before. Then: certapi-1 and certapi-2 moved their data aside and joined, the CA is the one before, the
+// request made before the snapshot is there with its Secret unchanged and the one made after it is not,
+// and a new request is delivered.
+func TestClusterRestore(t *testing.T) {
+	ctx := context.Background()
+	kube, certapi := nodetest.Clients(t, cp)
+	logPodsOnFailure(t)
+	install(t)
+	nodetest.WaitFor(t, 5*time.Minute, "three certapi pods Ready", func(ctx context.Context) (bool, string) {
+		return nodetest.PodsReady(ctx, kube, ns, selector, 3)
+	})
+	ca, err := certapi.CertapiV1alpha1().CertificateAuthorities().Get(ctx, "default", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := caCertificates(ca)
+
+	const reqNS = "restore"
+	nodetest.Kubectl(t, cp, "create", "namespace", reqNS)
+	t.Cleanup(func() {
+		_, _ = nodetest.KubectlErr(cp, "delete", "namespace", reqNS, "--ignore-not-found", "--wait=false")
+	})
+	delivered := func(name string) []byte {
+		t.Helper()
+		var crt []byte
+		nodetest.WaitFor(t, 2*time.Minute, "the Secret of request "+name, func(ctx context.Context) (bool, string) {
+			s, err := kube.CoreV1().Secrets(reqNS).Get(ctx, name+"-tls", metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			crt = s.Data["tls.crt"]
+			return len(crt) > 0, "no tls.crt"
+		})
+		return crt
+	}
+	nodetest.Kubectl(t, cp, "create", "servingcertrequest", "kept", "-n", reqNS, "--service=kept")
+	keptCrt := delivered("kept")
+
+	// The snapshot, streamed out of a member's pod as a user would take it.
+	snap := filepath.Join(t.TempDir(), "certapi.db")
+	start := time.Now()
+	saveSnapshot(t, "certapi-1", snap)
+	info, err := snapshot.Verify(snap)
+	if err != nil {
+		t.Fatalf("the snapshot streamed out of certapi-1: %v", err)
+	}
+	t.Logf("figure: kubectl exec certapi-1 -- certapi snapshot save -: %d bytes, %d keys, in %s", info.Size, info.Keys, time.Since(start).Round(time.Millisecond))
+	nodetest.Kubectl(t, cp, "create", "servingcertrequest", "lost", "-n", reqNS, "--service=lost")
+	delivered("lost")
+
+	image := strings.TrimSpace(nodetest.Kubectl(t, cp, "-n", ns, "get", "statefulset", "certapi", "-o", "jsonpath={.spec.template.spec.containers[0].image}"))
+	start = time.Now()
+	nodetest.Kubectl(t, cp, "-n", ns, "scale", "statefulset/certapi", "--replicas=0")
+	nodetest.WaitFor(t, 3*time.Minute, "every certapi pod gone", func(ctx context.Context) (bool, string) {
+		pods, err := kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
+		if err != nil {
+			return false, err.Error()
+		}
+		return len(pods.Items) == 0, fmt.Sprintf("%d pods", len(pods.Items))
+	})
+	out := restoreInto(t, image, "data-certapi-0", snap,
+		"--force", "--member-name=certapi-0", "--peer-url=https://certapi-0.certapi-peers."+ns+".svc:2380", "--cluster-epoch=1")
+	if !strings.Contains(out, "--etcd-cluster-epoch=1") {
+		t.Errorf("the restore's output does not say to start the members with --etcd-cluster-epoch=1:\n%s", out)
+	}
+	helm(t, "upgrade", "certapi", releaseChart(t), "--namespace", ns, "--reuse-values", "--set", "etcd.cluster.epoch=1", "--set", "replicas=3")
+	nodetest.WaitFor(t, 10*time.Minute, "three certapi pods Ready", func(ctx context.Context) (bool, string) {
+		return nodetest.PodsReady(ctx, kube, ns, selector, 3)
+	})
+	nodetest.Kubectl(t, cp, "wait", "--for=condition=Available", "apiservice/v1alpha1.certapi.dev", "--timeout=2m")
+	t.Logf("figure: a three-member cluster restored (scaled to zero, the restore Pod, helm upgrade) to three pods Ready and the APIService Available: %s",
+		time.Since(start).Round(time.Second))
+	nodetest.Logged(t, cp, ns, "certapi-0", `action="Restart"`, "Etcd member is ready")
+	for _, pod := range []string{"certapi-1", "certapi-2"} {
+		nodetest.Logged(t, cp, ns, pod, `action="DiscardStale"`, "Moved the data of an earlier cluster epoch aside", "Promoted this etcd learner to a voting member")
+	}
+
+	ca, err = certapi.CertapiV1alpha1().CertificateAuthorities().Get(ctx, "default", metav1.GetOptions{})
+	if err != nil || caCertificates(ca) != before {
+		t.Errorf("the CAs after the restore: %v: %s; want those of before, %s", err, caCertificates(ca), before)
+	}
+	if _, err := certapi.CertapiV1alpha1().ServingCertRequests(reqNS).Get(ctx, "lost", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the request made after the snapshot: %v; want it gone with the restore", err)
+	}
+	if _, err := certapi.CertapiV1alpha1().ServingCertRequests(reqNS).Get(ctx, "kept", metav1.GetOptions{}); err != nil {
+		t.Errorf("the request made before the snapshot: %v", err)
+	}
+	// A request made now is delivered: the restored leader signs; then the one of before was settled too.
+	nodetest.Kubectl(t, cp, "create", "servingcertrequest", "after-restore", "-n", reqNS, "--service=after-restore")
+	delivered("after-restore")
+	if got := delivered("kept"); !bytes.Equal(got, keptCrt) {
+		t.Error("the Secret of the request made before the snapshot was re-issued by the restored certapi")
+	}
+}
+
+// saveSnapshot streams a snapshot out of pod's member into path, as docs/backup-and-restore.md says.
+func saveSnapshot(t *testing.T, pod, path string) {
+	t.Helper()
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := cp.KubectlIO(context.Background(), nil, f, "-n", ns, "exec", pod, "--",
+		"certapi", "snapshot", "save", "-", "--data-dir=/var/lib/certapi/data"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// restoreInto runs `certapi snapshot restore -` in a one-off Pod of image with claim mounted as certapi
+// mounts its own, fed snap on stdin (`kubectl run -i`, as docs/backup-and-restore.md shows); it returns the
+// command's output.
+func restoreInto(t *testing.T, image, claim, snap string, args ...string) string {
+	t.Helper()
+	overrides := map[string]any{"spec": map[string]any{
+		"securityContext": map[string]any{"runAsUser": 65532, "runAsGroup": 65532, "fsGroup": 65532, "runAsNonRoot": true},
+		"containers": []any{map[string]any{
+			"name": "certapi-restore", "image": image, "stdin": true, "stdinOnce": true,
+			"args":         append([]string{"snapshot", "restore", "-", "--data-dir=/var/lib/certapi/data"}, args...),
+			"volumeMounts": []any{map[string]any{"name": "data", "mountPath": "/var/lib/certapi"}},
+		}},
+		"volumes": []any{map[string]any{"name": "data", "persistentVolumeClaim": map[string]any{"claimName": claim}}},
+	}}
+	b, err := json.Marshal(overrides)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := os.Open(snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	var out bytes.Buffer
+	if err := cp.KubectlIO(context.Background(), in, &out, "-n", ns, "run", "certapi-restore", "-i", "--rm", "--restart=Never",
+		"--image="+image, "--overrides="+string(b), "--pod-running-timeout=3m"); err != nil {
+		t.Fatalf("the restore Pod: %v\nstdout: %s", err, out.String())
+	}
+	t.Logf("the restore Pod:\n%s", out.String())
+	return out.String()
+}
