@@ -43,6 +43,9 @@ type EtcdClusterOptions struct {
 	PeerCASecret string
 	// PeerCACertFile and PeerCAKeyFile give the peer CA as files instead of the Secret.
 	PeerCACertFile, PeerCAKeyFile string
+	// AdvertiseHost, when set, is the host the member advertises instead of <member-name>.<peer-service>
+	// (a hidden flag: for members of one machine in tests, where no Service's DNS exists).
+	AdvertiseHost string
 }
 
 // DefaultEtcdClusterOptions are the defaults: cluster mode off.
@@ -80,6 +83,9 @@ func (o *EtcdClusterOptions) AddFlags(fs *pflag.FlagSet) {
 			"Every member issues itself a short-lived certificate from it at start. Whoever can read this Secret can read certapi's etcd.")
 	fs.StringVar(&o.PeerCACertFile, "etcd-peer-ca-cert-file", o.PeerCACertFile, "The etcd peer CA's certificate as a file, instead of --etcd-peer-ca-secret. Needs --etcd-peer-ca-key-file.")
 	fs.StringVar(&o.PeerCAKeyFile, "etcd-peer-ca-key-file", o.PeerCAKeyFile, "The etcd peer CA's private key as a file (PEM), with --etcd-peer-ca-cert-file.")
+	fs.StringVar(&o.AdvertiseHost, "etcd-advertise-host", o.AdvertiseHost,
+		"The host the etcd member advertises in its peer and client URLs instead of <member-name>.<etcd-peer-service>; it must stay the same across restarts. For members on one machine (tests), where no Service's DNS exists.")
+	_ = fs.MarkHidden("etcd-advertise-host")
 }
 
 // Validate checks the cluster flags; externalEtcd is true when --etcd-servers is given.
@@ -147,6 +153,9 @@ func (o *EtcdClusterOptions) start(ctx context.Context, dataDir, namespace, kube
 	}
 	name := o.memberName()
 	host := name + "." + strings.TrimSuffix(o.PeerService, ".")
+	if o.AdvertiseHost != "" {
+		host = o.AdvertiseHost
+	}
 	cfg := etcdcluster.Config{
 		Name:              name,
 		Dir:               dir,
