@@ -106,6 +106,9 @@ func (o *EtcdClusterOptions) Validate(externalEtcd bool) []error {
 	} else if etcdcluster.Ordinal(name) < 0 {
 		errs = append(errs, fmt.Errorf("--etcd-member-name %q: expected a pod name ending in -<ordinal> (a StatefulSet's), e.g. certapi-0", name))
 	}
+	if h := o.AdvertiseHost; h != "" && net.ParseIP(h) == nil && len(utilvalidation.IsDNS1123Subdomain(h)) > 0 {
+		errs = append(errs, fmt.Errorf("--etcd-advertise-host %q: expected a DNS name or an IP address", h))
+	}
 	if net.ParseIP(o.BindAddress) == nil {
 		errs = append(errs, fmt.Errorf("--etcd-bind-address %q: expected an IP address such as 0.0.0.0", o.BindAddress))
 	}

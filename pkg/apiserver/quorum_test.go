@@ -1,6 +1,7 @@
 package apiserver
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"net/http/httptest"
@@ -13,6 +14,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
 	genericapifilters "k8s.io/apiserver/pkg/endpoints/filters"
+	"k8s.io/apiserver/pkg/endpoints/handlers/responsewriters"
 	"k8s.io/apiserver/pkg/endpoints/request"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/apiserver/pkg/server/healthz"
@@ -21,11 +23,99 @@ import (
 	"github.com/certapi/certapi/pkg/etcdcluster"
 )
 
-// fakeQuorum is a member whose quorum the test sets.
-type fakeQuorum struct{ st etcdcluster.QuorumState }
+// fakeQuorum is a member whose quorum the test sets; lost, when set, is its QuorumLostContext.
+type fakeQuorum struct {
+	st   etcdcluster.QuorumState
+	lost context.Context
+}
 
 func (f *fakeQuorum) QuorumLost() bool                     { return f.st.Lost }
 func (f *fakeQuorum) QuorumState() etcdcluster.QuorumState { return f.st }
+func (f *fakeQuorum) QuorumLostContext() context.Context {
+	if f.lost != nil {
+		return f.lost
+	}
+	if !f.st.Lost {
+		return context.Background()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}
+
+// requestInfo parses the request info as the generic chain does before retryWithoutQuorum runs.
+func requestInfo(h http.Handler) http.Handler {
+	return genericapifilters.WithRequestInfo(h, &request.RequestInfoFactory{APIPrefixes: sets.NewString("api", "apis"), GrouplessAPIPrefixes: sets.NewString("api")})
+}
+
+// TestRetryWithoutQuorumInFlight: a call in flight when the quorum is lost is answered the 503 as soon
+// as it is, in place of the error its storage gives; an answer already given, an answer that is no
+// server error, and a watch are left alone.
+func TestRetryWithoutQuorumInFlight(t *testing.T) {
+	const get = "/apis/certapi.dev/v1alpha1/certificateauthorities/default"
+	cases := []struct {
+		name      string
+		path      string
+		handler   func(w http.ResponseWriter, r *http.Request, started chan<- struct{})
+		wantCode  int
+		wantRetry string
+	}{
+		{"waiting on etcd: 503 once the quorum is lost", get, func(w http.ResponseWriter, r *http.Request, started chan<- struct{}) {
+			close(started)
+			<-r.Context().Done() // as the storage does
+			responsewriters.InternalError(w, r, r.Context().Err())
+		}, http.StatusServiceUnavailable, "3"},
+		{"returns without writing: 503", get, func(_ http.ResponseWriter, r *http.Request, started chan<- struct{}) {
+			close(started)
+			<-r.Context().Done()
+		}, http.StatusServiceUnavailable, "3"},
+		{"answered before: kept", get, func(w http.ResponseWriter, r *http.Request, started chan<- struct{}) {
+			w.WriteHeader(http.StatusOK)
+			close(started)
+			<-r.Context().Done()
+			_, _ = w.Write([]byte("{}"))
+		}, http.StatusOK, ""},
+		{"not a server error: kept", get, func(w http.ResponseWriter, r *http.Request, started chan<- struct{}) {
+			close(started)
+			<-r.Context().Done()
+			w.WriteHeader(http.StatusNotFound)
+		}, http.StatusNotFound, ""},
+		{"a watch is not cancelled", "/apis/certapi.dev/v1alpha1/servingcertrequests?watch=true", func(w http.ResponseWriter, r *http.Request, started chan<- struct{}) {
+			close(started)
+			select {
+			case <-r.Context().Done():
+				w.WriteHeader(http.StatusInternalServerError)
+			case <-time.After(200 * time.Millisecond): // a watch that goes on: nothing to wait for
+				w.WriteHeader(http.StatusOK)
+			}
+		}, http.StatusOK, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			lost, loseQuorum := context.WithCancel(context.Background())
+			defer loseQuorum()
+			fq := &fakeQuorum{st: etcdcluster.QuorumState{Voters: 3}, lost: lost}
+			started := make(chan struct{})
+			h := requestInfo(retryWithoutQuorum(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { tc.handler(w, r, started) }), fq, Codecs))
+			rec := httptest.NewRecorder()
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, tc.path, nil))
+			}()
+			<-started
+			fq.st = etcdcluster.QuorumState{Lost: true, Voters: 3, Reached: 1}
+			loseQuorum()
+			<-done
+			if rec.Code != tc.wantCode || rec.Header().Get("Retry-After") != tc.wantRetry {
+				t.Fatalf("answered %d with Retry-After %q: %s; want %d with %q", rec.Code, rec.Header().Get("Retry-After"), rec.Body, tc.wantCode, tc.wantRetry)
+			}
+			if tc.wantCode == http.StatusServiceUnavailable && (!strings.Contains(rec.Body.String(), "no quorum") || strings.Count(rec.Body.String(), `"kind":"Status"`) != 1) {
+				t.Errorf("the body is not the one Status about the quorum: %s", rec.Body)
+			}
+		})
+	}
+}
 
 func TestRetryWithoutQuorum(t *testing.T) {
 	lost := etcdcluster.QuorumState{Lost: true, NoLeaderSince: time.Now().Add(-10 * time.Second), Voters: 3, Reached: 1}
@@ -57,8 +147,7 @@ func TestRetryWithoutQuorum(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			passed := false
-			h := genericapifilters.WithRequestInfo(retryWithoutQuorum(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { passed = true }), &fakeQuorum{tc.quorum}, Codecs),
-				&request.RequestInfoFactory{APIPrefixes: sets.NewString("api", "apis"), GrouplessAPIPrefixes: sets.NewString("api")})
+			h := requestInfo(retryWithoutQuorum(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { passed = true }), &fakeQuorum{st: tc.quorum}, Codecs))
 			rec := httptest.NewRecorder()
 			h.ServeHTTP(rec, httptest.NewRequest(tc.method, tc.path, nil))
 			if passed == tc.wantRefused {
@@ -152,10 +241,19 @@ func TestReplaceEtcdChecks(t *testing.T) {
 			t.Errorf("%s with a quorum: %v; want the storage's answer", chk.Name(), err)
 		}
 	}
-	// Without one /livez passes and etcd is not asked; /healthz keeps the storage's check.
-	member.st = etcdcluster.QuorumState{Lost: true, Voters: 3}
-	if err := c.LivezChecks[0].Check(r); err != nil {
-		t.Errorf("/livez/etcd without a quorum: %v", err)
+	// Without a leader /livez and /readyz pass (no other replica known) and etcd is not asked; /healthz
+	// keeps the storage's check.
+	member.st = etcdcluster.QuorumState{NoLeaderSince: time.Now(), Voters: 3}
+	for _, chk := range []healthz.HealthChecker{c.ReadyzChecks[0], c.ReadyzChecks[1], c.LivezChecks[0]} {
+		if err := chk.Check(r); err != nil {
+			t.Errorf("%s without a leader, within the grace: %v", chk.Name(), err)
+		}
+	}
+	member.st = etcdcluster.QuorumState{Lost: true, NoLeaderSince: time.Now().Add(-time.Hour), Voters: 3}
+	for _, chk := range []healthz.HealthChecker{c.ReadyzChecks[0], c.ReadyzChecks[1], c.LivezChecks[0]} {
+		if err := chk.Check(r); err != nil {
+			t.Errorf("%s without a quorum, the other replicas unknown: %v", chk.Name(), err)
+		}
 	}
 	if err := c.HealthzChecks[0].Check(r); !errors.Is(err, storageErr) {
 		t.Errorf("/healthz/etcd without a quorum: %v; want the storage's answer", err)

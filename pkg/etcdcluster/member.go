@@ -173,6 +173,9 @@ type Member struct {
 	// readers on every request.
 	quorum     QuorumState
 	quorumLost atomic.Bool
+	// lostCtx ends when the quorum is held lost (under mu; see QuorumLostContext).
+	lostCtx    context.Context
+	lostCancel context.CancelFunc
 }
 
 // Status is what a member knows of its cluster, for metrics and `kubectl certapi status`.

@@ -37,6 +37,26 @@ type QuorumState struct {
 // cheap enough for every request.
 func (m *Member) QuorumLost() bool { return m.quorumLost.Load() }
 
+// QuorumLostContext returns a context that ends when this member next holds its cluster's quorum lost
+// (at once while it is lost): a caller ties a call in flight to it, so that the call ends when the quorum
+// does rather than wait on etcd.
+func (m *Member) QuorumLostContext() context.Context {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.lostContextLocked()
+}
+
+// lostContextLocked returns the context QuorumLostContext gives, making it when there is none; m.mu is held.
+func (m *Member) lostContextLocked() context.Context {
+	if m.lostCtx == nil {
+		m.lostCtx, m.lostCancel = context.WithCancel(context.Background())
+		if m.quorum.Lost {
+			m.lostCancel()
+		}
+	}
+	return m.lostCtx
+}
+
 // QuorumState returns what this member knows of its cluster's quorum.
 func (m *Member) QuorumState() QuorumState {
 	m.mu.Lock()
@@ -95,10 +115,21 @@ func (m *Member) observeLeader(now time.Time, hasLeader bool, voters int) (justL
 		q.Voters = voters
 	}
 	lost := !hasLeader && now.Sub(q.NoLeaderSince) >= NoLeaderGrace
+	changed := q.Lost != lost
 	q.Lost = lost
+	if changed {
+		// The calls tied to the current context end now; those made from here on get a new one.
+		m.lostContextLocked()
+		if lost {
+			m.lostCancel()
+		} else {
+			m.lostCtx, m.lostCancel = nil, nil
+		}
+	}
+	m.quorumLost.Store(lost)
 	since, voters := q.NoLeaderSince, q.Voters
 	m.mu.Unlock()
-	if m.quorumLost.Swap(lost) == lost {
+	if !changed {
 		return false
 	}
 	if lost {

@@ -58,3 +58,33 @@ func TestObserveLeader(t *testing.T) {
 		})
 	}
 }
+
+// TestQuorumLostContext: a context taken while the quorum holds ends when it is lost; one taken while
+// it is lost has ended; one taken after it is back lives on.
+func TestQuorumLostContext(t *testing.T) {
+	t0 := time.Date(2026, 12, 2, 22, 0, 0, 0, time.UTC)
+	m := &Member{cfg: Config{Name: "certapi-0"}}
+	m.observeLeader(t0, true, -1)
+	before := m.QuorumLostContext()
+	m.observeLeader(t0.Add(time.Second), false, 3)
+	if before.Err() != nil {
+		t.Fatal("ended within the grace")
+	}
+	m.observeLeader(t0.Add(time.Second+NoLeaderGrace), false, 3)
+	if before.Err() == nil {
+		t.Fatal("a context taken before did not end when the quorum was lost")
+	}
+	if m.QuorumLostContext().Err() == nil {
+		t.Fatal("a context taken while the quorum is lost has not ended")
+	}
+	m.observeLeader(t0.Add(10*time.Second), true, -1)
+	after := m.QuorumLostContext()
+	if after.Err() != nil {
+		t.Fatal("a context taken after the quorum came back has ended")
+	}
+	m.observeLeader(t0.Add(11*time.Second), false, 3)
+	m.observeLeader(t0.Add(11*time.Second+NoLeaderGrace), false, 3)
+	if after.Err() == nil {
+		t.Fatal("it did not end when the quorum was lost again")
+	}
+}
