@@ -94,6 +94,9 @@ type ExtraConfig struct {
 	// while it is the etcd leader, the server writes what it sees of the cluster into
 	// CertificateAuthority/default's status.etcd, when that changes.
 	EtcdMember *etcdcluster.Member
+	// QuorumReadiness, set with EtcdMember, is the quorum-aware etcd part of /readyz and /livez; the
+	// server runs its watch of the Service's EndpointSlices.
+	QuorumReadiness *quorumReadiness
 }
 
 // Config is the whole configuration of a certapi server. Complete it to make a Server.
@@ -139,7 +142,11 @@ type Server struct {
 
 // Complete fills in the defaults, here and nowhere else: New takes the completed config as it is.
 func (c *Config) Complete() CompletedConfig {
-	c.GenericConfig.BuildHandlerChainFunc = handlerChain(c.ExtraConfig.AuthReadiness)
+	var quorum quorumSource
+	if m := c.ExtraConfig.EtcdMember; m != nil {
+		quorum = m
+	}
+	c.GenericConfig.BuildHandlerChainFunc = handlerChain(c.ExtraConfig.AuthReadiness, quorum)
 	extra := &c.ExtraConfig
 	if extra.StatusInterval <= 0 {
 		extra.StatusInterval = DefaultStatusInterval
@@ -232,6 +239,12 @@ func (c completedConfig) New() (*Server, error) {
 		w := &etcdStatusWriter{member: m, update: certificateauthority.NewStatusUpdater(caStatus, Scheme).UpdateStatus}
 		generic.AddPostStartHookOrDie("certapi-etcd-cluster-status", func(hc genericapiserver.PostStartHookContext) error {
 			go w.run(hc)
+			return nil
+		})
+	}
+	if q := c.ExtraConfig.QuorumReadiness; q != nil {
+		generic.AddPostStartHookOrDie("certapi-etcd-quorum-readiness", func(hc genericapiserver.PostStartHookContext) error {
+			go q.run(hc)
 			return nil
 		})
 	}

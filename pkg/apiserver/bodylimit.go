@@ -21,14 +21,16 @@ const maxServingCertBody = signer.MaxCSRBytes
 
 // handlerChain is the generic server's handler chain with certapi's additions. Inside it, after
 // authentication, authorization, priority and fairness and the request timeout, a servingcerts body is
-// capped at 64 KiB: nothing of a request body is read before authorization. Around it, a body must arrive
+// capped at 64 KiB: nothing of a request body is read before authorization; and while the embedded etcd
+// cluster has no quorum, resource requests are answered 503 with Retry-After at once
+// (retryWithoutQuorum). Around it, a body must arrive
 // within the request timeout, and an unread one does not keep its connection (boundRequestBodies); and
 // until delegated authentication is usable, requests are answered 503 rather than taken for anonymous
 // (retryUntilAuthenticationUsable). Outermost, after SIGTERM every answer closes its connection
 // (retireConnectionsOnShutdown).
-func handlerChain(auth *authReadiness) func(http.Handler, *genericapiserver.Config) http.Handler {
+func handlerChain(auth *authReadiness, quorum quorumSource) func(http.Handler, *genericapiserver.Config) http.Handler {
 	return func(apiHandler http.Handler, c *genericapiserver.Config) http.Handler {
-		h := genericapiserver.DefaultBuildHandlerChain(limitServingCertBodies(apiHandler), c)
+		h := genericapiserver.DefaultBuildHandlerChain(limitServingCertBodies(retryWithoutQuorum(apiHandler, quorum, c.Serializer)), c)
 		h = boundRequestBodies(retryUntilAuthenticationUsable(h, auth, c.Serializer), c.RequestTimeout)
 		return retireConnectionsOnShutdown(h, c.ShutdownInitiatedNotify())
 	}

@@ -45,6 +45,9 @@ type EtcdClusterOptions struct {
 	PeerCASecret string
 	// PeerCACertFile and PeerCAKeyFile give the peer CA as files instead of the Secret.
 	PeerCACertFile, PeerCAKeyFile string
+	// AdvertiseHost, when set, is the host the member advertises instead of <member-name>.<peer-service>
+	// (a hidden flag: for members of one machine in tests, where no Service's DNS exists).
+	AdvertiseHost string
 }
 
 // DefaultEtcdClusterOptions are the defaults: cluster mode off.
@@ -87,6 +90,9 @@ func (o *EtcdClusterOptions) AddFlags(fs *pflag.FlagSet) {
 			"Every member issues itself a short-lived certificate from it at start. Whoever can read this Secret can read certapi's etcd.")
 	fs.StringVar(&o.PeerCACertFile, "etcd-peer-ca-cert-file", o.PeerCACertFile, "The etcd peer CA's certificate as a file, instead of --etcd-peer-ca-secret. Needs --etcd-peer-ca-key-file.")
 	fs.StringVar(&o.PeerCAKeyFile, "etcd-peer-ca-key-file", o.PeerCAKeyFile, "The etcd peer CA's private key as a file (PEM), with --etcd-peer-ca-cert-file.")
+	fs.StringVar(&o.AdvertiseHost, "etcd-advertise-host", o.AdvertiseHost,
+		"The host the etcd member advertises in its peer and client URLs instead of <member-name>.<etcd-peer-service>; it must stay the same across restarts. For members on one machine (tests), where no Service's DNS exists.")
+	_ = fs.MarkHidden("etcd-advertise-host")
 }
 
 // Validate checks the cluster flags; externalEtcd is true when --etcd-servers is given.
@@ -106,6 +112,9 @@ func (o *EtcdClusterOptions) Validate(externalEtcd bool) []error {
 		errs = append(errs, fmt.Errorf("--etcd-member-name %q: expected a pod name <statefulset>-<ordinal>: %s", name, strings.Join(msgs, "; ")))
 	} else if etcdcluster.Ordinal(name) < 0 {
 		errs = append(errs, fmt.Errorf("--etcd-member-name %q: expected a pod name ending in -<ordinal> (a StatefulSet's), e.g. certapi-0", name))
+	}
+	if h := o.AdvertiseHost; h != "" && net.ParseIP(h) == nil && len(utilvalidation.IsDNS1123Subdomain(h)) > 0 {
+		errs = append(errs, fmt.Errorf("--etcd-advertise-host %q: expected a DNS name or an IP address", h))
 	}
 	if net.ParseIP(o.BindAddress) == nil {
 		errs = append(errs, fmt.Errorf("--etcd-bind-address %q: expected an IP address such as 0.0.0.0", o.BindAddress))
@@ -157,6 +166,9 @@ func (o *EtcdClusterOptions) start(ctx context.Context, dataDir, namespace, kube
 	}
 	name := o.memberName()
 	host := name + "." + strings.TrimSuffix(o.PeerService, ".")
+	if o.AdvertiseHost != "" {
+		host = o.AdvertiseHost
+	}
 	cfg := etcdcluster.Config{
 		Name:              name,
 		Dir:               dir,

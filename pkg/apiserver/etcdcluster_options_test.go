@@ -25,6 +25,8 @@ func TestEtcdClusterFlags(t *testing.T) {
 		{"restored cluster", []string{"--etcd-peer-service=certapi-etcd.ns.svc", "--etcd-member-name=certapi-1", "--etcd-cluster-epoch=2"}, ""},
 		{"negative epoch", []string{"--etcd-peer-service=certapi-etcd.ns.svc", "--etcd-member-name=certapi-1", "--etcd-cluster-epoch=-1"}, "--etcd-cluster-epoch -1"},
 		{"timeout too short", []string{"--etcd-peer-service=certapi-etcd.ns.svc", "--etcd-member-name=certapi-0", "--etcd-dead-member-timeout=10s"}, "at least 1m"},
+		{"advertised IP (tests)", []string{"--etcd-peer-service=certapi-etcd.ns.svc", "--etcd-member-name=certapi-0", "--etcd-advertise-host=127.0.0.1"}, ""},
+		{"bad advertised host", []string{"--etcd-peer-service=certapi-etcd.ns.svc", "--etcd-member-name=certapi-0", "--etcd-advertise-host=Not_A_Host"}, "--etcd-advertise-host"},
 		{"CA cert without key", []string{"--etcd-peer-service=certapi-etcd.ns.svc", "--etcd-member-name=certapi-0", "--etcd-peer-ca-cert-file=/ca.crt"}, "give both or neither"},
 	}
 	for _, tc := range cases {

@@ -3,6 +3,7 @@ package apiserver
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"time"
@@ -28,6 +29,7 @@ import (
 	genericoptions "k8s.io/apiserver/pkg/server/options"
 	"k8s.io/apiserver/pkg/util/compatibility"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	"k8s.io/client-go/kubernetes"
 	cliflag "k8s.io/component-base/cli/flag"
 	"k8s.io/klog/v2"
 
@@ -379,6 +381,22 @@ func (o *Options) Config(etcd *Etcd) (*Config, error) {
 		return nil, fmt.Errorf("applying options: %w", err)
 	}
 
+	var quorum *quorumReadiness
+	if m := etcd.member; m != nil {
+		// Cluster mode: /readyz and /livez ask the member about its quorum before they ask etcd.
+		if serverConfig.ClientConfig == nil {
+			return nil, errors.New("the embedded etcd cluster needs kube-apiserver: give --kubeconfig, or run in a cluster")
+		}
+		kube, err := kubernetes.NewForConfig(serverConfig.ClientConfig)
+		if err != nil {
+			return nil, fmt.Errorf("creating the client that watches the Service's EndpointSlices: %w", err)
+		}
+		quorum = newQuorumReadiness(m, m.Name(), kube, o.ServiceNamespace, o.ServiceName)
+		if err := replaceEtcdChecks(&serverConfig.Config, quorum); err != nil {
+			return nil, err
+		}
+	}
+
 	transformer, err := caKeysTransformer(serverConfig, o.RequireEncryptedCAKeys)
 	if err != nil {
 		return nil, err
@@ -407,6 +425,7 @@ func (o *Options) Config(etcd *Etcd) (*Config, error) {
 			Leader:                 o.Leader,
 			Snapshots:              o.Snapshots.schedule(etcd.client, o.DataDir),
 			EtcdMember:             etcd.member,
+			QuorumReadiness:        quorum,
 			IssuerConfig: issuer.Config{
 				Client:         etcd.client,
 				Prefix:         EtcdPathPrefix,

@@ -210,3 +210,50 @@ func TestDecidePeerCA(t *testing.T) {
 		})
 	}
 }
+
+func TestDecideReadiness(t *testing.T) {
+	since := time.Date(2026, 12, 2, 22, 0, 0, 0, time.UTC)
+	lost := QuorumState{Lost: true, NoLeaderSince: since, Voters: 3, Reached: 1}
+	settled := since.Add(ReadinessSettle)
+	tests := []struct {
+		name       string
+		in         ReadinessInput
+		want       bool
+		wantReason []string
+	}{
+		{"quorum: ready, others or not", ReadinessInput{PeersKnown: true, OthersReady: []string{"certapi-1"}}, true, []string{"has its quorum"}},
+		{"quorum, peers unknown: ready", ReadinessInput{}, true, []string{"has its quorum"}},
+		{"no leader within the grace (not lost yet): ready, etcd not asked", ReadinessInput{Now: since.Add(time.Second), Quorum: QuorumState{NoLeaderSince: since, Voters: 3}, PeersKnown: true, OthersReady: []string{"certapi-1"}}, true,
+			[]string{"known no leader for 1s", "etcd is not asked"}},
+		{"two of three lost, no other replica Ready: stays Ready", ReadinessInput{Now: settled, Quorum: lost, PeersKnown: true}, true,
+			[]string{"no quorum", "reaches 1 of 3 voting members", "a quorum is 2", "no other replica is Ready"}},
+		{"two of three lost, the lost still shown Ready (kubelet has not noticed): stays Ready", ReadinessInput{Now: settled.Add(-time.Second), Quorum: lost, PeersKnown: true, OthersReady: []string{"certapi-1", "certapi-2"}}, true,
+			[]string{"no quorum", "stays Ready whatever the others show"}},
+		{"cut off, healthy peers Ready: leaves", ReadinessInput{Now: settled, Quorum: lost, PeersKnown: true, OthersReady: []string{"certapi-2", "certapi-1"}}, false,
+			[]string{"no quorum", "certapi-1, certapi-2", "leaves the Service"}},
+		{"every member lost its quorum, the others still Ready: leaves (and returns once they left)", ReadinessInput{Now: settled, Quorum: lost, PeersKnown: true, OthersReady: []string{"certapi-0"}}, false, nil},
+		{"no quorum, endpoints not listed yet: stays Ready", ReadinessInput{Now: settled, Quorum: lost}, true, []string{"not known yet"}},
+		{"no quorum, reach not checked yet: counts what it knows", ReadinessInput{Now: settled, Quorum: QuorumState{Lost: true, NoLeaderSince: since, Voters: 3}, PeersKnown: true}, true,
+			[]string{"knows 3 voting members and no leader", "2026-12-02T22:00:00Z"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := DecideReadiness(tt.in)
+			if got.Ready != tt.want {
+				t.Fatalf("DecideReadiness = %v (%s); want %v", got.Ready, got.Reason, tt.want)
+			}
+			// etcd is asked only while the member knows a leader.
+			if wantStorage := tt.in.Quorum.NoLeaderSince.IsZero(); got.CheckStorage != wantStorage {
+				t.Errorf("CheckStorage %v; want %v", got.CheckStorage, wantStorage)
+			}
+			if got.Reason == "" {
+				t.Errorf("no reason given")
+			}
+			for _, w := range tt.wantReason {
+				if !strings.Contains(got.Reason, w) {
+					t.Errorf("reason %q does not say %q", got.Reason, w)
+				}
+			}
+		})
+	}
+}

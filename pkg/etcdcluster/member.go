@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -174,6 +175,13 @@ type Member struct {
 	peerChanged chan struct{}
 	// statusListeners hear when Status changes in more than its time (see AddStatusListener).
 	statusListeners notify.Listeners
+	// quorum is what the member knows of its cluster's quorum (under mu); quorumLost is quorum.Lost for
+	// readers on every request.
+	quorum     QuorumState
+	quorumLost atomic.Bool
+	// lostCtx ends when the quorum is held lost (under mu; see QuorumLostContext).
+	lostCtx    context.Context
+	lostCancel context.CancelFunc
 }
 
 // Status is what a member knows of its cluster, for metrics and `kubectl certapi status`.
@@ -795,6 +803,15 @@ func (m *Member) Run(ctx context.Context) error {
 	var lastReason, lastPeerReason string
 	ticker := time.NewTicker(m.cfg.CheckInterval)
 	defer ticker.Stop()
+	// The leader watch is Run's own: it ends with Run.
+	quorumLost := make(chan struct{}, 1)
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	var watch sync.WaitGroup
+	defer func() {
+		stopWatch()
+		watch.Wait()
+	}()
+	watch.Go(func() { m.watchLeader(watchCtx, quorumLost) })
 	reissue := false
 	for {
 		m.mu.Lock()
@@ -818,6 +835,8 @@ func (m *Member) Run(ctx context.Context) error {
 			return fmt.Errorf("etcd member %s stopped", m.cfg.Name)
 		case <-m.peerChanged:
 			reissue = true
+		case <-quorumLost:
+			// Check at once which members this one still reaches, for the 503s' message.
 		case <-ticker.C:
 		}
 	}
@@ -841,6 +860,9 @@ func (m *Member) maintain(ctx context.Context, tracker *HealthTracker, lastReaso
 	if !st.Leader {
 		*tracker = HealthTracker{}
 		m.setStatus(st)
+		if m.QuorumLost() {
+			m.checkReach(ctx, members)
+		}
 		return
 	}
 	c, err := m.client(ctx, []string{m.localClientURL()})
@@ -850,25 +872,9 @@ func (m *Member) maintain(ctx context.Context, tracker *HealthTracker, lastReaso
 	}
 	defer func() { _ = c.Close() }()
 	healthy := map[uint64]bool{self: true}
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	for _, mm := range members {
-		if mm.ID == self || len(mm.ClientURLs) == 0 {
-			continue
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-			defer cancel()
-			resp, err := c.Status(cctx, mm.ClientURLs[0])
-			ok := err == nil && len(resp.Errors) == 0
-			mu.Lock()
-			healthy[mm.ID] = ok
-			mu.Unlock()
-		}()
+	for id, a := range askStatus(ctx, c, members, self) {
+		healthy[id] = a.healthy
 	}
-	wg.Wait()
 	states := tracker.Observe(time.Now(), members, healthy)
 	// Only an unhealthy member can be removed: ask for the StatefulSet's size (an API call) only then, so
 	// that a healthy cluster costs kube-apiserver nothing.

@@ -569,8 +569,17 @@ func checkCluster(t *testing.T, ns string, objs []*unstructured.Unstructured, re
 	if s.Spec.ClusterIP != corev1.ClusterIPNone || !s.Spec.PublishNotReadyAddresses || len(s.Spec.Ports) != 2 {
 		t.Errorf("Service %s-peers: clusterIP %q, publishNotReadyAddresses %v, ports %+v; want headless, true, 2379 and 2380", release, s.Spec.ClusterIP, s.Spec.PublishNotReadyAddresses, s.Spec.Ports)
 	}
-	if find(objs, "Role", release+":etcd-cluster") == nil || find(objs, "RoleBinding", release+":etcd-cluster") == nil {
-		t.Error("no Role and RoleBinding certapi:etcd-cluster (get on its StatefulSet)")
+	role := find(objs, "Role", release+":etcd-cluster")
+	if role == nil || find(objs, "RoleBinding", release+":etcd-cluster") == nil {
+		t.Fatal("no Role and RoleBinding certapi:etcd-cluster (get on its StatefulSet, list and watch on EndpointSlices)")
+	}
+	var r rbacv1.Role
+	convert(t, role, &r)
+	if !slices.ContainsFunc(r.Rules, func(rule rbacv1.PolicyRule) bool {
+		return slices.Equal(rule.APIGroups, []string{"discovery.k8s.io"}) && slices.Equal(rule.Resources, []string{"endpointslices"}) &&
+			slices.Contains(rule.Verbs, "list") && slices.Contains(rule.Verbs, "watch")
+	}) {
+		t.Errorf("Role %s:etcd-cluster %+v: no list and watch on EndpointSlices (readiness without a quorum needs the other replicas')", release, r.Rules)
 	}
 	if find(objs, "PersistentVolumeClaim", release+"-data") != nil || find(objs, "StatefulSet", release+"-etcd") != nil {
 		t.Error("etcd.mode cluster with the single-member claim or the dedicated etcd")

@@ -54,6 +54,9 @@ type world struct {
 	store *memStore
 	// epoch is the --etcd-cluster-epoch every member starts with.
 	epoch int
+	// external are the client URLs of members that run outside this process (certapi's own): discovery
+	// always lists them.
+	external []string
 }
 
 func newWorld(t *testing.T, n int) *world {
@@ -98,6 +101,8 @@ func (w *world) discover(self *node) func(context.Context) (etcdcluster.Discover
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		var d etcdcluster.Discovery
+		d.ClientURLs = append(d.ClientURLs, w.external...)
+		d.OtherPeersExist = len(w.external) > 0
 		for _, nd := range w.nodes {
 			if nd == self || nd.member == nil {
 				continue
