@@ -24,31 +24,7 @@ import (
 func TestCertapiClusterMode(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), framework.StartTimeout)
 	defer cancel()
-	clientPort, peerPort := freePort(t), freePort(t)
-	cp, err := framework.Start(ctx, framework.Options{
-		Dir:                 t.TempDir(),
-		CertapiEmbeddedEtcd: true,
-		CertapiArgs: []string{
-			"--etcd-peer-service=certapi-etcd." + framework.CertapiNamespace + ".svc",
-			"--etcd-member-name=certapi-0",
-			"--etcd-bind-address=127.0.0.1",
-			"--etcd-client-port=" + clientPort,
-			"--etcd-peer-port=" + peerPort,
-			"-v=1",
-		},
-	})
-	if err != nil {
-		if cp != nil {
-			framework.PrintLogTails(os.Stderr, cp.Logs())
-		}
-		t.Fatalf("starting certapi in cluster mode: %v", err)
-	}
-	defer cp.Stop()
-	defer func() {
-		if t.Failed() {
-			framework.PrintLogTails(os.Stderr, cp.Logs())
-		}
-	}()
+	cp, _ := startCertapiMember(ctx, t)
 	kube := kubernetes.NewForConfigOrDie(rest.CopyConfig(cp.AdminConfig))
 	sec, err := kube.CoreV1().Secrets(framework.CertapiNamespace).Get(ctx, incluster.DefaultSecretName, metav1.GetOptions{})
 	if err != nil {
@@ -111,4 +87,37 @@ func TestCertapiClusterMode(t *testing.T) {
 	if got := sec.Annotations[certapiv1alpha1.AnnotationEtcdPeerCARotated]; got != "test" || len(sec.Data["chain.crt"]) == 0 {
 		t.Fatalf("after the rotation the Secret records %q as handled and holds %d bytes of chain", got, len(sec.Data["chain.crt"]))
 	}
+}
+
+// startCertapiMember starts the certapi binary as member certapi-0 of a cluster, on ports of this machine,
+// with extra flags after the cluster-mode ones; it returns the control plane and the member's client port.
+// certapi stops with the test, and prints its logs' tails when the test has failed.
+func startCertapiMember(ctx context.Context, t *testing.T, extra ...string) (*framework.ControlPlane, string) {
+	t.Helper()
+	clientPort, peerPort := freePort(t), freePort(t)
+	cp, err := framework.Start(ctx, framework.Options{
+		Dir:                 t.TempDir(),
+		CertapiEmbeddedEtcd: true,
+		CertapiArgs: append([]string{
+			"--etcd-peer-service=certapi-etcd." + framework.CertapiNamespace + ".svc",
+			"--etcd-member-name=certapi-0",
+			"--etcd-bind-address=127.0.0.1",
+			"--etcd-client-port=" + clientPort,
+			"--etcd-peer-port=" + peerPort,
+			"-v=1",
+		}, extra...),
+	})
+	if err != nil {
+		if cp != nil {
+			framework.PrintLogTails(os.Stderr, cp.Logs())
+		}
+		t.Fatalf("starting certapi in cluster mode: %v", err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			framework.PrintLogTails(os.Stderr, cp.Logs())
+		}
+		cp.Stop()
+	})
+	return cp, clientPort
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -49,32 +48,7 @@ const quorumBackBound = 5 * time.Second
 func TestCertapiWithoutQuorum(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	clientPort, peerPort := freePort(t), freePort(t)
-	cp, err := framework.Start(ctx, framework.Options{
-		Dir:                 t.TempDir(),
-		CertapiEmbeddedEtcd: true,
-		CertapiArgs: []string{
-			"--etcd-peer-service=certapi-etcd." + framework.CertapiNamespace + ".svc",
-			"--etcd-member-name=certapi-0",
-			"--etcd-bind-address=127.0.0.1",
-			"--etcd-advertise-host=127.0.0.1",
-			"--etcd-client-port=" + clientPort,
-			"--etcd-peer-port=" + peerPort,
-			"-v=1",
-		},
-	})
-	if err != nil {
-		if cp != nil {
-			framework.PrintLogTails(os.Stderr, cp.Logs())
-		}
-		t.Fatalf("starting certapi in cluster mode: %v", err)
-	}
-	defer cp.Stop()
-	defer func() {
-		if t.Failed() {
-			framework.PrintLogTails(os.Stderr, cp.Logs())
-		}
-	}()
+	cp, clientPort := startCertapiMember(ctx, t, "--etcd-advertise-host=127.0.0.1")
 	kube := kubernetes.NewForConfigOrDie(rest.CopyConfig(cp.AdminConfig))
 	certapi, _ := testhelpers.Clients(t, cp.AdminConfig)
 
