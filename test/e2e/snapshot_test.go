@@ -286,7 +286,7 @@ func TestNoBackupDataDirLost(t *testing.T) {
 		bundles[source] = b
 	}
 	for source, b := range bundles {
-		if err := verifies(after, b, "web", ns); err != nil {
+		if err := testhelpers.VerifyServingSecret(after, b, "web", ns); err != nil {
 			t.Errorf("the old Secret's certificate does not verify against the bundle of %s: %v", source, err)
 		}
 	}
@@ -458,26 +458,9 @@ func signatures(t *testing.T, own *framework.ControlPlane, path string) float64 
 // verifyAgainst fails t unless the Secret's tls.crt verifies for the Service against bundle.
 func verifyAgainst(t *testing.T, s *corev1.Secret, bundle []byte, svc, ns string) {
 	t.Helper()
-	if err := verifies(s, bundle, svc, ns); err != nil {
+	if err := testhelpers.VerifyServingSecret(s, bundle, svc, ns); err != nil {
 		t.Fatalf("the delivered certificate does not verify against the injected bundle: %v", err)
 	}
-}
-
-func verifies(s *corev1.Secret, bundle []byte, svc, ns string) error {
-	block, _ := pem.Decode(s.Data["tls.crt"])
-	if block == nil {
-		return fmt.Errorf("tls.crt holds no PEM")
-	}
-	leaf, err := x509.ParseCertificate(block.Bytes)
-	if err != nil {
-		return err
-	}
-	roots := x509.NewCertPool()
-	if !roots.AppendCertsFromPEM(bundle) {
-		return fmt.Errorf("the bundle holds no certificate")
-	}
-	_, err = leaf.Verify(x509.VerifyOptions{DNSName: svc + "." + ns + ".svc", Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}})
-	return err
 }
 
 // caPrivateKeys reads the CA record from the running embedded etcd, decrypts it with the encryption
