@@ -11,21 +11,25 @@ import (
 	"testing"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/certapi/certapi/pkg/snapshot"
 	"github.com/certapi/certapi/test/node/nodetest"
+	"github.com/certapi/certapi/test/testhelpers"
 )
 
 // TestClusterRestore is docs/backup-and-restore.md's "Several members" on the README's install, as
-// written: a snapshot streamed out of a member's pod (`kubectl exec certapi-1 -- certapi snapshot save -`);
-// a request made after it; certapi scaled to zero; the snapshot restored into certapi-0's claim by a
-// one-off Pod of certapi's image fed on stdin (`kubectl run -i`), with --cluster-epoch=1 and --force; helm
-// upgrade with etcd.cluster.epoch=1 and three replicas, certapi-1 and certapi-2 still holding the data of
-// before. Then: certapi-1 and certapi-2 moved their data aside and joined, the CA is the one before, the
-// request made before the snapshot is there with its Secret unchanged and the one made after it is not,
-// and a new request is delivered.
+// written: a request delivered into a Secret and a webhook configuration injected; a snapshot streamed out
+// of a member's pod (`kubectl exec certapi-1 -- certapi snapshot save -`); a request made after it;
+// certapi scaled to zero and certapi-0's volume lost (its claim deleted, a new one made); the snapshot
+// restored into the new claim by a one-off Pod of certapi's image fed on stdin (`kubectl run -i`), with
+// --cluster-epoch=1; helm upgrade with etcd.cluster.epoch=1 and three replicas, certapi-1 and certapi-2
+// still holding the data of before. Then: certapi-1 and certapi-2 moved their data aside and joined, the
+// CA is the one before, the request made after the snapshot is gone, a new request is delivered, and the
+// Secret and the webhook configuration of before are untouched (not re-issued, not re-injected), the
+// certificate still verifying against the injected bundle.
 func TestClusterRestore(t *testing.T) {
 	ctx := context.Background()
 	kube, certapi := nodetest.Clients(t, cp)
@@ -58,8 +62,37 @@ func TestClusterRestore(t *testing.T) {
 		})
 		return crt
 	}
-	nodetest.Kubectl(t, cp, "create", "servingcertrequest", "kept", "-n", reqNS, "--service=kept")
-	keptCrt := delivered("kept")
+	nodetest.Kubectl(t, cp, "create", "servingcertrequest", "kept", "-n", reqNS, "--service=kept", "--secret=kept-tls")
+	delivered("kept")
+	hook := filepath.Join(t.TempDir(), "webhook.yaml")
+	if err := os.WriteFile(hook, []byte(restoreWebhook), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	nodetest.Kubectl(t, cp, "apply", "-f", hook)
+	t.Cleanup(func() {
+		_, _ = nodetest.KubectlErr(cp, "delete", "validatingwebhookconfiguration", "restore-webhook", "--ignore-not-found")
+	})
+	injected := func() *admissionregistrationv1.ValidatingWebhookConfiguration {
+		t.Helper()
+		var vwc *admissionregistrationv1.ValidatingWebhookConfiguration
+		nodetest.WaitFor(t, 2*time.Minute, "restore-webhook's caBundle to be certapi's bundle", func(ctx context.Context) (bool, string) {
+			ca, err := certapi.CertapiV1alpha1().CertificateAuthorities().Get(ctx, "default", metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			if vwc, err = kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, "restore-webhook", metav1.GetOptions{}); err != nil {
+				return false, err.Error()
+			}
+			got := string(vwc.Webhooks[0].ClientConfig.CABundle)
+			return got != "" && got == ca.Status.CABundle, fmt.Sprintf("caBundle %d bytes, the CA's %d", len(got), len(ca.Status.CABundle))
+		})
+		return vwc
+	}
+	vwcBefore := injected()
+	secretBefore, err := kube.CoreV1().Secrets(reqNS).Get(ctx, "kept-tls", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	// The snapshot, streamed out of a member's pod as a user would take it.
 	snap := filepath.Join(t.TempDir(), "certapi.db")
@@ -70,7 +103,7 @@ func TestClusterRestore(t *testing.T) {
 		t.Fatalf("the snapshot streamed out of certapi-1: %v", err)
 	}
 	t.Logf("figure: kubectl exec certapi-1 -- certapi snapshot save -: %d bytes, %d keys, in %s", info.Size, info.Keys, time.Since(start).Round(time.Millisecond))
-	nodetest.Kubectl(t, cp, "create", "servingcertrequest", "lost", "-n", reqNS, "--service=lost")
+	nodetest.Kubectl(t, cp, "create", "servingcertrequest", "lost", "-n", reqNS, "--service=lost", "--secret=lost-tls")
 	delivered("lost")
 
 	image := strings.TrimSpace(nodetest.Kubectl(t, cp, "-n", ns, "get", "statefulset", "certapi", "-o", "jsonpath={.spec.template.spec.containers[0].image}"))
@@ -83,6 +116,16 @@ func TestClusterRestore(t *testing.T) {
 		}
 		return len(pods.Items) == 0, fmt.Sprintf("%d pods", len(pods.Items))
 	})
+	// certapi-0's volume is lost: its claim deleted and a new one made, as the StatefulSet would make it.
+	nodetest.Kubectl(t, cp, "-n", ns, "delete", "pvc", "data-certapi-0", "--wait=true", "--timeout=2m")
+	if err := cp.CreateHostPathPV(ctx, "certapi-data-restore", "1Gi"); err != nil {
+		t.Fatal(err)
+	}
+	claim := filepath.Join(t.TempDir(), "claim.yaml")
+	if err := os.WriteFile(claim, []byte(restoreClaim), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	nodetest.Kubectl(t, cp, "-n", ns, "apply", "-f", claim)
 	out := restoreInto(t, image, "data-certapi-0", snap,
 		"--force", "--member-name=certapi-0", "--peer-url=https://certapi-0.certapi-peers."+ns+".svc:2380", "--cluster-epoch=1")
 	if !strings.Contains(out, "--etcd-cluster-epoch=1") {
@@ -110,13 +153,60 @@ func TestClusterRestore(t *testing.T) {
 	if _, err := certapi.CertapiV1alpha1().ServingCertRequests(reqNS).Get(ctx, "kept", metav1.GetOptions{}); err != nil {
 		t.Errorf("the request made before the snapshot: %v", err)
 	}
-	// A request made now is delivered: the restored leader signs; then the one of before was settled too.
-	nodetest.Kubectl(t, cp, "create", "servingcertrequest", "after-restore", "-n", reqNS, "--service=after-restore")
+	// A request made now is delivered and the webhook configuration holds the bundle: the restored leader
+	// signs and injects, and its queues, first in first out, have seen what was there before.
+	nodetest.Kubectl(t, cp, "create", "servingcertrequest", "after-restore", "-n", reqNS, "--service=after-restore", "--secret=after-restore-tls")
 	delivered("after-restore")
-	if got := delivered("kept"); !bytes.Equal(got, keptCrt) {
-		t.Error("the Secret of the request made before the snapshot was re-issued by the restored certapi")
+	vwcAfter := injected()
+	if vwcAfter.ResourceVersion != vwcBefore.ResourceVersion {
+		t.Errorf("restore-webhook was written after the restore (resourceVersion %s, before %s): re-injected", vwcAfter.ResourceVersion, vwcBefore.ResourceVersion)
+	}
+	secretAfter, err := kube.CoreV1().Secrets(reqNS).Get(ctx, "kept-tls", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if secretAfter.ResourceVersion != secretBefore.ResourceVersion || !bytes.Equal(secretAfter.Data["tls.crt"], secretBefore.Data["tls.crt"]) {
+		t.Errorf("the Secret of the request made before the snapshot was written after the restore (resourceVersion %s, before %s): re-issued",
+			secretAfter.ResourceVersion, secretBefore.ResourceVersion)
+	}
+	if err := testhelpers.VerifyServingSecret(secretAfter, vwcAfter.Webhooks[0].ClientConfig.CABundle, "kept", reqNS); err != nil {
+		t.Errorf("the certificate of before does not verify against the bundle injected after the restore: %v", err)
 	}
 }
+
+// restoreWebhook is a webhook configuration that opts into injection; failurePolicy Ignore and a resource
+// nobody has: it is never called.
+const restoreWebhook = `apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingWebhookConfiguration
+metadata:
+  name: restore-webhook
+  annotations:
+    certapi.dev/inject-ca-bundle: "true"
+webhooks:
+- name: restore-webhook.restore.svc
+  clientConfig:
+    service: {namespace: restore, name: kept, path: /validate}
+  rules:
+  - {apiGroups: [example.com], apiVersions: [v1], resources: [gadgets], operations: [CREATE]}
+  failurePolicy: Ignore
+  sideEffects: None
+  admissionReviewVersions: [v1]
+`
+
+// restoreClaim is certapi-0's claim made anew, as the StatefulSet's volumeClaimTemplates would make it.
+const restoreClaim = `apiVersion: v1
+kind: PersistentVolumeClaim
+metadata:
+  name: data-certapi-0
+  labels:
+    app.kubernetes.io/name: certapi
+    app.kubernetes.io/component: apiserver
+spec:
+  accessModes: [ReadWriteOnce]
+  resources:
+    requests:
+      storage: 1Gi
+`
 
 // saveSnapshot streams a snapshot out of pod's member into path, as docs/backup-and-restore.md says.
 func saveSnapshot(t *testing.T, pod, path string) {
