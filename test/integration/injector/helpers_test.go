@@ -113,7 +113,7 @@ func (s *fakeSource) set(pem []byte) {
 
 // writeCounter counts the injector's successful PATCH requests (its writes) by URL path. A patch that
 // kube-apiserver refuses (its resourceVersion test failed) changes nothing and is not counted in
-// counts, only in tries.
+// counts, only in tries; one in flight is counted in both.
 type writeCounter struct {
 	mu     sync.Mutex
 	counts map[string]int
@@ -122,16 +122,22 @@ type writeCounter struct {
 
 func (c *writeCounter) wrap(rt http.RoundTripper) http.RoundTripper {
 	return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
+		if req.Method != http.MethodPatch {
+			return rt.RoundTrip(req)
+		}
+		// Counted as it is sent and uncounted when refused: a test that reads what a write did, through
+		// its own client, may do so before the injector's client has the answer, and must find it counted.
+		c.mu.Lock()
+		if c.tries == nil {
+			c.tries = map[string]int{}
+		}
+		c.tries[req.URL.Path]++
+		c.counts[req.URL.Path]++
+		c.mu.Unlock()
 		resp, err := rt.RoundTrip(req)
-		if req.Method == http.MethodPatch {
+		if err != nil || resp.StatusCode >= 300 {
 			c.mu.Lock()
-			if c.tries == nil {
-				c.tries = map[string]int{}
-			}
-			c.tries[req.URL.Path]++
-			if err == nil && resp.StatusCode < 300 {
-				c.counts[req.URL.Path]++
-			}
+			c.counts[req.URL.Path]--
 			c.mu.Unlock()
 		}
 		return resp, err
