@@ -50,7 +50,12 @@ func (cp *ControlPlane) StartAPIServer(ctx context.Context) error {
 		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
 		"--proxy-client-cert-file=" + pki.FrontProxyClientCert,
 		"--proxy-client-key-file=" + pki.FrontProxyClientKey,
-		"--enable-aggregator-routing=false",
+		// With a node, as OpenShift runs kube-apiserver: the aggregator sends each call to a Ready endpoint
+		// of certapi's Service, dialled by pod IP. Through the ClusterIP (the flag's default), its pooled
+		// HTTP/1.1 connections stay pinned to a replica that is shutting down, and one that replica closes
+		// as idle races a call sent on it: a rare 503 of the aggregator's own that no client retries
+		// (docs/high-availability.md, "Zero downtime"). Without a node there are no pods to route to.
+		"--enable-aggregator-routing=" + strconv.FormatBool(cp.opts.Node),
 		// For kubectl logs, exec and port-forward on the node (Options.Node), whose kubelet trusts the
 		// client CA.
 		"--kubelet-client-certificate=" + pki.KubeletClientCert,
