@@ -17,9 +17,11 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	"github.com/certapi/certapi/pkg/etcdcluster/incluster"
+	"github.com/certapi/certapi/pkg/generated/clientset/versioned"
 	"github.com/certapi/certapi/test/framework"
 	"github.com/certapi/certapi/test/node/nodetest"
 )
@@ -85,6 +87,24 @@ func install(t *testing.T) {
 	})
 	nodetest.Kubectl(t, cp, "wait", "--for=condition=Available", "apiservice/v1alpha1.certapi.dev", "--timeout=2m")
 	t.Logf("figure: the README's install (the image loaded, helm install, check --wait) to three members and the APIService Available: %s", time.Since(start).Round(time.Second))
+}
+
+// installed3 is the start of a test that disrupts the README's install: the install (unless done), the
+// pods' logs on failure, three pods Ready, and the CAs as they are before (an earlier test of the package
+// may have left a Retiring one), to compare with after.
+func installed3(t *testing.T) (kubernetes.Interface, versioned.Interface, string) {
+	t.Helper()
+	kube, certapi := nodetest.Clients(t, cp)
+	logPodsOnFailure(t)
+	install(t)
+	nodetest.WaitFor(t, 5*time.Minute, "three certapi pods Ready", func(ctx context.Context) (bool, string) {
+		return nodetest.PodsReady(ctx, kube, ns, selector, 3)
+	})
+	ca, err := certapi.CertapiV1alpha1().CertificateAuthorities().Get(context.Background(), "default", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kube, certapi, caCertificates(ca)
 }
 
 // logPodsOnFailure logs, when the test has failed, the last lines of every certapi pod's log (and of its

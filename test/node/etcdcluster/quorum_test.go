@@ -30,18 +30,7 @@ const backBound = 15 * time.Second
 // answering again.
 func TestQuorumLost(t *testing.T) {
 	ctx := context.Background()
-	kube, certapi := nodetest.Clients(t, cp)
-	logPodsOnFailure(t)
-	install(t)
-	nodetest.WaitFor(t, 5*time.Minute, "three certapi pods Ready", func(ctx context.Context) (bool, string) {
-		return nodetest.PodsReady(ctx, kube, ns, selector, 3)
-	})
-	ca, err := certapi.CertapiV1alpha1().CertificateAuthorities().Get(ctx, "default", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The CAs as they are before: an earlier test of the package may have left a Retiring one.
-	before := caCertificates(ca)
+	kube, certapi, before := installed3(t)
 
 	const loadNS = "quorum-lost"
 	nodetest.Kubectl(t, cp, "create", "namespace", loadNS)
@@ -118,7 +107,7 @@ func TestQuorumLost(t *testing.T) {
 	if _, err := certapi.CertapiV1alpha1().ServingCertRequests(loadNS).Get(ctx, "load", metav1.GetOptions{}); err != nil {
 		t.Errorf("the load's ServingCertRequest after the outage: %v", err)
 	}
-	ca, err = certapi.CertapiV1alpha1().CertificateAuthorities().Get(ctx, "default", metav1.GetOptions{})
+	ca, err := certapi.CertapiV1alpha1().CertificateAuthorities().Get(ctx, "default", metav1.GetOptions{})
 	if err != nil || caCertificates(ca) != before {
 		t.Errorf("the CAs changed through the outage: %v: before %s, after %s", err, before, caCertificates(ca))
 	}

@@ -32,17 +32,7 @@ import (
 // certificate still verifying against the injected bundle.
 func TestClusterRestore(t *testing.T) {
 	ctx := context.Background()
-	kube, certapi := nodetest.Clients(t, cp)
-	logPodsOnFailure(t)
-	install(t)
-	nodetest.WaitFor(t, 5*time.Minute, "three certapi pods Ready", func(ctx context.Context) (bool, string) {
-		return nodetest.PodsReady(ctx, kube, ns, selector, 3)
-	})
-	ca, err := certapi.CertapiV1alpha1().CertificateAuthorities().Get(ctx, "default", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	before := caCertificates(ca)
+	kube, certapi, before := installed3(t)
 
 	const reqNS = "restore"
 	nodetest.Kubectl(t, cp, "create", "namespace", reqNS)
@@ -143,7 +133,7 @@ func TestClusterRestore(t *testing.T) {
 		nodetest.Logged(t, cp, ns, pod, `action="DiscardStale"`, "Moved the data of an earlier cluster epoch aside", "Promoted this etcd learner to a voting member")
 	}
 
-	ca, err = certapi.CertapiV1alpha1().CertificateAuthorities().Get(ctx, "default", metav1.GetOptions{})
+	ca, err := certapi.CertapiV1alpha1().CertificateAuthorities().Get(ctx, "default", metav1.GetOptions{})
 	if err != nil || caCertificates(ca) != before {
 		t.Errorf("the CAs after the restore: %v: %s; want those of before, %s", err, caCertificates(ca), before)
 	}

@@ -37,15 +37,7 @@ const apiService = "v1alpha1.certapi.dev"
 // but Available throughout (watched), and the CA stays the same.
 func TestZeroDowntime(t *testing.T) {
 	ctx := context.Background()
-	kube, certapi := nodetest.Clients(t, cp)
-	logPodsOnFailure(t)
-	install(t)
-	ca, err := certapi.CertapiV1alpha1().CertificateAuthorities().Get(ctx, "default", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The CAs as they are before: an earlier test of the package may have left a Retiring one.
-	before := caCertificates(ca)
+	kube, certapi, before := installed3(t)
 
 	const loadNS = "zero-downtime"
 	nodetest.Kubectl(t, cp, "create", "namespace", loadNS)
@@ -134,7 +126,7 @@ func TestZeroDowntime(t *testing.T) {
 	avail.Check(t, "the leader's pod deleted at once")
 
 	l.Stop()
-	ca, err = certapi.CertapiV1alpha1().CertificateAuthorities().Get(ctx, "default", metav1.GetOptions{})
+	ca, err := certapi.CertapiV1alpha1().CertificateAuthorities().Get(ctx, "default", metav1.GetOptions{})
 	if err != nil || caCertificates(ca) != before {
 		t.Errorf("the CAs changed through the disruptions: %v: before %s, after %s", err, before, caCertificates(ca))
 	}
