@@ -82,9 +82,9 @@ func (o *EtcdClusterOptions) AddFlags(fs *pflag.FlagSet) {
 			"after its removal moves its old data aside and joins anew. 0 never removes a member.")
 	fs.IntVar(&o.ClusterEpoch, "etcd-cluster-epoch", o.ClusterEpoch,
 		"How many times the etcd cluster has been restored from a snapshot (cluster mode). Raise it by one with each restore, to the "+
-			"--cluster-epoch given to certapi snapshot restore: a member whose data is of an earlier epoch moves it aside and joins the "+
-			"restored member, rather than restart the old cluster with other members that kept their data; a member whose data is of a "+
-			"later epoch refuses to start. Chart value etcd.cluster.epoch.")
+			"--cluster-epoch given to certapi snapshot restore: a member whose data is of an earlier epoch waits for the restored member to "+
+			"answer, then moves its data aside and joins it, rather than restart the old cluster with other members that kept their data; a "+
+			"member whose data is of a later epoch refuses to start. Chart value etcd.cluster.epoch.")
 	fs.StringVar(&o.PeerCASecret, "etcd-peer-ca-secret", o.PeerCASecret,
 		"Secret in --service-namespace holding the etcd peer CA (tls.crt, tls.key, ca.crt). The first replica that finds none creates it; the others read it. "+
 			"Every member issues itself a short-lived certificate from it at start. Whoever can read this Secret can read certapi's etcd.")

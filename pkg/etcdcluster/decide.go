@@ -88,8 +88,12 @@ type StartPlan struct {
 //
 //  0. With data of another cluster epoch: data of an earlier epoch is from before a restore; restarting
 //     on it could restart the old cluster (two members with old data are a quorum of three), so it is
-//     moved aside and the member starts as one without data (rules 2 and 3). Data of a later epoch
-//     means --etcd-cluster-epoch was not raised with the restore: refuse, and say so.
+//     moved aside and the member starts as one without data (rule 2), but only once a member answered:
+//     the restored one, or, in a rolling update, a member of the old cluster, which this one rejoins.
+//     Until then it waits. An epoch raised with no restore behind it, the whole StatefulSet started at
+//     once, must not move every member's data aside and bootstrap an empty cluster with a new CA: every
+//     member waits instead and says which epoch to give back. Data of a later epoch means
+//     --etcd-cluster-epoch was not raised with the restore: refuse, and say so.
 //  1. With data: restart as is, unless a running cluster answered and lists no entry of this member's
 //     name or peer URL. Then the cluster removed this member (a dead-member removal, or a scale-down that
 //     kept the volume) and etcd would refuse the old data: move it aside and join. A member whose peers
@@ -116,6 +120,11 @@ func DecideStart(in StartInput) StartPlan {
 		return StartPlan{Action: StartRefuse, Reason: fmt.Sprintf("the data directory is of cluster epoch %d, after this member's --etcd-cluster-epoch %d: "+
 			"it was restored with --cluster-epoch %d; start every member with --etcd-cluster-epoch=%d (chart value etcd.cluster.epoch)",
 			in.DataEpoch, in.Epoch, in.DataEpoch, in.DataEpoch)}
+	case in.HasData && in.DataEpoch < in.Epoch && !in.Answered:
+		return StartPlan{Action: StartWait, Reason: fmt.Sprintf("the data directory is of cluster epoch %d, before this member's --etcd-cluster-epoch %d, "+
+			"and no member answered: waiting for the member restored with --cluster-epoch %d to start before moving this data aside; "+
+			"if no member was restored, start every member with --etcd-cluster-epoch=%d (chart value etcd.cluster.epoch) again",
+			in.DataEpoch, in.Epoch, in.Epoch, in.DataEpoch)}
 	case in.HasData && in.DataEpoch < in.Epoch:
 		return StartPlan{Action: StartDiscardStale, Reason: fmt.Sprintf("the data directory is of cluster epoch %d, before the restore that began epoch %d: "+
 			"move it aside and start as a member without data", in.DataEpoch, in.Epoch)}

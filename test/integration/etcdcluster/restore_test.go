@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -138,5 +139,50 @@ func TestRestoreWhileTheOthersKeepTheirData(t *testing.T) {
 	err = w.startFor(last, 30*time.Second)
 	if err == nil || !strings.Contains(err.Error(), "--etcd-cluster-epoch=1") {
 		t.Errorf("starting %s with epoch 0 on data of epoch 1: %v; want a refusal that names --etcd-cluster-epoch=1", last.name, err)
+	}
+}
+
+// TestEpochRaisedWithoutARestore: --etcd-cluster-epoch raised with no restore behind it (a mistyped Helm
+// value) while every member is down, then all started at once, as after a scale to zero. No member holds
+// data of the new epoch, so nobody answers: each must wait with its data in place, never move it aside
+// (three members without data would bootstrap an empty cluster, and certapi a new CA). Started with the
+// epoch of their data again, they are the cluster of before.
+func TestEpochRaisedWithoutARestore(t *testing.T) {
+	w := newWorld(t, 3)
+	w.startAll(w.nodes...)
+	w.waitVoters(3)
+	put(t, w.client(), "/registry/certapi.dev/before", "kept")
+	for _, nd := range w.nodes {
+		w.stop(nd)
+	}
+
+	w.epoch = 1
+	errs := make([]error, len(w.nodes))
+	var wg sync.WaitGroup
+	for i, nd := range w.nodes {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs[i] = w.startFor(nd, 5*time.Second) }()
+	}
+	wg.Wait()
+	for i, nd := range w.nodes {
+		if errs[i] == nil {
+			w.stop(nd)
+			t.Errorf("%s started with epoch 1 on data of epoch 0 while no member had data of epoch 1; want it to wait", nd.name)
+		}
+		if aside, _ := filepath.Glob(filepath.Join(nd.dir, "etcd.before-epoch-*")); len(aside) > 0 {
+			t.Errorf("%s moved its data aside (%v) with no restored member to join", nd.name, aside)
+		}
+		if got, err := etcdcluster.ReadEpoch(filepath.Join(nd.dir, "etcd")); err != nil || got != 0 {
+			t.Errorf("%s: its data records epoch %d (%v); want 0, untouched", nd.name, got, err)
+		}
+	}
+
+	w.epoch = 0
+	w.startAll(w.nodes...)
+	w.waitVoters(3)
+	for _, nd := range w.nodes {
+		if got := w.getFrom(nd, "/registry/certapi.dev/before"); got != "kept" {
+			t.Errorf("%s serves %q for the key written before; want %q", nd.name, got, "kept")
+		}
 	}
 }
