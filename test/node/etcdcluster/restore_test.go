@@ -3,12 +3,10 @@ package etcdcluster
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -23,19 +21,18 @@ import (
 	"github.com/certapi/certapi/test/testhelpers"
 )
 
-// TestClusterRestore is docs/backup-and-restore.md's "Several members" on the README's install, as
-// written, twice. First certapi-0's volume is lost and the other two keep the data of before: a request
-// delivered into a Secret and a webhook configuration injected; a snapshot streamed out of a member's pod
-// (`kubectl exec certapi-1 -- certapi snapshot save -`); a request made after it; certapi scaled to zero,
-// certapi-0's claim deleted and made anew; the snapshot restored into it by a one-off Pod of certapi's
-// image fed on stdin (`kubectl run -i`) with --cluster-epoch=1; helm upgrade with etcd.cluster.epoch=1 and
-// three replicas. certapi-1 and certapi-2 must move their data aside and join. Then every pod and every
-// volume is lost (item 4 of the issue this answers): a new snapshot out of certapi-2, a later request,
-// scaled to zero, the three claims deleted, the snapshot restored into certapi-0's new claim with
-// --cluster-epoch=2; certapi-1 and certapi-2 start on new, empty claims and join. After each: the CA is
-// the one before, the request made after the snapshot is gone, a new request is delivered, and the Secret
-// and the webhook configuration of before are untouched (not re-issued, not re-injected), the
-// certificate still verifying against the injected bundle.
+// TestClusterRestore runs docs/backup-and-restore.md's "Several members" on the README's install, its
+// blocks as they are written (cluster-save, cluster-restore-stop, cluster-restore), twice. First
+// certapi-0's volume is lost and the other two keep the data of before: a request delivered into a Secret
+// and a webhook configuration injected; the snapshot streamed out of certapi-0's pod; a request made after
+// it; certapi scaled to zero; certapi-0's claim deleted and made anew; the restore Pod fed the snapshot on
+// stdin, with the next epoch, 1; helm upgrade with it. certapi-1 and certapi-2 must move their data aside
+// and join. Then every pod and every volume is lost: a new snapshot, a later request, scaled to zero, the
+// three claims deleted and certapi-0's made anew, the same blocks (epoch 2); certapi-1 and certapi-2 start
+// on new, empty claims and join. After each: the CA is the one before, the request made after the
+// snapshot is gone, a new request is delivered, and the Secret and the webhook configuration of before
+// are untouched (not re-issued, not re-injected), the certificate still verifying against the injected
+// bundle.
 func TestClusterRestore(t *testing.T) {
 	ctx := context.Background()
 	kube, certapi, before := installed3(t)
@@ -86,7 +83,6 @@ func TestClusterRestore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	image := strings.TrimSpace(nodetest.Kubectl(t, cp, "-n", ns, "get", "statefulset", "certapi", "-o", "jsonpath={.spec.template.spec.containers[0].image}"))
 
 	// restored checks what a restore must leave: the CAs of before, the requests made before the snapshot
 	// kept and the one made after it gone, a new request delivered, and the Secret and the webhook
@@ -125,11 +121,12 @@ func TestClusterRestore(t *testing.T) {
 		}
 	}
 
+	shell := nodetest.NewDocShell(t, cp)
 	t.Log("certapi-0's volume lost, certapi-1 and certapi-2 keep the data of before")
-	snap := saveSnapshot(t, "certapi-1")
+	save(t, shell)
 	request("lost-1")
 	start := time.Now()
-	restoreCluster(t, kube, image, snap, 1, []string{"data-certapi-0"})
+	restoreCluster(t, kube, shell, "data-certapi-0")
 	t.Logf("figure: a three-member cluster restored (scaled to zero, certapi-0's claim made anew, the restore Pod, helm upgrade) to three pods Ready and the APIService Available: %s",
 		time.Since(start).Round(time.Second))
 	nodetest.Logged(t, cp, ns, "certapi-0", `action="Restart"`, "Etcd member is ready")
@@ -139,10 +136,10 @@ func TestClusterRestore(t *testing.T) {
 	restored([]string{"kept"}, "lost-1", "after-1")
 
 	t.Log("every pod and every volume lost")
-	snap = saveSnapshot(t, "certapi-2")
+	save(t, shell)
 	request("lost-2")
 	start = time.Now()
-	restoreCluster(t, kube, image, snap, 2, []string{"data-certapi-0", "data-certapi-1", "data-certapi-2"})
+	restoreCluster(t, kube, shell, "data-certapi-0", "data-certapi-1", "data-certapi-2")
 	t.Logf("figure: a three-member cluster restored with every volume lost (scaled to zero, three claims deleted, certapi-0's made anew, the restore Pod, helm upgrade) to three pods Ready and the APIService Available: %s",
 		time.Since(start).Round(time.Second))
 	nodetest.Logged(t, cp, ns, "certapi-0", `action="Restart"`, "Etcd member is ready")
@@ -150,28 +147,40 @@ func TestClusterRestore(t *testing.T) {
 		nodetest.Logged(t, cp, ns, pod, `action="Join"`, "Added this member as an etcd learner", "Promoted this etcd learner to a voting member")
 	}
 	restored([]string{"kept", "after-1"}, "lost-2", "after-2")
+	if ann := strings.TrimSpace(nodetest.Kubectl(t, cp, "-n", ns, "get", "statefulset", "certapi", "-o", `jsonpath={.metadata.annotations.certapi\.dev/etcd-cluster-epoch}`)); ann != "2" {
+		t.Errorf("the StatefulSet's cluster epoch after two restores: %q; want 2", ann)
+	}
 }
 
-// restoreCluster is docs/backup-and-restore.md's "Several members" procedure: certapi scaled to zero, the
-// claims lost deleted (each gets a new volume), certapi-0's claim made anew if it was one of them, snap
-// restored into it as certapi-0 with --cluster-epoch=epoch by a one-off Pod, and helm upgrade with
-// etcd.cluster.epoch=epoch and three replicas; it returns once three pods are Ready and the APIService
-// Available.
-func restoreCluster(t *testing.T, kube kubernetes.Interface, image, snap string, epoch int, lost []string) {
+// save runs docs/backup-and-restore.md's cluster-save block in shell: the snapshot streamed out of a
+// member's pod into certapi.db, and checked.
+func save(t *testing.T, shell *nodetest.DocShell) {
+	t.Helper()
+	start := time.Now()
+	shell.Run(t, restoreDoc, time.Minute, "cluster-save")
+	took := time.Since(start)
+	info, err := snapshot.Verify(filepath.Join(shell.Dir, "certapi.db"))
+	if err != nil {
+		t.Fatalf("the snapshot the cluster-save block streamed out: %v", err)
+	}
+	t.Logf("figure: the cluster-save block (kubectl exec certapi-0 -- certapi snapshot save -, then snapshot status): %d bytes, %d keys, in %s",
+		info.Size, info.Keys, took.Round(time.Millisecond))
+}
+
+// restoreDoc is the page whose blocks TestClusterRestore runs.
+const restoreDoc = "docs/backup-and-restore.md"
+
+// restoreCluster runs docs/backup-and-restore.md's "Several members" in shell: the cluster-restore-stop
+// block, then the claims lost deleted (each gets a new volume, as kind's storage provisioner would make
+// it) and certapi-0's made anew if it was one of them, as step 2 says, then the cluster-restore block; it
+// returns once three pods are Ready and the APIService Available.
+func restoreCluster(t *testing.T, kube kubernetes.Interface, shell *nodetest.DocShell, lost ...string) {
 	t.Helper()
 	ctx := context.Background()
-	nodetest.Kubectl(t, cp, "-n", ns, "scale", "statefulset/certapi", "--replicas=0")
-	nodetest.WaitFor(t, 3*time.Minute, "every certapi pod gone", func(ctx context.Context) (bool, string) {
-		pods, err := kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
-		if err != nil {
-			return false, err.Error()
-		}
-		return len(pods.Items) == 0, fmt.Sprintf("%d pods", len(pods.Items))
-	})
+	shell.Run(t, restoreDoc, 6*time.Minute, "cluster-restore-stop")
 	for _, claim := range lost {
 		nodetest.Kubectl(t, cp, "-n", ns, "delete", "pvc", claim, "--wait=true", "--timeout=2m")
-		// The volume the claim gets next, as kind's storage provisioner would make it.
-		if err := cp.CreateHostPathPV(ctx, fmt.Sprintf("certapi-%s-epoch-%d", claim, epoch), "1Gi"); err != nil {
+		if err := cp.CreateHostPathPV(ctx, fmt.Sprintf("certapi-%s-%d", claim, time.Now().UnixNano()), "1Gi"); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -182,13 +191,10 @@ func restoreCluster(t *testing.T, kube kubernetes.Interface, image, snap string,
 		}
 		nodetest.Kubectl(t, cp, "-n", ns, "apply", "-f", claim)
 	}
-	e := strconv.Itoa(epoch)
-	out := restoreInto(t, image, "data-certapi-0", snap,
-		"--force", "--member-name=certapi-0", "--peer-url=https://certapi-0.certapi-peers."+ns+".svc:2380", "--cluster-epoch="+e)
-	if !strings.Contains(out, "--etcd-cluster-epoch="+e) {
-		t.Errorf("the restore's output does not say to start the members with --etcd-cluster-epoch=%s:\n%s", e, out)
+	out := shell.Run(t, restoreDoc, 10*time.Minute, "cluster-restore")
+	if !strings.Contains(out, "--etcd-cluster-epoch=") {
+		t.Errorf("the restore's output does not say which --etcd-cluster-epoch to start the members with:\n%s", out)
 	}
-	helm(t, "upgrade", "certapi", releaseChart(t), "--namespace", ns, "--reuse-values", "--set", "etcd.cluster.epoch="+e, "--set", "replicas=3")
 	nodetest.WaitFor(t, 10*time.Minute, "three certapi pods Ready", func(ctx context.Context) (bool, string) {
 		return nodetest.PodsReady(ctx, kube, ns, selector, 3)
 	})
@@ -228,59 +234,3 @@ spec:
     requests:
       storage: 1Gi
 `
-
-// saveSnapshot streams a snapshot out of pod's member into a file, as docs/backup-and-restore.md says, and
-// returns the file's path.
-func saveSnapshot(t *testing.T, pod string) string {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), "certapi.db")
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	start := time.Now()
-	if err := cp.KubectlIO(context.Background(), nil, f, "-n", ns, "exec", pod, "--",
-		"certapi", "snapshot", "save", "-", "--data-dir=/var/lib/certapi/data"); err != nil {
-		t.Fatal(err)
-	}
-	took := time.Since(start)
-	info, err := snapshot.Verify(path)
-	if err != nil {
-		t.Fatalf("the snapshot streamed out of %s: %v", pod, err)
-	}
-	t.Logf("figure: kubectl exec %s -- certapi snapshot save -: %d bytes, %d keys, in %s", pod, info.Size, info.Keys, took.Round(time.Millisecond))
-	return path
-}
-
-// restoreInto runs `certapi snapshot restore -` in a one-off Pod of image with claim mounted as certapi
-// mounts its own, fed snap on stdin (`kubectl run -i`, as docs/backup-and-restore.md shows); it returns the
-// command's output.
-func restoreInto(t *testing.T, image, claim, snap string, args ...string) string {
-	t.Helper()
-	overrides := map[string]any{"spec": map[string]any{
-		"securityContext": map[string]any{"runAsUser": 65532, "runAsGroup": 65532, "fsGroup": 65532, "runAsNonRoot": true},
-		"containers": []any{map[string]any{
-			"name": "certapi-restore", "image": image, "stdin": true, "stdinOnce": true,
-			"args":         append([]string{"snapshot", "restore", "-", "--data-dir=/var/lib/certapi/data"}, args...),
-			"volumeMounts": []any{map[string]any{"name": "data", "mountPath": "/var/lib/certapi"}},
-		}},
-		"volumes": []any{map[string]any{"name": "data", "persistentVolumeClaim": map[string]any{"claimName": claim}}},
-	}}
-	b, err := json.Marshal(overrides)
-	if err != nil {
-		t.Fatal(err)
-	}
-	in, err := os.Open(snap)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer in.Close()
-	var out bytes.Buffer
-	if err := cp.KubectlIO(context.Background(), in, &out, "-n", ns, "run", "certapi-restore", "-i", "--rm", "--restart=Never",
-		"--image="+image, "--overrides="+string(b), "--pod-running-timeout=3m"); err != nil {
-		t.Fatalf("the restore Pod: %v\nstdout: %s", err, out.String())
-	}
-	t.Logf("the restore Pod:\n%s", out.String())
-	return out.String()
-}

@@ -39,21 +39,27 @@ done
 `
 
 // RunReadmeBlocks runs the README's command blocks marked <!-- docs-check: NAME --> for each name, in
-// order, as a user would on kind: with bash -e, in a directory of their own whose _output is the
-// repository's, with cp's kubeconfig, helm and kubectl from _output/bin, kind standing in for `kind load
-// image-archive` on cp's node and make for the builds that make test has already run. It fails the test
-// with the output of a block that fails and returns the output of all.
+// order, in a DocShell of their own; it fails the test with the output of a block that fails and returns
+// the output of all.
 func RunReadmeBlocks(t *testing.T, cp *framework.ControlPlane, timeout time.Duration, names ...string) string {
 	t.Helper()
+	return NewDocShell(t, cp).Run(t, "README.md", timeout, names...)
+}
+
+// DocShell runs the command blocks of the README and docs/ as a user would on kind: with bash -e, in a
+// directory of their own whose _output is the repository's, with cp's kubeconfig, helm and kubectl from
+// _output/bin, kind standing in for `kind load image-archive` on cp's node and make for the builds that
+// make test has already run. Files a block writes stay in Dir for the next block, as in a user's shell.
+type DocShell struct {
+	// Dir is the shell's working directory.
+	Dir string
+	env []string
+}
+
+// NewDocShell makes a DocShell in a temporary directory of t's.
+func NewDocShell(t *testing.T, cp *framework.ControlPlane) *DocShell {
+	t.Helper()
 	root := RepoPath(t, "")
-	page, err := markdown.Parse(filepath.Join(root, "README.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	blocks := map[string]string{}
-	for _, b := range page.Blocks {
-		blocks[b.Check] = b.Body
-	}
 	dir := t.TempDir()
 	if err := os.Symlink(filepath.Join(root, "_output"), filepath.Join(dir, "_output")); err != nil {
 		t.Fatal(err)
@@ -67,27 +73,42 @@ func RunReadmeBlocks(t *testing.T, cp *framework.ControlPlane, timeout time.Dura
 			t.Fatal(err)
 		}
 	}
-	env := append(os.Environ(),
+	return &DocShell{Dir: dir, env: append(os.Environ(),
 		"PATH="+shims+":"+filepath.Join(root, "_output", "bin")+":"+os.Getenv("PATH"),
 		"KUBECONFIG="+cp.Kubeconfig,
 		"HELM_CACHE_HOME="+filepath.Join(dir, ".helm", "cache"),
 		"HELM_CONFIG_HOME="+filepath.Join(dir, ".helm", "config"),
-		"HELM_DATA_HOME="+filepath.Join(dir, ".helm", "data"))
+		"HELM_DATA_HOME="+filepath.Join(dir, ".helm", "data"))}
+}
+
+// Run runs the blocks of page (a path from the repository's root) marked <!-- docs-check: NAME --> for
+// each name, in order, each within timeout. It fails the test with the output of a block that fails and
+// returns the output of all.
+func (s *DocShell) Run(t *testing.T, page string, timeout time.Duration, names ...string) string {
+	t.Helper()
+	parsed, err := markdown.Parse(RepoPath(t, page))
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks := map[string]string{}
+	for _, b := range parsed.Blocks {
+		blocks[b.Check] = b.Body
+	}
 	var all strings.Builder
 	for _, name := range names {
 		body, ok := blocks[name]
 		if !ok {
-			t.Fatalf("README.md has no block marked <!-- docs-check: %s -->", name)
+			t.Fatalf("%s has no block marked <!-- docs-check: %s -->", page, name)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		cmd := exec.CommandContext(ctx, "bash", "-e", "-o", "pipefail", "-c", body)
-		cmd.Dir, cmd.Env = dir, env
+		cmd.Dir, cmd.Env = s.Dir, s.env
 		start := time.Now()
 		out, err := cmd.CombinedOutput()
 		cancel()
-		t.Logf("README block %s ran in %s:\n%s", name, time.Since(start).Round(time.Second), out)
+		t.Logf("%s block %s ran in %s:\n%s", page, name, time.Since(start).Round(time.Second), out)
 		if err != nil {
-			t.Fatalf("README block %s: %v\n%s\n(the block:\n%s)", name, err, out, body)
+			t.Fatalf("%s block %s: %v\n%s\n(the block:\n%s)", page, name, err, out, body)
 		}
 		all.Write(out)
 	}
