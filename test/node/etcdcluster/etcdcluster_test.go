@@ -95,7 +95,7 @@ func install(t *testing.T) {
 func installed3(t *testing.T) (kubernetes.Interface, versioned.Interface, string) {
 	t.Helper()
 	kube, certapi := nodetest.Clients(t, cp)
-	logPodsOnFailure(t)
+	nodetest.LogPodsOnFailure(t, cp, ns, 5)
 	install(t)
 	nodetest.WaitFor(t, 5*time.Minute, "three certapi pods Ready", func(ctx context.Context) (bool, string) {
 		return nodetest.PodsReady(ctx, kube, ns, selector, 3)
@@ -104,53 +104,7 @@ func installed3(t *testing.T) (kubernetes.Interface, versioned.Interface, string
 	if err != nil {
 		t.Fatal(err)
 	}
-	return kube, certapi, caCertificates(ca)
-}
-
-// logPodsOnFailure logs, when the test has failed, the last lines of every certapi pod's log (and of its
-// previous container) and the namespace's events.
-// caCertificates is the CertificateAuthority's CAs as role and subject key id, in order: what a
-// disruption must leave as it was.
-func caCertificates(ca *certapiv1alpha1.CertificateAuthority) string {
-	if ca == nil {
-		return "none"
-	}
-	var parts []string
-	for _, c := range ca.Status.Certificates {
-		parts = append(parts, fmt.Sprintf("%s:%s", c.Role, c.SubjectKeyID))
-	}
-	return strings.Join(parts, ",")
-}
-
-func logPodsOnFailure(t *testing.T) {
-	t.Helper()
-	t.Cleanup(func() {
-		if !t.Failed() {
-			return
-		}
-		// Every line of the last 60 of each container, the one before a restart too, and the
-		// events that say why a container was restarted (a probe, an exit).
-		tail := func(out string) string {
-			lines := strings.Split(strings.TrimSpace(out), "\n")
-			lines = lines[max(0, len(lines)-60):]
-			for i, l := range lines {
-				if len(l) > 400 { // etcd's JSON errors carry whole stack traces
-					lines[i] = l[:400] + "..."
-				}
-			}
-			return strings.Join(lines, "\n")
-		}
-		for i := range 5 {
-			pod := fmt.Sprintf("certapi-%d", i)
-			if out, err := nodetest.KubectlErr(cp, "-n", ns, "logs", "--previous", pod); err == nil {
-				t.Logf("%s's previous container, last lines:\n%s", pod, tail(out))
-			}
-			out, _ := nodetest.KubectlErr(cp, "-n", ns, "logs", pod)
-			t.Logf("%s, last lines:\n%s", pod, tail(out))
-		}
-		out, _ := nodetest.KubectlErr(cp, "-n", ns, "get", "events", "--sort-by=.lastTimestamp")
-		t.Logf("events:\n%s", out)
-	})
+	return kube, certapi, nodetest.CACertificates(ca)
 }
 
 // TestChartClusterMode: the README's install (the release's chart with its defaults: etcd.mode cluster,
@@ -163,7 +117,7 @@ func logPodsOnFailure(t *testing.T) {
 func TestChartClusterMode(t *testing.T) {
 	ctx := context.Background()
 	kube, certapi := nodetest.Clients(t, cp)
-	logPodsOnFailure(t)
+	nodetest.LogPodsOnFailure(t, cp, ns, 5)
 	install(t)
 	// The chart's own test: a Pod of certapi's image runs `certapi selftest` as a client would.
 	start := time.Now()

@@ -108,7 +108,7 @@ func TestQuorumLost(t *testing.T) {
 		t.Errorf("the load's ServingCertRequest after the outage: %v", err)
 	}
 	ca, err := certapi.CertapiV1alpha1().CertificateAuthorities().Get(ctx, "default", metav1.GetOptions{})
-	if err != nil || caCertificates(ca) != before {
-		t.Errorf("the CAs changed through the outage: %v: before %s, after %s", err, before, caCertificates(ca))
+	if err != nil || nodetest.CACertificates(ca) != before {
+		t.Errorf("the CAs changed through the outage: %v: before %s, after %s", err, before, nodetest.CACertificates(ca))
 	}
 }

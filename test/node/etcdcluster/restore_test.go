@@ -1,7 +1,6 @@
 package etcdcluster
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -11,14 +10,10 @@ import (
 	"testing"
 	"time"
 
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/certapi/certapi/pkg/snapshot"
 	"github.com/certapi/certapi/test/node/nodetest"
-	"github.com/certapi/certapi/test/testhelpers"
 )
 
 // TestClusterRestore runs docs/backup-and-restore.md's "Several members" on the README's install, its
@@ -34,97 +29,13 @@ import (
 // are untouched (not re-issued, not re-injected), the certificate still verifying against the injected
 // bundle.
 func TestClusterRestore(t *testing.T) {
-	ctx := context.Background()
-	kube, certapi, before := installed3(t)
-
-	const reqNS = "restore"
-	nodetest.Kubectl(t, cp, "create", "namespace", reqNS)
-	t.Cleanup(func() {
-		_, _ = nodetest.KubectlErr(cp, "delete", "namespace", reqNS, "--ignore-not-found", "--wait=false")
-	})
-	request := func(name string) {
-		t.Helper()
-		nodetest.Kubectl(t, cp, "create", "servingcertrequest", name, "-n", reqNS, "--service="+name, "--secret="+name+"-tls")
-		nodetest.WaitFor(t, 2*time.Minute, "the Secret of request "+name, func(ctx context.Context) (bool, string) {
-			s, err := kube.CoreV1().Secrets(reqNS).Get(ctx, name+"-tls", metav1.GetOptions{})
-			if err != nil {
-				return false, err.Error()
-			}
-			return len(s.Data["tls.crt"]) > 0, "no tls.crt"
-		})
-	}
-	request("kept")
-	hook := filepath.Join(t.TempDir(), "webhook.yaml")
-	if err := os.WriteFile(hook, []byte(restoreWebhook), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	nodetest.Kubectl(t, cp, "apply", "-f", hook)
-	t.Cleanup(func() {
-		_, _ = nodetest.KubectlErr(cp, "delete", "validatingwebhookconfiguration", "restore-webhook", "--ignore-not-found")
-	})
-	injected := func() *admissionregistrationv1.ValidatingWebhookConfiguration {
-		t.Helper()
-		var vwc *admissionregistrationv1.ValidatingWebhookConfiguration
-		nodetest.WaitFor(t, 2*time.Minute, "restore-webhook's caBundle to be certapi's bundle", func(ctx context.Context) (bool, string) {
-			ca, err := certapi.CertapiV1alpha1().CertificateAuthorities().Get(ctx, "default", metav1.GetOptions{})
-			if err != nil {
-				return false, err.Error()
-			}
-			if vwc, err = kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, "restore-webhook", metav1.GetOptions{}); err != nil {
-				return false, err.Error()
-			}
-			got := string(vwc.Webhooks[0].ClientConfig.CABundle)
-			return got != "" && got == ca.Status.CABundle, fmt.Sprintf("caBundle %d bytes, the CA's %d", len(got), len(ca.Status.CABundle))
-		})
-		return vwc
-	}
-	vwcBefore := injected()
-	secretBefore, err := kube.CoreV1().Secrets(reqNS).Get(ctx, "kept-tls", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	// restored checks what a restore must leave: the CAs of before, the requests made before the snapshot
-	// kept and the one made after it gone, a new request delivered, and the Secret and the webhook
-	// configuration of before not written since.
-	restored := func(kept []string, lost, after string) {
-		t.Helper()
-		ca, err := certapi.CertapiV1alpha1().CertificateAuthorities().Get(ctx, "default", metav1.GetOptions{})
-		if err != nil || caCertificates(ca) != before {
-			t.Errorf("the CAs after the restore: %v: %s; want those of before, %s", err, caCertificates(ca), before)
-		}
-		if _, err := certapi.CertapiV1alpha1().ServingCertRequests(reqNS).Get(ctx, lost, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-			t.Errorf("the request %s made after the snapshot: %v; want it gone with the restore", lost, err)
-		}
-		for _, name := range kept {
-			if _, err := certapi.CertapiV1alpha1().ServingCertRequests(reqNS).Get(ctx, name, metav1.GetOptions{}); err != nil {
-				t.Errorf("the request %s made before the snapshot: %v", name, err)
-			}
-		}
-		// A request made now is delivered and the webhook configuration holds the bundle: the restored
-		// leader signs and injects, and its queues, first in first out, have seen what was there before.
-		request(after)
-		vwcAfter := injected()
-		if vwcAfter.ResourceVersion != vwcBefore.ResourceVersion {
-			t.Errorf("restore-webhook was written after the restore (resourceVersion %s, before %s): re-injected", vwcAfter.ResourceVersion, vwcBefore.ResourceVersion)
-		}
-		secretAfter, err := kube.CoreV1().Secrets(reqNS).Get(ctx, "kept-tls", metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if secretAfter.ResourceVersion != secretBefore.ResourceVersion || !bytes.Equal(secretAfter.Data["tls.crt"], secretBefore.Data["tls.crt"]) {
-			t.Errorf("the Secret of the request made before the snapshot was written after the restore (resourceVersion %s, before %s): re-issued",
-				secretAfter.ResourceVersion, secretBefore.ResourceVersion)
-		}
-		if err := testhelpers.VerifyServingSecret(secretAfter, vwcAfter.Webhooks[0].ClientConfig.CABundle, "kept", reqNS); err != nil {
-			t.Errorf("the certificate of before does not verify against the bundle injected after the restore: %v", err)
-		}
-	}
+	kube, _, _ := installed3(t)
+	kept := nodetest.KeepForRestore(t, cp)
 
 	shell := nodetest.NewDocShell(t, cp)
 	t.Log("certapi-0's volume lost, certapi-1 and certapi-2 keep the data of before")
 	save(t, shell)
-	request("lost-1")
+	kept.Deliver(t, "lost-1")
 	start := time.Now()
 	restoreCluster(t, kube, shell, "data-certapi-0")
 	t.Logf("figure: a three-member cluster restored (scaled to zero, certapi-0's claim made anew, the restore Pod, helm upgrade) to three pods Ready and the APIService Available: %s",
@@ -133,11 +44,11 @@ func TestClusterRestore(t *testing.T) {
 	for _, pod := range []string{"certapi-1", "certapi-2"} {
 		nodetest.Logged(t, cp, ns, pod, `action="DiscardStale"`, "Moved the data of an earlier cluster epoch aside", "Promoted this etcd learner to a voting member")
 	}
-	restored([]string{"kept"}, "lost-1", "after-1")
+	kept.Restored(t, []string{"kept"}, "lost-1", "after-1")
 
 	t.Log("every pod and every volume lost")
 	save(t, shell)
-	request("lost-2")
+	kept.Deliver(t, "lost-2")
 	start = time.Now()
 	restoreCluster(t, kube, shell, "data-certapi-0", "data-certapi-1", "data-certapi-2")
 	t.Logf("figure: a three-member cluster restored with every volume lost (scaled to zero, three claims deleted, certapi-0's made anew, the restore Pod, helm upgrade) to three pods Ready and the APIService Available: %s",
@@ -146,7 +57,7 @@ func TestClusterRestore(t *testing.T) {
 	for _, pod := range []string{"certapi-1", "certapi-2"} {
 		nodetest.Logged(t, cp, ns, pod, `action="Join"`, "Added this member as an etcd learner", "Promoted this etcd learner to a voting member")
 	}
-	restored([]string{"kept", "after-1"}, "lost-2", "after-2")
+	kept.Restored(t, []string{"kept", "after-1"}, "lost-2", "after-2")
 	if ann := strings.TrimSpace(nodetest.Kubectl(t, cp, "-n", ns, "get", "statefulset", "certapi", "-o", `jsonpath={.metadata.annotations.certapi\.dev/etcd-cluster-epoch}`)); ann != "2" {
 		t.Errorf("the StatefulSet's cluster epoch after two restores: %q; want 2", ann)
 	}
@@ -200,25 +111,6 @@ func restoreCluster(t *testing.T, kube kubernetes.Interface, shell *nodetest.Doc
 	})
 	nodetest.Kubectl(t, cp, "wait", "--for=condition=Available", "apiservice/v1alpha1.certapi.dev", "--timeout=2m")
 }
-
-// restoreWebhook is a webhook configuration that opts into injection; failurePolicy Ignore and a resource
-// nobody has: it is never called.
-const restoreWebhook = `apiVersion: admissionregistration.k8s.io/v1
-kind: ValidatingWebhookConfiguration
-metadata:
-  name: restore-webhook
-  annotations:
-    certapi.dev/inject-ca-bundle: "true"
-webhooks:
-- name: restore-webhook.restore.svc
-  clientConfig:
-    service: {namespace: restore, name: kept, path: /validate}
-  rules:
-  - {apiGroups: [example.com], apiVersions: [v1], resources: [gadgets], operations: [CREATE]}
-  failurePolicy: Ignore
-  sideEffects: None
-  admissionReviewVersions: [v1]
-`
 
 // restoreClaim is certapi-0's claim made anew, as the StatefulSet's volumeClaimTemplates would make it.
 const restoreClaim = `apiVersion: v1

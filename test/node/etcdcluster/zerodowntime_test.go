@@ -127,8 +127,8 @@ func TestZeroDowntime(t *testing.T) {
 
 	l.Stop()
 	ca, err := certapi.CertapiV1alpha1().CertificateAuthorities().Get(ctx, "default", metav1.GetOptions{})
-	if err != nil || caCertificates(ca) != before {
-		t.Errorf("the CAs changed through the disruptions: %v: before %s, after %s", err, before, caCertificates(ca))
+	if err != nil || nodetest.CACertificates(ca) != before {
+		t.Errorf("the CAs changed through the disruptions: %v: before %s, after %s", err, before, nodetest.CACertificates(ca))
 	}
 }
 

@@ -140,3 +140,35 @@ func Logged(t *testing.T, cp *framework.ControlPlane, ns, pod string, want ...st
 		return true, ""
 	})
 }
+
+// LogPodsOnFailure logs, when t has failed, the last 60 lines of the containers of the StatefulSet pods
+// certapi-0 to certapi-<pods-1> in ns (the container before a restart too) and the namespace's events,
+// which say why a container was restarted (a probe, an exit).
+func LogPodsOnFailure(t *testing.T, cp *framework.ControlPlane, ns string, pods int) {
+	t.Helper()
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		tail := func(out string) string {
+			lines := strings.Split(strings.TrimSpace(out), "\n")
+			lines = lines[max(0, len(lines)-60):]
+			for i, l := range lines {
+				if len(l) > 400 { // etcd's JSON errors carry whole stack traces
+					lines[i] = l[:400] + "..."
+				}
+			}
+			return strings.Join(lines, "\n")
+		}
+		for i := range pods {
+			pod := fmt.Sprintf("certapi-%d", i)
+			if out, err := KubectlErr(cp, "-n", ns, "logs", "--previous", pod); err == nil {
+				t.Logf("%s's previous container, last lines:\n%s", pod, tail(out))
+			}
+			out, _ := KubectlErr(cp, "-n", ns, "logs", pod)
+			t.Logf("%s, last lines:\n%s", pod, tail(out))
+		}
+		out, _ := KubectlErr(cp, "-n", ns, "get", "events", "--sort-by=.lastTimestamp")
+		t.Logf("events:\n%s", out)
+	})
+}

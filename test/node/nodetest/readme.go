@@ -100,17 +100,31 @@ func (s *DocShell) Run(t *testing.T, page string, timeout time.Duration, names .
 		if !ok {
 			t.Fatalf("%s has no block marked <!-- docs-check: %s -->", page, name)
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), timeout)
-		cmd := exec.CommandContext(ctx, "bash", "-e", "-o", "pipefail", "-c", body)
-		cmd.Dir, cmd.Env = s.Dir, s.env
-		start := time.Now()
-		out, err := cmd.CombinedOutput()
-		cancel()
-		t.Logf("%s block %s ran in %s:\n%s", page, name, time.Since(start).Round(time.Second), out)
-		if err != nil {
-			t.Fatalf("%s block %s: %v\n%s\n(the block:\n%s)", page, name, err, out, body)
-		}
-		all.Write(out)
+		all.WriteString(s.Script(t, page+" block "+name, timeout, body))
 	}
 	return all.String()
+}
+
+// Script runs body, a test's own commands (what, in its messages), as Run runs a block: with bash -e in
+// the shell's directory and environment, within timeout. It fails the test with the output when body
+// fails and returns the output.
+func (s *DocShell) Script(t *testing.T, what string, timeout time.Duration, body string) string {
+	t.Helper()
+	start := time.Now()
+	out, err := s.ScriptErr(timeout, body)
+	t.Logf("%s ran in %s:\n%s", what, time.Since(start).Round(time.Second), out)
+	if err != nil {
+		t.Fatalf("%s: %v\n%s\n(the commands:\n%s)", what, err, out, body)
+	}
+	return out
+}
+
+// ScriptErr runs body as Script does and returns its output and how it failed, for commands that must fail.
+func (s *DocShell) ScriptErr(timeout time.Duration, body string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", "-e", "-o", "pipefail", "-c", body)
+	cmd.Dir, cmd.Env = s.Dir, s.env
+	out, err := cmd.CombinedOutput()
+	return string(out), err
 }
