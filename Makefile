@@ -8,8 +8,9 @@
 #   test/e2e                       the whole system: certapi processes behind kube-apiserver; test/e2e/faults
 #                                  the same under faults, test/e2e/manifests the manifests of artifacts/
 #                                  (packages apart, so that they run beside test/e2e)
-#   test/node                      the manifests of artifacts/ applied with kubectl to a real node
-#                                  (kubelet, containerd, kube-proxy, CoreDNS), from `make images`
+#   test/node                      the manifests of artifacts/ applied with kubectl, and the docs' Helm
+#                                  installs run as written, on a real node (kubelet, containerd,
+#                                  kube-proxy, CoreDNS), from `make images`
 #   test/monitoring                artifacts/monitoring with promtool and a real Prometheus scraping certapi
 #   test/image                     make image's and make images' archives, read back, each binary run from them
 #   test/clientmodule              the client modules (pkg/servingcert, pkg/generated, ...) from outside: the

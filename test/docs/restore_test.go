@@ -3,7 +3,6 @@ package docs
 import (
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strings"
 	"testing"
 
@@ -11,9 +10,16 @@ import (
 	"github.com/certapi/certapi/test/framework"
 )
 
-// restoreBlocks are docs/backup-and-restore.md's blocks that test/node/etcdcluster's TestClusterRestore
-// runs as they are written (nodetest.DocShell), twice; each must be there, and the test must name it.
-var restoreBlocks = []string{"cluster-save", "cluster-restore-stop", "cluster-restore"}
+// restoreBlocks are docs/backup-and-restore.md's blocks and the node test file that runs each as it is
+// written (nodetest.DocShell): test/node/etcdcluster's TestClusterRestore (twice) and test/node/migrate's
+// TestEmbeddedToCluster. Each must be there, and its test must name it.
+var restoreBlocks = map[string]string{
+	"cluster-save":                "test/node/etcdcluster/restore_test.go",
+	"cluster-restore-stop":        "test/node/etcdcluster/restore_test.go",
+	"cluster-restore":             "test/node/etcdcluster/restore_test.go",
+	"embedded-to-cluster-save":    "test/node/migrate/migrate_test.go",
+	"embedded-to-cluster-restore": "test/node/migrate/migrate_test.go",
+}
 
 // TestRestoreBlocks holds docs/backup-and-restore.md's marked blocks to the node test that runs them, and
 // the restore Pod to the form that keeps kubectl's stdinOnce: a strategic override (a JSON merge patch
@@ -34,17 +40,16 @@ func TestRestoreBlocks(t *testing.T) {
 			blocks[b.Check] = b
 		}
 	}
-	nodeTest := readFile(t, root, "test/node/etcdcluster/restore_test.go")
-	for _, name := range restoreBlocks {
+	for name, file := range restoreBlocks {
 		if _, ok := blocks[name]; !ok {
 			t.Errorf("docs/backup-and-restore.md has no block marked <!-- docs-check: %s -->", name)
 		}
-		if !strings.Contains(nodeTest, `"`+name+`"`) {
-			t.Errorf("test/node/etcdcluster/restore_test.go does not run the %s block", name)
+		if !strings.Contains(readFile(t, root, file), `"`+name+`"`) {
+			t.Errorf("%s does not run the %s block", file, name)
 		}
 	}
 	for name := range blocks {
-		if !slices.Contains(restoreBlocks, name) {
+		if _, ok := restoreBlocks[name]; !ok {
 			t.Errorf("docs/backup-and-restore.md: a block marked docs-check: %s, which no test runs", name)
 		}
 	}

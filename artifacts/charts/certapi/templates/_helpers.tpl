@@ -187,6 +187,17 @@ so the one left would wait for it without a quorum. lookup finds nothing in helm
 {{- fail (printf "replicas 1: the StatefulSet %s runs %d etcd members, and a running cluster cannot be scaled down to one (its etcd leader never shrinks a cluster to one member, so the one left would wait without a quorum); keep 3 or more, or move to one replica with a snapshot and restore (docs/backup-and-restore.md)" (include "certapi.fullname" .) $running) -}}
 {{- end -}}
 {{- end -}}
+{{- /* etcd.mode embedded changed to cluster: a StatefulSet started on empty claims would bootstrap a new
+cluster, with a new CA and no ServingCertRequests, while the embedded member's data sits in its kept claim.
+Refused until the first member's claim holds that data (the documented snapshot and restore makes it). */ -}}
+{{- if eq $mode "cluster" -}}
+{{- $fullname := include "certapi.fullname" . -}}
+{{- $embeddedClaim := printf "%s-data" $fullname -}}
+{{- $firstClaim := printf "data-%s-0" $fullname -}}
+{{- if and (not (lookup "apps/v1" "StatefulSet" .Release.Namespace $fullname)) (lookup "v1" "PersistentVolumeClaim" .Release.Namespace $embeddedClaim) (not (lookup "v1" "PersistentVolumeClaim" .Release.Namespace $firstClaim)) -}}
+{{- fail (printf "etcd.mode cluster: the PersistentVolumeClaim %s holds the data of etcd.mode embedded (the CA and every ServingCertRequest), and a cluster started now would be a new one, with a new CA. Move that data into the cluster with a snapshot restored into %s first (docs/backup-and-restore.md, \"From one embedded member to a cluster\"), or delete %s if its data is not wanted" $embeddedClaim $firstClaim $embeddedClaim) -}}
+{{- end -}}
+{{- end -}}
 {{- if and (eq $mode "external") (empty .Values.etcd.external.endpoints) -}}
 {{- fail "etcd.mode external needs etcd.external.endpoints: the client URLs of your etcd" -}}
 {{- end -}}
