@@ -23,8 +23,8 @@ const (
 	ns = "certapi-system"
 	// selector selects certapi's pods, the Deployment's and the StatefulSet's.
 	selector = "app.kubernetes.io/name=certapi,app.kubernetes.io/component=apiserver"
-	// migrationDoc is the page whose blocks TestEmbeddedToCluster runs.
-	migrationDoc = "docs/backup-and-restore.md"
+	// restoreDoc is the page whose blocks TestEmbeddedToCluster runs.
+	restoreDoc = "docs/backup-and-restore.md"
 )
 
 var cp *framework.ControlPlane
@@ -63,7 +63,10 @@ const naiveUpgrade = `helm upgrade certapi _output/release/certapi-*.tgz -n cert
 // (embedded-to-cluster-save, embedded-to-cluster-restore). After it: three members, certapi-0 restarted
 // on the restored data and the others joined; the Deployment gone; the CA of before, the request kept, a
 // new request delivered, and the Secret and webhook configuration of before not written since (not
-// re-issued, not re-injected), the certificate verifying against the injected bundle.
+// re-issued, not re-injected), the certificate verifying against the injected bundle. Then back to one
+// replica: `--set replicas=1` refused, and the page's "To one replica" (cluster-save, cluster-restore-stop,
+// cluster-restore with --set replicas=1 added): the same checks of one pod, and a request made after the
+// snapshot gone.
 func TestEmbeddedToCluster(t *testing.T) {
 	ctx := context.Background()
 	kube, _ := nodetest.Clients(t, cp)
@@ -92,7 +95,7 @@ func TestEmbeddedToCluster(t *testing.T) {
 	}
 
 	start := time.Now()
-	shell.Run(t, migrationDoc, 10*time.Minute, "embedded-to-cluster-save", "embedded-to-cluster-restore")
+	shell.Run(t, restoreDoc, 10*time.Minute, "embedded-to-cluster-save", "embedded-to-cluster-restore")
 	nodetest.WaitFor(t, 10*time.Minute, "three certapi pods Ready", func(ctx context.Context) (bool, string) {
 		return nodetest.PodsReady(ctx, kube, ns, selector, 3)
 	})
@@ -106,4 +109,33 @@ func TestEmbeddedToCluster(t *testing.T) {
 		t.Errorf("the Deployment of the single member after the move: %v; want it gone", err)
 	}
 	kept.Restored(t, []string{"kept"}, "", "after")
+
+	// And back to one replica: refused as a scale-down, then a restore into a one-member cluster.
+	out, err = shell.ScriptErr(2*time.Minute, scaleToOne)
+	if err == nil || !strings.Contains(out, `"To one replica"`) {
+		t.Fatalf("%s: %v\n%s\nwant it refused with a message that names the way", scaleToOne, err, out)
+	}
+	shell.Run(t, restoreDoc, time.Minute, "cluster-save")
+	kept.Deliver(t, "lost")
+	shell.Run(t, restoreDoc, 6*time.Minute, "cluster-restore-stop")
+	restore := nodetest.Block(t, restoreDoc, "cluster-restore")
+	toOne := strings.Replace(restore, "--set etcd.cluster.epoch=$EPOCH", "--set etcd.cluster.epoch=$EPOCH --set replicas=1", 1)
+	if toOne == restore {
+		t.Fatalf("%s's cluster-restore block has no `--set etcd.cluster.epoch=$EPOCH` to add `--set replicas=1` to, as \"To one replica\" says:\n%s", restoreDoc, restore)
+	}
+	start = time.Now()
+	shell.Script(t, "the cluster-restore block with --set replicas=1", 10*time.Minute, toOne)
+	nodetest.WaitFor(t, 5*time.Minute, "one certapi pod Ready", func(ctx context.Context) (bool, string) {
+		return nodetest.PodsReady(ctx, kube, ns, selector, 1)
+	})
+	t.Logf("figure: the cluster of three restored into one member (the restore Pod, helm upgrade, check --wait) to its pod Ready: %s", time.Since(start).Round(time.Second))
+	nodetest.Logged(t, cp, ns, "certapi-0", `action="Restart"`, "Etcd member is ready")
+	if sts, err := kube.AppsV1().StatefulSets(ns).Get(ctx, "certapi", metav1.GetOptions{}); err != nil || sts.Spec.Replicas == nil || *sts.Spec.Replicas != 1 ||
+		sts.Annotations["certapi.dev/etcd-cluster-epoch"] != "2" {
+		t.Errorf("the StatefulSet after the restore into one member: %v; want 1 replica and epoch 2", err)
+	}
+	kept.Restored(t, []string{"kept", "after"}, "lost", "after-one")
 }
+
+// scaleToOne is a running cluster scaled down to one member, which the chart refuses.
+const scaleToOne = `helm upgrade certapi _output/release/certapi-*.tgz -n certapi-system --reuse-values --set replicas=1`

@@ -86,23 +86,28 @@ func NewDocShell(t *testing.T, cp *framework.ControlPlane) *DocShell {
 // returns the output of all.
 func (s *DocShell) Run(t *testing.T, page string, timeout time.Duration, names ...string) string {
 	t.Helper()
+	var all strings.Builder
+	for _, name := range names {
+		all.WriteString(s.Script(t, page+" block "+name, timeout, Block(t, page, name)))
+	}
+	return all.String()
+}
+
+// Block is the body of the block of page (a path from the repository's root) marked
+// <!-- docs-check: NAME -->, for a test that runs it as the page says to change it.
+func Block(t *testing.T, page, name string) string {
+	t.Helper()
 	parsed, err := markdown.Parse(RepoPath(t, page))
 	if err != nil {
 		t.Fatal(err)
 	}
-	blocks := map[string]string{}
 	for _, b := range parsed.Blocks {
-		blocks[b.Check] = b.Body
-	}
-	var all strings.Builder
-	for _, name := range names {
-		body, ok := blocks[name]
-		if !ok {
-			t.Fatalf("%s has no block marked <!-- docs-check: %s -->", page, name)
+		if b.Check == name {
+			return b.Body
 		}
-		all.WriteString(s.Script(t, page+" block "+name, timeout, body))
 	}
-	return all.String()
+	t.Fatalf("%s has no block marked <!-- docs-check: %s -->", page, name)
+	return ""
 }
 
 // Script runs body, a test's own commands (what, in its messages), as Run runs a block: with bash -e in

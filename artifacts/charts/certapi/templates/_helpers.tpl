@@ -184,7 +184,7 @@ so the one left would wait for it without a quorum. lookup finds nothing in helm
 {{- $sts := lookup "apps/v1" "StatefulSet" .Release.Namespace (include "certapi.fullname" .) -}}
 {{- $running := int (dig "spec" "replicas" 0 ($sts | default dict)) -}}
 {{- if gt $running 1 -}}
-{{- fail (printf "replicas 1: the StatefulSet %s runs %d etcd members, and a running cluster cannot be scaled down to one (its etcd leader never shrinks a cluster to one member, so the one left would wait without a quorum); keep 3 or more, or move to one replica with a snapshot and restore (docs/backup-and-restore.md)" (include "certapi.fullname" .) $running) -}}
+{{- fail (printf "replicas 1: the StatefulSet %s runs %d etcd members, and a running cluster cannot be scaled down to one (its etcd leader never shrinks a cluster to one member, so the one left would wait without a quorum); keep 3 or more, or restore a snapshot into a one-member cluster (docs/backup-and-restore.md, \"To one replica\")" (include "certapi.fullname" .) $running) -}}
 {{- end -}}
 {{- end -}}
 {{- /* etcd.mode embedded changed to cluster: a StatefulSet started on empty claims would bootstrap a new
