@@ -87,6 +87,9 @@ type ExtraConfig struct {
 	Leader LeaderOptions
 	// Snapshots, when set, is the leader's schedule of etcd snapshots.
 	Snapshots *snapshot.Schedule
+	// KeepPublishedCAs has a leader that finds no CA record keep the CAs of certapi's it finds in the
+	// bundles it had published, as Retiring (--keep-published-cas).
+	KeepPublishedCAs bool
 	// RequestCounter, when set, is the CertapiServingCertRequestLimit admission plugin's count of each
 	// namespace's ServingCertRequests: the server feeds it from its own storage once it serves.
 	RequestCounter *requestquota.Counter
@@ -189,7 +192,14 @@ func (c completedConfig) New() (*Server, error) {
 		metrics.Leader.WithLabelValues(icfg.Identity).Set(v)
 	}
 	icfg.OnLeading = s.lead
-	icfg.PublishedBundles = publishedBundles(clients)
+	if c.ExtraConfig.KeepPublishedCAs {
+		icfg.PublishedBundles = publishedBundles(clients)
+	}
+	scr, scrStatus, err := servingcertrequest.NewREST(Scheme, c.GenericConfig.RESTOptionsGetter, c.ExtraConfig.ClusterDomain)
+	if err != nil {
+		return nil, err
+	}
+	icfg.CheckHandoff = servingcertrequest.HandoffCheck(scr)
 	iss, err := issuer.New(icfg)
 	if err != nil {
 		return nil, err
@@ -217,10 +227,6 @@ func (c completedConfig) New() (*Server, error) {
 	}
 
 	apiGroupInfo := genericapiserver.NewDefaultAPIGroupInfo(certapi.GroupName, Scheme, metav1.ParameterCodec, Codecs)
-	scr, scrStatus, err := servingcertrequest.NewREST(Scheme, c.GenericConfig.RESTOptionsGetter, c.ExtraConfig.ClusterDomain)
-	if err != nil {
-		return nil, err
-	}
 	ca, caStatus, err := certificateauthority.NewREST(Scheme, c.GenericConfig.RESTOptionsGetter, iss.Leader)
 	if err != nil {
 		return nil, err

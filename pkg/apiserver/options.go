@@ -113,6 +113,12 @@ type Options struct {
 	Snapshots SnapshotOptions
 	// RequireEncryptedCAKeys refuses to start when the CA private keys would be stored in etcd unencrypted.
 	RequireEncryptedCAKeys bool
+	// AllowUnencryptedCARecord loads a CA record stored unencrypted although the encryption configuration
+	// encrypts the CA keys, and rewrites it encrypted: the one start after encryption is first configured.
+	AllowUnencryptedCARecord bool
+	// KeepPublishedCAs has a leader that finds no CA record keep trusting the CAs it finds in the bundles
+	// certapi had published (issuer.Config.PublishedBundles).
+	KeepPublishedCAs bool
 	// EtcdCluster turns the embedded etcd into one member of a cluster of certapi's replicas.
 	EtcdCluster EtcdClusterOptions
 
@@ -231,6 +237,15 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 		"Refuse to start when the CA private keys would be stored in etcd unencrypted: when no --encryption-provider-config is given, or its "+
 			"EncryptionConfiguration does not list the resource "+caKeysResource().String()+" or lists the identity provider first for it. "+
 			"Without this flag certapi logs a loud warning and starts. The deploy manifests turn it on.")
+	fs.BoolVar(&o.AllowUnencryptedCARecord, "allow-unencrypted-ca-record", o.AllowUnencryptedCARecord,
+		"Load a CA record that is stored in etcd unencrypted although the EncryptionConfiguration encrypts "+caKeysResource().String()+
+			", and rewrite it encrypted. Give it for the one start after encryption is first configured, then remove it. Without it such a record is "+
+			"refused and no replica signs: whoever can write to certapi's etcd, or craft a snapshot, could otherwise plant a CA that certapi would sign with.")
+	fs.BoolVar(&o.KeepPublishedCAs, "keep-published-cas", o.KeepPublishedCAs,
+		"When the leader finds no CA record in etcd (its data lost, no snapshot restored), keep trusting, as Retiring, the CAs of certapi's it "+
+			"finds in the bundles it had published (its APIService's caBundle and its ClusterTrustBundle), so that certificates they signed keep "+
+			"working until they expire (docs/backup-and-restore.md). Off by default: certapi's own ServiceAccount can write those objects, and a CA "+
+			"planted there by whoever holds its token would be trusted. Give it only for the start after such a loss.")
 	fs.DurationVar(&o.DistrustDeadline, "distrust-deadline", o.DistrustDeadline,
 		fmt.Sprintf("After spec.distrust, the longest the distrusted CA stays in the bundle. It leaves every bundle as soon as every Secret certapi "+
 			"delivers for an existing ServingCertRequest, and every certapi replica, holds a certificate of the new CA; at this deadline it leaves "+
@@ -397,7 +412,7 @@ func (o *Options) Config(etcd *Etcd) (*Config, error) {
 		}
 	}
 
-	transformer, err := caKeysTransformer(serverConfig, o.RequireEncryptedCAKeys)
+	transformer, encrypted, err := caKeysTransformer(serverConfig, o.RequireEncryptedCAKeys)
 	if err != nil {
 		return nil, err
 	}
@@ -424,15 +439,19 @@ func (o *Options) Config(etcd *Etcd) (*Config, error) {
 			RequestCounter:         o.requestCounter,
 			Leader:                 o.Leader,
 			Snapshots:              o.Snapshots.schedule(etcd.client, o.DataDir),
+			KeepPublishedCAs:       o.KeepPublishedCAs,
 			EtcdMember:             etcd.member,
 			QuorumReadiness:        quorum,
 			IssuerConfig: issuer.Config{
-				Client:         etcd.client,
-				Prefix:         EtcdPathPrefix,
-				Transformer:    transformer,
-				Identity:       o.LeaderIdentity,
-				SessionTTL:     o.LeaderSessionTTL,
-				HandoffTimeout: o.HandoffTimeout,
+				Client:      etcd.client,
+				Prefix:      EtcdPathPrefix,
+				Transformer: transformer,
+				// A record stored unencrypted while the keys are encrypted is refused, unless it is the one
+				// start after encryption was configured.
+				RequireEncryptedRecord: encrypted && !o.AllowUnencryptedCARecord,
+				Identity:               o.LeaderIdentity,
+				SessionTTL:             o.LeaderSessionTTL,
+				HandoffTimeout:         o.HandoffTimeout,
 			},
 		},
 	}, nil
@@ -441,30 +460,32 @@ func (o *Options) Config(etcd *Etcd) (*Config, error) {
 // caKeysResource is the resource an EncryptionConfiguration lists to encrypt the CA private keys.
 func caKeysResource() schema.GroupResource { return certapi.Resource(issuer.CAKeysResource) }
 
-// caKeysTransformer returns the value transformer the storage layer would use for the CA key pairs. When
-// it would store them unencrypted it warns loudly, or, with require (--require-encrypted-ca-keys), fails.
-func caKeysTransformer(c *genericapiserver.RecommendedConfig, require bool) (value.Transformer, error) {
+// caKeysTransformer returns the value transformer the storage layer would use for the CA key pairs, and
+// whether it encrypts them. When it would store them unencrypted it warns loudly, or, with require
+// (--require-encrypted-ca-keys), fails.
+func caKeysTransformer(c *genericapiserver.RecommendedConfig, require bool) (value.Transformer, bool, error) {
 	resource := caKeysResource()
 	opts, err := c.RESTOptionsGetter.GetRESTOptions(resource, &certapi.CertificateAuthority{})
 	if err != nil {
-		return nil, fmt.Errorf("getting storage options for %s: %w", resource, err)
+		return nil, false, fmt.Errorf("getting storage options for %s: %w", resource, err)
 	}
 	t := opts.StorageConfig.Transformer
 	unencrypted, err := caKeysUnencrypted(t)
 	if err != nil {
-		return nil, fmt.Errorf("probing the encryption of %s: %w", resource, err)
+		return nil, false, fmt.Errorf("probing the encryption of %s: %w", resource, err)
 	}
 	switch {
 	case unencrypted == "":
 		klog.InfoS("CA private keys are encrypted at rest", "resource", resource.String())
+		return t, true, nil
 	case require:
-		return nil, fmt.Errorf("--require-encrypted-ca-keys: the CA private keys would be stored in etcd unencrypted: %s; "+
+		return nil, false, fmt.Errorf("--require-encrypted-ca-keys: the CA private keys would be stored in etcd unencrypted: %s; "+
 			"list the resource %s in the EncryptionConfiguration given with --encryption-provider-config, with an encrypting provider first", unencrypted, resource)
 	default:
 		klog.InfoS("WARNING: the CA private keys are stored in etcd UNENCRYPTED: "+unencrypted+". List the resource in an EncryptionConfiguration "+
 			"given with --encryption-provider-config to encrypt them at rest; --require-encrypted-ca-keys refuses to start without.", "resource", resource.String())
 	}
-	return t, nil
+	return t, false, nil
 }
 
 // caKeysUnencrypted says why values written through t would be stored unencrypted, or "" when they would

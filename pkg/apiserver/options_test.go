@@ -55,6 +55,36 @@ func TestProfilingOffByDefault(t *testing.T) {
 	}
 }
 
+// TestKeyCustodyFlagsOffByDefault: loading an unencrypted CA record while encryption is configured, and
+// keeping CAs read back from published bundles, are each opt-in for the start that needs them.
+func TestKeyCustodyFlagsOffByDefault(t *testing.T) {
+	for _, tc := range []struct {
+		flag string
+		on   func(*Options) bool
+	}{
+		{"--allow-unencrypted-ca-record", func(o *Options) bool { return o.AllowUnencryptedCARecord }},
+		{"--keep-published-cas", func(o *Options) bool { return o.KeepPublishedCAs }},
+	} {
+		t.Run(tc.flag, func(t *testing.T) {
+			o := NewOptions()
+			fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
+			o.AddFlags(fs)
+			if err := fs.Parse(nil); err != nil {
+				t.Fatal(err)
+			}
+			if tc.on(o) {
+				t.Fatalf("%s is on by default", tc.flag)
+			}
+			if err := fs.Parse([]string{tc.flag}); err != nil {
+				t.Fatal(err)
+			}
+			if !tc.on(o) {
+				t.Fatalf("%s did not turn it on", tc.flag)
+			}
+		})
+	}
+}
+
 // prefixTransformer writes a fixed prefix before the data, as encrypting providers write theirs.
 type prefixTransformer struct{ prefix string }
 

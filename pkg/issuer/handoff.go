@@ -30,6 +30,8 @@ type handoffRequest struct {
 type handoffResponse struct {
 	Result *Result `json:"result,omitempty"`
 	Error  string  `json:"error,omitempty"`
+	// Refused says the error is the leader's HandoffCheck refusing the request (ErrHandoffRefused).
+	Refused bool `json:"refused,omitempty"`
 }
 
 func (i *Issuer) requestsPrefix() string  { return i.cfg.Prefix + "/handoff/requests/" }
@@ -94,6 +96,9 @@ func (i *Issuer) handoff(ctx context.Context, req Request) (*Result, error) {
 				if err := json.Unmarshal(ev.Kv.Value, &resp); err != nil {
 					return nil, fmt.Errorf("decoding the leader's answer: %w", err)
 				}
+				if resp.Refused {
+					return nil, fmt.Errorf("%w: %s", ErrHandoffRefused, resp.Error)
+				}
 				if resp.Error != "" {
 					return nil, fmt.Errorf("the leader could not sign: %s", resp.Error)
 				}
@@ -138,15 +143,33 @@ func (i *Issuer) serveHandoffs(ctx context.Context) error {
 	return ctx.Err()
 }
 
+// checkHandoff asks Config.CheckHandoff about req; with none configured every handoff is refused, so that
+// a leader wired without the check signs nothing it was handed rather than anything.
+func (i *Issuer) checkHandoff(ctx context.Context, req Request) error {
+	if i.cfg.CheckHandoff == nil {
+		return fmt.Errorf("%w: this replica has no check of handed-over requests", ErrHandoffRefused)
+	}
+	return i.cfg.CheckHandoff(ctx, req)
+}
+
 func (i *Issuer) answer(ctx context.Context, key string, value []byte) {
 	id := key[len(i.requestsPrefix()):]
 	// The requester waits at most the handoff timeout, so waiting for a lease renewal longer is pointless.
 	signCtx, cancel := context.WithTimeout(ctx, i.cfg.HandoffTimeout)
 	defer cancel()
+	logger := klog.FromContext(ctx)
 	var req handoffRequest
 	var resp handoffResponse
 	if err := json.Unmarshal(value, &req); err != nil {
 		resp.Error = "malformed handoff request"
+	} else if err := i.checkHandoff(signCtx, req.Request); errors.Is(err, ErrHandoffRefused) {
+		// Logged as a warning: a follower hands over only what it read from the stored request, so a
+		// refusal is a request changed or deleted in between, or a handoff key written by someone else.
+		logger.Info("Refused a handed-over request that the stored ServingCertRequest does not allow", "namespace", req.Namespace, "name", req.Name, "reason", err.Error())
+		resp.Error, resp.Refused = err.Error(), true
+	} else if err != nil {
+		logger.V(2).Info("Could not check a handed-over request against its ServingCertRequest; leaving it to the requester's retry", "namespace", req.Namespace, "name", req.Name, "err", err)
+		return
 	} else if res, led, err := i.signAsLeader(signCtx, req.Request); !led || errors.Is(err, ErrNoLeader) {
 		// This replica stopped leading, or etcd did not renew its lease within the requester's wait: leave
 		// the request to the leader there is, or to the requester's deadline (503 with Retry-After).

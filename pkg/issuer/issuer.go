@@ -25,6 +25,10 @@ type Config struct {
 	Prefix string
 	// Transformer encrypts the CA record as the storage layer would (identity when not configured).
 	Transformer value.Transformer
+	// RequireEncryptedRecord refuses to load a CA record stored unencrypted (ErrUnencryptedRecord): set it
+	// when Transformer encrypts, unless a record written before encryption was configured is to be loaded
+	// and rewritten encrypted once.
+	RequireEncryptedRecord bool
 	// Identity names this replica in the election, the log and the leader metric.
 	Identity string
 	// SessionTTL is the etcd session's lease: a leader that stops renewing it loses leadership after this.
@@ -48,10 +52,15 @@ type Config struct {
 	OnLeading func(ctx context.Context) error
 	// OnLeadershipChange, when set, is called with true when this replica starts leading and false when it stops.
 	OnLeadershipChange func(leading bool)
+	// CheckHandoff is asked about each request a follower hands this replica while it leads; without it
+	// every handed-over request is refused (see HandoffCheck).
+	CheckHandoff HandoffCheck
 	// PublishedBundles, when set, is asked by a leader that finds no CA record, before it creates one, for
 	// the CA bundles certapi had published: the CAs of certapi's found there stay trusted as Retiring
 	// (see Recovery). Give only objects that certapi alone writes. An error ends the term: no CA is
-	// created before they were read. Objects that do not exist are left out, without an error.
+	// created before they were read. Objects that do not exist are left out, without an error. Leave it nil
+	// unless the operator opted in: whoever holds certapi's ServiceAccount token can write those objects,
+	// and a CA planted there would be trusted for up to the longest certificate lifetime.
 	PublishedBundles func(ctx context.Context) ([]PublishedBundle, error)
 }
 
@@ -116,7 +125,7 @@ func New(cfg Config) (*Issuer, error) {
 	if cfg.CADuration <= 0 {
 		cfg.CADuration = signer.DefaultCADuration
 	}
-	return &Issuer{cfg: cfg, now: bootTime, store: &keystore{client: cfg.Client, key: cfg.Prefix + "/" + CAKeysResource + "/default", transformer: cfg.Transformer}}, nil
+	return &Issuer{cfg: cfg, now: bootTime, store: &keystore{client: cfg.Client, key: cfg.Prefix + "/" + CAKeysResource + "/default", transformer: cfg.Transformer, requireEncrypted: cfg.RequireEncryptedRecord}}, nil
 }
 
 // Signing returns the Active CA and the trust bundle while this replica leads and its election lease is

@@ -1,6 +1,7 @@
 package issuer
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -144,11 +145,23 @@ func decodeRecord(rec caRecord) (a signer.Authorities, keysToDrop bool, err erro
 	return a, keysToDrop, nil
 }
 
+// ErrUnencryptedRecord means the stored CA record is not encrypted although the encryption configuration
+// encrypts the CA keys, and the leader did not load it (Config.RequireEncryptedRecord).
+var ErrUnencryptedRecord = errors.New("the CA record in etcd is stored unencrypted while the encryption configuration encrypts the CA keys: " +
+	"it was written before encryption was configured, or by someone who can write to certapi's etcd, and certapi does not load it. " +
+	"If it predates the encryption configuration, start certapi once with --allow-unencrypted-ca-record, which loads it and rewrites it encrypted; " +
+	"otherwise restore a snapshot taken with encryption configured")
+
+// encryptedPrefix starts every value an encrypting provider of an EncryptionConfiguration writes.
+var encryptedPrefix = []byte("k8s:enc:")
+
 // keystore reads and writes the CA record in etcd. Writes are fenced on the leader's election key.
 type keystore struct {
 	client      *clientv3.Client
 	key         string
 	transformer value.Transformer
+	// requireEncrypted refuses a record stored without an encrypting provider's prefix.
+	requireEncrypted bool
 }
 
 // authenticatedData binds the ciphertext to its key, as kube-apiserver's etcd3 store does, so a value
@@ -188,6 +201,12 @@ func (k *keystore) load(ctx context.Context) (loaded, error) {
 		return loaded{}, nil
 	}
 	kv := resp.Kvs[0]
+	// With identity listed as a later provider, the transformer reads a plaintext value and only calls it
+	// stale; a CA planted in etcd or in a crafted snapshot would then be loaded, and signed with. Refused
+	// unless the record is known to predate the encryption configuration (the migration flag).
+	if k.requireEncrypted && !bytes.HasPrefix(kv.Value, encryptedPrefix) {
+		return loaded{}, ErrUnencryptedRecord
+	}
 	data, stale, err := k.transformer.TransformFromStorage(ctx, kv.Value, authenticatedData(k.key))
 	if err != nil {
 		return loaded{}, fmt.Errorf("decrypting the CA record (is --encryption-provider-config the one it was written with?): %w", err)

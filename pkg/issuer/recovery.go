@@ -67,6 +67,8 @@ func (i *Issuer) newAuthorities(ctx context.Context) (signer.Authorities, *Recov
 		if published, err = i.cfg.PublishedBundles(rctx); err != nil {
 			return signer.Authorities{}, nil, fmt.Errorf("no CA record is stored; reading the CA bundles certapi had published, to keep trusting their CAs, before creating one: %w", err)
 		}
+	} else {
+		klog.FromContext(ctx).Info("No CA record is stored: creating a new CA, and keeping none that certapi may have published before (--keep-published-cas is off)")
 	}
 	now := i.cfg.Clock.Now()
 	ca, err := signer.NewCA(signer.CAOptions{ClusterDomain: i.cfg.ClusterDomain, Duration: i.cfg.CADuration, Now: now})

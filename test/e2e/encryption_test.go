@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/elliptic"
 	"crypto/x509"
+	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -174,5 +175,69 @@ func TestRequireEncryptedCAKeys(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestPlantedPlaintextCARecordIsRefused: with an EncryptionConfiguration that lists identity after the
+// encrypting provider (as while migrating to encryption), a plaintext CA record written straight into
+// etcd, as whoever can write there or craft a snapshot could, is not loaded: certapi says why, signs
+// nothing with the planted CA, and leaves the record as it found it.
+func TestPlantedPlaintextCARecordIsRefused(t *testing.T) {
+	config, err := testhelpers.AESCBCEncryptionConfig("certificateauthoritykeys.certapi.dev")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(config, "identity") {
+		t.Fatal("the test's EncryptionConfiguration must list identity after the encrypting provider")
+	}
+	own := framework.StartT(t, framework.Options{EncryptionConfig: config})
+	e2etest.ActiveSerial(t, own)
+	if err := own.StopCertapi(); err != nil {
+		t.Fatal(err)
+	}
+
+	planted, err := signer.NewCA(signer.CAOptions{ClusterDomain: "cluster.local", CommonName: "planted"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyPEM, err := planted.KeyPEM()
+	if err != nil {
+		t.Fatal(err)
+	}
+	record, err := json.Marshal(map[string]any{"apiVersion": "certapi.dev/internal", "kind": "CertificateAuthorityKeys",
+		"authorities": []map[string]string{{"role": "Active", "certificatePEM": string(planted.CertificatePEM()), "keyPEM": string(keyPEM)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	etcd, err := own.EtcdClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer etcd.Close()
+	ctx := context.Background()
+	if _, err := etcd.Put(ctx, e2etest.CAKey, string(record)); err != nil {
+		t.Fatal(err)
+	}
+
+	// certapi never becomes ready without a CA: start it in the background and wait for what it says.
+	startCtx, stopWaiting := context.WithCancel(ctx)
+	started := make(chan error, 1)
+	go func() { started <- own.StartCertapi(startCtx) }()
+	e2etest.Eventually(t, 90*time.Second, "certapi to refuse the unencrypted CA record", func(context.Context) (bool, error) {
+		if logContains(t, own.Logs()["certapi"], "Loaded the CA from etcd") {
+			return false, errors.New("certapi loaded the planted CA record")
+		}
+		return logContains(t, own.Logs()["certapi"], "the CA record in etcd is stored unencrypted while the encryption configuration encrypts the CA keys"), nil
+	})
+	stopWaiting()
+	if err := <-started; err == nil {
+		t.Fatal("certapi became ready with a planted, unencrypted CA record")
+	}
+	resp, err := etcd.Get(ctx, e2etest.CAKey)
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("CA record: %v, %d keys", err, len(resp.Kvs))
+	}
+	if !bytes.Equal(resp.Kvs[0].Value, record) {
+		t.Fatal("the planted record was rewritten; want it left for a person to look at")
 	}
 }

@@ -39,13 +39,13 @@ import (
 )
 
 // snapshotPlane starts certapi with its embedded etcd and an EncryptionConfiguration that encrypts the CA keys.
-func snapshotPlane(t *testing.T) (*framework.ControlPlane, string) {
+func snapshotPlane(t *testing.T, certapiArgs ...string) (*framework.ControlPlane, string) {
 	t.Helper()
 	config, err := testhelpers.AESCBCEncryptionConfig("certificateauthoritykeys.certapi.dev")
 	if err != nil {
 		t.Fatal(err)
 	}
-	own := framework.StartT(t, framework.Options{CertapiEmbeddedEtcd: true, EncryptionConfig: config})
+	own := framework.StartT(t, framework.Options{CertapiEmbeddedEtcd: true, EncryptionConfig: config, CertapiArgs: certapiArgs})
 	return own, filepath.Join(own.Dir, "certapi-data")
 }
 
@@ -216,7 +216,8 @@ func plaintextKeysIn(t *testing.T, own *framework.ControlPlane, dataDir string, 
 	return found
 }
 
-// TestNoBackupDataDirLost: certapi's data dir is lost and there is no snapshot. The leader finds no CA
+// TestNoBackupDataDirLost: certapi's data dir is lost and there is no snapshot, and certapi runs with
+// --keep-published-cas, as docs/backup-and-restore.md says to start it then. The leader finds no CA
 // record and creates a new CA, but keeps the CA it had published (read back from its APIService and its
 // ClusterTrustBundle) as Retiring: every re-injected bundle trusts both, so the certificate still served
 // from the orphaned Secret verifies against every one of them until no certificate of the lost CA can be
@@ -226,7 +227,7 @@ func plaintextKeysIn(t *testing.T, own *framework.ControlPlane, dataDir string, 
 // place from the new CA, with no annotation to remove.
 func TestNoBackupDataDirLost(t *testing.T) {
 	ctx := context.Background()
-	own, dataDir := snapshotPlane(t)
+	own, dataDir := snapshotPlane(t, "--keep-published-cas")
 	c, kube := testhelpers.Clients(t, own.AdminConfig)
 	ns := e2etest.Namespace(t, kube)
 	serial := e2etest.ActiveSerial(t, own)

@@ -127,24 +127,19 @@ func (r *ServingCertsREST) Create(ctx context.Context, name string, obj runtime.
 	}
 
 	start := r.now()
-	var renewBefore time.Duration
-	if parent.Spec.RenewBefore != nil {
-		renewBefore = parent.Spec.RenewBefore.Duration
-	}
-	res, err := r.issuer.Issue(callCtx, issuer.Request{
-		Namespace:     ns,
-		Name:          name,
-		ServiceName:   parent.Spec.ServiceName,
-		DNSNames:      parent.Spec.DNSNames,
-		Duration:      duration,
-		RenewBefore:   renewBefore,
-		PublicKeyPKIX: pub,
-		Path:          issuer.PathServingCerts,
-	})
+	req := requestOf(parent)
+	req.Duration, req.PublicKeyPKIX = duration, pub
+	res, err := r.issuer.Issue(callCtx, req)
 	metrics.IssuanceDuration.WithLabelValues(issuer.PathServingCerts).Observe(time.Since(start).Seconds())
 	if errors.Is(err, issuer.ErrNoLeader) {
 		metrics.Issuances.WithLabelValues(issuer.PathServingCerts, "unavailable").Inc()
 		return nil, unavailable(err)
+	}
+	if errors.Is(err, issuer.ErrHandoffRefused) {
+		// The leader read the request again and it no longer allows what this replica read a moment ago
+		// (changed or deleted meanwhile): the caller retries against what is stored now.
+		metrics.Issuances.WithLabelValues(issuer.PathServingCerts, "conflict").Inc()
+		return nil, apierrors.NewConflict(certapi.Resource("servingcertrequests"), name, err)
 	}
 	if err != nil {
 		metrics.Issuances.WithLabelValues(issuer.PathServingCerts, "error").Inc()
@@ -160,6 +155,48 @@ func (r *ServingCertsREST) Create(ctx context.Context, name string, obj runtime.
 		RenewalTime:  timePtr(res.RenewalTime),
 	}
 	return out, nil
+}
+
+// requestOf returns what the servingcerts subresource asks the issuer to sign for parent, before the
+// caller's key and lifetime are added: its identity (namespace, name, Service, DNS names), its duration as
+// the longest allowed, and its renewBefore.
+func requestOf(parent *certapi.ServingCertRequest) issuer.Request {
+	var renewBefore time.Duration
+	if parent.Spec.RenewBefore != nil {
+		renewBefore = parent.Spec.RenewBefore.Duration
+	}
+	return issuer.Request{
+		Namespace:   parent.Namespace,
+		Name:        parent.Name,
+		ServiceName: parent.Spec.ServiceName,
+		DNSNames:    parent.Spec.DNSNames,
+		Duration:    parent.Spec.Duration.Duration,
+		RenewBefore: renewBefore,
+		Path:        issuer.PathServingCerts,
+	}
+}
+
+// HandoffCheck returns the leader's check of each request a follower hands it (issuer.HandoffCheck): it
+// reads the ServingCertRequest from storage, not from what the handoff key says, and refuses a request
+// that is gone, being deleted, or asks for more than it allows.
+func HandoffCheck(requests rest.Getter) issuer.HandoffCheck {
+	return func(ctx context.Context, req issuer.Request) error {
+		obj, err := requests.Get(genericapirequest.WithNamespace(ctx, req.Namespace), req.Name, &metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return fmt.Errorf("%w: ServingCertRequest %s/%s does not exist", issuer.ErrHandoffRefused, req.Namespace, req.Name)
+		}
+		if err != nil {
+			return fmt.Errorf("reading ServingCertRequest %s/%s: %w", req.Namespace, req.Name, err)
+		}
+		parent, ok := obj.(*certapi.ServingCertRequest)
+		if !ok {
+			return fmt.Errorf("reading ServingCertRequest %s/%s: got %T", req.Namespace, req.Name, obj)
+		}
+		if parent.DeletionTimestamp != nil {
+			return fmt.Errorf("%w: ServingCertRequest %s/%s is being deleted", issuer.ErrHandoffRefused, req.Namespace, req.Name)
+		}
+		return req.AllowedBy(requestOf(parent))
+	}
 }
 
 // validateServingCert checks the body against its parent and returns the CSR's public key (PKIX DER) and

@@ -20,8 +20,12 @@ import (
 	"github.com/certapi/certapi/test/testhelpers"
 )
 
+// Prefix is certapi's key prefix in etcd (apiserver.EtcdPathPrefix): its objects, the CA record, the
+// leader election and the handoff keys are under it.
+const Prefix = "/registry/certapi.dev"
+
 // CAKey is the etcd key under which certapi stores the CA's private keys (CertificateAuthorityKey default).
-const CAKey = "/registry/certapi.dev/certificateauthoritykeys/default"
+const CAKey = Prefix + "/certificateauthoritykeys/default"
 
 // Namespace creates a namespace with a generated name for one test, and deletes it afterwards.
 func Namespace(t testing.TB, kube kubernetes.Interface) string {

@@ -295,31 +295,79 @@ func csrKey(t *testing.T) []byte {
 	return der
 }
 
+// storedRequests is a HandoffCheck over requests a test declares stored, as the registry's check is over
+// the stored ServingCertRequests.
+func storedRequests(stored ...issuer.Request) issuer.HandoffCheck {
+	return func(_ context.Context, req issuer.Request) error {
+		for _, s := range stored {
+			if s.Namespace == req.Namespace && s.Name == req.Name {
+				return req.AllowedBy(s)
+			}
+		}
+		return fmt.Errorf("%w: ServingCertRequest %s/%s does not exist", issuer.ErrHandoffRefused, req.Namespace, req.Name)
+	}
+}
+
+// TestFollowerHandsOffToTheLeader: a follower's request is signed by the leader when the leader's check
+// finds it allowed by what is stored, and refused with ErrHandoffRefused otherwise, with nothing signed;
+// a leader without a check refuses every handoff. No key is left behind per issuance.
 func TestFollowerHandsOffToTheLeader(t *testing.T) {
-	prefix := fmt.Sprintf("/test/handoff-%d", time.Now().UnixNano())
-	a := startIssuer(t, prefix, "a")
-	leader := waitLeader(t, a)
-	b := startIssuer(t, prefix, "b")
-	if b.Leading() {
-		t.Fatal("b leads while a does")
+	stored := issuer.Request{Namespace: "ns", Name: "r", ServiceName: "svc", DNSNames: []string{"x.ns.svc"}, Duration: 2 * time.Hour, Path: issuer.PathServingCerts}
+	asked := func(change func(*issuer.Request)) issuer.Request {
+		r := stored
+		r.Duration, r.PublicKeyPKIX = time.Hour, csrKey(t)
+		change(&r)
+		return r
 	}
-	res, err := b.Issue(context.Background(), issuer.Request{Namespace: "ns", Name: "r", ServiceName: "svc", Duration: time.Hour, PublicKeyPKIX: csrKey(t)})
-	if err != nil {
-		t.Fatalf("issue through the follower: %v", err)
-	}
-	block, _ := pem.Decode([]byte(res.CertificatePEM))
-	leaf, err := x509.ParseCertificate(block.Bytes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, _, _ := leader.Signing()
-	if err := leaf.CheckSignatureFrom(ca.Certificate); err != nil {
-		t.Fatalf("not signed by the leader's CA: %v", err)
-	}
-	// Nothing is left behind per issuance.
-	resp, err := newClient(t).Get(context.Background(), prefix+"/handoff/", clientv3.WithPrefix(), clientv3.WithCountOnly())
-	if err != nil || resp.Count != 0 {
-		t.Fatalf("handoff keys left: %d (%v)", resp.Count, err)
+	for _, tc := range []struct {
+		name    string
+		check   issuer.HandoffCheck
+		req     issuer.Request
+		refused bool
+	}{
+		{name: "allowed by the stored request", check: storedRequests(stored), req: asked(func(*issuer.Request) {})},
+		{name: "another Service than the stored request's", check: storedRequests(stored), req: asked(func(r *issuer.Request) { r.ServiceName = "kubernetes" }), refused: true},
+		{name: "a DNS name the stored request does not list", check: storedRequests(stored), req: asked(func(r *issuer.Request) { r.DNSNames = append(r.DNSNames, "y.ns.svc") }), refused: true},
+		{name: "no stored request", check: storedRequests(stored), req: asked(func(r *issuer.Request) { r.Name = "forged" }), refused: true},
+		{name: "a leader without a check", req: asked(func(*issuer.Request) {}), refused: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			prefix := fmt.Sprintf("/test/handoff-%d", time.Now().UnixNano())
+			var signed atomic.Int32
+			a := startIssuerWith(t, issuer.Config{Prefix: prefix, Identity: "a", CheckHandoff: tc.check, OnIssued: func(issuer.Request, *issuer.Result) { signed.Add(1) }})
+			leader := waitLeader(t, a)
+			b := startIssuer(t, prefix, "b")
+			if b.Leading() {
+				t.Fatal("b leads while a does")
+			}
+			res, err := b.Issue(context.Background(), tc.req)
+			if tc.refused {
+				if !errors.Is(err, issuer.ErrHandoffRefused) || res != nil {
+					t.Fatalf("got %v (certificate: %v), want ErrHandoffRefused and no certificate", err, res != nil)
+				}
+				if n := signed.Load(); n != 0 {
+					t.Fatalf("the leader signed %d certificates for a refused request", n)
+				}
+			} else {
+				if err != nil {
+					t.Fatalf("issue through the follower: %v", err)
+				}
+				block, _ := pem.Decode([]byte(res.CertificatePEM))
+				leaf, err := x509.ParseCertificate(block.Bytes)
+				if err != nil {
+					t.Fatal(err)
+				}
+				ca, _, _ := leader.Signing()
+				if err := leaf.CheckSignatureFrom(ca.Certificate); err != nil {
+					t.Fatalf("not signed by the leader's CA: %v", err)
+				}
+			}
+			// Nothing is left behind per issuance.
+			resp, err := newClient(t).Get(context.Background(), prefix+"/handoff/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+			if err != nil || resp.Count != 0 {
+				t.Fatalf("handoff keys left: %d (%v)", resp.Count, err)
+			}
+		})
 	}
 }
 
@@ -605,7 +653,7 @@ func TestOldRecordIsRewrittenWithoutRetiringKeys(t *testing.T) {
 // reads data without it as stale (stored before encryption was configured).
 type prefixTransformer struct{}
 
-const encPrefix = "enc:"
+const encPrefix = "k8s:enc:test:"
 
 func (prefixTransformer) TransformFromStorage(_ context.Context, data []byte, _ value.Context) ([]byte, bool, error) {
 	if rest, ok := bytes.CutPrefix(data, []byte(encPrefix)); ok {
