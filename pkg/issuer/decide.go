@@ -36,8 +36,9 @@ type recoveryInput struct {
 //
 // A certificate is kept only if it is a CA certapi made for this cluster domain: a self-signed CA
 // certificate whose common name starts with signer.CACommonNamePrefix and whose critical DNS name
-// constraints are exactly signer.PermittedDNSDomains, valid now. So even a CA planted in a source can
-// vouch for nothing but Service names, as certapi's own can. Each stays until its notAfter or now plus
+// constraints are exactly signer.PermittedDNSDomains, that permits no IP address, whose URI and e-mail
+// constraints are none or signer.NewCA's (certapiURIAndEmailConstraints), valid now. So even a CA planted
+// in a source can vouch for no more than certapi's own can. Each stays until its notAfter or now plus
 // MaxCertificateDuration, whichever is first (as after a switch: no certificate it signed can be valid
 // later), and at most MaxRecoveredCAs are kept, those valid longest first. A pure function of its input.
 func decideRecovery(in recoveryInput) ([]signer.Retiring, *Recovery) {
@@ -137,7 +138,7 @@ func notCertapiCA(cert *x509.Certificate, clusterDomain string, now time.Time) s
 	case !bytes.Equal(cert.RawIssuer, cert.RawSubject) || cert.CheckSignatureFrom(cert) != nil:
 		return "not self-signed"
 	case !cert.PermittedDNSDomainsCritical || !sameSet(cert.PermittedDNSDomains, signer.PermittedDNSDomains(clusterDomain)) ||
-		len(cert.PermittedIPRanges) > 0 || len(cert.PermittedEmailAddresses) > 0 || len(cert.PermittedURIDomains) > 0:
+		len(cert.PermittedIPRanges) > 0 || !certapiURIAndEmailConstraints(cert):
 		return fmt.Sprintf("its name constraints are not those of a CA of certapi's for cluster domain %q", clusterDomain)
 	case !now.Before(cert.NotAfter):
 		return fmt.Sprintf("expired at %s", cert.NotAfter.UTC().Format(time.RFC3339))
@@ -145,6 +146,18 @@ func notCertapiCA(cert *x509.Certificate, clusterDomain string, now time.Time) s
 		return fmt.Sprintf("not valid until %s", cert.NotBefore.UTC().Format(time.RFC3339))
 	}
 	return ""
+}
+
+// certapiURIAndEmailConstraints reports whether cert's URI and e-mail name constraints are those of a CA
+// of certapi's: none permitted, as an earlier version wrote them (no URI or e-mail constraint at all), or
+// every URI and e-mail address forbidden, as signer.NewCA writes them now. Excluded subtrees only narrow,
+// so any others are accepted; a permitted subtree without the matching excluded one would let names
+// through, so it is not.
+func certapiURIAndEmailConstraints(cert *x509.Certificate) bool {
+	if len(cert.PermittedEmailAddresses) == 0 && len(cert.PermittedURIDomains) == 0 {
+		return true
+	}
+	return signer.ForbidsURIsAndEmails(cert)
 }
 
 // sameSet reports whether a and b hold the same strings, in any order.

@@ -75,6 +75,12 @@ func TestDecideRecovery(t *testing.T) {
 	widened := crafted(t, now, func(c *x509.Certificate) { c.PermittedDNSDomains = append(c.PermittedDNSDomains, "example.com") }, nil)
 	notCA := crafted(t, now, func(c *x509.Certificate) { c.IsCA, c.KeyUsage = false, x509.KeyUsageDigitalSignature }, nil)
 	notSelfSigned := crafted(t, now, nil, active)
+	earlier := crafted(t, now, nil, nil) // as an earlier signer.NewCA made it: no URI, e-mail or extended key usage constraints
+	uriWidened := crafted(t, now, func(c *x509.Certificate) { c.PermittedURIDomains = []string{"example.com"} }, nil)
+	emailPermittedOnly := crafted(t, now, func(c *x509.Certificate) {
+		c.PermittedURIDomains, c.ExcludedURIDomains = []string{signer.ForbiddingConstraint}, []string{signer.ForbiddingConstraint}
+		c.PermittedEmailAddresses = []string{signer.ForbiddingConstraint} // without the excluded subtree, names under it pass
+	}, nil)
 	pemOf := func(certs ...*x509.Certificate) []byte { return signer.EncodeBundle(certs...) }
 	serial := func(c *x509.Certificate) string { return signer.FormatSerialNumber(c.SerialNumber) }
 	const apiService, ctb = "APIService v1alpha1.certapi.dev", "ClusterTrustBundle certapi.dev:serving:ca"
@@ -116,15 +122,22 @@ func TestDecideRecovery(t *testing.T) {
 			wantKept:  []kept{{serial(next.Certificate), next.Certificate.NotAfter, []string{apiService}}},
 		},
 		{
+			name:      "a CA of an earlier version, without URI and e-mail constraints: kept",
+			published: []PublishedBundle{{Source: apiService, PEM: pemOf(earlier)}},
+			maxLeaf:   maxLeaf,
+			wantKept:  []kept{{serial(earlier), now.Add(maxLeaf), []string{apiService}}},
+		},
+		{
 			name: "what is not a valid CA of certapi's for this cluster domain is not kept, and says why",
 			published: []PublishedBundle{{Source: apiService, PEM: pemOf(active.Certificate, expired.Certificate, future.Certificate, otherDomain.Certificate,
-				foreign, noConstraints, widened, notCA, notSelfSigned)}},
+				foreign, noConstraints, widened, uriWidened, emailPermittedOnly, notCA, notSelfSigned)}},
 			maxLeaf:  maxLeaf,
 			wantKept: []kept{{serial(active.Certificate), now.Add(maxLeaf), []string{apiService}}},
 			wantSkip: map[string]string{
 				serial(expired.Certificate): "expired", serial(future.Certificate): "not valid until",
 				serial(otherDomain.Certificate): "name constraints", serial(foreign): "common name",
 				serial(noConstraints): "name constraints", serial(widened): "name constraints",
+				serial(uriWidened): "name constraints", serial(emailPermittedOnly): "name constraints",
 				serial(notCA): "not a CA", serial(notSelfSigned): "not self-signed",
 			},
 		},

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"time"
 )
 
@@ -78,6 +79,19 @@ const CACommonNamePrefix = "certapi-ca@"
 // the bare names "svc" and "svc.<ClusterDomain>", which are never issued
 // here anyway, but it is not understood by every verifier (some OpenJDK
 // releases reject it).
+//
+// The name constraints also forbid every URI and every e-mail address (see
+// ForbiddingConstraint), and the CA carries extended key usage serverAuth
+// only: a verifier that checks that a chain's extended key usages nest (Go's
+// x509.Verify, OpenSSL's purpose checks) refuses a certificate of this CA
+// for client authentication, e-mail protection or code signing, so a key
+// that leaks, or a leaf signed by mistake, vouches only for TLS servers.
+// The CA/Browser Forum forbids an EKU extension in a publicly trusted root,
+// which this private CA is not; RFC 5280 (section 4.2.1.12) allows it.
+//
+// CAs made before these constraints existed keep working: LoadCA and Sign
+// do not require them, and nothing re-issues a CA for them; the next CA
+// (first start, rotation, distrust) carries them.
 func NewCA(opts CAOptions) (*CA, error) {
 	if err := validateDNSName(opts.ClusterDomain, false); err != nil {
 		return nil, fmt.Errorf("creating CA: cluster domain %q: %w", truncate(opts.ClusterDomain), err)
@@ -123,12 +137,18 @@ func NewCA(opts CAOptions) (*CA, error) {
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
 		SubjectKeyId:          ski,
 
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+
 		PermittedDNSDomainsCritical: true,
 		PermittedDNSDomains:         PermittedDNSDomains(opts.ClusterDomain),
 		ExcludedIPRanges: []*net.IPNet{
 			{IP: net.IPv4zero.To4(), Mask: net.CIDRMask(0, 8*net.IPv4len)},
 			{IP: net.IPv6zero, Mask: net.CIDRMask(0, 8*net.IPv6len)},
 		},
+		PermittedURIDomains:     []string{ForbiddingConstraint},
+		ExcludedURIDomains:      []string{ForbiddingConstraint},
+		PermittedEmailAddresses: []string{ForbiddingConstraint},
+		ExcludedEmailAddresses:  []string{ForbiddingConstraint},
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
 	if err != nil {
@@ -139,6 +159,42 @@ func NewCA(opts CAOptions) (*CA, error) {
 		return nil, fmt.Errorf("creating CA: parsing the new certificate: %w", err)
 	}
 	return &CA{Certificate: cert, Key: key}, nil
+}
+
+// ForbiddingConstraint is the base of the uniformResourceIdentifier and
+// rfc822Name name constraints of every CA NewCA makes, each present once as a
+// permitted and once as an excluded subtree. A name of either type must then
+// lie within a permitted subtree and outside every excluded one, and no name
+// does: whatever a verifier's matching rules for a base are, it applies the
+// same rules to both lists (RFC 5280 section 4.2.1.10: a name in both is
+// excluded). So no certificate of this CA with a URI or e-mail SAN passes a
+// verifier that enforces name constraints (OpenSSL applies the rfc822Name
+// ones to an emailAddress in the subject too).
+//
+// Why not the shorter idiom, one excluded subtree with an empty base? Go's
+// x509.Verify (like NSS) reads an empty base as "every name of this type"
+// and refuses such leaves, but OpenSSL reads it as matching almost nothing:
+// in crypto/x509/v3_ncons.c (3.0 up to today's master) only nc_dns treats an
+// empty base as matching everything, while nc_email and nc_uri compare the
+// host for equality, so `openssl verify` accepts a leaf with a URI or e-mail
+// SAN under such a CA. A permitted subtree alone would narrow but still allow
+// the names under its base. Both Go and `openssl verify` refuse every URI and
+// e-mail name under the pair; TestURIAndEmailConstraints checks Go's side.
+//
+// "invalid" is the top-level domain RFC 6761 reserves as never resolving, so
+// even a verifier that enforced only the permitted subtree would accept no
+// name anyone can use.
+const ForbiddingConstraint = "invalid"
+
+// ForbidsURIsAndEmails reports whether cert's name constraints are the ones
+// NewCA writes to forbid every URI and every e-mail address: a permitted
+// subtree of ForbiddingConstraint alone and an excluded one of it, for both
+// name types. A CA made before certapi wrote these has no URI or e-mail
+// constraints at all.
+func ForbidsURIsAndEmails(cert *x509.Certificate) bool {
+	only := []string{ForbiddingConstraint}
+	return slices.Equal(cert.PermittedURIDomains, only) && slices.Contains(cert.ExcludedURIDomains, ForbiddingConstraint) &&
+		slices.Equal(cert.PermittedEmailAddresses, only) && slices.Contains(cert.ExcludedEmailAddresses, ForbiddingConstraint)
 }
 
 // PermittedDNSDomains returns the DNS name constraints of a CA for

@@ -9,6 +9,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"math/big"
+	"net"
 	"slices"
 	"strings"
 	"testing"
@@ -100,6 +101,24 @@ func TestNewCA(t *testing.T) {
 			}
 			if len(c.PermittedIPRanges) != 0 || len(c.ExcludedDNSDomains) != 0 {
 				t.Errorf("unexpected constraints: permitted IPs %v, excluded DNS %q", c.PermittedIPRanges, c.ExcludedDNSDomains)
+			}
+			forbid := []string{ForbiddingConstraint}
+			for _, got := range []struct {
+				what string
+				got  []string
+			}{
+				{"PermittedURIDomains", c.PermittedURIDomains}, {"ExcludedURIDomains", c.ExcludedURIDomains},
+				{"PermittedEmailAddresses", c.PermittedEmailAddresses}, {"ExcludedEmailAddresses", c.ExcludedEmailAddresses},
+			} {
+				if !slices.Equal(got.got, forbid) {
+					t.Errorf("%s=%q, want %q", got.what, got.got, forbid)
+				}
+			}
+			if !ForbidsURIsAndEmails(c) {
+				t.Error("ForbidsURIsAndEmails is false for a new CA")
+			}
+			if !slices.Equal(c.ExtKeyUsage, []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}) || len(c.UnknownExtKeyUsage) != 0 {
+				t.Errorf("ExtKeyUsage=%v (unknown %v), want serverAuth only", c.ExtKeyUsage, c.UnknownExtKeyUsage)
 			}
 		})
 	}
@@ -272,5 +291,85 @@ func TestCertificateOnlyCA(t *testing.T) {
 	}
 	if ca.Key == nil {
 		t.Fatal("WithoutKey changed the original CA")
+	}
+}
+
+// earlierCA returns a CA as NewCA made it before its certificate forbade URIs and e-mail addresses and
+// carried an extended key usage: the template of that version, for the records such CAs are stored in.
+func earlierCA(t *testing.T, now time.Time) *CA {
+	t.Helper()
+	key := testKey(t, string(ECDSAP256))
+	ski, err := subjectKeyID(key.Public())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(42),
+		Subject:               pkix.Name{CommonName: CACommonNamePrefix + itoa(now.Unix())},
+		NotBefore:             now.Add(-Backdate),
+		NotAfter:              now.Add(DefaultCADuration),
+		IsCA:                  true,
+		BasicConstraintsValid: true,
+		MaxPathLenZero:        true,
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
+		SubjectKeyId:          ski,
+
+		PermittedDNSDomainsCritical: true,
+		PermittedDNSDomains:         PermittedDNSDomains("cluster.local"),
+		ExcludedIPRanges: []*net.IPNet{
+			{IP: net.IPv4zero.To4(), Mask: net.CIDRMask(0, 8*net.IPv4len)},
+			{IP: net.IPv6zero, Mask: net.CIDRMask(0, 8*net.IPv6len)},
+		},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &CA{Certificate: cert, Key: key}
+}
+
+// TestEarlierCA: a CA stored by an earlier version, without the URI, e-mail and extended key usage
+// constraints, still loads from its PEM and signs leaves that verify, and is told apart from a new one;
+// CAs are not re-issued for the new constraints.
+func TestEarlierCA(t *testing.T) {
+	old := earlierCA(t, testNow)
+	if ForbidsURIsAndEmails(old.Certificate) {
+		t.Fatal("ForbidsURIsAndEmails is true for a CA without URI or e-mail constraints")
+	}
+	keyPEM, err := old.KeyPEM()
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AddCert(old.Certificate)
+	for _, tc := range []struct {
+		name string
+		load func() (*CA, error)
+	}{
+		{"LoadCA", func() (*CA, error) { return LoadCA(old.CertificatePEM(), keyPEM) }},
+		{"LoadCACertificate", func() (*CA, error) { return LoadCACertificate(old.CertificatePEM()) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ca, err := tc.load()
+			if err != nil {
+				t.Fatalf("loading: %v", err)
+			}
+			if ca.Key == nil {
+				return // a Retiring CA: its certificate is all it keeps
+			}
+			leaf, err := ca.Sign(LeafRequest{ServiceName: "web", Namespace: "ns", ClusterDomain: "cluster.local",
+				PublicKey: testKey(t, string(ECDSAP256)).Public(), Duration: time.Hour, Now: testNow})
+			if err != nil {
+				t.Fatalf("Sign: %v", err)
+			}
+			if _, err := leaf.Certificate.Verify(x509.VerifyOptions{DNSName: "web.ns.svc", Roots: roots, CurrentTime: testNow,
+				KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
+				t.Fatalf("Verify: %v", err)
+			}
+		})
 	}
 }
