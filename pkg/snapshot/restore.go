@@ -58,8 +58,10 @@ type RestoreResult struct {
 
 // Restore makes a new etcd data directory at DataDir/etcd from a snapshot, with mode 0700, through a
 // temporary directory beside it renamed into place. It refuses while an etcd answers on the embedded socket
-// in DataDir (certapi still running), and refuses a non-empty DataDir/etcd unless Force. Unless KeepLeases,
-// it revokes the snapshot's leases before the directory is moved into place.
+// in DataDir, or holds etcd's locks on the files of DataDir/etcd (lockedBy: certapi, or a member of its
+// etcd cluster, still running, however it listens), Force or not, and refuses a non-empty DataDir/etcd
+// unless Force. Unless KeepLeases, it revokes the snapshot's leases before the directory is moved into
+// place.
 func Restore(ctx context.Context, o RestoreOptions) (RestoreResult, error) {
 	if o.SnapshotPath == "" {
 		return RestoreResult{}, errors.New("no snapshot file given: certapi snapshot restore FILE --data-dir DIR")
@@ -98,9 +100,23 @@ func Restore(ctx context.Context, o RestoreOptions) (RestoreResult, error) {
 	if fi, err := os.Stat(dir); err == nil && !fi.IsDir() {
 		return RestoreResult{}, fmt.Errorf("--data-dir %s is not a directory", dir)
 	}
+	// The socket says at once that the single embedded member runs; the locks of etcd's own files say it of
+	// any etcd on the data, however it listens (a member of certapi's cluster on TCP), and with or without
+	// Force: moving aside the data of a running etcd would leave it writing to files nobody restores.
 	if running(filepath.Join(dir, ClientSocketName)) {
 		return RestoreResult{}, fmt.Errorf("an etcd answers on %s: stop the certapi that runs with --data-dir=%s before restoring into it",
 			filepath.Join(dir, ClientSocketName), o.DataDir)
+	}
+	locked, err := lockedBy(filepath.Join(dir, EtcdDirName))
+	if err != nil {
+		return RestoreResult{}, fmt.Errorf("%w; restore refuses when it cannot tell that no etcd uses the data", err)
+	}
+	if locked != "" {
+		var member string
+		if lc, err := etcdcluster.FindLocalClient(dir); err == nil {
+			member = lc.URL
+		}
+		return RestoreResult{}, inUseError(o.DataDir, locked, member)
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return RestoreResult{}, fmt.Errorf("creating --data-dir %s: %w", dir, err)
