@@ -34,6 +34,10 @@ E2E_TIMEOUT ?= 40m
 # was compiled twice. `make unit` keeps cgo, which the race detector needs. By hand, `CGO_ENABLED=0 go test
 # -trimpath ./test/...` reuses what make compiled.
 STATIC := CGO_ENABLED=0 GOFLAGS="$(strip $(shell $(GO) env GOFLAGS) -trimpath)"
+# The one exception: certapi-kms-pkcs11, the KMS v2 plugin over a PKCS#11 token, loads the token's module
+# (an HSM vendor's shared library) with dlopen, which needs cgo. It is built with CGO_ENABLED=1 (and
+# trimmed paths), so its packages are compiled a second time, for it alone; nothing else links them.
+CGO := CGO_ENABLED=1 GOFLAGS="$(strip $(shell $(GO) env GOFLAGS) -trimpath)"
 # The version stamped into the binaries, images, chart and release (hack/version.sh: git describe, or
 # `make release VERSION=v0.2.0`), with its commit, tree state and the commit's time, into pkg/version.
 LDFLAGS = $(shell VERSION=$(VERSION) ./hack/version.sh --ldflags)
@@ -61,6 +65,13 @@ build:
 	$(STATIC) $(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/certapi ./cmd/certapi
 	$(STATIC) $(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/kubectl-create-servingcertrequest ./cmd/kubectl-create-servingcertrequest
 	$(STATIC) $(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/kubectl-certapi ./cmd/kubectl-certapi
+
+## kms-plugin: certapi-kms-pkcs11, the KMS v2 plugin that keeps the key protecting the CA keys in an HSM
+## through PKCS#11 (docs/security.md), into _output/bin. Built with cgo (see CGO above), so it needs a C
+## compiler, which `make build` does not.
+.PHONY: kms-plugin
+kms-plugin:
+	$(CGO) $(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/certapi-kms-pkcs11 ./cmd/certapi-kms-pkcs11
 
 ## install: build, then copy certapi, kubectl-create-servingcertrequest and kubectl-certapi into
 ## $(DESTDIR)$(PREFIX)/bin (PREFIX defaults to /usr/local; e.g. `make install PREFIX=~/.local`). With that
@@ -143,6 +154,7 @@ verify:
 	@out="$$(gofmt -l $$(git ls-files -co --exclude-standard '*.go' | grep -v '^pkg/generated/' | grep -v '/zz_generated'))"; \
 	  if [[ -n "$$out" ]]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(STATIC) $(GO) vet ./... $(CLIENT_PACKAGES)
+	$(CGO) $(GO) vet ./pkg/kmsplugin/pkcs11token/
 
 ## unit: the unit tests, every package outside test/ (the client modules' too), with the race detector.
 ## They start no process and need no tools, so this does not build them.
@@ -159,14 +171,14 @@ integration: tools
 ## machine) beside the others (e2e-node, e2e-other): go test runs two packages at a time on two cores, and
 ## a node package waiting for another's node held one of those two for its whole run.
 e2e: PLATFORMS = $(TEST_PLATFORMS)
-e2e: tools build images release
+e2e: tools build kms-plugin images release
 	$(MAKE) --no-print-directory -j2 --output-sync=target e2e-node e2e-other
 
 .PHONY: e2e-node e2e-other e2e-oldest unit-then-oldest
 e2e-node:
 	CERTAPI_BIN=$(BIN)/certapi $(STATIC) $(GO) test -count=1 -p 1 -timeout $(E2E_TIMEOUT) ./test/node/...
 e2e-other:
-	CERTAPI_BIN=$(BIN)/certapi $(STATIC) $(GO) test -count=1 -timeout $(E2E_TIMEOUT) $$($(GO) list ./test/... | grep -v /test/node)
+	CERTAPI_BIN=$(BIN)/certapi CERTAPI_KMS_PKCS11_BIN=$(BIN)/certapi-kms-pkcs11 $(STATIC) $(GO) test -count=1 -timeout $(E2E_TIMEOUT) $$($(GO) list ./test/... | grep -v /test/node)
 ## e2e-oldest: the core end-to-end cases of test-matrix against the oldest supported minor; its results go to
 ## _output/matrix (docs/matrix is written only by make test-matrix)
 e2e-oldest: tools-oldest
@@ -181,7 +193,7 @@ unit-then-oldest: unit
 ## keeps both cores busy, while the tests under test/ mostly wait on their processes (docs/development.md,
 ## "Build times"). The unit tests bind only ephemeral ports, test/framework's processes ports below that range.
 test: PLATFORMS = $(TEST_PLATFORMS)
-test: verify tools tools-oldest build images release
+test: verify tools tools-oldest build kms-plugin images release
 	$(MAKE) --no-print-directory -j3 --output-sync=target unit-then-oldest e2e-node e2e-other
 
 ## test-matrix: the core end-to-end cases (hack/internal/matrix: issuance, Secrets, injection into every target

@@ -395,6 +395,10 @@ func (o *Options) Config(etcd *Etcd) (*Config, error) {
 	if err := recommended.ApplyTo(serverConfig); err != nil {
 		return nil, fmt.Errorf("applying options: %w", err)
 	}
+	// A KMS plugin down must not take every replica out of the Service (kmshealth.go).
+	if err := reportKMSHealth(&serverConfig.Config); err != nil {
+		return nil, fmt.Errorf("reporting the KMS plugins' health: %w", err)
+	}
 
 	var quorum *quorumReadiness
 	if m := etcd.member; m != nil {

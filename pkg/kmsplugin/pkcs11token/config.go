@@ -1,0 +1,43 @@
+// Package pkcs11token is kmsplugin's Token over a PKCS#11 module (an HSM's, or SoftHSM2's): it logs in to
+// one token, finds AES keys by label, encrypts and decrypts with CKM_AES_GCM inside the token, and makes
+// new keys that cannot leave it. Loading a PKCS#11 module needs cgo (dlopen); built without cgo, Open
+// says so.
+package pkcs11token
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Config says which token and key to use.
+type Config struct {
+	// Module is the path of the PKCS#11 module (shared library), e.g. /usr/lib/softhsm/libsofthsm2.so.
+	Module string
+	// TokenLabel selects the token by its label; Slot is used when it is empty.
+	TokenLabel string
+	// Slot selects the token by slot ID when TokenLabel is empty.
+	Slot uint
+	// PIN is the user PIN. It is held only to log in again after the token drops the session.
+	PIN string
+	// KeyLabel is the CKA_LABEL of the AES key that encrypts (the current key). Keys under other labels
+	// still decrypt what they encrypted, while they exist in the token.
+	KeyLabel string
+}
+
+// Validate says what is missing.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Module == "" {
+		errs = append(errs, errors.New("the PKCS#11 module path is required"))
+	}
+	if c.PIN == "" {
+		errs = append(errs, errors.New("the user PIN is required"))
+	}
+	if c.KeyLabel == "" {
+		errs = append(errs, errors.New("the key label is required"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("PKCS#11 configuration: %w", err)
+	}
+	return nil
+}
