@@ -45,6 +45,9 @@ type EtcdClusterOptions struct {
 	PeerCASecret string
 	// PeerCACertFile and PeerCAKeyFile give the peer CA as files instead of the Secret.
 	PeerCACertFile, PeerCAKeyFile string
+	// AcceptNewPeerCA starts the member with the peer CA of the Secret even when the CAs it trusted before do
+	// not vouch for it (etcdcluster.Config.AcceptNewPeerCA).
+	AcceptNewPeerCA bool
 	// AdvertiseHost, when set, is the host the member advertises instead of <member-name>.<peer-service>
 	// (a hidden flag: for members of one machine in tests, where no Service's DNS exists).
 	AdvertiseHost string
@@ -88,6 +91,10 @@ func (o *EtcdClusterOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.PeerCASecret, "etcd-peer-ca-secret", o.PeerCASecret,
 		"Secret in --service-namespace holding the etcd peer CA (tls.crt, tls.key, ca.crt). The first replica that finds none creates it; the others read it. "+
 			"Every member issues itself a short-lived certificate from it at start. Whoever can read this Secret can read certapi's etcd.")
+	fs.BoolVar(&o.AcceptNewPeerCA, "etcd-accept-new-peer-ca", o.AcceptNewPeerCA,
+		"Start the member with the peer CA of --etcd-peer-ca-secret even when the CAs it trusted when it last ran do not vouch for it (neither the same "+
+			"CA nor its successor through a rotation). Without it such a member refuses to start, and running members ignore such a CA and write theirs "+
+			"back: a CA put into the Secret outside a rotation would split the cluster. Give it on every member once, only after replacing the CA on purpose.")
 	fs.StringVar(&o.PeerCACertFile, "etcd-peer-ca-cert-file", o.PeerCACertFile, "The etcd peer CA's certificate as a file, instead of --etcd-peer-ca-secret. Needs --etcd-peer-ca-key-file.")
 	fs.StringVar(&o.PeerCAKeyFile, "etcd-peer-ca-key-file", o.PeerCAKeyFile, "The etcd peer CA's private key as a file (PEM), with --etcd-peer-ca-cert-file.")
 	fs.StringVar(&o.AdvertiseHost, "etcd-advertise-host", o.AdvertiseHost,
@@ -178,6 +185,7 @@ func (o *EtcdClusterOptions) start(ctx context.Context, dataDir, namespace, kube
 		ListenClientURL:   "https://" + net.JoinHostPort(o.BindAddress, strconv.Itoa(o.ClientPort)),
 		Designated:        etcdcluster.Ordinal(name) == 0,
 		DeadMemberTimeout: o.DeadMemberTimeout,
+		AcceptNewPeerCA:   o.AcceptNewPeerCA,
 		ClusterEpoch:      o.ClusterEpoch,
 	}
 	ips := etcdcluster.LocalIPs()

@@ -102,6 +102,10 @@ type Config struct {
 	PeerCARotateAt float64
 	// PeerCADuration is the lifetime of a new peer CA made by a rotation; 0 means DefaultPeerCADuration.
 	PeerCADuration time.Duration
+	// AcceptNewPeerCA starts the member with CA even when the CAs it trusted before (its trust file, from
+	// its last run) do not vouch for it. Without it, a member with a PeerCAStore refuses to start then
+	// (ErrPeerCANotVouched): CA was replaced in the store outside a rotation.
+	AcceptNewPeerCA bool
 	// MemberCertDuration is the member certificate's lifetime; 0 means DefaultMemberCertDuration.
 	MemberCertDuration time.Duration
 	// Discover finds the other members.
@@ -173,6 +177,9 @@ type Member struct {
 	status Status
 	// peerChanged wakes Run when SetPeerCA brought another CA: the member re-issues its certificate.
 	peerChanged chan struct{}
+	// foreignPeerCA is the CA the store last offered that the CA this member holds does not vouch for
+	// (nil when the store's is vouched for); the etcd leader's member writes its own back over it.
+	foreignPeerCA *PeerCA
 	// statusListeners hear when Status changes in more than its time (see AddStatusListener).
 	statusListeners notify.Listeners
 	// quorum is what the member knows of its cluster's quorum (under mu); quorumLost is quorum.Lost for
@@ -242,6 +249,16 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 		return nil, fmt.Errorf("restricting %q to its owner: %w", cfg.Dir, err)
 	}
 	m := &Member{cfg: cfg, files: newPKIFiles(filepath.Join(cfg.Dir, PKIDirName)), peer: PeerCAState{CA: cfg.CA}, peerChanged: make(chan struct{}, 1)}
+	if cfg.PeerCAStore != nil && !cfg.AcceptNewPeerCA {
+		// The store (a Secret) is read at start; the trust file is what this member trusted when it last
+		// ran, on its own volume. A CA neither the same nor a successor of one of those was not made by a
+		// rotation: issuing from it would start a member its peers do not trust.
+		if err := heldTrustVouches(m.files.TrustedCAFile, cfg.CA); err != nil {
+			return nil, fmt.Errorf("etcd member %s: %w (the peer CA read at start was replaced outside a rotation: put back the one the "+
+				"store held, which a running member writes back itself; if the replacement is deliberate, start every member once "+
+				"with --etcd-accept-new-peer-ca)", cfg.Name, err)
+		}
+	}
 	if err := m.renewCertificate(time.Now()); err != nil {
 		return nil, err
 	}
@@ -749,11 +766,27 @@ func (m *Member) client(ctx context.Context, endpoints []string) (*clientv3.Clie
 // SetPeerCA tells the member the peer CA's latest state (from its store's watch, or the etcd leader's
 // own rotation). When the CA differs from the one the member holds, Run re-issues the member
 // certificate from it at once and writes the new trust bundle (which etcd reads at its next start).
+//
+// A CA that the one the member holds does not vouch for (PeerCA.Vouches: not the same, not its successor)
+// is ignored, with the rest of that state: it was not made by a rotation, and re-issuing from it would
+// leave this member with a certificate its peers do not trust. The etcd leader's member writes the CA the
+// members hold back to the store (rotatePeerCA).
 func (m *Member) SetPeerCA(st PeerCAState) {
 	if st.CA == nil {
 		return
 	}
 	m.mu.Lock()
+	if err := m.peer.CA.Vouches(st.CA); err != nil {
+		first := m.foreignPeerCA == nil || !m.foreignPeerCA.Equal(st.CA)
+		m.foreignPeerCA = st.CA
+		m.mu.Unlock()
+		if first {
+			klog.ErrorS(err, "Ignoring the etcd peer CA in its store: no rotation made it. The etcd leader's member writes back the CA the members hold",
+				"member", m.cfg.Name, "offered", st.CA.Certificate.Subject.CommonName, "held", m.PeerCA().CA.Certificate.Subject.CommonName)
+		}
+		return
+	}
+	m.foreignPeerCA = nil
 	changed := !st.CA.Equal(m.peer.CA)
 	m.peer = st
 	m.mu.Unlock()
@@ -1001,6 +1034,23 @@ func convertClusterMembers(s *etcdserver.EtcdServer) []Entry {
 // through the store. st is filled with what it saw.
 func (m *Member) rotatePeerCA(ctx context.Context, peer PeerCAState, members []Entry, st *PeerCAStatus, lastReason *string) {
 	if m.cfg.PeerCAStore == nil {
+		return
+	}
+	m.mu.Lock()
+	foreign := m.foreignPeerCA
+	m.mu.Unlock()
+	if foreign != nil {
+		// The store holds a CA no rotation made (SetPeerCA ignored it): put back the one the members hold,
+		// guarded by the store still holding that foreign CA. No rotation step runs until it is back.
+		st.Reason = "the peer CA's store held a CA that the members' CA does not vouch for; writing theirs back"
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		if err := m.cfg.PeerCAStore.Replace(cctx, foreign, peer.CA, ""); err != nil {
+			klog.ErrorS(err, "Writing the etcd peer CA back to its store failed; retried")
+			return
+		}
+		klog.InfoS("Wrote the etcd peer CA the members hold back to its store, in place of one it does not vouch for",
+			"held", peer.CA.Certificate.Subject.CommonName, "replaced", foreign.Certificate.Subject.CommonName)
 		return
 	}
 	ca := peer.CA

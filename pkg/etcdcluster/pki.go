@@ -10,6 +10,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/certapi/certapi/pkg/signer"
@@ -156,6 +158,92 @@ func (ca *PeerCA) Rotating() bool {
 // Signed reports whether leaf was signed by ca.
 func (ca *PeerCA) Signed(leaf *x509.Certificate) bool {
 	return leaf != nil && leaf.CheckSignatureFrom(ca.Certificate) == nil
+}
+
+// ErrPeerCANotVouched means a peer CA was offered that no CA a member trusts vouches for: not the same CA,
+// and no cross-signature in its Chain leads to it from a trusted one. Successor makes every legitimate
+// replacement; a CA made anywhere else (written into the Secret by whoever holds certapi's token) would
+// have members re-issue their certificates from a CA their peers do not trust, and lose the quorum.
+var ErrPeerCANotVouched = errors.New("the etcd peer CA is not vouched for by the CA this member trusts")
+
+// Vouches returns nil when next may replace ca: it is the same CA (a bundle settling after a rotation),
+// or its Chain leads from ca to it through cross-signatures, as Successor makes it (over several
+// rotations, as long as each cross-signature is in the Chain). Otherwise the error wraps
+// ErrPeerCANotVouched.
+func (ca *PeerCA) Vouches(next *PeerCA) error {
+	return vouchedBy([]*x509.Certificate{ca.Certificate}, next)
+}
+
+// vouchedBy returns nil when next's certificate is one of trusted, or a cross-signature in next's Chain
+// made by a trusted CA (or by a CA so vouched for) certifies next's key. Only signatures are checked:
+// validity periods are Successor's to keep (it drops expired cross-signatures), and a trusted CA vouches
+// for its successor as long as the member trusts it.
+func vouchedBy(trusted []*x509.Certificate, next *PeerCA) error {
+	if next == nil || next.Certificate == nil {
+		return fmt.Errorf("%w: no CA given", ErrPeerCANotVouched)
+	}
+	for _, t := range trusted {
+		if t.Equal(next.Certificate) {
+			return nil
+		}
+	}
+	chain, err := signer.ParseBundle(next.Chain)
+	if len(next.Chain) > 0 && err != nil {
+		return fmt.Errorf("%w: its chain does not parse: %v", ErrPeerCANotVouched, err)
+	}
+	nextKey, ok := next.Certificate.PublicKey.(interface{ Equal(crypto.PublicKey) bool })
+	if !ok {
+		return fmt.Errorf("%w: its key is of an unknown type", ErrPeerCANotVouched)
+	}
+	vouched := slices.Clone(trusted)
+	used := make([]bool, len(chain))
+	for progress := true; progress; {
+		progress = false
+		for i, c := range chain {
+			if used[i] || !c.IsCA {
+				continue
+			}
+			for _, v := range vouched {
+				if c.CheckSignatureFrom(v) != nil {
+					continue
+				}
+				if nextKey.Equal(c.PublicKey) {
+					return nil
+				}
+				vouched, used[i], progress = append(vouched, c), true, true
+				break
+			}
+		}
+	}
+	return fmt.Errorf("%w: %s is neither a CA it trusts (%s) nor cross-signed by one in its chain", ErrPeerCANotVouched,
+		next.Certificate.Subject.CommonName, commonNames(trusted))
+}
+
+// heldTrustVouches returns nil when the trust bundle in file (what a member trusted when it last ran)
+// vouches for ca, or when there is no such file (a member's first start); otherwise the error wraps
+// ErrPeerCANotVouched.
+func heldTrustVouches(file string, ca *PeerCA) error {
+	data, err := os.ReadFile(file)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reading the peer CAs this member trusted before: %w", err)
+	}
+	trusted, err := signer.ParseBundle(data)
+	if err != nil {
+		return fmt.Errorf("reading the peer CAs this member trusted before (%s): %w", file, err)
+	}
+	return vouchedBy(trusted, ca)
+}
+
+// commonNames lists the certificates' common names, for a message.
+func commonNames(certs []*x509.Certificate) string {
+	names := make([]string, len(certs))
+	for i, c := range certs {
+		names[i] = c.Subject.CommonName
+	}
+	return strings.Join(names, ", ")
 }
 
 // Equal reports whether ca and other hold the same certificate, bundle and chain.

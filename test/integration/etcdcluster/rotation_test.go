@@ -277,3 +277,64 @@ func TestPeerCARotation(t *testing.T) {
 		t.Fatalf("%s reads %q", w.nodes[2].name, got)
 	}
 }
+
+// TestForeignPeerCA: a peer CA put into the store outside a rotation (as whoever holds certapi's token could
+// write the Secret) is ignored by every running member, which keeps its certificate; the etcd leader's
+// member writes the CA the members hold back into the store; and a member restarted while the store holds
+// the foreign CA refuses to start, naming what happened, rather than join with a certificate its peers do
+// not trust.
+func TestForeignPeerCA(t *testing.T) {
+	w := newWorld(t, 3)
+	store := newMemStore(w)
+	held := w.ca
+	w.start(w.nodes[0])
+	w.startAll(w.nodes[1], w.nodes[2])
+	w.waitVoters(3)
+	put(t, w.client(), "/ca", "the-one-ca")
+
+	foreign, err := etcdcluster.NewPeerCA(time.Now(), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store.mu.Lock()
+	store.st.CA = foreign
+	store.mu.Unlock()
+	store.tellMembers()
+	for _, nd := range w.nodes {
+		if got := nd.member.PeerCA().CA; !got.Equal(held) {
+			t.Fatalf("%s took the foreign peer CA", nd.name)
+		}
+	}
+	testhelpers.WaitFor(t, 20*time.Millisecond, 30*time.Second, "the etcd leader's member to write the held CA back", func(context.Context) (bool, string) {
+		return store.state().CA.Equal(held), "the store still holds the foreign CA"
+	})
+	roots := x509.NewCertPool()
+	roots.AddCert(held.Certificate)
+	for _, nd := range w.nodes {
+		leaf, err := presents(nd, roots)
+		if err != nil {
+			t.Fatalf("%s, to a client trusting the held CA: %v", nd.name, err)
+		}
+		if !held.Signed(leaf) {
+			t.Errorf("%s presents a certificate the held CA did not sign", nd.name)
+		}
+	}
+
+	t.Log("a member restarted while the store holds a foreign CA refuses to start")
+	w.stop(w.nodes[2])
+	w.mu.Lock()
+	w.ca = foreign
+	w.mu.Unlock()
+	err = w.startFor(w.nodes[2], 30*time.Second)
+	if !errors.Is(err, etcdcluster.ErrPeerCANotVouched) {
+		t.Fatalf("starting with a foreign peer CA: %v; want ErrPeerCANotVouched", err)
+	}
+	w.mu.Lock()
+	w.ca = held
+	w.mu.Unlock()
+	w.start(w.nodes[2])
+	w.waitVoters(3)
+	if got := w.getFrom(w.nodes[2], "/ca"); got != "the-one-ca" {
+		t.Fatalf("%s reads %q after its restart", w.nodes[2].name, got)
+	}
+}
