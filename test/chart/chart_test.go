@@ -366,11 +366,11 @@ func checkSecurity(t *testing.T, ns string, objs []*unstructured.Unstructured, w
 			}
 		}
 	}
-	// webhooks, CRDs, APIServices, ConfigMaps, Secrets, ClusterTrustBundles (and the etcd peer CA
-	// Secret); one binding each.
-	wantPolicies := 6
+	// webhooks, CRDs, APIServices, ConfigMaps, Secrets, ClusterTrustBundles, ResourceQuota status (and the
+	// etcd peer CA Secret); one binding each.
+	wantPolicies := 7
 	if want.cluster {
-		wantPolicies = 7
+		wantPolicies = 8
 	}
 	if policies != wantPolicies || len(ofKind(objs, "ValidatingAdmissionPolicyBinding")) != wantPolicies {
 		t.Errorf("%d ValidatingAdmissionPolicies and %d bindings; want %d of each", policies, len(ofKind(objs, "ValidatingAdmissionPolicyBinding")), wantPolicies)

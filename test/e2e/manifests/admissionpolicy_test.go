@@ -12,7 +12,9 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -198,6 +200,15 @@ func typeCheckPolicies(t *testing.T, objs []*unstructured.Unstructured) {
 		kinds := 0
 		for _, r := range p.Spec.MatchConstraints.ResourceRules {
 			kinds += servedKinds(t, r)
+		}
+		// The checker resolves a rule's resources to kinds with the RESTMapper, which knows no
+		// subresources, so it skips a policy on resourcequotas/status (kube-controller-manager's as
+		// well). A status subresource takes and returns its resource's kind: check against that.
+		p = *p.DeepCopy()
+		for i, r := range p.Spec.MatchConstraints.ResourceRules {
+			for j, res := range r.Resources {
+				p.Spec.MatchConstraints.ResourceRules[i].Resources[j] = strings.TrimSuffix(res, "/status")
+			}
 		}
 		if got := checker.CheckExpression(checker.CreateContext(&p), "object.certapiNoSuchField == 1"); len(got) != kinds {
 			t.Errorf("ValidatingAdmissionPolicy %s: the type checker checked %d kinds, want %d: %v", p.Name, len(got), kinds, got)
@@ -626,4 +637,184 @@ func currentBundle(t *testing.T, kube kubernetes.Interface, ns string) string {
 		t.Fatalf("ConfigMap %s/trust holds no ca.crt", ns)
 	}
 	return cm.Data["ca.crt"]
+}
+
+// checkQuotaStatusOnly runs on the control plane of TestManifestsRBACRunsCertapi, where the base manifests'
+// RBAC and ValidatingAdmissionPolicies are applied for real and certapi runs as its ServiceAccount (sa).
+// certapi's ResourceQuota admission still counts ServingCertRequests into a quota that also limits pods,
+// memory and CPU, and refuses the one past it, through the policy certapi-resourcequota-status; as that
+// ServiceAccount every other change of a quota's status is refused, each by the rule that says why; and
+// the same changes by kube-controller-manager's quota controller are not.
+func checkQuotaStatusOnly(t *testing.T, own *framework.ControlPlane, sa *rest.Config) {
+	ctx := context.Background()
+	c, kube := testhelpers.Clients(t, own.AdminConfig)
+	_, asSA := testhelpers.Clients(t, sa)
+	// kube-controller-manager's quota controller writes status as this ServiceAccount (its bootstrap RBAC,
+	// system:controller:resourcequota-controller, comes with kube-apiserver).
+	controllerConfig, err := own.UserConfig("system:serviceaccount:kube-system:resourcequota-controller", "system:serviceaccounts", "system:serviceaccounts:kube-system")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, asController := testhelpers.Clients(t, controllerConfig)
+	const scrCount = corev1.ResourceName("count/servingcertrequests.certapi.dev")
+	q := resource.MustParse
+	// newQuota creates quota name in ns, with spec.hard and status.hard hard and status.used used, as
+	// kube-controller-manager would have filled them (none runs here).
+	newQuota := func(t *testing.T, ns, name string, hard, used corev1.ResourceList) {
+		t.Helper()
+		rq, err := kube.CoreV1().ResourceQuotas(ns).Create(ctx, &corev1.ResourceQuota{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec:       corev1.ResourceQuotaSpec{Hard: hard},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rq.Status = corev1.ResourceQuotaStatus{Hard: hard, Used: used}
+		if _, err := kube.CoreV1().ResourceQuotas(ns).UpdateStatus(ctx, rq, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// updateStatus reads quota name as client and writes its status back changed by mutate, at the
+	// resourceVersion it read, as the quota admission plugin and the quota controller do. It reads with a
+	// list, as their informers do: certapi's ServiceAccount may list and watch quotas, not get one.
+	updateStatus := func(client kubernetes.Interface, ns, name string, mutate func(*corev1.ResourceQuota)) error {
+		list, err := client.CoreV1().ResourceQuotas(ns).List(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name})
+		if err != nil {
+			return err
+		}
+		if len(list.Items) != 1 {
+			return fmt.Errorf("%d ResourceQuotas named %s", len(list.Items), name)
+		}
+		rq := &list.Items[0]
+		mutate(rq)
+		_, err = client.CoreV1().ResourceQuotas(ns).UpdateStatus(ctx, rq, metav1.UpdateOptions{})
+		return err
+	}
+	// A quota like those kube-apiserver's own quota plugin counts into: other resources beside certapi's,
+	// in several formats.
+	hard := corev1.ResourceList{scrCount: q("3"), corev1.ResourcePods: q("10"), corev1.ResourceRequestsMemory: q("1Gi"), corev1.ResourceRequestsCPU: q("2")}
+	used := corev1.ResourceList{scrCount: q("1"), corev1.ResourcePods: q("3"), corev1.ResourceRequestsMemory: q("512Mi"), corev1.ResourceRequestsCPU: q("500m")}
+
+	// The policy takes effect once kube-apiserver's admission plugin has seen it. The probe raises pods
+	// used by one each time, so that each try is a change; its quota limits only pods, so that a change
+	// that went through before would count nothing here.
+	ns := e2etest.Namespace(t, kube)
+	newQuota(t, ns, "probe", corev1.ResourceList{corev1.ResourcePods: q("1000")}, corev1.ResourceList{corev1.ResourcePods: q("0")})
+	testhelpers.WaitFor(t, 100*time.Millisecond, time.Minute, "the ResourceQuota status policy to take effect", func(ctx context.Context) (bool, string) {
+		err := updateStatus(asSA, ns, "probe", func(rq *corev1.ResourceQuota) {
+			pods := rq.Status.Used[corev1.ResourcePods]
+			pods.Add(q("1"))
+			rq.Status.Used[corev1.ResourcePods] = pods
+		})
+		if err != nil && strings.Contains(err.Error(), "certapi-resourcequota-status") {
+			return true, ""
+		}
+		return false, fmt.Sprintf("raising pods used as certapi's ServiceAccount: %v", err)
+	})
+
+	// certapi's own quota enforcement goes through the policy: each admitted create raises the count (the
+	// plugin's update of the whole status), the one past status.hard is refused, and the other entries
+	// stay as they were. The quota comes before the namespace's first request (see TestTenantBounds).
+	t.Run("certapi counts its requests into a quota that limits other resources too", func(t *testing.T) {
+		certapiNS := e2etest.Namespace(t, kube)
+		newQuota(t, certapiNS, "certs", hard, used)
+		// Retried: certapi's quota informer may not have the quota's status yet ("status unknown"), or a
+		// write of it may race another (409), as with kube-apiserver's own quota admission.
+		create := func(name string) error {
+			var last error
+			e2etest.Eventually(t, 30*time.Second, "an answer to creating "+name+" other than a conflict", func(ctx context.Context) (bool, error) {
+				_, last = c.CertapiV1alpha1().ServingCertRequests(certapiNS).Create(ctx, e2etest.Request(name, "svc"), metav1.CreateOptions{})
+				retry := apierrors.IsConflict(last) || (apierrors.IsForbidden(last) && strings.Contains(last.Error(), "status unknown for quota"))
+				return !retry, nil
+			})
+			return last
+		}
+		for _, name := range []string{"q1", "q2"} {
+			if err := create(name); err != nil {
+				t.Fatalf("creating %s under a quota of 3 holding 1: %v", name, err)
+			}
+		}
+		err := create("one-too-many")
+		if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "exceeded quota") || !strings.Contains(err.Error(), string(scrCount)) {
+			t.Fatalf("creating a request past the quota: %v; want 403 exceeded quota", err)
+		}
+		rq, err := kube.CoreV1().ResourceQuotas(certapiNS).Get(ctx, "certs", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := used.DeepCopy()
+		want[scrCount] = q("3")
+		if !apiequality.Semantic.DeepEqual(rq.Status.Used, want) {
+			t.Errorf("status.used %v after certapi counted two requests; want %v", rq.Status.Used, want)
+		}
+	})
+
+	set := func(name corev1.ResourceName, v string) func(*corev1.ResourceQuota) {
+		return func(rq *corev1.ResourceQuota) { rq.Status.Used[name] = q(v) }
+	}
+	cases := []struct {
+		name   string
+		mutate func(*corev1.ResourceQuota)
+		// noOwnEntry: the quota limits other resources only.
+		noOwnEntry bool
+		// refusal is what the policy's refusal says; "" when certapi's ServiceAccount may make the change.
+		refusal string
+		// controllerToo: the same change by kube-controller-manager's quota controller must pass.
+		controllerToo bool
+	}{
+		// The review's attacks: another resource's count at its hard, refusing every create it covers, or at 0.
+		{name: "pods used at hard", mutate: set(corev1.ResourcePods, "10"), refusal: "another entry of status.used", controllerToo: true},
+		{name: "pods used at 0", mutate: set(corev1.ResourcePods, "0"), refusal: "another entry of status.used", controllerToo: true},
+		{name: "an unrelated entry added", mutate: set("count/secrets", "0"), refusal: "another entry of status.used", controllerToo: true},
+		{name: "another entry removed", mutate: func(rq *corev1.ResourceQuota) { delete(rq.Status.Used, corev1.ResourceRequestsCPU) },
+			refusal: "another entry of status.used", controllerToo: true},
+		// Entries compare as the canonical strings CEL sees: the same value in another format is a change.
+		{name: "memory used, the same value in another format", mutate: set(corev1.ResourceRequestsMemory, "536870912"), refusal: "another entry of status.used"},
+		{name: "status.hard of pods", mutate: func(rq *corev1.ResourceQuota) { rq.Status.Hard[corev1.ResourcePods] = q("1000") },
+			refusal: "status.hard or the spec", controllerToo: true},
+		{name: "status.hard of certapi's own entry", mutate: func(rq *corev1.ResourceQuota) { rq.Status.Hard[scrCount] = q("100") },
+			refusal: "status.hard or the spec"},
+		{name: "a finalizer", mutate: func(rq *corev1.ResourceQuota) { rq.Finalizers = append(rq.Finalizers, "example.com/hold") },
+			refusal: "finalizers"},
+		// certapi's own count: only raised, and not past status.hard.
+		{name: "certapi's count at 0, letting a tenant past its quota", mutate: set(scrCount, "0"), refusal: "may only raise", controllerToo: true},
+		{name: "certapi's count past status.hard", mutate: set(scrCount, "4"), refusal: "may only raise"},
+		{name: "certapi's count removed", mutate: func(rq *corev1.ResourceQuota) { delete(rq.Status.Used, scrCount) }, refusal: "may only raise"},
+		{name: "certapi's count added to a quota that does not limit it", noOwnEntry: true, mutate: set(scrCount, "1"), refusal: "may only raise"},
+		{name: "certapi's count and pods together", mutate: func(rq *corev1.ResourceQuota) {
+			rq.Status.Used[scrCount], rq.Status.Used[corev1.ResourcePods] = q("2"), q("10")
+		}, refusal: "another entry of status.used"},
+
+		// What the quota plugin writes: the count raised by the creates it admits, up to status.hard, every
+		// other entry as it read it.
+		{name: "certapi: its count raised by one", mutate: set(scrCount, "2")},
+		{name: "certapi: its count raised to status.hard by several creates at once", mutate: set(scrCount, "3")},
+	}
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			qHard, qUsed := hard.DeepCopy(), used.DeepCopy()
+			if tc.noOwnEntry {
+				delete(qHard, scrCount)
+				delete(qUsed, scrCount)
+			}
+			name := fmt.Sprintf("quota-%d", i)
+			newQuota(t, ns, name, qHard, qUsed)
+			err := updateStatus(asSA, ns, name, tc.mutate)
+			if tc.refusal == "" {
+				if err != nil {
+					t.Fatalf("certapi's ServiceAccount may no longer write what the quota plugin writes: %v", err)
+				}
+				return
+			}
+			if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "ValidatingAdmissionPolicy 'certapi-resourcequota-status'") || !strings.Contains(err.Error(), tc.refusal) {
+				t.Fatalf("certapi's ServiceAccount: %v; want 403 from the policy that says %q", err, tc.refusal)
+			}
+			if tc.controllerToo {
+				// Other users are not affected: kube-controller-manager's recalculation sets any entry.
+				if err := updateStatus(asController, ns, name, tc.mutate); err != nil {
+					t.Fatalf("kube-controller-manager's quota controller may not make the same change: %v", err)
+				}
+			}
+		})
+	}
 }

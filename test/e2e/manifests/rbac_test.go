@@ -32,8 +32,8 @@ import (
 // ServiceAccount, and the arguments of the base StatefulSet, on a control plane of its own (the RBAC is
 // applied for real there): certapi must come up, serve itself so that kube-apiserver trusts it (which
 // needs its APIService injected), deliver a Secret and inject caBundles, and never be told "forbidden".
-// The base's ValidatingAdmissionPolicies apply too: certapi's injection passes them, and every change but
-// a caBundle made with certapi's identity is refused. It also proves the encryption resource name the
+// The base's ValidatingAdmissionPolicies apply too: certapi's injection and its quota admission's count
+// pass them, and every change but a caBundle, or but that count, made with certapi's identity is refused. It also proves the encryption resource name the
 // README gives, with --require-encrypted-ca-keys on as the base has it.
 func TestManifestsRBACRunsCertapi(t *testing.T) {
 	root, err := framework.RepoRoot()
@@ -359,6 +359,13 @@ func TestManifestsRBACRunsCertapi(t *testing.T) {
 	// one certapi's injector may itself try to write (and be refused).
 	t.Run("a stolen token of certapi's ServiceAccount", func(t *testing.T) {
 		checkStolenToken(t, own, saConfig, ns)
+	})
+
+	// 7. ResourceQuota status: certapi's quota admission counts its requests through the policy that
+	// lets its ServiceAccount change nothing else of a quota (after the log was read: a create refused
+	// past the quota is a 403 certapi may log).
+	t.Run("certapi's ServiceAccount may only count its requests into a ResourceQuota", func(t *testing.T) {
+		checkQuotaStatusOnly(t, own, saConfig)
 	})
 }
 

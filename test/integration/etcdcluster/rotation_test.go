@@ -320,6 +320,33 @@ func TestForeignPeerCA(t *testing.T) {
 		}
 	}
 
+	t.Log("a client with no certificate, or one of the foreign CA, gets nothing from a member")
+	foreignCert, err := foreign.IssueMember("intruder", []string{"127.0.0.1"}, time.Now(), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pair, err := tls.X509KeyPair(foreignCert.CertPEM, foreignCert.KeyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name  string
+		certs []tls.Certificate
+	}{{"no client certificate", nil}, {"a client certificate of the foreign CA", []tls.Certificate{pair}}} {
+		c, err := clientv3.New(clientv3.Config{Endpoints: []string{w.nodes[0].clientURL}, DialTimeout: 2 * time.Second, Logger: zap.NewNop(),
+			TLS: &tls.Config{RootCAs: roots, Certificates: tc.certs, MinVersion: tls.VersionTLS12}})
+		if err != nil {
+			continue // refused at the dial: nothing to read
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		_, err = c.Get(ctx, "/ca")
+		cancel()
+		_ = c.Close()
+		if err == nil {
+			t.Fatalf("%s read certapi's etcd", tc.name)
+		}
+	}
+
 	t.Log("a member restarted while the store holds a foreign CA refuses to start")
 	w.stop(w.nodes[2])
 	w.mu.Lock()
