@@ -28,6 +28,7 @@ import (
 	"github.com/certapi/certapi/pkg/apis/certapi/install"
 	"github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	"github.com/certapi/certapi/pkg/controller"
+	"github.com/certapi/certapi/pkg/controller/erasure"
 	"github.com/certapi/certapi/pkg/controller/leader"
 	"github.com/certapi/certapi/pkg/controller/status"
 	"github.com/certapi/certapi/pkg/etcdcluster"
@@ -87,6 +88,9 @@ type ExtraConfig struct {
 	Leader LeaderOptions
 	// Snapshots, when set, is the leader's schedule of etcd snapshots.
 	Snapshots *snapshot.Schedule
+	// Erasure is how the leader erases etcd's history and the snapshots taken before once a distrust
+	// completes; its Snapshots are Snapshots.
+	Erasure *erasure.Etcd
 	// KeepPublishedCAs has a leader that finds no CA record keep the CAs of certapi's it finds in the
 	// bundles it had published, as Retiring (--keep-published-cas).
 	KeepPublishedCAs bool
@@ -200,6 +204,10 @@ func (c completedConfig) New() (*Server, error) {
 		return nil, err
 	}
 	icfg.CheckHandoff = servingcertrequest.HandoffCheck(scr)
+	if self := c.ExtraConfig.SelfServing; self != nil {
+		// Followers hand over their own serving certificate too, which belongs to no ServingCertRequest.
+		icfg.CheckHandoff = selfHandoffCheck(self.namespace, self.service, icfg.CheckHandoff)
+	}
 	iss, err := issuer.New(icfg)
 	if err != nil {
 		return nil, err
@@ -284,10 +292,19 @@ func (c completedConfig) New() (*Server, error) {
 		RotationGrace: c.ExtraConfig.RotationGrace, MaxCertificateDuration: c.ExtraConfig.MaxCertificateDuration,
 		DistrustDeadline: c.ExtraConfig.DistrustDeadline,
 		Snapshots:        c.ExtraConfig.Snapshots,
+		Erasure:          eraser(c.ExtraConfig.Erasure),
 		WatchReplicas:    s.self != nil,
 		StatusWriter:     &s.status,
 	}
 	return s, nil
+}
+
+// eraser is e as the term's Eraser: none (not a nil *erasure.Etcd in an interface) when e is nil.
+func eraser(e *erasure.Etcd) erasure.Eraser {
+	if e == nil {
+		return nil
+	}
+	return e
 }
 
 // lead runs the loops only the leader runs, until ctx (the term) ends.

@@ -237,6 +237,32 @@ func encodeCertificate(cert *tls.Certificate) (certPEM, keyPEM []byte, err error
 	return certPEM, keyPEM, nil
 }
 
+// selfRequest is what a replica asks its issuer to sign for its own serving certificate, before the key:
+// the Service certapi serves as, with no other name, for selfDuration. Name is empty: the certificate
+// belongs to no ServingCertRequest.
+func selfRequest(namespace, service string) issuer.Request {
+	return issuer.Request{Namespace: namespace, ServiceName: service, Duration: selfDuration}
+}
+
+// selfHandoffCheck is the leader's check of a request a follower hands it (issuer.HandoffCheck): a request
+// of no ServingCertRequest is signed only when it is exactly what a replica asks for its own serving
+// certificate (selfRequest for this server's Service); every other request goes to stored, the check
+// against the stored ServingCertRequest.
+func selfHandoffCheck(namespace, service string, stored issuer.HandoffCheck) issuer.HandoffCheck {
+	own := selfRequest(namespace, service)
+	return func(ctx context.Context, req issuer.Request) error {
+		if req.Name != "" {
+			return stored(ctx, req)
+		}
+		if req.Namespace != own.Namespace || req.ServiceName != own.ServiceName || len(req.DNSNames) > 0 || req.Duration != own.Duration ||
+			req.RenewBefore != 0 || req.Path != "" || req.MaxLifetime != 0 {
+			return fmt.Errorf("%w: a request of no ServingCertRequest that is not certapi's own serving certificate (Service %s/%s)",
+				issuer.ErrHandoffRefused, req.Namespace, req.ServiceName)
+		}
+		return nil
+	}
+}
+
 // selfIssuer is the servingcert.Issuer of certapi's own serving certificate. It signs through this
 // replica's issuer in-process (the leader signs at once, a follower hands the request to it through
 // etcd), not through kube-apiserver and back into certapi, which would need certapi to be Available
@@ -269,7 +295,9 @@ func (i *selfIssuer) CreateServingCert(ctx context.Context, _, _ string, sc *cer
 	}
 	// Name is empty: this certificate belongs to no ServingCertRequest, so no status or Event is written,
 	// and the signature is counted under the path "self".
-	res, err := i.authority.Issue(ctx, issuer.Request{Namespace: i.namespace, ServiceName: i.service, Duration: selfDuration, PublicKeyPKIX: pub})
+	req := selfRequest(i.namespace, i.service)
+	req.PublicKeyPKIX = pub
+	res, err := i.authority.Issue(ctx, req)
 	if err != nil {
 		return nil, err
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"slices"
 	"strings"
 	"sync"
@@ -203,5 +204,45 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	})
 	if err != nil {
 		t.Fatalf("timed out waiting for %s", what)
+	}
+}
+
+// TestSelfHandoffCheck: the leader signs a handed-over request of no ServingCertRequest only when it is
+// exactly a replica's own serving certificate; requests that name one go to the stored check.
+func TestSelfHandoffCheck(t *testing.T) {
+	storedCalls := 0
+	stored := func(context.Context, issuer.Request) error { storedCalls++; return nil }
+	check := selfHandoffCheck("certapi-system", "certapi", stored)
+	own := selfRequest("certapi-system", "certapi")
+	own.PublicKeyPKIX = []byte("key")
+	changed := func(change func(*issuer.Request)) issuer.Request {
+		r := own
+		change(&r)
+		return r
+	}
+	for _, tc := range []struct {
+		name    string
+		req     issuer.Request
+		refused bool
+		stored  bool
+	}{
+		{name: "a replica's own serving certificate", req: own},
+		{name: "a request that names a ServingCertRequest", req: changed(func(r *issuer.Request) { r.Name = "web" }), stored: true},
+		{name: "another Service", req: changed(func(r *issuer.Request) { r.ServiceName = "kubernetes" }), refused: true},
+		{name: "another namespace", req: changed(func(r *issuer.Request) { r.Namespace = "default" }), refused: true},
+		{name: "an extra name", req: changed(func(r *issuer.Request) { r.DNSNames = []string{"x.certapi-system.svc"} }), refused: true},
+		{name: "a longer lifetime", req: changed(func(r *issuer.Request) { r.Duration = 2000 * time.Hour }), refused: true},
+		{name: "another path", req: changed(func(r *issuer.Request) { r.Path = issuer.PathServingCerts }), refused: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := storedCalls
+			err := check(context.Background(), tc.req)
+			if tc.refused != errors.Is(err, issuer.ErrHandoffRefused) || (!tc.refused && err != nil) {
+				t.Fatalf("got %v; want refused %v", err, tc.refused)
+			}
+			if asked := storedCalls > before; asked != tc.stored {
+				t.Fatalf("the stored check was asked: %v; want %v", asked, tc.stored)
+			}
+		})
 	}
 }
