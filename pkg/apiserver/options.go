@@ -38,6 +38,7 @@ import (
 	"github.com/certapi/certapi/pkg/apis/certapi"
 	"github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	"github.com/certapi/certapi/pkg/apis/certapi/validation"
+	"github.com/certapi/certapi/pkg/controller/erasure"
 	generatedopenapi "github.com/certapi/certapi/pkg/generated/openapi"
 	"github.com/certapi/certapi/pkg/issuer"
 	"github.com/certapi/certapi/pkg/registry/servingcertrequest"
@@ -430,6 +431,9 @@ func (o *Options) Config(etcd *Etcd) (*Config, error) {
 	if serverConfig.SecureServing != nil {
 		auth.clientCAs = serverConfig.SecureServing.ClientCA
 	}
+	snapshots := o.Snapshots.schedule(etcd.client, o.DataDir)
+	// Only the embedded etcd is certapi's to compact and defragment (erasure.Etcd's Owned says why).
+	erase := &erasure.Etcd{Client: etcd.client, Owned: etcd.embedded != nil || etcd.member != nil, Cluster: etcd.member != nil, Snapshots: snapshots}
 	return &Config{
 		GenericConfig: serverConfig,
 		ExtraConfig: ExtraConfig{
@@ -442,7 +446,8 @@ func (o *Options) Config(etcd *Etcd) (*Config, error) {
 			DistrustDeadline:       o.DistrustDeadline,
 			RequestCounter:         o.requestCounter,
 			Leader:                 o.Leader,
-			Snapshots:              o.Snapshots.schedule(etcd.client, o.DataDir),
+			Snapshots:              snapshots,
+			Erasure:                erase,
 			KeepPublishedCAs:       o.KeepPublishedCAs,
 			EtcdMember:             etcd.member,
 			QuorumReadiness:        quorum,

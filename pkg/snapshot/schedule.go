@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -38,6 +39,10 @@ type Schedule struct {
 	Now func() time.Time
 	// Taken, when set, is called after every attempt with its result (for metrics and tests).
 	Taken func(info Info, err error)
+
+	// mu makes Once and Fresh take turns, so that a scheduled snapshot still streaming when Fresh prunes
+	// cannot land, older than Fresh's, after it.
+	mu sync.Mutex
 }
 
 // Run takes snapshots until ctx ends, and then returns nil: a failed snapshot is logged and reported to
@@ -105,29 +110,91 @@ func nextDelay(newest, now time.Time, interval time.Duration) time.Duration {
 
 // Once takes one scheduled snapshot now and prunes the old ones.
 func (s *Schedule) Once(ctx context.Context) (Info, error) {
-	if err := os.MkdirAll(s.Dir, 0o700); err != nil {
-		return Info{}, fmt.Errorf("creating the snapshot directory %s: %w", s.Dir, err)
-	}
-	path := filepath.Join(s.Dir, scheduledPrefix+s.now().UTC().Format(scheduledTime)+scheduledSuffix)
-	info, err := SaveFrom(ctx, s.Client, path)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	info, err := s.save(ctx)
 	if err != nil {
 		return Info{}, err
 	}
+	names, err := s.names()
+	if err != nil {
+		return info, err
+	}
+	return info, s.remove(toPrune(names, s.Retention), nil)
+}
+
+// Fresh takes a scheduled snapshot now and removes every scheduled snapshot older than it, whatever the
+// Retention, logging each: after a distrust erased etcd's history, every snapshot taken before holds the
+// distrusted CAs' keys. It returns the new snapshot and the names of the files it removed.
+func (s *Schedule) Fresh(ctx context.Context) (Info, []string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	info, err := s.save(ctx)
+	if err != nil {
+		return Info{}, nil, err
+	}
+	names, err := s.names()
+	if err != nil {
+		return info, nil, err
+	}
+	var removed []string
+	err = s.remove(olderThan(names, filepath.Base(info.Path)), func(name string) {
+		removed = append(removed, name)
+		klog.FromContext(ctx).Info("Removed a scheduled etcd snapshot taken before the erasure", "path", filepath.Join(s.Dir, name))
+	})
+	return info, removed, err
+}
+
+// names lists the files in Dir.
+func (s *Schedule) names() ([]string, error) {
 	entries, err := os.ReadDir(s.Dir)
 	if err != nil {
-		return info, fmt.Errorf("listing %s to prune old snapshots: %w", s.Dir, err)
+		return nil, fmt.Errorf("listing %s to prune old snapshots: %w", s.Dir, err)
 	}
 	names := make([]string, 0, len(entries))
 	for _, e := range entries {
 		names = append(names, e.Name())
 	}
+	return names, nil
+}
+
+// remove deletes the named files of Dir, calling removed (when set) for each one it deleted.
+func (s *Schedule) remove(names []string, removed func(name string)) error {
 	var errs []error
-	for _, n := range toPrune(names, s.Retention) {
-		if err := os.Remove(filepath.Join(s.Dir, n)); err != nil && !errors.Is(err, os.ErrNotExist) {
+	for _, n := range names {
+		err := os.Remove(filepath.Join(s.Dir, n))
+		switch {
+		case err == nil:
+			if removed != nil {
+				removed(n)
+			}
+		case !errors.Is(err, os.ErrNotExist):
 			errs = append(errs, fmt.Errorf("removing old snapshot: %w", err))
 		}
 	}
-	return info, errors.Join(errs...)
+	return errors.Join(errs...)
+}
+
+// save takes one scheduled snapshot into Dir, named for the time now.
+func (s *Schedule) save(ctx context.Context) (Info, error) {
+	if err := os.MkdirAll(s.Dir, 0o700); err != nil {
+		return Info{}, fmt.Errorf("creating the snapshot directory %s: %w", s.Dir, err)
+	}
+	path := filepath.Join(s.Dir, scheduledPrefix+s.now().UTC().Format(scheduledTime)+scheduledSuffix)
+	return SaveFrom(ctx, s.Client, path)
+}
+
+// olderThan returns the scheduled snapshot names among names that sort before newest (they were taken
+// before it), oldest first. Other names are never returned.
+func olderThan(names []string, newest string) []string {
+	var out []string
+	for _, n := range names {
+		if _, ok := scheduledAt(n); ok && n < newest {
+			out = append(out, n)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // toPrune returns the scheduled snapshot names among names beyond the newest keep, oldest first. Names that

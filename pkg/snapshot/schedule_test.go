@@ -32,6 +32,30 @@ func TestToPrune(t *testing.T) {
 	}
 }
 
+func TestOlderThan(t *testing.T) {
+	const fresh = "certapi-20260103T000000Z.db"
+	for _, tc := range []struct {
+		name  string
+		names []string
+		want  []string
+	}{
+		{"only the fresh one", []string{fresh}, nil},
+		{"every older one goes, whatever the retention, in any listing order",
+			[]string{fresh, "certapi-20260102T000000Z.db", "certapi-20251231T235959Z.db", "certapi-20260101T000000Z.db"},
+			[]string{"certapi-20251231T235959Z.db", "certapi-20260101T000000Z.db", "certapi-20260102T000000Z.db"}},
+		{"a newer one (a clock that went back) stays", []string{"certapi-20260104T000000Z.db", fresh}, nil},
+		{"other files are never removed",
+			[]string{"mine.db", "certapi-manual.db", ".certapi-20260102T000000Z.db.part-1", "certapi-20260102T000000Z.db.bak", "certapi-20260102T000000Z.db", fresh},
+			[]string{"certapi-20260102T000000Z.db"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := olderThan(tc.names, fresh); !slices.Equal(got, tc.want) {
+				t.Errorf("olderThan = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
 func TestNextDelay(t *testing.T) {
 	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
 	for _, tc := range []struct {

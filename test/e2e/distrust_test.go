@@ -310,6 +310,12 @@ func TestDistrustDeadlineForcesTheDrop(t *testing.T) {
 		t.Errorf("Rotating condition %+v after the deadline: want False", cond)
 	}
 	waitCAEvents(t, kube, corev1.EventTypeWarning, "Distrust", "DistrustDeadline")
+	// certapi does not compact an etcd it does not own (--etcd-servers): it says what the operator must run.
+	e2etest.Eventually(t, 30*time.Second, "the HistoryErased condition to leave the erasure to the operator", func(context.Context) (bool, error) {
+		cond := meta.FindStatusCondition(e2etest.CAObject(t, c).Status.Conditions, certapiv1alpha1.ConditionHistoryErased)
+		return cond != nil && cond.Status == metav1.ConditionFalse && cond.Reason == certapiv1alpha1.HistoryErasedReasonExternalEtcd &&
+			strings.Contains(cond.Message, "etcdctl compact"), nil
+	})
 	data, err := os.ReadFile(own.Logs()[framework.ProcessCertapi])
 	if err != nil {
 		t.Fatal(err)

@@ -17,6 +17,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/certapi/certapi/pkg/controller"
+	"github.com/certapi/certapi/pkg/controller/erasure"
 	"github.com/certapi/certapi/pkg/controller/expiry"
 	"github.com/certapi/certapi/pkg/controller/injector"
 	"github.com/certapi/certapi/pkg/controller/podcert"
@@ -58,6 +59,9 @@ type Config struct {
 	RotationGrace, MaxCertificateDuration, DistrustDeadline time.Duration
 	// Snapshots, when set, takes the scheduled etcd snapshots.
 	Snapshots *snapshot.Schedule
+	// Erasure, when set, erases etcd's history and the scheduled snapshots taken before, once per
+	// completed distrust (its Snapshots are these Snapshots).
+	Erasure erasure.Eraser
 	// WatchReplicas makes a pending distrust wait for every replica to serve with a certificate of the
 	// Active CA (certapi serves itself from its own CA).
 	WatchReplicas bool
@@ -130,6 +134,14 @@ func Run(ctx context.Context, c Config) error {
 		return fmt.Errorf("building the CA rotation: %w", err)
 	}
 	term = append(term, controller.Named{Name: "rotation", Runnable: rot})
+	if c.Erasure != nil {
+		// Never ends the term: a failed erasure is reported and tried again with backoff.
+		er, err := erasure.New(erasure.Options{Context: cc, Eraser: c.Erasure})
+		if err != nil {
+			return fmt.Errorf("building the erasure of a distrust's history: %w", err)
+		}
+		term = append(term, controller.Named{Name: "erasure", Runnable: er})
+	}
 	if c.Snapshots != nil {
 		// Never ends the term: a failed snapshot is logged, counted and tried again an interval later.
 		term = append(term, controller.Named{Name: "snapshots", Runnable: c.Snapshots})

@@ -14,6 +14,12 @@ const (
 	// ClusterTrustBundles and PodCertificateRequests, Kubernetes 1.37 or later) or, when not, what certapi
 	// leaves off for want of one: certapi runs everything else on an older Kubernetes.
 	ConditionAPIsServed = "APIsServed"
+	// ConditionHistoryErased says whether what certapi keeps of the past besides the CA record no longer
+	// holds the keys of the CAs the last completed distrust dropped: etcd's history (compacted and
+	// defragmented) and the scheduled snapshots taken before (replaced by a fresh one). Set once a distrust
+	// completes; once that distrust's history is erased, its lastTransitionTime is not before
+	// status.distrust.completedAt.
+	ConditionHistoryErased = "HistoryErased"
 )
 
 // Reasons of a CertificateAuthority's APIsServed condition.
@@ -45,4 +51,16 @@ const (
 	// RecoveredReasonNoPublishedCAKept: certificates were found in the bundles certapi had published, but
 	// none is a CA of certapi's valid now; certificates of the lost CA are no longer trusted.
 	RecoveredReasonNoPublishedCAKept = "NoPublishedCAKept"
+)
+
+// Reasons of a CertificateAuthority's HistoryErased condition.
+const (
+	// HistoryErasedReasonErased: certapi compacted and defragmented its own etcd after the distrust
+	// completed, and replaced the scheduled snapshots taken before with a fresh one.
+	HistoryErasedReasonErased = "Erased"
+	// HistoryErasedReasonExternalEtcd: certapi stores in an etcd it does not own (--etcd-servers) and
+	// leaves its compaction and defragmentation to the operator; the message says what to run.
+	HistoryErasedReasonExternalEtcd = "ExternalEtcd"
+	// HistoryErasedReasonFailed: erasing failed and is tried again; the message says why.
+	HistoryErasedReasonFailed = "Failed"
 )
