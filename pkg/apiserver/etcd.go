@@ -61,7 +61,14 @@ func (o *Options) StartEtcd(ctx context.Context) (_ *Etcd, err error) {
 
 // startMember starts this replica's member of the replicas' etcd cluster and its maintenance loop.
 func (e *Etcd) startMember(ctx context.Context, o *Options) error {
-	m, follow, err := o.EtcdCluster.start(ctx, o.DataDir, o.ServiceNamespace, o.RecommendedOptions.CoreAPI.CoreAPIKubeconfigPath)
+	var sealing caKeysSealing
+	if o.EtcdCluster.PeerCACustody == PeerCACustodyEtcd {
+		var err error
+		if sealing, err = loadCAKeysSealing(ctx, o.RecommendedOptions.Etcd.EncryptionProviderConfigFilepath); err != nil {
+			return err
+		}
+	}
+	m, follow, err := o.EtcdCluster.start(ctx, o.DataDir, o.ServiceNamespace, o.RecommendedOptions.CoreAPI.CoreAPIKubeconfigPath, sealing)
 	if err != nil {
 		return err
 	}

@@ -2,6 +2,8 @@ package apiserver
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -12,7 +14,10 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	utilvalidation "k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apiserver/pkg/server/options/encryptionconfig"
+	"k8s.io/apiserver/pkg/storage/value"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -48,10 +53,32 @@ type EtcdClusterOptions struct {
 	// AcceptNewPeerCA starts the member with the peer CA of the Secret even when the CAs it trusted before do
 	// not vouch for it (etcdcluster.Config.AcceptNewPeerCA).
 	AcceptNewPeerCA bool
+	// PeerCACustody is where the peer CA's private key is kept: PeerCACustodySecret or PeerCACustodyEtcd.
+	PeerCACustody string
+	// EnrollPort is where a member that holds the peer CA's key answers joining members (custody etcd).
+	EnrollPort int
+	// MemberTokenFile is the projected ServiceAccount token, audience incluster.MemberTokenAudience, with
+	// which this member proves that it is a pod of certapi's StatefulSet when it enrolls (custody etcd).
+	MemberTokenFile string
 	// AdvertiseHost, when set, is the host the member advertises instead of <member-name>.<peer-service>
 	// (a hidden flag: for members of one machine in tests, where no Service's DNS exists).
 	AdvertiseHost string
 }
+
+// Where the etcd peer CA's private key is kept (--etcd-peer-ca-custody).
+const (
+	// PeerCACustodySecret keeps it in the peer CA Secret, beside its certificate (earlier versions).
+	PeerCACustodySecret = "secret"
+	// PeerCACustodyEtcd keeps it in the members' own etcd, sealed with the CA keys' encryption, and in
+	// the members' memory; the Secret holds the public part only, and members without the key enroll.
+	PeerCACustodyEtcd = "etcd"
+	// peerCARecordKey is the record's key in certapi's keyspace (EtcdPathPrefix).
+	peerCARecordKey = EtcdPathPrefix + "/etcdpeercas/default"
+)
+
+// DefaultMemberTokenFile is --etcd-member-token-file's default: where the chart mounts the projected
+// token.
+const DefaultMemberTokenFile = "/var/run/secrets/certapi.dev/etcd-member/token"
 
 // DefaultEtcdClusterOptions are the defaults: cluster mode off.
 func DefaultEtcdClusterOptions() EtcdClusterOptions {
@@ -61,6 +88,9 @@ func DefaultEtcdClusterOptions() EtcdClusterOptions {
 		PeerPort:          2380,
 		DeadMemberTimeout: DefaultDeadMemberTimeout,
 		PeerCASecret:      incluster.DefaultSecretName,
+		PeerCACustody:     PeerCACustodySecret,
+		EnrollPort:        2381,
+		MemberTokenFile:   DefaultMemberTokenFile,
 	}
 }
 
@@ -97,6 +127,19 @@ func (o *EtcdClusterOptions) AddFlags(fs *pflag.FlagSet) {
 			"back: a CA put into the Secret outside a rotation would split the cluster. Give it on every member once, only after replacing the CA on purpose.")
 	fs.StringVar(&o.PeerCACertFile, "etcd-peer-ca-cert-file", o.PeerCACertFile, "The etcd peer CA's certificate as a file, instead of --etcd-peer-ca-secret. Needs --etcd-peer-ca-key-file.")
 	fs.StringVar(&o.PeerCAKeyFile, "etcd-peer-ca-key-file", o.PeerCAKeyFile, "The etcd peer CA's private key as a file (PEM), with --etcd-peer-ca-cert-file.")
+	fs.StringVar(&o.PeerCACustody, "etcd-peer-ca-custody", o.PeerCACustody,
+		"Where the etcd peer CA's private key is kept. \"secret\": in --etcd-peer-ca-secret, beside its certificate, so that whoever reads that Secret "+
+			"can read certapi's etcd. \"etcd\": only in the members' own etcd, sealed with the encryption of the CA keys (--encryption-provider-config), "+
+			"and in the members' memory; the Secret holds the public part only. A member that starts without a certificate then proves to a member "+
+			"that holds the key that it is a pod of certapi's StatefulSet (--etcd-member-token-file, checked with a TokenReview and against the pod) "+
+			"and gets its certificate from it (--etcd-enroll-port). Switching a running cluster from secret to etcd keeps it serving: once every "+
+			"member keeps the key in etcd, the etcd leader removes it from the Secret (switching back then needs the key put back by hand).")
+	fs.IntVar(&o.EnrollPort, "etcd-enroll-port", o.EnrollPort,
+		"With --etcd-peer-ca-custody=etcd: the port on which a member that holds the peer CA's key issues joining members their certificates (TLS; "+
+			"a joining member verifies it against the peer CA and sends its token only then).")
+	fs.StringVar(&o.MemberTokenFile, "etcd-member-token-file", o.MemberTokenFile,
+		"With --etcd-peer-ca-custody=etcd: a projected ServiceAccount token of this pod with audience "+incluster.MemberTokenAudience+
+			", with which the member proves, when it enrolls, that it is a pod of certapi's StatefulSet.")
 	fs.StringVar(&o.AdvertiseHost, "etcd-advertise-host", o.AdvertiseHost,
 		"The host the etcd member advertises in its peer and client URLs instead of <member-name>.<etcd-peer-service>; it must stay the same across restarts. For members on one machine (tests), where no Service's DNS exists.")
 	_ = fs.MarkHidden("etcd-advertise-host")
@@ -143,6 +186,21 @@ func (o *EtcdClusterOptions) Validate(externalEtcd bool) []error {
 	if (o.PeerCACertFile == "") != (o.PeerCAKeyFile == "") {
 		errs = append(errs, errors.New("--etcd-peer-ca-cert-file and --etcd-peer-ca-key-file go together: give both or neither"))
 	}
+	switch o.PeerCACustody {
+	case PeerCACustodySecret:
+	case PeerCACustodyEtcd:
+		if o.PeerCACertFile != "" {
+			errs = append(errs, errors.New("--etcd-peer-ca-custody=etcd keeps the key in etcd, --etcd-peer-ca-cert-file gives it as a file: give one of them"))
+		}
+		if o.EnrollPort < 1 || o.EnrollPort > 65535 || o.EnrollPort == o.ClientPort || o.EnrollPort == o.PeerPort {
+			errs = append(errs, fmt.Errorf("--etcd-enroll-port %d: expected a port from 1 to 65535 other than the client and peer ports", o.EnrollPort))
+		}
+		if o.MemberTokenFile == "" {
+			errs = append(errs, errors.New("--etcd-member-token-file is empty: --etcd-peer-ca-custody=etcd needs the pod's projected token to enroll with"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("--etcd-peer-ca-custody %q: expected %q or %q", o.PeerCACustody, PeerCACustodySecret, PeerCACustodyEtcd))
+	}
 	if o.PeerCACertFile == "" {
 		if msgs := utilvalidation.IsDNS1123Subdomain(o.PeerCASecret); len(msgs) > 0 {
 			errs = append(errs, fmt.Errorf("--etcd-peer-ca-secret %q: %s", o.PeerCASecret, strings.Join(msgs, "; ")))
@@ -166,7 +224,7 @@ func (o *EtcdClusterOptions) memberName() string {
 // (Member.Run), and follow when not nil (it tells the member of every change of the peer CA's Secret
 // until its context ends), and stops them. namespace is certapi's own (--service-namespace); kubeconfig
 // is --kubeconfig (empty: in-cluster).
-func (o *EtcdClusterOptions) start(ctx context.Context, dataDir, namespace, kubeconfig string) (_ *etcdcluster.Member, follow func(context.Context) error, _ error) {
+func (o *EtcdClusterOptions) start(ctx context.Context, dataDir, namespace, kubeconfig string, sealing caKeysSealing) (_ *etcdcluster.Member, follow func(context.Context) error, _ error) {
 	dir, err := filepath.Abs(dataDir)
 	if err != nil {
 		return nil, nil, fmt.Errorf("resolving --data-dir %q: %w", dataDir, err)
@@ -214,9 +272,19 @@ func (o *EtcdClusterOptions) start(ctx context.Context, dataDir, namespace, kube
 		if err != nil {
 			return nil, nil, fmt.Errorf("reaching kube-apiserver for the etcd peer CA Secret: %w", err)
 		}
-		secret := &incluster.PeerCASecret{Client: client, Namespace: namespace, Name: o.PeerCASecret, Member: name}
+		secret := &incluster.PeerCASecret{Client: client, Namespace: namespace, Name: o.PeerCASecret, Member: name,
+			PublicOnly: o.PeerCACustody == PeerCACustodyEtcd, Designated: cfg.Designated}
 		if cfg.CA, err = secret.LoadOrCreate(ctx); err != nil {
 			return nil, nil, err
+		}
+		if cfg.CA.Key == nil && o.PeerCACustody != PeerCACustodyEtcd {
+			return nil, nil, fmt.Errorf("the etcd peer CA Secret %s/%s holds no key: the members keep it in their etcd (--etcd-peer-ca-custody=etcd "+
+				"removed it from the Secret); run every member with --etcd-peer-ca-custody=etcd", namespace, o.PeerCASecret)
+		}
+		if o.PeerCACustody == PeerCACustodyEtcd {
+			if err := o.custody(&cfg, client, namespace, name, sealing); err != nil {
+				return nil, nil, err
+			}
 		}
 		cfg.Bootstrap = secret
 		cfg.PeerCAStore = secret
@@ -235,9 +303,86 @@ func (o *EtcdClusterOptions) start(ctx context.Context, dataDir, namespace, kube
 	return m, follow, nil
 }
 
+// custody configures the member to keep the peer CA's key in etcd and to enroll (--etcd-peer-ca-custody=etcd).
+func (o *EtcdClusterOptions) custody(cfg *etcdcluster.Config, client kubernetes.Interface, namespace, name string, sealing caKeysSealing) error {
+	sa, err := tokenServiceAccount(o.MemberTokenFile, namespace)
+	if err != nil {
+		return err
+	}
+	cfg.PeerCARecordKey = peerCARecordKey
+	cfg.Transformer, cfg.RequireEncryptedRecord = sealing.transformer, sealing.encrypted
+	cfg.ListenEnrollURL = "https://" + net.JoinHostPort(o.BindAddress, strconv.Itoa(o.EnrollPort))
+	cfg.Proof = incluster.TokenFileProof(o.MemberTokenFile)
+	cfg.Verifier = &incluster.PodTokenVerifier{Client: client, Rules: incluster.PodIdentityRules{
+		Namespace: namespace, ServiceAccount: sa, StatefulSet: name[:strings.LastIndex(name, "-")], Audience: incluster.MemberTokenAudience,
+	}}
+	return nil
+}
+
+// tokenServiceAccount is the ServiceAccount whose token file is at path: the subject of the token this
+// pod was given, which every member of certapi's StatefulSet shares. (The token is this process's own,
+// so its claims need no verification here; other members' tokens are reviewed by kube-apiserver.)
+func tokenServiceAccount(path, namespace string) (string, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("--etcd-member-token-file: %w (mount a projected ServiceAccount token with audience %s there)", err, incluster.MemberTokenAudience)
+	}
+	parts := strings.Split(strings.TrimSpace(string(raw)), ".")
+	if len(parts) != 3 {
+		return "", fmt.Errorf("--etcd-member-token-file %s: not a JSON web token", path)
+	}
+	payload, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil {
+		return "", fmt.Errorf("--etcd-member-token-file %s: decoding its claims: %w", path, err)
+	}
+	var claims struct {
+		Subject string `json:"sub"`
+	}
+	if err := json.Unmarshal(payload, &claims); err != nil {
+		return "", fmt.Errorf("--etcd-member-token-file %s: decoding its claims: %w", path, err)
+	}
+	prefix := "system:serviceaccount:" + namespace + ":"
+	sa, ok := strings.CutPrefix(claims.Subject, prefix)
+	if !ok || sa == "" {
+		return "", fmt.Errorf("--etcd-member-token-file %s: its subject %q is not a ServiceAccount of %s", path, claims.Subject, namespace)
+	}
+	return sa, nil
+}
+
 func kubeConfig(path string) (*rest.Config, error) {
 	if path != "" {
 		return clientcmd.BuildConfigFromFlags("", path)
 	}
 	return rest.InClusterConfig()
+}
+
+// caKeysSealing is how the CA keys are sealed in etcd, for the peer CA's record: the transformer of the
+// EncryptionConfiguration for certificateauthoritykeys.certapi.dev, and whether it encrypts.
+type caKeysSealing struct {
+	transformer value.Transformer
+	encrypted   bool
+}
+
+// loadCAKeysSealing reads the EncryptionConfiguration at path (empty: none) before etcd starts, as the
+// storage layer reads it later, and returns the CA keys' transformer (identity when the file does not
+// list the resource).
+func loadCAKeysSealing(ctx context.Context, path string) (caKeysSealing, error) {
+	if path == "" {
+		return caKeysSealing{}, nil
+	}
+	cfg, err := encryptionconfig.LoadEncryptionConfig(ctx, path, false, defaultIdentity())
+	if err != nil {
+		return caKeysSealing{}, fmt.Errorf("--encryption-provider-config, for the etcd peer CA's record: %w", err)
+	}
+	r := caKeysResource()
+	for _, gr := range []schema.GroupResource{r, {Group: r.Group, Resource: "*"}, {Group: "*", Resource: "*"}} {
+		if t, ok := cfg.Transformers[gr]; ok {
+			why, err := caKeysUnencrypted(t)
+			if err != nil {
+				return caKeysSealing{}, fmt.Errorf("probing the encryption of %s: %w", r, err)
+			}
+			return caKeysSealing{transformer: t, encrypted: why == ""}, nil
+		}
+	}
+	return caKeysSealing{}, nil
 }

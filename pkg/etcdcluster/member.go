@@ -25,6 +25,7 @@ import (
 	"go.uber.org/zap"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
+	"k8s.io/apiserver/pkg/storage/value"
 	"k8s.io/klog/v2"
 
 	"github.com/certapi/certapi/pkg/metrics"
@@ -55,6 +56,8 @@ type BootstrapRecord interface {
 // PeerCAState is the peer CA as its store holds it, with the on-demand request to rotate it.
 type PeerCAState struct {
 	CA *PeerCA
+	// KeyInStore is true when the store holds the CA's private key too (the custody of earlier versions).
+	KeyInStore bool
 	// Requested is the latest request to rotate the CA (empty: none); Handled is the request the last
 	// rotation began for (see DecidePeerCA).
 	Requested, Handled string
@@ -67,6 +70,11 @@ type PeerCAStore interface {
 	// Replace stores next in place of cur and records handled as the request acted on (empty: leave the
 	// record as it is). It fails, changing nothing, when the store no longer holds cur.
 	Replace(ctx context.Context, cur, next *PeerCA, handled string) error
+	// DropKey removes the private key of ca from the store, which keeps its public part; it fails,
+	// changing nothing, when the store no longer holds ca.
+	DropKey(ctx context.Context, ca *PeerCA) error
+	// Current reads the CA the store holds now.
+	Current(ctx context.Context) (*PeerCA, error)
 }
 
 // NoDataWindow is how recent a member's report of having no data must be to count (see DecideStart):
@@ -93,7 +101,33 @@ type Config struct {
 	// epoch is moved aside at start, data of a later one refused.
 	ClusterEpoch int
 	// CA is the peer CA as the member starts; it signs the member's certificate. SetPeerCA replaces it.
+	// A CA without its key (only its public part: certificate, bundle, chain) makes the member enroll
+	// through a member that holds the key instead (Proof), unless the certificate it has on its volume is
+	// still good.
 	CA *PeerCA
+	// PeerCARecordKey, when set, is the key in the members' etcd that keeps the peer CA with its private
+	// key, sealed with Transformer (custody.go); PeerCAStore then holds the public part only, and a member
+	// that holds the key drops it from a store that still has it once every member keeps it this way.
+	// Empty keeps the key in PeerCAStore (the custody of earlier versions).
+	PeerCARecordKey string
+	// Transformer seals the record (the EncryptionConfiguration's transformer of certapi's CA keys); nil
+	// stores it as it is.
+	Transformer value.Transformer
+	// RequireEncryptedRecord refuses a record stored unencrypted (Transformer encrypts).
+	RequireEncryptedRecord bool
+	// ListenEnrollURL is where the member answers joining members' enrollment requests
+	// (https://0.0.0.0:<port>), when Verifier is set; other members are asked on the same port at their
+	// client URL's host.
+	ListenEnrollURL string
+	// EnrollmentURL, when set, gives the enrollment URL of the member whose client URL is given; nil asks
+	// at the same host on ListenEnrollURL's port (every member listens on the same ports).
+	EnrollmentURL func(clientURL string) string
+	// Verifier establishes a joining member's identity before this member issues its certificate; nil
+	// enrolls nobody.
+	Verifier IdentityVerifier
+	// Proof returns this member's proof of identity (its pod's projected token) for enrolling; needed when
+	// CA comes without its key.
+	Proof func() (string, error)
 	// PeerCAStore, when set, lets this member rotate the peer CA while it is the etcd leader (DecidePeerCA);
 	// nil never rotates (a CA given as files).
 	PeerCAStore PeerCAStore
@@ -146,6 +180,13 @@ func (c *Config) Validate() error {
 	}
 	if c.CA == nil {
 		errs = append(errs, errors.New("no peer CA given"))
+	} else if c.CA.Key == nil && c.Proof == nil {
+		errs = append(errs, errors.New("the peer CA is given without its key, and no proof of identity to enroll with"))
+	}
+	if c.Verifier != nil || (c.CA != nil && c.CA.Key == nil) {
+		if p, err := url.Parse(c.ListenEnrollURL); err != nil || p.Scheme != "https" || p.Port() == "" {
+			errs = append(errs, fmt.Errorf("listen enroll URL %q: expected https://<host>:<port>", c.ListenEnrollURL))
+		}
 	}
 	if c.Discover == nil {
 		errs = append(errs, errors.New("no discovery given"))
@@ -177,6 +218,8 @@ type Member struct {
 	status Status
 	// peerChanged wakes Run when SetPeerCA brought another CA: the member re-issues its certificate.
 	peerChanged chan struct{}
+	// custodyDone is true once this member has done its part of the key's custody (custody.go).
+	custodyDone bool
 	// foreignPeerCA is the CA the store last offered that the CA this member holds does not vouch for
 	// (nil when the store's is vouched for); the etcd leader's member writes its own back over it.
 	foreignPeerCA *PeerCA
@@ -242,6 +285,9 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 	if cfg.RetryInterval <= 0 {
 		cfg.RetryInterval = 5 * time.Second
 	}
+	if cfg.Transformer == nil {
+		cfg.Transformer = identityTransformer{}
+	}
 	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating %q: %w", cfg.Dir, err)
 	}
@@ -259,8 +305,8 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 				"with --etcd-accept-new-peer-ca)", cfg.Name, err)
 		}
 	}
-	if err := m.renewCertificate(time.Now()); err != nil {
-		return nil, err
+	if err := m.firstCertificate(ctx, time.Now()); err != nil {
+		return nil, fmt.Errorf("etcd member %s: %w", cfg.Name, err)
 	}
 	tlsCfg, err := transport.TLSInfo{CertFile: m.files.CertFile, KeyFile: m.files.KeyFile, TrustedCAFile: m.files.TrustedCAFile}.ClientConfig()
 	if err != nil {
@@ -787,6 +833,12 @@ func (m *Member) SetPeerCA(st PeerCAState) {
 		return
 	}
 	m.foreignPeerCA = nil
+	if st.CA.Key == nil && m.peer.CA.Key != nil && st.CA.Certificate.Equal(m.peer.CA.Certificate) {
+		// The store holds the public part only: the key this member holds stays (custody.go).
+		ca := *st.CA
+		ca.Key = m.peer.CA.Key
+		st.CA = &ca
+	}
 	changed := !st.CA.Equal(m.peer.CA)
 	m.peer = st
 	m.mu.Unlock()
@@ -805,17 +857,152 @@ func (m *Member) PeerCA() PeerCAState {
 	return m.peer
 }
 
-// renewCertificate issues a new member certificate from the peer CA the member holds and writes it,
-// with the CA's trust bundle, where etcd reads it.
-func (m *Member) renewCertificate(now time.Time) error {
-	hosts := slices.Clone(m.cfg.CertHosts)
-	for _, u := range []string{m.cfg.PeerURL, m.cfg.ClientURL} {
-		if p, err := url.Parse(u); err == nil {
-			hosts = append(hosts, p.Hostname())
+// firstCertificate gives the member its certificate as it starts: one it issues itself when it holds the
+// peer CA's key (given, or read from its own etcd data: keyFromVolume); else the one on its volume while more than a third of its life is left and the bundle
+// verifies it (a restart); else one a member that holds the key issues it (enroll), asked until one does
+// or ctx ends.
+func (m *Member) firstCertificate(ctx context.Context, now time.Time) error {
+	ca := m.PeerCA().CA
+	if ca.Key == nil && m.cfg.PeerCARecordKey != "" && m.hasData() {
+		withKey, err := m.keyFromVolume(ctx, ca)
+		if err == nil {
+			m.mu.Lock()
+			m.peer.CA = withKey
+			m.mu.Unlock()
+			ca = withKey
+			klog.InfoS("Loaded the etcd peer CA's key from this member's own data", "member", m.cfg.Name, "peerCA", ca.Certificate.Subject.CommonName)
+		} else {
+			klog.InfoS("The etcd peer CA's key is not in this member's data", "member", m.cfg.Name, "reason", err.Error())
 		}
 	}
+	if ca.Key != nil {
+		return m.renewCertificate(ctx, now)
+	}
+	mc, err := m.files.read(m.cfg.Name, ca.TrustPEM(), now)
+	if err == nil {
+		if err := m.files.write(mc, ca.TrustPEM()); err != nil {
+			return fmt.Errorf("storing the trust bundle: %w", err)
+		}
+		m.mu.Lock()
+		m.cert = mc
+		m.mu.Unlock()
+		klog.InfoS("Starting with the etcd member certificate on this member's volume", "member", m.cfg.Name, "notAfter", mc.NotAfter)
+		return nil
+	}
+	klog.InfoS("Enrolling with the etcd cluster for a member certificate", "member", m.cfg.Name, "reason", err.Error())
+	var last string
+	return retry(ctx, 200*time.Millisecond, m.cfg.RetryInterval, func(ctx context.Context) (bool, error) {
+		disc, err := m.cfg.Discover(ctx)
+		if err == nil {
+			err = m.renewCertificateFrom(ctx, disc.ClientURLs, time.Now())
+		}
+		if err == nil {
+			return true, nil
+		}
+		if errors.Is(err, errWait) && !m.hasData() {
+			// No member answered at all.
+			if done, berr := m.unanswered(ctx, disc); done || berr != nil {
+				return done, berr
+			}
+		}
+		if msg := err.Error(); msg != last {
+			klog.InfoS("Not enrolled yet; asking again", "member", m.cfg.Name, "reason", msg)
+			last = msg
+		}
+		return false, nil
+	})
+}
+
+// unanswered is a member's step without the peer CA's key, without data and without a certificate, when
+// no member answered its enrollment: every volume may have been lost with the key. The designated member
+// bootstraps a new cluster with a new peer CA when DecideStart says it may (the rules of a member without
+// data that nobody answers: a cluster that never existed, or every other member reporting that it has no
+// data either), and puts the new CA in the store; the others report that they have no data, and take the
+// store's CA as it is when it changed (they have no data to protect, and whatever they join checks them).
+func (m *Member) unanswered(ctx context.Context, disc Discovery) (bool, error) {
+	held := m.PeerCA().CA
+	if !m.cfg.Designated {
+		if m.cfg.Bootstrap != nil && time.Since(m.reportedNoData) > NoDataWindow/4 {
+			if err := m.cfg.Bootstrap.ReportNoData(ctx); err != nil {
+				klog.ErrorS(err, "Could not report that this member has no data", "member", m.cfg.Name)
+			} else {
+				m.reportedNoData = time.Now()
+			}
+		}
+		if m.cfg.PeerCAStore == nil {
+			return false, nil
+		}
+		cur, err := m.cfg.PeerCAStore.Current(ctx)
+		if err != nil || cur.Certificate.Equal(held.Certificate) {
+			return false, nil
+		}
+		m.mu.Lock()
+		m.peer.CA = cur
+		m.mu.Unlock()
+		klog.InfoS("Taking the etcd peer CA its store holds now: this member has no data and no certificate", "member", m.cfg.Name, "peerCA", cur.Certificate.Subject.CommonName)
+		return false, nil
+	}
+	in := StartInput{Name: m.cfg.Name, PeerURL: m.cfg.PeerURL, Designated: true, Epoch: m.cfg.ClusterEpoch, OtherPeersExist: disc.OtherPeersExist}
+	if m.cfg.Bootstrap != nil {
+		var err error
+		if in.ClusterExisted, err = m.cfg.Bootstrap.Existed(ctx); err != nil {
+			return false, fmt.Errorf("reading the bootstrap record: %w", err)
+		}
+		if others := m.otherMembers(ctx); in.ClusterExisted && in.OtherPeersExist && len(others) > 0 {
+			if in.OthersReportNoData, err = m.cfg.Bootstrap.ReportedNoData(ctx, others, NoDataWindow); err != nil {
+				return false, fmt.Errorf("reading the members' reports: %w", err)
+			}
+		}
+	}
+	plan := DecideStart(in)
+	if plan.Action != StartBootstrap {
+		return false, nil
+	}
+	ca, err := NewPeerCA(time.Now(), m.cfg.PeerCADuration)
+	if err != nil {
+		return false, err
+	}
+	if m.cfg.PeerCAStore != nil {
+		if err := m.cfg.PeerCAStore.Replace(ctx, held, ca, ""); err != nil {
+			return false, fmt.Errorf("storing a new peer CA: %w", err)
+		}
+	}
+	m.mu.Lock()
+	m.peer.CA = ca
+	m.mu.Unlock()
+	klog.InfoS("No member holds the etcd peer CA's key: made a new peer CA to bootstrap a new cluster",
+		"member", m.cfg.Name, "peerCA", ca.Certificate.Subject.CommonName, "reason", plan.Reason)
+	return true, m.renewCertificate(ctx, time.Now())
+}
+
+// renewCertificate issues a new member certificate from the peer CA the member holds, or has one issued
+// by another member when it does not hold the CA's key, and writes it, with the CA's trust bundle, where
+// etcd reads it.
+func (m *Member) renewCertificate(ctx context.Context, now time.Time) error {
+	var urls []string
+	if m.etcd != nil {
+		urls = m.votingClientURLs()
+	}
+	return m.renewCertificateFrom(ctx, urls, now)
+}
+
+// renewCertificateFrom is renewCertificate, enrolling through the members at clientURLs when this member
+// does not hold the CA's key.
+func (m *Member) renewCertificateFrom(ctx context.Context, clientURLs []string, now time.Time) error {
 	ca := m.PeerCA().CA
-	mc, err := ca.IssueMember(m.cfg.Name, hosts, now, m.cfg.MemberCertDuration)
+	var mc *MemberCertificate
+	var err error
+	if ca.Key == nil {
+		mc, err = m.enroll(ctx, clientURLs, ca.TrustPEM(), now)
+	} else {
+		hosts := slices.Clone(m.cfg.CertHosts)
+		for _, u := range []string{m.cfg.PeerURL, m.cfg.ClientURL} {
+			if p, err := url.Parse(u); err == nil {
+				hosts = append(hosts, p.Hostname())
+			}
+		}
+		mc, err = ca.IssueMember(m.cfg.Name, hosts, now, m.cfg.MemberCertDuration)
+	}
 	if err != nil {
 		return fmt.Errorf("etcd member %s: %w", m.cfg.Name, err)
 	}
@@ -845,13 +1032,21 @@ func (m *Member) Run(ctx context.Context) error {
 		watch.Wait()
 	}()
 	watch.Go(func() { m.watchLeader(watchCtx, quorumLost) })
+	if m.cfg.Verifier != nil {
+		watch.Go(func() {
+			if err := m.serveEnrollment(watchCtx); err != nil {
+				klog.ErrorS(err, "This etcd member cannot enroll joining members; they enroll through another", "member", m.cfg.Name)
+			}
+		})
+	}
 	reissue := false
 	for {
 		m.mu.Lock()
 		renewAt := m.cert.RenewAt
 		m.mu.Unlock()
+		m.keepCustody(ctx)
 		if reissue || !time.Now().Before(renewAt) {
-			if err := m.renewCertificate(time.Now()); err != nil {
+			if err := m.renewCertificate(ctx, time.Now()); err != nil {
 				klog.ErrorS(err, "Renewing the etcd member certificate failed; retried", "member", m.cfg.Name)
 			} else {
 				klog.InfoS("Renewed the etcd member certificate", "member", m.cfg.Name, "peerCA", m.PeerCA().CA.Certificate.SerialNumber.Text(16))
@@ -931,7 +1126,7 @@ func (m *Member) maintain(ctx context.Context, tracker *HealthTracker, lastReaso
 	}
 	act := DecideMaintenance(MaintenanceInput{Members: states, Now: time.Now(), DeadMemberTimeout: m.cfg.DeadMemberTimeout, StalledLearnerTimeout: m.cfg.StalledLearnerTimeout})
 	st.Decision = act.Reason
-	m.rotatePeerCA(ctx, peer, members, &st.PeerCA, lastPeerReason)
+	m.rotatePeerCA(ctx, c, peer, members, &st.PeerCA, lastPeerReason)
 	m.setStatus(st)
 	if act.Reason != "" && act.Reason != *lastReason {
 		klog.InfoS("Etcd membership", "reason", act.Reason)
@@ -1031,8 +1226,9 @@ func convertClusterMembers(s *etcdserver.EtcdServer) []Entry {
 
 // rotatePeerCA runs one step of the peer CA's rotation on the etcd leader (DecidePeerCA): it begins one
 // when due or asked for, and finishes it once every member presents a certificate of the new CA, each
-// through the store. st is filled with what it saw.
-func (m *Member) rotatePeerCA(ctx context.Context, peer PeerCAState, members []Entry, st *PeerCAStatus, lastReason *string) {
+// through the store, and keeps the key's record (custody.go) through c, a client of this member. st is
+// filled with what it saw.
+func (m *Member) rotatePeerCA(ctx context.Context, c *clientv3.Client, peer PeerCAState, members []Entry, st *PeerCAStatus, lastReason *string) {
 	if m.cfg.PeerCAStore == nil {
 		return
 	}
@@ -1052,6 +1248,9 @@ func (m *Member) rotatePeerCA(ctx context.Context, peer PeerCAState, members []E
 		klog.InfoS("Wrote the etcd peer CA the members hold back to its store, in place of one it does not vouch for",
 			"held", peer.CA.Certificate.Subject.CommonName, "replaced", foreign.Certificate.Subject.CommonName)
 		return
+	}
+	if m.cfg.PeerCARecordKey != "" && peer.KeyInStore {
+		m.dropKeyFromStore(ctx, c, peer.CA, members, st)
 	}
 	ca := peer.CA
 	in := PeerCAInput{
@@ -1086,6 +1285,10 @@ func (m *Member) rotatePeerCA(ctx context.Context, peer PeerCAState, members []E
 	}
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
+	if err := m.storeRotatedRecord(cctx, c, ca, next); err != nil {
+		klog.ErrorS(err, "Storing the rotated etcd peer CA's key in the members' etcd failed; retried", "action", plan.Action)
+		return
+	}
 	if err := m.cfg.PeerCAStore.Replace(cctx, ca, next, handled); err != nil {
 		klog.ErrorS(err, "Storing the rotated etcd peer CA failed; retried", "action", plan.Action)
 		return

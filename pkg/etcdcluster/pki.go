@@ -3,8 +3,10 @@ package etcdcluster
 import (
 	"crypto"
 	"crypto/rand"
+	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"net"
@@ -254,7 +256,8 @@ func (ca *PeerCA) Equal(other *PeerCA) bool {
 	return ca.Certificate.Equal(other.Certificate) && string(ca.TrustPEM()) == string(other.TrustPEM()) && string(ca.Chain) == string(other.Chain)
 }
 
-// LoadPeerCA reads a peer CA from PEM: its certificate, its key, the bundle to trust (empty: the
+// LoadPeerCA reads a peer CA from PEM: its certificate, its key (empty: the CA's public part only, with
+// which a member enrolls rather than issue its own certificate), the bundle to trust (empty: the
 // certificate alone) and its chain (empty: none; see PeerCA.Chain). The key must belong to the
 // certificate, and the bundle must hold the certificate.
 func LoadPeerCA(certPEM, keyPEM, bundlePEM, chainPEM []byte) (*PeerCA, error) {
@@ -262,18 +265,24 @@ func LoadPeerCA(certPEM, keyPEM, bundlePEM, chainPEM []byte) (*PeerCA, error) {
 	if err != nil || len(certs) != 1 {
 		return nil, fmt.Errorf("loading etcd peer CA: expected exactly one CA certificate in PEM (%v)", err)
 	}
-	key, err := signer.ParseKeyPEM(keyPEM)
-	if err != nil {
-		return nil, fmt.Errorf("loading etcd peer CA key: %w", err)
-	}
-	pub, ok := key.Public().(interface{ Equal(crypto.PublicKey) bool })
-	if !ok || !pub.Equal(certs[0].PublicKey) {
-		return nil, errors.New("loading etcd peer CA: the key does not belong to the certificate")
+	pub, ok := certs[0].PublicKey.(interface{ Equal(crypto.PublicKey) bool })
+	if !ok {
+		return nil, errors.New("loading etcd peer CA: unsupported public key")
 	}
 	if !certs[0].IsCA {
 		return nil, errors.New("loading etcd peer CA: the certificate is not a CA")
 	}
-	ca := &PeerCA{Certificate: certs[0], Key: key}
+	ca := &PeerCA{Certificate: certs[0]}
+	if len(keyPEM) > 0 {
+		key, err := signer.ParseKeyPEM(keyPEM)
+		if err != nil {
+			return nil, fmt.Errorf("loading etcd peer CA key: %w", err)
+		}
+		if !pub.Equal(key.Public()) {
+			return nil, errors.New("loading etcd peer CA: the key does not belong to the certificate")
+		}
+		ca.Key = key
+	}
 	if len(bundlePEM) > 0 {
 		trusted, err := signer.ParseBundle(bundlePEM)
 		if err != nil {
@@ -304,7 +313,8 @@ func LoadPeerCA(certPEM, keyPEM, bundlePEM, chainPEM []byte) (*PeerCA, error) {
 // CertificatePEM is the CA certificate, PEM.
 func (ca *PeerCA) CertificatePEM() []byte { return signer.EncodeBundle(ca.Certificate) }
 
-// KeyPEM is the CA private key, PKCS#8 PEM. It goes only into the peer CA's Secret.
+// KeyPEM is the CA private key, PKCS#8 PEM: for the members' etcd (sealed), or the peer CA's Secret
+// where the key is kept there (the custody of earlier versions).
 func (ca *PeerCA) KeyPEM() ([]byte, error) { return signer.EncodeKeyPEM(ca.Key) }
 
 // TrustPEM is what members trust: Bundle, or the certificate alone.
@@ -328,12 +338,21 @@ type MemberCertificate struct {
 // names and IP addresses in hosts plus localhost, 127.0.0.1 and ::1, with a fresh ECDSA P-256 key. Its
 // lifetime is capped by the CA's.
 func (ca *PeerCA) IssueMember(name string, hosts []string, now time.Time, duration time.Duration) (*MemberCertificate, error) {
-	if duration <= 0 {
-		duration = DefaultMemberCertDuration
-	}
 	key, err := signer.GenerateKey(signer.ECDSAP256)
 	if err != nil {
 		return nil, fmt.Errorf("issuing etcd member certificate: %w", err)
+	}
+	return ca.issueMember(name, hosts, key.Public(), key, now, duration)
+}
+
+// issueMember issues the member certificate of IssueMember for pub. key is pub's private key when this
+// process made it (it goes into KeyPEM), nil when a joining member holds it (enrollment).
+func (ca *PeerCA) issueMember(name string, hosts []string, pub crypto.PublicKey, key crypto.Signer, now time.Time, duration time.Duration) (*MemberCertificate, error) {
+	if ca.Key == nil {
+		return nil, errors.New("issuing etcd member certificate: this member does not hold the peer CA's key")
+	}
+	if duration <= 0 {
+		duration = DefaultMemberCertDuration
 	}
 	serial, err := signer.RandomSerial()
 	if err != nil {
@@ -362,17 +381,19 @@ func (ca *PeerCA) IssueMember(name string, hosts []string, now time.Time, durati
 			if !ip.IsLoopback() {
 				tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
 			}
-		} else if h != "" && h != "localhost" {
+		} else if h != "" && h != "localhost" && !slices.Contains(tmpl.DNSNames, h) {
 			tmpl.DNSNames = append(tmpl.DNSNames, h)
 		}
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Certificate, key.Public(), ca.Key)
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Certificate, pub, ca.Key)
 	if err != nil {
 		return nil, fmt.Errorf("issuing etcd member certificate: signing: %w", err)
 	}
-	keyPEM, err := signer.EncodeKeyPEM(key)
-	if err != nil {
-		return nil, fmt.Errorf("issuing etcd member certificate: %w", err)
+	var keyPEM []byte
+	if key != nil {
+		if keyPEM, err = signer.EncodeKeyPEM(key); err != nil {
+			return nil, fmt.Errorf("issuing etcd member certificate: %w", err)
+		}
 	}
 	cert, err := x509.ParseCertificate(der)
 	if err != nil {
@@ -390,13 +411,7 @@ func (ca *PeerCA) IssueMember(name string, hosts []string, now time.Time, durati
 			}
 		}
 	}
-	life := cert.NotAfter.Sub(now)
-	return &MemberCertificate{
-		CertPEM:  signer.EncodeBundle(chain...),
-		KeyPEM:   keyPEM,
-		NotAfter: cert.NotAfter,
-		RenewAt:  now.Add(life * 2 / 3),
-	}, nil
+	return newMemberCertificate(cert, signer.EncodeBundle(chain...), keyPEM, now), nil
 }
 
 // pkiFiles are where a member keeps its TLS material for etcd, which reads files: its certificate and
@@ -444,4 +459,50 @@ func (f pkiFiles) write(mc *MemberCertificate, trust []byte) error {
 		}
 	}
 	return nil
+}
+
+// read loads the member certificate stored on the volume, when trust verifies it and more than a third
+// of its life is left (a member that restarts keeps it instead of enrolling again); the error says why
+// not otherwise.
+func (f pkiFiles) read(name string, trust []byte, now time.Time) (*MemberCertificate, error) {
+	pair, err := os.ReadFile(f.CertFile)
+	if err != nil {
+		return nil, fmt.Errorf("no member certificate on this member's volume: %w", err)
+	}
+	var certPEM, keyPEM []byte
+	for rest := pair; ; {
+		var block *pem.Block
+		if block, rest = pem.Decode(rest); block == nil {
+			break
+		}
+		if block.Type == "CERTIFICATE" {
+			certPEM = append(certPEM, pem.EncodeToMemory(block)...)
+		} else {
+			keyPEM = append(keyPEM, pem.EncodeToMemory(block)...)
+		}
+	}
+	if _, err := tls.X509KeyPair(certPEM, keyPEM); err != nil {
+		return nil, fmt.Errorf("the member certificate on this member's volume is unusable: %w", err)
+	}
+	certs, err := signer.ParseBundle(certPEM)
+	if err != nil {
+		return nil, fmt.Errorf("the member certificate on this member's volume is unusable: %w", err)
+	}
+	leaf := certs[0]
+	if leaf.Subject.CommonName != name {
+		return nil, fmt.Errorf("the member certificate on this member's volume is %q's", leaf.Subject.CommonName)
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(trust)
+	inter := x509.NewCertPool()
+	for _, c := range certs[1:] {
+		inter.AddCert(c)
+	}
+	if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter, CurrentTime: now, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}}); err != nil {
+		return nil, fmt.Errorf("the peer CA bundle does not verify the member certificate on this member's volume: %w", err)
+	}
+	if left, life := leaf.NotAfter.Sub(now), leaf.NotAfter.Sub(leaf.NotBefore); left < life/3 {
+		return nil, fmt.Errorf("the member certificate on this member's volume ends at %s", leaf.NotAfter.Format(time.RFC3339))
+	}
+	return &MemberCertificate{CertPEM: certPEM, KeyPEM: keyPEM, NotAfter: leaf.NotAfter, RenewAt: leaf.NotBefore.Add(leaf.NotAfter.Sub(leaf.NotBefore) * 2 / 3)}, nil
 }

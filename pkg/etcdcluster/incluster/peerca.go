@@ -57,13 +57,38 @@ type PeerCASecret struct {
 	Namespace, Name string
 	// Member names this member in the bootstrap record.
 	Member string
+	// PublicOnly keeps the CA's public part only in the Secret (tls.key empty): the members keep the key
+	// in their own etcd (etcdcluster.Config.PeerCARecordKey). A Secret that still holds a key is read with
+	// it, until the etcd leader drops it (DropKey). Only the Designated member creates the Secret then
+	// (it alone can hold the key of a new cluster's CA); the others wait for it.
+	PublicOnly bool
+	// Designated is true for ordinal 0.
+	Designated bool
 }
+
+// errNoPeerCAYet means the Secret does not exist and this member may not create it: ordinal 0 does.
+var errNoPeerCAYet = errors.New("the etcd peer CA Secret does not exist yet; the first member (ordinal 0) creates it")
 
 // LoadOrCreate reads the peer CA, or creates it when the Secret does not exist. Creation is
 // create-only: of replicas starting together one wins, and the others read the winner's CA. Errors that
 // may pass (kube-apiserver unreachable or overloaded while the pod starts) are retried with backoff until
 // ctx ends; the others (forbidden, a Secret that does not hold a CA) are returned at once.
 func (s *PeerCASecret) LoadOrCreate(ctx context.Context) (*etcdcluster.PeerCA, error) {
+	var ca *etcdcluster.PeerCA
+	err := wait.PollUntilContextCancel(ctx, 2*time.Second, true, func(ctx context.Context) (bool, error) {
+		var err error
+		ca, err = s.loadOrCreateRetried(ctx)
+		if errors.Is(err, errNoPeerCAYet) {
+			klog.InfoS("Waiting for the etcd peer CA Secret", "secret", klog.KRef(s.Namespace, s.Name), "reason", err.Error())
+			return false, nil
+		}
+		return err == nil, err
+	})
+	return ca, err
+}
+
+// loadOrCreateRetried is loadOrCreate, retried with backoff while the errors may pass.
+func (s *PeerCASecret) loadOrCreateRetried(ctx context.Context) (*etcdcluster.PeerCA, error) {
 	var ca *etcdcluster.PeerCA
 	backoff := wait.Backoff{Duration: 200 * time.Millisecond, Factor: 2, Jitter: 0.1, Steps: 8, Cap: 10 * time.Second}
 	var last error
@@ -104,11 +129,14 @@ func (s *PeerCASecret) loadOrCreate(ctx context.Context) (*etcdcluster.PeerCA, e
 	secrets := s.Client.CoreV1().Secrets(s.Namespace)
 	sec, err := secrets.Get(ctx, s.Name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
+		if s.PublicOnly && !s.Designated {
+			return nil, errNoPeerCAYet
+		}
 		ca, cerr := etcdcluster.NewPeerCA(time.Now(), etcdcluster.DefaultPeerCADuration)
 		if cerr != nil {
 			return nil, cerr
 		}
-		keyPEM, cerr := ca.KeyPEM()
+		keyPEM, cerr := s.storedKey(ca)
 		if cerr != nil {
 			return nil, cerr
 		}
@@ -149,9 +177,10 @@ func (s *PeerCASecret) state(sec *corev1.Secret) (etcdcluster.PeerCAState, error
 		return etcdcluster.PeerCAState{}, fmt.Errorf("the etcd peer CA Secret %s/%s (keys tls.crt, tls.key, ca.crt, chain.crt): %w", s.Namespace, s.Name, err)
 	}
 	return etcdcluster.PeerCAState{
-		CA:        ca,
-		Requested: sec.Annotations[certapiv1alpha1.AnnotationEtcdPeerCARotate],
-		Handled:   sec.Annotations[certapiv1alpha1.AnnotationEtcdPeerCARotated],
+		CA:         ca,
+		KeyInStore: ca.Key != nil,
+		Requested:  sec.Annotations[certapiv1alpha1.AnnotationEtcdPeerCARotate],
+		Handled:    sec.Annotations[certapiv1alpha1.AnnotationEtcdPeerCARotated],
 	}, nil
 }
 
@@ -161,11 +190,7 @@ func (s *PeerCASecret) state(sec *corev1.Secret) (etcdcluster.PeerCAState, error
 // believe they lead, one changes the Secret and the other fails.
 func (s *PeerCASecret) Replace(ctx context.Context, cur, next *etcdcluster.PeerCA, handled string) error {
 	secrets := s.Client.CoreV1().Secrets(s.Namespace)
-	sec, err := secrets.Get(ctx, s.Name, metav1.GetOptions{})
-	if err != nil {
-		return fmt.Errorf("reading the etcd peer CA Secret %s/%s: %w", s.Namespace, s.Name, err)
-	}
-	held, err := s.state(sec)
+	sec, held, err := s.read(ctx)
 	if err != nil {
 		return err
 	}
@@ -173,7 +198,7 @@ func (s *PeerCASecret) Replace(ctx context.Context, cur, next *etcdcluster.PeerC
 		return fmt.Errorf("the etcd peer CA Secret %s/%s no longer holds the CA %s this rotation started from; not replaced",
 			s.Namespace, s.Name, cur.Certificate.SerialNumber.Text(16))
 	}
-	keyPEM, err := next.KeyPEM()
+	keyPEM, err := s.storedKey(next)
 	if err != nil {
 		return err
 	}
@@ -197,6 +222,60 @@ func (s *PeerCASecret) Replace(ctx context.Context, cur, next *etcdcluster.PeerC
 	}
 	if _, err := secrets.Patch(ctx, s.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: certapiv1alpha1.FieldManager}); err != nil {
 		return fmt.Errorf("storing the rotated etcd peer CA in Secret %s/%s: %w", s.Namespace, s.Name, err)
+	}
+	return nil
+}
+
+// Current reads the CA the Secret holds now.
+func (s *PeerCASecret) Current(ctx context.Context) (*etcdcluster.PeerCA, error) {
+	_, st, err := s.read(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return st.CA, nil
+}
+
+// read gets the Secret and the state it holds.
+func (s *PeerCASecret) read(ctx context.Context) (*corev1.Secret, etcdcluster.PeerCAState, error) {
+	sec, err := s.Client.CoreV1().Secrets(s.Namespace).Get(ctx, s.Name, metav1.GetOptions{})
+	if err != nil {
+		return nil, etcdcluster.PeerCAState{}, fmt.Errorf("reading the etcd peer CA Secret %s/%s: %w", s.Namespace, s.Name, err)
+	}
+	st, err := s.state(sec)
+	if err != nil {
+		return nil, etcdcluster.PeerCAState{}, err
+	}
+	return sec, st, nil
+}
+
+// storedKey is what the Secret's tls.key holds of ca: its key, or nothing when PublicOnly (a Secret of
+// type kubernetes.io/tls must have the field).
+func (s *PeerCASecret) storedKey(ca *etcdcluster.PeerCA) ([]byte, error) {
+	if s.PublicOnly {
+		return []byte{}, nil
+	}
+	return ca.KeyPEM()
+}
+
+// DropKey empties the Secret's tls.key, guarded like Replace by the resourceVersion read and by the
+// Secret still holding ca.
+func (s *PeerCASecret) DropKey(ctx context.Context, ca *etcdcluster.PeerCA) error {
+	sec, held, err := s.read(ctx)
+	if err != nil {
+		return err
+	}
+	if !held.CA.Equal(ca) {
+		return fmt.Errorf("the etcd peer CA Secret %s/%s no longer holds the CA %s; its key is not dropped", s.Namespace, s.Name, ca.Certificate.SerialNumber.Text(16))
+	}
+	patch, err := json.Marshal(map[string]any{
+		"metadata": map[string]any{"resourceVersion": sec.ResourceVersion},
+		"data":     map[string]any{corev1.TLSPrivateKeyKey: []byte{}},
+	})
+	if err != nil {
+		return fmt.Errorf("encoding the etcd peer CA Secret's patch: %w", err)
+	}
+	if _, err := s.Client.CoreV1().Secrets(s.Namespace).Patch(ctx, s.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: certapiv1alpha1.FieldManager}); err != nil {
+		return fmt.Errorf("removing the key from the etcd peer CA Secret %s/%s: %w", s.Namespace, s.Name, err)
 	}
 	return nil
 }

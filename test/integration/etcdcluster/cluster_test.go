@@ -57,6 +57,8 @@ type world struct {
 	// external are the client URLs of members that run outside this process (certapi's own): discovery
 	// always lists them.
 	external []string
+	// configure, when set, changes each member's configuration last (custody_test.go).
+	configure func(nd *node, cfg *etcdcluster.Config)
 }
 
 func newWorld(t *testing.T, n int) *world {
@@ -122,7 +124,7 @@ func (w *world) config(nd *node) etcdcluster.Config {
 	if store != nil {
 		peerCAStore = store
 	}
-	return etcdcluster.Config{
+	cfg := etcdcluster.Config{
 		Name: nd.name, Dir: nd.dir,
 		PeerURL: nd.peerURL, ClientURL: nd.clientURL, ListenPeerURL: nd.peerURL, ListenClientURL: nd.clientURL,
 		Designated: nd.designated, ClusterEpoch: epoch, CA: ca, PeerCAStore: peerCAStore, Discover: w.discover(nd),
@@ -134,6 +136,10 @@ func (w *world) config(nd *node) etcdcluster.Config {
 			return w.replicas, w.replicas > 0
 		},
 	}
+	if w.configure != nil {
+		w.configure(nd, &cfg)
+	}
+	return cfg
 }
 
 // start starts nd's member and its maintenance loop, and returns once it is a voting member.

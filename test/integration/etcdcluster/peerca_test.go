@@ -10,13 +10,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	"github.com/certapi/certapi/pkg/etcdcluster"
 	"github.com/certapi/certapi/pkg/etcdcluster/incluster"
-	"github.com/certapi/certapi/test/framework"
 )
 
 // TestPeerCASecret: replicas starting together end up with one peer CA, created once in a Secret of
@@ -24,19 +21,8 @@ import (
 func TestPeerCASecret(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cp, err := framework.Start(ctx, framework.Options{Dir: t.TempDir(), SkipCertapi: true})
-	if err != nil {
-		if cp != nil {
-			framework.PrintLogTails(os.Stderr, cp.Logs())
-		}
-		t.Fatalf("starting etcd and kube-apiserver: %v", err)
-	}
-	defer cp.Stop()
-	kube := kubernetes.NewForConfigOrDie(rest.CopyConfig(cp.AdminConfig))
 	const ns = "certapi-system"
-	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	kube := startKubeAPIServer(ctx, t, ns)
 
 	const replicas = 3
 	cas := make([]*etcdcluster.PeerCA, replicas)

@@ -27,6 +27,9 @@ type memStore struct {
 	mu       sync.Mutex
 	st       etcdcluster.PeerCAState
 	replaced int
+	// publicOnly keeps the CA's public part only, as the Secret does when the members keep the key in
+	// their etcd (custody_test.go).
+	publicOnly bool
 }
 
 func newMemStore(w *world) *memStore {
@@ -40,7 +43,30 @@ func newMemStore(w *world) *memStore {
 func (s *memStore) state() etcdcluster.PeerCAState {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.st
+	st := s.st
+	st.KeyInStore = st.CA.Key != nil
+	return st
+}
+
+// Current is the CA the store holds.
+func (s *memStore) Current(context.Context) (*etcdcluster.PeerCA, error) { return s.state().CA, nil }
+
+// DropKey removes the key from the store, as incluster.PeerCASecret empties tls.key.
+func (s *memStore) DropKey(_ context.Context, ca *etcdcluster.PeerCA) error {
+	s.mu.Lock()
+	if !s.st.CA.Equal(ca) {
+		s.mu.Unlock()
+		return errors.New("the store no longer holds that CA")
+	}
+	public := *s.st.CA
+	public.Key = nil
+	s.st.CA = &public
+	s.mu.Unlock()
+	s.w.mu.Lock()
+	s.w.ca = &public
+	s.w.mu.Unlock()
+	s.tellMembers()
+	return nil
 }
 
 func (s *memStore) replacements() int {
@@ -54,6 +80,11 @@ func (s *memStore) Replace(_ context.Context, cur, next *etcdcluster.PeerCA, han
 	if !s.st.CA.Equal(cur) {
 		s.mu.Unlock()
 		return errors.New("the store no longer holds the CA the rotation started from")
+	}
+	if s.publicOnly {
+		public := *next
+		public.Key = nil
+		next = &public
 	}
 	s.st.CA = next
 	if handled != "" {

@@ -27,11 +27,16 @@ const apiService = "v1alpha1.certapi.dev"
 // (nodetest.StartLoad: 4 client-go callers, with client-go's retries of a 503 or 429 with Retry-After),
 //
 //   - a rolling upgrade to a new image: the release's image tagged anew in the node's containerd, as a
-//     registry would serve a new version, and `helm upgrade --reuse-values --set image.tag=<new>`;
+//     registry would serve a new version, and `helm upgrade --reuse-values --set image.tag=<new>`, which
+//     also moves the etcd peer CA's key out of its Secret into the members' etcd
+//     (etcd.cluster.peerCACustody etcd): once every member keeps it there, the etcd leader empties the
+//     Secret's tls.key, and what certapi's token reads of the Secret signs nothing;
 //   - a node drain, as the eviction API does it: one policy/v1 Eviction of every pod at once, each
 //     refused (429) by the PodDisruptionBudget and retried as `kubectl drain` does until it goes. The one
 //     node is not cordoned: its pods must come back on it;
 //   - the leader's pod deleted with `--force --grace-period=0`;
+//   - a member's volume lost: its new pod has no certificate and no key, proves with its projected token
+//     that it is a pod of the StatefulSet, and a member that holds the key issues its certificate;
 //
 // each fail no call and keep every call within nodetest.CallBound, the APIService never reports anything
 // but Available throughout (watched), and the CA stays the same.
@@ -65,9 +70,22 @@ func TestZeroDowntime(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	helm(t, "upgrade", "certapi", releaseChart(t), "--namespace", ns, "--reuse-values", "--set", "image.tag="+newTag)
+	helm(t, "upgrade", "certapi", releaseChart(t), "--namespace", ns, "--reuse-values", "--set", "image.tag="+newTag, "--set", "etcd.cluster.peerCACustody=etcd")
 	nodetest.Kubectl(t, cp, "-n", ns, "rollout", "status", "statefulset/certapi", "--timeout=10m")
 	took := time.Since(start)
+	nodetest.WaitFor(t, 2*time.Minute, "the etcd leader to remove the peer CA's key from its Secret", func(ctx context.Context) (bool, string) {
+		sec, err := kube.CoreV1().Secrets(ns).Get(ctx, "certapi-etcd-peer-ca", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return len(sec.Data[corev1.TLSPrivateKeyKey]) == 0, fmt.Sprintf("tls.key holds %d bytes", len(sec.Data[corev1.TLSPrivateKeyKey]))
+	})
+	// What certapi's own token reads of the Secret: the public part only.
+	asCertapi := nodetest.Kubectl(t, cp, "-n", ns, "get", "secret", "certapi-etcd-peer-ca", "-o", "jsonpath={.data.tls\\.key}",
+		"--as=system:serviceaccount:"+ns+":certapi")
+	if strings.TrimSpace(asCertapi) != "" {
+		t.Errorf("certapi's token reads a key from the peer CA Secret: %d bytes", len(asCertapi))
+	}
 	pods := certapiPods(t, kube)
 	for _, p := range pods {
 		if got := p.Spec.Containers[0].Image; got != repo+":"+newTag {
@@ -124,6 +142,39 @@ func TestZeroDowntime(t *testing.T) {
 	t.Logf("figure: the leader's pod %s deleted with --force --grace-period=0: another leader after %s, the pod back Ready after %s: %s",
 		leader, newLeader.Round(100*time.Millisecond), time.Since(start).Round(time.Second), l.Check(t, "the leader's pod deleted at once"))
 	avail.Check(t, "the leader's pod deleted at once")
+
+	// (d) A member's volume lost: its new pod enrolls.
+	if err := cp.CreateHostPathPV(ctx, "certapi-data-enroll", "1Gi"); err != nil {
+		t.Fatal(err)
+	}
+	victim = nil
+	for _, p := range certapiPods(t, kube) {
+		if p.Name == "certapi-1" {
+			victim = append(victim, p)
+		}
+	}
+	start = time.Now()
+	nodetest.Kubectl(t, cp, "-n", ns, "delete", "pvc", "data-certapi-1", "--wait=false")
+	nodetest.Kubectl(t, cp, "-n", ns, "delete", "pod", "certapi-1")
+	nodetest.WaitFor(t, 10*time.Minute, "certapi-1 back on a new claim and Ready", func(ctx context.Context) (bool, string) {
+		if ok, why := nodetest.PodsReady(ctx, kube, ns, selector, 3); !ok {
+			return false, why
+		}
+		return replaced(ctx, kube, victim)
+	})
+	nodetest.Logged(t, cp, ns, "certapi-1", "Enrolling with the etcd cluster for a member certificate",
+		"Enrolled with the etcd cluster: a member issued this member's certificate", "Loaded the etcd peer CA's key from the members' etcd")
+	enrolled := ""
+	if out, err := nodetest.KubectlErr(cp, "-n", ns, "logs", "certapi-1"); err == nil {
+		for _, line := range strings.Split(out, "\n") {
+			if _, after, ok := strings.Cut(line, `took="`); ok && strings.Contains(line, "Enrolled with the etcd cluster") {
+				enrolled, _, _ = strings.Cut(after, `"`)
+			}
+		}
+	}
+	t.Logf("figure: a member whose volume was lost enrolled (its enrollment request, token review and certificate: %s), joined and Ready in %s: %s",
+		enrolled, time.Since(start).Round(time.Second), l.Check(t, "a member's volume lost"))
+	avail.Check(t, "a member's volume lost")
 
 	l.Stop()
 	ca, err := certapi.CertapiV1alpha1().CertificateAuthorities().Get(ctx, "default", metav1.GetOptions{})
