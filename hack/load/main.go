@@ -19,11 +19,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/util/flowcontrol"
 
+	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	"github.com/certapi/certapi/pkg/generated/clientset/versioned"
 	"github.com/certapi/certapi/test/framework"
 )
@@ -163,8 +165,17 @@ func run(o options) error {
 	}
 	nsCtx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
-	if _, err := l.kube.CoreV1().Namespaces().Create(nsCtx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: o.namespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("creating namespace %s: %w", o.namespace, err)
+	// The namespace opts in to Secret delivery (label certapi.dev/secret-delivery=enabled) for --secrets.
+	// Against an installed certapi, give its ServiceAccount the ClusterRole certapi:secret-delivery there
+	// too (docs/usage.md); the certapi this tool starts runs as the kubeconfig's user.
+	optIn := map[string]string{certapiv1alpha1.LabelSecretDelivery: certapiv1alpha1.SecretDeliveryEnabled}
+	_, err = l.kube.CoreV1().Namespaces().Create(nsCtx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: o.namespace, Labels: optIn}}, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, certapiv1alpha1.LabelSecretDelivery, certapiv1alpha1.SecretDeliveryEnabled)
+		_, err = l.kube.CoreV1().Namespaces().Patch(nsCtx, o.namespace, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+	}
+	if err != nil {
+		return fmt.Errorf("creating namespace %s, opted in to Secret delivery: %w", o.namespace, err)
 	}
 	fmt.Printf("host: %s\n", l.config.Host)
 	phases := []struct {

@@ -494,6 +494,16 @@ func (d *demo) enforce(ctx context.Context) error {
 	if _, err := d.kubectlOK(ctx, "label", "namespace", demoNamespace, validateLabel+"=enabled"); err != nil {
 		return err
 	}
+	// The namespace also opts in to Secret delivery (docs/usage.md), for the kubectl create servingcertrequest
+	// --secret of "What to try next": the RoleBinding that lets certapi's ServiceAccount write Secrets
+	// here, then the label.
+	if _, err := d.kubectlOK(ctx, "create", "rolebinding", "certapi-secret-delivery", "-n", demoNamespace,
+		"--clusterrole="+certapiv1alpha1.ClusterRoleSecretDelivery, "--serviceaccount="+framework.CertapiNamespace+":certapi"); err != nil {
+		return err
+	}
+	if _, err := d.kubectlOK(ctx, "label", "namespace", demoNamespace, certapiv1alpha1.LabelSecretDelivery+"="+certapiv1alpha1.SecretDeliveryEnabled); err != nil {
+		return err
+	}
 	// kube-apiserver loads webhook configurations (and their caBundle) through an informer, and namespace
 	// labels through another: wait, with server-side dry runs, until it calls the webhook for this
 	// namespace and gets its answer. A dry run stores nothing; the webhook has no side effects.

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/apimachinery/pkg/util/sets"
 	utilvalidation "k8s.io/apimachinery/pkg/util/validation"
@@ -185,7 +186,8 @@ func NewOptions() *Options {
 	o.RecommendedOptions.Admission.RecommendedPluginOrder = append(o.RecommendedOptions.Admission.RecommendedPluginOrder,
 		secretaccess.PluginName, requestquota.PluginName, resourcequota.PluginName)
 	o.RecommendedOptions.ExtraAdmissionInitializers = func(*genericapiserver.RecommendedConfig) ([]admission.PluginInitializer, error) {
-		return []admission.PluginInitializer{requestquota.Initializer{MaxPerNamespace: o.MaxRequestsPerNamespace, Counter: o.requestCounter}}, nil
+		return []admission.PluginInitializer{requestquota.Initializer{MaxPerNamespace: o.MaxRequestsPerNamespace, Counter: o.requestCounter},
+			secretaccess.Initializer{Policy: o.Leader.SecretDelivery}}, nil
 	}
 	return o
 }
@@ -354,6 +356,9 @@ func (o *Options) Complete() error {
 	if o.LeaderIdentity == "" {
 		o.LeaderIdentity = defaultIdentity()
 	}
+	// The chart names certapi's ServiceAccount as its Service: the instructions to opt a namespace in to
+	// Secret delivery name it.
+	o.Leader.SecretDelivery.ServiceAccount = types.NamespacedName{Namespace: o.ServiceNamespace, Name: o.ServiceName}
 	return nil
 }
 
@@ -431,9 +436,10 @@ func (o *Options) Config(etcd *Etcd) (*Config, error) {
 	if serverConfig.SecureServing != nil {
 		auth.clientCAs = serverConfig.SecureServing.ClientCA
 	}
-	snapshots := o.Snapshots.schedule(etcd.client, o.DataDir)
+	snapshots := o.Snapshots.schedule(etcd.client, o.DataDir, transformer, encrypted)
 	// Only the embedded etcd is certapi's to compact and defragment (erasure.Etcd's Owned says why).
-	erase := &erasure.Etcd{Client: etcd.client, Owned: etcd.embedded != nil || etcd.member != nil, Cluster: etcd.member != nil, Snapshots: snapshots}
+	erase := &erasure.Etcd{Client: etcd.client, Owned: etcd.embedded != nil || etcd.member != nil, Cluster: etcd.member != nil, Snapshots: snapshots,
+		RecordDir: o.Snapshots.recordDir(o.DataDir, etcd.embedded != nil || etcd.member != nil)}
 	return &Config{
 		GenericConfig: serverConfig,
 		ExtraConfig: ExtraConfig{

@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/pflag"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"k8s.io/apiserver/pkg/storage/value"
 
 	"github.com/certapi/certapi/pkg/metrics"
 	"github.com/certapi/certapi/pkg/snapshot"
@@ -53,8 +54,9 @@ func (o *SnapshotOptions) Validate(embedded bool) []error {
 	return errs
 }
 
-// schedule returns the leader's snapshot schedule, or nil when --snapshot-interval is 0.
-func (o *SnapshotOptions) schedule(client *clientv3.Client, dataDir string) *snapshot.Schedule {
+// schedule returns the leader's snapshot schedule, or nil when --snapshot-interval is 0. When the CA keys
+// are encrypted (caKeys encrypts), every snapshot gets an integrity record sealed with caKeys.
+func (o *SnapshotOptions) schedule(client *clientv3.Client, dataDir string, caKeys value.Transformer, encrypted bool) *snapshot.Schedule {
 	if o.Interval == 0 {
 		return nil
 	}
@@ -62,11 +64,16 @@ func (o *SnapshotOptions) schedule(client *clientv3.Client, dataDir string) *sna
 	if dir == "" {
 		dir = filepath.Join(dataDir, "snapshots")
 	}
+	var sealer *snapshot.Sealer
+	if encrypted && caKeys != nil {
+		sealer = snapshot.NewSealer(caKeys)
+	}
 	return &snapshot.Schedule{
 		Interval:  o.Interval,
 		Dir:       dir,
 		Retention: o.Retention,
 		Client:    client,
+		Sealer:    sealer,
 		Taken: func(_ snapshot.Info, err error) {
 			if err != nil {
 				metrics.Snapshots.WithLabelValues("failure").Inc()
@@ -76,4 +83,17 @@ func (o *SnapshotOptions) schedule(client *clientv3.Client, dataDir string) *sna
 			metrics.SnapshotLastSuccess.SetToCurrentTime()
 		},
 	}
+}
+
+// recordDir is where the leader keeps the record of distrusted CAs that restores check
+// (snapshot.DistrustedFileName), scheduled snapshots or not: --snapshot-dir, else <data-dir>/snapshots with
+// the embedded etcd; empty (none kept) with an external etcd and no --snapshot-dir.
+func (o *SnapshotOptions) recordDir(dataDir string, embedded bool) string {
+	switch {
+	case o.Dir != "":
+		return o.Dir
+	case embedded && dataDir != "":
+		return filepath.Join(dataDir, "snapshots")
+	}
+	return ""
 }

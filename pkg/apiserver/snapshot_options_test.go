@@ -41,7 +41,14 @@ func TestSnapshotFlags(t *testing.T) {
 		if err != nil && strings.Contains(err.Error(), "snapshot") {
 			t.Errorf("%v: Validate() = %v", tc.args, err)
 		}
-		s := o.Snapshots.schedule(nil, o.DataDir)
+		s := o.Snapshots.schedule(nil, o.DataDir, nil, false)
+		if s != nil && s.Sealer != nil {
+			t.Errorf("%v: a schedule that seals integrity records with no encryption", tc.args)
+		}
+		// The record of distrusted CAs lives in the snapshot directory, scheduled snapshots or not.
+		if tc.dir != "" && o.Snapshots.recordDir(o.DataDir, true) != filepath.Clean(tc.dir) {
+			t.Errorf("%v: distrusted CAs recorded in %q, want %s", tc.args, o.Snapshots.recordDir(o.DataDir, true), tc.dir)
+		}
 		switch {
 		case tc.dir == "" && s != nil:
 			t.Errorf("%v: a schedule without --snapshot-interval", tc.args)

@@ -11,6 +11,7 @@ import (
 
 	etcdutl "go.etcd.io/etcd/etcdutl/v3/snapshot"
 	"go.uber.org/zap"
+	"k8s.io/apiserver/pkg/storage/value"
 
 	"github.com/certapi/certapi/pkg/etcdcluster"
 )
@@ -42,6 +43,22 @@ type RestoreOptions struct {
 	KeepLeases bool
 	// Now gives the time in the moved-aside directory's name; default time.Now.
 	Now func() time.Time
+
+	// Transformer is the CA keys' transformer of the EncryptionConfiguration certapi runs with
+	// (LoadTransformer); nil when none was given. With it the snapshot's integrity record is checked and
+	// encrypted CA values are read; without it neither is possible, and the restore says so.
+	Transformer value.Transformer
+	// IntegrityRecord is the snapshot's integrity record; default SnapshotPath+IntegritySuffix.
+	IntegrityRecord string
+	// FromStdin says the snapshot came on stdin (SnapshotPath is a copy): no record lies beside it.
+	FromStdin bool
+	// AcceptUnverified restores a snapshot whose integrity record is missing, malformed, made with another
+	// key or does not match (decideIntegrity).
+	AcceptUnverified bool
+	// Distrusted are the records of distrusted CAs to check the snapshot's CAs against.
+	Distrusted DistrustedSources
+	// AllowDistrusted restores a snapshot that holds a distrusted CA (decideDistrusted).
+	AllowDistrusted bool
 }
 
 // RestoreResult reports a restore.
@@ -54,14 +71,17 @@ type RestoreResult struct {
 	MovedAside string
 	// RevokedLeases is the number of the snapshot's leases revoked.
 	RevokedLeases int
+	// Notes are what the integrity and distrusted-CA checks found, for the operator (warnings among them).
+	Notes []string
 }
 
 // Restore makes a new etcd data directory at DataDir/etcd from a snapshot, with mode 0700, through a
 // temporary directory beside it renamed into place. It refuses while an etcd answers on the embedded socket
 // in DataDir, or holds etcd's locks on the files of DataDir/etcd (lockedBy: certapi, or a member of its
 // etcd cluster, still running, however it listens), Force or not, and refuses a non-empty DataDir/etcd
-// unless Force. Unless KeepLeases, it revokes the snapshot's leases before the directory is moved into
-// place.
+// unless Force. Before any of that, Check may refuse the snapshot (its integrity record, the distrusted CAs
+// it holds), and then nothing is changed. Unless KeepLeases, it revokes the snapshot's leases before the
+// directory is moved into place.
 func Restore(ctx context.Context, o RestoreOptions) (RestoreResult, error) {
 	if o.SnapshotPath == "" {
 		return RestoreResult{}, errors.New("no snapshot file given: certapi snapshot restore FILE --data-dir DIR")
@@ -73,6 +93,11 @@ func Restore(ctx context.Context, o RestoreOptions) (RestoreResult, error) {
 		return RestoreResult{}, errors.New("no --data-dir given: the directory certapi will run its embedded etcd in (its etcd data goes to DIR/etcd)")
 	}
 	info, err := Verify(o.SnapshotPath)
+	if err != nil {
+		return RestoreResult{}, err
+	}
+	// Before anything is changed: a refused snapshot leaves nothing behind.
+	notes, err := Check(ctx, o)
 	if err != nil {
 		return RestoreResult{}, err
 	}
@@ -126,7 +151,7 @@ func Restore(ctx context.Context, o RestoreOptions) (RestoreResult, error) {
 	}
 
 	target := filepath.Join(dir, EtcdDirName)
-	res := RestoreResult{Snapshot: info, EtcdDir: target}
+	res := RestoreResult{Snapshot: info, EtcdDir: target, Notes: notes}
 	state, err := targetStateOf(target)
 	if err != nil {
 		return RestoreResult{}, err
@@ -194,6 +219,49 @@ func Restore(ctx context.Context, o RestoreOptions) (RestoreResult, error) {
 		return RestoreResult{}, err
 	}
 	return res, nil
+}
+
+// Check runs a restore's checks of the snapshot o.SnapshotPath, which must have verified: its integrity
+// record (decideIntegrity) and the CAs it holds against the records of distrusted CAs (decideDistrusted).
+// It returns what they found for the operator, or an error that says why the restore is refused.
+func Check(ctx context.Context, o RestoreOptions) ([]string, error) {
+	var sealer *Sealer
+	if o.Transformer != nil {
+		sealer = NewSealer(o.Transformer)
+		if err := sealer.Probe(ctx); err != nil {
+			return nil, fmt.Errorf("--encryption-provider-config: %w", err)
+		}
+	}
+	var in Integrity
+	switch {
+	case sealer != nil && o.IntegrityRecord == "" && o.FromStdin:
+		in = Integrity{State: IntegrityMissing, Record: "(none: the snapshot came on stdin; give --integrity-record=FILE)"}
+	default:
+		record := o.IntegrityRecord
+		if record == "" {
+			record = o.SnapshotPath + IntegritySuffix
+		}
+		in = sealer.CheckIntegrity(ctx, o.SnapshotPath, record)
+	}
+	iv := decideIntegrity(in, o.AcceptUnverified)
+	if iv.Refuse {
+		return nil, errors.New(iv.Message)
+	}
+	distrusted, sources, err := o.Distrusted.Load()
+	if err != nil {
+		return nil, err
+	}
+	var held SnapshotCAs
+	if len(distrusted) > 0 {
+		if held, err = ReadCAs(ctx, o.SnapshotPath, o.Transformer); err != nil {
+			return nil, err
+		}
+	}
+	dv := decideDistrusted(held, distrusted, sources, o.AllowDistrusted)
+	if dv.Refuse {
+		return nil, errors.New(dv.Message)
+	}
+	return []string{iv.Message, dv.Message}, nil
 }
 
 // running reports whether something accepts connections on the Unix socket sock.

@@ -35,6 +35,9 @@ type Schedule struct {
 	Retention int
 	// Client is the etcd client to snapshot through.
 	Client *clientv3.Client
+	// Sealer, when set, writes each snapshot's integrity record beside it (FILE.integrity); pruning removes
+	// a record with its snapshot.
+	Sealer *Sealer
 	// Now gives the time for file names; default time.Now.
 	Now func() time.Time
 	// Taken, when set, is called after every attempt with its result (for metrics and tests).
@@ -158,10 +161,14 @@ func (s *Schedule) names() ([]string, error) {
 	return names, nil
 }
 
-// remove deletes the named files of Dir, calling removed (when set) for each one it deleted.
+// remove deletes the named files of Dir and their integrity records, calling removed (when set) for each
+// snapshot it deleted.
 func (s *Schedule) remove(names []string, removed func(name string)) error {
 	var errs []error
 	for _, n := range names {
+		if err := os.Remove(filepath.Join(s.Dir, n+IntegritySuffix)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("removing an old snapshot's integrity record: %w", err))
+		}
 		err := os.Remove(filepath.Join(s.Dir, n))
 		switch {
 		case err == nil:
@@ -181,7 +188,7 @@ func (s *Schedule) save(ctx context.Context) (Info, error) {
 		return Info{}, fmt.Errorf("creating the snapshot directory %s: %w", s.Dir, err)
 	}
 	path := filepath.Join(s.Dir, scheduledPrefix+s.now().UTC().Format(scheduledTime)+scheduledSuffix)
-	return SaveFrom(ctx, s.Client, path)
+	return SaveFromSealed(ctx, s.Client, path, s.Sealer)
 }
 
 // olderThan returns the scheduled snapshot names among names that sort before newest (they were taken

@@ -103,7 +103,13 @@ type Info struct {
 
 // Save streams a snapshot from src into path; see SaveFrom.
 func Save(ctx context.Context, src Source, path string) (Info, error) {
-	if err := checkTarget(path); err != nil {
+	return SaveSealed(ctx, src, path, nil)
+}
+
+// SaveSealed is Save, and with a sealer it writes the snapshot's integrity record to path+IntegritySuffix
+// before the snapshot is moved into place; see SaveFromSealed.
+func SaveSealed(ctx context.Context, src Source, path string, sealer *Sealer) (Info, error) {
+	if err := checkTarget(path, sealer != nil); err != nil {
 		return Info{}, err
 	}
 	client, err := Connect(ctx, src)
@@ -111,7 +117,7 @@ func Save(ctx context.Context, src Source, path string) (Info, error) {
 		return Info{}, err
 	}
 	defer client.Close()
-	return SaveFrom(ctx, client, path)
+	return SaveFromSealed(ctx, client, path, sealer)
 }
 
 // Connect returns a client of src's etcd once its first endpoint answers. The caller closes it.
@@ -146,8 +152,9 @@ func Connect(ctx context.Context, src Source) (*clientv3.Client, error) {
 	return client, nil
 }
 
-// checkTarget refuses a snapshot path whose directory is missing or that exists already.
-func checkTarget(path string) error {
+// checkTarget refuses a snapshot path whose directory is missing or that exists already, and with sealed an
+// integrity record that exists already.
+func checkTarget(path string, sealed bool) error {
 	if path == "" {
 		return errors.New("no snapshot file given: certapi snapshot save FILE")
 	}
@@ -162,6 +169,11 @@ func checkTarget(path string) error {
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("checking %s: %w", path, err)
 	}
+	if sealed {
+		if _, err := os.Lstat(path + IntegritySuffix); err == nil {
+			return fmt.Errorf("%s exists: snapshot save does not overwrite an integrity record; give a new file name or move the old one aside", path+IntegritySuffix)
+		}
+	}
 	return nil
 }
 
@@ -170,7 +182,14 @@ func checkTarget(path string) error {
 // trailer and a full bbolt check), then renamed into place, so path is either a complete snapshot or
 // absent. It refuses to overwrite an existing file. The file's mode is 0600.
 func SaveFrom(ctx context.Context, client *clientv3.Client, path string) (Info, error) {
-	if err := checkTarget(path); err != nil {
+	return SaveFromSealed(ctx, client, path, nil)
+}
+
+// SaveFromSealed is SaveFrom, and with a sealer (certapi runs with an --encryption-provider-config that
+// encrypts its CA keys) it writes the snapshot's integrity record to path+IntegritySuffix once the snapshot
+// verifies and before it is moved into place: a snapshot saved this way never appears without its record.
+func SaveFromSealed(ctx context.Context, client *clientv3.Client, path string, sealer *Sealer) (Info, error) {
+	if err := checkTarget(path, sealer != nil); err != nil {
 		return Info{}, err
 	}
 	dir := filepath.Dir(path)
@@ -208,7 +227,15 @@ func SaveFrom(ctx context.Context, client *clientv3.Client, path string) (Info, 
 	if err != nil {
 		return Info{}, fmt.Errorf("the snapshot received from etcd does not verify: %w", err)
 	}
+	if sealer != nil {
+		if err := sealer.Seal(ctx, tmpPath, path+IntegritySuffix); err != nil {
+			return Info{}, fmt.Errorf("writing the snapshot's integrity record: %w", err)
+		}
+	}
 	if err := os.Rename(tmpPath, path); err != nil {
+		if sealer != nil {
+			_ = os.Remove(path + IntegritySuffix)
+		}
 		return Info{}, fmt.Errorf("moving the snapshot into place at %s: %w", path, err)
 	}
 	done = true

@@ -219,6 +219,19 @@ func TestQuickStartClusterUse(t *testing.T) {
 	if !regexp.MustCompile(`kubectlCreate\([^)]*"--service=[^"]+", "--secret=[^"]+", "--wait"`).MatchString(readFile(t, root, "test/e2e/plugin_test.go")) {
 		t.Error("test/e2e's plugin test no longer runs kubectl create servingcertrequest with --service, --secret and --wait")
 	}
+	// The namespace opts in to Secret delivery first, with the commands test/e2e/manifests runs against
+	// the manifests' RBAC: the RoleBinding, then the label, in the namespace of the create.
+	optIn := regexp.MustCompile(`(?m)^kubectl create rolebinding certapi-secret-delivery -n (\S+) --clusterrole=certapi:secret-delivery --serviceaccount=certapi-system:certapi\n` +
+		`kubectl label namespace (\S+) ` + regexp.QuoteMeta(certapiv1alpha1.LabelSecretDelivery+"="+certapiv1alpha1.SecretDeliveryEnabled) + `\n` +
+		`kubectl create servingcertrequest \S+ -n (\S+) `).FindStringSubmatch(body)
+	if optIn == nil || optIn[1] != optIn[2] || optIn[2] != optIn[3] {
+		t.Errorf("the cluster-use block does not opt the request's namespace in to Secret delivery (kubectl create rolebinding, then kubectl label namespace) before it creates the request:\n%s", body)
+	}
+	rbacTest := readFile(t, root, "test/e2e/manifests/rbac_test.go")
+	if !strings.Contains(rbacTest, `ownKubectl("create", "rolebinding", "certapi-secret-delivery", "-n", ns, "--clusterrole=certapi:secret-delivery", "--serviceaccount=certapi-system:certapi")`) ||
+		!strings.Contains(rbacTest, `ownKubectl("label", "namespace", ns, "certapi.dev/secret-delivery=enabled")`) {
+		t.Error("test/e2e/manifests no longer opts a namespace in with the README's commands")
+	}
 	annotate := regexp.MustCompile(`(?m)^kubectl annotate validatingwebhookconfiguration \S+ (\S+)=true$`).FindStringSubmatch(body)
 	if annotate == nil || annotate[1] != certapiv1alpha1.AnnotationInjectCABundle {
 		t.Errorf("the cluster-use block does not annotate a webhook configuration %s=true:\n%s", certapiv1alpha1.AnnotationInjectCABundle, body)

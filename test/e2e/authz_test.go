@@ -67,7 +67,7 @@ func ptr[T any](v T) *T { return &v }
 func TestServingCertsAuthorization(t *testing.T) {
 	ctx := context.Background()
 	admin, kube := testhelpers.Clients(t, cp.AdminConfig)
-	ns := e2etest.Namespace(t, kube)
+	ns := e2etest.SecretNamespace(t, kube)
 	for _, n := range []string{"a", "b"} {
 		if _, err := admin.CertapiV1alpha1().ServingCertRequests(ns).Create(ctx, e2etest.Request(n, "svc-"+n), metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)

@@ -37,7 +37,7 @@ func TestIdleMakesNoAPICalls(t *testing.T) {
 	own := framework.StartT(t, framework.Options{CertapiArgs: []string{"-v=6"}})
 	ctx := context.Background()
 	c, kube := testhelpers.Clients(t, own.AdminConfig)
-	ns := e2etest.Namespace(t, kube)
+	ns := e2etest.SecretNamespace(t, kube)
 	req := e2etest.Request("idle", "idle")
 	req.Spec.SecretName = "idle-tls"
 	if _, err := c.CertapiV1alpha1().ServingCertRequests(ns).Create(ctx, req, metav1.CreateOptions{}); err != nil {

@@ -133,7 +133,7 @@ func (p pluginRun) failedWith(t *testing.T, msgs ...string) {
 func TestPlugin(t *testing.T) {
 	ctx := context.Background()
 	c, kube := testhelpers.Clients(t, cp.AdminConfig)
-	ns := e2etest.Namespace(t, kube)
+	ns := e2etest.SecretNamespace(t, kube)
 	scrs := c.CertapiV1alpha1().ServingCertRequests(ns)
 	kubectlCreate := newPluginRunner(t, buildPlugin(t)).create
 

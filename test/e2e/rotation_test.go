@@ -185,9 +185,11 @@ func TestDistrustReplacesTheCAAtOnce(t *testing.T) {
 	}
 }
 
-// deliveredRequest creates a request for Service name with secretName <name>-tls and waits for the Secret.
+// deliveredRequest opts ns in to Secret delivery, creates a request for Service name with secretName
+// <name>-tls and waits for the Secret.
 func deliveredRequest(t *testing.T, c versioned.Interface, kube kubernetes.Interface, ns, name string) {
 	t.Helper()
+	e2etest.OptIn(t, kube, ns)
 	req := e2etest.Request(name, name)
 	req.Spec.SecretName = name + "-tls"
 	if _, err := c.CertapiV1alpha1().ServingCertRequests(ns).Create(context.Background(), req, metav1.CreateOptions{}); err != nil {

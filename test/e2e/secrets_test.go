@@ -85,7 +85,7 @@ func waitReady(t *testing.T, c versioned.Interface, ns, name string, status meta
 func TestSecretDelivery(t *testing.T) {
 	ctx := context.Background()
 	c, kube := testhelpers.Clients(t, cp.AdminConfig)
-	ns := e2etest.Namespace(t, kube)
+	ns := e2etest.SecretNamespace(t, kube)
 
 	req := e2etest.Request("web", "web")
 	req.Spec.SecretName = "web-tls"
@@ -144,7 +144,7 @@ func TestSecretDelivery(t *testing.T) {
 func TestSecretRenewal(t *testing.T) {
 	ctx := context.Background()
 	c, kube := testhelpers.Clients(t, cp.AdminConfig)
-	ns := e2etest.Namespace(t, kube)
+	ns := e2etest.SecretNamespace(t, kube)
 	req := e2etest.Request("fast", "fast")
 	req.Spec.SecretName = "fast-tls"
 	req.Spec.Duration = &metav1.Duration{Duration: time.Hour}
@@ -175,7 +175,7 @@ func TestSecretRenewal(t *testing.T) {
 func TestSecretConflicts(t *testing.T) {
 	ctx := context.Background()
 	c, kube := testhelpers.Clients(t, cp.AdminConfig)
-	ns := e2etest.Namespace(t, kube)
+	ns := e2etest.SecretNamespace(t, kube)
 
 	foreign := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "foreign"}, Type: corev1.SecretTypeTLS,
 		Data: map[string][]byte{"tls.crt": []byte("not ours"), "tls.key": []byte("not ours either")}}

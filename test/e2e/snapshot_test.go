@@ -229,7 +229,7 @@ func TestNoBackupDataDirLost(t *testing.T) {
 	ctx := context.Background()
 	own, dataDir := snapshotPlane(t, "--keep-published-cas")
 	c, kube := testhelpers.Clients(t, own.AdminConfig)
-	ns := e2etest.Namespace(t, kube)
+	ns := e2etest.SecretNamespace(t, kube)
 	serial := e2etest.ActiveSerial(t, own)
 	deliveredRequest(t, c, kube, ns, "web")
 	target := injectionTarget(t, kube, ns)

@@ -91,6 +91,9 @@ func TestSingleReplicaOverlay(t *testing.T) {
 
 	ns := "single-replica-plugin"
 	kubectl(t, "create", "namespace", ns)
+	// Opt the namespace in to Secret delivery, as docs/usage.md says.
+	kubectl(t, "create", "rolebinding", "certapi-secret-delivery", "-n", ns, "--clusterrole=certapi:secret-delivery", "--serviceaccount=certapi-system:certapi")
+	kubectl(t, "label", "namespace", ns, "certapi.dev/secret-delivery=enabled")
 	// --wait needs something to wait for: with --secret the request is Ready once certapi has delivered
 	// the Secret.
 	out := kubectl(t, "create", "servingcertrequest", "demo", "-n", ns, "--service=demo", "--secret=demo-tls", "--wait")

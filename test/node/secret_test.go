@@ -35,6 +35,9 @@ func TestSecretDeliveredToPod(t *testing.T) {
 	ctx := context.Background()
 	ns, svc, secret := "secret-webhook", "tls-probe", "tls-probe-tls"
 	kubectl(t, "create", "namespace", ns)
+	// Opt the namespace in to Secret delivery, as docs/usage.md says.
+	kubectl(t, "create", "rolebinding", "certapi-secret-delivery", "-n", ns, "--clusterrole=certapi:secret-delivery", "--serviceaccount=certapi-system:certapi")
+	kubectl(t, "label", "namespace", ns, "certapi.dev/secret-delivery=enabled")
 	labels := map[string]string{"app": svc}
 	if _, err := kube.CoreV1().Services(ns).Create(ctx, &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: svc},

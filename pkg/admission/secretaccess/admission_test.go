@@ -5,13 +5,17 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/admission"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/certapi/certapi/pkg/apis/certapi"
+	"github.com/certapi/certapi/pkg/deliveryscope"
 )
 
 // fakeAuthorizer allows the "<verb> <name>" pairs in allowed (name empty for a create) and records
@@ -52,7 +56,39 @@ func TestValidate(t *testing.T) {
 		allowed  map[string]bool
 		wantErr  []string // substrings of the 403; none: admitted
 		asked    int      // authorization questions
+		// labels are the namespace's labels; nil: opted in (certapi.dev/secret-delivery=enabled).
+		labels map[string]string
+		// liveOnly: the namespace exists (with labels) but the cache has not seen it yet.
+		liveOnly bool
+		// cluster: --secret-delivery-scope=cluster.
+		cluster bool
 	}{
+		// Secret delivery only in namespaces that opted in, refused before anyone is asked anything.
+		{name: "create with secretName in a namespace that has not opted in", op: admission.Create, obj: scr("r-tls"), allowed: both,
+			labels: map[string]string{"team": "a"}, asked: 0,
+			wantErr: []string{`namespace "team" has not opted in to Secret delivery`, "kubectl label namespace team certapi.dev/secret-delivery=enabled",
+				"kubectl create rolebinding certapi-secret-delivery -n team --clusterrole=certapi:secret-delivery --serviceaccount=certapi-system:certapi"}},
+		{name: "create with secretName, the label with another value", op: admission.Create, obj: scr("r-tls"), allowed: both,
+			labels: map[string]string{"certapi.dev/secret-delivery": "true"}, asked: 0, wantErr: []string{"has not opted in"}},
+		{name: "set secretName in a namespace that has not opted in", op: admission.Update, old: scr(""), obj: scr("r-tls"), allowed: both,
+			labels: map[string]string{}, asked: 0, wantErr: []string{"has not opted in"}},
+		{name: "change the SANs with secretName set, the namespace no longer opted in", op: admission.Update,
+			old: scr("r-tls"), obj: scr("r-tls", "extra.team.svc"), allowed: both, labels: map[string]string{}, asked: 0, wantErr: []string{"has not opted in"}},
+		{name: "metadata-only update with secretName set, the namespace no longer opted in", op: admission.Update,
+			old: scr("r-tls"), obj: func() *certapi.ServingCertRequest {
+				r := scr("r-tls")
+				r.Labels = map[string]string{"a": "b"}
+				return r
+			}(), labels: map[string]string{}, asked: 0},
+		{name: "create without secretName in a namespace that has not opted in", op: admission.Create, obj: scr(""), labels: map[string]string{}, asked: 0},
+		{name: "a namespace labelled a moment ago, not in the cache yet", op: admission.Create, obj: scr("r-tls"), allowed: both, liveOnly: true, asked: 3},
+		{name: "a namespace not in the cache, not opted in", op: admission.Create, obj: scr("r-tls"), allowed: both, liveOnly: true,
+			labels: map[string]string{}, asked: 0, wantErr: []string{"has not opted in"}},
+		{name: "cluster scope: a namespace without the label", op: admission.Create, obj: scr("r-tls"), allowed: both, cluster: true,
+			labels: map[string]string{}, asked: 3},
+		{name: "cluster scope: still the requester's own Secret rights", op: admission.Create, obj: scr("r-tls"), allowed: updateOnly, cluster: true,
+			labels: map[string]string{}, asked: 1, wantErr: []string{"may not create secrets"}},
+
 		{name: "create without secretName", op: admission.Create, obj: scr(""), asked: 0},
 		// Update is asked for every Secret of the namespace first (one cached answer for all requests),
 		// then for the Secret by name.
@@ -87,6 +123,36 @@ func TestValidate(t *testing.T) {
 			authz := &fakeAuthorizer{allowed: tt.allowed}
 			p := &Plugin{Handler: admission.NewHandler(admission.Create, admission.Update)}
 			p.SetAuthorizer(authorizer.AuthorizerFunc(authz.Authorize))
+			policy := deliveryscope.Policy{Scope: deliveryscope.LabelledNamespaces}
+			policy.ServiceAccount.Namespace, policy.ServiceAccount.Name = "certapi-system", "certapi"
+			if tt.cluster {
+				policy.Scope = deliveryscope.Cluster
+			}
+			Initializer{Policy: policy}.Initialize(p)
+			labels := tt.labels
+			if labels == nil {
+				labels = map[string]string{"certapi.dev/secret-delivery": "enabled"}
+			}
+			ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team", Labels: labels}}
+			client := fake.NewClientset()
+			if !tt.liveOnly {
+				client = fake.NewClientset(ns)
+			}
+			factory := informers.NewSharedInformerFactory(client, 0)
+			p.SetExternalKubeInformerFactory(factory)
+			p.SetExternalKubeClientSet(client)
+			if err := p.ValidateInitialization(); err != nil {
+				t.Fatal(err)
+			}
+			stop := make(chan struct{})
+			defer close(stop)
+			factory.Start(stop)
+			factory.WaitForCacheSync(stop)
+			if tt.liveOnly {
+				if _, err := client.CoreV1().Namespaces().Create(context.Background(), ns, metav1.CreateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
 			var old runtime.Object
 			if tt.old != nil {
 				old = tt.old

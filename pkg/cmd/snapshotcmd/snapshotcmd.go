@@ -7,10 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"k8s.io/apiserver/pkg/storage/value"
 
 	"github.com/certapi/certapi/pkg/snapshot"
 )
@@ -58,6 +61,7 @@ func newSnapshotSaveCommand() *cobra.Command {
 		servers                   []string
 		caFile, certFile, keyFile string
 		timeout                   time.Duration
+		encryptionConfig          string
 	)
 	cmd := &cobra.Command{
 		Use:   "save FILE",
@@ -76,6 +80,12 @@ exist. Its mode is 0600. Prints the size, revision, key count and hash.
 FILE "-" writes the snapshot to stdout instead (from a container with a read-only root file system and no
 shell: kubectl exec ... -- certapi snapshot save - > certapi.db), checking etcd's SHA-256 trailer as it
 streams; check the copy with "certapi snapshot status".
+
+With --encryption-provider-config (the EncryptionConfiguration certapi runs with, which encrypts
+certificateauthoritykeys.certapi.dev), save also writes FILE.integrity: the snapshot's size and SHA-256
+sealed with the key that encrypts the CA keys (any provider, KMS v2 included), so that nobody without that
+key can make a snapshot that "certapi snapshot restore" with the same configuration accepts. The record is
+written before FILE appears. A snapshot streamed to stdout gets no record.
 
 ` + snapshotLong,
 		Example: `  # In certapi's pod (embedded etcd):
@@ -108,6 +118,22 @@ streams; check the copy with "certapi snapshot status".
 				ctx, cancel = context.WithTimeout(ctx, timeout)
 				defer cancel()
 			}
+			var sealer *snapshot.Sealer
+			if encryptionConfig != "" {
+				if args[0] == "-" {
+					return errors.New("--encryption-provider-config writes an integrity record beside FILE, and a snapshot streamed to stdout has none: " +
+						"save to a file (in certapi's volume) to have its record, or leave the flag out")
+				}
+				t, stop, err := snapshot.LoadTransformer(ctx, encryptionConfig)
+				if err != nil {
+					return err
+				}
+				defer stop()
+				sealer = snapshot.NewSealer(t)
+				if err := sealer.Probe(ctx); err != nil {
+					return fmt.Errorf("--encryption-provider-config %s: %w", encryptionConfig, err)
+				}
+			}
 			start := time.Now()
 			if args[0] == "-" {
 				client, err := snapshot.Connect(ctx, src)
@@ -123,11 +149,15 @@ streams; check the copy with "certapi snapshot status".
 					n, time.Since(start).Round(time.Millisecond))
 				return err
 			}
-			info, err := snapshot.Save(ctx, src, args[0])
+			info, err := snapshot.SaveSealed(ctx, src, args[0], sealer)
 			if err != nil {
 				return err
 			}
-			_, err = fmt.Fprintf(cmd.OutOrStdout(), "Saved %s in %s\n%s", info.Path, time.Since(start).Round(time.Millisecond), describe(info))
+			integrity := "integrity: none (no --encryption-provider-config: a restore cannot tell this snapshot from a crafted one)\n"
+			if sealer != nil {
+				integrity = "integrity: sealed in " + info.Path + snapshot.IntegritySuffix + "\n"
+			}
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "Saved %s in %s\n%s%s", info.Path, time.Since(start).Round(time.Millisecond), describe(info), integrity)
 			return err
 		},
 	}
@@ -138,12 +168,15 @@ streams; check the copy with "certapi snapshot status".
 	fs.StringVar(&certFile, "etcd-certfile", "", "Client certificate for the external etcd.")
 	fs.StringVar(&keyFile, "etcd-keyfile", "", "Client key for the external etcd.")
 	fs.DurationVar(&timeout, "timeout", 5*time.Minute, "Give up when the snapshot has not been saved within this time (0: no limit).")
+	fs.StringVar(&encryptionConfig, "encryption-provider-config", "", "The EncryptionConfiguration certapi runs with: write FILE"+snapshot.IntegritySuffix+
+		", the snapshot's digest sealed with the key that encrypts certificateauthoritykeys.certapi.dev.")
 	return cmd
 }
 
 func newSnapshotRestoreCommand() *cobra.Command {
 	var o snapshot.RestoreOptions
 	var bump uint64
+	var encryptionConfig string
 	cmd := &cobra.Command{
 		Use:   "restore FILE --data-dir DIR",
 		Short: "Restore a snapshot into the data directory of certapi's embedded etcd",
@@ -172,8 +205,24 @@ the cluster's current --etcd-cluster-epoch (chart value etcd.cluster.epoch; 1 fo
 start every member with that epoch, and members whose data is of an earlier one move it aside and join the
 restored member instead of restarting the old cluster between them.
 
+Before anything is changed, two checks can refuse the snapshot:
+
+Integrity. With --encryption-provider-config (the EncryptionConfiguration certapi runs with; its KMS v2
+plugins must answer), the snapshot's integrity record (FILE.integrity, or --integrity-record) must open with
+that key and match the snapshot: a snapshot changed or replaced, a record made with another key, or no record
+at all is refused, unless --accept-unverified-snapshot (for a snapshot taken with etcdctl, streamed to stdout,
+or taken before certapi wrote records). Without --encryption-provider-config no check is possible: the
+restore goes on and says so.
+
+Distrusted CAs. The leader records every CA a distrust removes from trust in distrusted-cas.json in its
+snapshot directory. Restore reads that record from FILE's directory, from DIR/snapshots, and from each
+--distrusted-cas (a copy you keep with your off-cluster backups), and refuses a snapshot whose CertificateAuthority
+or CA record (any revision it keeps) holds one of those CAs, naming each and when it was distrusted:
+restored, it would bring back a distrusted CA's private key. --allow-distrusted-cas restores it anyway.
+
 ` + snapshotLong,
-		Example:      `  certapi snapshot restore certapi-20260101T000000Z.db --data-dir=/var/lib/certapi`,
+		Example: `  certapi snapshot restore /var/lib/certapi/data/snapshots/certapi-20260101T000000Z.db --data-dir=/var/lib/certapi/data \
+    --encryption-provider-config=/etc/certapi/encryption/encryption-config.yaml --distrusted-cas=backups/distrusted-cas.json`,
 		SilenceUsage: true,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) != 1 {
@@ -183,7 +232,20 @@ restored member instead of restarting the old cluster between them.
 				return errors.New("--data-dir is required: the directory certapi runs its embedded etcd in (the data goes to DIR/etcd)")
 			}
 			o.SnapshotPath = args[0]
+			if encryptionConfig != "" {
+				t, stop, err := snapshot.LoadTransformer(cmd.Context(), encryptionConfig)
+				if err != nil {
+					return err
+				}
+				defer stop()
+				o.Transformer = t
+			}
+			o.Distrusted.Dirs = []string{filepath.Join(o.DataDir, "snapshots")}
+			if o.SnapshotPath != "-" {
+				o.Distrusted.Dirs = append([]string{filepath.Dir(o.SnapshotPath)}, o.Distrusted.Dirs...)
+			}
 			if o.SnapshotPath == "-" {
+				o.FromStdin = true
 				path, err := snapshot.ReadToDir(cmd.InOrStdin(), o.DataDir)
 				if err != nil {
 					return err
@@ -206,6 +268,9 @@ restored member instead of restarting the old cluster between them.
 				return err
 			}
 			var b strings.Builder
+			for _, n := range res.Notes {
+				fmt.Fprintln(&b, n)
+			}
 			if res.MovedAside != "" {
 				fmt.Fprintf(&b, "Moved the existing etcd data aside to %s\n", res.MovedAside)
 			}
@@ -230,28 +295,105 @@ restored member instead of restarting the old cluster between them.
 	fs.StringVar(&o.MemberName, "member-name", snapshot.DefaultMemberName, "The etcd member's name.")
 	fs.StringVar(&o.PeerURL, "peer-url", "", "The etcd member's peer URL (default: unix://DIR/etcd-peer.sock, the embedded member's).")
 	fs.IntVar(&o.ClusterEpoch, "cluster-epoch", 0, "With --member-name: the cluster epoch the restored data begins, one more than the cluster's --etcd-cluster-epoch (required then).")
+	addCheckFlags(fs, &encryptionConfig, &o.IntegrityRecord, &o.Distrusted.Files)
+	fs.BoolVar(&o.AcceptUnverified, "accept-unverified-snapshot", false, "Restore a snapshot whose integrity record is missing, does not open with --encryption-provider-config's key, or does not match it "+
+		"(a snapshot taken with etcdctl, streamed to stdout, or before certapi wrote records).")
+	fs.BoolVar(&o.AllowDistrusted, "allow-distrusted-cas", false, "Restore a snapshot that holds a CA a distrust removed from trust (and so its private key). Distrust again at once after.")
 	return cmd
 }
 
+// addCheckFlags adds the flags restore and status share to check a snapshot.
+func addCheckFlags(fs *pflag.FlagSet, encryptionConfig, record *string, distrusted *[]string) {
+	fs.StringVar(encryptionConfig, "encryption-provider-config", "", "The EncryptionConfiguration certapi runs with: checks the snapshot's integrity record with "+
+		"the key that encrypts certificateauthoritykeys.certapi.dev, and opens encrypted CA values. Without it no integrity check is possible.")
+	fs.StringVar(record, "integrity-record", "", "The snapshot's integrity record (default: FILE"+snapshot.IntegritySuffix+").")
+	fs.StringArrayVar(distrusted, "distrusted-cas", nil, "A record of distrusted CAs ("+snapshot.DistrustedFileName+", your off-cluster copy), read besides the one in FILE's directory "+
+		"(and, for restore, in <data-dir>/snapshots). Repeatable.")
+}
+
 func newSnapshotStatusCommand() *cobra.Command {
-	return &cobra.Command{
+	var encryptionConfig, record string
+	var distrusted []string
+	cmd := &cobra.Command{
 		Use:   "status FILE",
-		Short: "Verify a snapshot file and print its size, revision, key count and hash",
+		Short: "Verify a snapshot file and print its size, revision, key count, hash, integrity and CAs",
 		Long: `Verify a snapshot file, as save and restore do (etcd's SHA-256 trailer and a full database check),
-and print its size, revision, key count and hash. It does not need certapi or etcd to run.`,
+and print its size, revision, key count and hash. It does not need certapi or etcd to run.
+
+With --encryption-provider-config it also checks the snapshot's integrity record (FILE.integrity, or
+--integrity-record) as restore does, and fails unless it verifies. It lists the CA certificates the
+snapshot holds, and marks those listed in a record of distrusted CAs (FILE's directory's
+distrusted-cas.json, or --distrusted-cas): restore refuses such a snapshot.`,
 		SilenceUsage: true,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) != 1 {
 				return fmt.Errorf("snapshot status takes one argument, the snapshot file; got %d", len(args))
 			}
+			ctx := cmd.Context()
 			info, err := snapshot.Verify(args[0])
 			if err != nil {
 				return err
 			}
-			_, err = fmt.Fprint(cmd.OutOrStdout(), describe(info))
-			return err
+			var sealer *snapshot.Sealer
+			var t value.Transformer
+			if encryptionConfig != "" {
+				var stop func()
+				if t, stop, err = snapshot.LoadTransformer(ctx, encryptionConfig); err != nil {
+					return err
+				}
+				defer stop()
+				sealer = snapshot.NewSealer(t)
+				if err := sealer.Probe(ctx); err != nil {
+					return fmt.Errorf("--encryption-provider-config %s: %w", encryptionConfig, err)
+				}
+			}
+			if record == "" {
+				record = args[0] + snapshot.IntegritySuffix
+			}
+			in := sealer.CheckIntegrity(ctx, args[0], record)
+			var b strings.Builder
+			b.WriteString(describe(info))
+			switch in.State {
+			case snapshot.IntegrityVerified:
+				fmt.Fprintf(&b, "integrity: verified (%s)\n", in.Record)
+			case snapshot.IntegrityNoKey:
+				b.WriteString("integrity: not checked (no --encryption-provider-config: give the one certapi runs with)\n")
+			default:
+				fmt.Fprintf(&b, "integrity: NOT VERIFIED: %s %s\n", in.Record, in.Detail)
+			}
+			cas, err := snapshot.ReadCAs(ctx, args[0], t)
+			if err != nil {
+				return err
+			}
+			known, _, err := snapshot.DistrustedSources{Files: distrusted, Dirs: []string{filepath.Dir(args[0])}}.Load()
+			if err != nil {
+				return err
+			}
+			for _, ca := range cas.CAs {
+				mark := ""
+				for _, d := range known {
+					if d.Same(ca.DistrustedCA) {
+						mark = fmt.Sprintf(" DISTRUSTED by %q at %s", d.Distrust, d.DistrustedAt.UTC().Format(time.RFC3339))
+						break
+					}
+				}
+				fmt.Fprintf(&b, "ca: serial %s, subject key ID %s, SHA-256 %s (%s)%s\n", ca.SerialNumber, ca.SubjectKeyID, ca.SHA256Fingerprint, ca.In, mark)
+			}
+			for _, u := range cas.Unread {
+				fmt.Fprintf(&b, "ca: unread: %s\n", u)
+			}
+			if _, err := fmt.Fprint(cmd.OutOrStdout(), b.String()); err != nil {
+				return err
+			}
+			if in.State != snapshot.IntegrityVerified && in.State != snapshot.IntegrityNoKey {
+				return fmt.Errorf("the snapshot's integrity record does not verify: %s", in.Detail)
+			}
+			return nil
 		},
 	}
+	fs := cmd.Flags()
+	addCheckFlags(fs, &encryptionConfig, &record, &distrusted)
+	return cmd
 }
 
 func describe(i snapshot.Info) string {

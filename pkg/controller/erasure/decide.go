@@ -1,7 +1,10 @@
 package erasure
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -9,6 +12,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
+	"github.com/certapi/certapi/pkg/signer"
+	"github.com/certapi/certapi/pkg/snapshot"
 )
 
 // due reports whether the history of the last completed distrust is still to be erased: status.distrust
@@ -79,3 +84,51 @@ func snapshots(n int) string {
 	}
 	return fmt.Sprintf("%d scheduled snapshots", n)
 }
+
+// distrustedRecord returns the record of distrusted CAs with the CAs of the distrust in st added or brought
+// up to date, and whether it changed. Each CA is named by its serial number and subject key ID (status'
+// distrust.distrusted) and, while it is still in status' caBundle (the distrust is pending), by the
+// SHA-256 fingerprint of its certificate; when it was distrusted is the distrust's startedAt, and
+// completedAt is added once the distrust completes. Entries of earlier distrusts are kept: a restore must
+// refuse every CA ever distrusted. A pure function.
+func distrustedRecord(existing []snapshot.DistrustedCA, st certapiv1alpha1.CertificateAuthorityStatus) ([]snapshot.DistrustedCA, bool) {
+	d := st.Distrust
+	if d == nil || len(d.Distrusted) == 0 {
+		return existing, false
+	}
+	fingerprints := map[string]string{}
+	if certs, err := signer.ParseBundle([]byte(st.CABundle)); err == nil {
+		for _, c := range certs {
+			sum := sha256.Sum256(c.Raw)
+			fingerprints[refKey(signer.FormatSerialNumber(c.SerialNumber), signer.FormatKeyID(c.SubjectKeyId))] = hex.EncodeToString(sum[:])
+		}
+	}
+	var completed *time.Time
+	if d.CompletedAt != nil {
+		t := d.CompletedAt.UTC()
+		completed = &t
+	}
+	out := slices.Clone(existing)
+	changed := false
+	for _, ref := range d.Distrusted {
+		key := refKey(ref.SerialNumber, ref.SubjectKeyID)
+		i := slices.IndexFunc(out, func(e snapshot.DistrustedCA) bool { return refKey(e.SerialNumber, e.SubjectKeyID) == key })
+		if i < 0 {
+			out = append(out, snapshot.DistrustedCA{SerialNumber: ref.SerialNumber, SubjectKeyID: ref.SubjectKeyID, SHA256Fingerprint: fingerprints[key],
+				Distrust: d.Distrust, DistrustedAt: d.StartedAt.UTC(), CompletedAt: completed})
+			changed = true
+			continue
+		}
+		// The first distrust of a CA is the one recorded; a later one that lists it again only fills in
+		// what was missing.
+		if out[i].SHA256Fingerprint == "" && fingerprints[key] != "" {
+			out[i].SHA256Fingerprint, changed = fingerprints[key], true
+		}
+		if out[i].CompletedAt == nil && completed != nil && out[i].Distrust == d.Distrust {
+			out[i].CompletedAt, changed = completed, true
+		}
+	}
+	return out, changed
+}
+
+func refKey(serial, ski string) string { return strings.ToLower(serial) + "/" + strings.ToLower(ski) }

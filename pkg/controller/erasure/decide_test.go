@@ -1,7 +1,10 @@
 package erasure
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +12,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
+	"github.com/certapi/certapi/pkg/signer"
+	"github.com/certapi/certapi/pkg/snapshot"
 )
 
 var (
@@ -100,6 +105,50 @@ func TestCondition(t *testing.T) {
 			st := certapiv1alpha1.CertificateAuthorityStatus{Distrust: d, Conditions: []metav1.Condition{c}}
 			if got, want := due(st), tc.err != nil; got != want {
 				t.Errorf("due after writing it = %v, want %v", got, want)
+			}
+		})
+	}
+}
+
+func TestDistrustedRecord(t *testing.T) {
+	ca, err := signer.NewCA(signer.CAOptions{ClusterDomain: "cluster.local"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	serial, ski := signer.FormatSerialNumber(ca.Certificate.SerialNumber), ca.SubjectKeyID()
+	sum := sha256.Sum256(ca.Certificate.Raw)
+	fp := hex.EncodeToString(sum[:])
+	started := metav1.NewTime(t0.Add(-time.Minute))
+	ref := certapiv1alpha1.CertificateAuthorityRef{SerialNumber: serial, SubjectKeyID: ski}
+	pending := certapiv1alpha1.CertificateAuthorityStatus{CABundle: string(ca.CertificatePEM()),
+		Distrust: &certapiv1alpha1.DistrustStatus{Distrust: "leak", StartedAt: started, Distrusted: []certapiv1alpha1.CertificateAuthorityRef{ref}}}
+	done := certapiv1alpha1.CertificateAuthorityStatus{
+		Distrust: &certapiv1alpha1.DistrustStatus{Distrust: "leak", StartedAt: started, CompletedAt: &completed, Distrusted: []certapiv1alpha1.CertificateAuthorityRef{ref}}}
+	completedAt := t0
+	earlier := snapshot.DistrustedCA{SerialNumber: "aa", SubjectKeyID: "01", Distrust: "old", DistrustedAt: t0.Add(-time.Hour)}
+	for _, tc := range []struct {
+		name     string
+		existing []snapshot.DistrustedCA
+		st       certapiv1alpha1.CertificateAuthorityStatus
+		want     []snapshot.DistrustedCA
+		changed  bool
+	}{
+		{"no distrust", nil, certapiv1alpha1.CertificateAuthorityStatus{}, nil, false},
+		{"pending: recorded at once, with the fingerprint from the bundle", nil, pending,
+			[]snapshot.DistrustedCA{{SerialNumber: serial, SubjectKeyID: ski, SHA256Fingerprint: fp, Distrust: "leak", DistrustedAt: started.UTC()}}, true},
+		{"pending again: nothing to write", []snapshot.DistrustedCA{{SerialNumber: serial, SubjectKeyID: ski, SHA256Fingerprint: fp, Distrust: "leak", DistrustedAt: started.UTC()}}, pending,
+			[]snapshot.DistrustedCA{{SerialNumber: serial, SubjectKeyID: ski, SHA256Fingerprint: fp, Distrust: "leak", DistrustedAt: started.UTC()}}, false},
+		{"completed: completedAt added, the fingerprint kept", []snapshot.DistrustedCA{{SerialNumber: serial, SubjectKeyID: ski, SHA256Fingerprint: fp, Distrust: "leak", DistrustedAt: started.UTC()}}, done,
+			[]snapshot.DistrustedCA{{SerialNumber: serial, SubjectKeyID: ski, SHA256Fingerprint: fp, Distrust: "leak", DistrustedAt: started.UTC(), CompletedAt: &completedAt}}, true},
+		{"first seen completed (a new leader): serial and key ID only", []snapshot.DistrustedCA{earlier}, done,
+			[]snapshot.DistrustedCA{earlier, {SerialNumber: serial, SubjectKeyID: ski, Distrust: "leak", DistrustedAt: started.UTC(), CompletedAt: &completedAt}}, true},
+		{"earlier distrusts are kept", []snapshot.DistrustedCA{earlier}, pending,
+			[]snapshot.DistrustedCA{earlier, {SerialNumber: serial, SubjectKeyID: ski, SHA256Fingerprint: fp, Distrust: "leak", DistrustedAt: started.UTC()}}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, changed := distrustedRecord(tc.existing, tc.st)
+			if changed != tc.changed || !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("distrustedRecord = %+v, %v; want %+v, %v", got, changed, tc.want, tc.changed)
 			}
 		})
 	}

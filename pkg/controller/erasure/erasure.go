@@ -3,13 +3,16 @@
 // etcd's history and the scheduled snapshots forget them too (compaction, defragmentation of every
 // member, a fresh snapshot replacing the older ones). It runs once per completed distrust; the
 // CertificateAuthority's HistoryErased condition records that it did, so that a new leader neither redoes
-// it nor leaves it undone.
+// it nor leaves it undone. From the moment a distrust takes effect it also records the distrusted CAs
+// outside etcd, in the snapshot directory (snapshot.DistrustedFileName), so that a restore of a snapshot or
+// backup taken before refuses to bring them back.
 package erasure
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -25,14 +28,19 @@ import (
 	"github.com/certapi/certapi/pkg/controller"
 	"github.com/certapi/certapi/pkg/generated/clientset/versioned"
 	certapilisters "github.com/certapi/certapi/pkg/generated/listers/certapi/v1alpha1"
+	"github.com/certapi/certapi/pkg/snapshot"
 )
 
 // ReportingController is the reportingController of the CertificateAuthority's HistoryErased Events.
 const ReportingController = "certapi.dev/erasure"
 
-// Eraser erases etcd's history and the snapshots taken before (*Etcd is one).
+// Eraser erases etcd's history and the snapshots taken before, and says where the record of distrusted CAs
+// lives (*Etcd is one).
 type Eraser interface {
 	Erase(ctx context.Context) (Outcome, error)
+	// DistrustedRecord is the file that lists every distrusted CA for `certapi snapshot restore` to refuse
+	// (snapshot.DistrustedFileName in the snapshot directory); empty when there is nowhere to keep it.
+	DistrustedRecord() string
 }
 
 // Options configure New.
@@ -103,8 +111,12 @@ func (c *Controller) sync(ctx context.Context, _ string) (controller.Result, err
 	if err != nil {
 		return controller.Result{}, err
 	}
+	// Recorded as soon as a distrust takes effect (and brought up to date when it completes): a snapshot
+	// taken meanwhile holds the distrusted CAs too. A failure to record does not hold the erasure back; both
+	// are tried again.
+	recordErr := c.recordDistrusted(ctx, obj.Status)
 	if !due(obj.Status) {
-		return controller.Result{}, nil
+		return controller.Result{}, recordErr
 	}
 	logger := klog.FromContext(ctx).WithValues("distrust", obj.Status.Distrust.Distrust)
 	ctx = klog.NewContext(ctx, logger)
@@ -119,9 +131,31 @@ func (c *Controller) sync(ctx context.Context, _ string) (controller.Result, err
 		logger.Info("Erased etcd's history and the snapshots taken before a distrust", "message", cond.Message)
 	}
 	if err := c.report(ctx, obj, cond); err != nil {
-		return controller.Result{}, errors.Join(eraseErr, err)
+		return controller.Result{}, errors.Join(recordErr, eraseErr, err)
 	}
-	return controller.Result{}, eraseErr
+	return controller.Result{}, errors.Join(recordErr, eraseErr)
+}
+
+// recordDistrusted adds the CAs of st's distrust to the record of distrusted CAs, or brings their entries
+// up to date (distrustedRecord), writing the file only when it changes.
+func (c *Controller) recordDistrusted(ctx context.Context, st certapiv1alpha1.CertificateAuthorityStatus) error {
+	path := c.o.Eraser.DistrustedRecord()
+	if path == "" || st.Distrust == nil || len(st.Distrust.Distrusted) == 0 {
+		return nil
+	}
+	existing, err := snapshot.ReadDistrusted(path)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("reading the record of distrusted CAs to add distrust %q to it: %w", st.Distrust.Distrust, err)
+	}
+	next, changed := distrustedRecord(existing, st)
+	if !changed {
+		return nil
+	}
+	if err := snapshot.WriteDistrusted(path, next); err != nil {
+		return fmt.Errorf("recording the CAs of distrust %q: %w", st.Distrust.Distrust, err)
+	}
+	klog.FromContext(ctx).Info("Recorded the distrusted CAs where a restore checks for them", "path", path, "distrust", st.Distrust.Distrust, "distrustedCAs", len(next))
+	return nil
 }
 
 // eventReasons are the reasons of the Events that tell each HistoryErased reason.

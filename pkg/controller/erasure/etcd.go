@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strconv"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -46,6 +47,21 @@ type Etcd struct {
 	Cluster bool
 	// Snapshots, when set, is the leader's snapshot schedule.
 	Snapshots *snapshot.Schedule
+	// RecordDir is where the record of distrusted CAs is kept (the snapshot directory, scheduled snapshots
+	// or not); default Snapshots.Dir. Empty with no Snapshots: none is kept.
+	RecordDir string
+}
+
+// DistrustedRecord is snapshot.DistrustedFileName in RecordDir (or the scheduled snapshots' directory).
+func (e *Etcd) DistrustedRecord() string {
+	dir := e.RecordDir
+	if dir == "" && e.Snapshots != nil {
+		dir = e.Snapshots.Dir
+	}
+	if dir == "" {
+		return ""
+	}
+	return filepath.Join(dir, snapshot.DistrustedFileName)
 }
 
 // Erase compacts, defragments and takes a fresh snapshot; see Etcd. It is safe to run again: a revision

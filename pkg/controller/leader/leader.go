@@ -25,6 +25,7 @@ import (
 	"github.com/certapi/certapi/pkg/controller/secretdelivery"
 	"github.com/certapi/certapi/pkg/controller/status"
 	"github.com/certapi/certapi/pkg/controller/trustbundle"
+	"github.com/certapi/certapi/pkg/deliveryscope"
 	"github.com/certapi/certapi/pkg/metrics"
 	"github.com/certapi/certapi/pkg/snapshot"
 )
@@ -55,6 +56,8 @@ type Config struct {
 	StatusInterval time.Duration
 	// StatusWorkers, SecretWorkers and InjectorWorkers are how many writes of each the leader makes at once.
 	StatusWorkers, SecretWorkers, InjectorWorkers int
+	// SecretDelivery is where Secrets are delivered (--secret-delivery-scope).
+	SecretDelivery deliveryscope.Policy
 	// RotationGrace, MaxCertificateDuration and DistrustDeadline are the rotation's policy.
 	RotationGrace, MaxCertificateDuration, DistrustDeadline time.Duration
 	// Snapshots, when set, takes the scheduled etcd snapshots.
@@ -88,7 +91,7 @@ func Run(ctx context.Context, c Config) error {
 	if _, err := expiry.New(cc); err != nil {
 		return fmt.Errorf("building the expiry metrics: %w", err)
 	}
-	delivery, err := secretdelivery.New(secretdelivery.Options{Context: cc, Authority: c.Issuer, Status: w, Workers: c.SecretWorkers})
+	delivery, err := secretdelivery.New(secretdelivery.Options{Context: cc, Authority: c.Issuer, Status: w, Workers: c.SecretWorkers, Policy: c.SecretDelivery})
 	if err != nil {
 		return fmt.Errorf("building Secret delivery: %w", err)
 	}

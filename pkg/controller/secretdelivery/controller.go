@@ -6,7 +6,10 @@
 //
 // It watches only certapi's own Secrets (label certapi.dev/managed=true), never every Secret in the
 // cluster, and its cache keeps a small summary of each (see secretView): no private key, and nothing
-// that grows with the size of a Secret someone else labelled.
+// that grows with the size of a Secret someone else labelled. By default (the labelled-namespaces
+// scope) it delivers only into namespaces that opted in (label certapi.dev/secret-delivery=enabled and a
+// RoleBinding to the secret-delivery ClusterRole), with one Secret informer per such namespace
+// (namespaces.go); with --secret-delivery-scope=cluster, into every namespace, with one informer.
 package secretdelivery
 
 import (
@@ -30,6 +33,7 @@ import (
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	"github.com/certapi/certapi/pkg/controller"
 	"github.com/certapi/certapi/pkg/controller/status"
+	"github.com/certapi/certapi/pkg/deliveryscope"
 	certapilisters "github.com/certapi/certapi/pkg/generated/listers/certapi/v1alpha1"
 	"github.com/certapi/certapi/pkg/issuer"
 )
@@ -61,9 +65,13 @@ const (
 // Options configures New.
 type Options struct {
 	// Context is the leadership term's: its Kube client (Secrets: get, list, watch, create, patch in
-	// every namespace that has ServingCertRequests), its certapi informers and its Event recorders.
-	// Required. Delivering many Secrets at once needs a client QPS well above client-go's default of 5.
+	// every namespace that opted in, or in every namespace in the cluster scope; namespaces: list and
+	// watch), its certapi informers and its Event recorders. Required. Delivering many Secrets at once
+	// needs a client QPS well above client-go's default of 5.
 	Context *controller.Context
+	// Policy says where Secrets are delivered; the zero value is the labelled-namespaces scope, with
+	// certapi's ServiceAccount described in words in the instructions.
+	Policy deliveryscope.Policy
 	// Authority signs, only while it says ok, and tells the controller when the CA or bundle changes.
 	// Required.
 	Authority issuer.Authority
@@ -89,8 +97,18 @@ type Controller struct {
 
 	requestInformer cache.SharedIndexInformer
 	requests        certapilisters.ServingCertRequestLister
-	// secretInformer's store holds a *secretView per labelled Secret (its transform is viewSecret).
+	// policy says where Secrets are delivered, and what to tell a namespace that has not opted in.
+	policy deliveryscope.Policy
+	// secrets is the cache of certapi's Secrets: clusterSecrets over secretInformer in the cluster scope,
+	// namespaceSecrets (also nsSecrets) in the labelled-namespaces scope.
+	secrets secretCaches
+	// secretInformer's store holds a *secretView per labelled Secret (its transform is viewSecret); the
+	// cluster scope's only.
 	secretInformer cache.SharedIndexInformer
+	// nsSecrets and nsQueue, in the labelled-namespaces scope only, keep one Secret informer per
+	// opted-in namespace: nsQueue starts and stops them as namespaces gain and lose the label.
+	nsSecrets *namespaceSecrets
+	nsQueue   *controller.Queue[string]
 
 	queue           *controller.Queue[types.NamespacedName]
 	conflictBackoff workqueue.TypedRateLimiter[types.NamespacedName]
@@ -136,8 +154,12 @@ func New(o Options) (*Controller, error) {
 		reported:   map[types.NamespacedName]string{},
 		readFirst:  map[types.NamespacedName]struct{}{},
 		notSigning: map[types.NamespacedName]struct{}{},
+		policy:     o.Policy,
 
 		clusterDomain: o.Context.ClusterDomain,
+	}
+	if c.policy.Scope == "" {
+		c.policy.Scope = deliveryscope.LabelledNamespaces
 	}
 	if c.clock == nil {
 		c.clock = clock.RealClock{}
@@ -156,13 +178,43 @@ func New(o Options) (*Controller, error) {
 		}
 	}
 
-	// Only certapi's Secrets, each reduced to its secretView: memory stays small whatever the Secrets
-	// hold, and no private key sits in the cache. The store holds secretViews, so there is no lister.
-	secretFactory := informers.NewSharedInformerFactoryWithOptions(c.kube, 0,
-		informers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = certapiv1alpha1.LabelManaged + "=true" }),
-		informers.WithTransform(viewSecret))
-	c.secretInformer = secretFactory.Core().V1().Secrets().Informer()
-	o.Context.AddFactory(secretFactory)
+	secretHandler := cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.onSecret,
+		UpdateFunc: func(oldObj, newObj any) { c.onSecret(oldObj); c.onSecret(newObj) },
+		DeleteFunc: c.onSecret,
+	}
+	if c.policy.Scope == deliveryscope.Cluster {
+		// Only certapi's Secrets, each reduced to its secretView: memory stays small whatever the Secrets
+		// hold, and no private key sits in the cache. The store holds secretViews, so there is no lister.
+		secretFactory := informers.NewSharedInformerFactoryWithOptions(c.kube, 0,
+			informers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = certapiv1alpha1.LabelManaged + "=true" }),
+			informers.WithTransform(viewSecret))
+		c.secretInformer = secretFactory.Core().V1().Secrets().Informer()
+		c.secrets = clusterSecrets{informer: c.secretInformer}
+		o.Context.AddFactory(secretFactory)
+		o.Context.Watch(c.secretInformer, secretHandler)
+	} else {
+		// The opted-in namespaces (declared: the term waits for them), and a Secret informer per such
+		// namespace, started by nsQueue once the controller runs.
+		ns, nsFactory := newNamespaceSecrets(c.kube)
+		ns.handler = secretHandler
+		ns.changed = c.enqueueNamespace
+		c.nsSecrets, c.secrets = ns, ns
+		c.nsQueue = controller.NewQueue(controller.QueueOptions[string]{
+			Name:    "secretdelivery-namespaces",
+			Workers: 1,
+			Sync: func(ctx context.Context, namespace string) (controller.Result, error) {
+				ns.sync(ctx, namespace)
+				return controller.Result{}, nil
+			},
+		})
+		o.Context.AddFactory(nsFactory)
+		o.Context.Watch(ns.namespaces, cache.ResourceEventHandlerFuncs{
+			AddFunc:    c.onNamespace,
+			UpdateFunc: func(_, newObj any) { c.onNamespace(newObj) },
+			DeleteFunc: c.onNamespace,
+		})
+	}
 
 	c.queue = controller.NewQueue(controller.QueueOptions[types.NamespacedName]{
 		Name:        "secretdelivery",
@@ -172,7 +224,8 @@ func New(o Options) (*Controller, error) {
 		BackoffMax:  errorBackoffMax,
 		// The Secret changed under us; the cache catches up and the retry decides afresh.
 		Quiet: func(err error) bool {
-			return apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) || apierrors.IsNotFound(err)
+			// A refusal (forbidden) is reported on the request's Ready condition instead.
+			return apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) || apierrors.IsNotFound(err) || apierrors.IsForbidden(err)
 		},
 	})
 	c.conflictBackoff = workqueue.NewTypedItemExponentialFailureRateLimiter[types.NamespacedName](conflictBackoffBase, conflictBackoffMax)
@@ -183,11 +236,6 @@ func New(o Options) (*Controller, error) {
 		AddFunc:    c.onRequestAdd,
 		UpdateFunc: c.onRequestUpdate,
 		DeleteFunc: c.onRequestDelete,
-	})
-	cc.Watch(c.secretInformer, cache.ResourceEventHandlerFuncs{
-		AddFunc:    c.onSecret,
-		UpdateFunc: func(oldObj, newObj any) { c.onSecret(oldObj); c.onSecret(newObj) },
-		DeleteFunc: c.onSecret,
 	})
 	// The initial lists enqueue every request; from then on a new CA or bundle re-examines them all.
 	c.authorityChanged()
@@ -205,11 +253,32 @@ func indexBySecretName(obj any) ([]string, error) {
 }
 
 // Run delivers certificates until ctx ends (when this replica stops leading): the term calls it once
-// every cache has synced. Its run is its queue's, which runs once.
-func (c *Controller) Run(ctx context.Context) error { return c.queue.Run(ctx) }
+// every cache has synced. Its run is its queue's, which runs once, and in the labelled-namespaces scope
+// also the namespace queue's, whose Secret informers it stops before it returns.
+func (c *Controller) Run(ctx context.Context) error {
+	if c.nsSecrets == nil {
+		return c.queue.Run(ctx)
+	}
+	defer c.nsSecrets.stopAll()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	nsErr := make(chan error, 1)
+	go func() {
+		nsErr <- c.nsQueue.Run(ctx)
+		cancel()
+	}()
+	err := c.queue.Run(ctx)
+	cancel()
+	return errors.Join(err, <-nsErr)
+}
 
-// ShutDown stops the queue of a controller whose term ended before it ran.
-func (c *Controller) ShutDown() { c.queue.ShutDown() }
+// ShutDown stops the queues of a controller whose term ended before it ran.
+func (c *Controller) ShutDown() {
+	c.queue.ShutDown()
+	if c.nsQueue != nil {
+		c.nsQueue.ShutDown()
+	}
+}
 
 // AddListener tells lis after a labelled Secret changed or a request was deleted (controller.Notifier).
 func (c *Controller) AddListener(lis dynamiccertificates.Listener) (remove func()) {

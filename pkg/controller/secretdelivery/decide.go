@@ -381,3 +381,66 @@ func publicKeyOfPEM(v []byte) (crypto.PublicKey, error) {
 	}
 	return key.Public(), nil
 }
+
+// namespaceAccess is what the Secret caches know of a namespace (secretCaches.access).
+type namespaceAccess struct {
+	// OptedIn: Secrets may be delivered into it (the cluster scope, or the namespace is labelled).
+	OptedIn bool
+	// Running: a Secret informer of its own runs (labelled-namespaces scope).
+	Running bool
+	// Synced: its Secrets are in the cache.
+	Synced bool
+	// Forbidden is kube-apiserver's refusal to list or watch its Secrets, "" when none.
+	Forbidden string
+}
+
+// accessAction is what a request's sync does given its namespace's access.
+type accessAction int
+
+const (
+	// accessDeliver: the namespace's Secrets are cached; decide and deliver.
+	accessDeliver accessAction = iota
+	// accessWait: the namespace's cache is starting; its sync enqueues the request again.
+	accessWait
+	// accessNotOptedIn: report the request Ready=False, reason NamespaceNotOptedIn, and wait for the
+	// namespace to opt in (its label enqueues the request again).
+	accessNotOptedIn
+	// accessForbidden: report the request Ready=False, reason SecretAccessForbidden, and wait for the
+	// cache to sync (a RoleBinding created later makes the informer's next retry succeed).
+	accessForbidden
+)
+
+// decideAccess says what a request's sync does about its namespace. A refusal seen before the cache
+// synced wins over waiting; once synced, the cache is used whatever refusal came before.
+func decideAccess(a namespaceAccess) accessAction {
+	switch {
+	case !a.OptedIn:
+		return accessNotOptedIn
+	case a.Synced:
+		return accessDeliver
+	case a.Forbidden != "":
+		return accessForbidden
+	}
+	return accessWait
+}
+
+// namespaceAction is what the namespace queue does about one namespace's Secret informer.
+type namespaceAction int
+
+const (
+	namespaceKeep namespaceAction = iota
+	namespaceStart
+	namespaceStop
+)
+
+// decideNamespace says whether a namespace's Secret informer must start (it opted in and none runs),
+// stop (it runs and the namespace no longer opts in, or is gone), or stay as it is.
+func decideNamespace(optedIn, running bool) namespaceAction {
+	switch {
+	case optedIn && !running:
+		return namespaceStart
+	case !optedIn && running:
+		return namespaceStop
+	}
+	return namespaceKeep
+}

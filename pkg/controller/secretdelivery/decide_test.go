@@ -600,3 +600,42 @@ func TestTallyDistrust(t *testing.T) {
 		t.Errorf("15 unmanaged Secrets: %+v", got.Unmanaged)
 	}
 }
+
+func TestDecideAccess(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		in   namespaceAccess
+		want accessAction
+	}{
+		{name: "not opted in", in: namespaceAccess{}, want: accessNotOptedIn},
+		{name: "not opted in, a cache still running", in: namespaceAccess{Running: true, Synced: true}, want: accessNotOptedIn},
+		{name: "opted in, no cache yet", in: namespaceAccess{OptedIn: true}, want: accessWait},
+		{name: "opted in, cache starting", in: namespaceAccess{OptedIn: true, Running: true}, want: accessWait},
+		{name: "opted in, synced", in: namespaceAccess{OptedIn: true, Running: true, Synced: true}, want: accessDeliver},
+		{name: "cluster scope", in: namespaceAccess{OptedIn: true, Synced: true}, want: accessDeliver},
+		{name: "opted in, list refused", in: namespaceAccess{OptedIn: true, Running: true, Forbidden: "secrets is forbidden"}, want: accessForbidden},
+		{name: "synced, a later watch refused: the cache still serves", in: namespaceAccess{OptedIn: true, Running: true, Synced: true, Forbidden: "x"}, want: accessDeliver},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := decideAccess(tc.in); got != tc.want {
+				t.Errorf("decideAccess(%+v) = %d, want %d", tc.in, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestDecideNamespace(t *testing.T) {
+	for _, tc := range []struct {
+		optedIn, running bool
+		want             namespaceAction
+	}{
+		{optedIn: true, running: false, want: namespaceStart},
+		{optedIn: true, running: true, want: namespaceKeep},
+		{optedIn: false, running: true, want: namespaceStop},
+		{optedIn: false, running: false, want: namespaceKeep},
+	} {
+		if got := decideNamespace(tc.optedIn, tc.running); got != tc.want {
+			t.Errorf("decideNamespace(optedIn %v, running %v) = %d, want %d", tc.optedIn, tc.running, got, tc.want)
+		}
+	}
+}

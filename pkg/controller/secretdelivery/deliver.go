@@ -77,6 +77,11 @@ func (c *Controller) deliver(ctx context.Context, req *certapiv1alpha1.ServingCe
 	if secret == nil && apierrors.IsAlreadyExists(err) && c.mustReadFirst(key) {
 		return time.Time{}, errExists // taken for absent without a read, it exists: read it and decide again
 	}
+	if apierrors.IsForbidden(err) {
+		// Reported as such, and retried with the queue's backoff (up to errorBackoffMax), not at once.
+		c.reportNotDelivering(req, secret, status.ReasonSecretAccessForbidden, c.policy.Forbidden(req.Namespace, apiMessage(err)))
+		return time.Time{}, err
+	}
 	if err != nil {
 		if !apierrors.IsConflict(err) && !apierrors.IsAlreadyExists(err) && !apierrors.IsNotFound(err) {
 			c.reportWriteFailure(req, secret, d, err, now)

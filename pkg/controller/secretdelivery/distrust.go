@@ -8,18 +8,16 @@ import (
 
 // Distrust tallies the labelled Secrets for a pending distrust against the Active CA active (see
 // tallyDistrust): what the distrust waits for and what it does not. ok is false until the caches have
-// synced. It parses nothing (the cache holds each certificate's summary) and is called only while a
+// synced (in the labelled-namespaces scope, every opted-in namespace's cache that kube-apiserver does not
+// refuse: a namespace certapi may not read holds nothing it could re-issue). It parses nothing (the cache holds each certificate's summary) and is called only while a
 // distrust is pending.
 func (c *Controller) Distrust(active *x509.Certificate) (tally DistrustTally, ok bool) {
-	if c.secretInformer == nil || !c.secretInformer.HasSynced() || !c.requestInformer.HasSynced() {
+	if c.secrets == nil || !c.requestInformer.HasSynced() {
 		return tally, false
 	}
-	objs := c.secretInformer.GetStore().List()
-	secrets := make([]*secretView, 0, len(objs))
-	for _, obj := range objs {
-		if s, ok := obj.(*secretView); ok {
-			secrets = append(secrets, s)
-		}
+	secrets, synced := c.secrets.list()
+	if !synced {
+		return tally, false
 	}
 	return tallyDistrust(secrets, func(namespace, name string) *certapiv1alpha1.ServingCertRequest {
 		req, err := c.requests.ServingCertRequests(namespace).Get(name)

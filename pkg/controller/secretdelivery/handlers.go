@@ -27,9 +27,42 @@ func (c *Controller) onRequestAdd(obj any) {
 	if !ok {
 		return
 	}
-	if req.Spec.SecretName != "" || readyReason(req) == status.ReasonSecretConflict {
+	if req.Spec.SecretName != "" || notDelivering(readyReason(req)) {
 		c.queue.Add(keyOf(req))
 	}
+}
+
+// notDelivering reports whether a Ready reason says that certapi does not deliver into the request's
+// Secret: a reason that must be cleared once spec.secretName is unset.
+func notDelivering(reason string) bool {
+	switch reason {
+	case status.ReasonSecretConflict, status.ReasonNamespaceNotOptedIn, status.ReasonSecretAccessForbidden:
+		return true
+	}
+	return false
+}
+
+// onNamespace hands a change of an opted-in namespace (gained or lost the label, deleted) to the
+// namespace queue, which starts or stops its Secret informer.
+func (c *Controller) onNamespace(obj any) {
+	if name, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
+		c.nsQueue.Add(name)
+	}
+}
+
+// enqueueNamespace enqueues every request of namespace with a spec.secretName, or still reporting that
+// it is not delivered: its namespace's Secret access changed (the cache synced, was refused, stopped).
+func (c *Controller) enqueueNamespace(namespace string) {
+	objs, err := c.requestInformer.GetIndexer().ByIndex(cache.NamespaceIndex, namespace)
+	if err != nil {
+		return
+	}
+	for _, o := range objs {
+		if req, ok := o.(*certapiv1alpha1.ServingCertRequest); ok && (req.Spec.SecretName != "" || notDelivering(readyReason(req))) {
+			c.queue.Add(keyOf(req))
+		}
+	}
+	c.changes.Notify()
 }
 
 // onRequestUpdate enqueues a request when its spec changed or on a resync. Status-only updates, most of

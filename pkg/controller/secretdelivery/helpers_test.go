@@ -24,6 +24,7 @@ import (
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	"github.com/certapi/certapi/pkg/controller"
 	"github.com/certapi/certapi/pkg/controller/status"
+	"github.com/certapi/certapi/pkg/deliveryscope"
 	"github.com/certapi/certapi/pkg/generated/clientset/versioned"
 	certapifake "github.com/certapi/certapi/pkg/generated/clientset/versioned/fake"
 	"github.com/certapi/certapi/pkg/issuer"
@@ -183,6 +184,8 @@ func newHarness(tb testing.TB, kubeObjects ...runtime.Object) *harness {
 		Authority: h.authority,
 		Status:    h.status,
 		Clock:     h.clock,
+		// One cluster-wide cache the harness fills; the labelled-namespaces scope has tests of its own.
+		Policy: deliveryscope.Policy{Scope: deliveryscope.Cluster},
 	})
 	if err != nil {
 		tb.Fatalf("New: %v", err)

@@ -34,32 +34,40 @@ func (c *Controller) markCurrent(req *certapiv1alpha1.ServingCertRequest, d deci
 // reportConflict sets Ready=False with reason SecretConflict and records a Warning Event, once per
 // distinct message: the retries that follow do not repeat it.
 func (c *Controller) reportConflict(req *certapiv1alpha1.ServingCertRequest, secret *secretView, msg string) {
+	c.reportNotDelivering(req, secret, status.ReasonSecretConflict, msg)
+}
+
+// reportNotDelivering sets Ready=False with reason (SecretConflict, NamespaceNotOptedIn,
+// SecretAccessForbidden) and msg, and records a Warning Event, once per distinct message: the retries
+// that follow do not repeat it.
+func (c *Controller) reportNotDelivering(req *certapiv1alpha1.ServingCertRequest, secret *secretView, reason, msg string) {
 	key := keyOf(req)
+	msg = truncateNote(msg)
 	c.mu.Lock()
 	same := c.reported[key] == msg
 	c.reported[key] = msg
 	c.mu.Unlock()
 	cond := readyCondition(req)
-	if same && cond != nil && cond.Reason == status.ReasonSecretConflict && cond.Message == msg && cond.ObservedGeneration == req.Generation {
+	if same && cond != nil && cond.Reason == reason && cond.Message == msg && cond.ObservedGeneration == req.Generation {
 		return
 	}
 	c.status.SetReady(key, status.Ready{
 		Status:     metav1.ConditionFalse,
-		Reason:     status.ReasonSecretConflict,
+		Reason:     reason,
 		Message:    msg,
 		Generation: req.Generation,
 	})
 	if !same {
-		c.recorder.Eventf(regarding(req), related(secret), corev1.EventTypeWarning, status.ReasonSecretConflict, "DeliverCertificate", "%s", msg)
+		c.recorder.Eventf(regarding(req), related(secret), corev1.EventTypeWarning, reason, "DeliverCertificate", "%s", msg)
 	}
 }
 
-// clearStaleConflict replaces a SecretConflict condition on a request whose spec.secretName was removed:
-// there is no Secret to be in conflict with any more.
+// clearStaleConflict replaces a SecretConflict, NamespaceNotOptedIn or SecretAccessForbidden condition
+// on a request whose spec.secretName was removed: there is no Secret to deliver any more.
 func (c *Controller) clearStaleConflict(req *certapiv1alpha1.ServingCertRequest) {
 	c.forgetConflict(keyOf(req))
 	cond := readyCondition(req)
-	if cond == nil || cond.Reason != status.ReasonSecretConflict {
+	if cond == nil || !notDelivering(cond.Reason) {
 		return
 	}
 	ready := status.Ready{

@@ -2,15 +2,20 @@ package secretdelivery
 
 import (
 	"context"
+	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	kubefake "k8s.io/client-go/kubernetes/fake"
@@ -19,6 +24,7 @@ import (
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	"github.com/certapi/certapi/pkg/controller"
 	"github.com/certapi/certapi/pkg/controller/status"
+	"github.com/certapi/certapi/pkg/deliveryscope"
 	certapifake "github.com/certapi/certapi/pkg/generated/clientset/versioned/fake"
 	"github.com/certapi/certapi/pkg/signer"
 )
@@ -45,7 +51,9 @@ type runEnv struct {
 func newRunEnv(t *testing.T) *runEnv {
 	t.Helper()
 	e := &runEnv{
-		kube:      kubefake.NewClientset(),
+		// testNamespace opted in to Secret delivery: the controller runs in the default scope,
+		// labelled-namespaces, with an informer of its own for the namespace's Secrets.
+		kube:      kubefake.NewClientset(optedIn(testNamespace)),
 		certapi:   certapifake.NewSimpleClientset(),
 		authority: &fakeAuthority{},
 	}
@@ -59,6 +67,12 @@ func newRunEnv(t *testing.T) *runEnv {
 	go func() { _ = e.status.Run(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
 	return e
+}
+
+// optedIn is a namespace labelled certapi.dev/secret-delivery=enabled.
+func optedIn(name string) *corev1.Namespace {
+	return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name,
+		Labels: map[string]string{certapiv1alpha1.LabelSecretDelivery: certapiv1alpha1.SecretDeliveryEnabled}}}
 }
 
 // fakeClientset is what copyingWatches needs of a generated fake clientset.
@@ -306,4 +320,110 @@ func TestRunWakesOnPushedChanges(t *testing.T) {
 		return s != nil && len(s.Data[corev1.TLSCertKey]) > 0
 	})
 	eventually(t, "the watch of the Secret closed once the conflict is over", func() bool { return c.conflicts.active() == 0 })
+}
+
+// TestRunNamespaceOptIn: in the labelled-namespaces scope a request with spec.secretName in a namespace
+// that has not opted in is reported (NamespaceNotOptedIn) and delivered once the namespace is labelled;
+// when the label goes, the namespace's Secret informer stops and the request says so again. A namespace
+// whose Secrets kube-apiserver refuses (labelled, no RoleBinding) is reported as such
+// (SecretAccessForbidden), without a write, and delivered once the refusal ends.
+func TestRunNamespaceOptIn(t *testing.T) {
+	e := newRunEnv(t)
+	ctx := context.Background()
+	var refuse atomic.Bool
+	refuse.Store(true)
+	refusal := func(action k8stesting.Action) (bool, runtime.Object, error) {
+		if action.GetNamespace() == "locked" && refuse.Load() {
+			return true, nil, apierrors.NewForbidden(corev1.Resource("secrets"), "", errors.New("no RBAC rule"))
+		}
+		return false, nil, nil
+	}
+	e.kube.PrependReactor("list", "secrets", refusal)
+	e.kube.PrependReactor("create", "secrets", refusal)
+	e.kube.PrependWatchReactor("secrets", func(action k8stesting.Action) (bool, watch.Interface, error) {
+		if action.GetNamespace() == "locked" && refuse.Load() {
+			return true, nil, apierrors.NewForbidden(corev1.Resource("secrets"), "", errors.New("no RBAC rule"))
+		}
+		return false, nil, nil
+	})
+	for _, ns := range []*corev1.Namespace{{ObjectMeta: metav1.ObjectMeta{Name: "team"}}, optedIn("locked")} {
+		if _, err := e.kube.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cc := newTestContext(t, e.kube, e.certapi)
+	c, err := New(Options{Context: cc, Authority: e.authority, Status: e.status, Workers: 2,
+		Policy: deliveryscope.Policy{ServiceAccount: types.NamespacedName{Namespace: "certapi-system", Name: "certapi"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := start(t, cc, c)
+	defer func() { _ = stop() }()
+	secret := func(ns, name string) *corev1.Secret {
+		s, err := e.kube.CoreV1().Secrets(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return nil
+		}
+		return s
+	}
+	ready := func(ns, name string) *metav1.Condition {
+		r, err := e.certapi.CertapiV1alpha1().ServingCertRequests(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return nil
+		}
+		return readyCondition(r)
+	}
+
+	req := newRequest("web", "web-svc", "web-tls")
+	req.Namespace = "team"
+	if _, err := e.certapi.CertapiV1alpha1().ServingCertRequests("team").Create(ctx, req, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "NamespaceNotOptedIn on the request", func() bool {
+		cond := ready("team", "web")
+		return cond != nil && cond.Reason == status.ReasonNamespaceNotOptedIn && cond.Status == metav1.ConditionFalse &&
+			strings.Contains(cond.Message, "kubectl label namespace team certapi.dev/secret-delivery=enabled") &&
+			strings.Contains(cond.Message, "--clusterrole=certapi:secret-delivery --serviceaccount=certapi-system:certapi")
+	})
+	if s := secret("team", "web-tls"); s != nil {
+		t.Fatalf("a Secret was delivered into a namespace that has not opted in")
+	}
+
+	if _, err := e.kube.CoreV1().Namespaces().Update(ctx, optedIn("team"), metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the Secret once the namespace opted in", func() bool { return secret("team", "web-tls") != nil })
+	eventually(t, "Ready=True", func() bool {
+		cond := ready("team", "web")
+		return cond != nil && cond.Reason == status.ReasonIssued
+	})
+
+	// kube-apiserver tells a label-selected watch that an object lost the label with a DELETED event;
+	// the fake's watch drops the update instead, so the namespace goes here as it would to the informer.
+	if err := e.kube.CoreV1().Namespaces().Delete(ctx, "team", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "NamespaceNotOptedIn once the label is gone", func() bool {
+		cond := ready("team", "web")
+		return cond != nil && cond.Reason == status.ReasonNamespaceNotOptedIn
+	})
+	eventually(t, "the namespace's Secret informer stopped", func() bool { return c.nsSecrets.cacheOf("team") == nil })
+
+	locked := newRequest("api", "api-svc", "api-tls")
+	locked.Namespace = "locked"
+	if _, err := e.certapi.CertapiV1alpha1().ServingCertRequests("locked").Create(ctx, locked, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "SecretAccessForbidden on the request", func() bool {
+		cond := ready("locked", "api")
+		return cond != nil && cond.Reason == status.ReasonSecretAccessForbidden && strings.Contains(cond.Message, "no RBAC rule") &&
+			strings.Contains(cond.Message, "kubectl create rolebinding certapi-secret-delivery -n locked")
+	})
+	for _, a := range e.kube.Actions() {
+		if a.GetNamespace() == "locked" && a.GetResource().Resource == "secrets" && a.GetVerb() == "create" {
+			t.Fatalf("certapi tried to write a Secret in a namespace whose Secrets it may not list")
+		}
+	}
+	refuse.Store(false) // the RoleBinding is created: the informer's next retry succeeds
+	eventually(t, "the Secret once kube-apiserver allows it", func() bool { return secret("locked", "api-tls") != nil })
 }

@@ -13,6 +13,7 @@ import (
 
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	"github.com/certapi/certapi/pkg/controller"
+	"github.com/certapi/certapi/pkg/controller/status"
 )
 
 // sync brings one request's Secret up to date.
@@ -57,12 +58,26 @@ func (c *Controller) syncOnce(ctx context.Context, key types.NamespacedName) (re
 		c.clearStaleConflict(req)
 		return res, false, nil
 	}
+	access := c.secrets.access(req.Namespace)
+	switch decideAccess(access) {
+	case accessNotOptedIn:
+		c.reportNotDelivering(req, nil, status.ReasonNamespaceNotOptedIn, c.policy.NotOptedIn(req.Namespace))
+		return res, false, nil // the namespace's label enqueues it again
+	case accessForbidden:
+		c.reportNotDelivering(req, nil, status.ReasonSecretAccessForbidden, c.policy.Forbidden(req.Namespace, access.Forbidden))
+		return res, false, nil // the namespace's cache, once it syncs, enqueues it again
+	case accessWait:
+		return res, false, nil // likewise
+	}
 	ca, bundle, ok := c.authority.Signing()
 	if !ok || ca == nil {
 		c.waitForSigning(key)
 		return res, false, nil
 	}
 	secret, err := c.getSecret(ctx, req)
+	if apierrors.IsForbidden(err) {
+		c.reportNotDelivering(req, nil, status.ReasonSecretAccessForbidden, c.policy.Forbidden(req.Namespace, apiMessage(err)))
+	}
 	if err != nil {
 		return res, false, err
 	}
@@ -157,12 +172,16 @@ func (c *Controller) mustReadFirst(key types.NamespacedName) bool {
 
 // cachedSecret returns the cache's view of namespace/name, nil when it holds none.
 func (c *Controller) cachedSecret(namespace, name string) *secretView {
-	obj, ok, err := c.secretInformer.GetIndexer().GetByKey(namespace + "/" + name)
-	if err != nil || !ok {
-		return nil
+	return c.secrets.get(namespace, name)
+}
+
+// apiMessage is kube-apiserver's message in err, or err's text.
+func apiMessage(err error) string {
+	var status apierrors.APIStatus
+	if errors.As(err, &status) && status.Status().Message != "" {
+		return status.Status().Message
 	}
-	v, _ := obj.(*secretView)
-	return v
+	return err.Error()
 }
 
 // recordedUIDExists reports whether the Secret s records the UID of a ServingCertRequest other than req

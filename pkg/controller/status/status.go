@@ -24,6 +24,13 @@ const (
 	ReasonSecretConflict = "SecretConflict"
 	ReasonDenied         = "Denied"
 	ReasonPending        = "Pending"
+	// ReasonNamespaceNotOptedIn: spec.secretName is set, but the namespace has not opted in to Secret
+	// delivery (label certapi.dev/secret-delivery=enabled), or no longer has.
+	ReasonNamespaceNotOptedIn = "NamespaceNotOptedIn"
+	// ReasonSecretAccessForbidden: the namespace opted in, but kube-apiserver refuses certapi's
+	// ServiceAccount the Secret access delivery needs (no RoleBinding to the secret-delivery ClusterRole,
+	// or an admission policy refuses the write).
+	ReasonSecretAccessForbidden = "SecretAccessForbidden"
 )
 
 // Issued describes one certificate issued for a request, by either path.

@@ -5,11 +5,13 @@ package e2etest
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
 
@@ -40,6 +42,27 @@ func Namespace(t testing.TB, kube kubernetes.Interface) string {
 		_ = kube.CoreV1().Namespaces().Delete(context.Background(), ns.Name, metav1.DeleteOptions{})
 	})
 	return ns.Name
+}
+
+// OptIn opts namespace ns in to Secret delivery (ServingCertRequest spec.secretName) with the label
+// certapi.dev/secret-delivery=enabled, as docs/usage.md says. The framework's certapi runs with an admin
+// kubeconfig, so the RoleBinding a namespace also needs in a real install (the chart's ClusterRole
+// certapi:secret-delivery for certapi's ServiceAccount) changes nothing here; test/e2e/manifests runs
+// certapi with the chart's RBAC and creates it.
+func OptIn(t testing.TB, kube kubernetes.Interface, ns string) {
+	t.Helper()
+	patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, certapiv1alpha1.LabelSecretDelivery, certapiv1alpha1.SecretDeliveryEnabled)
+	if _, err := kube.CoreV1().Namespaces().Patch(context.Background(), ns, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatalf("opting namespace %s in to Secret delivery: %v", ns, err)
+	}
+}
+
+// SecretNamespace creates a namespace for the test (see Namespace) opted in to Secret delivery (see OptIn).
+func SecretNamespace(t testing.TB, kube kubernetes.Interface) string {
+	t.Helper()
+	ns := Namespace(t, kube)
+	OptIn(t, kube, ns)
+	return ns
 }
 
 // Request returns a minimal ServingCertRequest for service svc.

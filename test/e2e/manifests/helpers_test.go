@@ -101,8 +101,9 @@ func namespacesOf(t *testing.T, mapper meta.RESTMapper, objs []*unstructured.Uns
 	return sortedKeys(seen)
 }
 
-// ensureNamespace creates namespace ns unless it exists, and deletes it after the test if it created it.
-func ensureNamespace(t *testing.T, kube kubernetes.Interface, ns string) {
+// ensureNamespace creates namespace ns with labels unless it exists, and deletes it after the test if it
+// created it.
+func ensureNamespace(t *testing.T, kube kubernetes.Interface, ns string, labels map[string]string) {
 	t.Helper()
 	ctx := context.Background()
 	_, err := kube.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
@@ -112,7 +113,7 @@ func ensureNamespace(t *testing.T, kube kubernetes.Interface, ns string) {
 	if !apierrors.IsNotFound(err) {
 		t.Fatal(err)
 	}
-	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: labels}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatalf("creating namespace %s: %v", ns, err)
 	}
 	// Without a controller manager a deleted namespace stays Terminating; nothing else uses its name.

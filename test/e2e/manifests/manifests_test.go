@@ -161,8 +161,14 @@ func checkServerSideDryRun(t *testing.T, m *manifests) {
 			// objects after it would fail with "namespaces not found". Create the namespaces that do
 			// not exist yet for real first (certapi-system exists in this control plane already; it
 			// is what the framework registers certapi in).
+			// Created with the labels the manifests give it: a label the objects after it depend on (the
+			// opt-in to Secret delivery, certapi.dev/secret-delivery) must be there for their dry run.
+			labels := map[string]map[string]string{}
+			for _, u := range ofKind(k.objs, "Namespace") {
+				labels[u.GetName()] = u.GetLabels()
+			}
 			for _, ns := range namespacesOf(t, mapper, k.objs) {
-				ensureNamespace(t, kube, ns)
+				ensureNamespace(t, kube, ns, labels[ns])
 			}
 			// Objects this control plane already has (the framework registered certapi with its own
 			// Namespace, ExternalName Service and APIService) would be merged with the framework's

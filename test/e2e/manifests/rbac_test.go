@@ -14,15 +14,21 @@ import (
 	"testing"
 	"time"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	apiregistrationv1 "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
 	aggregatorclient "k8s.io/kube-aggregator/pkg/client/clientset_generated/clientset"
 
+	"github.com/certapi/certapi/pkg/generated/clientset/versioned"
 	"github.com/certapi/certapi/test/e2e/e2etest"
 	"github.com/certapi/certapi/test/framework"
 	"github.com/certapi/certapi/test/testhelpers"
@@ -128,27 +134,40 @@ func TestManifestsRBACRunsCertapi(t *testing.T) {
 		"-v=2",
 	)
 	logPath := filepath.Join(dir, "certapi.log")
-	logFile, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
+	// run starts certapi with args, logging to logPath; stopCertapi stops it (SIGTERM, then SIGKILL).
+	var exited chan error
+	var cmd *exec.Cmd
+	run := func(args []string) {
+		t.Helper()
+		logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd = exec.Command(bin, args...)
+		cmd.Stdout, cmd.Stderr = logFile, logFile
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		exited = make(chan error, 1)
+		c, done := cmd, exited
+		go func() { done <- c.Wait(); _ = logFile.Close() }()
 	}
-	defer logFile.Close()
-	cmd := exec.Command(bin, args...)
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
+	stopCertapi := func() {
+		if cmd == nil {
+			return
+		}
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		select {
-		case <-exited:
+		case err := <-exited:
+			exited <- err
 		case <-time.After(20 * time.Second):
 			_ = cmd.Process.Kill()
-			<-exited
+			exited <- <-exited
 		}
-	})
+		cmd = nil
+	}
+	run(args)
+	t.Cleanup(stopCertapi)
 	t.Cleanup(func() {
 		if t.Failed() {
 			data, _ := os.ReadFile(logPath)
@@ -194,8 +213,11 @@ func TestManifestsRBACRunsCertapi(t *testing.T) {
 		return false, errors.New("no Available condition")
 	})
 
-	// 2. A Secret is delivered into a namespace that asks.
+	// 2. A Secret is delivered into a namespace that opted in, as docs/usage.md says: the label, and a
+	// RoleBinding to the chart's ClusterRole certapi:secret-delivery.
 	ns := e2etest.Namespace(t, kube)
+	ownKubectl("create", "rolebinding", "certapi-secret-delivery", "-n", ns, "--clusterrole=certapi:secret-delivery", "--serviceaccount=certapi-system:certapi")
+	ownKubectl("label", "namespace", ns, "certapi.dev/secret-delivery=enabled")
 	scr := e2etest.Request("rbac", "webhook")
 	scr.Spec.SecretName = "webhook-tls"
 	if _, err := c.CertapiV1alpha1().ServingCertRequests(ns).Create(ctx, scr, metav1.CreateOptions{}); err != nil {
@@ -342,6 +364,14 @@ func TestManifestsRBACRunsCertapi(t *testing.T) {
 		return bytes.Equal(w.Webhooks[0].ClientConfig.CABundle, injected.Webhooks[0].ClientConfig.CABundle), errors.New("not restored yet")
 	})
 
+	// 6. Secret delivery only where a namespace opted in, and reads only of what certapi needs.
+	t.Run("a request with secretName in a namespace not opted in is refused", func(t *testing.T) {
+		checkNotOptedInRefused(t, c, kube)
+	})
+	t.Run("certapi's ServiceAccount cannot read kube-system's Secrets nor the encryption configuration", func(t *testing.T) {
+		checkSecretReads(t, kube, saConfig, ns)
+	})
+
 	data, err := os.ReadFile(logPath)
 	if err != nil {
 		t.Fatal(err)
@@ -355,17 +385,183 @@ func TestManifestsRBACRunsCertapi(t *testing.T) {
 		t.Errorf("with an EncryptionConfiguration that lists certificateauthoritykeys.certapi.dev (the name the README gives), certapi does not say the CA keys are encrypted")
 	}
 
-	// 6. A stolen token: after the log was read, because an opted-in kube-root-ca.crt among its targets is
+	// 7. A namespace labelled without the RoleBinding: the request says kube-apiserver refuses certapi
+	// there, and what to do (after the log was read: certapi is told "forbidden" there, as it should be).
+	t.Run("a namespace labelled without the RoleBinding is reported", func(t *testing.T) {
+		checkLabelledWithoutRoleBinding(t, c, kube, ownKubectl)
+	})
+
+	// 8. A stolen token: after the log was read, because an opted-in kube-root-ca.crt among its targets is
 	// one certapi's injector may itself try to write (and be refused).
 	t.Run("a stolen token of certapi's ServiceAccount", func(t *testing.T) {
 		checkStolenToken(t, own, saConfig, ns)
 	})
 
-	// 7. ResourceQuota status: certapi's quota admission counts its requests through the policy that
+	// 9. ResourceQuota status: certapi's quota admission counts its requests through the policy that
 	// lets its ServiceAccount change nothing else of a quota (after the log was read: a create refused
 	// past the quota is a 403 certapi may log).
 	t.Run("certapi's ServiceAccount may only count its requests into a ResourceQuota", func(t *testing.T) {
 		checkQuotaStatusOnly(t, own, saConfig)
+	})
+
+	// 10. secretDelivery.scope cluster, asked for by name: the chart's ClusterRoleBinding and
+	// --secret-delivery-scope=cluster deliver into a namespace that did not opt in.
+	// Not a subtest: it restarts certapi, which waitFor watches for the whole test.
+	{
+		ownKubectl("apply", "-f", writeObjects(t, clusterScopeBinding(t, root)))
+		stopCertapi()
+		var clusterArgs []string
+		for _, a := range args {
+			if flagName(a) == "secret-delivery-scope" {
+				a = "--secret-delivery-scope=cluster"
+			}
+			clusterArgs = append(clusterArgs, a)
+		}
+		run(clusterArgs)
+		anyNS := e2etest.Namespace(t, kube)
+		req := e2etest.Request("anywhere", "web")
+		req.Spec.SecretName = "web-tls"
+		waitFor("the request in a namespace that did not opt in to be admitted", 2*time.Minute, func(ctx context.Context) (bool, error) {
+			_, err := c.CertapiV1alpha1().ServingCertRequests(anyNS).Create(ctx, req, metav1.CreateOptions{})
+			return err == nil, err
+		})
+		waitFor("Secret web-tls in a namespace that did not opt in", time.Minute, func(ctx context.Context) (bool, error) {
+			s, err := kube.CoreV1().Secrets(anyNS).Get(ctx, "web-tls", metav1.GetOptions{})
+			if err != nil {
+				return false, err
+			}
+			return len(s.Data["tls.crt"]) > 0, errors.New("no tls.crt yet")
+		})
+	}
+}
+
+// clusterScopeBinding renders the chart's RBAC with secretDelivery.scope=cluster, as the base is rendered
+// (hack/manifests/plain-values.yaml), and returns its ClusterRoleBinding certapi:secret-delivery.
+func clusterScopeBinding(t *testing.T, root string) []*unstructured.Unstructured {
+	t.Helper()
+	helm, err := framework.HelmBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, err := e2etest.Run(t, helm, "template", "certapi", filepath.Join(root, "artifacts/charts/certapi"), "-n", "certapi-system",
+		"-f", filepath.Join(root, "hack/manifests/plain-values.yaml"), "--set", "secretDelivery.scope=cluster", "--show-only", "templates/rbac.yaml")
+	if err != nil {
+		t.Fatalf("helm template: %v\n%s", err, errOut)
+	}
+	objs, err := framework.DecodeManifests(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	binding := findObject(t, objs, "ClusterRoleBinding", "", "certapi:secret-delivery")
+	return []*unstructured.Unstructured{binding}
+}
+
+// checkNotOptedInRefused: in the default scope a request that asks for a Secret in a namespace that has
+// not opted in is refused at admission (403), saying how to opt in; one without secretName is admitted.
+func checkNotOptedInRefused(t *testing.T, c versioned.Interface, kube kubernetes.Interface) {
+	ctx := context.Background()
+	ns := e2etest.Namespace(t, kube)
+	req := e2etest.Request("refused", "web")
+	req.Spec.SecretName = "web-tls"
+	_, err := c.CertapiV1alpha1().ServingCertRequests(ns).Create(ctx, req, metav1.CreateOptions{})
+	if !apierrors.IsForbidden(err) {
+		t.Fatalf("a request with secretName in namespace %s, which has not opted in: %v; want 403", ns, err)
+	}
+	for _, want := range []string{
+		fmt.Sprintf("namespace %q has not opted in to Secret delivery", ns),
+		"kubectl label namespace " + ns + " certapi.dev/secret-delivery=enabled",
+		"kubectl create rolebinding certapi-secret-delivery -n " + ns + " --clusterrole=certapi:secret-delivery --serviceaccount=certapi-system:certapi",
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the refusal %q does not say %q", err, want)
+		}
+	}
+	req.Spec.SecretName = ""
+	if _, err := c.CertapiV1alpha1().ServingCertRequests(ns).Create(ctx, req, metav1.CreateOptions{}); err != nil {
+		t.Errorf("a request without secretName in a namespace that has not opted in: %v", err)
+	}
+}
+
+// checkSecretReads asks kube-apiserver (SubjectAccessReviews, and a real list as the ServiceAccount)
+// what certapi's ServiceAccount may read: no Secret of kube-system, not the EncryptionConfiguration
+// Secret of its own namespace, no list of that namespace's Secrets, nothing in a namespace that has not
+// opted in; only the etcd peer CA Secret by name, and the Secrets of an opted-in namespace.
+func checkSecretReads(t *testing.T, kube kubernetes.Interface, sa *rest.Config, optedIn string) {
+	ctx := context.Background()
+	other := e2etest.Namespace(t, kube)
+	const user = "system:serviceaccount:certapi-system:certapi"
+	for _, tc := range []struct {
+		verb, namespace, name string
+		allowed               bool
+	}{
+		{verb: "list", namespace: "kube-system"},
+		{verb: "watch", namespace: "kube-system"},
+		{verb: "get", namespace: "kube-system"},
+		{verb: "get", namespace: "kube-system", name: "extension-apiserver-authentication"},
+		{verb: "get", namespace: "certapi-system", name: "certapi-encryption-config"},
+		{verb: "list", namespace: "certapi-system"},
+		{verb: "watch", namespace: "certapi-system"},
+		{verb: "get", namespace: other},
+		{verb: "list", namespace: other},
+		{verb: "create", namespace: other},
+		{verb: "get", namespace: "certapi-system", name: "certapi-etcd-peer-ca", allowed: true},
+		{verb: "list", namespace: "certapi-system", name: "certapi-etcd-peer-ca", allowed: true},
+		{verb: "list", namespace: optedIn, allowed: true},
+		{verb: "create", namespace: optedIn, allowed: true},
+	} {
+		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+			User:   user,
+			Groups: []string{"system:serviceaccounts", "system:serviceaccounts:certapi-system", "system:authenticated"},
+			ResourceAttributes: &authorizationv1.ResourceAttributes{
+				Namespace: tc.namespace, Verb: tc.verb, Resource: "secrets", Name: tc.name},
+		}}
+		got, err := kube.AuthorizationV1().SubjectAccessReviews().Create(ctx, sar, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Status.Allowed != tc.allowed {
+			t.Errorf("certapi's ServiceAccount: %s secrets %q in namespace %s: allowed %v, want %v (%s)",
+				tc.verb, tc.name, tc.namespace, got.Status.Allowed, tc.allowed, got.Status.Reason)
+		}
+	}
+	_, asSA := testhelpers.Clients(t, sa)
+	if _, err := asSA.CoreV1().Secrets("kube-system").List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("certapi's ServiceAccount lists kube-system's Secrets: %v; want 403", err)
+	}
+	if _, err := asSA.CoreV1().Secrets("certapi-system").Get(ctx, "certapi-encryption-config", metav1.GetOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("certapi's ServiceAccount reads the encryption configuration: %v; want 403", err)
+	}
+}
+
+// checkLabelledWithoutRoleBinding: a namespace that carries the label but no RoleBinding admits the
+// request, and certapi reports on it that kube-apiserver refuses it access there (Ready=False, reason
+// SecretAccessForbidden, with the RoleBinding to create), and writes nothing; the RoleBinding created,
+// the Secret is delivered.
+func checkLabelledWithoutRoleBinding(t *testing.T, c versioned.Interface, kube kubernetes.Interface, kubectl func(args ...string) string) {
+	ctx := context.Background()
+	ns := e2etest.Namespace(t, kube)
+	kubectl("label", "namespace", ns, "certapi.dev/secret-delivery=enabled")
+	req := e2etest.Request("locked", "web")
+	req.Spec.SecretName = "web-tls"
+	if _, err := c.CertapiV1alpha1().ServingCertRequests(ns).Create(ctx, req, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e2etest.Eventually(t, time.Minute, "Ready=False, SecretAccessForbidden", func(ctx context.Context) (bool, error) {
+		r, err := c.CertapiV1alpha1().ServingCertRequests(ns).Get(ctx, "locked", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		cond := meta.FindStatusCondition(r.Status.Conditions, "Ready")
+		return cond != nil && cond.Status == metav1.ConditionFalse && cond.Reason == "SecretAccessForbidden" &&
+			strings.Contains(cond.Message, "kubectl create rolebinding certapi-secret-delivery -n "+ns), nil
+	})
+	kubectl("create", "rolebinding", "certapi-secret-delivery", "-n", ns, "--clusterrole=certapi:secret-delivery", "--serviceaccount=certapi-system:certapi")
+	e2etest.Eventually(t, 2*time.Minute, "the Secret once the RoleBinding exists", func(ctx context.Context) (bool, error) {
+		s, err := kube.CoreV1().Secrets(ns).Get(ctx, "web-tls", metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		return err == nil && len(s.Data["tls.crt"]) > 0, err
 	})
 }
 

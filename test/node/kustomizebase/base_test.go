@@ -137,6 +137,9 @@ func TestKustomizeBase(t *testing.T) {
 
 	use := "base-use"
 	nodetest.Kubectl(t, cp, "create", "namespace", use)
+	// Opt the namespace in to Secret delivery, as docs/usage.md says.
+	nodetest.Kubectl(t, cp, "create", "rolebinding", "certapi-secret-delivery", "-n", use, "--clusterrole=certapi:secret-delivery", "--serviceaccount=certapi-system:certapi")
+	nodetest.Kubectl(t, cp, "label", "namespace", use, "certapi.dev/secret-delivery=enabled")
 	nodetest.Kubectl(t, cp, "create", "servingcertrequest", "web", "-n", use, "--service=web", "--secret=web-tls", "--wait")
 	sec, err := kube.CoreV1().Secrets(use).Get(ctx, "web-tls", metav1.GetOptions{})
 	if err != nil {

@@ -75,6 +75,9 @@ func KeepForRestore(t *testing.T, cp *framework.ControlPlane) *Kept {
 	k := &Kept{cp: cp}
 	k.kube, k.certapi = Clients(t, cp)
 	Kubectl(t, cp, "create", "namespace", RestoreNamespace)
+	// Opt the namespace in to Secret delivery, as docs/usage.md says.
+	Kubectl(t, cp, "create", "rolebinding", "certapi-secret-delivery", "-n", RestoreNamespace, "--clusterrole=certapi:secret-delivery", "--serviceaccount=certapi-system:certapi")
+	Kubectl(t, cp, "label", "namespace", RestoreNamespace, "certapi.dev/secret-delivery=enabled")
 	t.Cleanup(func() {
 		_, _ = KubectlErr(cp, "delete", "namespace", RestoreNamespace, "--ignore-not-found", "--wait=false")
 	})

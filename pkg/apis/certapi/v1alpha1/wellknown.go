@@ -50,6 +50,35 @@ const (
 	AnnotationGeneration = "certapi.dev/generation"
 )
 
+// Secret delivery (spec.secretName) works only in namespaces that opt in, unless certapi runs with
+// --secret-delivery-scope=cluster: a namespace opts in with the label certapi.dev/secret-delivery=enabled,
+// together with a RoleBinding in it to the ClusterRole certapi:secret-delivery (the chart's
+// <fullname>:secret-delivery) for certapi's ServiceAccount. So certapi's token reads and writes Secrets
+// only where a namespace's admin asked for it.
+const (
+	// LabelSecretDelivery on a Namespace, with the value "enabled", opts it in to Secret delivery. Any
+	// other value, or none, is not opted in.
+	LabelSecretDelivery = "certapi.dev/secret-delivery"
+	// SecretDeliveryEnabled is the value of LabelSecretDelivery that opts a namespace in.
+	SecretDeliveryEnabled = "enabled"
+	// ClusterRoleSecretDelivery is the name of the ClusterRole (get, list, watch, create, patch on
+	// secrets) that an opted-in namespace binds to certapi's ServiceAccount, as the chart names it for a
+	// release named certapi (<fullname>:secret-delivery otherwise).
+	ClusterRoleSecretDelivery = "certapi:secret-delivery"
+)
+
+// The values of certapi's --secret-delivery-scope (the chart's secretDelivery.scope).
+const (
+	// SecretDeliveryScopeLabelledNamespaces, the default: Secrets are delivered only in namespaces
+	// labelled certapi.dev/secret-delivery=enabled, and a request with spec.secretName anywhere else is
+	// refused at admission.
+	SecretDeliveryScopeLabelledNamespaces = "labelled-namespaces"
+	// SecretDeliveryScopeCluster: Secrets are delivered in every namespace, and certapi's ServiceAccount
+	// needs the ClusterRole certapi:secret-delivery cluster-wide (it can then read every Secret of the
+	// cluster). Only when an admin asks for it by name.
+	SecretDeliveryScopeCluster = "cluster"
+)
+
 // SecretKeyCABundle is the data key of the CA bundle in a Secret certapi delivers, next to tls.crt and
 // tls.key: the name cert-manager and Kubernetes' own service-account Secrets use.
 const SecretKeyCABundle = "ca.crt"
