@@ -7,9 +7,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -21,6 +21,7 @@ import (
 
 	"github.com/certapi/certapi/pkg/etcdcluster"
 	"github.com/certapi/certapi/pkg/metrics"
+	"github.com/certapi/certapi/test/framework"
 	"github.com/certapi/certapi/test/testhelpers"
 )
 
@@ -87,14 +88,23 @@ func newWorld(t *testing.T, n int) *world {
 
 func freePort(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	portsMu.Lock()
+	defer portsMu.Unlock()
+	// Below the kernel's ephemeral range (framework.FreePorts): a member restarted on its port must not
+	// find it taken by the source port of another process's connection meanwhile.
+	ps, err := framework.FreePorts(1, ports...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = l.Close() }()
-	_, port, _ := net.SplitHostPort(l.Addr().String())
-	return port
+	ports = append(ports, ps[0])
+	return strconv.Itoa(ps[0])
 }
+
+// ports are the ports freePort handed out in this process, never handed out twice.
+var (
+	portsMu sync.Mutex
+	ports   []int
+)
 
 // discover answers as DNS on a headless Service with publishNotReadyAddresses would: every running
 // node's address.
