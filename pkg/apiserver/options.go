@@ -440,6 +440,9 @@ func (o *Options) Config(etcd *Etcd) (*Config, error) {
 	// Only the embedded etcd is certapi's to compact and defragment (erasure.Etcd's Owned says why).
 	erase := &erasure.Etcd{Client: etcd.client, Owned: etcd.embedded != nil || etcd.member != nil, Cluster: etcd.member != nil, Snapshots: snapshots,
 		RecordDir: o.Snapshots.recordDir(o.DataDir, etcd.embedded != nil || etcd.member != nil)}
+	if self != nil {
+		self.distrustedRecord = erase.DistrustedRecord()
+	}
 	return &Config{
 		GenericConfig: serverConfig,
 		ExtraConfig: ExtraConfig{

@@ -21,6 +21,7 @@ import (
 	"k8s.io/klog/v2"
 
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
+	"github.com/certapi/certapi/pkg/controller/erasure"
 	"github.com/certapi/certapi/pkg/issuer"
 	"github.com/certapi/certapi/pkg/servingcert"
 	"github.com/certapi/certapi/pkg/signer"
@@ -65,6 +66,10 @@ type selfServing struct {
 	// caSeen: this replica's watch has seen CertificateAuthority/default, the object every admin command
 	// (rotate, distrust, status) starts from.
 	caSeen atomic.Bool
+	// distrustedRecord is where this replica keeps its copy of the record of distrusted CAs
+	// (snapshot.DistrustedFileName, erasure.RecordDistrusted): on its own volume, so that a restore onto
+	// any member's volume finds it; empty when there is nowhere to keep it.
+	distrustedRecord string
 	// served is poked each time the Source serves a new certificate; run then records its CA.
 	served chan struct{}
 
@@ -161,7 +166,13 @@ func (s *selfServing) check(*http.Request) error {
 // meanwhile the record of which CA signed the certificate served. It never gives up: a replica without a
 // certificate keeps serving the placeholder and stays unready.
 func (s *selfServing) run(ctx context.Context, auth selfAuthority, cas cache.ListerWatcherWithContext) {
-	self := &selfIssuer{authority: auth, namespace: s.namespace, service: s.service, cas: cas, seen: func() { s.caSeen.Store(true) }}
+	self := &selfIssuer{authority: auth, namespace: s.namespace, service: s.service, cas: cas, seen: func(ctx context.Context, ca *certapiv1alpha1.CertificateAuthority) {
+		s.caSeen.Store(true)
+		if err := erasure.RecordDistrusted(ctx, s.distrustedRecord, ca.Status); err != nil {
+			// Written again at the CertificateAuthority's next change, and by the leader's erasure controller.
+			klog.ErrorS(err, "Recording the distrusted CAs on this replica's volume")
+		}
+	}}
 	src, err := servingcert.New(servingcert.Options{
 		Issuer:         self,
 		Namespace:      s.namespace,
@@ -273,7 +284,7 @@ type selfIssuer struct {
 	namespace, service string
 	cas                cache.ListerWatcherWithContext
 	// seen is called for every state of CertificateAuthority/default the watch delivers.
-	seen func()
+	seen func(context.Context, *certapiv1alpha1.CertificateAuthority)
 
 	mu sync.Mutex
 	// leafSerial, caSerial: the last certificate issued, and the serial of the CA that signed it.
@@ -334,7 +345,7 @@ func (i *selfIssuer) WatchCertificateAuthority(ctx context.Context, opts metav1.
 	return watch.Filter(w, func(ev watch.Event) (watch.Event, bool) {
 		if ca, ok := ev.Object.(*certapiv1alpha1.CertificateAuthority); ok && ca.Name == certapiv1alpha1.CertificateAuthorityName &&
 			(ev.Type == watch.Added || ev.Type == watch.Modified) {
-			i.seen()
+			i.seen(ctx, ca)
 		}
 		return ev, true
 	}), nil

@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -20,6 +21,7 @@ import (
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	"github.com/certapi/certapi/pkg/issuer"
 	"github.com/certapi/certapi/pkg/signer"
+	"github.com/certapi/certapi/pkg/snapshot"
 )
 
 // TestCheckAuthority: a replica is not ready until it has seen CertificateAuthority/default, and says so.
@@ -114,6 +116,7 @@ func TestSelfServingRenewsThroughTheIssuer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	s.distrustedRecord = filepath.Join(t.TempDir(), snapshot.DistrustedFileName)
 	placeholder, _ := s.CurrentCertKeyContent()
 	if err := s.check(nil); err == nil || !strings.Contains(err.Error(), "self-signed placeholder") {
 		t.Fatalf("readiness before run: %v, want the placeholder named", err)
@@ -194,6 +197,22 @@ func TestSelfServingRenewsThroughTheIssuer(t *testing.T) {
 	if err := s.check(nil); err != nil {
 		t.Fatalf("not ready after the re-issue: %v", err)
 	}
+
+	// A distrust of CA 1 takes effect: this replica, leader or not, records it on its own volume.
+	serial1 := signer.FormatSerialNumber(ca1.Certificate.SerialNumber)
+	caWatch.Modify(&certapiv1alpha1.CertificateAuthority{
+		ObjectMeta: metav1.ObjectMeta{Name: certapiv1alpha1.CertificateAuthorityName},
+		Status: certapiv1alpha1.CertificateAuthorityStatus{
+			CABundle: string(signer.EncodeBundle(ca2.Certificate)),
+			Active:   &certapiv1alpha1.CertificateAuthorityRef{SerialNumber: signer.FormatSerialNumber(ca2.Certificate.SerialNumber), SubjectKeyID: ca2.SubjectKeyID()},
+			Distrust: &certapiv1alpha1.DistrustStatus{Distrust: "leaked", StartedAt: metav1.Now(),
+				Distrusted: []certapiv1alpha1.CertificateAuthorityRef{{SerialNumber: serial1, SubjectKeyID: ca1.SubjectKeyID()}}},
+		},
+	})
+	waitFor(t, "CA 1 in this replica's record of distrusted CAs", func() bool {
+		cas, err := snapshot.ReadDistrusted(s.distrustedRecord)
+		return err == nil && len(cas) == 1 && cas[0].SerialNumber == serial1 && cas[0].Distrust == "leaked"
+	})
 }
 
 // waitFor waits up to 10s (2s of them the re-issue's random delay at most) for cond.

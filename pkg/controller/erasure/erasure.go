@@ -114,7 +114,7 @@ func (c *Controller) sync(ctx context.Context, _ string) (controller.Result, err
 	// Recorded as soon as a distrust takes effect (and brought up to date when it completes): a snapshot
 	// taken meanwhile holds the distrusted CAs too. A failure to record does not hold the erasure back; both
 	// are tried again.
-	recordErr := c.recordDistrusted(ctx, obj.Status)
+	recordErr := RecordDistrusted(ctx, c.o.Eraser.DistrustedRecord(), obj.Status)
 	if !due(obj.Status) {
 		return controller.Result{}, recordErr
 	}
@@ -136,10 +136,12 @@ func (c *Controller) sync(ctx context.Context, _ string) (controller.Result, err
 	return controller.Result{}, errors.Join(recordErr, eraseErr)
 }
 
-// recordDistrusted adds the CAs of st's distrust to the record of distrusted CAs, or brings their entries
-// up to date (distrustedRecord), writing the file only when it changes.
-func (c *Controller) recordDistrusted(ctx context.Context, st certapiv1alpha1.CertificateAuthorityStatus) error {
-	path := c.o.Eraser.DistrustedRecord()
+// RecordDistrusted adds the CAs of st's distrust to the record of distrusted CAs at path
+// (snapshot.DistrustedFileName), or brings their entries up to date (distrustedRecord), writing the file
+// only when it changes; with no path or no distrust it does nothing. The leader's controller calls it, and
+// so does every replica as it watches CertificateAuthority/default, so that each replica's volume holds the
+// record whoever led when the distrust took effect.
+func RecordDistrusted(ctx context.Context, path string, st certapiv1alpha1.CertificateAuthorityStatus) error {
 	if path == "" || st.Distrust == nil || len(st.Distrust.Distrusted) == 0 {
 		return nil
 	}
