@@ -67,7 +67,8 @@ type EtcdClusterOptions struct {
 
 // Where the etcd peer CA's private key is kept (--etcd-peer-ca-custody).
 const (
-	// PeerCACustodySecret keeps it in the peer CA Secret, beside its certificate (earlier versions).
+	// PeerCACustodySecret keeps it in the peer CA Secret, beside its certificate (the default of earlier
+	// versions; a running cluster switches from it to PeerCACustodyEtcd without a failed call).
 	PeerCACustodySecret = "secret"
 	// PeerCACustodyEtcd keeps it in the members' own etcd, sealed with the CA keys' encryption, and in
 	// the members' memory; the Secret holds the public part only, and members without the key enroll.
@@ -88,7 +89,7 @@ func DefaultEtcdClusterOptions() EtcdClusterOptions {
 		PeerPort:          2380,
 		DeadMemberTimeout: DefaultDeadMemberTimeout,
 		PeerCASecret:      incluster.DefaultSecretName,
-		PeerCACustody:     PeerCACustodySecret,
+		PeerCACustody:     PeerCACustodyEtcd,
 		EnrollPort:        2381,
 		MemberTokenFile:   DefaultMemberTokenFile,
 	}
@@ -125,11 +126,11 @@ func (o *EtcdClusterOptions) AddFlags(fs *pflag.FlagSet) {
 		"Start the member with the peer CA of --etcd-peer-ca-secret even when the CAs it trusted when it last ran do not vouch for it (neither the same "+
 			"CA nor its successor through a rotation). Without it such a member refuses to start, and running members ignore such a CA and write theirs "+
 			"back: a CA put into the Secret outside a rotation would split the cluster. Give it on every member once, only after replacing the CA on purpose.")
-	fs.StringVar(&o.PeerCACertFile, "etcd-peer-ca-cert-file", o.PeerCACertFile, "The etcd peer CA's certificate as a file, instead of --etcd-peer-ca-secret. Needs --etcd-peer-ca-key-file.")
+	fs.StringVar(&o.PeerCACertFile, "etcd-peer-ca-cert-file", o.PeerCACertFile, "The etcd peer CA's certificate as a file, instead of --etcd-peer-ca-secret. Needs --etcd-peer-ca-key-file and --etcd-peer-ca-custody=secret: the key is the operator's file, and certapi never rotates it.")
 	fs.StringVar(&o.PeerCAKeyFile, "etcd-peer-ca-key-file", o.PeerCAKeyFile, "The etcd peer CA's private key as a file (PEM), with --etcd-peer-ca-cert-file.")
 	fs.StringVar(&o.PeerCACustody, "etcd-peer-ca-custody", o.PeerCACustody,
 		"Where the etcd peer CA's private key is kept. \"secret\": in --etcd-peer-ca-secret, beside its certificate, so that whoever reads that Secret "+
-			"can read certapi's etcd. \"etcd\": only in the members' own etcd, sealed with the encryption of the CA keys (--encryption-provider-config), "+
+			"can read certapi's etcd (the default of earlier versions). \"etcd\" (the default): only in the members' own etcd, sealed with the encryption of the CA keys (--encryption-provider-config), "+
 			"and in the members' memory; the Secret holds the public part only. A member that starts without a certificate then proves to a member "+
 			"that holds the key that it is a pod of certapi's StatefulSet (--etcd-member-token-file, checked with a TokenReview and against the pod) "+
 			"and gets its certificate from it (--etcd-enroll-port). Switching a running cluster from secret to etcd keeps it serving: once every "+
@@ -162,6 +163,8 @@ func (o *EtcdClusterOptions) Validate(externalEtcd bool) []error {
 		errs = append(errs, fmt.Errorf("--etcd-member-name %q: expected a pod name <statefulset>-<ordinal>: %s", name, strings.Join(msgs, "; ")))
 	} else if etcdcluster.Ordinal(name) < 0 {
 		errs = append(errs, fmt.Errorf("--etcd-member-name %q: expected a pod name ending in -<ordinal> (a StatefulSet's), e.g. certapi-0", name))
+	} else if etcdcluster.Ordinal(name) >= etcdcluster.MaxMembers {
+		errs = append(errs, fmt.Errorf("--etcd-member-name %q: ordinal %d, but a cluster has at most %d members (ordinals 0 to %d); run at most %d replicas", name, etcdcluster.Ordinal(name), etcdcluster.MaxMembers, etcdcluster.MaxMembers-1, etcdcluster.MaxMembers))
 	}
 	if h := o.AdvertiseHost; h != "" && net.ParseIP(h) == nil && len(utilvalidation.IsDNS1123Subdomain(h)) > 0 {
 		errs = append(errs, fmt.Errorf("--etcd-advertise-host %q: expected a DNS name or an IP address", h))
@@ -190,7 +193,7 @@ func (o *EtcdClusterOptions) Validate(externalEtcd bool) []error {
 	case PeerCACustodySecret:
 	case PeerCACustodyEtcd:
 		if o.PeerCACertFile != "" {
-			errs = append(errs, errors.New("--etcd-peer-ca-custody=etcd keeps the key in etcd, --etcd-peer-ca-cert-file gives it as a file: give one of them"))
+			errs = append(errs, errors.New("--etcd-peer-ca-cert-file gives the peer CA's key as a file, and --etcd-peer-ca-custody=etcd (the default) keeps it in etcd: give --etcd-peer-ca-custody=secret with the files, or neither file"))
 		}
 		if o.EnrollPort < 1 || o.EnrollPort > 65535 || o.EnrollPort == o.ClientPort || o.EnrollPort == o.PeerPort {
 			errs = append(errs, fmt.Errorf("--etcd-enroll-port %d: expected a port from 1 to 65535 other than the client and peer ports", o.EnrollPort))

@@ -27,6 +27,10 @@ func TestEtcdClusterFlags(t *testing.T) {
 		{"timeout too short", []string{"--etcd-peer-service=certapi-etcd.ns.svc", "--etcd-member-name=certapi-0", "--etcd-dead-member-timeout=10s"}, "at least 1m"},
 		{"advertised IP (tests)", []string{"--etcd-peer-service=certapi-etcd.ns.svc", "--etcd-member-name=certapi-0", "--etcd-advertise-host=127.0.0.1"}, ""},
 		{"bad advertised host", []string{"--etcd-peer-service=certapi-etcd.ns.svc", "--etcd-member-name=certapi-0", "--etcd-advertise-host=Not_A_Host"}, "--etcd-advertise-host"},
+		{"member beyond the largest cluster", []string{"--etcd-peer-service=certapi-etcd.ns.svc", "--etcd-member-name=certapi-9"}, "at most 9 members"},
+		{"CA files with the default custody", []string{"--etcd-peer-service=certapi-etcd.ns.svc", "--etcd-member-name=certapi-0", "--etcd-peer-ca-cert-file=/ca.crt", "--etcd-peer-ca-key-file=/ca.key"}, "--etcd-peer-ca-custody=secret with the files"},
+		{"CA files with secret custody", []string{"--etcd-peer-service=certapi-etcd.ns.svc", "--etcd-member-name=certapi-0", "--etcd-peer-ca-cert-file=/ca.crt", "--etcd-peer-ca-key-file=/ca.key", "--etcd-peer-ca-custody=secret"}, ""},
+		{"unknown custody", []string{"--etcd-peer-service=certapi-etcd.ns.svc", "--etcd-member-name=certapi-0", "--etcd-peer-ca-custody=vault"}, `expected "secret" or "etcd"`},
 		{"CA cert without key", []string{"--etcd-peer-service=certapi-etcd.ns.svc", "--etcd-member-name=certapi-0", "--etcd-peer-ca-cert-file=/ca.crt"}, "give both or neither"},
 	}
 	for _, tc := range cases {

@@ -237,6 +237,12 @@ func (m *Member) everyMemberKeepsCustody(ctx context.Context, c *clientv3.Client
 	return true, nil
 }
 
+// KeyLeftStoreRotation is the rotation request the etcd leader records when it removes ca's key from the
+// store: one per CA, so that a CA whose key was once in the store is rotated once.
+func KeyLeftStoreRotation(ca *PeerCA) string {
+	return "key-left-store-" + ca.Certificate.SerialNumber.Text(16)
+}
+
 // dropKeyFromStore, on the etcd leader, removes the key from a store that still holds it (an upgrade
 // from the custody of earlier versions), once the record holds the same CA and every member has written
 // its marker: until then a member of the earlier version may still need the key from the store.
@@ -252,11 +258,16 @@ func (m *Member) dropKeyFromStore(ctx context.Context, c *clientv3.Client, ca *P
 		st.Reason = "the peer CA's key is still in its store: waiting for every member to keep it in etcd"
 		return
 	}
-	if err := m.cfg.PeerCAStore.DropKey(cctx, ca); err != nil {
+	// Whoever could read the store could have copied the key: once it is gone from there, a rotation makes
+	// a CA whose key never was in it.
+	rotate := KeyLeftStoreRotation(ca)
+	if err := m.cfg.PeerCAStore.DropKey(cctx, ca, rotate); err != nil {
 		klog.ErrorS(err, "Removing the etcd peer CA's key from its store failed; retried")
 		return
 	}
-	klog.InfoS("Removed the etcd peer CA's key from its store: every member keeps it in the members' etcd", "peerCA", ca.Certificate.Subject.CommonName)
+	klog.InfoS("Removed the etcd peer CA's key from its store: every member keeps it in the members' etcd; rotating the peer CA, "+
+		"whose key was readable there (restart every pod once after the rotation to stop trusting the old CA)",
+		"peerCA", ca.Certificate.Subject.CommonName, "rotation", rotate)
 }
 
 var _ value.Context = recordContext("")

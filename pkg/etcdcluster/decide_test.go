@@ -158,6 +158,22 @@ func TestOrdinal(t *testing.T) {
 	}
 }
 
+func TestMemberNames(t *testing.T) {
+	for name, want := range map[string][2]string{
+		"certapi-0":    {"certapi-0", "certapi-8"},
+		"my-certapi-7": {"my-certapi-0", "my-certapi-8"},
+		"certapi-12":   {"certapi-0", "certapi-8"},
+	} {
+		got := MemberNames(name)
+		if len(got) != MaxMembers || got[0] != want[0] || got[len(got)-1] != want[1] {
+			t.Errorf("MemberNames(%q) = %q, want %d names from %s to %s", name, got, MaxMembers, want[0], want[1])
+		}
+	}
+	if got := MemberNames("certapi"); got != nil {
+		t.Errorf("MemberNames of a name without an ordinal = %q, want nil", got)
+	}
+}
+
 func TestDecidePeerCA(t *testing.T) {
 	notBefore := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	notAfter := notBefore.Add(300 * 24 * time.Hour)

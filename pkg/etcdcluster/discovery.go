@@ -6,6 +6,7 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"strings"
 )
 
 // DNSDiscovery finds the other members through the A/AAAA records of a headless Service that publishes
@@ -47,4 +48,25 @@ func Ordinal(name string) int {
 		}
 	}
 	return -1
+}
+
+// MaxMembers is the most members a cluster may have: etcd advises at most seven voters, and the members'
+// ports accept only the certificates of the names MemberNames lists, which must be known when etcd starts.
+const MaxMembers = 9
+
+// MemberNames are the names a member of name's StatefulSet can have, <statefulset>-0 to
+// <statefulset>-(MaxMembers-1): the common names the members' client and peer ports accept, so that a
+// certificate of the peer CA made for anything but a member reads and writes nothing. It is nil when name
+// has no ordinal.
+func MemberNames(name string) []string {
+	o := Ordinal(name)
+	if o < 0 {
+		return nil
+	}
+	prefix := strings.TrimSuffix(name, strconv.Itoa(o))
+	names := make([]string, MaxMembers)
+	for i := range names {
+		names[i] = prefix + strconv.Itoa(i)
+	}
+	return names
 }

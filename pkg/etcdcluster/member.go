@@ -70,9 +70,10 @@ type PeerCAStore interface {
 	// Replace stores next in place of cur and records handled as the request acted on (empty: leave the
 	// record as it is). It fails, changing nothing, when the store no longer holds cur.
 	Replace(ctx context.Context, cur, next *PeerCA, handled string) error
-	// DropKey removes the private key of ca from the store, which keeps its public part; it fails,
+	// DropKey removes the private key of ca from the store, which keeps its public part, and asks for a
+	// rotation named rotate in the same write (as the operator's request would be recorded); it fails,
 	// changing nothing, when the store no longer holds ca.
-	DropKey(ctx context.Context, ca *PeerCA) error
+	DropKey(ctx context.Context, ca *PeerCA, rotate string) error
 	// Current reads the CA the store holds now.
 	Current(ctx context.Context) (*PeerCA, error)
 }
@@ -168,6 +169,9 @@ func (c *Config) Validate() error {
 	var errs []error
 	if c.Name == "" {
 		errs = append(errs, errors.New("member name is empty"))
+	}
+	if o := Ordinal(c.Name); c.Name != "" && (o < 0 || o >= MaxMembers) {
+		errs = append(errs, fmt.Errorf("member name %q: expected <statefulset>-<ordinal> with an ordinal from 0 to %d (a cluster has at most %d members)", c.Name, MaxMembers-1, MaxMembers))
 	}
 	if c.Dir == "" {
 		errs = append(errs, errors.New("member directory is empty"))
@@ -618,7 +622,9 @@ func (m *Member) embedConfig() *embed.Config {
 	cfg.AdvertiseClientUrls = []url.URL{mustURL(m.cfg.ClientURL)}
 	cfg.ListenPeerUrls = []url.URL{mustURL(m.cfg.ListenPeerURL)}
 	cfg.AdvertisePeerUrls = []url.URL{mustURL(m.cfg.PeerURL)}
-	tlsInfo := transport.TLSInfo{CertFile: m.files.CertFile, KeyFile: m.files.KeyFile, TrustedCAFile: m.files.TrustedCAFile, ClientCertAuth: true}
+	tlsInfo := transport.TLSInfo{CertFile: m.files.CertFile, KeyFile: m.files.KeyFile, TrustedCAFile: m.files.TrustedCAFile, ClientCertAuth: true,
+		// Only members' certificates: one the peer CA signed for any other name gets nothing from either port.
+		AllowedCNs: MemberNames(m.cfg.Name)}
 	cfg.ClientTLSInfo = tlsInfo
 	cfg.PeerTLSInfo = tlsInfo
 	cfg.InitialClusterToken = "certapi"

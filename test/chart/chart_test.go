@@ -388,14 +388,14 @@ func checkSecurity(t *testing.T, ns string, objs []*unstructured.Unstructured, w
 			rules = 2
 		}
 		if len(p.Spec.Ingress) != rules || len(p.Spec.Ingress[0].From) != 0 || len(p.Spec.Ingress[0].Ports) != 1 || p.Spec.Ingress[0].Ports[0].Port.IntValue() != 8443 {
-			t.Errorf("NetworkPolicy %s admits %+v; want port 8443 from anywhere (and in etcd.mode cluster 2379 and 2380 from certapi's pods), nothing else", release, p.Spec.Ingress)
+			t.Errorf("NetworkPolicy %s admits %+v; want port 8443 from anywhere (and in etcd.mode cluster 2379, 2380 and 2381 from certapi's pods), nothing else", release, p.Spec.Ingress)
 		}
 		if want.cluster && len(p.Spec.Ingress) == 2 {
 			r := p.Spec.Ingress[1]
 			if len(r.From) != 1 || r.From[0].PodSelector == nil || r.From[0].NamespaceSelector != nil ||
 				r.From[0].PodSelector.MatchLabels["app.kubernetes.io/component"] != "apiserver" ||
-				len(r.Ports) != 2 || r.Ports[0].Port.IntValue() != 2379 || r.Ports[1].Port.IntValue() != 2380 {
-				t.Errorf("NetworkPolicy %s admits %+v; want 2379 and 2380 from certapi's own pods only", release, r)
+				len(r.Ports) != 3 || r.Ports[0].Port.IntValue() != 2379 || r.Ports[1].Port.IntValue() != 2380 || r.Ports[2].Port.IntValue() != 2381 {
+				t.Errorf("NetworkPolicy %s admits %+v; want 2379, 2380 and (custody etcd, the default) the enrollment port 2381 from certapi's own pods only", release, r)
 			}
 		}
 	}

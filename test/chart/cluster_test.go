@@ -17,17 +17,25 @@ import (
 	"github.com/certapi/certapi/pkg/etcdcluster/incluster"
 )
 
-// TestClusterModePeerCASecret installs the chart with etcd.mode cluster and acts as certapi's
-// ServiceAccount: it may create its etcd peer CA Secret in its own namespace, read it back and record the
-// bootstrap on it, and read its StatefulSet; the admission policies refuse any other Secret there and any
-// other change to the peer CA Secret.
+// TestClusterModePeerCASecret installs the chart with etcd.mode cluster, in each peer CA custody, and acts
+// as certapi's ServiceAccount: it may create its etcd peer CA Secret in its own namespace (with custody
+// etcd, the default, with no key in it), read it back and record the bootstrap on it, rotate it, and read
+// its StatefulSet; the admission policies refuse any other Secret there and any other change to the peer
+// CA Secret (with custody etcd, any key written into it).
 func TestClusterModePeerCASecret(t *testing.T) {
+	for _, custody := range []string{"etcd", "secret"} {
+		t.Run(custody, func(t *testing.T) { testClusterModePeerCASecret(t, custody) })
+	}
+}
+
+func testClusterModePeerCASecret(t *testing.T, custody string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	const ns = "certapi-cluster-mode"
-	runHelm(t, "install", release, chartDir, "--namespace", ns, "--create-namespace",
+	ns := "certapi-cluster-mode-" + custody
+	runHelm(t, "install", release, chartDir, "--namespace", ns, "--create-namespace", "--set", "etcd.cluster.peerCACustody="+custody,
 		"--set", "etcd.mode=cluster", "--set", "replicas=3", "--set", "encryption.enabled=false", "--set", "encryption.required=false").must(t)
 	defer func() { runHelm(t, "uninstall", release, "--namespace", ns).must(t) }()
+	publicOnly := custody == "etcd"
 
 	cfg := rest.CopyConfig(cp.AdminConfig)
 	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + ns + ":" + release}
@@ -47,16 +55,19 @@ func TestClusterModePeerCASecret(t *testing.T) {
 		t.Fatalf("certapi may still create another Secret in its namespace: %v", lastErr)
 	}
 
-	s := &incluster.PeerCASecret{Client: asCertapi, Namespace: ns, Name: release + "-etcd-peer-ca", Member: release + "-0"}
+	s := &incluster.PeerCASecret{Client: asCertapi, Namespace: ns, Name: release + "-etcd-peer-ca", Member: release + "-0", PublicOnly: publicOnly, Designated: true}
 	ca, err := s.LoadOrCreate(ctx)
 	if err != nil {
 		t.Fatalf("certapi cannot create its etcd peer CA Secret: %v", err)
+	}
+	if sec, err := secrets.Get(ctx, release+"-etcd-peer-ca", metav1.GetOptions{}); err != nil || (len(sec.Data["tls.key"]) == 0) != publicOnly {
+		t.Fatalf("the peer CA Secret with custody %s: %v, %d bytes of key", custody, err, len(sec.Data["tls.key"]))
 	}
 	again, err := s.LoadOrCreate(ctx)
 	if err != nil || !again.Certificate.Equal(ca.Certificate) {
 		t.Fatalf("reading the peer CA back: %v (same CA: %v)", err, err == nil && again.Certificate.Equal(ca.Certificate))
 	}
-	if err := (&incluster.PeerCASecret{Client: asCertapi, Namespace: ns, Name: release + "-etcd-peer-ca", Member: release + "-1"}).ReportNoData(ctx); err != nil {
+	if err := (&incluster.PeerCASecret{Client: asCertapi, Namespace: ns, Name: release + "-etcd-peer-ca", Member: release + "-1", PublicOnly: publicOnly}).ReportNoData(ctx); err != nil {
 		t.Fatalf("certapi cannot report that a member has no data: %v", err)
 	}
 	if err := s.Record(ctx); err != nil {
@@ -70,11 +81,12 @@ func TestClusterModePeerCASecret(t *testing.T) {
 	}
 
 	// The etcd leader's rotation: a new CA trusted beside the old one, then the old one dropped.
-	next, err := again.Successor(time.Now(), time.Hour)
+	// The CA as made, with its key (with custody etcd the Secret gives the public part only).
+	next, err := ca.Successor(time.Now(), time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Replace(ctx, again, next, "r1"); err != nil {
+	if err := s.Replace(ctx, ca, next, "r1"); err != nil {
 		t.Fatalf("certapi cannot begin a peer CA rotation: %v", err)
 	}
 	if err := s.Replace(ctx, next, next.Settled(), ""); err != nil {
@@ -99,6 +111,21 @@ func TestClusterModePeerCASecret(t *testing.T) {
 			return err
 		},
 		"delete it": func() error { return secrets.Delete(ctx, release+"-etcd-peer-ca", metav1.DeleteOptions{}) },
+	}
+	if publicOnly {
+		refused["write a key with its certificate"] = func() error {
+			keyPEM, err := next.KeyPEM()
+			if err != nil {
+				t.Fatal(err)
+			}
+			sec, err := secrets.Get(ctx, release+"-etcd-peer-ca", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			sec.Data["tls.key"] = keyPEM
+			_, err = secrets.Update(ctx, sec, metav1.UpdateOptions{})
+			return err
+		}
 	}
 	for what, f := range refused {
 		if err := f(); !apierrors.IsInvalid(err) && !apierrors.IsForbidden(err) {

@@ -184,16 +184,25 @@ priorityClassName: ""
 			for _, m := range c.VolumeMounts {
 				mounts = append(mounts, m.Name+":"+m.MountPath)
 			}
-			// etcd.mode cluster, the default: the data volume is each pod's claim (volumeClaimTemplates).
-			if !slices.Equal(volumes, []string{"encryption-config"}) || !slices.Equal(mounts, []string{"data:/var/lib/certapi", "encryption-config:/etc/certapi/encryption"}) {
-				t.Errorf("volumes %v, mounts %v; want the claim data and encryption-config only", volumes, mounts)
+			// etcd.mode cluster, the default: the data volume is each pod's claim (volumeClaimTemplates); custody
+			// etcd, the default: the projected token a member enrolls with.
+			if !slices.Equal(volumes, []string{"encryption-config", "etcd-member-token"}) || !slices.Equal(mounts,
+				[]string{"data:/var/lib/certapi", "encryption-config:/etc/certapi/encryption", "etcd-member-token:/var/run/secrets/certapi.dev/etcd-member"}) {
+				t.Errorf("volumes %v, mounts %v; want the claim data, encryption-config and the member token only", volumes, mounts)
+			}
+			for _, v := range pod.Volumes {
+				if p := v.Projected; v.Name == "etcd-member-token" && (p == nil || len(p.Sources) != 1 || p.Sources[0].ServiceAccountToken == nil ||
+					p.Sources[0].ServiceAccountToken.Audience != "certapi.dev/etcd-member") {
+					t.Errorf("volume etcd-member-token %+v; want a projected ServiceAccount token for audience certapi.dev/etcd-member only", v)
+				}
 			}
 			var ports []string
 			for _, p := range c.Ports {
 				ports = append(ports, fmt.Sprintf("%s:%d", p.Name, p.ContainerPort))
 			}
-			if !slices.Equal(ports, []string{"https:8443", "etcd-client:2379", "etcd-peer:2380"}) || !slices.Contains(c.Args, "--secure-port=8443") {
-				t.Errorf("ports %v, args %v; want 8443 and the member's 2379 and 2380", ports, c.Args)
+			if !slices.Equal(ports, []string{"https:8443", "etcd-client:2379", "etcd-peer:2380", "etcd-enroll:2381"}) || !slices.Contains(c.Args, "--secure-port=8443") ||
+				!slices.Contains(c.Args, "--etcd-peer-ca-custody=etcd") {
+				t.Errorf("ports %v, args %v; want 8443, the member's 2379, 2380 and 2381, and custody etcd", ports, c.Args)
 			}
 			if len(c.Env) != 1 || pod.Affinity == nil || pod.Affinity.PodAntiAffinity == nil || pod.NodeSelector != nil || pod.Tolerations != nil || pod.TopologySpreadConstraints != nil {
 				t.Errorf("env %v, affinity %+v, nodeSelector %v, tolerations %v, spread %v; want POD_NAME, the soft anti-affinity and nothing else", c.Env, pod.Affinity, pod.NodeSelector, pod.Tolerations, pod.TopologySpreadConstraints)
@@ -244,11 +253,11 @@ priorityClassName: ""
 		podSecurity: "privileged",
 		check: func(t *testing.T, ns string, objs []*unstructured.Unstructured, pod *corev1.PodSpec) {
 			c := certapiContainer(t, pod)
-			if v := pod.Volumes[len(pod.Volumes)-1]; v.Name != "kms" || v.HostPath == nil || v.HostPath.Path != "/var/run/kmsplugin" || len(pod.Volumes) != 2 {
-				t.Errorf("volumes %+v; want encryption-config and the KMS socket's directory (data is the claim template's)", pod.Volumes)
+			if v := pod.Volumes[len(pod.Volumes)-1]; v.Name != "kms" || v.HostPath == nil || v.HostPath.Path != "/var/run/kmsplugin" || len(pod.Volumes) != 3 {
+				t.Errorf("volumes %+v; want encryption-config, the member token and the KMS socket's directory (data is the claim template's)", pod.Volumes)
 			}
-			if m := c.VolumeMounts[len(c.VolumeMounts)-1]; m.Name != "kms" || m.MountPath != "/var/run/kmsplugin" || len(c.VolumeMounts) != 3 {
-				t.Errorf("mounts %+v; want data, encryption-config and kms", c.VolumeMounts)
+			if m := c.VolumeMounts[len(c.VolumeMounts)-1]; m.Name != "kms" || m.MountPath != "/var/run/kmsplugin" || len(c.VolumeMounts) != 4 {
+				t.Errorf("mounts %+v; want data, encryption-config, the member token and kms", c.VolumeMounts)
 			}
 			if c.Args[len(c.Args)-1] != "--v=2" || len(c.Env) != 2 || c.Env[1].Name != "GOMEMLIMIT" || c.Env[1].Value != "200MiB" {
 				t.Errorf("args %v, env %+v; want --v=2 last and GOMEMLIMIT after POD_NAME", c.Args, c.Env)

@@ -257,9 +257,10 @@ func (s *PeerCASecret) storedKey(ca *etcdcluster.PeerCA) ([]byte, error) {
 	return ca.KeyPEM()
 }
 
-// DropKey empties the Secret's tls.key, guarded like Replace by the resourceVersion read and by the
-// Secret still holding ca.
-func (s *PeerCASecret) DropKey(ctx context.Context, ca *etcdcluster.PeerCA) error {
+// DropKey empties the Secret's tls.key and, with rotate, asks for that rotation in the same patch (the
+// annotation `kubectl certapi rotate --etcd-peer` sets), guarded like Replace by the resourceVersion read
+// and by the Secret still holding ca.
+func (s *PeerCASecret) DropKey(ctx context.Context, ca *etcdcluster.PeerCA, rotate string) error {
 	sec, held, err := s.read(ctx)
 	if err != nil {
 		return err
@@ -267,8 +268,12 @@ func (s *PeerCASecret) DropKey(ctx context.Context, ca *etcdcluster.PeerCA) erro
 	if !held.CA.Equal(ca) {
 		return fmt.Errorf("the etcd peer CA Secret %s/%s no longer holds the CA %s; its key is not dropped", s.Namespace, s.Name, ca.Certificate.SerialNumber.Text(16))
 	}
+	meta := map[string]any{"resourceVersion": sec.ResourceVersion}
+	if rotate != "" {
+		meta["annotations"] = map[string]any{certapiv1alpha1.AnnotationEtcdPeerCARotate: rotate}
+	}
 	patch, err := json.Marshal(map[string]any{
-		"metadata": map[string]any{"resourceVersion": sec.ResourceVersion},
+		"metadata": meta,
 		"data":     map[string]any{corev1.TLSPrivateKeyKey: []byte{}},
 	})
 	if err != nil {

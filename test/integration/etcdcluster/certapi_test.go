@@ -2,8 +2,10 @@ package etcdcluster
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -32,6 +34,9 @@ func TestCertapiClusterMode(t *testing.T) {
 	}
 	if _, ok := sec.Annotations[incluster.AnnotationBootstrapped]; !ok {
 		t.Fatalf("the peer CA Secret does not record the bootstrap: %v", sec.Annotations)
+	}
+	if len(sec.Data["tls.crt"]) == 0 || len(sec.Data["tls.key"]) != 0 {
+		t.Fatalf("the peer CA Secret holds %d bytes of certificate and %d of key; want the certificate only (custody etcd, the default)", len(sec.Data["tls.crt"]), len(sec.Data["tls.key"]))
 	}
 	// certapi's own objects are in its etcd cluster: the CertificateAuthority exists and is served.
 	raw, err := kube.RESTClient().Get().AbsPath("/apis/certapi.dev/v1alpha1/certificateauthorities/default").DoRaw(ctx)
@@ -95,6 +100,13 @@ func TestCertapiClusterMode(t *testing.T) {
 func startCertapiMember(ctx context.Context, t *testing.T, extra ...string) (*framework.ControlPlane, string) {
 	t.Helper()
 	clientPort, peerPort := freePort(t), freePort(t)
+	// The default custody (etcd) reads this pod's projected token for the ServiceAccount its peers' tokens
+	// must be of. certapi-0 bootstraps and never sends it, so its claims are all it needs here.
+	claims := base64.RawURLEncoding.EncodeToString([]byte(`{"sub":"system:serviceaccount:` + framework.CertapiNamespace + `:certapi"}`))
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte("e30."+claims+".unsigned"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	cp, err := framework.Start(ctx, framework.Options{
 		Dir:                 t.TempDir(),
 		CertapiEmbeddedEtcd: true,
@@ -104,6 +116,7 @@ func startCertapiMember(ctx context.Context, t *testing.T, extra ...string) (*fr
 			"--etcd-bind-address=127.0.0.1",
 			"--etcd-client-port=" + clientPort,
 			"--etcd-peer-port=" + peerPort,
+			"--etcd-member-token-file=" + tokenFile,
 			"-v=1",
 		}, extra...),
 	})

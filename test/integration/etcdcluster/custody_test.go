@@ -205,7 +205,8 @@ func TestEnrolledMembersAndKeyCustody(t *testing.T) {
 
 // TestUpgradeDropsTheKeyFromTheStore: members of a cluster whose store still holds the key (the custody
 // of earlier versions) store it in etcd, and once every member keeps it there the etcd leader removes it
-// from the store.
+// from the store and rotates the peer CA, whose key was readable there: a successor whose key never was
+// in the store signs, and every member holds a certificate of it.
 func TestUpgradeDropsTheKeyFromTheStore(t *testing.T) {
 	w := newWorld(t, 3)
 	withKey := w.ca
@@ -213,6 +214,9 @@ func TestUpgradeDropsTheKeyFromTheStore(t *testing.T) {
 	// As the Secret of earlier versions: the key in the store, which every member reads at start.
 	w.ca = withKey
 	store := newMemStore(w)
+	// Members of custody etcd write the public part only (incluster.PeerCASecret's PublicOnly), and read
+	// the key the store still holds.
+	store.publicOnly = true
 	w.start(w.nodes[0])
 	w.startAll(w.nodes[1], w.nodes[2])
 	w.waitVoters(3)
@@ -220,7 +224,18 @@ func TestUpgradeDropsTheKeyFromTheStore(t *testing.T) {
 		st := store.state()
 		return !st.KeyInStore && st.CA.Key == nil, fmt.Sprintf("key in store: %v", st.KeyInStore)
 	})
+	testhelpers.WaitFor(t, 50*time.Millisecond, time.Minute, "the rotation away from the CA whose key was in the store to finish", func(context.Context) (bool, string) {
+		st := store.state()
+		return !st.CA.Certificate.Equal(withKey.Certificate) && !st.CA.Rotating() && st.Handled == etcdcluster.KeyLeftStoreRotation(withKey) && st.CA.Key == nil,
+			fmt.Sprintf("store holds %s (rotating %v), handled %q, key in store %v", st.CA.Certificate.Subject.CommonName, st.CA.Rotating(), st.Handled, st.CA.Key != nil)
+	})
 	waitAllHoldKey(t, w)
+	next := store.state().CA
+	for _, nd := range w.nodes {
+		if got := nd.member.PeerCA().CA; !got.Certificate.Equal(next.Certificate) {
+			t.Errorf("%s holds %s, not the successor %s", nd.name, got.Certificate.Subject.CommonName, next.Certificate.Subject.CommonName)
+		}
+	}
 }
 
 func waitAllHoldKey(t *testing.T, w *world) {

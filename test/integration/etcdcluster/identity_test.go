@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	"github.com/certapi/certapi/pkg/etcdcluster"
 	"github.com/certapi/certapi/pkg/etcdcluster/incluster"
 )
@@ -132,7 +133,8 @@ func TestPodTokenVerifier(t *testing.T) {
 	if err != nil || old.Key == nil {
 		t.Fatalf("a Secret as earlier versions keep it: %v (key held: %v)", err, old != nil && old.Key != nil)
 	}
-	if err := legacy.DropKey(ctx, old); err != nil {
+	rotate := etcdcluster.KeyLeftStoreRotation(old)
+	if err := legacy.DropKey(ctx, old, rotate); err != nil {
 		t.Fatal(err)
 	}
 	sec, err = kube.CoreV1().Secrets(ns).Get(ctx, "legacy-peer-ca", metav1.GetOptions{})
@@ -142,7 +144,10 @@ func TestPodTokenVerifier(t *testing.T) {
 	if len(sec.Data[corev1.TLSPrivateKeyKey]) != 0 {
 		t.Fatal("DropKey left the key in the Secret")
 	}
-	if err := legacy.DropKey(ctx, &etcdcluster.PeerCA{Certificate: ca.Certificate}); err == nil {
+	if got := sec.Annotations[certapiv1alpha1.AnnotationEtcdPeerCARotate]; got != rotate {
+		t.Fatalf("DropKey asked for the rotation %q; want %q in the same write", got, rotate)
+	}
+	if err := legacy.DropKey(ctx, &etcdcluster.PeerCA{Certificate: ca.Certificate}, ""); err == nil {
 		t.Fatal("DropKey changed a Secret that holds another CA")
 	}
 }

@@ -48,7 +48,8 @@ const quorumBackBound = 5 * time.Second
 func TestCertapiWithoutQuorum(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cp, clientPort := startCertapiMember(ctx, t, "--etcd-advertise-host=127.0.0.1")
+	// Custody secret: the members of this process take the peer CA, with its key, from the Secret.
+	cp, clientPort := startCertapiMember(ctx, t, "--etcd-advertise-host=127.0.0.1", "--etcd-peer-ca-custody=secret")
 	kube := kubernetes.NewForConfigOrDie(rest.CopyConfig(cp.AdminConfig))
 	certapi, _ := testhelpers.Clients(t, cp.AdminConfig)
 

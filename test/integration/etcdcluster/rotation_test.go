@@ -52,7 +52,7 @@ func (s *memStore) state() etcdcluster.PeerCAState {
 func (s *memStore) Current(context.Context) (*etcdcluster.PeerCA, error) { return s.state().CA, nil }
 
 // DropKey removes the key from the store, as incluster.PeerCASecret empties tls.key.
-func (s *memStore) DropKey(_ context.Context, ca *etcdcluster.PeerCA) error {
+func (s *memStore) DropKey(_ context.Context, ca *etcdcluster.PeerCA, rotate string) error {
 	s.mu.Lock()
 	if !s.st.CA.Equal(ca) {
 		s.mu.Unlock()
@@ -61,6 +61,9 @@ func (s *memStore) DropKey(_ context.Context, ca *etcdcluster.PeerCA) error {
 	public := *s.st.CA
 	public.Key = nil
 	s.st.CA = &public
+	if rotate != "" {
+		s.st.Requested = rotate
+	}
 	s.mu.Unlock()
 	s.w.mu.Lock()
 	s.w.ca = &public
@@ -351,30 +354,41 @@ func TestForeignPeerCA(t *testing.T) {
 		}
 	}
 
-	t.Log("a client with no certificate, or one of the foreign CA, gets nothing from a member")
-	foreignCert, err := foreign.IssueMember("intruder", []string{"127.0.0.1"}, time.Now(), time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pair, err := tls.X509KeyPair(foreignCert.CertPEM, foreignCert.KeyPEM)
-	if err != nil {
-		t.Fatal(err)
+	t.Log("a client with no certificate, one of the foreign CA, or one of the held CA for a name that is no member's gets nothing from a member")
+	pair := func(ca *etcdcluster.PeerCA, name string) []tls.Certificate {
+		mc, err := ca.IssueMember(name, []string{"127.0.0.1"}, time.Now(), time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := tls.X509KeyPair(mc.CertPEM, mc.KeyPEM)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return []tls.Certificate{p}
 	}
 	for _, tc := range []struct {
 		name  string
 		certs []tls.Certificate
-	}{{"no client certificate", nil}, {"a client certificate of the foreign CA", []tls.Certificate{pair}}} {
+		reads bool
+	}{
+		{name: "no client certificate"},
+		{name: "a client certificate of the foreign CA", certs: pair(foreign, "intruder")},
+		{name: "a client certificate of the held CA for a name that is no member's", certs: pair(held, "intruder")},
+		{name: "a client certificate of the held CA for a member's name", certs: pair(held, fmt.Sprintf("certapi-%d", etcdcluster.MaxMembers-1)), reads: true},
+	} {
 		c, err := clientv3.New(clientv3.Config{Endpoints: []string{w.nodes[0].clientURL}, DialTimeout: 2 * time.Second, Logger: zap.NewNop(),
 			TLS: &tls.Config{RootCAs: roots, Certificates: tc.certs, MinVersion: tls.VersionTLS12}})
-		if err != nil {
-			continue // refused at the dial: nothing to read
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-		_, err = c.Get(ctx, "/ca")
-		cancel()
-		_ = c.Close()
 		if err == nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+			_, err = c.Get(ctx, "/ca")
+			cancel()
+			_ = c.Close()
+		}
+		switch {
+		case err == nil && !tc.reads:
 			t.Fatalf("%s read certapi's etcd", tc.name)
+		case err != nil && tc.reads:
+			t.Fatalf("%s read nothing: %v", tc.name, err)
 		}
 	}
 

@@ -2,8 +2,10 @@ package etcdcluster
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,12 +13,16 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/certapi/certapi/pkg/etcdcluster"
+	"github.com/certapi/certapi/pkg/generated/clientset/versioned"
 	"github.com/certapi/certapi/test/node/nodetest"
 )
 
@@ -26,11 +32,15 @@ const apiService = "v1alpha1.certapi.dev"
 // TestZeroDowntime: on the default install (three members), under issuance load through kube-apiserver
 // (nodetest.StartLoad: 4 client-go callers, with client-go's retries of a 503 or 429 with Retry-After),
 //
-//   - a rolling upgrade to a new image: the release's image tagged anew in the node's containerd, as a
-//     registry would serve a new version, and `helm upgrade --reuse-values --set image.tag=<new>`, which
-//     also moves the etcd peer CA's key out of its Secret into the members' etcd
-//     (etcd.cluster.peerCACustody etcd): once every member keeps it there, the etcd leader empties the
-//     Secret's tls.key, and what certapi's token reads of the Secret signs nothing;
+//   - a rolling upgrade to a new image of a release installed with the earlier default custody
+//     (etcd.cluster.peerCACustody secret: the cluster made anew that way first, earlierCustody): the
+//     release's image tagged anew in the node's containerd, as a registry would serve a new version, and
+//     `helm upgrade --reuse-values --set image.tag=<new> --set etcd.cluster.peerCACustody=etcd`, which
+//     moves the etcd peer CA's key out of its Secret into the members' etcd: once every member keeps it
+//     there, the etcd leader empties the Secret's tls.key, and what certapi's token reads of the Secret
+//     signs nothing; then it rotates the peer CA, whose key was readable in the Secret, and after the
+//     drain below (every member restarted since) a client certificate made with the key read from the
+//     Secret before the upgrade reads nothing from any member, where before the upgrade it read;
 //   - a node drain, as the eviction API does it: one policy/v1 Eviction of every pod at once, each
 //     refused (429) by the PodDisruptionBudget and retried as `kubectl drain` does until it goes. The one
 //     node is not cordoned: its pods must come back on it;
@@ -42,7 +52,8 @@ const apiService = "v1alpha1.certapi.dev"
 // but Available throughout (watched), and the CA stays the same.
 func TestZeroDowntime(t *testing.T) {
 	ctx := context.Background()
-	kube, certapi, before := installed3(t)
+	kube, certapi, _ := installed3(t)
+	before := earlierCustody(t, kube, certapi)
 
 	const loadNS = "zero-downtime"
 	nodetest.Kubectl(t, cp, "create", "namespace", loadNS)
@@ -68,6 +79,12 @@ func TestZeroDowntime(t *testing.T) {
 	newTag := tag + "-next"
 	if err := cp.ClusterNode.TagImage(ctx, image, repo+":"+newTag); err != nil {
 		t.Fatal(err)
+	}
+	// What certapi's token could read before the upgrade: the peer CA with its key. A certificate made
+	// with it for a member's name reads certapi's etcd now.
+	stolen := stolenPeerCA(t, kube)
+	if err := readsEtcd(t, kube, stolen); err != nil {
+		t.Fatalf("a certificate made with the peer CA's key, as the Secret held it, reads nothing even before the upgrade (the probe is broken): %v", err)
 	}
 	start := time.Now()
 	helm(t, "upgrade", "certapi", releaseChart(t), "--namespace", ns, "--reuse-values", "--set", "image.tag="+newTag, "--set", "etcd.cluster.peerCACustody=etcd")
@@ -96,6 +113,22 @@ func TestZeroDowntime(t *testing.T) {
 		took.Round(time.Second), l.Check(t, "the rolling upgrade"))
 	avail.Check(t, "the rolling upgrade")
 
+	// The key was readable in the Secret: the etcd leader rotates the peer CA once it has left it.
+	start = time.Now()
+	nodetest.WaitFor(t, 3*time.Minute, "the peer CA rotated away from the one whose key was in the Secret", func(ctx context.Context) (bool, string) {
+		ca, err := certapi.CertapiV1alpha1().CertificateAuthorities().Get(ctx, "default", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		if ca.Status.Etcd == nil || ca.Status.Etcd.PeerCA == nil {
+			return false, "no status.etcd.peerCA"
+		}
+		p := ca.Status.Etcd.PeerCA
+		return p.SerialNumber != stolen.Certificate.SerialNumber.Text(16) && !p.Rotating, fmt.Sprintf("%+v", p)
+	})
+	t.Logf("figure: the peer CA rotated after its key left the Secret in %s: %s", time.Since(start).Round(time.Second), l.Check(t, "the peer CA's rotation"))
+	avail.Check(t, "the peer CA's rotation")
+
 	// (b) A drain's evictions: every pod at once, through the PodDisruptionBudget.
 	start = time.Now()
 	refused, err := evictAll(ctx, kube, pods)
@@ -114,6 +147,11 @@ func TestZeroDowntime(t *testing.T) {
 	t.Logf("figure: a drain's evictions of all three pods at once (%d refusals by the PodDisruptionBudget, retried every second), to three new pods Ready, in %s: %s",
 		refused, time.Since(start).Round(time.Second), l.Check(t, "the evictions"))
 	avail.Check(t, "the evictions")
+	// Every member started after the rotation: the key read from the Secret before makes nothing any of
+	// them accepts.
+	if err := readsEtcd(t, kube, stolen); err == nil {
+		t.Error("a certificate made with the key the Secret held before the upgrade still reads certapi's etcd after the rotation and a restart of every member")
+	}
 
 	// (c) The leader's pod deleted at once, without its grace period.
 	leader := nodetest.LeaderPod(t, cp)
@@ -181,6 +219,102 @@ func TestZeroDowntime(t *testing.T) {
 	if err != nil || nodetest.CACertificates(ca) != before {
 		t.Errorf("the CAs changed through the disruptions: %v: before %s, after %s", err, before, nodetest.CACertificates(ca))
 	}
+}
+
+// stolenPeerCA reads the etcd peer CA from its Secret with its key, as whoever could read the Secret could
+// while the key was kept there.
+func stolenPeerCA(t *testing.T, kube kubernetes.Interface) *etcdcluster.PeerCA {
+	t.Helper()
+	sec, err := kube.CoreV1().Secrets(ns).Get(context.Background(), "certapi-etcd-peer-ca", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := etcdcluster.LoadPeerCA(sec.Data[corev1.TLSCertKey], sec.Data[corev1.TLSPrivateKeyKey], sec.Data["ca.crt"], sec.Data["chain.crt"])
+	if err != nil || ca.Key == nil {
+		t.Fatalf("the peer CA Secret holds no usable key: %v", err)
+	}
+	return ca
+}
+
+// readsEtcd reports whether a client certificate that ca issues for member certapi-0's name reads
+// certapi's etcd on every member's client port (each pod's IP, from this host): nil when each one
+// answers, else the first refusal.
+func readsEtcd(t *testing.T, kube kubernetes.Interface, ca *etcdcluster.PeerCA) error {
+	t.Helper()
+	mc, err := ca.IssueMember("certapi-0", []string{"certapi-0"}, time.Now(), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pair, err := tls.X509KeyPair(mc.CertPEM, mc.KeyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range certapiPods(t, kube) {
+		endpoint := "https://" + net.JoinHostPort(p.Status.PodIP, "2379")
+		c, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+			// The member's certificate is not what this probes: only whether it accepts the client's.
+			TLS: &tls.Config{Certificates: []tls.Certificate{pair}, InsecureSkipVerify: true, MinVersion: tls.VersionTLS12}})
+		if err != nil {
+			return fmt.Errorf("%s: %w", p.Name, err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, err = c.Get(ctx, "/registry/certapi.dev/", clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithLimit(1))
+		cancel()
+		_ = c.Close()
+		if err != nil {
+			return fmt.Errorf("%s: %w", p.Name, err)
+		}
+	}
+	return nil
+}
+
+// earlierCustody makes the package's cluster anew the way a release of the earlier default
+// (etcd.cluster.peerCACustody secret) made it: scaled to zero, every claim and the peer CA Secret deleted,
+// then helm upgrade with custody secret and three members again. certapi-0 bootstraps a new cluster with
+// a new peer CA whose key is in its Secret, and a new CA; earlierCustody returns that CA.
+func earlierCustody(t *testing.T, kube kubernetes.Interface, certapi versioned.Interface) string {
+	t.Helper()
+	ctx := context.Background()
+	start := time.Now()
+	nodetest.Kubectl(t, cp, "-n", ns, "scale", "statefulset/certapi", "--replicas=0")
+	nodetest.WaitFor(t, 5*time.Minute, "certapi's pods gone", func(ctx context.Context) (bool, string) {
+		pods, err := kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
+		if err != nil {
+			return false, err.Error()
+		}
+		return len(pods.Items) == 0, fmt.Sprintf("%d pods", len(pods.Items))
+	})
+	for i := range 5 {
+		nodetest.Kubectl(t, cp, "-n", ns, "delete", "pvc", fmt.Sprintf("data-certapi-%d", i), "--ignore-not-found")
+	}
+	nodetest.Kubectl(t, cp, "-n", ns, "delete", "secret", "certapi-etcd-peer-ca")
+	for i := range 3 {
+		if err := cp.CreateHostPathPV(ctx, fmt.Sprintf("certapi-data-earlier-%d", i), "1Gi"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	helm(t, "upgrade", "certapi", releaseChart(t), "--namespace", ns, "--reuse-values", "--set", "etcd.cluster.peerCACustody=secret")
+	nodetest.Kubectl(t, cp, "-n", ns, "scale", "statefulset/certapi", "--replicas=3")
+	nodetest.WaitFor(t, 5*time.Minute, "three certapi pods Ready on new claims", func(ctx context.Context) (bool, string) {
+		return nodetest.PodsReady(ctx, kube, ns, selector, 3)
+	})
+	nodetest.Kubectl(t, cp, "wait", "--for=condition=Available", "apiservice/"+apiService, "--timeout=2m")
+	sec, err := kube.CoreV1().Secrets(ns).Get(ctx, "certapi-etcd-peer-ca", metav1.GetOptions{})
+	if err != nil || len(sec.Data[corev1.TLSPrivateKeyKey]) == 0 {
+		t.Fatalf("with custody secret the peer CA Secret holds no key: %v", err)
+	}
+	var ca string
+	nodetest.WaitFor(t, 2*time.Minute, "exactly one CA on the new cluster", func(ctx context.Context) (bool, string) {
+		got, err := certapi.CertapiV1alpha1().CertificateAuthorities().Get(ctx, "default", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		ca = nodetest.CACertificates(got)
+		return len(got.Status.Certificates) == 1, ca
+	})
+	t.Logf("figure: the cluster made anew with custody secret (scaled to zero, claims and peer CA Secret deleted, helm upgrade) to three pods Ready: %s",
+		time.Since(start).Round(time.Second))
+	return ca
 }
 
 // splitTag splits an image reference repo:tag (no digest) at its tag.

@@ -62,7 +62,8 @@ func logPodsOnFailure(t *testing.T) {
 // but the encryption configuration) brings up three certapi pods on the one node whose etcd members form
 // one cluster: certapi-0 bootstraps it, certapi-1 and certapi-2 join as learners and are promoted; the etcd
 // leader reports three healthy voters in CertificateAuthority/default; there is exactly one CA; certapi
-// made its peer CA Secret itself; and `kubectl create servingcertrequest --secret --wait` gets its Secret.
+// made its peer CA Secret itself, with no key in it (custody etcd); and after docs/usage.md's opt-in block,
+// `kubectl create servingcertrequest --secret --wait` gets its Secret.
 func TestKustomizeBase(t *testing.T) {
 	nodetest.PluginBinary(t, "kubectl-create-servingcertrequest")
 	ctx := context.Background()
@@ -129,17 +130,20 @@ func TestKustomizeBase(t *testing.T) {
 		if s.Name == "certapi-etcd-peer-ca" && s.Annotations[incluster.AnnotationBootstrapped] == "" {
 			t.Errorf("the peer CA Secret has no %s annotation: %v", incluster.AnnotationBootstrapped, s.Annotations)
 		}
+		// The base's custody, etcd: the members keep the peer CA's key in their etcd, never in the Secret.
+		if s.Name == "certapi-etcd-peer-ca" && (len(s.Data["tls.crt"]) == 0 || len(s.Data["tls.key"]) != 0) {
+			t.Errorf("the peer CA Secret holds %d bytes of certificate and %d of key; want the certificate only", len(s.Data["tls.crt"]), len(s.Data["tls.key"]))
+		}
 	}
 	slices.Sort(names)
 	if want := []string{"certapi-encryption-config", "certapi-etcd-peer-ca"}; !slices.Equal(names, want) {
 		t.Errorf("Secrets in %s: %v; want %v", ns, names, want)
 	}
 
-	use := "base-use"
+	// docs/usage.md's namespace, opted in to Secret delivery by its block as written.
+	use := "team-a"
 	nodetest.Kubectl(t, cp, "create", "namespace", use)
-	// Opt the namespace in to Secret delivery, as docs/usage.md says.
-	nodetest.Kubectl(t, cp, "create", "rolebinding", "certapi-secret-delivery", "-n", use, "--clusterrole=certapi:secret-delivery", "--serviceaccount=certapi-system:certapi")
-	nodetest.Kubectl(t, cp, "label", "namespace", use, "certapi.dev/secret-delivery=enabled")
+	nodetest.NewDocShell(t, cp).Run(t, "docs/usage.md", time.Minute, "namespace-opt-in")
 	nodetest.Kubectl(t, cp, "create", "servingcertrequest", "web", "-n", use, "--service=web", "--secret=web-tls", "--wait")
 	sec, err := kube.CoreV1().Secrets(use).Get(ctx, "web-tls", metav1.GetOptions{})
 	if err != nil {

@@ -178,6 +178,9 @@ true
 {{- if and (eq $mode "embedded") (gt (int .Values.replicas) 1) -}}
 {{- fail (printf "replicas %d with etcd.mode embedded: the embedded etcd is one member inside one pod; set replicas=1 (examples/values-single.yaml), or run several replicas with etcd.mode cluster (the default), dedicated or external" (int .Values.replicas)) -}}
 {{- end -}}
+{{- if and (eq $mode "cluster") (gt (int .Values.replicas) 9) -}}
+{{- fail (printf "replicas %d with etcd.mode cluster: an etcd cluster of certapi's replicas has at most 9 members (etcd advises 3, 5 or 7), and members' ports accept only the names of ordinals 0 to 8" (int .Values.replicas)) -}}
+{{- end -}}
 {{- /* A running cluster scaled down to one member: the etcd leader never removes the second-last member,
 so the one left would wait for it without a quorum. lookup finds nothing in helm template. */ -}}
 {{- if and (eq $mode "cluster") (eq (int .Values.replicas) 1) -}}
