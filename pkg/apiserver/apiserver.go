@@ -30,6 +30,7 @@ import (
 	"github.com/certapi/certapi/pkg/controller"
 	"github.com/certapi/certapi/pkg/controller/erasure"
 	"github.com/certapi/certapi/pkg/controller/leader"
+	"github.com/certapi/certapi/pkg/controller/servedcert"
 	"github.com/certapi/certapi/pkg/controller/status"
 	"github.com/certapi/certapi/pkg/etcdcluster"
 	"github.com/certapi/certapi/pkg/issuer"
@@ -290,6 +291,7 @@ func (c completedConfig) New() (*Server, error) {
 		StatusUpdater: servingcertrequest.NewStatusUpdater(scrStatus, Scheme), StatusInterval: c.ExtraConfig.StatusInterval,
 		StatusWorkers: leaderOpts.StatusWorkers, SecretWorkers: leaderOpts.SecretWorkers, InjectorWorkers: leaderOpts.InjectorWorkers,
 		SecretDelivery: leaderOpts.SecretDelivery,
+		ServedCheck:    servedcert.Options{Interval: leaderOpts.ServedCheckInterval, Timeout: leaderOpts.ServedCheckTimeout, Workers: leaderOpts.ServedCheckWorkers},
 		RotationGrace:  c.ExtraConfig.RotationGrace, MaxCertificateDuration: c.ExtraConfig.MaxCertificateDuration,
 		DistrustDeadline: c.ExtraConfig.DistrustDeadline,
 		Snapshots:        c.ExtraConfig.Snapshots,

@@ -2,10 +2,12 @@ package apiserver
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/spf13/pflag"
 
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
+	"github.com/certapi/certapi/pkg/controller/servedcert"
 	"github.com/certapi/certapi/pkg/deliveryscope"
 )
 
@@ -24,12 +26,18 @@ type LeaderOptions struct {
 	// Service's namespace and name, as the chart names it). The admission plugin CertapiSecretAccess uses
 	// it too.
 	SecretDelivery deliveryscope.Policy
+	// ServedCheckInterval, ServedCheckTimeout and ServedCheckWorkers run the verifier of what injected
+	// webhooks and APIServices serve (pkg/controller/servedcert): how often each endpoint is probed again
+	// with no event (0 turns the verifier off), how long one probe may take, and how many run at once.
+	ServedCheckInterval, ServedCheckTimeout time.Duration
+	ServedCheckWorkers                      int
 }
 
 // DefaultLeaderOptions are the measured defaults (see docs/performance.md).
 func DefaultLeaderOptions() LeaderOptions {
 	return LeaderOptions{KubeAPIQPS: 2000, KubeAPIBurst: 4000, SecretWorkers: 16, InjectorWorkers: 8, StatusWorkers: 16,
-		SecretDelivery: deliveryscope.Policy{Scope: deliveryscope.LabelledNamespaces}}
+		SecretDelivery:      deliveryscope.Policy{Scope: deliveryscope.LabelledNamespaces},
+		ServedCheckInterval: servedcert.DefaultInterval, ServedCheckTimeout: servedcert.DefaultTimeout, ServedCheckWorkers: servedcert.DefaultWorkers}
 }
 
 // AddFlags adds the leader's flags to fs.
@@ -47,6 +55,13 @@ func (o *LeaderOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.SecretWorkers, "secret-delivery-workers", o.SecretWorkers, "How many Secrets the leader delivers at once.")
 	fs.IntVar(&o.InjectorWorkers, "injector-workers", o.InjectorWorkers, "How many caBundle injection targets the leader checks or patches at once.")
 	fs.IntVar(&o.StatusWorkers, "status-workers", o.StatusWorkers, "How many ServingCertRequest status writes the leader makes at once.")
+	fs.DurationVar(&o.ServedCheckInterval, "served-check-interval", o.ServedCheckInterval,
+		"How often the leader probes again, with no API event, each endpoint of the webhooks, conversion webhooks and APIServices it injects "+
+			"(a TLS handshake only, jittered by 10%), to check that what they serve verifies against the injected bundle (docs/served-certificates.md). "+
+			"Changes to those objects, their bundle, Services and EndpointSlices are probed at once. 0 turns the check off, and with it the "+
+			"cluster-wide watch of Services and EndpointSlices.")
+	fs.DurationVar(&o.ServedCheckTimeout, "served-check-timeout", o.ServedCheckTimeout, "How long one probe of a served certificate (connection and TLS handshake) may take; a slower endpoint is Unreachable.")
+	fs.IntVar(&o.ServedCheckWorkers, "served-check-workers", o.ServedCheckWorkers, "How many endpoints the leader probes at once.")
 }
 
 // Validate reports flag values the leader cannot run with.
@@ -65,6 +80,15 @@ func (o *LeaderOptions) Validate() []error {
 		if w.n < 1 || w.n > 256 {
 			errs = append(errs, fmt.Errorf("%s %d: must be between 1 and 256", w.flag, w.n))
 		}
+	}
+	if o.ServedCheckInterval != 0 && o.ServedCheckInterval < time.Second {
+		errs = append(errs, fmt.Errorf("--served-check-interval %s: must be 0 (off) or at least 1s", o.ServedCheckInterval))
+	}
+	if o.ServedCheckTimeout < 100*time.Millisecond || o.ServedCheckTimeout > time.Minute {
+		errs = append(errs, fmt.Errorf("--served-check-timeout %s: must be between 100ms and 1m", o.ServedCheckTimeout))
+	}
+	if o.ServedCheckWorkers < 1 || o.ServedCheckWorkers > 64 {
+		errs = append(errs, fmt.Errorf("--served-check-workers %d: must be between 1 and 64", o.ServedCheckWorkers))
 	}
 	return errs
 }

@@ -86,6 +86,18 @@ var (
 	}, []string{"identity"})
 )
 
+// ServedCertificates counts what the endpoints of the injection targets that name a Service serve, by
+// state (pkg/servedcert: Verified, ExpiringSoon, NoEndpoints, Unreachable, HandshakeFailed,
+// NameMismatch, Expired, Untrusted): one per endpoint probed, and one per target whose Service has no
+// ready endpoint. Untrusted, NameMismatch and Expired deserve an alert: kube-apiserver's calls to those
+// endpoints fail now.
+var ServedCertificates = metrics.NewGaugeVec(&metrics.GaugeOpts{
+	Namespace:      namespace,
+	Name:           "served_certificates",
+	Help:           "Endpoints of webhooks, conversion webhooks and APIServices certapi injects, by what they serve as kube-apiserver would judge it (state: Verified, ExpiringSoon, NoEndpoints (one per target without a ready endpoint), Unreachable, HandshakeFailed, NameMismatch, Expired, Untrusted) (leader only).",
+	StabilityLevel: metrics.ALPHA,
+}, []string{"state"})
+
 // Scheduled snapshots (--snapshot-interval), taken by the leader.
 var (
 	// Snapshots counts scheduled etcd snapshots by result.
@@ -141,8 +153,9 @@ var registerOnce sync.Once
 func Register() {
 	registerOnce.Do(func() {
 		legacyregistry.MustRegister(Issuances, IssuanceDuration, CANotAfter, RotationSteps, InjectionTargets, Leader, Signatures,
-			KubeAPIServed, Snapshots, SnapshotLastSuccess, EtcdMembers, EtcdLeader, EtcdMemberHealthy)
+			KubeAPIServed, Snapshots, SnapshotLastSuccess, EtcdMembers, EtcdLeader, EtcdMemberHealthy, ServedCertificates)
 		legacyregistry.CustomMustRegister(requests)
+		legacyregistry.CustomMustRegister(served)
 	})
 }
 
@@ -173,4 +186,6 @@ func ForgetTerm() {
 	InjectionTargets.Reset()
 	PublishRequests(nil)
 	KubeAPIServed.Reset()
+	ServedCertificates.Reset()
+	PublishServed(nil)
 }

@@ -37,6 +37,7 @@ const (
 	checkAPIService  = "APIService"
 	checkLeader      = "leader"
 	checkCertificate = "serving certificate"
+	checkServed      = "served certificates"
 )
 
 // CheckResult is the outcome of one check.
@@ -44,6 +45,9 @@ type CheckResult struct {
 	Name   string `json:"name"`
 	OK     bool   `json:"ok"`
 	Detail string `json:"detail"`
+	// Warning marks a finding that does not make certapi unready (OK stays true): an injected webhook
+	// whose endpoints serve a certificate its bundle does not verify is its owner's to fix.
+	Warning bool `json:"warning,omitempty"`
 
 	// onCA: the failure can only end with a change of CertificateAuthority/default (it is missing, names
 	// no Active CA, or its Active CA expired), which check --wait watches; see pollNeeded.
@@ -113,7 +117,29 @@ func Check(in CheckInput) []CheckResult {
 	}
 
 	out = append(out, checkServingCertificate(in))
+	if in.CA != nil && in.CA.Status.Served != nil {
+		out = append(out, checkServedCertificates(in.CA.Status.Served))
+	}
 	return out
+}
+
+// checkServedCertificates reports what the webhooks, conversion webhooks and APIServices certapi injects
+// serve (status.served): the ones that are not Verified, as a warning, since they are not certapi's own
+// readiness (check --wait does not wait for them).
+func checkServedCertificates(s *certapiv1alpha1.ServedSummary) CheckResult {
+	res := CheckResult{Name: checkServed, OK: true}
+	if s.Verified == s.Targets {
+		res.Detail = fmt.Sprintf("every one of the %d injected webhooks and APIServices checked serves a certificate its caBundle verifies", s.Targets)
+		return res
+	}
+	res.Warning = true
+	names := strings.Join(s.WorstTargets, ", ")
+	if more := int(s.Targets-s.Verified) - len(s.WorstTargets); more > 0 {
+		names += fmt.Sprintf(" and %d more", more)
+	}
+	res.Detail = fmt.Sprintf("%d of %d injected webhooks and APIServices checked are not Verified: %s (see status.served of %s, the Events on those objects, and docs/served-certificates.md)",
+		s.Targets-s.Verified, s.Targets, names, caResource)
+	return res
 }
 
 // checkServingCertificate: kube-apiserver verifies certapi's serving certificate against the APIService's
@@ -225,8 +251,11 @@ func PrintChecks(out io.Writer, results []CheckResult) error {
 	fmt.Fprintln(w, "CHECK\tRESULT\tDETAIL")
 	for _, r := range results {
 		result := "ok"
-		if !r.OK {
+		switch {
+		case !r.OK:
 			result = "FAILED"
+		case r.Warning:
+			result = "WARNING"
 		}
 		fmt.Fprintf(w, "%s\t%s\t%s\n", r.Name, result, r.Detail)
 	}

@@ -27,6 +27,7 @@ func observeAPIService(o *apiregistrationv1.APIService) *observation {
 		obs.addSlot(slot{
 			Path:      "/spec/caBundle",
 			fieldPath: []string{"f:spec", "f:caBundle"},
+			service:   serviceRef(o.Spec.Service.Namespace, o.Spec.Service.Name, o.Spec.Service.Port),
 		}, o.Spec.CABundle)
 	}
 	setOwners(obs, owners)

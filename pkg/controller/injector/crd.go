@@ -40,6 +40,7 @@ func observeCRD(o *apiextensionsv1.CustomResourceDefinition) *observation {
 		obs.addSlot(slot{
 			Path:      "/spec/conversion/webhook/clientConfig/caBundle",
 			fieldPath: []string{"f:spec", "f:conversion", "f:webhook", "f:clientConfig", "f:caBundle"},
+			service:   serviceRef(conv.Webhook.ClientConfig.Service.Namespace, conv.Webhook.ClientConfig.Service.Name, conv.Webhook.ClientConfig.Service.Port),
 		}, conv.Webhook.ClientConfig.CABundle)
 	}
 	setOwners(obs, owners)

@@ -79,6 +79,8 @@ type slot struct {
 	// when the object keeps foreign CAs.
 	foreign        []*x509.Certificate
 	foreignProblem string
+	// service is the Service kube-apiserver dials with this slot's bundle; nil for a ConfigMap.
+	service *ServiceRef
 }
 
 // addSlot appends s, whose field holds raw, to obs's slots, with what raw holds.

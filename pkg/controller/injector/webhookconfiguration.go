@@ -66,6 +66,7 @@ func observeWebhooks(m *metav1.ObjectMeta, entries []webhookEntry) *observation 
 			Name:      e.name,
 			Path:      fmt.Sprintf("/webhooks/%d/clientConfig/caBundle", i),
 			fieldPath: []string{"f:webhooks", "k:" + string(key), "f:clientConfig", "f:caBundle"},
+			service:   serviceRef(e.config.Service.Namespace, e.config.Service.Name, e.config.Service.Port),
 		}, e.config.CABundle)
 	}
 	setOwners(obs, owners)

@@ -23,6 +23,7 @@ import (
 	"github.com/certapi/certapi/pkg/controller/podcert"
 	"github.com/certapi/certapi/pkg/controller/rotation"
 	"github.com/certapi/certapi/pkg/controller/secretdelivery"
+	"github.com/certapi/certapi/pkg/controller/servedcert"
 	"github.com/certapi/certapi/pkg/controller/status"
 	"github.com/certapi/certapi/pkg/controller/trustbundle"
 	"github.com/certapi/certapi/pkg/deliveryscope"
@@ -68,6 +69,9 @@ type Config struct {
 	// WatchReplicas makes a pending distrust wait for every replica to serve with a certificate of the
 	// Active CA (certapi serves itself from its own CA).
 	WatchReplicas bool
+	// ServedCheck configures the verifier of what injected webhooks and APIServices serve (its Interval,
+	// Timeout and Workers; the term fills in the rest). Interval 0 turns it off.
+	ServedCheck servedcert.Options
 	// StatusWriter holds the running term's status writer, nil between terms: the servingcerts path
 	// records what it issued through it. Required.
 	StatusWriter *atomic.Pointer[status.Writer]
@@ -101,6 +105,15 @@ func Run(ctx context.Context, c Config) error {
 	}
 	term = append(term, controller.Named{Name: "secretdelivery", Runnable: delivery}, controller.Named{Name: "injector", Runnable: inj})
 	targets := []rotation.Target{inj}
+	if c.ServedCheck.Interval > 0 {
+		o := c.ServedCheck
+		o.Context, o.Targets, o.Requests = cc, inj, c.StatusUpdater
+		served, err := servedcert.New(o)
+		if err != nil {
+			return fmt.Errorf("building the served certificate check: %w", err)
+		}
+		term = append(term, controller.Named{Name: "servedcert", Runnable: served})
+	}
 	if apis.On[apiClusterTrustBundle.Name] {
 		ctb, err := trustbundle.New(trustbundle.Options{Context: cc, Source: c.Issuer})
 		if err != nil {

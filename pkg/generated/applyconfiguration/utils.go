@@ -54,6 +54,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &certapiv1alpha1.InjectionSummaryApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("SecretsSummary"):
 		return &certapiv1alpha1.SecretsSummaryApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("ServedSummary"):
+		return &certapiv1alpha1.ServedSummaryApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("ServingCertRequest"):
 		return &certapiv1alpha1.ServingCertRequestApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("ServingCertRequestSpec"):

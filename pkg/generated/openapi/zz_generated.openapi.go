@@ -45,6 +45,7 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1alpha1.EtcdPeerCAStatus{}.OpenAPIModelName():                schema_pkg_apis_certapi_v1alpha1_EtcdPeerCAStatus(ref),
 		v1alpha1.InjectionSummary{}.OpenAPIModelName():                schema_pkg_apis_certapi_v1alpha1_InjectionSummary(ref),
 		v1alpha1.SecretsSummary{}.OpenAPIModelName():                  schema_pkg_apis_certapi_v1alpha1_SecretsSummary(ref),
+		v1alpha1.ServedSummary{}.OpenAPIModelName():                   schema_pkg_apis_certapi_v1alpha1_ServedSummary(ref),
 		v1alpha1.ServingCert{}.OpenAPIModelName():                     schema_pkg_apis_certapi_v1alpha1_ServingCert(ref),
 		v1alpha1.ServingCertRequest{}.OpenAPIModelName():              schema_pkg_apis_certapi_v1alpha1_ServingCertRequest(ref),
 		v1alpha1.ServingCertRequestList{}.OpenAPIModelName():          schema_pkg_apis_certapi_v1alpha1_ServingCertRequestList(ref),
@@ -408,6 +409,12 @@ func schema_pkg_apis_certapi_v1alpha1_CertificateAuthorityStatus(ref common.Refe
 							Ref:         ref(v1alpha1.DistrustStatus{}.OpenAPIModelName()),
 						},
 					},
+					"served": {
+						SchemaProps: spec.SchemaProps{
+							Description: "served says what the endpoints of the injected webhooks, conversion webhooks and APIServices serve, as kube-apiserver would judge it: certapi's leader does a TLS handshake with each ready endpoint of the Service each of them names and verifies the chain against the bundle it injected, for the name kube-apiserver checks (docs/served-certificates.md). Absent while the check is off (--served-check-interval=0) or has not finished its first round.",
+							Ref:         ref(v1alpha1.ServedSummary{}.OpenAPIModelName()),
+						},
+					},
 					"etcd": {
 						SchemaProps: spec.SchemaProps{
 							Description: "etcd is certapi's own etcd cluster, when its replicas run one (--etcd-peer-service): members, the etcd leader, their health, and the peer CA. Absent with a single embedded member or an external etcd.",
@@ -418,7 +425,7 @@ func schema_pkg_apis_certapi_v1alpha1_CertificateAuthorityStatus(ref common.Refe
 			},
 		},
 		Dependencies: []string{
-			v1alpha1.CertificateAuthorityCertificate{}.OpenAPIModelName(), v1alpha1.CertificateAuthorityRef{}.OpenAPIModelName(), v1alpha1.DistrustStatus{}.OpenAPIModelName(), v1alpha1.EtcdClusterStatus{}.OpenAPIModelName(), v1alpha1.InjectionSummary{}.OpenAPIModelName(), v1.Condition{}.OpenAPIModelName()},
+			v1alpha1.CertificateAuthorityCertificate{}.OpenAPIModelName(), v1alpha1.CertificateAuthorityRef{}.OpenAPIModelName(), v1alpha1.DistrustStatus{}.OpenAPIModelName(), v1alpha1.EtcdClusterStatus{}.OpenAPIModelName(), v1alpha1.InjectionSummary{}.OpenAPIModelName(), v1alpha1.ServedSummary{}.OpenAPIModelName(), v1.Condition{}.OpenAPIModelName()},
 	}
 }
 
@@ -776,6 +783,104 @@ func schema_pkg_apis_certapi_v1alpha1_SecretsSummary(ref common.ReferenceCallbac
 					},
 				},
 				Required: []string{"count"},
+			},
+		},
+	}
+}
+
+func schema_pkg_apis_certapi_v1alpha1_ServedSummary(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "ServedSummary counts the injected caBundle slots that name a Service (each webhook of a webhook configuration, a CRD's conversion webhook, an APIService) by what their Service's endpoints serve. A slot with several endpoints counts in its worst endpoint's state.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"targets": {
+						SchemaProps: spec.SchemaProps{
+							Description: "targets is the number of slots checked.",
+							Default:     0,
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"verified": {
+						SchemaProps: spec.SchemaProps{
+							Description: "verified is the number whose every endpoint presents a certificate the injected bundle verifies, for <service>.<namespace>.svc, and not about to expire.",
+							Default:     0,
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"expiringSoon": {
+						SchemaProps: spec.SchemaProps{
+							Description: "expiringSoon is the number whose certificate verifies but has less than a sixth of its lifetime left: the server has most likely not reloaded a renewed certificate.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"untrusted": {
+						SchemaProps: spec.SchemaProps{
+							Description: "untrusted is the number with an endpoint whose certificate the injected bundle does not verify: kube-apiserver's calls fail with \"certificate signed by unknown authority\".",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"nameMismatch": {
+						SchemaProps: spec.SchemaProps{
+							Description: "nameMismatch is the number with an endpoint whose certificate is not for <service>.<namespace>.svc.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"expired": {
+						SchemaProps: spec.SchemaProps{
+							Description: "expired is the number with an endpoint whose certificate, or a CA of its chain, is not valid now.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"handshakeFailed": {
+						SchemaProps: spec.SchemaProps{
+							Description: "handshakeFailed is the number with an endpoint that accepts a connection but completes no TLS handshake.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"unreachable": {
+						SchemaProps: spec.SchemaProps{
+							Description: "unreachable is the number with an endpoint certapi could not connect to (refused, timed out, reset, a NetworkPolicy): nothing is known of its certificate.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"noEndpoints": {
+						SchemaProps: spec.SchemaProps{
+							Description: "noEndpoints is the number whose Service does not exist, lacks the port, or has no ready endpoint.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"worstTargets": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "worstTargets names the slots that are not Verified (at most 10), worst state first, then by name, as \"<Kind> <name>[ webhook <webhook>]: <state>\".",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Type:   []string{"string"},
+										Format: "",
+									},
+								},
+							},
+						},
+					},
+				},
+				Required: []string{"targets", "verified"},
 			},
 		},
 	}

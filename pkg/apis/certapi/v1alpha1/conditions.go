@@ -20,6 +20,13 @@ const (
 	// completes; once that distrust's history is erased, its lastTransitionTime is not before
 	// status.distrust.completedAt.
 	ConditionHistoryErased = "HistoryErased"
+	// ConditionServing says whether the endpoints of the Service of a ServingCertRequest, as the webhooks,
+	// conversion webhooks and APIServices certapi injects call it, present a certificate the injected
+	// bundle verifies for <service>.<namespace>.svc: True (reason Verified, or ExpiringSoon), False with
+	// what is wrong as the reason (Untrusted, NameMismatch, Expired, HandshakeFailed, NoEndpoints), or
+	// Unknown when certapi cannot reach them (Unreachable). Absent when no injected object calls the
+	// Service (docs/served-certificates.md).
+	ConditionServing = "Serving"
 )
 
 // Reasons of a CertificateAuthority's APIsServed condition.

@@ -260,6 +260,14 @@ type CertificateAuthorityStatus struct {
 	// +optional
 	Distrust *DistrustStatus `json:"distrust,omitempty"`
 
+	// served says what the endpoints of the injected webhooks, conversion webhooks and APIServices
+	// serve, as kube-apiserver would judge it: certapi's leader does a TLS handshake with each ready
+	// endpoint of the Service each of them names and verifies the chain against the bundle it injected,
+	// for the name kube-apiserver checks (docs/served-certificates.md). Absent while the check is off
+	// (--served-check-interval=0) or has not finished its first round.
+	// +optional
+	Served *ServedSummary `json:"served,omitempty"`
+
 	// etcd is certapi's own etcd cluster, when its replicas run one (--etcd-peer-service): members, the
 	// etcd leader, their health, and the peer CA. Absent with a single embedded member or an external
 	// etcd.
@@ -387,6 +395,47 @@ type InjectionSummary struct {
 	// +optional
 	// +listType=atomic
 	FailedTargets []string `json:"failedTargets,omitempty"`
+}
+
+// ServedSummary counts the injected caBundle slots that name a Service (each webhook of a webhook
+// configuration, a CRD's conversion webhook, an APIService) by what their Service's endpoints serve. A
+// slot with several endpoints counts in its worst endpoint's state.
+type ServedSummary struct {
+	// targets is the number of slots checked.
+	Targets int32 `json:"targets"`
+	// verified is the number whose every endpoint presents a certificate the injected bundle verifies, for
+	// <service>.<namespace>.svc, and not about to expire.
+	Verified int32 `json:"verified"`
+	// expiringSoon is the number whose certificate verifies but has less than a sixth of its lifetime
+	// left: the server has most likely not reloaded a renewed certificate.
+	// +optional
+	ExpiringSoon int32 `json:"expiringSoon,omitempty"`
+	// untrusted is the number with an endpoint whose certificate the injected bundle does not verify:
+	// kube-apiserver's calls fail with "certificate signed by unknown authority".
+	// +optional
+	Untrusted int32 `json:"untrusted,omitempty"`
+	// nameMismatch is the number with an endpoint whose certificate is not for <service>.<namespace>.svc.
+	// +optional
+	NameMismatch int32 `json:"nameMismatch,omitempty"`
+	// expired is the number with an endpoint whose certificate, or a CA of its chain, is not valid now.
+	// +optional
+	Expired int32 `json:"expired,omitempty"`
+	// handshakeFailed is the number with an endpoint that accepts a connection but completes no TLS
+	// handshake.
+	// +optional
+	HandshakeFailed int32 `json:"handshakeFailed,omitempty"`
+	// unreachable is the number with an endpoint certapi could not connect to (refused, timed out, reset,
+	// a NetworkPolicy): nothing is known of its certificate.
+	// +optional
+	Unreachable int32 `json:"unreachable,omitempty"`
+	// noEndpoints is the number whose Service does not exist, lacks the port, or has no ready endpoint.
+	// +optional
+	NoEndpoints int32 `json:"noEndpoints,omitempty"`
+	// worstTargets names the slots that are not Verified (at most 10), worst state first, then by name,
+	// as "<Kind> <name>[ webhook <webhook>]: <state>".
+	// +optional
+	// +listType=atomic
+	WorstTargets []string `json:"worstTargets,omitempty"`
 }
 
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object

@@ -82,6 +82,11 @@ func (in SecretsSummary) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in ServedSummary) OpenAPIModelName() string {
+	return "com.github.certapi.certapi.pkg.apis.certapi.v1alpha1.ServedSummary"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in ServingCert) OpenAPIModelName() string {
 	return "com.github.certapi.certapi.pkg.apis.certapi.v1alpha1.ServingCert"
 }

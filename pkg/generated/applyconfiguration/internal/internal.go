@@ -142,6 +142,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: observedGeneration
       type:
         scalar: numeric
+    - name: served
+      type:
+        namedType: com.github.certapi.certapi.pkg.apis.certapi.v1alpha1.ServedSummary
 - name: com.github.certapi.certapi.pkg.apis.certapi.v1alpha1.DistrustStatus
   map:
     fields:
@@ -270,6 +273,44 @@ var schemaYAML = typed.YAMLObject(`types:
         scalar: numeric
       default: 0
     - name: names
+      type:
+        list:
+          elementType:
+            scalar: string
+          elementRelationship: atomic
+- name: com.github.certapi.certapi.pkg.apis.certapi.v1alpha1.ServedSummary
+  map:
+    fields:
+    - name: expired
+      type:
+        scalar: numeric
+    - name: expiringSoon
+      type:
+        scalar: numeric
+    - name: handshakeFailed
+      type:
+        scalar: numeric
+    - name: nameMismatch
+      type:
+        scalar: numeric
+    - name: noEndpoints
+      type:
+        scalar: numeric
+    - name: targets
+      type:
+        scalar: numeric
+      default: 0
+    - name: unreachable
+      type:
+        scalar: numeric
+    - name: untrusted
+      type:
+        scalar: numeric
+    - name: verified
+      type:
+        scalar: numeric
+      default: 0
+    - name: worstTargets
       type:
         list:
           elementType:

@@ -43,6 +43,12 @@ type CertificateAuthorityStatusApplyConfiguration struct {
 	// distrust shows the last distrust (spec.distrust): which CAs it removes from trust, what it waits
 	// for, what it does not wait for, and how it ended.
 	Distrust *DistrustStatusApplyConfiguration `json:"distrust,omitempty"`
+	// served says what the endpoints of the injected webhooks, conversion webhooks and APIServices
+	// serve, as kube-apiserver would judge it: certapi's leader does a TLS handshake with each ready
+	// endpoint of the Service each of them names and verifies the chain against the bundle it injected,
+	// for the name kube-apiserver checks (docs/served-certificates.md). Absent while the check is off
+	// (--served-check-interval=0) or has not finished its first round.
+	Served *ServedSummaryApplyConfiguration `json:"served,omitempty"`
 	// etcd is certapi's own etcd cluster, when its replicas run one (--etcd-peer-service): members, the
 	// etcd leader, their health, and the peer CA. Absent with a single embedded member or an external
 	// etcd.
@@ -118,6 +124,14 @@ func (b *CertificateAuthorityStatusApplyConfiguration) WithInjection(value *Inje
 // If called multiple times, the Distrust field is set to the value of the last call.
 func (b *CertificateAuthorityStatusApplyConfiguration) WithDistrust(value *DistrustStatusApplyConfiguration) *CertificateAuthorityStatusApplyConfiguration {
 	b.Distrust = value
+	return b
+}
+
+// WithServed sets the Served field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Served field is set to the value of the last call.
+func (b *CertificateAuthorityStatusApplyConfiguration) WithServed(value *ServedSummaryApplyConfiguration) *CertificateAuthorityStatusApplyConfiguration {
+	b.Served = value
 	return b
 }
 

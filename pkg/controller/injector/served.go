@@ -1,0 +1,82 @@
+package injector
+
+import (
+	"sort"
+)
+
+// DefaultServicePort is the port of a service reference that names none, as kube-apiserver defaults it
+// for webhooks, conversion webhooks and APIServices.
+const DefaultServicePort int32 = 443
+
+// ServiceRef is the Service a caBundle slot's clientConfig (or an APIService's spec.service) names: what
+// kube-apiserver dials, trusting that slot's bundle.
+type ServiceRef struct {
+	Namespace, Name string
+	// Port is the Service's port (DefaultServicePort when the reference names none).
+	Port int32
+}
+
+// ServerName is the TLS server name kube-apiserver checks for the Service: <name>.<namespace>.svc.
+func (r ServiceRef) ServerName() string { return r.Name + "." + r.Namespace + ".svc" }
+
+// serviceRef makes the ServiceRef of a reference with an optional port.
+func serviceRef(namespace, name string, port *int32) *ServiceRef {
+	p := DefaultServicePort
+	if port != nil {
+		p = *port
+	}
+	return &ServiceRef{Namespace: namespace, Name: name, Port: p}
+}
+
+// ServedTarget is one caBundle slot that names a Service, of an object that holds certapi's current
+// bundle: the verifier (pkg/controller/servedcert) checks what that Service's endpoints serve against
+// that bundle.
+type ServedTarget struct {
+	Kind Kind
+	// Name is the object's key: its name, or "<namespace>/<name>" for a namespaced kind.
+	Name string
+	// Slot names the slot within the object: the webhook's name, "" for a CRD or an APIService.
+	Slot string
+	// Service is what kube-apiserver dials with the slot's bundle.
+	Service ServiceRef
+}
+
+// ServedTargets returns the bundle every listed target holds (nil when the Source has none yet) and the
+// slots naming a Service of every object that is up to date with it, sorted by kind, name and slot.
+// Objects that do not hold certapi's current bundle (pending, skipped, in conflict, failed) are not
+// listed: what they serve cannot be judged against a bundle certapi injected. It answers from the
+// injector's own state; the injector tells its listeners after each target it synced.
+func (i *Injector) ServedTargets() ([]byte, []ServedTarget) {
+	cur := i.currentCanonical()
+	if cur.pem == nil {
+		return nil, nil
+	}
+	i.mu.Lock()
+	var out []ServedTarget
+	for k, st := range i.objects {
+		if st.state != StateUpToDate || st.obs == nil || (st.bundle != cur.digest && st.certs != cur.certs) {
+			continue
+		}
+		for _, s := range st.obs.Slots {
+			if s.service != nil {
+				out = append(out, ServedTarget{Kind: k.kind, Name: k.name, Slot: s.Name, Service: *s.service})
+			}
+		}
+	}
+	i.mu.Unlock()
+	order := map[Kind]int{}
+	for n, kind := range Kinds {
+		order[kind] = n
+	}
+	sort.Slice(out, func(a, b int) bool {
+		ta, tb := out[a], out[b]
+		if ta.Kind != tb.Kind {
+			return order[ta.Kind] < order[tb.Kind]
+		}
+		if ta.Name != tb.Name {
+			return ta.Name < tb.Name
+		}
+		return ta.Slot < tb.Slot
+	})
+	return cur.pem, out
+}

@@ -1,0 +1,198 @@
+package servedcert
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/certapi/certapi/pkg/controller/injector"
+	"github.com/certapi/certapi/pkg/servedcert"
+)
+
+func TestResolve(t *testing.T) {
+	ref := injector.ServiceRef{Namespace: "tenant", Name: "hook", Port: 443}
+	svc := func(ports ...corev1.ServicePort) *corev1.Service {
+		return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "tenant", Name: "hook"}, Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, Ports: ports}}
+	}
+	https := corev1.ServicePort{Name: "https", Port: 443}
+	unnamed := corev1.ServicePort{Port: 443}
+	ep := func(ready *bool, addrs ...string) discoveryv1.Endpoint {
+		return discoveryv1.Endpoint{Addresses: addrs, Conditions: discoveryv1.EndpointConditions{Ready: ready}}
+	}
+	slice := func(typ discoveryv1.AddressType, portName *string, port int32, eps ...discoveryv1.Endpoint) *discoveryv1.EndpointSlice {
+		return &discoveryv1.EndpointSlice{AddressType: typ, Ports: []discoveryv1.EndpointPort{{Name: portName, Port: ptr.To(port)}}, Endpoints: eps}
+	}
+	for _, tc := range []struct {
+		name   string
+		svc    *corev1.Service
+		slices []*discoveryv1.EndpointSlice
+		want   []string
+		why    string
+	}{
+		{name: "no Service", why: "Service tenant/hook does not exist"},
+		{name: "no such port", svc: svc(corev1.ServicePort{Name: "https", Port: 8443}), why: "has no port 443"},
+		{name: "port by name, target port from the slice", svc: svc(https, corev1.ServicePort{Name: "metrics", Port: 9090}),
+			slices: []*discoveryv1.EndpointSlice{
+				slice(discoveryv1.AddressTypeIPv4, ptr.To("https"), 8443, ep(nil, "10.0.0.2"), ep(ptr.To(true), "10.0.0.1")),
+				slice(discoveryv1.AddressTypeIPv4, ptr.To("metrics"), 9090, ep(nil, "10.0.0.3")),
+			},
+			want: []string{"10.0.0.1:8443", "10.0.0.2:8443"}},
+		{name: "not ready endpoints are left out", svc: svc(https),
+			slices: []*discoveryv1.EndpointSlice{slice(discoveryv1.AddressTypeIPv4, ptr.To("https"), 8443, ep(ptr.To(false), "10.0.0.1"), ep(nil, "10.0.0.2"))},
+			want:   []string{"10.0.0.2:8443"}},
+		{name: "only not ready endpoints", svc: svc(https),
+			slices: []*discoveryv1.EndpointSlice{slice(discoveryv1.AddressTypeIPv4, ptr.To("https"), 8443, ep(ptr.To(false), "10.0.0.1"))},
+			why:    "no ready endpoint for port 443 (https)"},
+		{name: "unnamed port", svc: svc(unnamed),
+			slices: []*discoveryv1.EndpointSlice{slice(discoveryv1.AddressTypeIPv4, ptr.To(""), 9443, ep(nil, "10.0.0.1"))},
+			want:   []string{"10.0.0.1:9443"}},
+		{name: "IPv6 and FQDN slices", svc: svc(unnamed),
+			slices: []*discoveryv1.EndpointSlice{
+				slice(discoveryv1.AddressTypeIPv6, ptr.To(""), 9443, ep(nil, "fd00::1")),
+				slice(discoveryv1.AddressTypeFQDN, ptr.To(""), 9443, ep(nil, "example.com")),
+			},
+			want: []string{"[fd00::1]:9443"}},
+		{name: "the same endpoint in two slices once", svc: svc(unnamed),
+			slices: []*discoveryv1.EndpointSlice{
+				slice(discoveryv1.AddressTypeIPv4, ptr.To(""), 9443, ep(nil, "10.0.0.1")),
+				slice(discoveryv1.AddressTypeIPv4, ptr.To(""), 9443, ep(nil, "10.0.0.1")),
+			},
+			want: []string{"10.0.0.1:9443"}},
+		{name: "no slices", svc: svc(https), why: "no ready endpoint"},
+		{name: "ExternalName", svc: &corev1.Service{Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeExternalName, ExternalName: "localhost"}},
+			want: []string{"localhost:443"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, why := Resolve(ref, tc.svc, tc.slices)
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("addresses %v, want %v", got, tc.want)
+			}
+			if tc.why == "" && why != "" || !strings.Contains(why, tc.why) {
+				t.Errorf("why %q, want %q", why, tc.why)
+			}
+		})
+	}
+}
+
+func TestAggregate(t *testing.T) {
+	target := injector.ServedTarget{Kind: injector.KindValidatingWebhookConfiguration, Name: "vwc", Slot: "v.example.com",
+		Service: injector.ServiceRef{Namespace: "tenant", Name: "hook", Port: 443}}
+	e := func(addr string, s servedcert.State) *EndpointResult {
+		return &EndpointResult{Address: addr, Result: servedcert.Result{State: s, Message: string(s) + " here"}}
+	}
+	for _, tc := range []struct {
+		name      string
+		why       string
+		endpoints []*EndpointResult
+		ok        bool
+		want      servedcert.State
+		inMessage string
+	}{
+		{name: "no endpoints", why: "Service tenant/hook has no ready endpoint", ok: true, want: servedcert.NoEndpoints, inMessage: "no ready endpoint"},
+		{name: "not all probed", endpoints: []*EndpointResult{e("a:1", servedcert.Verified), nil}, ok: false},
+		{name: "nothing probed", ok: false},
+		{name: "all verified", endpoints: []*EndpointResult{e("a:1", servedcert.Verified), e("b:1", servedcert.Verified)}, ok: true, want: servedcert.Verified},
+		{name: "the worst wins", endpoints: []*EndpointResult{e("a:1", servedcert.Verified), e("b:1", servedcert.Untrusted), e("c:1", servedcert.Unreachable)},
+			ok: true, want: servedcert.Untrusted, inMessage: "1 of 3 endpoints Untrusted; b:1: Untrusted here"},
+		{name: "unreachable is not untrusted", endpoints: []*EndpointResult{e("a:1", servedcert.Unreachable)}, ok: true, want: servedcert.Unreachable, inMessage: "a:1: Unreachable here"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := Aggregate(target, tc.why, tc.endpoints)
+			if ok != tc.ok {
+				t.Fatalf("ok %v, want %v", ok, tc.ok)
+			}
+			if !ok {
+				return
+			}
+			if got.State != tc.want || !strings.Contains(got.Message, tc.inMessage) {
+				t.Errorf("got %s %q, want %s with %q", got.State, got.Message, tc.want, tc.inMessage)
+			}
+		})
+	}
+}
+
+func TestSummarize(t *testing.T) {
+	r := func(name string, s servedcert.State) TargetResult {
+		return TargetResult{Target: injector.ServedTarget{Kind: injector.KindAPIService, Name: name}, State: s}
+	}
+	s := Summarize([]TargetResult{
+		r("a", servedcert.Verified), r("b", servedcert.Unreachable), r("c", servedcert.Untrusted),
+		r("d", servedcert.ExpiringSoon), r("e", servedcert.Untrusted), r("f", servedcert.Verified),
+	}, 3)
+	if s.Targets != 6 || s.Counts[servedcert.Verified] != 2 || s.Counts[servedcert.Untrusted] != 2 {
+		t.Errorf("counts %d %v", s.Targets, s.Counts)
+	}
+	var names []string
+	for _, w := range s.Worst {
+		names = append(names, w.Target.Name)
+	}
+	if want := []string{"c", "e", "b"}; !slices.Equal(names, want) {
+		t.Errorf("worst %v, want %v", names, want)
+	}
+}
+
+func TestJitter(t *testing.T) {
+	for _, r := range []float64{0, 0.5, 0.999} {
+		d := jitter(2*time.Minute, r)
+		if d < 108*time.Second || d >= 132*time.Second {
+			t.Errorf("jitter(2m, %v) = %s, want within [1m48s, 2m12s)", r, d)
+		}
+	}
+}
+
+func TestServedSummary(t *testing.T) {
+	r := func(kind injector.Kind, name, slot string, s servedcert.State) TargetResult {
+		return TargetResult{Target: injector.ServedTarget{Kind: kind, Name: name, Slot: slot}, State: s}
+	}
+	got := ServedSummary([]TargetResult{
+		r(injector.KindValidatingWebhookConfiguration, "vwc", "a.example.com", servedcert.Verified),
+		r(injector.KindValidatingWebhookConfiguration, "vwc", "b.example.com", servedcert.Untrusted),
+		r(injector.KindAPIService, "v1.example.com", "", servedcert.Unreachable),
+		r(injector.KindCustomResourceDefinition, "things.example.com", "", servedcert.NoEndpoints),
+	})
+	if got.Targets != 4 || got.Verified != 1 || got.Untrusted != 1 || got.Unreachable != 1 || got.NoEndpoints != 1 || got.NameMismatch != 0 {
+		t.Errorf("counts %+v", got)
+	}
+	want := []string{
+		"ValidatingWebhookConfiguration vwc webhook b.example.com: Untrusted",
+		"APIService v1.example.com: Unreachable",
+		"CustomResourceDefinition things.example.com: NoEndpoints",
+	}
+	if !slices.Equal(got.WorstTargets, want) {
+		t.Errorf("worst targets %q, want %q", got.WorstTargets, want)
+	}
+}
+
+func TestServingCondition(t *testing.T) {
+	r := func(name string, s servedcert.State) TargetResult {
+		return TargetResult{Target: injector.ServedTarget{Kind: injector.KindValidatingWebhookConfiguration, Name: name, Slot: name + ".example.com",
+			Service: injector.ServiceRef{Namespace: "tenant", Name: "hook", Port: 443}}, State: s, Message: "10.0.0.1:8443: " + string(s)}
+	}
+	for _, tc := range []struct {
+		name      string
+		results   []TargetResult
+		status    metav1.ConditionStatus
+		reason    string
+		inMessage string
+	}{
+		{"verified", []TargetResult{r("a", servedcert.Verified)}, metav1.ConditionTrue, "Verified", "ValidatingWebhookConfiguration a webhook a.example.com"},
+		{"expiring soon still serves", []TargetResult{r("a", servedcert.ExpiringSoon)}, metav1.ConditionTrue, "ExpiringSoon", ""},
+		{"the worst of several", []TargetResult{r("a", servedcert.Verified), r("b", servedcert.Untrusted), r("c", servedcert.Unreachable)},
+			metav1.ConditionFalse, "Untrusted", "3 objects' webhooks call this Service; the worst: ValidatingWebhookConfiguration b"},
+		{"unreachable is unknown, not false", []TargetResult{r("a", servedcert.Unreachable), r("b", servedcert.Verified)}, metav1.ConditionUnknown, "Unreachable", ""},
+		{"no endpoints", []TargetResult{r("a", servedcert.NoEndpoints)}, metav1.ConditionFalse, "NoEndpoints", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := ServingCondition(tc.results, 3)
+			if c.Type != "Serving" || c.Status != tc.status || c.Reason != tc.reason || c.ObservedGeneration != 3 || !strings.Contains(c.Message, tc.inMessage) {
+				t.Errorf("got %+v, want %s %s with %q", c, tc.status, tc.reason, tc.inMessage)
+			}
+		})
+	}
+}
