@@ -23,11 +23,18 @@ const outage = 20 * time.Second
 // apiserver.QuorumRetryAfterSeconds (3 s) tries again.
 const backBound = 15 * time.Second
 
+// hungEndpointWindow is how long hung members can stay Ready endpoints of certapi's Service: until
+// kubelet has seen three of their readiness probes fail (the chart's 2 s period and 3 s timeout). A call
+// kube-apiserver routes to one of them on a new connection gets its own bare 503 once its TLS handshake
+// times out (10 s), which client-go does not retry; calls started after this window reach the survivor.
+const hungEndpointWindow = 3 * (2*time.Second + 3*time.Second)
+
 // TestQuorumLost: under issuance load through kube-apiserver, two of the three members stop answering
 // (their containers frozen in containerd, as nodes that hang) for 20 s while the leader's pod stays up.
 // The survivor, without a quorum, answers every call at once with 503 and Retry-After and stays Ready
 // (no other replica is), so every call that fails fails with a 503 with Retry-After within
-// nodetest.CallBound, the APIService is Available throughout (watched) but for kube-apiserver's checks
+// nodetest.CallBound (but for calls started while the hung members are still Ready endpoints, which
+// kube-apiserver may route to them: hungEndpointWindow), the APIService is Available throughout (watched) but for kube-apiserver's checks
 // that reached only frozen members (below), nothing is lost (the load's
 // ServingCertRequest and the CA are there after), and issuance is back within backBound of the members
 // answering again.
@@ -63,6 +70,7 @@ func TestQuorumLost(t *testing.T) {
 		t.Cleanup(func() { _ = cp.ClusterNode.ResumeContainer(context.Background(), id) })
 		frozen = append(frozen, p.Name)
 	}
+	frozenAt := time.Now()
 	t.Logf("froze %v for %s; %s leads", frozen, outage, leader)
 	<-time.After(outage) // the outage itself: nothing to wait for
 	for _, p := range certapiPods(t, kube) {
@@ -80,11 +88,21 @@ func TestQuorumLost(t *testing.T) {
 	})
 	back := time.Since(resumed)
 	f, failed := l.Take()
+	var viaHung int
 	for _, x := range failed {
 		_, retryAfter := apierrors.SuggestsClientDelay(x.Err)
-		if !apierrors.IsServiceUnavailable(x.Err) || !retryAfter || x.Took > nodetest.CallBound {
-			t.Errorf("a call failed otherwise than with a 503 with Retry-After within %s: %s", nodetest.CallBound, x)
+		switch {
+		case apierrors.IsServiceUnavailable(x.Err) && retryAfter && x.Took <= nodetest.CallBound:
+			// certapi's own 503 without a quorum, which client-go retried until it gave up.
+		case apierrors.IsServiceUnavailable(x.Err) && !retryAfter && x.Start.Before(frozenAt.Add(hungEndpointWindow)) && x.Took <= nodetest.CallBound:
+			viaHung++ // kube-apiserver's own 503: routed to a hung member still listed Ready
+		default:
+			t.Errorf("a call failed otherwise than with a 503 with Retry-After within %s (or kube-apiserver's 503 for a call started within %s of the freeze): %s",
+				nodetest.CallBound, hungEndpointWindow, x)
 		}
+	}
+	if viaHung > 0 {
+		t.Logf("%d call(s) started within %s of the freeze failed with kube-apiserver's own 503: routed to a hung member it still listed Ready", viaHung, hungEndpointWindow)
 	}
 	if len(failed) > 0 {
 		t.Logf("first failure %s; last %s", failed[0], failed[len(failed)-1])
@@ -95,8 +113,8 @@ func TestQuorumLost(t *testing.T) {
 	if back > backBound {
 		t.Errorf("issuance was back %s after the members resumed; want within %s", back.Round(100*time.Millisecond), backBound)
 	}
-	t.Logf("figure: two of three members frozen for %s: %s, every failure a 503 with Retry-After; issuance back %s after they resumed",
-		outage, f, back.Round(100*time.Millisecond))
+	t.Logf("figure: two of three members frozen for %s: %s (%d of them kube-apiserver's 503 through a hung member), every other failure a 503 with Retry-After; issuance back %s after they resumed",
+		outage, f, viaHung, back.Round(100*time.Millisecond))
 	// kube-apiserver checks an APIService with five discovery calls, each to a Ready endpoint at random,
 	// and reports it not Available when all five fail. The frozen members stay Ready endpoints until
 	// their readiness probes time out three times (about 10 s), so a check in that window finds only
