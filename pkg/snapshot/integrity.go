@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"os"
 
@@ -148,6 +149,29 @@ func parseSealedPlaintext(b []byte) (Digest, error) {
 	return d, nil
 }
 
+// DigestWriter is an io.Writer that keeps the Digest of what is written through it: the integrity record
+// of a snapshot streamed to stdout is made from it.
+type DigestWriter struct {
+	h    hash.Hash
+	size int64
+}
+
+// NewDigestWriter returns an empty DigestWriter.
+func NewDigestWriter() *DigestWriter { return &DigestWriter{h: sha256.New()} }
+
+// Write hashes p.
+func (w *DigestWriter) Write(p []byte) (int, error) {
+	w.size += int64(len(p))
+	return w.h.Write(p)
+}
+
+// Digest is the Digest of everything written so far.
+func (w *DigestWriter) Digest() Digest {
+	d := Digest{Size: w.size}
+	copy(d.SHA256[:], w.h.Sum(nil))
+	return d
+}
+
 // Record returns the integrity record of a snapshot with Digest d.
 func (s *Sealer) Record(ctx context.Context, d Digest) ([]byte, error) {
 	sealed, err := s.t.TransformToStorage(ctx, sealedPlaintext(d), value.DefaultContext(integrityContext))
@@ -213,17 +237,27 @@ type Integrity struct {
 // CheckIntegrity checks the snapshot at snapshotPath against the record at recordPath, with s (nil: no
 // encryption configuration, IntegrityNoKey).
 func (s *Sealer) CheckIntegrity(ctx context.Context, snapshotPath, recordPath string) Integrity {
-	out := Integrity{Record: recordPath}
 	if s == nil {
-		out.State = IntegrityNoKey
-		return out
+		return Integrity{State: IntegrityNoKey, Record: recordPath}
 	}
 	data, err := os.ReadFile(recordPath)
 	if err != nil {
-		out.State, out.Detail = IntegrityMissing, err.Error()
+		out := Integrity{State: IntegrityMissing, Record: recordPath, Detail: err.Error()}
 		if !errors.Is(err, os.ErrNotExist) {
 			out.State = IntegrityMalformed
 		}
+		return out
+	}
+	return s.CheckIntegrityData(ctx, snapshotPath, data, recordPath)
+}
+
+// CheckIntegrityData checks the snapshot at snapshotPath against data, the content of its integrity
+// record (Record), which came from where says (a file's path, or a flag for a snapshot streamed through
+// stdout and stdin, which has no file beside it).
+func (s *Sealer) CheckIntegrityData(ctx context.Context, snapshotPath string, data []byte, where string) Integrity {
+	out := Integrity{Record: where}
+	if s == nil {
+		out.State = IntegrityNoKey
 		return out
 	}
 	var f integrityFile

@@ -230,6 +230,46 @@ func TestIntegrityRecord(t *testing.T) {
 // and requires that none of those records verifies: aescbc is not authenticated, and the checked layout
 // of the sealed plaintext (every block checked) is what refuses them. As a control, the untouched record
 // verifies.
+// TestIntegrityRecordOfAStream: the record of a snapshot streamed to stdout is made from a DigestWriter the
+// stream went through, and checked as data (restore's --integrity-record-data): it verifies the bytes that
+// came out, and nothing else.
+func TestIntegrityRecordOfAStream(t *testing.T) {
+	ctx := context.Background()
+	s, other := transformerOf(t, keyConfig(t, "secretbox")), transformerOf(t, keyConfig(t, "secretbox"))
+	dir := t.TempDir()
+	snap := snapshotLike(t, dir, "s.db", 4096+32)
+	content, err := os.ReadFile(snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := NewDigestWriter()
+	for _, chunk := range [][]byte{content[:1000], content[1000:]} {
+		if _, err := w.Write(chunk); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, want := w.Digest(), mustDigest(t, snap); got != want {
+		t.Fatalf("the stream's digest %+v differs from the file's %+v", got, want)
+	}
+	rec, err := s.Record(ctx, w.Digest())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in := s.CheckIntegrityData(ctx, snap, rec, "--integrity-record-data"); in.State != IntegrityVerified || in.Record != "--integrity-record-data" {
+		t.Fatalf("the stream's record against what was streamed: %+v", in)
+	}
+	if in := other.CheckIntegrityData(ctx, snap, rec, "--integrity-record-data"); in.State != IntegrityUnopened {
+		t.Errorf("checked with another key: %+v, want IntegrityUnopened", in)
+	}
+	changed := snapshotLike(t, dir, "changed.db", 4096+32)
+	if in := s.CheckIntegrityData(ctx, changed, rec, "--integrity-record-data"); in.State != IntegrityMismatch {
+		t.Errorf("another snapshot against the stream's record: %+v, want IntegrityMismatch", in)
+	}
+	if in := s.CheckIntegrityData(ctx, snap, []byte("not a record"), "--integrity-record-data"); in.State != IntegrityMalformed {
+		t.Errorf("data that is no record: %+v, want IntegrityMalformed", in)
+	}
+}
+
 func TestIntegrityRecordTampered(t *testing.T) {
 	ctx := context.Background()
 	for _, provider := range []string{"aescbc", "aesgcm", "secretbox"} {

@@ -50,6 +50,9 @@ type RestoreOptions struct {
 	Transformer value.Transformer
 	// IntegrityRecord is the snapshot's integrity record; default SnapshotPath+IntegritySuffix.
 	IntegrityRecord string
+	// IntegrityRecordData is the integrity record's content, given on the command line for a snapshot that
+	// came on stdin (what `snapshot save -` prints); it replaces IntegrityRecord.
+	IntegrityRecordData []byte
 	// FromStdin says the snapshot came on stdin (SnapshotPath is a copy): no record lies beside it.
 	FromStdin bool
 	// AcceptUnverified restores a snapshot whose integrity record is missing, malformed, made with another
@@ -234,8 +237,10 @@ func Check(ctx context.Context, o RestoreOptions) ([]string, error) {
 	}
 	var in Integrity
 	switch {
+	case len(o.IntegrityRecordData) > 0:
+		in = sealer.CheckIntegrityData(ctx, o.SnapshotPath, o.IntegrityRecordData, "--integrity-record-data")
 	case sealer != nil && o.IntegrityRecord == "" && o.FromStdin:
-		in = Integrity{State: IntegrityMissing, Record: "(none: the snapshot came on stdin; give --integrity-record=FILE)"}
+		in = Integrity{State: IntegrityMissing, Record: "(none: the snapshot came on stdin; give --integrity-record-data, which snapshot save - prints, or --integrity-record=FILE)"}
 	default:
 		record := o.IntegrityRecord
 		if record == "" {

@@ -1,11 +1,16 @@
 package e2e
 
 import (
+	"bytes"
+	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/certapi/certapi/pkg/cmd/snapshotcmd"
 	"github.com/certapi/certapi/test/framework"
 	"github.com/certapi/certapi/test/testhelpers"
 )
@@ -16,7 +21,9 @@ import (
 // another snapshot (replaced), and one whose record was made with another key are each refused by a
 // restore given the encryption configuration, leaving nothing behind, and restored with
 // --accept-unverified-snapshot; without the configuration the restore goes on and says no check was
-// possible; snapshot save with the configuration writes a record that verifies. TestDistrustErasesHistoryAndSnapshots
+// possible; snapshot save with the configuration writes a record that verifies, and snapshot save - prints
+// the stream's record, which restore - takes with --integrity-record-data (refusing the stream without it,
+// and another snapshot with it). TestDistrustErasesHistoryAndSnapshots
 // runs it on its control plane, to spare the suite another one.
 func checkSnapshotIntegrity(t *testing.T, own *framework.ControlPlane, dataDir, fresh string) {
 	enc := "--encryption-provider-config=" + own.EncryptionConfigFile
@@ -84,6 +91,48 @@ func checkSnapshotIntegrity(t *testing.T, own *framework.ControlPlane, dataDir, 
 		out := certapiCmd(t, "snapshot", "restore", sealed, "--data-dir="+filepath.Join(t.TempDir(), "d"), enc)
 		if !strings.Contains(out, "Integrity verified") {
 			t.Errorf("restore of a snapshot saved with the configuration:\n%s", out)
+		}
+	})
+	t.Run("a snapshot streamed to stdout carries its record on stderr, which restore from stdin checks", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		bin, err := framework.CertapiBinary(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var stream, stderr bytes.Buffer
+		save := exec.CommandContext(ctx, bin, "snapshot", "save", "-", "--data-dir="+dataDir, enc)
+		save.Stdout, save.Stderr = &stream, &stderr
+		if err := save.Run(); err != nil {
+			t.Fatalf("snapshot save - with the configuration: %v\n%s", err, stderr.String())
+		}
+		var record string
+		for _, line := range strings.Split(stderr.String(), "\n") {
+			if after, ok := strings.CutPrefix(line, snapshotcmd.IntegrityRecordPrefix); ok {
+				record = after
+			}
+		}
+		if record == "" {
+			t.Fatalf("snapshot save - printed no integrity record:\n%s", stderr.String())
+		}
+		restore := func(snapshot []byte, extra ...string) (string, error) {
+			cmd := exec.CommandContext(ctx, bin, append([]string{"snapshot", "restore", "-", "--data-dir=" + filepath.Join(t.TempDir(), "d"), enc}, extra...)...)
+			cmd.Stdin = bytes.NewReader(snapshot)
+			out, err := cmd.CombinedOutput()
+			return string(out), err
+		}
+		if out, err := restore(stream.Bytes(), "--integrity-record-data="+record); err != nil || !strings.Contains(out, "Integrity verified") {
+			t.Errorf("restore - of the stream with its record: %v\n%s", err, out)
+		}
+		if out, err := restore(stream.Bytes()); err == nil || !strings.Contains(out, "--integrity-record-data") {
+			t.Errorf("restore - of the stream without its record: %v\n%s\nwant a refusal naming --integrity-record-data", err, out)
+		}
+		bareData, err := os.ReadFile(bare)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out, err := restore(bareData, "--integrity-record-data="+record); err == nil || !strings.Contains(out, "does not match its integrity record") {
+			t.Errorf("restore - of another snapshot with the stream's record: %v\n%s\nwant a refusal", err, out)
 		}
 	})
 	t.Run("without the configuration no check is possible, and the restore says so", func(t *testing.T) {

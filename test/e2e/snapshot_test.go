@@ -660,6 +660,8 @@ func TestSnapshotOfExternalEtcd(t *testing.T) {
 		{"snapshot", "restore", file},
 		{"snapshot", "restore", file + ".missing", "--data-dir=" + t.TempDir()},
 		{"snapshot", "status", file + ".missing"},
+		{"snapshot", "restore", "-", "--data-dir=" + t.TempDir(), "--integrity-record-data=not base64!"},
+		{"snapshot", "restore", "-", "--data-dir=" + t.TempDir(), "--integrity-record-data=e30=", "--integrity-record=" + file},
 	} {
 		if out, err := certapiCmdErr(t, args...); err == nil {
 			t.Errorf("certapi %s succeeded: %s", strings.Join(args, " "), out)

@@ -4,8 +4,10 @@ package snapshotcmd
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -34,6 +36,10 @@ See docs/backup-and-restore.md.`
 
 // NewCmd returns the `snapshot` command with its subcommands save, restore and status, to be added to the
 // certapi root command.
+// IntegrityRecordPrefix starts the line of stderr on which `snapshot save -` prints the stream's integrity
+// record, base64-encoded, for restore's --integrity-record-data.
+const IntegrityRecordPrefix = "integrity record: "
+
 func NewCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:          "snapshot",
@@ -85,7 +91,9 @@ With --encryption-provider-config (the EncryptionConfiguration certapi runs with
 certificateauthoritykeys.certapi.dev), save also writes FILE.integrity: the snapshot's size and SHA-256
 sealed with the key that encrypts the CA keys (any provider, KMS v2 included), so that nobody without that
 key can make a snapshot that "certapi snapshot restore" with the same configuration accepts. The record is
-written before FILE appears. A snapshot streamed to stdout gets no record.
+written before FILE appears. A snapshot streamed to stdout gets its record on stderr instead, one line
+that starts with "integrity record: ", base64-encoded: give it to "certapi snapshot restore -" with
+--integrity-record-data (or decode it into a file for --integrity-record).
 
 ` + snapshotLong,
 		Example: `  # In certapi's pod (embedded etcd):
@@ -120,10 +128,6 @@ written before FILE appears. A snapshot streamed to stdout gets no record.
 			}
 			var sealer *snapshot.Sealer
 			if encryptionConfig != "" {
-				if args[0] == "-" {
-					return errors.New("--encryption-provider-config writes an integrity record beside FILE, and a snapshot streamed to stdout has none: " +
-						"save to a file (in certapi's volume) to have its record, or leave the flag out")
-				}
 				t, stop, err := snapshot.LoadTransformer(ctx, encryptionConfig)
 				if err != nil {
 					return err
@@ -141,12 +145,26 @@ written before FILE appears. A snapshot streamed to stdout gets no record.
 					return err
 				}
 				defer client.Close()
-				n, err := snapshot.SaveToWriter(ctx, client, cmd.OutOrStdout())
+				digest := snapshot.NewDigestWriter()
+				n, err := snapshot.SaveToWriter(ctx, client, io.MultiWriter(cmd.OutOrStdout(), digest))
 				if err != nil {
 					return err
 				}
-				_, err = fmt.Fprintf(cmd.ErrOrStderr(), "Wrote %d bytes to stdout in %s; etcd's SHA-256 trailer verified. Check the copy with: certapi snapshot status FILE\n",
-					n, time.Since(start).Round(time.Millisecond))
+				if _, err := fmt.Fprintf(cmd.ErrOrStderr(), "Wrote %d bytes to stdout in %s; etcd's SHA-256 trailer verified. Check the copy with: certapi snapshot status FILE\n",
+					n, time.Since(start).Round(time.Millisecond)); err != nil {
+					return err
+				}
+				if sealer == nil {
+					_, err = fmt.Fprintln(cmd.ErrOrStderr(), "integrity: none (no --encryption-provider-config: a restore cannot tell this snapshot from a crafted one)")
+					return err
+				}
+				// The record of a stream goes to stderr, one line, for restore's --integrity-record-data (or,
+				// decoded, a file for --integrity-record): no file is written beside a stream.
+				rec, err := sealer.Record(ctx, digest.Digest())
+				if err != nil {
+					return err
+				}
+				_, err = fmt.Fprintf(cmd.ErrOrStderr(), "%s%s\n", IntegrityRecordPrefix, base64.StdEncoding.EncodeToString(rec))
 				return err
 			}
 			info, err := snapshot.SaveSealed(ctx, src, args[0], sealer)
@@ -176,7 +194,7 @@ written before FILE appears. A snapshot streamed to stdout gets no record.
 func newSnapshotRestoreCommand() *cobra.Command {
 	var o snapshot.RestoreOptions
 	var bump uint64
-	var encryptionConfig string
+	var encryptionConfig, recordData string
 	cmd := &cobra.Command{
 		Use:   "restore FILE --data-dir DIR",
 		Short: "Restore a snapshot into the data directory of certapi's embedded etcd",
@@ -208,10 +226,10 @@ restored member instead of restarting the old cluster between them.
 Before anything is changed, two checks can refuse the snapshot:
 
 Integrity. With --encryption-provider-config (the EncryptionConfiguration certapi runs with; its KMS v2
-plugins must answer), the snapshot's integrity record (FILE.integrity, or --integrity-record) must open with
-that key and match the snapshot: a snapshot changed or replaced, a record made with another key, or no record
-at all is refused, unless --accept-unverified-snapshot (for a snapshot taken with etcdctl, streamed to stdout,
-or taken before certapi wrote records). Without --encryption-provider-config no check is possible: the
+plugins must answer), the snapshot's integrity record (FILE.integrity, --integrity-record, or for FILE "-"
+--integrity-record-data, the line "snapshot save -" printed) must open with that key and match the snapshot:
+a snapshot changed or replaced, a record made with another key, or no record at all is refused, unless
+--accept-unverified-snapshot (for a snapshot taken with etcdctl, or taken before certapi wrote records). Without --encryption-provider-config no check is possible: the
 restore goes on and says so.
 
 Distrusted CAs. The leader records every CA a distrust removes from trust in distrusted-cas.json in its
@@ -232,6 +250,16 @@ restored, it would bring back a distrusted CA's private key. --allow-distrusted-
 				return errors.New("--data-dir is required: the directory certapi runs its embedded etcd in (the data goes to DIR/etcd)")
 			}
 			o.SnapshotPath = args[0]
+			if recordData != "" {
+				if o.IntegrityRecord != "" {
+					return errors.New("give the integrity record as a file (--integrity-record) or as data (--integrity-record-data), not both")
+				}
+				data, err := base64.StdEncoding.DecodeString(strings.TrimSpace(recordData))
+				if err != nil {
+					return fmt.Errorf("--integrity-record-data: not base64 (give what snapshot save - prints after %q): %w", strings.TrimSpace(IntegrityRecordPrefix), err)
+				}
+				o.IntegrityRecordData = data
+			}
 			if encryptionConfig != "" {
 				t, stop, err := snapshot.LoadTransformer(cmd.Context(), encryptionConfig)
 				if err != nil {
@@ -296,6 +324,8 @@ restored, it would bring back a distrusted CA's private key. --allow-distrusted-
 	fs.StringVar(&o.PeerURL, "peer-url", "", "The etcd member's peer URL (default: unix://DIR/etcd-peer.sock, the embedded member's).")
 	fs.IntVar(&o.ClusterEpoch, "cluster-epoch", 0, "With --member-name: the cluster epoch the restored data begins, one more than the cluster's --etcd-cluster-epoch (required then).")
 	addCheckFlags(fs, &encryptionConfig, &o.IntegrityRecord, &o.Distrusted.Files)
+	fs.StringVar(&recordData, "integrity-record-data", "", "The snapshot's integrity record itself, base64-encoded, as \"snapshot save -\" prints it on stderr after \""+
+		strings.TrimSpace(IntegrityRecordPrefix)+"\" (for a snapshot on stdin, with no record beside it). Instead of --integrity-record.")
 	fs.BoolVar(&o.AcceptUnverified, "accept-unverified-snapshot", false, "Restore a snapshot whose integrity record is missing, does not open with --encryption-provider-config's key, or does not match it "+
 		"(a snapshot taken with etcdctl, streamed to stdout, or before certapi wrote records).")
 	fs.BoolVar(&o.AllowDistrusted, "allow-distrusted-cas", false, "Restore a snapshot that holds a CA a distrust removed from trust (and so its private key). Distrust again at once after.")

@@ -106,6 +106,10 @@ func restoreCluster(t *testing.T, kube kubernetes.Interface, shell *nodetest.Doc
 	if !strings.Contains(out, "--etcd-cluster-epoch=") {
 		t.Errorf("the restore's output does not say which --etcd-cluster-epoch to start the members with:\n%s", out)
 	}
+	// The streamed snapshot checked against the record the cluster-save block kept.
+	if !strings.Contains(out, "Integrity verified") {
+		t.Errorf("the restore did not verify the snapshot's integrity record:\n%s", out)
+	}
 	nodetest.WaitFor(t, 10*time.Minute, "three certapi pods Ready", func(ctx context.Context) (bool, string) {
 		return nodetest.PodsReady(ctx, kube, ns, selector, 3)
 	})
