@@ -38,10 +38,6 @@ import (
 // dashboard query returns series, every metric the alerts read is present, and a request nobody called
 // servingcerts for has a Ready series of 0 before any certificate.
 func TestPrometheusScrapesCertapi(t *testing.T) {
-	prometheus, err := framework.PrometheusBinary()
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx := context.Background()
 	cp := framework.StartT(t, framework.Options{CertapiArgs: []string{"--rotation-grace=1s"}})
 	c, _ := testhelpers.Clients(t, cp.AdminConfig)
@@ -84,85 +80,8 @@ func TestPrometheusScrapesCertapi(t *testing.T) {
 	m := ReadMonitoring(t)
 	dir := t.TempDir()
 	m.WriteRuleFiles(t, dir)
-	bundle, err := cp.CertapiTrustBundle(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "certapi-ca.crt"), bundle, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "token"), []byte(scraperToken(t, cp)), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	target := strings.TrimPrefix(cp.CertapiURL, "https://")
-	job := func(name, path string) map[string]any {
-		return map[string]any{
-			"job_name": name, "scheme": "https", "metrics_path": path,
-			"tls_config": map[string]any{
-				"ca_file": filepath.Join(dir, "certapi-ca.crt"), "server_name": framework.CertapiServiceName + "." + framework.CertapiNamespace + ".svc",
-			},
-			"authorization":  map[string]any{"type": "Bearer", "credentials_file": filepath.Join(dir, "token")},
-			"static_configs": []any{map[string]any{"targets": []string{target}}},
-		}
-	}
-	config, err := yaml.Marshal(map[string]any{
-		"global":         map[string]any{"scrape_interval": "1s", "evaluation_interval": "1s"},
-		"rule_files":     []string{filepath.Join(dir, "rules.yaml"), filepath.Join(dir, "dashboard-rules.yaml")},
-		"scrape_configs": []any{job("certapi", "/metrics"), job("certapi-slis", "/metrics/slis")},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), config, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	ports, err := framework.FreePorts(1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	api := "http://127.0.0.1:" + strconv.Itoa(ports[0])
-	proc, err := framework.StartProcess("prometheus", filepath.Join(dir, "prometheus.log"), prometheus, []string{
-		"--config.file=" + filepath.Join(dir, "prometheus.yml"),
-		"--storage.tsdb.path=" + filepath.Join(dir, "data"),
-		"--web.listen-address=127.0.0.1:" + strconv.Itoa(ports[0]),
-		"--log.level=warn",
-	}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := proc.Stop(10 * time.Second); err != nil {
-			t.Logf("stopping prometheus: %v", err)
-		}
-		if t.Failed() {
-			if log, err := os.ReadFile(filepath.Join(dir, "prometheus.log")); err == nil {
-				t.Logf("prometheus log:\n%s", log)
-			}
-		}
-	})
+	api := startPrometheus(t, cp, dir)
 
-	// Both targets up.
-	testhelpers.Eventually(t, 500*time.Millisecond, time.Minute, "Prometheus to scrape both certapi endpoints", func(ctx context.Context) (bool, error) {
-		var targets struct {
-			ActiveTargets []struct {
-				ScrapePool string `json:"scrapePool"`
-				Health     string `json:"health"`
-				LastError  string `json:"lastError"`
-			} `json:"activeTargets"`
-		}
-		if err := get(ctx, api+"/api/v1/targets", &targets); err != nil {
-			return false, nil
-		}
-		up := 0
-		for _, tg := range targets.ActiveTargets {
-			if tg.Health == "up" {
-				up++
-			} else if tg.LastError != "" {
-				t.Logf("%s: %s", tg.ScrapePool, tg.LastError)
-			}
-		}
-		return up == 2, nil
-	})
 	// Another issuance between scrapes, so that rates have something to show. (kubernetes_healthcheck is
 	// there since the framework asked certapi's /readyz at start.)
 	issue()
@@ -265,6 +184,100 @@ func TestPrometheusScrapesCertapi(t *testing.T) {
 			t.Errorf("alert %s is %s on a healthy certapi: %v", a.Labels["alertname"], a.State, a.Labels)
 		}
 	}
+}
+
+// startPrometheus runs a real Prometheus against cp's certapi, configured as servicemonitor.yaml
+// configures the Prometheus Operator (HTTPS to /metrics and /metrics/slis, certapi's own CA, the token of
+// a ServiceAccount bound to certapi:metrics-reader only), with the rule files in dir
+// (Monitoring.WriteRuleFiles), scraping and evaluating every second. It returns the address of its API
+// once both targets are up, and stops it when the test ends.
+func startPrometheus(t *testing.T, cp *framework.ControlPlane, dir string) string {
+	t.Helper()
+	prometheus, err := framework.PrometheusBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	bundle, err := cp.CertapiTrustBundle(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "certapi-ca.crt"), bundle, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "token"), []byte(scraperToken(t, cp)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	target := strings.TrimPrefix(cp.CertapiURL, "https://")
+	job := func(name, path string) map[string]any {
+		return map[string]any{
+			"job_name": name, "scheme": "https", "metrics_path": path,
+			"tls_config": map[string]any{
+				"ca_file": filepath.Join(dir, "certapi-ca.crt"), "server_name": framework.CertapiServiceName + "." + framework.CertapiNamespace + ".svc",
+			},
+			"authorization":  map[string]any{"type": "Bearer", "credentials_file": filepath.Join(dir, "token")},
+			"static_configs": []any{map[string]any{"targets": []string{target}}},
+		}
+	}
+	config, err := yaml.Marshal(map[string]any{
+		"global":         map[string]any{"scrape_interval": "1s", "evaluation_interval": "1s"},
+		"rule_files":     []string{filepath.Join(dir, "rules.yaml"), filepath.Join(dir, "dashboard-rules.yaml")},
+		"scrape_configs": []any{job("certapi", "/metrics"), job("certapi-slis", "/metrics/slis")},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), config, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ports, err := framework.FreePorts(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	api := "http://127.0.0.1:" + strconv.Itoa(ports[0])
+	proc, err := framework.StartProcess("prometheus", filepath.Join(dir, "prometheus.log"), prometheus, []string{
+		"--config.file=" + filepath.Join(dir, "prometheus.yml"),
+		"--storage.tsdb.path=" + filepath.Join(dir, "data"),
+		"--web.listen-address=127.0.0.1:" + strconv.Itoa(ports[0]),
+		"--log.level=warn",
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := proc.Stop(10 * time.Second); err != nil {
+			t.Logf("stopping prometheus: %v", err)
+		}
+		if t.Failed() {
+			if log, err := os.ReadFile(filepath.Join(dir, "prometheus.log")); err == nil {
+				t.Logf("prometheus log:\n%s", log)
+			}
+		}
+	})
+
+	// Both targets up.
+	testhelpers.Eventually(t, 500*time.Millisecond, time.Minute, "Prometheus to scrape both certapi endpoints", func(ctx context.Context) (bool, error) {
+		var targets struct {
+			ActiveTargets []struct {
+				ScrapePool string `json:"scrapePool"`
+				Health     string `json:"health"`
+				LastError  string `json:"lastError"`
+			} `json:"activeTargets"`
+		}
+		if err := get(ctx, api+"/api/v1/targets", &targets); err != nil {
+			return false, nil
+		}
+		up := 0
+		for _, tg := range targets.ActiveTargets {
+			if tg.Health == "up" {
+				up++
+			} else if tg.LastError != "" {
+				t.Logf("%s: %s", tg.ScrapePool, tg.LastError)
+			}
+		}
+		return up == 2, nil
+	})
+	return api
 }
 
 // scraperToken returns a token of a new ServiceAccount bound to the ClusterRole certapi:metrics-reader as
