@@ -189,6 +189,9 @@ func (nw *nodeNetwork) tearDown(ctx context.Context) error {
 	if err := removeForwardRules(ctx, nw.bridge); err != nil {
 		errs = append(errs, err)
 	}
+	if err := removeNetworkPolicyRules(ctx, nw.bridge); err != nil {
+		errs = append(errs, err)
+	}
 	for key, value := range nw.sysctls {
 		if err := os.WriteFile(filepath.Join("/proc/sys", key), []byte(value), 0o644); err != nil {
 			errs = append(errs, fmt.Errorf("restoring sysctl %s=%s: %w", key, value, err))

@@ -18,6 +18,7 @@ func (n *ClusterNode) findLeftovers(ctx context.Context) []string {
 		if rules, err := forwardRules(ctx, n.Bridge); err == nil && len(rules) > 0 {
 			left = append(left, fmt.Sprintf("%d FORWARD rules for %s", len(rules), n.Bridge))
 		}
+		left = append(left, networkPolicyLeftovers(ctx, n.Bridge)...)
 	}
 	if n.Dir != "" {
 		if mps, err := mountsUnder(n.Dir); err == nil && len(mps) > 0 {
@@ -67,6 +68,10 @@ func sweepStaleNodes(ctx context.Context) []string {
 	if rules, _ := forwardRules(ctx, ""); len(rules) > 0 {
 		_ = removeForwardRules(ctx, "")
 		done = append(done, fmt.Sprintf("deleted %d FORWARD rules", len(rules)))
+	}
+	if left := networkPolicyLeftovers(ctx, ""); len(left) > 0 {
+		_ = removeNetworkPolicyRules(ctx, "")
+		done = append(done, "removed "+strings.Join(left, ", "))
 	}
 	if chains := kubeChains(ctx); len(chains) > 0 {
 		_ = kubeProxyCleanup(ctx)

@@ -22,6 +22,10 @@ const certapiNamespace = "certapi-system"
 // rotation ends within a test.
 const testRotationGrace = "5s"
 
+// testServedCheckInterval is the --served-check-interval the tests add (default 2m): what no API event
+// announces (a NetworkPolicy that starts dropping certapi's probes) is seen within seconds.
+const testServedCheckInterval = "10s"
+
 var install struct {
 	once sync.Once
 	err  error
@@ -30,12 +34,13 @@ var install struct {
 
 // installCertapi installs certapi once per package from artifacts/deploy/overlays/single-replica as
 // artifacts/deploy/README.md says (framework's InstallCertapiSingleReplica, which `make local-up NODE=1`
-// runs too), with a shorter --rotation-grace, and waits until its APIService is Available.
+// runs too), with a shorter --rotation-grace and --served-check-interval, and waits until its APIService
+// is Available.
 func installCertapi(t *testing.T) {
 	t.Helper()
 	install.once.Do(func() {
 		start := time.Now()
-		install.err = cp.InstallCertapiSingleReplica(context.Background(), "--rotation-grace="+testRotationGrace)
+		install.err = cp.InstallCertapiSingleReplica(context.Background(), "--rotation-grace="+testRotationGrace, "--served-check-interval="+testServedCheckInterval)
 		install.took = time.Since(start)
 	})
 	if install.err != nil {

@@ -10,13 +10,23 @@
 // With --tls-dir (tls.crt and tls.key, a mounted kubernetes.io/tls Secret) or --tls-bundle (one PEM file
 // with the key and the chain, a podCertificate projection's credential bundle) it also serves HTTPS on
 // --tls-port, reading the files again at every handshake, so that it always serves what kubelet last wrote
-// there: /healthz answers "ok". No certificate there yet: the handshake fails.
+// there: /healthz answers "ok". No certificate there yet: the handshake fails. Which Secret is mounted there
+// (one certapi delivers, one of a CA of the test's own, one issued for another Service) decides what the
+// pod serves.
+//
+// It is also a validating admission webhook for kube-apiserver to call, on either port:
+//
+//	/validate                an admission.k8s.io/v1 AdmissionReview (POST); the response allows the request
+//	/callers                 the source addresses of the /validate calls so far, one a line, in the order
+//	                         first seen: where kube-apiserver connects from
+//	/readyz                  "ok", or 503 with --unready (a readiness probe that never passes)
 package main
 
 import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -25,17 +35,36 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"time"
+
+	admissionv1 "k8s.io/api/admission/v1"
 )
 
 func main() {
 	tlsDir := flag.String("tls-dir", "", "Directory of tls.crt and tls.key to serve HTTPS with; empty: no HTTPS.")
 	tlsBundle := flag.String("tls-bundle", "", "PEM file of a key and its certificate chain to serve HTTPS with; empty: no HTTPS.")
 	tlsPort := flag.Int("tls-port", 8443, "Port of the HTTPS server.")
+	unready := flag.Bool("unready", false, "Answer /readyz with 503, so that a readiness probe on it never passes.")
 	flag.Parse()
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if *unready {
+			http.Error(w, "not ready (--unready)", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	var callers webhookCallers
+	mux.HandleFunc("/validate", callers.validate)
+	mux.HandleFunc("/callers", func(w http.ResponseWriter, _ *http.Request) {
+		for _, c := range callers.list() {
+			fmt.Fprintln(w, c)
+		}
+	})
 	mux.HandleFunc("/resolve", func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 		defer cancel()
@@ -99,4 +128,47 @@ func main() {
 	}
 	srv := &http.Server{Addr: ":8080", Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	log.Fatal(srv.ListenAndServe())
+}
+
+// webhookCallers answers admission reviews and remembers where they came from.
+type webhookCallers struct {
+	mu    sync.Mutex
+	hosts []string
+}
+
+// validate answers an admission.k8s.io/v1 AdmissionReview with one that allows the request, and records the
+// caller's address. Anything else is a 400 that says what is accepted.
+func (c *webhookCallers) validate(w http.ResponseWriter, r *http.Request) {
+	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+		c.mu.Lock()
+		if !slices.Contains(c.hosts, host) {
+			c.hosts = append(c.hosts, host)
+		}
+		c.mu.Unlock()
+	}
+	if r.Method != http.MethodPost {
+		http.Error(w, "POST an admission.k8s.io/v1 AdmissionReview", http.StatusMethodNotAllowed)
+		return
+	}
+	var review admissionv1.AdmissionReview
+	if err := json.NewDecoder(io.LimitReader(r.Body, 3<<20)).Decode(&review); err != nil {
+		http.Error(w, "decoding the AdmissionReview: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	if review.APIVersion != admissionv1.SchemeGroupVersion.String() || review.Kind != "AdmissionReview" || review.Request == nil {
+		http.Error(w, fmt.Sprintf("got apiVersion %q kind %q (request set: %v); want an admission.k8s.io/v1 AdmissionReview with a request",
+			review.APIVersion, review.Kind, review.Request != nil), http.StatusBadRequest)
+		return
+	}
+	review.Response = &admissionv1.AdmissionResponse{UID: review.Request.UID, Allowed: true}
+	review.Request = nil
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(&review)
+}
+
+// list returns the callers' addresses, in the order first seen.
+func (c *webhookCallers) list() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.hosts)
 }
