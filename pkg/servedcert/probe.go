@@ -29,19 +29,26 @@ func Probe(ctx context.Context, addr, serverName string, timeout time.Duration) 
 	if err != nil {
 		return nil, &probeError{stage: stageConnect, addr: addr, err: err}
 	}
-	defer func() { _ = raw.Close() }()
-	conn := tls.Client(raw, &tls.Config{
+	return ProbeConn(ctx, raw, addr, serverName)
+}
+
+// ProbeConn is Probe over a connection already made to addr (a tunnel such as kube-apiserver's
+// pods/portforward): the TLS handshake with serverName as SNI, and nothing sent after it. It closes conn.
+// Its errors are handshake failures for ProbeError; ctx bounds the handshake.
+func ProbeConn(ctx context.Context, conn net.Conn, addr, serverName string) ([]*x509.Certificate, error) {
+	defer func() { _ = conn.Close() }()
+	tc := tls.Client(conn, &tls.Config{
 		ServerName: serverName,
 		MinVersion: tls.VersionTLS12,
 		// Verification is Classify's, against the object's own bundle, so that what is presented can be
 		// reported whatever it is. Nothing is sent over this connection after the handshake.
 		InsecureSkipVerify: true, //nolint:gosec // verified by Classify
 	})
-	if err := conn.HandshakeContext(ctx); err != nil {
+	if err := tc.HandshakeContext(ctx); err != nil {
 		return nil, &probeError{stage: stageHandshake, addr: addr, err: err}
 	}
-	certs := conn.ConnectionState().PeerCertificates
-	_ = conn.Close()
+	certs := tc.ConnectionState().PeerCertificates
+	_ = tc.Close()
 	return certs, nil
 }
 

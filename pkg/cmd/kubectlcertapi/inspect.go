@@ -263,21 +263,79 @@ func orNone(s string) string {
 type inspectOptions struct {
 	*rootOptions
 	output string
+	served inspectServedOptions
 }
 
 func newInspectCmd(root *rootOptions) *cobra.Command {
+	o := &inspectOptions{rootOptions: root, served: inspectServedOptions{timeout: 5 * time.Second}}
 	cmd := &cobra.Command{
-		Use:   "inspect secret NAME",
-		Short: "Explain what a delivered Secret holds and whether it verifies against the current bundle",
-		Args:  cobra.ArbitraryArgs,
+		Use:   "inspect (TYPE/NAME | TYPE NAME | secret NAME) [--direct] [-o json|yaml]",
+		Short: "Show what a webhook, CRD conversion webhook or APIService serves, or what a delivered Secret holds",
+		Long: templates.LongDesc(`
+			Show, for one ValidatingWebhookConfiguration, MutatingWebhookConfiguration,
+			CustomResourceDefinition (its conversion webhook) or APIService, what every ready endpoint of
+			each Service it calls presents, judged as kube-apiserver would judge it: for each caBundle slot
+			that names a Service (each webhook of a webhook configuration), the Service is resolved
+			exactly as certapi's served certificate check resolves it (the Service port the reference
+			names, 443 by default, then every ready endpoint of its EndpointSlices on that port's target
+			port), and inspect does a TLS handshake with each endpoint with the server name kube-apiserver
+			checks, <service>.<namespace>.svc. No request byte is sent: the webhook's handler never runs.
+
+			For each endpoint it prints every certificate of the presented chain (subject, issuer, serial,
+			SANs, validity) and the state certapi's check would give it, verified against the caBundle the
+			object holds now (read from the object, not certapi's current bundle): Verified, ExpiringSoon,
+			Untrusted, NameMismatch, Expired, HandshakeFailed or Unreachable, with the CA of the bundle that
+			verified it, or why none did. Then certapi's own last view of the slot: its entry in
+			status.served of CertificateAuthority/default and the Serving condition of the
+			ServingCertRequest of the Service. No key material is read or printed.
+
+			How endpoints are reached: by default through kube-apiserver's pods/portforward subresource to
+			the Pod the EndpointSlice names (its targetRef), as kubectl port-forward does, so it works from
+			anywhere kube-apiserver can be reached; it needs create on pods/portforward in the Service's
+			namespace. An endpoint without a Pod is reported NotInspected. With --direct, inspect dials
+			each endpoint's address itself: run it in the cluster or on a node, or for endpoints that are
+			not Pods.
+
+			TYPE is validatingwebhookconfiguration (vwc), mutatingwebhookconfiguration (mwc),
+			customresourcedefinition (crd) or apiservice, singular or plural, optionally with its API
+			group. "inspect secret NAME" explains a Secret certapi delivers (see "inspect secret --help").
+
+			-o json|yaml prints the report as a structure (docs/served-certificates.md describes it);
+			its fields are only ever added to.`),
+		Example: templates.Examples(`
+			# What each endpoint of each webhook of a ValidatingWebhookConfiguration presents
+			kubectl certapi inspect validatingwebhookconfiguration/my-webhook
+
+			# A CRD's conversion webhook, dialling the endpoints directly (in the cluster or on a node)
+			kubectl certapi inspect crd/widgets.example.com --direct
+
+			# An APIService, as JSON
+			kubectl certapi inspect apiservice/v1beta1.metrics.example.com -o json
+
+			# What a delivered Secret holds
+			kubectl certapi inspect secret my-webhook-tls -n webhooks`),
+		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if len(args) == 0 {
-				return cmdutil.UsageErrorf(cmd, "what to inspect is required: secret NAME")
+			t, err := ParseInspectTarget(args)
+			if err != nil {
+				return cmdutil.UsageErrorf(cmd, "%s", err)
 			}
-			return cmdutil.UsageErrorf(cmd, "cannot inspect %q: only secret NAME", args[0])
+			if err := validOutput(o.output); err != nil {
+				return cmdutil.UsageErrorf(cmd, "%s", err)
+			}
+			if err := positive("timeout", o.served.timeout); err != nil {
+				return cmdutil.UsageErrorf(cmd, "%s", err)
+			}
+			if t.Kind == kindSecret {
+				return o.run(cmd.Context(), t.Name)
+			}
+			return o.runServed(cmd.Context(), t)
 		},
 	}
-	o := &inspectOptions{rootOptions: root}
+	cmd.Flags().StringVarP(&o.output, "output", "o", o.output, "Output format: json or yaml. Unset, for people.")
+	cmd.Flags().BoolVar(&o.served.direct, "direct", o.served.direct,
+		"Dial each endpoint's address from this machine instead of through kube-apiserver's pods/portforward.")
+	cmd.Flags().DurationVar(&o.served.timeout, "timeout", o.served.timeout, "How long to wait for each endpoint: the connection (or tunnel) and the TLS handshake.")
 	secret := &cobra.Command{
 		Use:   "secret NAME [-o json|yaml]",
 		Short: "Explain a Secret certapi delivers: names, issuer, validity, renewal, and whether it verifies",
@@ -305,6 +363,22 @@ func newInspectCmd(root *rootOptions) *cobra.Command {
 	secret.Flags().StringVarP(&o.output, "output", "o", o.output, "Output format: json or yaml. Unset, for people.")
 	cmd.AddCommand(secret)
 	return cmd
+}
+
+// runServed inspects what a webhook configuration's, CRD's or APIService's endpoints serve.
+func (o *inspectOptions) runServed(ctx context.Context, t InspectTarget) error {
+	c, err := o.clients()
+	if err != nil {
+		return err
+	}
+	r, err := inspectServed(ctx, c, t, o.served)
+	if err != nil {
+		return err
+	}
+	if o.output != outputTable {
+		return printStructured(o.Out, o.output, r)
+	}
+	return PrintServedInspection(o.Out, r)
 }
 
 func (o *inspectOptions) run(ctx context.Context, name string) error {

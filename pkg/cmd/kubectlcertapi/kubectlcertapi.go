@@ -1,8 +1,9 @@
 // Package kubectlcertapi is the command behind the kubectl plugin kubectl-certapi, which kubectl runs for
 // `kubectl certapi ...`: day-2 work on certapi for cluster admins. `status` shows the CA, the rotation and
 // what it waits for, the injection summary and the requests nearest expiry; `rotate` and `distrust` start
-// a CA rotation and follow it; `inspect secret` explains a delivered Secret; `check` says whether certapi
-// serves; `migrate` prints the cut-over from cert-manager for the cluster. It is built on k8s.io/cli-runtime, so the kubeconfig, context and namespace flags behave as
+// a CA rotation and follow it; `inspect` shows what a webhook configuration's, CRD's or APIService's
+// endpoints serve against the caBundle it holds, and `inspect secret` explains a delivered Secret; `check`
+// says whether certapi serves; `migrate` prints the cut-over from cert-manager for the cluster. It is built on k8s.io/cli-runtime, so the kubeconfig, context and namespace flags behave as
 // kubectl's, and it reports errors as kubectl does (k8s.io/kubectl's cmdutil.CheckErr).
 package kubectlcertapi
 
@@ -15,6 +16,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
@@ -60,6 +62,9 @@ var rootExample = templates.Examples(`
 	# Rotate the CA with trust overlap and follow it until the new CA signs
 	kubectl certapi rotate --wait
 
+	# What each endpoint of a webhook presents, and whether the webhook's caBundle verifies it
+	kubectl certapi inspect validatingwebhookconfiguration/my-webhook
+
 	# What a delivered Secret holds, and whether it verifies against the current bundle
 	kubectl certapi inspect secret my-webhook-tls -n webhooks
 
@@ -77,6 +82,9 @@ type clients struct {
 	certapi    versioned.Interface
 	kube       kubernetes.Interface
 	aggregator aggregatorclient.Interface
+	extensions apiextensionsclient.Interface
+	// config is what they were made from, for the pods/portforward tunnels of `inspect`.
+	config *rest.Config
 }
 
 // clients makes the clients from the kubeconfig flags, with API warnings printed as kubectl does.
@@ -90,7 +98,7 @@ func (o *rootOptions) clients() (*clients, error) {
 		Deduplicate: true,
 		Color:       printers.AllowsColorOutput(o.ErrOut),
 	})
-	c := &clients{}
+	c := &clients{config: config}
 	if c.certapi, err = versioned.NewForConfig(config); err != nil {
 		return nil, fmt.Errorf("making a certapi client: %w", err)
 	}
@@ -99,6 +107,9 @@ func (o *rootOptions) clients() (*clients, error) {
 	}
 	if c.aggregator, err = aggregatorclient.NewForConfig(config); err != nil {
 		return nil, fmt.Errorf("making an APIService client: %w", err)
+	}
+	if c.extensions, err = apiextensionsclient.NewForConfig(config); err != nil {
+		return nil, fmt.Errorf("making a CustomResourceDefinition client: %w", err)
 	}
 	return c, nil
 }
@@ -118,7 +129,7 @@ func NewCmd(streams genericiooptions.IOStreams) *cobra.Command {
 	o := &rootOptions{configFlags: genericclioptions.NewConfigFlags(true).WithWarningPrinter(streams), IOStreams: streams}
 	cmd := &cobra.Command{
 		Use:     "kubectl-certapi",
-		Short:   "Operate certapi: CA status, rotation, distrust, Secret inspection, health check, migration plan",
+		Short:   "Operate certapi: CA status, rotation, distrust, served certificate and Secret inspection, health check, migration plan",
 		Long:    rootLong,
 		Example: rootExample,
 		Annotations: map[string]string{

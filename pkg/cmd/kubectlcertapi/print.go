@@ -105,6 +105,7 @@ func PrintReport(out io.Writer, r Report) error {
 	} else {
 		fmt.Fprintln(out, "\nInjection: no summary yet")
 	}
+	printServed(out, r.Served)
 	if err := printEtcd(out, r.Time, r.Etcd); err != nil {
 		return err
 	}
@@ -185,4 +186,36 @@ func printEtcd(out io.Writer, now time.Time, e *EtcdReport) error {
 		fmt.Fprintln(out)
 	}
 	return nil
+}
+
+// printServed writes what the injected webhooks and APIServices serve, and the slots that would fail.
+func printServed(out io.Writer, s *ServedReport) {
+	if s == nil {
+		fmt.Fprintln(out, "\nServed certificates: not checked yet (certapi's check is off, or its first round is not done)")
+		return
+	}
+	fmt.Fprintf(out, "\nServed certificates: %d webhooks and APIServices checked: %d Verified, %d ExpiringSoon, %d would fail", s.Targets, s.Verified, s.ExpiringSoon, s.Failing)
+	var parts []string
+	for _, c := range []struct {
+		state string
+		n     int32
+	}{{"Untrusted", s.Untrusted}, {"NameMismatch", s.NameMismatch}, {"Expired", s.Expired}, {"HandshakeFailed", s.HandshakeFailed},
+		{"Unreachable", s.Unreachable}, {"NoEndpoints", s.NoEndpoints}} {
+		if c.n > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", c.n, c.state))
+		}
+	}
+	if len(parts) > 0 {
+		fmt.Fprintf(out, " (%s)", strings.Join(parts, ", "))
+	}
+	fmt.Fprintln(out)
+	for _, t := range s.NotVerified {
+		fmt.Fprintf(out, "  %s\n", t)
+	}
+	if more := int(s.Targets-s.Verified) - len(s.NotVerified); more > 0 {
+		fmt.Fprintf(out, "  and %d more\n", more)
+	}
+	if len(s.NotVerified) > 0 {
+		fmt.Fprintln(out, "  (`kubectl certapi inspect KIND/NAME` shows what each endpoint presents)")
+	}
 }

@@ -39,6 +39,43 @@ type Report struct {
 	Etcd *EtcdReport `json:"etcd,omitempty"`
 	// Requests summarises the ServingCertRequests and lists those nearest expiry.
 	Requests RequestsReport `json:"requests"`
+	// Served is what the endpoints of the injected webhooks, conversion webhooks and APIServices serve,
+	// as certapi's leader last checked them (status.served); nil while the check is off or before its
+	// first round.
+	Served *ServedReport `json:"served,omitempty"`
+}
+
+// ServedReport counts the checked caBundle slots (each webhook of a webhook configuration, a CRD's
+// conversion webhook, an APIService) by the state of what their Service's endpoints serve, and names
+// those that are not Verified (docs/served-certificates.md).
+type ServedReport struct {
+	Targets         int32 `json:"targets"`
+	Verified        int32 `json:"verified"`
+	ExpiringSoon    int32 `json:"expiringSoon"`
+	Untrusted       int32 `json:"untrusted"`
+	NameMismatch    int32 `json:"nameMismatch"`
+	Expired         int32 `json:"expired"`
+	HandshakeFailed int32 `json:"handshakeFailed"`
+	Unreachable     int32 `json:"unreachable"`
+	NoEndpoints     int32 `json:"noEndpoints"`
+	// Failing is the number of slots kube-apiserver's calls would fail for now: every state but Verified
+	// and ExpiringSoon.
+	Failing int32 `json:"failing"`
+	// NotVerified names the slots that are not Verified, worst first (at most 10), as
+	// "<Kind> <name>[ webhook <webhook>]: <state>": status.served.worstTargets.
+	NotVerified []string `json:"notVerified"`
+}
+
+// servedReport is status.served for the report; nil when absent.
+func servedReport(s *certapiv1alpha1.ServedSummary) *ServedReport {
+	if s == nil {
+		return nil
+	}
+	r := &ServedReport{Targets: s.Targets, Verified: s.Verified, ExpiringSoon: s.ExpiringSoon, Untrusted: s.Untrusted,
+		NameMismatch: s.NameMismatch, Expired: s.Expired, HandshakeFailed: s.HandshakeFailed, Unreachable: s.Unreachable,
+		NoEndpoints: s.NoEndpoints, NotVerified: append([]string{}, s.WorstTargets...)}
+	r.Failing = max(0, r.Targets-r.Verified-r.ExpiringSoon)
+	return r
 }
 
 // EtcdReport is certapi's own etcd cluster: its members, the etcd leader, their health, the peer CA.
@@ -202,6 +239,7 @@ func BuildReport(in ReportInput) Report {
 	r.Requests = requestsReport(in)
 	r.Rotation = rotationReport(ca, r.Injection, r.Requests, in.Now)
 	r.Etcd = etcdReport(ca.Status.Etcd)
+	r.Served = servedReport(ca.Status.Served)
 	return r
 }
 
@@ -344,12 +382,27 @@ func distrustWaits(d *certapiv1alpha1.DistrustStatus) []string {
 	if d.PendingReplicas > 0 {
 		out = append(out, fmt.Sprintf("%d certapi replicas to serve a certificate of the Active CA", d.PendingReplicas))
 	}
+	if pe := d.PendingEndpoints; pe != nil && pe.Count > 0 {
+		out = append(out, fmt.Sprintf("%d served endpoints of injected webhooks and APIServices to reload a certificate of the Active CA "+
+			"(they present one of a distrusted CA, and kube-apiserver's calls to them fail once it leaves the bundle): %s", pe.Count, listNames(pe.Count, pe.Names)))
+	} else {
+		out = append(out, "nothing from the served endpoints: none presents a certificate of a distrusted CA")
+	}
 	if d.Deadline != nil {
 		out = append(out, fmt.Sprintf("at the latest %s (certapi's --distrust-deadline): every distrusted CA leaves every bundle then, whatever is still pending",
 			formatTime(d.Deadline.Time)))
 	}
 	if us := d.UnmanagedSecrets; us != nil && us.Count > 0 {
 		out = append(out, fmt.Sprintf("(not waited for: %d labelled Secrets certapi will not re-issue%s; they stop verifying when the distrusted CAs leave)", us.Count, names(us)))
+	}
+	return out
+}
+
+// listNames lists the first names of count, and says how many more there are.
+func listNames(count int32, names []string) string {
+	out := strings.Join(names, ", ")
+	if more := int(count) - len(names); more > 0 {
+		out += fmt.Sprintf(" and %d more", more)
 	}
 	return out
 }

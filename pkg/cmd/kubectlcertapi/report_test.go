@@ -146,12 +146,15 @@ func TestBuildReportRotation(t *testing.T) {
 			ca.Status.Distrust = &certapiv1alpha1.DistrustStatus{Distrust: "leak", StartedAt: metav1.NewTime(t0), Deadline: &deadline,
 				PendingSecrets:   &certapiv1alpha1.SecretsSummary{Count: 12, Names: []string{"a/x-tls", "b/y-tls"}},
 				PendingReplicas:  1,
-				UnmanagedSecrets: &certapiv1alpha1.SecretsSummary{Count: 1, Names: []string{"c/old-tls"}}}
+				UnmanagedSecrets: &certapiv1alpha1.SecretsSummary{Count: 1, Names: []string{"c/old-tls"}},
+				PendingEndpoints: &certapiv1alpha1.EndpointsSummary{Count: 11, Names: []string{"APIService v1.example.com: 10.0.0.9:443"}}}
 			return ca
 		}(),
 		want: []string{
 			"12 delivered Secrets to be re-issued by the Active CA: a/x-tls, b/y-tls, ...",
 			"1 certapi replicas to serve a certificate of the Active CA",
+			"11 served endpoints of injected webhooks and APIServices to reload a certificate of the Active CA (they present one of a distrusted CA, " +
+				"and kube-apiserver's calls to them fail once it leaves the bundle): APIService v1.example.com: 10.0.0.9:443 and 10 more",
 			"at the latest " + formatTime(t0.Add(15*time.Minute)) + " (certapi's --distrust-deadline)",
 			"(not waited for: 1 labelled Secrets certapi will not re-issue: c/old-tls;",
 		},
@@ -346,5 +349,51 @@ func TestPrintReportAPIs(t *testing.T) {
 				t.Errorf("output says %q:\n%s", tc.never, out.String())
 			}
 		})
+	}
+}
+
+// TestReportServed: status lists the served targets that would fail from status.served, in its table and
+// in its JSON (field served), and says so when the check has not run.
+func TestReportServed(t *testing.T) {
+	active := newCA(t, t0.Add(-24*time.Hour), 365*24*time.Hour)
+	ca := caObject(idle(), nil, caEntry(active, "Active"))
+	r := BuildReport(ReportInput{Now: t0, CA: ca, Leader: "certapi-0", Scope: allNamespaces})
+	var out bytes.Buffer
+	if err := PrintReport(&out, r); err != nil {
+		t.Fatal(err)
+	}
+	if r.Served != nil || !strings.Contains(out.String(), "Served certificates: not checked yet") {
+		t.Errorf("without status.served: %+v\n%s", r.Served, out.String())
+	}
+
+	ca.Status.Served = &certapiv1alpha1.ServedSummary{Targets: 15, Verified: 2, ExpiringSoon: 1, Untrusted: 10, Unreachable: 2,
+		WorstTargets: []string{"ValidatingWebhookConfiguration v webhook a.example.com: Untrusted", "APIService v1.example.com: Unreachable"}}
+	r = BuildReport(ReportInput{Now: t0, CA: ca, Leader: "certapi-0", Scope: allNamespaces})
+	if r.Served == nil || r.Served.Failing != 12 || r.Served.Untrusted != 10 || len(r.Served.NotVerified) != 2 {
+		t.Fatalf("served report %+v", r.Served)
+	}
+	out.Reset()
+	if err := PrintReport(&out, r); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"Served certificates: 15 webhooks and APIServices checked: 2 Verified, 1 ExpiringSoon, 12 would fail (10 Untrusted, 2 Unreachable)",
+		"  ValidatingWebhookConfiguration v webhook a.example.com: Untrusted\n",
+		"  APIService v1.example.com: Unreachable\n",
+		"  and 11 more\n",
+		"kubectl certapi inspect KIND/NAME",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+	out.Reset()
+	if err := printStructured(&out, outputJSON, r); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"served": {`, `"failing": 12`, `"untrusted": 10`, `"notVerified": [`} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("JSON lacks %q:\n%s", want, out.String())
+		}
 	}
 }

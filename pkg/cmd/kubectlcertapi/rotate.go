@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -258,11 +259,44 @@ func DistrustPlan(ca *certapiv1alpha1.CertificateAuthority) string {
 		fmt.Fprintf(&b, "  - distrust with it every other CA older than the new one: %s\n", strings.Join(others, ", "))
 	}
 	b.WriteString("  - re-issue every Secret certapi delivers; clients of the servingcerts subresource (pkg/servingcert) re-issue by themselves\n")
+	if line := servedPlan(ca); line != "" {
+		b.WriteString(line)
+	}
 	b.WriteString("  - remove every distrusted CA from every trust bundle (webhook configurations, CRDs, APIServices, ConfigMaps,\n" +
 		"    the ClusterTrustBundle, ca.crt of Secrets) as soon as that is done, or at certapi's distrust deadline regardless,\n" +
 		"    so that only the new CA is trusted: certificates they signed that nobody re-issues (Secrets of deleted or\n" +
 		"    conflicting requests, certificates copied elsewhere) stop being trusted then")
 	return b.String()
+}
+
+// servedPlan says which endpoints of injected webhooks and APIServices present a certificate of the CAs
+// a distrust would distrust (every CA of the bundle now), from status.served.issuers: each must reload
+// its re-issued certificate, and the distrust waits for them up to its deadline.
+func servedPlan(ca *certapiv1alpha1.CertificateAuthority) string {
+	s := ca.Status.Served
+	if s == nil {
+		return ""
+	}
+	ours := map[string]bool{}
+	for _, c := range ca.Status.Certificates {
+		ours[c.SerialNumber] = true
+	}
+	var count int32
+	var list []string
+	for _, i := range s.Issuers {
+		if !ours[i.SerialNumber] {
+			continue // a foreign CA an object keeps: the distrust does not remove it
+		}
+		count += i.Endpoints
+		list = append(list, i.Names...)
+	}
+	if count == 0 {
+		return ""
+	}
+	slices.Sort(list)
+	list = list[:min(len(list), 10)]
+	return fmt.Sprintf("  - wait, up to the deadline, for the %d endpoints of injected webhooks and APIServices that present a certificate of these CAs\n"+
+		"    to reload a re-issued one (kube-apiserver's calls to one that has not fail once the CAs leave): %s\n", count, listNames(count, list))
 }
 
 // rotationGoal says when a rotate or distrust is done.
@@ -318,6 +352,11 @@ func ProgressLines(ca *certapiv1alpha1.CertificateAuthority) []string {
 	}
 	if inj := ca.Status.Injection; inj != nil {
 		lines = append(lines, "injection: "+injectionLine(inj))
+	}
+	if d := ca.Status.Distrust; d != nil && d.CompletedAt == nil {
+		for _, w := range distrustWaits(d) {
+			lines = append(lines, "distrust waits for "+w)
+		}
 	}
 	return lines
 }

@@ -119,6 +119,27 @@ func TestDistrustPlanNamesTheCAs(t *testing.T) {
 	if plan := DistrustPlan(caObject(idle(), nil, caEntry(a, "Active"))); strings.Contains(plan, "Next") || strings.Contains(plan, "Retiring") {
 		t.Errorf("a plan without a Next or Retiring CA mentions one:\n%s", plan)
 	}
+	if strings.Contains(plan, "endpoints") {
+		t.Errorf("a plan with no served check mentions endpoints:\n%s", plan)
+	}
+}
+
+// TestDistrustPlanNamesServedEndpoints: before it asks, distrust names the endpoints of injected webhooks
+// and APIServices that present a certificate of a CA it would distrust (status.served.issuers).
+func TestDistrustPlanNamesServedEndpoints(t *testing.T) {
+	a, b := newCA(t, t0, 24*time.Hour), newCA(t, t0, 24*time.Hour)
+	ca := caObject(idle(), nil, caEntry(a, "Active"), caEntry(b, "Retiring"))
+	ca.Status.Served = &certapiv1alpha1.ServedSummary{Targets: 2, Verified: 2, Issuers: []certapiv1alpha1.ServedIssuer{
+		{SerialNumber: serial(a), Endpoints: 2, Names: []string{"ValidatingWebhookConfiguration v webhook v.example.com: 10.0.0.7:8443", "APIService v1.example.com: 10.0.0.9:443"}},
+		{SerialNumber: serial(b), Endpoints: 1, Names: []string{"MutatingWebhookConfiguration m webhook m.example.com: 10.0.0.8:8443"}},
+	}}
+	plan := DistrustPlan(ca)
+	want := "wait, up to the deadline, for the 3 endpoints of injected webhooks and APIServices that present a certificate of these CAs\n" +
+		"    to reload a re-issued one (kube-apiserver's calls to one that has not fail once the CAs leave): APIService v1.example.com: 10.0.0.9:443, " +
+		"MutatingWebhookConfiguration m webhook m.example.com: 10.0.0.8:8443, ValidatingWebhookConfiguration v webhook v.example.com: 10.0.0.7:8443\n"
+	if !strings.Contains(plan, want) {
+		t.Errorf("plan lacks %q:\n%s", want, plan)
+	}
 }
 
 // TestPatchSpecPreconditions: rotate and distrust patch with the resourceVersion they read; a conflict

@@ -201,8 +201,8 @@ func distrustMessage(serials []string, d *certapiv1alpha1.DistrustStatus) string
 	if len(serials) > 1 {
 		what = "the distrusted CAs " + strings.Join(serials, ", ") + " leave"
 	}
-	msg := fmt.Sprintf("%s the bundle once every Secret certapi delivers for an existing request, and every certapi replica, "+
-		"holds a certificate of the Active CA", what)
+	msg := fmt.Sprintf("%s the bundle once every Secret certapi delivers for an existing request, every certapi replica, "+
+		"and every served endpoint that presented one of its certificates, holds a certificate of the Active CA", what)
 	if d == nil {
 		return msg
 	}
@@ -215,6 +215,9 @@ func distrustMessage(serials []string, d *certapiv1alpha1.DistrustStatus) string
 	}
 	if d.PendingReplicas > 0 {
 		waits = append(waits, fmt.Sprintf("%s not serving from the Active CA yet", count(d.PendingReplicas, "certapi replica")))
+	}
+	if e := d.PendingEndpoints; e != nil && e.Count > 0 {
+		waits = append(waits, fmt.Sprintf("%s still presenting a certificate of a distrusted CA (%s)", count(e.Count, "served endpoint"), strings.Join(e.Names, ", ")))
 	}
 	if len(waits) > 0 {
 		msg += "; waiting for " + strings.Join(waits, " and ")

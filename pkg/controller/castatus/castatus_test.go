@@ -30,13 +30,14 @@ func TestRotatingSaysWhatADistrustWaitsFor(t *testing.T) {
 	d := &certapiv1alpha1.DistrustStatus{Distrust: "leak", Deadline: &deadline,
 		PendingSecrets:   &certapiv1alpha1.SecretsSummary{Count: 2, Names: []string{"a/x-tls", "b/y-tls"}},
 		UnmanagedSecrets: &certapiv1alpha1.SecretsSummary{Count: 1, Names: []string{"a/foreign"}},
-		PendingReplicas:  1, PendingTargets: 3}
+		PendingReplicas:  1, PendingTargets: 3,
+		PendingEndpoints: &certapiv1alpha1.EndpointsSummary{Count: 1, Names: []string{"APIService v1.example.com: 10.0.0.9:443"}}}
 	c := rotating(auth, d, 2)
 	if c.Status != metav1.ConditionTrue || c.Reason != certapiv1alpha1.RotatingReasonDistrusted {
 		t.Fatalf("condition %+v; want True, Distrusted", c)
 	}
 	for _, want := range []string{signer.FormatSerialNumber(oldCA.Certificate.SerialNumber), "2030-01-01T00:15:00Z", "2 Secrets not re-issued yet (a/x-tls, b/y-tls)",
-		"1 certapi replica not serving", "not waiting for 1 labelled Secret certapi does not re-issue (a/foreign)", "3 injection targets", "status.distrust"} {
+		"1 certapi replica not serving", "1 served endpoint still presenting a certificate of a distrusted CA (APIService v1.example.com: 10.0.0.9:443)", "not waiting for 1 labelled Secret certapi does not re-issue (a/foreign)", "3 injection targets", "status.distrust"} {
 		if !strings.Contains(c.Message, want) {
 			t.Errorf("message %q does not say %q", c.Message, want)
 		}

@@ -2,6 +2,8 @@ package injector
 
 import (
 	"sort"
+
+	"github.com/certapi/certapi/pkg/signer"
 )
 
 // DefaultServicePort is the port of a service reference that names none, as kube-apiserver defaults it
@@ -39,6 +41,9 @@ type ServedTarget struct {
 	Slot string
 	// Service is what kube-apiserver dials with the slot's bundle.
 	Service ServiceRef
+	// Foreign is the PEM of the foreign CAs the slot keeps after certapi's bundle (an object annotated
+	// certapi.dev/keep-foreign-ca: "true"); "" for most. A string, so that a target stays comparable.
+	Foreign string
 }
 
 // ServedTargets returns the bundle every listed target holds (nil when the Source has none yet) and the
@@ -58,9 +63,14 @@ func (i *Injector) ServedTargets() ([]byte, []ServedTarget) {
 			continue
 		}
 		for _, s := range st.obs.Slots {
-			if s.service != nil {
-				out = append(out, ServedTarget{Kind: k.kind, Name: k.name, Slot: s.Name, Service: *s.service})
+			if s.service == nil {
+				continue
 			}
+			t := ServedTarget{Kind: k.kind, Name: k.name, Slot: s.Name, Service: *s.service}
+			if st.obs.keepForeign && s.foreignProblem == "" && len(s.foreign) > 0 {
+				t.Foreign = string(signer.EncodeBundle(s.foreign...))
+			}
+			out = append(out, t)
 		}
 	}
 	i.mu.Unlock()

@@ -105,6 +105,11 @@ func Run(ctx context.Context, c Config) error {
 	}
 	term = append(term, controller.Named{Name: "secretdelivery", Runnable: delivery}, controller.Named{Name: "injector", Runnable: inj})
 	targets := []rotation.Target{inj}
+	// What a pending distrust waits for: the Secrets certapi delivers, the endpoints the served check finds
+	// presenting a distrusted CA's certificate and, when certapi serves itself from its CA, every
+	// replica's own serving certificate.
+	reissued := []controller.Notifier{delivery}
+	var servedView rotation.Served
 	if c.ServedCheck.Interval > 0 {
 		o := c.ServedCheck
 		o.Context, o.Targets, o.Requests = cc, inj, c.StatusUpdater
@@ -113,6 +118,8 @@ func Run(ctx context.Context, c Config) error {
 			return fmt.Errorf("building the served certificate check: %w", err)
 		}
 		term = append(term, controller.Named{Name: "servedcert", Runnable: served})
+		servedView = served
+		reissued = append(reissued, served)
 	}
 	if apis.On[apiClusterTrustBundle.Name] {
 		ctb, err := trustbundle.New(trustbundle.Options{Context: cc, Source: c.Issuer})
@@ -129,9 +136,6 @@ func Run(ctx context.Context, c Config) error {
 		}
 		term = append(term, controller.Named{Name: "podcert", Runnable: pcrs})
 	}
-	// What a pending distrust waits for: the Secrets certapi delivers and, when certapi serves itself
-	// from its CA, every replica's own serving certificate.
-	reissued := []controller.Notifier{delivery}
 	if c.WatchReplicas {
 		replicas := &controller.Listeners{}
 		reissued = append(reissued, replicas)
@@ -144,7 +148,7 @@ func Run(ctx context.Context, c Config) error {
 	rot, err := rotation.New(rotation.Options{
 		Context: cc, Authority: c.Issuer, Targets: targets, Reissued: reissued,
 		Grace: c.RotationGrace, MaxCertificateDuration: c.MaxCertificateDuration, DistrustDeadline: c.DistrustDeadline,
-		Distrust: progress.of, BundleChanged: bundles.set, Conditions: []metav1.Condition{apis.Condition},
+		Distrust: progress.of, Served: servedView, BundleChanged: bundles.set, Conditions: []metav1.Condition{apis.Condition},
 	})
 	if err != nil {
 		return fmt.Errorf("building the CA rotation: %w", err)

@@ -45,9 +45,11 @@ func distrustStatus(in distrustInput) *certapiv1alpha1.DistrustStatus {
 			st.PendingSecrets = summaryOrNil(p.PendingSecrets)
 			st.UnmanagedSecrets = summaryOrNil(p.UnmanagedSecrets)
 			st.PendingReplicas = int32(p.PendingReplicas)
+			st.PendingEndpoints = endpointsOrNil(p.PendingEndpoints)
 		} else if prev := in.Previous; prev != nil && prev.Distrust == st.Distrust && prev.CompletedAt == nil {
 			// Not known this time (a cache not synced yet): keep what was known.
 			st.PendingSecrets, st.UnmanagedSecrets, st.PendingReplicas = prev.PendingSecrets, prev.UnmanagedSecrets, prev.PendingReplicas
+			st.PendingEndpoints = prev.PendingEndpoints
 		}
 		st.PendingTargets = max(in.PendingTargets, 0)
 		return st
@@ -63,12 +65,13 @@ func distrustStatus(in distrustInput) *certapiv1alpha1.DistrustStatus {
 	}
 	now := metav1.NewTime(in.Now).Rfc3339Copy()
 	st.CompletedAt, st.Completion, st.PendingTargets = &now, certapiv1alpha1.DistrustCompletionReissued, 0
-	st.PendingSecrets, st.PendingReplicas = nil, 0
+	st.PendingSecrets, st.PendingReplicas, st.PendingEndpoints = nil, 0, nil
 	if p := in.Progress; p != nil && p.Known {
 		st.UnmanagedSecrets = summaryOrNil(p.UnmanagedSecrets)
 		if byDeadline {
 			// What was left behind.
 			st.PendingSecrets, st.PendingReplicas = summaryOrNil(p.PendingSecrets), int32(p.PendingReplicas)
+			st.PendingEndpoints = endpointsOrNil(p.PendingEndpoints)
 		}
 	}
 	if byDeadline {
@@ -112,6 +115,14 @@ func mergeRefs(a, b []certapiv1alpha1.CertificateAuthorityRef) []certapiv1alpha1
 
 // summaryOrNil is s, or nil when it counts nothing.
 func summaryOrNil(s certapiv1alpha1.SecretsSummary) *certapiv1alpha1.SecretsSummary {
+	if s.Count == 0 {
+		return nil
+	}
+	return &s
+}
+
+// endpointsOrNil is s, or nil when it counts nothing.
+func endpointsOrNil(s certapiv1alpha1.EndpointsSummary) *certapiv1alpha1.EndpointsSummary {
 	if s.Count == 0 {
 		return nil
 	}

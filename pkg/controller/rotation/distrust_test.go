@@ -1,6 +1,7 @@
 package rotation
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -8,6 +9,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
+	servedcheck "github.com/certapi/certapi/pkg/controller/servedcert"
+	"github.com/certapi/certapi/pkg/servedcert"
 	"github.com/certapi/certapi/pkg/signer"
 	"github.com/certapi/certapi/pkg/signer/signertest"
 )
@@ -25,7 +28,9 @@ func TestDistrustStatus(t *testing.T) {
 	secrets := func(names ...string) certapiv1alpha1.SecretsSummary {
 		return certapiv1alpha1.SecretsSummary{Count: int32(len(names)), Names: names}
 	}
-	progress := &DistrustProgress{Known: true, PendingSecrets: secrets("a/live-tls"), UnmanagedSecrets: secrets("a/foreign", "a/gone-tls"), PendingReplicas: 1}
+	endpoints := certapiv1alpha1.EndpointsSummary{Count: 1, Names: []string{"ValidatingWebhookConfiguration hook webhook v.example.com: 10.0.3.7:8443"}}
+	progress := &DistrustProgress{Known: true, PendingSecrets: secrets("a/live-tls"), UnmanagedSecrets: secrets("a/foreign", "a/gone-tls"), PendingReplicas: 1,
+		PendingEndpoints: endpoints}
 	started := metav1.NewTime(now.Truncate(time.Second))
 	deadline := metav1.NewTime(now.Add(15 * time.Minute).Truncate(time.Second))
 	later := now.Add(time.Minute)
@@ -33,7 +38,7 @@ func TestDistrustStatus(t *testing.T) {
 	oldRef := certapiv1alpha1.CertificateAuthorityRef{SerialNumber: signer.FormatSerialNumber(oldCA.Certificate.SerialNumber), SubjectKeyID: oldCA.SubjectKeyID()}
 	pendingStatus := &certapiv1alpha1.DistrustStatus{Distrust: "leak", Distrusted: []certapiv1alpha1.CertificateAuthorityRef{oldRef},
 		StartedAt: started, Deadline: &deadline, PendingSecrets: &progress.PendingSecrets, UnmanagedSecrets: &progress.UnmanagedSecrets,
-		PendingReplicas: 1, PendingTargets: 3}
+		PendingReplicas: 1, PendingTargets: 3, PendingEndpoints: &endpoints}
 
 	cases := []struct {
 		name string
@@ -57,7 +62,7 @@ func TestDistrustStatus(t *testing.T) {
 				Progress: progress, Policy: pol, Now: later},
 			want: &certapiv1alpha1.DistrustStatus{Distrust: "leak", Distrusted: []certapiv1alpha1.CertificateAuthorityRef{oldRef},
 				StartedAt: started, Deadline: &deadline, CompletedAt: &completed, Completion: certapiv1alpha1.DistrustCompletionDeadline,
-				PendingSecrets: &progress.PendingSecrets, PendingReplicas: 1, UnmanagedSecrets: &progress.UnmanagedSecrets}},
+				PendingSecrets: &progress.PendingSecrets, PendingReplicas: 1, UnmanagedSecrets: &progress.UnmanagedSecrets, PendingEndpoints: &endpoints}},
 		{name: "completed before this status was ever written: described from the CAs before",
 			in: distrustInput{Before: pending, After: done, Steps: []signer.RotationStep{signer.StepDropDistrusted},
 				Progress: &DistrustProgress{Known: true}, Policy: pol, Now: later},
@@ -115,4 +120,42 @@ func TestDistrustStatusNamesEveryDistrustedCA(t *testing.T) {
 
 func castatusRef(ca *signer.CA) certapiv1alpha1.CertificateAuthorityRef {
 	return certapiv1alpha1.CertificateAuthorityRef{SerialNumber: signer.FormatSerialNumber(ca.Certificate.SerialNumber), SubjectKeyID: ca.SubjectKeyID()}
+}
+
+// TestDistrustWaitsForServedEndpoints: a distrust is done only when no served endpoint presents a
+// certificate of a distrusted CA that its bundle still verifies; endpoints that fail already (expired,
+// another name) are named nowhere and not waited for.
+func TestDistrustWaitsForServedEndpoints(t *testing.T) {
+	eps := []servedcheck.PresentedEndpoint{
+		{Name: "APIService v1.example.com: 10.0.0.9:443", State: servedcert.Verified},
+		{Name: "MutatingWebhookConfiguration m webhook m.example.com: 10.0.0.8:8443", State: servedcert.Expired},
+		{Name: "ValidatingWebhookConfiguration v webhook v.example.com: 10.0.0.7:8443", State: servedcert.ExpiringSoon},
+		{Name: "ValidatingWebhookConfiguration w webhook w.example.com: 10.0.0.6:8443", State: servedcert.NameMismatch},
+	}
+	got := stillVerified(eps)
+	want := certapiv1alpha1.EndpointsSummary{Count: 2, Names: []string{"APIService v1.example.com: 10.0.0.9:443",
+		"ValidatingWebhookConfiguration v webhook v.example.com: 10.0.0.7:8443"}}
+	if !apiequality.Semantic.DeepEqual(got, want) {
+		t.Errorf("stillVerified = %+v; want %+v", got, want)
+	}
+	for _, c := range []struct {
+		name string
+		p    DistrustProgress
+		done bool
+	}{
+		{name: "nothing pending", p: DistrustProgress{Known: true}, done: true},
+		{name: "an endpoint still presents a distrusted CA's certificate", p: DistrustProgress{Known: true, PendingEndpoints: got}},
+		{name: "not known", p: DistrustProgress{}},
+	} {
+		if c.p.Done() != c.done {
+			t.Errorf("%s: Done() = %t; want %t", c.name, c.p.Done(), c.done)
+		}
+	}
+	many := make([]servedcheck.PresentedEndpoint, 25)
+	for n := range many {
+		many[n] = servedcheck.PresentedEndpoint{Name: fmt.Sprintf("APIService v%02d: 10.0.0.1:443", n), State: servedcert.Verified}
+	}
+	if s := stillVerified(many); s.Count != 25 || len(s.Names) != maxNames {
+		t.Errorf("stillVerified of 25 endpoints counts %d and names %d; want 25 and %d", s.Count, len(s.Names), maxNames)
+	}
 }

@@ -26,6 +26,7 @@ import (
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	"github.com/certapi/certapi/pkg/controller"
 	"github.com/certapi/certapi/pkg/controller/castatus"
+	"github.com/certapi/certapi/pkg/controller/servedcert"
 	"github.com/certapi/certapi/pkg/generated/clientset/versioned"
 	certapilisters "github.com/certapi/certapi/pkg/generated/listers/certapi/v1alpha1"
 	"github.com/certapi/certapi/pkg/issuer"
@@ -86,6 +87,10 @@ type Options struct {
 	Distrust func(ctx context.Context, active *x509.Certificate) DistrustProgress
 	// Grace is the least time between publishing Next and letting it sign.
 	Grace time.Duration
+	// Served, when set, is the served certificate check: a pending distrust also waits for the endpoints
+	// it finds presenting a certificate of a distrusted CA that their bundle still verifies, and the
+	// Retire step says which endpoints still presented the retired CA's. Nil when the check is off.
+	Served Served
 	// DistrustDeadline, when positive, is the longest a distrusted CA stays in the bundle: after it, the CA
 	// leaves every bundle whatever it still waits for, with a Warning Event and a log line.
 	DistrustDeadline time.Duration
@@ -98,6 +103,15 @@ type Options struct {
 	// Conditions are further conditions of CertificateAuthority/default the term found (APIsServed),
 	// written with the rest of its status.
 	Conditions []metav1.Condition
+}
+
+// Served is what the rotation needs of the served certificate check (pkg/controller/servedcert).
+type Served interface {
+	// Presenting returns the endpoints whose last probe presented a leaf one of cas signed, and
+	// whether the check has a view yet.
+	Presenting(cas []*x509.Certificate) ([]servedcert.PresentedEndpoint, bool)
+	// Expedite has those endpoints probed again within seconds until they present another; nil ends it.
+	Expedite(cas []*x509.Certificate)
 }
 
 // Controller moves CA rotations on. Make one per leadership term with New; the term runs it.
@@ -132,11 +146,14 @@ type DistrustProgress struct {
 	PendingSecrets, UnmanagedSecrets certapiv1alpha1.SecretsSummary
 	// PendingReplicas is the number of certapi replicas not serving with a certificate of the Active CA.
 	PendingReplicas int
+	// PendingEndpoints are the served endpoints that present a certificate of a distrusted CA that their
+	// bundle still verifies: kube-apiserver's calls to them fail once it leaves the bundle.
+	PendingEndpoints certapiv1alpha1.EndpointsSummary
 }
 
 // Done reports whether everything the distrust waits for comes from the Active CA.
 func (p DistrustProgress) Done() bool {
-	return p.Known && p.PendingSecrets.Count == 0 && p.PendingReplicas == 0
+	return p.Known && p.PendingSecrets.Count == 0 && p.PendingReplicas == 0 && p.PendingEndpoints.Count == 0
 }
 
 // New checks o and declares on the term's Context the CertificateAuthority informer and the listeners:
@@ -256,7 +273,7 @@ func (c *Controller) sync(ctx context.Context, _ string) (controller.Result, err
 	// Only while a distrust is pending: what it waits for, against the Active CA.
 	var progress *DistrustProgress
 	if distrustPending(before) {
-		p := c.o.Distrust(ctx, before.Active.Certificate)
+		p := c.progress(ctx, before)
 		progress = &p
 		req.Reissued = p.Done()
 	}
@@ -264,12 +281,18 @@ func (c *Controller) sync(ctx context.Context, _ string) (controller.Result, err
 	c.noteClock(obj, err)
 	after, ok := c.o.Authority.State()
 	if ok && distrustPending(after) && (progress == nil || !after.Active.Certificate.Equal(before.Active.Certificate)) {
-		p := c.o.Distrust(ctx, after.Active.Certificate) // a distrust just started
+		p := c.progress(ctx, after) // a distrust just started
 		progress = &p
+	}
+	if ok && !distrustPending(after) && c.o.Served != nil {
+		c.o.Served.Expedite(nil)
 	}
 	if len(steps) > 0 && ok {
 		for _, s := range steps {
 			c.announce(obj, s, before, after, progress, policy)
+		}
+		if slices.Contains(steps, signer.StepRetire) {
+			c.reportRetired(obj, before, after)
 		}
 		if c.o.BundleChanged != nil {
 			c.o.BundleChanged(ctx, after.Bundle())
@@ -302,6 +325,91 @@ func (c *Controller) sync(ctx context.Context, _ string) (controller.Result, err
 		return controller.Result{}, err
 	}
 	return controller.Result{After: c.wait(after, policy)}, nil
+}
+
+// progress is how far the distrust pending in a has come: what Options.Distrust tells, and the served
+// endpoints that still present a certificate of a distrusted CA their bundle verifies (which the check is
+// asked to probe again within seconds until they move).
+func (c *Controller) progress(ctx context.Context, a signer.Authorities) DistrustProgress {
+	p := c.o.Distrust(ctx, a.Active.Certificate)
+	if c.o.Served == nil {
+		return p
+	}
+	distrusted := distrustedCAs(a)
+	c.o.Served.Expedite(distrusted)
+	eps, known := c.o.Served.Presenting(distrusted)
+	p.Known = p.Known && known
+	p.PendingEndpoints = stillVerified(eps)
+	return p
+}
+
+// stillVerified counts and names the endpoints of eps whose certificate their bundle verifies now: those
+// a CA's removal would break. Those that fail already (expired, for another name) are not waited for.
+func stillVerified(eps []servedcert.PresentedEndpoint) certapiv1alpha1.EndpointsSummary {
+	var s certapiv1alpha1.EndpointsSummary
+	for _, e := range eps {
+		if e.State.Failing() {
+			continue
+		}
+		s.Count++
+		if len(s.Names) < maxNames {
+			s.Names = append(s.Names, e.Name)
+		}
+	}
+	return s
+}
+
+// maxNames bounds the names of a summary, as status's other summaries.
+const maxNames = 10
+
+// distrustedCAs are a's distrusted CA certificates.
+func distrustedCAs(a signer.Authorities) []*x509.Certificate {
+	var out []*x509.Certificate
+	for _, r := range a.Retiring {
+		if r.Distrusted {
+			out = append(out, r.CA.Certificate)
+		}
+	}
+	return out
+}
+
+// ReasonRetiredWhileServed is the reason of the Warning Event of a Retire step that removed a CA some
+// endpoint still presented a certificate of.
+const ReasonRetiredWhileServed = "RetiredWhileServed"
+
+// reportRetired says, in a Warning Event and the log, which served endpoints still presented a
+// certificate of a CA that a Retire step just removed from the bundle. Every certificate it signed has
+// expired by then, so kube-apiserver's calls to them failed already; the served check reports them as
+// Untrusted from now on.
+func (c *Controller) reportRetired(obj *certapiv1alpha1.CertificateAuthority, before, after signer.Authorities) {
+	if c.o.Served == nil {
+		return
+	}
+	var retired []*x509.Certificate
+	for _, r := range before.Retiring {
+		if !slices.ContainsFunc(after.Retiring, func(o signer.Retiring) bool { return o.CA.Certificate.Equal(r.CA.Certificate) }) {
+			retired = append(retired, r.CA.Certificate)
+		}
+	}
+	eps, _ := c.o.Served.Presenting(retired)
+	if len(eps) == 0 {
+		return
+	}
+	names := make([]string, 0, len(eps))
+	for _, e := range eps {
+		names = append(names, e.Name)
+	}
+	var serials []string
+	for _, r := range retired {
+		serials = append(serials, signer.FormatSerialNumber(r.SerialNumber))
+	}
+	msg := fmt.Sprintf("retired the CA %s while %d served endpoints still presented a certificate it signed (expired, so kube-apiserver's calls to them fail): %s",
+		strings.Join(serials, ", "), len(eps), strings.Join(names[:min(len(names), maxNames)], ", "))
+	if len(names) > maxNames {
+		msg += fmt.Sprintf(" and %d more", len(names)-maxNames)
+	}
+	klog.InfoS("WARNING: a retired CA is still served", "retired", serials, "endpoints", len(eps))
+	c.recorder.Eventf(regarding(obj), nil, corev1.EventTypeWarning, ReasonRetiredWhileServed, "RotateCA", "%s", truncate(msg))
 }
 
 // maxFailedTargets bounds InjectionSummary.FailedTargets, as each target bounds its own.
@@ -429,12 +537,12 @@ func (c *Controller) announce(obj *certapiv1alpha1.CertificateAuthority, s signe
 	case signer.StepDistrust:
 		eventType = corev1.EventTypeWarning
 		msg = fmt.Sprintf("distrust %q: the new CA %s signs from now on; every CA older than it is distrusted (%s) and leaves every bundle once every Secret certapi delivers "+
-			"for an existing request, and every certapi replica, holds a certificate of the new CA", after.Distrust, active, distrustedSerials(after))
+			"for an existing request, every certapi replica, and every endpoint of an injected webhook or APIService that presents a certificate of it, holds one of the new CA", after.Distrust, active, distrustedSerials(after))
 		if d := after.DistrustDeadline(policy); !d.IsZero() {
 			msg += fmt.Sprintf(", and at the latest at %s (--distrust-deadline %s)", d.UTC().Format(time.RFC3339), policy.DistrustDeadline)
 		}
 	case signer.StepDropDistrusted:
-		msg = fmt.Sprintf("the distrusted CA %s left the bundle: every Secret certapi delivers, and every certapi replica, holds a certificate of the Active CA",
+		msg = fmt.Sprintf("the distrusted CA %s left the bundle: every Secret certapi delivers, every certapi replica, and every served endpoint that presented one of its certificates, holds a certificate of the Active CA",
 			droppedSerials(before, after))
 		if progress != nil && progress.UnmanagedSecrets.Count > 0 {
 			msg += fmt.Sprintf("; %s that certapi does not re-issue still hold certificates of other CAs: %s",
@@ -453,6 +561,13 @@ func (c *Controller) announce(obj *certapiv1alpha1.CertificateAuthority, s signe
 				left = append(left, "1 certapi replica")
 			} else if n > 1 {
 				left = append(left, fmt.Sprintf("%d certapi replicas", n))
+			}
+			if e := progress.PendingEndpoints; e.Count > 0 {
+				names := strings.Join(e.Names, ", ")
+				if more := int(e.Count) - len(e.Names); more > 0 {
+					names += fmt.Sprintf(" and %d more", more)
+				}
+				left = append(left, fmt.Sprintf("%d served endpoints (%s)", e.Count, names))
 			}
 			if len(left) > 0 {
 				msg += fmt.Sprintf(": %s did not hold a certificate of the Active CA %s yet, and no longer verify until re-issued", strings.Join(left, " and "), active)

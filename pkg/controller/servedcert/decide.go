@@ -2,9 +2,7 @@ package servedcert
 
 import (
 	"fmt"
-	"net"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -15,64 +13,10 @@ import (
 	"github.com/certapi/certapi/pkg/servedcert"
 )
 
-// Resolve says what kube-apiserver would dial for ref, given the Service (nil when it does not exist)
-// and its EndpointSlices: every ready endpoint's first address on the port the EndpointSlices give for
-// the Service port numbered ref.Port (matched by the Service port's name, as kube-apiserver's
-// ResolveEndpoint does with --enable-aggregator-routing, and as kube-proxy does behind the ClusterIP
-// without it), sorted; for an ExternalName Service, its externalName on ref.Port (what kube-apiserver
-// dials without aggregator routing). When there is nothing to dial, addrs is empty and why says what is
-// missing.
+// Resolve says what kube-apiserver would dial for ref: servedcert.Resolve, which holds the resolution
+// so that `kubectl certapi inspect` resolves a Service exactly as the verifier does.
 func Resolve(ref injector.ServiceRef, svc *corev1.Service, endpointSlices []*discoveryv1.EndpointSlice) (addrs []string, why string) {
-	name := ref.Namespace + "/" + ref.Name
-	if svc == nil {
-		return nil, fmt.Sprintf("Service %s does not exist", name)
-	}
-	if svc.Spec.Type == corev1.ServiceTypeExternalName {
-		if svc.Spec.ExternalName == "" {
-			return nil, fmt.Sprintf("Service %s is of type ExternalName with no externalName", name)
-		}
-		return []string{net.JoinHostPort(svc.Spec.ExternalName, strconv.Itoa(int(ref.Port)))}, ""
-	}
-	var svcPort *corev1.ServicePort
-	for i := range svc.Spec.Ports {
-		if svc.Spec.Ports[i].Port == ref.Port {
-			svcPort = &svc.Spec.Ports[i]
-			break
-		}
-	}
-	if svcPort == nil {
-		return nil, fmt.Sprintf("Service %s has no port %d", name, ref.Port)
-	}
-	seen := map[string]bool{}
-	for _, s := range endpointSlices {
-		if s.AddressType != discoveryv1.AddressTypeIPv4 && s.AddressType != discoveryv1.AddressTypeIPv6 {
-			continue
-		}
-		for _, p := range s.Ports {
-			if p.Port == nil || (p.Name == nil && svcPort.Name != "") || (p.Name != nil && *p.Name != svcPort.Name) {
-				continue
-			}
-			for _, ep := range s.Endpoints {
-				if (ep.Conditions.Ready != nil && !*ep.Conditions.Ready) || len(ep.Addresses) == 0 {
-					continue
-				}
-				addr := net.JoinHostPort(ep.Addresses[0], strconv.Itoa(int(*p.Port)))
-				if !seen[addr] {
-					seen[addr] = true
-					addrs = append(addrs, addr)
-				}
-			}
-		}
-	}
-	if len(addrs) == 0 {
-		port := strconv.Itoa(int(ref.Port))
-		if svcPort.Name != "" {
-			port += " (" + svcPort.Name + ")"
-		}
-		return nil, fmt.Sprintf("Service %s has no ready endpoint for port %s", name, port)
-	}
-	slices.Sort(addrs)
-	return addrs, ""
+	return servedcert.Resolve(servedcert.ServiceRef(ref), svc, endpointSlices)
 }
 
 // EndpointResult is what one endpoint of a target serves.
@@ -132,14 +76,20 @@ func Aggregate(t injector.ServedTarget, why string, endpoints []*EndpointResult)
 // Describe names a target as status and Events do: "<Kind> <name>", with " webhook <name>" for a
 // webhook configuration's entry, and the Service it reaches.
 func Describe(t injector.ServedTarget) string {
-	var b strings.Builder
-	b.WriteString(string(t.Kind) + " " + t.Name)
-	if t.Slot != "" {
-		b.WriteString(" webhook " + t.Slot)
-	}
-	fmt.Fprintf(&b, " (Service %s/%s port %d)", t.Service.Namespace, t.Service.Name, t.Service.Port)
-	return b.String()
+	return fmt.Sprintf("%s (Service %s/%s port %d)", SlotName(t), t.Service.Namespace, t.Service.Name, t.Service.Port)
 }
+
+// SlotName names a target as status does: "<Kind> <name>[ webhook <webhook>]".
+func SlotName(t injector.ServedTarget) string {
+	name := string(t.Kind) + " " + t.Name
+	if t.Slot != "" {
+		name += " webhook " + t.Slot
+	}
+	return name
+}
+
+// EndpointName names one endpoint of a target as status does: "<Kind> <name>[ webhook <webhook>]: <host:port>".
+func EndpointName(t injector.ServedTarget, addr string) string { return SlotName(t) + ": " + addr }
 
 // Summary counts targets by state and names the worst ones.
 type Summary struct {

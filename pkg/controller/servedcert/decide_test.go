@@ -8,9 +8,11 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	"github.com/certapi/certapi/pkg/controller/injector"
 	"github.com/certapi/certapi/pkg/servedcert"
 )
@@ -166,6 +168,32 @@ func TestServedSummary(t *testing.T) {
 	}
 	if !slices.Equal(got.WorstTargets, want) {
 		t.Errorf("worst targets %q, want %q", got.WorstTargets, want)
+	}
+	if got.Issuers != nil {
+		t.Errorf("issuers %+v of targets with no probed endpoint; want none", got.Issuers)
+	}
+}
+
+// TestServedIssuers: status.served.issuers counts, for each CA of the bundle, the endpoints presenting a
+// certificate it signed, whatever their state; an Untrusted endpoint's issuer is not a CA of the bundle
+// and is not counted.
+func TestServedIssuers(t *testing.T) {
+	hook := injector.ServedTarget{Kind: injector.KindValidatingWebhookConfiguration, Name: "vwc", Slot: "a.example.com"}
+	api := injector.ServedTarget{Kind: injector.KindAPIService, Name: "v1.example.com"}
+	ep := func(addr, issuer string, s servedcert.State) EndpointResult {
+		return EndpointResult{Address: addr, Result: servedcert.Result{State: s, IssuerSerial: issuer}}
+	}
+	got := ServedSummary([]TargetResult{
+		{Target: hook, State: servedcert.NameMismatch, Endpoints: []EndpointResult{
+			ep("10.0.0.1:8443", "0a", servedcert.Verified), ep("10.0.0.2:8443", "0b", servedcert.NameMismatch), ep("10.0.0.3:8443", "ff", servedcert.Untrusted)}},
+		{Target: api, State: servedcert.Verified, Endpoints: []EndpointResult{ep("10.0.1.1:443", "0a", servedcert.ExpiringSoon)}},
+	}).Issuers
+	want := []certapiv1alpha1.ServedIssuer{
+		{SerialNumber: "0a", Endpoints: 2, Names: []string{"APIService v1.example.com: 10.0.1.1:443", "ValidatingWebhookConfiguration vwc webhook a.example.com: 10.0.0.1:8443"}},
+		{SerialNumber: "0b", Endpoints: 1, Names: []string{"ValidatingWebhookConfiguration vwc webhook a.example.com: 10.0.0.2:8443"}},
+	}
+	if !apiequality.Semantic.DeepEqual(got, want) {
+		t.Errorf("issuers %+v; want %+v", got, want)
 	}
 }
 

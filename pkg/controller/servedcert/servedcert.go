@@ -178,6 +178,8 @@ type Controller struct {
 	requests  certapilisters.ServingCertRequestLister
 	byService map[types.NamespacedName][]TargetResult
 	serving   map[types.NamespacedName]bool
+	// urgent are the CAs whose leaves' endpoints are probed every UrgentInterval (Expedite).
+	urgent []*x509.Certificate
 }
 
 // New checks o and declares on the term's Context the Service and EndpointSlice informers and the
@@ -436,15 +438,22 @@ func (c *Controller) endpointSlices(ref injector.ServiceRef) []*discoveryv1.Endp
 }
 
 // probe probes one endpoint, unless no target names it any more or this is a periodic re-probe that an
-// event-driven probe made early (the later timer that probe set is the one that counts), and asks for
-// the results to be published. It returns when to probe again.
+// event-driven probe made early (then it only sets the timer for when it is due), and asks for the
+// results to be published. It returns when to probe again.
 func (c *Controller) probe(ctx context.Context, k probeKey) controller.Result {
 	now := c.o.Clock.Now()
 	c.mu.Lock()
 	ps := c.probes[k]
-	if ps == nil || (!ps.forced && ps.probed && now.Before(ps.due)) {
+	if ps == nil {
 		c.mu.Unlock()
-		return controller.Result{}
+		return controller.Result{} // no target names it any more
+	}
+	if !ps.forced && ps.probed && now.Before(ps.due) {
+		// An event-driven probe ran since this timer was set. The queue keeps only the earliest timer
+		// of a key, so the later one that probe asked for may be gone: ask for it again.
+		due := ps.due
+		c.mu.Unlock()
+		return controller.Result{After: due.Sub(now) + time.Second}
 	}
 	ps.forced = false
 	c.mu.Unlock()
@@ -455,6 +464,9 @@ func (c *Controller) probe(ctx context.Context, k probeKey) controller.Result {
 	}
 	next := jitter(c.o.Interval, rand.Float64())
 	c.mu.Lock()
+	if err == nil && signedByOneOf(chain, c.urgent) {
+		next = min(next, UrgentInterval)
+	}
 	if cur := c.probes[k]; cur == ps {
 		ps.probed, ps.chain, ps.err, ps.at = true, chain, err, c.o.Clock.Now()
 		ps.due = ps.at.Add(next - time.Second) // a timer that fires a little early still probes
@@ -485,7 +497,7 @@ func (c *Controller) publish(ctx context.Context) {
 			}
 			r := servedcert.ProbeError(ps.err)
 			if ps.err == nil {
-				r = servedcert.Classify(ps.chain, c.cas, t.Service.ServerName(), now, 0)
+				r = servedcert.Classify(ps.chain, c.bundleOf(t), t.Service.ServerName(), now, 0)
 			}
 			eps[n] = &EndpointResult{Address: a, Result: r}
 		}
@@ -547,6 +559,19 @@ func (c *Controller) event(ctx context.Context, r TargetResult) {
 	}
 	klog.FromContext(ctx).V(2).Info("Served certificate state changed", "target", Describe(r.Target), "state", r.State, "message", r.Message)
 	c.recorder.Eventf(regarding(r.Target), nil, typ, string(r.State), "VerifyServedCertificate", "%s", msg)
+}
+
+// bundleOf is what t's slot trusts: certapi's bundle, and the foreign CAs the slot keeps after it. Called
+// with c.mu held.
+func (c *Controller) bundleOf(t injector.ServedTarget) []*x509.Certificate {
+	if t.Foreign == "" {
+		return c.cas
+	}
+	foreign, err := signer.ParseBundle([]byte(t.Foreign))
+	if err != nil {
+		return c.cas // the injector kept them only once they parsed
+	}
+	return append(slices.Clip(c.cas), foreign...)
 }
 
 // sortResults orders results by kind (in injector.Kinds order), name and webhook.

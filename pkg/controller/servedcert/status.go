@@ -3,6 +3,8 @@ package servedcert
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -37,11 +39,32 @@ func ServedSummary(results []TargetResult) *certapiv1alpha1.ServedSummary {
 		}
 	}
 	for _, w := range s.Worst {
-		name := string(w.Target.Kind) + " " + w.Target.Name
-		if w.Target.Slot != "" {
-			name += " webhook " + w.Target.Slot
+		out.WorstTargets = append(out.WorstTargets, SlotName(w.Target)+": "+string(w.State))
+	}
+	out.Issuers = issuers(results)
+	return out
+}
+
+// issuers counts, for each CA of the bundle that verified what an endpoint presents, the endpoints
+// presenting its certificates, naming the first maxWorst of them; in order of serial.
+func issuers(results []TargetResult) []certapiv1alpha1.ServedIssuer {
+	by := map[string][]string{}
+	for _, r := range results {
+		for _, e := range r.Endpoints {
+			if e.IssuerSerial == "" || e.State == servedcert.Untrusted {
+				continue // not a CA of the bundle
+			}
+			by[e.IssuerSerial] = append(by[e.IssuerSerial], EndpointName(r.Target, e.Address))
 		}
-		out.WorstTargets = append(out.WorstTargets, name+": "+string(w.State))
+	}
+	out := make([]certapiv1alpha1.ServedIssuer, 0, len(by))
+	for serial, names := range by {
+		slices.Sort(names)
+		out = append(out, certapiv1alpha1.ServedIssuer{SerialNumber: serial, Endpoints: int32(len(names)), Names: names[:min(len(names), maxWorst)]})
+	}
+	slices.SortFunc(out, func(a, b certapiv1alpha1.ServedIssuer) int { return strings.Compare(a.SerialNumber, b.SerialNumber) })
+	if len(out) == 0 {
+		return nil
 	}
 	return out
 }

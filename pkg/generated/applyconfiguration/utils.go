@@ -44,6 +44,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &certapiv1alpha1.CertificateAuthorityStatusApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("DistrustStatus"):
 		return &certapiv1alpha1.DistrustStatusApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("EndpointsSummary"):
+		return &certapiv1alpha1.EndpointsSummaryApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("EtcdClusterStatus"):
 		return &certapiv1alpha1.EtcdClusterStatusApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("EtcdMemberStatus"):
@@ -54,6 +56,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &certapiv1alpha1.InjectionSummaryApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("SecretsSummary"):
 		return &certapiv1alpha1.SecretsSummaryApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("ServedIssuer"):
+		return &certapiv1alpha1.ServedIssuerApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("ServedSummary"):
 		return &certapiv1alpha1.ServedSummaryApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("ServingCertRequest"):

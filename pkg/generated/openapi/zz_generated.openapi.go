@@ -40,11 +40,13 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1alpha1.CertificateAuthoritySpec{}.OpenAPIModelName():        schema_pkg_apis_certapi_v1alpha1_CertificateAuthoritySpec(ref),
 		v1alpha1.CertificateAuthorityStatus{}.OpenAPIModelName():      schema_pkg_apis_certapi_v1alpha1_CertificateAuthorityStatus(ref),
 		v1alpha1.DistrustStatus{}.OpenAPIModelName():                  schema_pkg_apis_certapi_v1alpha1_DistrustStatus(ref),
+		v1alpha1.EndpointsSummary{}.OpenAPIModelName():                schema_pkg_apis_certapi_v1alpha1_EndpointsSummary(ref),
 		v1alpha1.EtcdClusterStatus{}.OpenAPIModelName():               schema_pkg_apis_certapi_v1alpha1_EtcdClusterStatus(ref),
 		v1alpha1.EtcdMemberStatus{}.OpenAPIModelName():                schema_pkg_apis_certapi_v1alpha1_EtcdMemberStatus(ref),
 		v1alpha1.EtcdPeerCAStatus{}.OpenAPIModelName():                schema_pkg_apis_certapi_v1alpha1_EtcdPeerCAStatus(ref),
 		v1alpha1.InjectionSummary{}.OpenAPIModelName():                schema_pkg_apis_certapi_v1alpha1_InjectionSummary(ref),
 		v1alpha1.SecretsSummary{}.OpenAPIModelName():                  schema_pkg_apis_certapi_v1alpha1_SecretsSummary(ref),
+		v1alpha1.ServedIssuer{}.OpenAPIModelName():                    schema_pkg_apis_certapi_v1alpha1_ServedIssuer(ref),
 		v1alpha1.ServedSummary{}.OpenAPIModelName():                   schema_pkg_apis_certapi_v1alpha1_ServedSummary(ref),
 		v1alpha1.ServingCert{}.OpenAPIModelName():                     schema_pkg_apis_certapi_v1alpha1_ServingCert(ref),
 		v1alpha1.ServingCertRequest{}.OpenAPIModelName():              schema_pkg_apis_certapi_v1alpha1_ServingCertRequest(ref),
@@ -514,12 +516,59 @@ func schema_pkg_apis_certapi_v1alpha1_DistrustStatus(ref common.ReferenceCallbac
 							Format:      "int32",
 						},
 					},
+					"pendingEndpoints": {
+						SchemaProps: spec.SchemaProps{
+							Description: "pendingEndpoints are, while the distrust is pending, the endpoints of injected webhooks, CRD conversion webhooks and APIServices that certapi's served certificate check last found presenting a certificate of a distrusted CA that their caBundle still verifies: kube-apiserver's calls to them fail once the CA leaves the bundle, so the distrust waits for them (a server that reloads its re-issued certificate), up to its deadline. After a completion by deadline: those left behind.",
+							Ref:         ref(v1alpha1.EndpointsSummary{}.OpenAPIModelName()),
+						},
+					},
 				},
 				Required: []string{"distrust", "startedAt"},
 			},
 		},
 		Dependencies: []string{
-			v1alpha1.CertificateAuthorityRef{}.OpenAPIModelName(), v1alpha1.SecretsSummary{}.OpenAPIModelName(), v1.Time{}.OpenAPIModelName()},
+			v1alpha1.CertificateAuthorityRef{}.OpenAPIModelName(), v1alpha1.EndpointsSummary{}.OpenAPIModelName(), v1alpha1.SecretsSummary{}.OpenAPIModelName(), v1.Time{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_certapi_v1alpha1_EndpointsSummary(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "EndpointsSummary counts served endpoints and names the first few.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"count": {
+						SchemaProps: spec.SchemaProps{
+							Description: "count is how many there are.",
+							Default:     0,
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"names": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "names are the first few (at most 10), as \"<Kind> <name>[ webhook <webhook>]: <host:port>\", in lexical order.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Type:   []string{"string"},
+										Format: "",
+									},
+								},
+							},
+						},
+					},
+				},
+				Required: []string{"count"},
+			},
+		},
 	}
 }
 
@@ -788,6 +837,55 @@ func schema_pkg_apis_certapi_v1alpha1_SecretsSummary(ref common.ReferenceCallbac
 	}
 }
 
+func schema_pkg_apis_certapi_v1alpha1_ServedIssuer(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "ServedIssuer is one CA of the bundle and the endpoints that present a certificate it signed.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"serialNumber": {
+						SchemaProps: spec.SchemaProps{
+							Description: "serialNumber of the CA, in hexadecimal.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"endpoints": {
+						SchemaProps: spec.SchemaProps{
+							Description: "endpoints is the number of endpoints presenting a certificate it signed.",
+							Default:     0,
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"names": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "names are the first few (at most 10) of them, as in EndpointsSummary.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Type:   []string{"string"},
+										Format: "",
+									},
+								},
+							},
+						},
+					},
+				},
+				Required: []string{"serialNumber", "endpoints"},
+			},
+		},
+	}
+}
+
 func schema_pkg_apis_certapi_v1alpha1_ServedSummary(ref common.ReferenceCallback) common.OpenAPIDefinition {
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
@@ -879,10 +977,30 @@ func schema_pkg_apis_certapi_v1alpha1_ServedSummary(ref common.ReferenceCallback
 							},
 						},
 					},
+					"issuers": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "issuers count, for each CA of the bundle that signed what some endpoint presents, the endpoints presenting its certificates (whatever their state), and name the first few: what a distrust or a retirement of that CA would leave without a trusted certificate until they reload.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref(v1alpha1.ServedIssuer{}.OpenAPIModelName()),
+									},
+								},
+							},
+						},
+					},
 				},
 				Required: []string{"targets", "verified"},
 			},
 		},
+		Dependencies: []string{
+			v1alpha1.ServedIssuer{}.OpenAPIModelName()},
 	}
 }
 

@@ -58,6 +58,8 @@ func hostIP(t *testing.T) string {
 type server struct {
 	addr string
 	cert atomic.Pointer[tls.Certificate]
+	// handshakes counts the handshakes begun: each is a probe of the check.
+	handshakes atomic.Int64
 }
 
 // serve starts a TLS server on hostIP presenting cert, until the test ends. It answers nothing: the
@@ -67,7 +69,7 @@ func serve(t *testing.T, cert tls.Certificate) *server {
 	s := &server{}
 	s.cert.Store(&cert)
 	ln, err := tls.Listen("tcp", net.JoinHostPort(hostIP(t), "0"), &tls.Config{
-		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return s.cert.Load(), nil },
+		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { s.handshakes.Add(1); return s.cert.Load(), nil },
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -338,6 +338,25 @@ type DistrustStatus struct {
 	// them; status.injection has the details.
 	// +optional
 	PendingTargets int32 `json:"pendingTargets,omitempty"`
+
+	// pendingEndpoints are, while the distrust is pending, the endpoints of injected webhooks, CRD
+	// conversion webhooks and APIServices that certapi's served certificate check last found presenting a
+	// certificate of a distrusted CA that their caBundle still verifies: kube-apiserver's calls to them
+	// fail once the CA leaves the bundle, so the distrust waits for them (a server that reloads its
+	// re-issued certificate), up to its deadline. After a completion by deadline: those left behind.
+	// +optional
+	PendingEndpoints *EndpointsSummary `json:"pendingEndpoints,omitempty"`
+}
+
+// EndpointsSummary counts served endpoints and names the first few.
+type EndpointsSummary struct {
+	// count is how many there are.
+	Count int32 `json:"count"`
+	// names are the first few (at most 10), as "<Kind> <name>[ webhook <webhook>]: <host:port>", in
+	// lexical order.
+	// +optional
+	// +listType=atomic
+	Names []string `json:"names,omitempty"`
 }
 
 // SecretsSummary counts Secrets and names the first few.
@@ -436,6 +455,24 @@ type ServedSummary struct {
 	// +optional
 	// +listType=atomic
 	WorstTargets []string `json:"worstTargets,omitempty"`
+	// issuers count, for each CA of the bundle that signed what some endpoint presents, the endpoints
+	// presenting its certificates (whatever their state), and name the first few: what a distrust or a
+	// retirement of that CA would leave without a trusted certificate until they reload.
+	// +optional
+	// +listType=atomic
+	Issuers []ServedIssuer `json:"issuers,omitempty"`
+}
+
+// ServedIssuer is one CA of the bundle and the endpoints that present a certificate it signed.
+type ServedIssuer struct {
+	// serialNumber of the CA, in hexadecimal.
+	SerialNumber string `json:"serialNumber"`
+	// endpoints is the number of endpoints presenting a certificate it signed.
+	Endpoints int32 `json:"endpoints"`
+	// names are the first few (at most 10) of them, as in EndpointsSummary.
+	// +optional
+	// +listType=atomic
+	Names []string `json:"names,omitempty"`
 }
 
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object

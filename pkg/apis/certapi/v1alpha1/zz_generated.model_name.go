@@ -57,6 +57,11 @@ func (in DistrustStatus) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in EndpointsSummary) OpenAPIModelName() string {
+	return "com.github.certapi.certapi.pkg.apis.certapi.v1alpha1.EndpointsSummary"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in EtcdClusterStatus) OpenAPIModelName() string {
 	return "com.github.certapi.certapi.pkg.apis.certapi.v1alpha1.EtcdClusterStatus"
 }
@@ -79,6 +84,11 @@ func (in InjectionSummary) OpenAPIModelName() string {
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in SecretsSummary) OpenAPIModelName() string {
 	return "com.github.certapi.certapi.pkg.apis.certapi.v1alpha1.SecretsSummary"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in ServedIssuer) OpenAPIModelName() string {
+	return "com.github.certapi.certapi.pkg.apis.certapi.v1alpha1.ServedIssuer"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.

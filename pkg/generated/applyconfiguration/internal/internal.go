@@ -167,6 +167,9 @@ var schemaYAML = typed.YAMLObject(`types:
           elementType:
             namedType: com.github.certapi.certapi.pkg.apis.certapi.v1alpha1.CertificateAuthorityRef
           elementRelationship: atomic
+    - name: pendingEndpoints
+      type:
+        namedType: com.github.certapi.certapi.pkg.apis.certapi.v1alpha1.EndpointsSummary
     - name: pendingReplicas
       type:
         scalar: numeric
@@ -182,6 +185,19 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: unmanagedSecrets
       type:
         namedType: com.github.certapi.certapi.pkg.apis.certapi.v1alpha1.SecretsSummary
+- name: com.github.certapi.certapi.pkg.apis.certapi.v1alpha1.EndpointsSummary
+  map:
+    fields:
+    - name: count
+      type:
+        scalar: numeric
+      default: 0
+    - name: names
+      type:
+        list:
+          elementType:
+            scalar: string
+          elementRelationship: atomic
 - name: com.github.certapi.certapi.pkg.apis.certapi.v1alpha1.EtcdClusterStatus
   map:
     fields:
@@ -278,6 +294,23 @@ var schemaYAML = typed.YAMLObject(`types:
           elementType:
             scalar: string
           elementRelationship: atomic
+- name: com.github.certapi.certapi.pkg.apis.certapi.v1alpha1.ServedIssuer
+  map:
+    fields:
+    - name: endpoints
+      type:
+        scalar: numeric
+      default: 0
+    - name: names
+      type:
+        list:
+          elementType:
+            scalar: string
+          elementRelationship: atomic
+    - name: serialNumber
+      type:
+        scalar: string
+      default: ""
 - name: com.github.certapi.certapi.pkg.apis.certapi.v1alpha1.ServedSummary
   map:
     fields:
@@ -290,6 +323,12 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: handshakeFailed
       type:
         scalar: numeric
+    - name: issuers
+      type:
+        list:
+          elementType:
+            namedType: com.github.certapi.certapi.pkg.apis.certapi.v1alpha1.ServedIssuer
+          elementRelationship: atomic
     - name: nameMismatch
       type:
         scalar: numeric

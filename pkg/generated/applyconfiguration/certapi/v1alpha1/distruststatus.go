@@ -59,6 +59,12 @@ type DistrustStatusApplyConfiguration struct {
 	// not hold the current bundle yet (they do not trust the new CA yet). The distrust does not wait for
 	// them; status.injection has the details.
 	PendingTargets *int32 `json:"pendingTargets,omitempty"`
+	// pendingEndpoints are, while the distrust is pending, the endpoints of injected webhooks, CRD
+	// conversion webhooks and APIServices that certapi's served certificate check last found presenting a
+	// certificate of a distrusted CA that their caBundle still verifies: kube-apiserver's calls to them
+	// fail once the CA leaves the bundle, so the distrust waits for them (a server that reloads its
+	// re-issued certificate), up to its deadline. After a completion by deadline: those left behind.
+	PendingEndpoints *EndpointsSummaryApplyConfiguration `json:"pendingEndpoints,omitempty"`
 }
 
 // DistrustStatusApplyConfiguration constructs a declarative configuration of the DistrustStatus type for use with
@@ -149,5 +155,13 @@ func (b *DistrustStatusApplyConfiguration) WithUnmanagedSecrets(value *SecretsSu
 // If called multiple times, the PendingTargets field is set to the value of the last call.
 func (b *DistrustStatusApplyConfiguration) WithPendingTargets(value int32) *DistrustStatusApplyConfiguration {
 	b.PendingTargets = &value
+	return b
+}
+
+// WithPendingEndpoints sets the PendingEndpoints field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the PendingEndpoints field is set to the value of the last call.
+func (b *DistrustStatusApplyConfiguration) WithPendingEndpoints(value *EndpointsSummaryApplyConfiguration) *DistrustStatusApplyConfiguration {
+	b.PendingEndpoints = value
 	return b
 }

@@ -51,6 +51,10 @@ type ServedSummaryApplyConfiguration struct {
 	// worstTargets names the slots that are not Verified (at most 10), worst state first, then by name,
 	// as "<Kind> <name>[ webhook <webhook>]: <state>".
 	WorstTargets []string `json:"worstTargets,omitempty"`
+	// issuers count, for each CA of the bundle that signed what some endpoint presents, the endpoints
+	// presenting its certificates (whatever their state), and name the first few: what a distrust or a
+	// retirement of that CA would leave without a trusted certificate until they reload.
+	Issuers []ServedIssuerApplyConfiguration `json:"issuers,omitempty"`
 }
 
 // ServedSummaryApplyConfiguration constructs a declarative configuration of the ServedSummary type for use with
@@ -137,6 +141,19 @@ func (b *ServedSummaryApplyConfiguration) WithNoEndpoints(value int32) *ServedSu
 func (b *ServedSummaryApplyConfiguration) WithWorstTargets(values ...string) *ServedSummaryApplyConfiguration {
 	for i := range values {
 		b.WorstTargets = append(b.WorstTargets, values[i])
+	}
+	return b
+}
+
+// WithIssuers adds the given value to the Issuers field in the declarative configuration
+// and returns the receiver, so that objects can be build by chaining "With" function invocations.
+// If called multiple times, values provided by each call will be appended to the Issuers field.
+func (b *ServedSummaryApplyConfiguration) WithIssuers(values ...*ServedIssuerApplyConfiguration) *ServedSummaryApplyConfiguration {
+	for i := range values {
+		if values[i] == nil {
+			panic("nil value passed to WithIssuers")
+		}
+		b.Issuers = append(b.Issuers, *values[i])
 	}
 	return b
 }
