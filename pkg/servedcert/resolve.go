@@ -24,6 +24,16 @@ type ServiceRef struct {
 	Port int32
 }
 
+// NewServiceRef is the ServiceRef of a reference with an optional port: DefaultServicePort when it names
+// none, as kube-apiserver defaults it.
+func NewServiceRef(namespace, name string, port *int32) ServiceRef {
+	p := DefaultServicePort
+	if port != nil {
+		p = *port
+	}
+	return ServiceRef{Namespace: namespace, Name: name, Port: p}
+}
+
 // ServerName is the TLS server name kube-apiserver checks for the Service: <name>.<namespace>.svc.
 func (r ServiceRef) ServerName() string { return r.Name + "." + r.Namespace + ".svc" }
 

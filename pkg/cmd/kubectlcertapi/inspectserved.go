@@ -218,15 +218,6 @@ type servedSlot struct {
 	caBundle []byte
 }
 
-// serviceRef makes the ServiceRef of a reference with an optional port (443 when it names none).
-func serviceRef(namespace, name string, port *int32) servedcert.ServiceRef {
-	p := servedcert.DefaultServicePort
-	if port != nil {
-		p = *port
-	}
-	return servedcert.ServiceRef{Namespace: namespace, Name: name, Port: p}
-}
-
 // webhookSlots are a webhook configuration's entries that name a Service; notes the ones with a url.
 func webhookSlots(names []string, configs []admissionregistrationv1.WebhookClientConfig) (slots []servedSlot, notes []string) {
 	for i, c := range configs {
@@ -234,7 +225,7 @@ func webhookSlots(names []string, configs []admissionregistrationv1.WebhookClien
 			notes = append(notes, fmt.Sprintf("webhook %s calls a url, not a Service: not inspected", names[i]))
 			continue
 		}
-		slots = append(slots, servedSlot{webhook: names[i], service: serviceRef(c.Service.Namespace, c.Service.Name, c.Service.Port), caBundle: c.CABundle})
+		slots = append(slots, servedSlot{webhook: names[i], service: servedcert.NewServiceRef(c.Service.Namespace, c.Service.Name, c.Service.Port), caBundle: c.CABundle})
 	}
 	if len(configs) == 0 {
 		notes = append(notes, "it has no webhooks")
@@ -269,7 +260,7 @@ func servedSlots(obj metav1.Object) (slots []servedSlot, notes []string) {
 			return nil, []string{"its conversion webhook calls a url, not a Service: not inspected"}
 		}
 		s := conv.Webhook.ClientConfig.Service
-		return []servedSlot{{service: serviceRef(s.Namespace, s.Name, s.Port), caBundle: conv.Webhook.ClientConfig.CABundle}}, nil
+		return []servedSlot{{service: servedcert.NewServiceRef(s.Namespace, s.Name, s.Port), caBundle: conv.Webhook.ClientConfig.CABundle}}, nil
 	case *apiregistrationv1.APIService:
 		switch {
 		case o.Spec.Service == nil:
@@ -278,7 +269,7 @@ func servedSlots(obj metav1.Object) (slots []servedSlot, notes []string) {
 			notes = append(notes, "spec.insecureSkipTLSVerify is true: kube-apiserver verifies nothing it presents")
 		}
 		s := o.Spec.Service
-		return []servedSlot{{service: serviceRef(s.Namespace, s.Name, s.Port), caBundle: o.Spec.CABundle}}, notes
+		return []servedSlot{{service: servedcert.NewServiceRef(s.Namespace, s.Name, s.Port), caBundle: o.Spec.CABundle}}, notes
 	}
 	return nil, []string{fmt.Sprintf("%T has no caBundle slot", obj)}
 }

@@ -17,6 +17,7 @@ import (
 
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	"github.com/certapi/certapi/pkg/cabundle"
+	"github.com/certapi/certapi/pkg/servedcert"
 )
 
 // digest is the SHA-256 of a caBundle: the injector keeps digests, not bundles, per object.
@@ -80,7 +81,7 @@ type slot struct {
 	foreign        []*x509.Certificate
 	foreignProblem string
 	// service is the Service kube-apiserver dials with this slot's bundle; nil for a ConfigMap.
-	service *ServiceRef
+	service *servedcert.ServiceRef
 }
 
 // addSlot appends s, whose field holds raw, to obs's slots, with what raw holds.

@@ -3,31 +3,14 @@ package injector
 import (
 	"sort"
 
+	"github.com/certapi/certapi/pkg/servedcert"
 	"github.com/certapi/certapi/pkg/signer"
 )
 
-// DefaultServicePort is the port of a service reference that names none, as kube-apiserver defaults it
-// for webhooks, conversion webhooks and APIServices.
-const DefaultServicePort int32 = 443
-
-// ServiceRef is the Service a caBundle slot's clientConfig (or an APIService's spec.service) names: what
-// kube-apiserver dials, trusting that slot's bundle.
-type ServiceRef struct {
-	Namespace, Name string
-	// Port is the Service's port (DefaultServicePort when the reference names none).
-	Port int32
-}
-
-// ServerName is the TLS server name kube-apiserver checks for the Service: <name>.<namespace>.svc.
-func (r ServiceRef) ServerName() string { return r.Name + "." + r.Namespace + ".svc" }
-
 // serviceRef makes the ServiceRef of a reference with an optional port.
-func serviceRef(namespace, name string, port *int32) *ServiceRef {
-	p := DefaultServicePort
-	if port != nil {
-		p = *port
-	}
-	return &ServiceRef{Namespace: namespace, Name: name, Port: p}
+func serviceRef(namespace, name string, port *int32) *servedcert.ServiceRef {
+	r := servedcert.NewServiceRef(namespace, name, port)
+	return &r
 }
 
 // ServedTarget is one caBundle slot that names a Service, of an object that holds certapi's current
@@ -40,7 +23,7 @@ type ServedTarget struct {
 	// Slot names the slot within the object: the webhook's name, "" for a CRD or an APIService.
 	Slot string
 	// Service is what kube-apiserver dials with the slot's bundle.
-	Service ServiceRef
+	Service servedcert.ServiceRef
 	// Foreign is the PEM of the foreign CAs the slot keeps after certapi's bundle (an object annotated
 	// certapi.dev/keep-foreign-ca: "true"); "" for most. A string, so that a target stays comparable.
 	Foreign string

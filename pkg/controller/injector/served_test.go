@@ -7,6 +7,8 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	apiregistrationv1 "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
+
+	"github.com/certapi/certapi/pkg/servedcert"
 )
 
 // TestServiceRefs: each kind's slot knows the Service kube-apiserver dials with it, and its port (443
@@ -30,12 +32,12 @@ func TestServiceRefs(t *testing.T) {
 	for _, tc := range []struct {
 		obs  *observation
 		slot int
-		want ServiceRef
+		want servedcert.ServiceRef
 	}{
-		{vwc, 0, ServiceRef{Namespace: "ns", Name: "a", Port: DefaultServicePort}},
-		{vwc, 1, ServiceRef{Namespace: "ns", Name: "b", Port: 8443}},
-		{crd, 0, ServiceRef{Namespace: "ns", Name: "conv", Port: 8443}},
-		{api, 0, ServiceRef{Namespace: "ns", Name: "api", Port: DefaultServicePort}},
+		{vwc, 0, servedcert.ServiceRef{Namespace: "ns", Name: "a", Port: servedcert.DefaultServicePort}},
+		{vwc, 1, servedcert.ServiceRef{Namespace: "ns", Name: "b", Port: 8443}},
+		{crd, 0, servedcert.ServiceRef{Namespace: "ns", Name: "conv", Port: 8443}},
+		{api, 0, servedcert.ServiceRef{Namespace: "ns", Name: "api", Port: servedcert.DefaultServicePort}},
 	} {
 		if len(tc.obs.Slots) <= tc.slot || tc.obs.Slots[tc.slot].service == nil {
 			t.Errorf("want slot %d with Service %+v, got %+v", tc.slot, tc.want, tc.obs.Slots)
@@ -45,7 +47,7 @@ func TestServiceRefs(t *testing.T) {
 			t.Errorf("slot %d: Service %+v, want %+v", tc.slot, got, tc.want)
 		}
 	}
-	if got := (ServiceRef{Namespace: "ns", Name: "a"}).ServerName(); got != "a.ns.svc" {
+	if got := (servedcert.ServiceRef{Namespace: "ns", Name: "a"}).ServerName(); got != "a.ns.svc" {
 		t.Errorf("ServerName %q, want a.ns.svc", got)
 	}
 }

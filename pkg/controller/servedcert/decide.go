@@ -6,18 +6,9 @@ import (
 	"strings"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
-
 	"github.com/certapi/certapi/pkg/controller/injector"
 	"github.com/certapi/certapi/pkg/servedcert"
 )
-
-// Resolve says what kube-apiserver would dial for ref: servedcert.Resolve, which holds the resolution
-// so that `kubectl certapi inspect` resolves a Service exactly as the verifier does.
-func Resolve(ref injector.ServiceRef, svc *corev1.Service, endpointSlices []*discoveryv1.EndpointSlice) (addrs []string, why string) {
-	return servedcert.Resolve(servedcert.ServiceRef(ref), svc, endpointSlices)
-}
 
 // EndpointResult is what one endpoint of a target serves.
 type EndpointResult struct {

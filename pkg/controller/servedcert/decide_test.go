@@ -6,85 +6,17 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	"github.com/certapi/certapi/pkg/controller/injector"
 	"github.com/certapi/certapi/pkg/servedcert"
 )
 
-func TestResolve(t *testing.T) {
-	ref := injector.ServiceRef{Namespace: "tenant", Name: "hook", Port: 443}
-	svc := func(ports ...corev1.ServicePort) *corev1.Service {
-		return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "tenant", Name: "hook"}, Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, Ports: ports}}
-	}
-	https := corev1.ServicePort{Name: "https", Port: 443}
-	unnamed := corev1.ServicePort{Port: 443}
-	ep := func(ready *bool, addrs ...string) discoveryv1.Endpoint {
-		return discoveryv1.Endpoint{Addresses: addrs, Conditions: discoveryv1.EndpointConditions{Ready: ready}}
-	}
-	slice := func(typ discoveryv1.AddressType, portName *string, port int32, eps ...discoveryv1.Endpoint) *discoveryv1.EndpointSlice {
-		return &discoveryv1.EndpointSlice{AddressType: typ, Ports: []discoveryv1.EndpointPort{{Name: portName, Port: ptr.To(port)}}, Endpoints: eps}
-	}
-	for _, tc := range []struct {
-		name   string
-		svc    *corev1.Service
-		slices []*discoveryv1.EndpointSlice
-		want   []string
-		why    string
-	}{
-		{name: "no Service", why: "Service tenant/hook does not exist"},
-		{name: "no such port", svc: svc(corev1.ServicePort{Name: "https", Port: 8443}), why: "has no port 443"},
-		{name: "port by name, target port from the slice", svc: svc(https, corev1.ServicePort{Name: "metrics", Port: 9090}),
-			slices: []*discoveryv1.EndpointSlice{
-				slice(discoveryv1.AddressTypeIPv4, ptr.To("https"), 8443, ep(nil, "10.0.0.2"), ep(ptr.To(true), "10.0.0.1")),
-				slice(discoveryv1.AddressTypeIPv4, ptr.To("metrics"), 9090, ep(nil, "10.0.0.3")),
-			},
-			want: []string{"10.0.0.1:8443", "10.0.0.2:8443"}},
-		{name: "not ready endpoints are left out", svc: svc(https),
-			slices: []*discoveryv1.EndpointSlice{slice(discoveryv1.AddressTypeIPv4, ptr.To("https"), 8443, ep(ptr.To(false), "10.0.0.1"), ep(nil, "10.0.0.2"))},
-			want:   []string{"10.0.0.2:8443"}},
-		{name: "only not ready endpoints", svc: svc(https),
-			slices: []*discoveryv1.EndpointSlice{slice(discoveryv1.AddressTypeIPv4, ptr.To("https"), 8443, ep(ptr.To(false), "10.0.0.1"))},
-			why:    "no ready endpoint for port 443 (https)"},
-		{name: "unnamed port", svc: svc(unnamed),
-			slices: []*discoveryv1.EndpointSlice{slice(discoveryv1.AddressTypeIPv4, ptr.To(""), 9443, ep(nil, "10.0.0.1"))},
-			want:   []string{"10.0.0.1:9443"}},
-		{name: "IPv6 and FQDN slices", svc: svc(unnamed),
-			slices: []*discoveryv1.EndpointSlice{
-				slice(discoveryv1.AddressTypeIPv6, ptr.To(""), 9443, ep(nil, "fd00::1")),
-				slice(discoveryv1.AddressTypeFQDN, ptr.To(""), 9443, ep(nil, "example.com")),
-			},
-			want: []string{"[fd00::1]:9443"}},
-		{name: "the same endpoint in two slices once", svc: svc(unnamed),
-			slices: []*discoveryv1.EndpointSlice{
-				slice(discoveryv1.AddressTypeIPv4, ptr.To(""), 9443, ep(nil, "10.0.0.1")),
-				slice(discoveryv1.AddressTypeIPv4, ptr.To(""), 9443, ep(nil, "10.0.0.1")),
-			},
-			want: []string{"10.0.0.1:9443"}},
-		{name: "no slices", svc: svc(https), why: "no ready endpoint"},
-		{name: "ExternalName", svc: &corev1.Service{Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeExternalName, ExternalName: "localhost"}},
-			want: []string{"localhost:443"}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			got, why := Resolve(ref, tc.svc, tc.slices)
-			if !slices.Equal(got, tc.want) {
-				t.Errorf("addresses %v, want %v", got, tc.want)
-			}
-			if tc.why == "" && why != "" || !strings.Contains(why, tc.why) {
-				t.Errorf("why %q, want %q", why, tc.why)
-			}
-		})
-	}
-}
-
 func TestAggregate(t *testing.T) {
 	target := injector.ServedTarget{Kind: injector.KindValidatingWebhookConfiguration, Name: "vwc", Slot: "v.example.com",
-		Service: injector.ServiceRef{Namespace: "tenant", Name: "hook", Port: 443}}
+		Service: servedcert.ServiceRef{Namespace: "tenant", Name: "hook", Port: 443}}
 	e := func(addr string, s servedcert.State) *EndpointResult {
 		return &EndpointResult{Address: addr, Result: servedcert.Result{State: s, Message: string(s) + " here"}}
 	}
@@ -200,7 +132,7 @@ func TestServedIssuers(t *testing.T) {
 func TestServingCondition(t *testing.T) {
 	r := func(name string, s servedcert.State) TargetResult {
 		return TargetResult{Target: injector.ServedTarget{Kind: injector.KindValidatingWebhookConfiguration, Name: name, Slot: name + ".example.com",
-			Service: injector.ServiceRef{Namespace: "tenant", Name: "hook", Port: 443}}, State: s, Message: "10.0.0.1:8443: " + string(s)}
+			Service: servedcert.ServiceRef{Namespace: "tenant", Name: "hook", Port: 443}}, State: s, Message: "10.0.0.1:8443: " + string(s)}
 	}
 	for _, tc := range []struct {
 		name      string

@@ -353,7 +353,7 @@ func (c *Controller) refresh(ctx context.Context) {
 	}
 	res := make(map[injector.ServedTarget]resolved, len(targets))
 	for _, t := range targets {
-		addrs, why := Resolve(t.Service, c.service(t.Service), c.endpointSlices(t.Service))
+		addrs, why := servedcert.Resolve(t.Service, c.service(t.Service), c.endpointSlices(t.Service))
 		res[t] = resolved{addrs, why}
 	}
 
@@ -413,7 +413,7 @@ func (c *Controller) refresh(ctx context.Context) {
 }
 
 // service returns the cached Service ref names, or nil.
-func (c *Controller) service(ref injector.ServiceRef) *corev1.Service {
+func (c *Controller) service(ref servedcert.ServiceRef) *corev1.Service {
 	obj, ok, err := c.services.GetByKey(ref.Namespace + "/" + ref.Name)
 	if err != nil || !ok {
 		return nil
@@ -423,7 +423,7 @@ func (c *Controller) service(ref injector.ServiceRef) *corev1.Service {
 }
 
 // endpointSlices returns the cached EndpointSlices of the Service ref names.
-func (c *Controller) endpointSlices(ref injector.ServiceRef) []*discoveryv1.EndpointSlice {
+func (c *Controller) endpointSlices(ref servedcert.ServiceRef) []*discoveryv1.EndpointSlice {
 	objs, err := c.slices.ByIndex(serviceIndex, ref.Namespace+"/"+ref.Name)
 	if err != nil {
 		return nil
