@@ -33,8 +33,9 @@ func run(m *testing.M) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	// -v=6 logs every request URL and more; key material must still never appear (checked below).
-	cp = framework.StartMain(ctx, framework.Options{Dir: dir, Stdout: os.Stderr, CertapiArgs: []string{"-v=6"}})
+	// -v=6 logs every request URL and more; key material must still never appear (checked below). A
+	// short --served-check-interval lets a test see a server change its certificate within seconds.
+	cp = framework.StartMain(ctx, framework.Options{Dir: dir, Stdout: os.Stderr, CertapiArgs: []string{"-v=6", "--served-check-interval=5s"}})
 	if cp == nil {
 		return 1
 	}

@@ -15,6 +15,7 @@ import (
 	"math/big"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -36,6 +37,7 @@ import (
 
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	"github.com/certapi/certapi/pkg/controller/injector"
+	"github.com/certapi/certapi/pkg/signer"
 	"github.com/certapi/certapi/pkg/signer/signertest"
 	"github.com/certapi/certapi/test/e2e/e2etest"
 	"github.com/certapi/certapi/test/testhelpers"
@@ -262,6 +264,7 @@ func TestMigrationFromCAInjectorFailsNoCall(t *testing.T) {
 		fmt.Sprintf("kubectl create servingcertrequest %s -n %s --service=%s --secret=%s-tls-certapi --wait\n", svc, ns, svc, svc),
 		fmt.Sprintf("kubectl annotate validatingwebhookconfiguration %s certapi.dev/inject-ca-bundle=true certapi.dev/keep-foreign-ca=true\n", name),
 		fmt.Sprintf("kubectl annotate validatingwebhookconfiguration %s cert-manager.io/inject-ca-from-\n", name),
+		fmt.Sprintf("kubectl certapi inspect validatingwebhookconfiguration/%s\n", name),
 		fmt.Sprintf("kubectl annotate validatingwebhookconfiguration %s certapi.dev/keep-foreign-ca-\n", name),
 		fmt.Sprintf("kubectl delete certificate %s -n %s\n", svc, ns),
 	} {
@@ -368,6 +371,26 @@ func TestMigrationFromCAInjectorFailsNoCall(t *testing.T) {
 		return strings.Contains(note, "cert-manager-webhook-ca"), nil
 	})
 	moreCalls("with both CAs trusted", 10)
+	// certapi's served certificate check verifies the server against what the object holds, the kept CA
+	// included: the endpoint counts under the old CA's serial.
+	endpoint := fmt.Sprintf("ValidatingWebhookConfiguration %s webhook configmaps.migration.certapi.test: localhost:%d", name, w.port)
+	servedBy := func(ctx context.Context) (string, error) {
+		ca, err := c.CertapiV1alpha1().CertificateAuthorities().Get(ctx, certapiv1alpha1.CertificateAuthorityName, metav1.GetOptions{})
+		if err != nil || ca.Status.Served == nil {
+			return "", err
+		}
+		for _, i := range ca.Status.Served.Issuers {
+			if slices.Contains(i.Names, endpoint) {
+				return i.SerialNumber, nil
+			}
+		}
+		return "", nil
+	}
+	oldSerial := signer.FormatSerialNumber(old.cert.SerialNumber)
+	e2etest.Eventually(t, 30*time.Second, "status.served.issuers naming the endpoint under the old CA", func(ctx context.Context) (bool, error) {
+		serial, err := servedBy(ctx)
+		return serial == oldSerial, err
+	})
 
 	// Step 4: the webhook moves to a certificate from certapi's CA (the servingcerts subresource; a
 	// rollout that mounts a delivered Secret does the same).
@@ -382,6 +405,17 @@ func TestMigrationFromCAInjectorFailsNoCall(t *testing.T) {
 	e2etest.Eventually(t, 30*time.Second, "10 handshakes served with the certificate from certapi's CA", func(context.Context) (bool, error) {
 		return w.handshakesNew.Load() >= 10, nil
 	})
+	// The guide's signal that step 5 is safe: the check sees the endpoint serve certapi's certificate.
+	active := e2etest.ActiveSerial(t, cp)
+	e2etest.Eventually(t, 30*time.Second, "status.served.issuers naming the endpoint under certapi's Active CA", func(ctx context.Context) (bool, error) {
+		serial, err := servedBy(ctx)
+		return serial == active, err
+	})
+	// And the plan's inspect says so (--direct: the server is this process, behind an ExternalName Service).
+	inspected := run("certapi", "inspect", "validatingwebhookconfiguration/"+name, "--direct").succeeded(t).stdout
+	if want := "verified by the caBundle's CA " + active; !strings.Contains(inspected, want) {
+		t.Errorf("kubectl certapi inspect does not say %q:\n%s", want, inspected)
+	}
 
 	// Step 5: remove the keep annotation; certapi drops the old CA.
 	annotate(t, kube, name, map[string]*string{certapiv1alpha1.AnnotationKeepForeignCA: nil})

@@ -173,6 +173,17 @@ func TestServedCertificatesOnNode(t *testing.T) {
 		if line := regexp.MustCompile(`(?m)^served certificates\s+WARNING\s+.*$`).FindString(out); !strings.Contains(line, want) {
 			t.Errorf("kubectl certapi check does not list %q as a warning:\n%s", want, out)
 		}
+		// kubectl certapi inspect, through kube-apiserver's pods/portforward to the pod, shows the same.
+		out, err = kubectlErr("certapi", "inspect", "vwc/"+vwc["untrusted"])
+		if err != nil {
+			t.Errorf("kubectl certapi inspect: %v\n%s", err, out)
+		}
+		for _, want := range []string{"through kube-apiserver's pods/portforward", "(pod " + ns + "/untrusted-", "): Untrusted",
+			"issuer CN=" + other.Certificate.Subject.CommonName} {
+			if !strings.Contains(out, want) {
+				t.Errorf("kubectl certapi inspect does not say %q:\n%s", want, out)
+			}
+		}
 		// And kube-apiserver agrees: its call fails the same way.
 		err = createLabelledConfigMap(ctx, kube, ns, "untrusted", "untrusted-1")
 		if err == nil || !strings.Contains(err.Error(), "x509") {
@@ -295,7 +306,98 @@ func TestServedCertificatesOnNode(t *testing.T) {
 			}
 		}
 	})
+	// Last, as it changes the CA every later test sees.
+	t.Run("distrust", func(t *testing.T) { distrustWhileKubeletMounts(t, kube, certapi, vwc["good"]) })
 	t.Logf("TestServedCertificatesOnNode took %s (certapi installed before)", time.Since(start).Round(time.Millisecond))
+}
+
+// distrustWhileKubeletMounts distrusts the CA while the good webhook's pod serves the Secret certapi
+// delivers through a kubelet-mounted volume, and kube-apiserver calls that webhook (failurePolicy Fail)
+// twice a second: certapi re-issues the Secret within a second, kubelet writes it into the pod's volume
+// only at its next sync, and the distrusted CA must not leave the bundle in between. The distrust waits
+// for the endpoint (status.distrust.pendingEndpoints), no call fails, and the gap between the Secret's
+// re-issue and the endpoint's move, the time in which kube-apiserver's calls would have failed without the
+// wait, is logged.
+func distrustWhileKubeletMounts(t *testing.T, kube kubernetes.Interface, certapi versioned.Interface, vwc string) {
+	ctx := context.Background()
+	ns := servedNamespace
+	endpoint := fmt.Sprintf("ValidatingWebhookConfiguration %s webhook good.served.node.certapi.dev: %s:8443", vwc, podIP(t, kube, ns, "app=good"))
+	// Calls through kube-apiserver, until the distrust is done.
+	calls, failed := 0, []string{}
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for n := 0; ; n++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(500 * time.Millisecond):
+			}
+			calls++
+			if err := createLabelledConfigMap(ctx, kube, ns, "good", fmt.Sprintf("good-distrust-%d", n)); err != nil {
+				failed = append(failed, err.Error())
+			}
+		}
+	}()
+	defer func() {
+		select {
+		case <-stop:
+		default:
+			close(stop)
+		}
+		<-done
+	}()
+
+	value := "served-node-kubelet"
+	if _, err := certapi.CertapiV1alpha1().CertificateAuthorities().Patch(ctx, certapiv1alpha1.CertificateAuthorityName, "application/merge-patch+json",
+		[]byte(`{"spec":{"distrust":"`+value+`"}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	started := time.Now()
+	var reissued, moved time.Time
+	var seenPending bool
+	waitFor(t, 5*time.Minute, "the distrust complete", func(ctx context.Context) (bool, string) {
+		ca, err := certapi.CertapiV1alpha1().CertificateAuthorities().Get(ctx, certapiv1alpha1.CertificateAuthorityName, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		d := ca.Status.Distrust
+		if d == nil || d.Distrust != value {
+			return false, "status.distrust not for this distrust yet"
+		}
+		if d.CompletedAt == nil && d.PendingSecrets == nil && reissued.IsZero() {
+			reissued = time.Now()
+		}
+		if d.CompletedAt == nil && d.PendingEndpoints != nil && slices.Contains(d.PendingEndpoints.Names, endpoint) {
+			seenPending = true
+		}
+		if d.CompletedAt != nil {
+			moved = time.Now()
+			if d.Completion != certapiv1alpha1.DistrustCompletionReissued {
+				t.Errorf("the distrust completed by %s; want Reissued", d.Completion)
+			}
+			return true, ""
+		}
+		return false, fmt.Sprintf("pending: secrets %+v, replicas %d, endpoints %+v", d.PendingSecrets, d.PendingReplicas, d.PendingEndpoints)
+	})
+	close(stop)
+	<-done
+	if !seenPending {
+		t.Errorf("status.distrust.pendingEndpoints never named %s", endpoint)
+	}
+	if reissued.IsZero() {
+		t.Errorf("the distrust completed before the Secrets it waits for were seen re-issued")
+	} else {
+		t.Logf("distrust: Secrets re-issued %s after it started; the kubelet-mounted endpoint presented the new CA's certificate %s later: "+
+			"without the wait, kube-apiserver's calls to it would have failed for that long", reissued.Sub(started).Round(time.Second), moved.Sub(reissued).Round(time.Second))
+	}
+	t.Logf("kube-apiserver's calls to the webhook during the distrust: %d, %d failed", calls, len(failed))
+	if len(failed) > 0 {
+		t.Errorf("%d of %d calls through the webhook failed during the distrust; first: %s", len(failed), calls, failed[0])
+	}
+	// Still Verified, by the new CA.
+	waitServing(t, ns, "good", metav1.ConditionTrue, "Verified", time.Minute)
 }
 
 // secretOfCA makes a kubernetes.io/tls Secret <svc>-tls holding a certificate for Service svc of ns that

@@ -251,6 +251,10 @@ func writePlan(w io.Writer, certs []cmCertificate, targets []injectTarget, clust
 				fmt.Fprintf(&b, "#    the server of Certificate %s/%s: pkg/servingcert, then kubectl rollout status\n", c.Namespace, c.Name)
 			}
 		}
+		b.WriteString("#    then check that every endpoint is verified by certapi's Active CA, no longer by cert-manager's:\n")
+		for _, p := range plan {
+			fmt.Fprintf(&b, "kubectl certapi inspect %s/%s\n", p.t.Resource, p.t.Name)
+		}
 		b.WriteString("\n# 5. Drop cert-manager's CA from the caBundle.\n")
 		for _, p := range plan {
 			fmt.Fprintf(&b, "kubectl annotate %s %s %s-\n", p.t.Resource, p.t.Name, certapiv1alpha1.AnnotationKeepForeignCA)

@@ -74,6 +74,8 @@ func TestWritePlan(t *testing.T) {
 		"kubectl annotate customresourcedefinition widgets.example.com cert-manager.io/inject-ca-from-secret-\n",
 		"kubectl annotate validatingwebhookconfiguration hook cert-manager.io/inject-ca-from-\n",
 		"mount hook-tls-certapi instead",
+		"kubectl certapi inspect customresourcedefinition/widgets.example.com\n",
+		"kubectl certapi inspect validatingwebhookconfiguration/hook\n",
 		"kubectl annotate validatingwebhookconfiguration hook certapi.dev/keep-foreign-ca-\n",
 		"kubectl delete certificate hook-cert -n hooks\n",
 		"kubectl delete secret hook-tls -n hooks\n",
