@@ -2,42 +2,17 @@ package servedcert
 
 import (
 	"context"
-	"crypto/elliptic"
-	"crypto/tls"
-	"encoding/pem"
 	"strings"
 	"testing"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	"github.com/certapi/certapi/pkg/cmd/kubectlcertapi"
-	"github.com/certapi/certapi/pkg/signer/signertest"
 	"github.com/certapi/certapi/test/e2e/e2etest"
 	"github.com/certapi/certapi/test/testhelpers"
 )
-
-// reissue signs a new certificate for the existing request svc of ns through the servingcerts
-// subresource (the Active CA's, now), as a webhook that reloads does after a distrust.
-func reissue(t *testing.T, ns, svc string) tls.Certificate {
-	t.Helper()
-	c, _ := testhelpers.Clients(t, cp.AdminConfig)
-	key := signertest.ECKey(t, elliptic.P256())
-	var out *certapiv1alpha1.ServingCert
-	e2etest.Eventually(t, 60*time.Second, "a certificate from servingcerts", func(ctx context.Context) (bool, error) {
-		var err error
-		out, err = c.CertapiV1alpha1().ServingCertRequests(ns).CreateServingCert(ctx, svc, e2etest.ServingCert(signertest.CSRPEM(t, key), nil), metav1.CreateOptions{})
-		if apierrors.IsServiceUnavailable(err) {
-			return false, nil
-		}
-		return err == nil, err
-	})
-	block, _ := pem.Decode([]byte(out.Status.Certificate))
-	return tls.Certificate{Certificate: [][]byte{block.Bytes}, PrivateKey: key}
-}
 
 // TestDistrustWaitsForServedEndpoints: a distrust does not take the distrusted CA out of the bundles
 // while a webhook's endpoint still presents a certificate of it that the bundle verifies (kube-apiserver's
@@ -47,11 +22,11 @@ func reissue(t *testing.T, ns, svc string) tls.Certificate {
 func TestDistrustWaitsForServedEndpoints(t *testing.T) {
 	c, kube := testhelpers.Clients(t, cp.AdminConfig)
 	ns := e2etest.Namespace(t, kube)
-	srv := serve(t, fromCertapi(t, ns, "moving"))
-	backend(t, kube, ns, "moving", srv.addr, true)
-	webhookConfiguration(t, kube, ns, "moving")
+	srv := testhelpers.ServeTLS(t, host, testhelpers.CertFromCertapi(t, c, ns, "moving"))
+	testhelpers.SelectorlessService(t, kube, ns, "moving", srv.Addr, true)
+	testhelpers.InjectedWebhook(t, kube, ns, "moving", webhookDomain)
 	waitServing(t, ns, "moving", metav1.ConditionTrue, "Verified", 60*time.Second)
-	endpoint := "ValidatingWebhookConfiguration " + ns + "-moving webhook moving.served.e2e.certapi.dev: " + srv.addr
+	endpoint := "ValidatingWebhookConfiguration " + ns + "-moving webhook moving.served.e2e.certapi.dev: " + srv.Addr
 
 	// Before it asks, distrust says which endpoints present a certificate of the CAs it would distrust.
 	var plan string
@@ -90,14 +65,14 @@ func TestDistrustWaitsForServedEndpoints(t *testing.T) {
 	// endpoint again twice, each probe making the rotation look again.
 	dwellEnd := waiting.StartedAt.Add(5 * time.Second)
 	e2etest.Eventually(t, 30*time.Second, "the distrust's dwell over", func(context.Context) (bool, error) { return time.Now().After(dwellEnd), nil })
-	probes := srv.handshakes.Load()
-	e2etest.Eventually(t, 30*time.Second, "two more probes of the endpoint", func(context.Context) (bool, error) { return srv.handshakes.Load() >= probes+2, nil })
+	probes := srv.Handshakes()
+	e2etest.Eventually(t, 30*time.Second, "two more probes of the endpoint", func(context.Context) (bool, error) { return srv.Handshakes() >= probes+2, nil })
 	if d := e2etest.CAObject(t, c).Status.Distrust; d.CompletedAt != nil || d.PendingEndpoints == nil {
 		t.Fatalf("the distrust completed (%s) while %s still presented a certificate of the distrusted CA", d.Completion, endpoint)
 	}
 
 	// The server reloads a certificate of the new CA; nothing in the API changes, the check sees it.
-	srv.cert.Store(ptr.To(reissue(t, ns, "moving")))
+	srv.Store(testhelpers.IssueServingCert(t, c, ns, "moving"))
 	e2etest.Eventually(t, 60*time.Second, "the distrust completed once the endpoint moved", func(ctx context.Context) (bool, error) {
 		ca, err := c.CertapiV1alpha1().CertificateAuthorities().Get(ctx, certapiv1alpha1.CertificateAuthorityName, metav1.GetOptions{})
 		if err != nil {
@@ -113,8 +88,8 @@ func TestDistrustWaitsForServedEndpoints(t *testing.T) {
 	waitServing(t, ns, "moving", metav1.ConditionTrue, "Verified", 60*time.Second)
 	// Two bundle changes later, the endpoint is still probed at its interval: the periodic probe survives
 	// the event-driven probes that the bundle changes made early.
-	probes = srv.handshakes.Load()
+	probes = srv.Handshakes()
 	e2etest.Eventually(t, 30*time.Second, "two more probes of the endpoint after the distrust", func(context.Context) (bool, error) {
-		return srv.handshakes.Load() >= probes+2, nil
+		return srv.Handshakes() >= probes+2, nil
 	})
 }

@@ -7,9 +7,7 @@ import (
 	"testing"
 	"time"
 
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	"github.com/certapi/certapi/pkg/signer"
@@ -29,32 +27,10 @@ func TestKeptForeignCAVerifies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := serve(t, fromOtherCA(t, foreign, ns, "kept"))
-	backend(t, kube, ns, "kept", srv.addr, true)
-	name := ns + "-kept"
-	_, err = kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(context.Background(), &admissionregistrationv1.ValidatingWebhookConfiguration{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{
-			certapiv1alpha1.AnnotationInjectCABundle: "true", certapiv1alpha1.AnnotationKeepForeignCA: "true"}},
-		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
-			Name: "kept.served.e2e.certapi.dev",
-			ClientConfig: admissionregistrationv1.WebhookClientConfig{
-				Service:  &admissionregistrationv1.ServiceReference{Namespace: ns, Name: "kept"},
-				CABundle: signer.EncodeBundle(foreign.Certificate),
-			},
-			Rules: []admissionregistrationv1.RuleWithOperations{{Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
-				Rule: admissionregistrationv1.Rule{APIGroups: []string{"served.e2e.certapi.dev"}, APIVersions: []string{"v1"}, Resources: []string{"nothings"}}}},
-			FailurePolicy:           ptr.To(admissionregistrationv1.Ignore),
-			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
-			AdmissionReviewVersions: []string{"v1"},
-		}},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(context.Background(), name, metav1.DeleteOptions{})
-	})
-	endpoint := "ValidatingWebhookConfiguration " + name + " webhook kept.served.e2e.certapi.dev: " + srv.addr
+	srv := testhelpers.ServeTLS(t, host, testhelpers.CertFromCA(t, foreign, ns, "kept"))
+	testhelpers.SelectorlessService(t, kube, ns, "kept", srv.Addr, true)
+	name := testhelpers.InjectedWebhook(t, kube, ns, "kept", webhookDomain, testhelpers.KeepForeignCA(signer.EncodeBundle(foreign.Certificate)))
+	endpoint := "ValidatingWebhookConfiguration " + name + " webhook kept.served.e2e.certapi.dev: " + srv.Addr
 	serial := signer.FormatSerialNumber(foreign.Certificate.SerialNumber)
 	e2etest.Eventually(t, 60*time.Second, "status.served counting the endpoint under the kept foreign CA", func(ctx context.Context) (bool, error) {
 		ca, err := c.CertapiV1alpha1().CertificateAuthorities().Get(ctx, certapiv1alpha1.CertificateAuthorityName, metav1.GetOptions{})

@@ -48,16 +48,16 @@ func inspectJSON(t *testing.T, args ...string) kubectlcertapi.ServedInspection {
 // webhook's Service presents, classified against the caBundle the object holds (the one certapi injected),
 // with the CA that verified it or why none did, next to certapi's own view; it agrees with the check.
 func TestInspect(t *testing.T) {
-	_, kube := testhelpers.Clients(t, cp.AdminConfig)
+	c, kube := testhelpers.Clients(t, cp.AdminConfig)
 	ns := e2etest.Namespace(t, kube)
 	other := signertest.NewCA(t, time.Now().Add(-time.Hour), 0)
 
-	good := serve(t, fromCertapi(t, ns, "good"))
-	untrusted := serve(t, fromOtherCA(t, other, ns, "untrusted"))
-	backend(t, kube, ns, "good", good.addr, true)
-	backend(t, kube, ns, "untrusted", untrusted.addr, true)
-	goodName := webhookConfiguration(t, kube, ns, "good")
-	untrustedName := webhookConfiguration(t, kube, ns, "untrusted")
+	good := testhelpers.ServeTLS(t, host, testhelpers.CertFromCertapi(t, c, ns, "good"))
+	untrusted := testhelpers.ServeTLS(t, host, testhelpers.CertFromCA(t, other, ns, "untrusted"))
+	testhelpers.SelectorlessService(t, kube, ns, "good", good.Addr, true)
+	testhelpers.SelectorlessService(t, kube, ns, "untrusted", untrusted.Addr, true)
+	goodName := testhelpers.InjectedWebhook(t, kube, ns, "good", webhookDomain)
+	untrustedName := testhelpers.InjectedWebhook(t, kube, ns, "untrusted", webhookDomain)
 
 	// Once certapi's check has seen both, inspect and the check are compared.
 	waitFor(t, kube, untrustedName, "Untrusted", 60*time.Second)
@@ -75,8 +75,8 @@ func TestInspect(t *testing.T) {
 		t.Fatalf("slot %+v", s)
 	}
 	e := s.Endpoints[0]
-	if e.Address != good.addr || e.State != "Verified" || e.VerifiedBy == nil || e.VerifiedBy.SerialNumber != active || e.VerifiedBy.Role != "Active" {
-		t.Errorf("endpoint %+v; want %s Verified by the Active CA %s", e, good.addr, active)
+	if e.Address != good.Addr || e.State != "Verified" || e.VerifiedBy == nil || e.VerifiedBy.SerialNumber != active || e.VerifiedBy.Role != "Active" {
+		t.Errorf("endpoint %+v; want %s Verified by the Active CA %s", e, good.Addr, active)
 	}
 	if len(e.Chain) != 1 || !strings.Contains(strings.Join(e.Chain[0].DNSNames, " "), "good."+ns+".svc") || e.Chain[0].SerialNumber == "" || e.Chain[0].NotAfter.IsZero() {
 		t.Errorf("chain %+v", e.Chain)
@@ -110,7 +110,7 @@ func TestInspect(t *testing.T) {
 	}
 	for _, want := range []string{
 		"Webhook untrusted.served.e2e.certapi.dev: Service " + ns + "/untrusted port 443 (server name untrusted." + ns + ".svc): Untrusted",
-		"Endpoint " + untrusted.addr + ": Untrusted", "issuer CN=" + other.Certificate.Subject.CommonName,
+		"Endpoint " + untrusted.Addr + ": Untrusted", "issuer CN=" + other.Certificate.Subject.CommonName,
 		"certapi's check: status.served.worstTargets lists it as Untrusted",
 	} {
 		if !strings.Contains(text, want) {

@@ -12,20 +12,34 @@ import (
 	"time"
 
 	"github.com/certapi/certapi/test/framework"
+	"github.com/certapi/certapi/test/testhelpers"
 )
 
 // cp is the control plane the tests of this package share.
 var cp *framework.ControlPlane
 
+// host is the address of this machine the tests' webhook servers listen on: one an EndpointSlice may
+// hold (testhelpers.EndpointIP).
+var host string
+
 // interval is certapi's --served-check-interval here: short, so that a certificate changed with no API
 // event is seen within seconds.
 const interval = 3 * time.Second
+
+// webhookDomain ends the name of every webhook these tests make, <service>.served.e2e.certapi.dev
+// (testhelpers.InjectedWebhook): the tests assert on those names.
+const webhookDomain = "served.e2e.certapi.dev"
 
 func TestMain(m *testing.M) {
 	os.Exit(run(m))
 }
 
 func run(m *testing.M) int {
+	var err error
+	if host, err = testhelpers.EndpointIP(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
 	dir, err := os.MkdirTemp("", "certapi-e2e-servedcert-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
