@@ -1,8 +1,8 @@
 // Command load measures certapi through kube-apiserver's aggregation layer with client-go, as operators
 // call it: synchronous issuance on the servingcerts subresource at a given rate or concurrency, the time
 // for N ServingCertRequests with secretName to be Ready with their Secrets, caBundle injection (--inject),
-// memory (--requests), PodCertificateRequests made as a kubelet makes them (--pcr), and snapshot save and
-// restore of the embedded etcd (--snapshot).
+// memory (--requests), the served certificate check at many webhooks (--served), PodCertificateRequests
+// made as a kubelet makes them (--pcr), and snapshot save and restore of the embedded etcd (--snapshot).
 //
 //	go run ./hack/load --local                     # start a local stack (test/framework) and measure
 //	go run ./hack/load --kubeconfig=... -n ns ...  # measure an existing cluster
@@ -43,6 +43,7 @@ type options struct {
 	requests    int
 	profile     string
 	inject      int
+	served      int
 	pcr         int
 	pcrRate     float64
 	snapshot    bool
@@ -63,13 +64,14 @@ func main() {
 	flag.StringVar(&o.profile, "profile", "", "With --local: write into this directory (made if missing) CPU profiles (pprof) of certapi and kube-apiserver taken while each phase runs, "+
 		"<phase>-certapi-cpu-NN.pprof and <phase>-kube-apiserver-cpu-NN.pprof (one per second: give them all to go tool pprof), and certapi's heap profiles "+
 		"at the start of each phase and, after a GC, at its end, <phase>-certapi-heap-start.pprof and <phase>-certapi-heap.pprof. "+
-		"Phases: issuance, secrets, requests, inject, pcr, snapshot. "+
+		"Phases: issuance, secrets, requests, inject, served, pcr, snapshot. "+
 		"Profiling costs certapi some CPU: measure the CPU figures without it.")
 	flag.Func("certapi-arg", "With --local: one more argument for certapi (repeat the flag for more), e.g. --certapi-arg=--status-workers=32.", func(v string) error {
 		o.certapiArgs = append(o.certapiArgs, v)
 		return nil
 	})
 	flag.IntVar(&o.inject, "inject", 0, "Create this many annotated ValidatingWebhookConfigurations: report injection latency of new objects (median, max over the first 100), then force a CA rotation and report the time from Next published to all of them holding it.")
+	flag.IntVar(&o.served, "served", 0, "With --local: make this many annotated ValidatingWebhookConfigurations, each calling its own Service whose endpoint is a TLS server of this process presenting certapi's certificate for it, and report the time to status.served counting every one Verified and certapi's CPU time for one periodic round of the served certificate check.")
 	flag.IntVar(&o.pcr, "pcr", 0, "With --local: make this many PodCertificateRequests as a node's kubelet (system:node:load-node) for pods that a ServingCertRequest allows, and report the time from each create to Issued as the node's watch sees it (p50, p95, p99, max).")
 	flag.Float64Var(&o.pcrRate, "pcr-rate", 50, "PodCertificateRequests per second that --pcr makes (open loop); 0 makes them as fast as it can, 32 at a time.")
 	flag.BoolVar(&o.snapshot, "snapshot", false, "With --local: run certapi with its embedded etcd and, after the other phases, measure `certapi snapshot save`, then a restore into a deleted data dir and certapi's start on it (one replica).")
@@ -187,6 +189,7 @@ func run(o options) error {
 		{"secrets", o.secrets > 0, l.secretDelivery},
 		{"requests", o.requests > 0, l.memory},
 		{"inject", o.inject > 0, l.injection},
+		{"served", o.served > 0, l.served},
 		{"pcr", o.pcr > 0, l.podCertificates},
 		{"snapshot", o.snapshot, l.snapshot},
 	}
