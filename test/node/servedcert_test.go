@@ -322,7 +322,7 @@ func distrustWhileKubeletMounts(t *testing.T, kube kubernetes.Interface, certapi
 	ctx := context.Background()
 	ns := servedNamespace
 	endpoint := fmt.Sprintf("ValidatingWebhookConfiguration %s webhook good.served.node.certapi.dev: %s:8443", vwc, podIP(t, kube, ns, "app=good"))
-	// Calls through kube-apiserver, until the distrust is done.
+	// Calls through kube-apiserver, until the distrust is done and the pod serves the new CA's certificate.
 	calls, failed := 0, []string{}
 	stop := make(chan struct{})
 	done := make(chan struct{})
@@ -355,8 +355,9 @@ func distrustWhileKubeletMounts(t *testing.T, kube kubernetes.Interface, certapi
 		t.Fatal(err)
 	}
 	started := time.Now()
-	var reissued, moved time.Time
+	var reissued, completed time.Time
 	var seenPending bool
+	var active string
 	waitFor(t, 5*time.Minute, "the distrust complete", func(ctx context.Context) (bool, string) {
 		ca, err := certapi.CertapiV1alpha1().CertificateAuthorities().Get(ctx, certapiv1alpha1.CertificateAuthorityName, metav1.GetOptions{})
 		if err != nil {
@@ -373,13 +374,34 @@ func distrustWhileKubeletMounts(t *testing.T, kube kubernetes.Interface, certapi
 			seenPending = true
 		}
 		if d.CompletedAt != nil {
-			moved = time.Now()
+			completed = time.Now()
 			if d.Completion != certapiv1alpha1.DistrustCompletionReissued {
 				t.Errorf("the distrust completed by %s; want Reissued", d.Completion)
+			}
+			for _, c := range ca.Status.Certificates {
+				if c.Role == certapiv1alpha1.CARoleActive {
+					active = c.SerialNumber
+				}
 			}
 			return true, ""
 		}
 		return false, fmt.Sprintf("pending: secrets %+v, replicas %d, endpoints %+v", d.PendingSecrets, d.PendingReplicas, d.PendingEndpoints)
+	})
+	// The calls go on until the pod serves the new CA's certificate (kubelet rewrote its volume), as the
+	// check counts it: a distrust that did not wait for it would have failed the calls in between.
+	var moved time.Time
+	waitFor(t, 3*time.Minute, "the endpoint counted under the new Active CA "+active, func(ctx context.Context) (bool, string) {
+		ca, err := certapi.CertapiV1alpha1().CertificateAuthorities().Get(ctx, certapiv1alpha1.CertificateAuthorityName, metav1.GetOptions{})
+		if err != nil || ca.Status.Served == nil {
+			return false, fmt.Sprint(err)
+		}
+		for _, i := range ca.Status.Served.Issuers {
+			if i.SerialNumber == active && slices.Contains(i.Names, endpoint) {
+				moved = time.Now()
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("status.served.issuers %+v", ca.Status.Served.Issuers)
 	})
 	close(stop)
 	<-done
@@ -389,8 +411,9 @@ func distrustWhileKubeletMounts(t *testing.T, kube kubernetes.Interface, certapi
 	if reissued.IsZero() {
 		t.Errorf("the distrust completed before the Secrets it waits for were seen re-issued")
 	} else {
-		t.Logf("distrust: Secrets re-issued %s after it started; the kubelet-mounted endpoint presented the new CA's certificate %s later: "+
-			"without the wait, kube-apiserver's calls to it would have failed for that long", reissued.Sub(started).Round(time.Second), moved.Sub(reissued).Round(time.Second))
+		t.Logf("distrust: Secrets re-issued %s after it started, the distrust completed %s after that, and the check counted the kubelet-mounted "+
+			"endpoint under the new CA %s after it: without the wait, kube-apiserver's calls to it would have failed from the re-issue to the move",
+			reissued.Sub(started).Round(time.Second), completed.Sub(reissued).Round(time.Second), moved.Sub(reissued).Round(time.Second))
 	}
 	t.Logf("kube-apiserver's calls to the webhook during the distrust: %d, %d failed", calls, len(failed))
 	if len(failed) > 0 {
