@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
@@ -191,6 +192,9 @@ func (l *loader) servedCertificates(ctx context.Context, n int) (map[string]*tls
 func (l *loader) servedBackend(ctx context.Context, name, host string, port int32) error {
 	ns := l.o.namespace
 	service, slice := testhelpers.SelectorlessBackend(name, host, port, true)
+	// Headless: the local stack's Service range (a /24) holds fewer cluster IPs than a load of webhooks,
+	// and the check resolves endpoints the same way either way.
+	service.Spec.ClusterIP = corev1.ClusterIPNone
 	if _, err := l.kube.CoreV1().Services(ns).Create(ctx, service, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("creating Service %s/%s: %w", ns, name, err)
 	}

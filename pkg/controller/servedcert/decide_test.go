@@ -1,6 +1,7 @@
 package servedcert
 
 import (
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -8,6 +9,7 @@ import (
 
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	"github.com/certapi/certapi/pkg/controller/injector"
@@ -154,5 +156,33 @@ func TestServingCondition(t *testing.T) {
 				t.Errorf("got %+v, want %s %s with %q", c, tc.status, tc.reason, tc.inMessage)
 			}
 		})
+	}
+}
+
+// TestChangedServices: only a Service whose Serving condition would change (named anew, named no more,
+// another worst finding) has its requests written again after a publication.
+func TestChangedServices(t *testing.T) {
+	svc := func(name string) types.NamespacedName { return types.NamespacedName{Namespace: "tenant", Name: name} }
+	res := func(name string, s servedcert.State, msg string) []TargetResult {
+		return []TargetResult{{Target: injector.ServedTarget{Kind: injector.KindValidatingWebhookConfiguration, Name: "vwc", Slot: name,
+			Service: servedcert.ServiceRef{Namespace: "tenant", Name: name, Port: 443}}, State: s, Message: msg}}
+	}
+	before := map[types.NamespacedName][]TargetResult{
+		svc("same"):    res("same", servedcert.Verified, "10.0.0.1:8443: signed by the CA 0a"),
+		svc("worse"):   res("worse", servedcert.Verified, "10.0.0.2:8443: signed by the CA 0a"),
+		svc("dropped"): res("dropped", servedcert.Verified, "10.0.0.3:8443: signed by the CA 0a"),
+	}
+	after := map[types.NamespacedName][]TargetResult{
+		svc("same"):  res("same", servedcert.Verified, "10.0.0.1:8443: signed by the CA 0a"),
+		svc("worse"): res("worse", servedcert.Untrusted, "10.0.0.2:8443: signed by \"CN=other\""),
+		svc("new"):   res("new", servedcert.Verified, "10.0.0.4:8443: signed by the CA 0a"),
+	}
+	got := changedServices(before, after)
+	want := map[types.NamespacedName]bool{svc("worse"): true, svc("dropped"): true, svc("new"): true}
+	if !maps.Equal(got, want) {
+		t.Errorf("changedServices = %v; want %v", got, want)
+	}
+	if got := changedServices(after, after); len(got) != 0 {
+		t.Errorf("changedServices of the same results = %v; want none", got)
 	}
 }

@@ -146,7 +146,23 @@ type targetState struct {
 	why   string
 	// last is the state last reported in an Event; "" before the first.
 	last servedcert.State
+	// classified holds, by address, the classification of the endpoint's last probe, so that a
+	// publication classifies only what changed: a thousand targets make a publication every coalesce
+	// interval during a round, and verifying every chain each time cost ten times the probes.
+	classified map[string]classified
 }
+
+// classified is one endpoint's classification and what it was made from.
+type classified struct {
+	// probedAt is the probe's time and bundleGen the bundle's generation; at is when it was made.
+	probedAt, at time.Time
+	bundleGen    int
+	result       servedcert.Result
+}
+
+// reclassifyAfter bounds how long a classification is reused with no new probe or bundle: time alone
+// moves a certificate to ExpiringSoon or Expired.
+const reclassifyAfter = 30 * time.Second
 
 // Controller verifies what is served. Make one per leadership term with New; the term runs it. It is a
 // controller.Notifier: its listeners are told when results were published.
@@ -162,8 +178,10 @@ type Controller struct {
 	bundle   []byte
 	cas      []*x509.Certificate
 	bundleOK bool
-	targets  map[injector.ServedTarget]*targetState
-	probes   map[probeKey]*probeState
+	// bundleGen counts the bundle's changes: a classification made against an older one is made again.
+	bundleGen int
+	targets   map[injector.ServedTarget]*targetState
+	probes    map[probeKey]*probeState
 	// inUse are the Services ("<namespace>/<name>") some target names; dirty those whose objects changed
 	// since the last refresh.
 	inUse   map[string]bool
@@ -174,10 +192,9 @@ type Controller struct {
 
 	caLister certapilisters.CertificateAuthorityLister
 	// requests lists ServingCertRequests (nil without Options.Requests); services are the published
-	// results by the Service their slot names (byService); serving are the requests given a Serving condition this term.
+	// results by the Service their slot names (byService).
 	requests  certapilisters.ServingCertRequestLister
 	byService map[types.NamespacedName][]TargetResult
-	serving   map[types.NamespacedName]bool
 	// urgent are the CAs whose leaves' endpoints are probed every UrgentInterval (Expedite).
 	urgent []*x509.Certificate
 }
@@ -216,7 +233,6 @@ func New(o Options) (*Controller, error) {
 		probes:   map[probeKey]*probeState{},
 		inUse:    map[string]bool{},
 		dirty:    map[string]bool{},
-		serving:  map[types.NamespacedName]bool{},
 	}
 	// +1 worker: the refresh, the publication and the status write never wait behind a pool of slow probes.
 	c.queue = controller.NewQueue(controller.QueueOptions[key]{Name: "servedcert", Workers: o.Workers + 1, Sync: c.sync,
@@ -362,6 +378,7 @@ func (c *Controller) refresh(ctx context.Context) {
 	if string(bundle) != string(c.bundle) {
 		c.bundle, all = bundle, true
 		c.cas, c.bundleOK = nil, false
+		c.bundleGen++
 		if cas, err := signer.ParseBundle(bundle); err == nil && len(cas) > 0 {
 			c.cas, c.bundleOK = cas, true
 		} else if bundle != nil {
@@ -378,6 +395,11 @@ func (c *Controller) refresh(ctx context.Context) {
 			st = &targetState{}
 		}
 		st.addrs, st.why = r.addrs, r.why
+		for a := range st.classified {
+			if !slices.Contains(st.addrs, a) {
+				delete(st.classified, a) // an endpoint gone
+			}
+		}
 		newTargets[t] = st
 		svc := t.Service.Namespace + "/" + t.Service.Name
 		inUse[svc] = true
@@ -495,11 +517,7 @@ func (c *Controller) publish(ctx context.Context) {
 			if ps == nil || !ps.probed {
 				continue
 			}
-			r := servedcert.ProbeError(ps.err)
-			if ps.err == nil {
-				r = servedcert.Classify(ps.chain, c.bundleOf(t), t.Service.ServerName(), now, 0)
-			}
-			eps[n] = &EndpointResult{Address: a, Result: r}
+			eps[n] = &EndpointResult{Address: a, Result: c.classify(t, st, a, ps, now)}
 		}
 		tr, ok := Aggregate(t, st.why, eps)
 		if !ok {
@@ -519,12 +537,13 @@ func (c *Controller) publish(ctx context.Context) {
 	write := !apiequality.Semantic.DeepEqual(summary, c.summary)
 	c.summary = summary
 	services := byService(results)
+	changedSvcs := changedServices(c.byService, services)
 	c.byService = services
 	c.mu.Unlock()
 	if write {
 		c.queue.Add(statusKey)
 	}
-	c.queueRequests(services)
+	c.queueRequests(changedSvcs)
 
 	counts := map[servedcert.State]int{}
 	for _, r := range results {
@@ -559,6 +578,24 @@ func (c *Controller) event(ctx context.Context, r TargetResult) {
 	}
 	klog.FromContext(ctx).V(2).Info("Served certificate state changed", "target", Describe(r.Target), "state", r.State, "message", r.Message)
 	c.recorder.Eventf(regarding(r.Target), nil, typ, string(r.State), "VerifyServedCertificate", "%s", msg)
+}
+
+// classify is the classification of the last probe ps of t's endpoint a: the one made before when
+// neither the probe nor the bundle changed since and it is younger than reclassifyAfter, else a new
+// one, kept in st. Called with c.mu held.
+func (c *Controller) classify(t injector.ServedTarget, st *targetState, a string, ps *probeState, now time.Time) servedcert.Result {
+	if cl, ok := st.classified[a]; ok && cl.probedAt.Equal(ps.at) && cl.bundleGen == c.bundleGen && now.Sub(cl.at) < reclassifyAfter {
+		return cl.result
+	}
+	r := servedcert.ProbeError(ps.err)
+	if ps.err == nil {
+		r = servedcert.Classify(ps.chain, c.bundleOf(t), t.Service.ServerName(), now, 0)
+	}
+	if st.classified == nil {
+		st.classified = map[string]classified{}
+	}
+	st.classified[a] = classified{probedAt: ps.at, at: now, bundleGen: c.bundleGen, result: r}
+	return r
 }
 
 // bundleOf is what t's slot trusts: certapi's bundle, and the foreign CAs the slot keeps after it. Called

@@ -58,35 +58,47 @@ func byService(results []TargetResult) map[types.NamespacedName][]TargetResult {
 	return out
 }
 
-// queueRequests queues a Serving condition write for every ServingCertRequest whose Service a slot
-// names, and for every one that had one written in this term (its Service may no longer be named).
-func (c *Controller) queueRequests(services map[types.NamespacedName][]TargetResult) {
-	if c.requests == nil {
+// changedServices are the Services whose Serving condition before and after differ: named only in one
+// of them, or naming another worst finding. Only their requests are written again, so that a round of
+// probes that changes nothing writes nothing and queues nothing.
+func changedServices(before, after map[types.NamespacedName][]TargetResult) map[types.NamespacedName]bool {
+	out := map[types.NamespacedName]bool{}
+	for svc, rs := range after {
+		old, ok := before[svc]
+		if !ok || !same(ptrTo(ServingCondition(old, 0)), ptrTo(ServingCondition(rs, 0))) {
+			out[svc] = true
+		}
+	}
+	for svc := range before {
+		if _, ok := after[svc]; !ok {
+			out[svc] = true
+		}
+	}
+	return out
+}
+
+func ptrTo(c metav1.Condition) *metav1.Condition { return &c }
+
+// queueRequests queues a Serving condition write for every ServingCertRequest whose Service is one of
+// services (see changedServices). A request created or changed later is queued by its own event.
+func (c *Controller) queueRequests(services map[types.NamespacedName]bool) {
+	if c.requests == nil || len(services) == 0 {
 		return
 	}
 	namespaces := map[string]bool{}
 	for svc := range services {
 		namespaces[svc.Namespace] = true
 	}
-	var keys []types.NamespacedName
 	for ns := range namespaces {
 		reqs, err := c.requests.ServingCertRequests(ns).List(labels.Everything())
 		if err != nil {
 			continue
 		}
 		for _, r := range reqs {
-			if _, ok := services[types.NamespacedName{Namespace: ns, Name: r.Spec.ServiceName}]; ok {
-				keys = append(keys, types.NamespacedName{Namespace: ns, Name: r.Name})
+			if services[types.NamespacedName{Namespace: ns, Name: r.Spec.ServiceName}] {
+				c.queue.Add(key{job: jobRequest, request: types.NamespacedName{Namespace: ns, Name: r.Name}})
 			}
 		}
-	}
-	c.mu.Lock()
-	for k := range c.serving {
-		keys = append(keys, k)
-	}
-	c.mu.Unlock()
-	for _, k := range keys {
-		c.queue.Add(key{job: jobRequest, request: k})
 	}
 }
 
@@ -95,9 +107,6 @@ func (c *Controller) queueRequests(services map[types.NamespacedName][]TargetRes
 func (c *Controller) writeServing(ctx context.Context, req types.NamespacedName) error {
 	obj, err := c.requests.ServingCertRequests(req.Namespace).Get(req.Name)
 	if err != nil {
-		c.mu.Lock()
-		delete(c.serving, req)
-		c.mu.Unlock()
 		return nil // deleted: nothing to report on
 	}
 	c.mu.Lock()
@@ -110,7 +119,6 @@ func (c *Controller) writeServing(ctx context.Context, req types.NamespacedName)
 	}
 	have := meta.FindStatusCondition(obj.Status.Conditions, certapiv1alpha1.ConditionServing)
 	if same(have, want) {
-		c.track(req, want != nil)
 		return nil
 	}
 	err = c.o.Requests.UpdateStatus(ctx, req, func(o *certapiv1alpha1.ServingCertRequest) bool {
@@ -122,19 +130,7 @@ func (c *Controller) writeServing(ctx context.Context, req types.NamespacedName)
 	if err != nil {
 		return fmt.Errorf("writing the Serving condition: %w", err)
 	}
-	c.track(req, want != nil)
 	return nil
-}
-
-// track records whether req has a Serving condition written in this term.
-func (c *Controller) track(req types.NamespacedName, set bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if set {
-		c.serving[req] = true
-	} else {
-		delete(c.serving, req)
-	}
 }
 
 // same reports whether the condition a request has is the one wanted (both absent counts).
