@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	"github.com/certapi/certapi/pkg/servedcert"
@@ -65,7 +66,7 @@ func changedServices(before, after map[types.NamespacedName][]TargetResult) map[
 	out := map[types.NamespacedName]bool{}
 	for svc, rs := range after {
 		old, ok := before[svc]
-		if !ok || !same(ptrTo(ServingCondition(old, 0)), ptrTo(ServingCondition(rs, 0))) {
+		if !ok || !same(ptr.To(ServingCondition(old, 0)), ptr.To(ServingCondition(rs, 0))) {
 			out[svc] = true
 		}
 	}
@@ -76,8 +77,6 @@ func changedServices(before, after map[types.NamespacedName][]TargetResult) map[
 	}
 	return out
 }
-
-func ptrTo(c metav1.Condition) *metav1.Condition { return &c }
 
 // queueRequests queues a Serving condition write for every ServingCertRequest whose Service is one of
 // services (see changedServices). A request created or changed later is queued by its own event.
