@@ -449,37 +449,17 @@ func secretOfCA(t *testing.T, ca *signer.CA, ns, svc string) *corev1.Secret {
 // servedProbeDeployment runs one probe pod labelled app=name serving HTTPS on its port "https" (8443) from
 // the Secret secret, with a readiness probe on /readyz that never passes when unready.
 func servedProbeDeployment(name, secret string, unready bool) *appsv1.Deployment {
-	labels := map[string]string{"app": name}
-	args := []string{"--tls-dir=/tls"}
+	d := tlsProbeDeployment(name, secret, map[string]string{"app": name})
+	c := &d.Spec.Template.Spec.Containers[0]
 	if unready {
-		args = append(args, "--unready")
+		c.Args = append(c.Args, "--unready")
 	}
-	return &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To(int32(1)),
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: corev1.PodSpec{
-					TerminationGracePeriodSeconds: ptr.To(int64(0)),
-					Containers: []corev1.Container{{
-						Name:            "probe",
-						Image:           images["probe"],
-						ImagePullPolicy: corev1.PullNever,
-						Args:            args,
-						Ports:           []corev1.ContainerPort{{Name: "https", ContainerPort: 8443}, {Name: "http", ContainerPort: 8080}},
-						ReadinessProbe: &corev1.Probe{
-							ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/readyz", Port: intstr.FromString("http")}},
-							PeriodSeconds: 1,
-						},
-						VolumeMounts: []corev1.VolumeMount{{Name: "tls", MountPath: "/tls", ReadOnly: true}},
-					}},
-					Volumes: []corev1.Volume{{Name: "tls", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: secret}}}},
-				},
-			},
-		},
+	c.Ports = []corev1.ContainerPort{{Name: "https", ContainerPort: 8443}, {Name: "http", ContainerPort: 8080}}
+	c.ReadinessProbe = &corev1.Probe{
+		ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/readyz", Port: intstr.FromString("http")}},
+		PeriodSeconds: 1,
 	}
+	return d
 }
 
 // serviceEndpoints counts the ready and not ready endpoints of Service svc's EndpointSlices.
