@@ -28,7 +28,8 @@ func WaitFor(t testing.TB, interval, timeout time.Duration, what string, cond fu
 	var last string
 	err := wait.PollUntilContextTimeout(context.Background(), interval, timeout, true, func(ctx context.Context) (bool, error) {
 		ok, seen := cond(ctx)
-		if seen != "" {
+		// A look cut short by the deadline says only that; what the look before it saw says why.
+		if seen != "" && (ctx.Err() == nil || last == "") {
 			last = seen
 		}
 		return ok, nil

@@ -55,16 +55,30 @@ func distrustStatus(in distrustInput) *certapiv1alpha1.DistrustStatus {
 		return st
 	}
 	byDeadline := slices.Contains(in.Steps, signer.StepDistrustDeadline)
-	if !byDeadline && !slices.Contains(in.Steps, signer.StepDropDistrusted) {
-		return in.Previous
+	dropped := byDeadline || slices.Contains(in.Steps, signer.StepDropDistrusted)
+	prev := in.Previous
+	// A status that still says pending while no distrusted CA is left: the sync that dropped the last
+	// one stored the CAs but lost its status write (a conflict with another status writer), and the
+	// retry sees no step. It completes now: past its deadline by the deadline, leaving behind what was
+	// last known pending; before it, re-issued.
+	lost := !dropped && prev != nil && prev.CompletedAt == nil && prev.Distrust == in.After.Distrust
+	if !dropped && !lost {
+		return prev
 	}
-	// This sync dropped the last distrusted CA.
 	st := describe(in.Before, in.Policy)
-	if prev := in.Previous; prev != nil && prev.Distrust == st.Distrust && prev.CompletedAt == nil {
+	if prev != nil && prev.Distrust == st.Distrust && prev.CompletedAt == nil {
 		st = prev.DeepCopy()
 	}
 	now := metav1.NewTime(in.Now).Rfc3339Copy()
 	st.CompletedAt, st.Completion, st.PendingTargets = &now, certapiv1alpha1.DistrustCompletionReissued, 0
+	if lost {
+		if prev.Deadline != nil && !in.Now.Before(prev.Deadline.Time) {
+			st.Completion = certapiv1alpha1.DistrustCompletionDeadline
+		} else {
+			st.PendingSecrets, st.PendingReplicas, st.PendingEndpoints = nil, 0, nil
+		}
+		return st
+	}
 	st.PendingSecrets, st.PendingReplicas, st.PendingEndpoints = nil, 0, nil
 	if p := in.Progress; p != nil && p.Known {
 		st.UnmanagedSecrets = summaryOrNil(p.UnmanagedSecrets)

@@ -39,6 +39,11 @@ func TestDistrustStatus(t *testing.T) {
 	pendingStatus := &certapiv1alpha1.DistrustStatus{Distrust: "leak", Distrusted: []certapiv1alpha1.CertificateAuthorityRef{oldRef},
 		StartedAt: started, Deadline: &deadline, PendingSecrets: &progress.PendingSecrets, UnmanagedSecrets: &progress.UnmanagedSecrets,
 		PendingReplicas: 1, PendingTargets: 3, PendingEndpoints: &endpoints}
+	completedStatus := &certapiv1alpha1.DistrustStatus{Distrust: "leak", Distrusted: []certapiv1alpha1.CertificateAuthorityRef{oldRef},
+		StartedAt: started, Deadline: &deadline, CompletedAt: &completed, Completion: certapiv1alpha1.DistrustCompletionReissued}
+	afterDeadline := now.Add(20 * time.Minute)
+	completedLate := metav1.NewTime(afterDeadline.Truncate(time.Second))
+	otherDone := signer.Authorities{Active: newCA, Distrust: "another", SwitchedAt: now}
 
 	cases := []struct {
 		name string
@@ -68,8 +73,21 @@ func TestDistrustStatus(t *testing.T) {
 				Progress: &DistrustProgress{Known: true}, Policy: pol, Now: later},
 			want: &certapiv1alpha1.DistrustStatus{Distrust: "leak", Distrusted: []certapiv1alpha1.CertificateAuthorityRef{oldRef},
 				StartedAt: started, Deadline: &deadline, CompletedAt: &completed, Completion: certapiv1alpha1.DistrustCompletionReissued}},
-		{name: "nothing pending, no step: the last distrust's status stays as it is",
-			in:   distrustInput{Previous: pendingStatus, Before: done, After: done, Policy: pol, Now: later},
+		{name: "nothing pending, no step, the last distrust complete: its status stays as it is",
+			in:   distrustInput{Previous: completedStatus, Before: done, After: done, Policy: pol, Now: later.Add(time.Hour)},
+			want: completedStatus},
+		{name: "nothing pending, no step, the status still pending (the write that completed it was lost): complete now",
+			in: distrustInput{Previous: pendingStatus, Before: done, After: done, Policy: pol, Now: later},
+			want: &certapiv1alpha1.DistrustStatus{Distrust: "leak", Distrusted: []certapiv1alpha1.CertificateAuthorityRef{oldRef},
+				StartedAt: started, Deadline: &deadline, CompletedAt: &completed, Completion: certapiv1alpha1.DistrustCompletionReissued,
+				UnmanagedSecrets: &progress.UnmanagedSecrets}},
+		{name: "nothing pending, no step, the status still pending past its deadline: complete by the deadline, what was pending left behind",
+			in: distrustInput{Previous: pendingStatus, Before: done, After: done, Policy: pol, Now: afterDeadline},
+			want: &certapiv1alpha1.DistrustStatus{Distrust: "leak", Distrusted: []certapiv1alpha1.CertificateAuthorityRef{oldRef},
+				StartedAt: started, Deadline: &deadline, CompletedAt: &completedLate, Completion: certapiv1alpha1.DistrustCompletionDeadline,
+				PendingSecrets: &progress.PendingSecrets, PendingReplicas: 1, UnmanagedSecrets: &progress.UnmanagedSecrets, PendingEndpoints: &endpoints}},
+		{name: "nothing pending, a status of another distrust: it stays as it is",
+			in:   distrustInput{Previous: pendingStatus, Before: otherDone, After: otherDone, Policy: pol, Now: later},
 			want: pendingStatus},
 		{name: "never distrusted: none", in: distrustInput{Before: signer.Authorities{Active: newCA}, After: signer.Authorities{Active: newCA}, Policy: pol, Now: now}},
 	}
