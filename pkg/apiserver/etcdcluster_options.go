@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
+	aggregatorclient "k8s.io/kube-aggregator/pkg/client/clientset_generated/clientset"
 
 	"github.com/certapi/certapi/pkg/etcdcluster"
 	"github.com/certapi/certapi/pkg/etcdcluster/incluster"
@@ -291,6 +292,13 @@ func (o *EtcdClusterOptions) start(ctx context.Context, dataDir, namespace, kube
 		}
 		cfg.Bootstrap = secret
 		cfg.PeerCAStore = secret
+		agg, err := aggregatorclient.NewForConfig(restConfig)
+		if err != nil {
+			return nil, nil, fmt.Errorf("reaching kube-apiserver for certapi's APIService: %w", err)
+		}
+		// A first cluster is never bootstrapped while a CA bundle certapi published says a certapi ran with
+		// a CA on other data (etcd.mode embedded switched to cluster without moving the data).
+		cfg.PublishedCA = incluster.PublishedCA(agg)
 		// The StatefulSet is the pod name without its ordinal, in certapi's namespace.
 		cfg.DesiredMembers = incluster.StatefulSetReplicas(client, namespace, name[:strings.LastIndex(name, "-")])
 		store = secret

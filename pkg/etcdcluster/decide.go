@@ -73,6 +73,11 @@ type StartInput struct {
 	// that it has no data and waits: the evidence that every volume was lost, not that the others are
 	// restarting.
 	OthersReportNoData bool
+	// PublishedCA names the object in which a CA bundle that certapi published was found (the caBundle
+	// of certapi's own APIService, e.g. "APIService v1alpha1.certapi.dev"), empty when none was: the
+	// evidence, outside etcd, that a certapi ran with a CA before. With ClusterExisted false it was not
+	// this cluster's: the single embedded member's (etcd.mode embedded), whose data this cluster lacks.
+	PublishedCA string
 }
 
 // StartPlan is DecideStart's answer.
@@ -108,6 +113,13 @@ type StartPlan struct {
 //     would make a second, empty cluster, and certapi a second CA. A member restarting on its data never
 //     reports "no data", so ordinal 0 waits for it to answer and joins. Every other member without data
 //     waits (and reports that it has none).
+//  4. Without data, nobody answered, no cluster ever bootstrapped, but a CA bundle certapi published is
+//     found (PublishedCA): a certapi ran with a CA on data that this cluster does not hold, the single
+//     embedded member's when etcd.mode was switched from embedded to cluster without moving its data (a
+//     `helm template | kubectl apply`, an Argo CD or Flux sync: nothing ran Helm's lookup guard).
+//     Bootstrapping would start a new, empty cluster whose leader makes a second CA: refuse, and say how to
+//     move the data (docs/backup-and-restore.md) or, when it is lost for good, how to allow a new CA.
+//     A cluster that existed (rule 3) keeps its own rules: every volume lost is a recovery.
 func DecideStart(in StartInput) StartPlan {
 	var own []uint64
 	for _, m := range in.Members {
@@ -152,9 +164,24 @@ func DecideStart(in StartInput) StartPlan {
 		return StartPlan{Action: StartWait, Reason: "a cluster was bootstrapped before and other members exist: wait for them to answer and join, never bootstrap a second cluster"}
 	case in.ClusterExisted && in.OtherPeersExist:
 		return StartPlan{Action: StartBootstrap, Reason: "a cluster existed but every member reports that it has no data (every volume was lost): bootstrap a new, empty cluster"}
+	case !in.ClusterExisted && in.PublishedCA != "":
+		return StartPlan{Action: StartRefuse, Reason: newClusterRefusal(in.PublishedCA)}
 	default:
 		return StartPlan{Action: StartBootstrap, Reason: "no data, no member answered, and this is the first member"}
 	}
+}
+
+// newClusterRefusal is DecideStart's reason for rule 4: what was found, what bootstrapping would do, and
+// the two ways on.
+func newClusterRefusal(publishedCA string) string {
+	return fmt.Sprintf("refusing to bootstrap a new, empty etcd cluster: this member has no data, no member answered and no cluster "+
+		"of certapi's members was ever bootstrapped, but %s holds a CA bundle that certapi published, so a certapi ran with a CA "+
+		"before on data this cluster does not hold (the single embedded member's, etcd.mode embedded); a new cluster would hold none "+
+		"of its requests, and its leader would make a second CA. Move that data into the cluster first: a snapshot of it restored into this member's volume "+
+		"(docs/backup-and-restore.md, \"From one embedded member to a cluster\"); until then keep running the single member "+
+		"(etcd.mode embedded, replicas 1). Only if that data is lost for good and a new CA is wanted: remove the bundle "+
+		"(kubectl patch apiservice %s --type=json -p '[{\"op\":\"remove\",\"path\":\"/spec/caBundle\"}]') and restart this pod",
+		publishedCA, strings.TrimPrefix(publishedCA, "APIService "))
 }
 
 // Quorum is the number of voting members a cluster of n voting members needs to commit: a majority.

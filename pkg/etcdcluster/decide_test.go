@@ -13,6 +13,7 @@ func TestDecideStart(t *testing.T) {
 	selfUnstarted := Entry{ID: 7, PeerURLs: []string{peer}}
 	other := Entry{ID: 2, Name: "certapi-1", PeerURLs: []string{"https://certapi-1.certapi-etcd.ns.svc:2380"}}
 	third := Entry{ID: 3, Name: "certapi-2", PeerURLs: []string{"https://certapi-2.certapi-etcd.ns.svc:2380"}}
+	const published = "APIService v1alpha1.certapi.dev"
 	tests := []struct {
 		name       string
 		in         StartInput
@@ -45,6 +46,15 @@ func TestDecideStart(t *testing.T) {
 		{"data of a later epoch than the flag: refuse", StartInput{HasData: true, Epoch: 1, DataEpoch: 2, Designated: true}, StartRefuse, nil},
 		{"no data, a later epoch: join the restored cluster", StartInput{Epoch: 1, Answered: true, Members: []Entry{other}}, StartJoin, nil},
 		{"no data reported but a cluster answers: join", StartInput{Designated: true, ClusterExisted: true, OtherPeersExist: true, OthersReportNoData: true, Answered: true, Members: []Entry{other}}, StartJoin, nil},
+		// Rule 4: etcd.mode switched from embedded to cluster without moving the single member's data.
+		{"single member's CA published, no cluster ever, designated: refuse a second CA", StartInput{Designated: true, PublishedCA: published}, StartRefuse, nil},
+		{"single member's CA published, parallel pods, designated: refuse", StartInput{Designated: true, OtherPeersExist: true, PublishedCA: published}, StartRefuse, nil},
+		{"single member's CA published, not designated: wait", StartInput{OtherPeersExist: true, PublishedCA: published}, StartWait, nil},
+		{"single member's data restored into this member (the documented move): restart", StartInput{HasData: true, Designated: true, PublishedCA: published}, StartRestart, nil},
+		{"published CA, the cluster answers: join", StartInput{Designated: true, PublishedCA: published, Answered: true, Members: []Entry{other}}, StartJoin, nil},
+		{"published CA, cluster existed, designated alone: bootstrap (recovery)", StartInput{Designated: true, ClusterExisted: true, PublishedCA: published}, StartBootstrap, nil},
+		{"published CA, every volume of a cluster lost: bootstrap anew (recovery)", StartInput{Designated: true, ClusterExisted: true, OtherPeersExist: true, OthersReportNoData: true, PublishedCA: published}, StartBootstrap, nil},
+		{"published CA, cluster existed, others restarting: wait", StartInput{Designated: true, ClusterExisted: true, OtherPeersExist: true, PublishedCA: published}, StartWait, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -57,6 +67,22 @@ func TestDecideStart(t *testing.T) {
 				t.Errorf("no reason given")
 			}
 		})
+	}
+}
+
+// TestDecideStartRefusalSaysWhatToDo: the refusal of a second CA names what was found and the two ways on,
+// the documented move of the data and the deliberate new CA.
+func TestDecideStartRefusalSaysWhatToDo(t *testing.T) {
+	got := DecideStart(StartInput{Name: "certapi-0", Designated: true, PublishedCA: "APIService v1alpha1.certapi.dev"})
+	for _, want := range []string{
+		"APIService v1alpha1.certapi.dev holds a CA bundle",
+		"second CA",
+		`docs/backup-and-restore.md, "From one embedded member to a cluster"`,
+		"kubectl patch apiservice v1alpha1.certapi.dev --type=json",
+	} {
+		if !strings.Contains(got.Reason, want) {
+			t.Errorf("reason %q does not say %q", got.Reason, want)
+		}
 	}
 }
 

@@ -147,6 +147,11 @@ type Config struct {
 	Discover func(ctx context.Context) (Discovery, error)
 	// Bootstrap, when set, records bootstraps and tells whether one happened before.
 	Bootstrap BootstrapRecord
+	// PublishedCA, when set, is asked by the designated member before it would bootstrap a new cluster
+	// where none was bootstrapped before: it names the object holding a CA bundle that certapi published
+	// (empty: none), and DecideStart refuses to bootstrap when one is found (a certapi ran with a CA on data
+	// this cluster does not hold). An error makes the member look again later, never bootstrap.
+	PublishedCA func(ctx context.Context) (string, error)
 	// DeadMemberTimeout is how long a member must stay unhealthy before the etcd leader removes it; 0
 	// never removes.
 	DeadMemberTimeout time.Duration
@@ -402,6 +407,9 @@ func (m *Member) startOnce(ctx context.Context, lastReason *string) error {
 				return fmt.Errorf("reading the members' reports: %w", err)
 			}
 		}
+	}
+	if err := m.readPublishedCA(ctx, &in); err != nil {
+		return err
 	}
 	plan := DecideStart(in)
 	if plan.Reason != *lastReason || plan.Action != StartWait {
@@ -960,7 +968,15 @@ func (m *Member) unanswered(ctx context.Context, disc Discovery) (bool, error) {
 			}
 		}
 	}
+	if err := m.readPublishedCA(ctx, &in); err != nil {
+		klog.ErrorS(err, "Not bootstrapping a cluster yet; looking again", "member", m.cfg.Name)
+		return false, nil
+	}
 	plan := DecideStart(in)
+	if plan.Action == StartRefuse {
+		klog.InfoS("Etcd member start", "member", m.cfg.Name, "action", plan.Action, "reason", plan.Reason)
+		return false, fmt.Errorf("%w: %s", errRefused, plan.Reason)
+	}
 	if plan.Action != StartBootstrap {
 		return false, nil
 	}
@@ -979,6 +995,19 @@ func (m *Member) unanswered(ctx context.Context, disc Discovery) (bool, error) {
 	klog.InfoS("No member holds the etcd peer CA's key: made a new peer CA to bootstrap a new cluster",
 		"member", m.cfg.Name, "peerCA", ca.Certificate.Subject.CommonName, "reason", plan.Reason)
 	return true, m.renewCertificate(ctx, time.Now())
+}
+
+// readPublishedCA fills in.PublishedCA when DecideStart could otherwise bootstrap a first cluster: the
+// designated member, without data, nobody answering, no cluster bootstrapped before (rule 4).
+func (m *Member) readPublishedCA(ctx context.Context, in *StartInput) error {
+	if m.cfg.PublishedCA == nil || in.HasData || in.Answered || !in.Designated || in.ClusterExisted {
+		return nil
+	}
+	var err error
+	if in.PublishedCA, err = m.cfg.PublishedCA(ctx); err != nil {
+		return fmt.Errorf("looking for a CA bundle certapi published before bootstrapping a new cluster: %w", err)
+	}
+	return nil
 }
 
 // renewCertificate issues a new member certificate from the peer CA the member holds, or has one issued
