@@ -10,6 +10,8 @@
 # Builds what it needs first, into _output/bin: the tools it runs (hack/build-tools.sh kube, and node with
 # --node; skipped when current), certapi
 # (unless $CERTAPI_BIN names a prebuilt one), the kubectl plugins, the example webhook and local-up itself.
+# $LOCAL_UP_BIN_DIR puts those last four (and certapi) in another directory instead, with a link to
+# _output/bin's kubectl: test/node/localup uses it to leave _output/bin as it is.
 set -o errexit -o nounset -o pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
 cd "${ROOT}"
@@ -22,7 +24,11 @@ for a in "$@"; do
   fi
 done
 ./hack/build-tools.sh "${groups[@]}"
-BIN="${ROOT}/_output/bin"
+BIN="${LOCAL_UP_BIN_DIR:-${ROOT}/_output/bin}"
+if [[ "${BIN}" != "${ROOT}/_output/bin" ]]; then
+  mkdir -p "${BIN}"
+  ln -sf "${ROOT}/_output/bin/kubectl" "${BIN}/kubectl"
+fi
 if [[ -z "${CERTAPI_BIN:-}" ]]; then
   echo "building certapi, kubectl-create-servingcertrequest, kubectl-certapi, example-webhook and local-up into ${BIN}"
   go build -o "${BIN}/certapi" ./cmd/certapi

@@ -10,7 +10,12 @@
 // containerd, kubelet, kube-proxy, kube-controller-manager, kube-scheduler, CoreDNS; it needs root and the
 // images of `make images`), and certapi runs as a pod, installed the way a user installs it, from
 // artifacts/deploy/overlays/single-replica (framework's InstallCertapiSingleReplica), instead of as a
-// process; the walkthrough is the same. With --node --ha (make local-up NODE=1 HA=1) certapi is installed
+// process. The example webhook then runs as users run it too, as the pods of its own manifests
+// (artifacts/examples/webhook/manifests, with the image example-webhook.tar of `make images`) behind its
+// Service: a node's kube-apiserver runs with --enable-aggregator-routing=true, which resolves a webhook's
+// Service through its endpoints and refuses an ExternalName Service (k8s.io/apiserver
+// proxy.ResolveEndpoint), so the process-and-ExternalName stand-in of the loopback walkthrough cannot be
+// called there. The walkthrough is otherwise the same. With --node --ha (make local-up NODE=1 HA=1) certapi is installed
 // from artifacts/deploy/base instead, what the Helm chart installs by default: three replicas in a
 // StatefulSet whose embedded etcd members form one etcd cluster, all three on the one node
 // (InstallCertapiHA).
@@ -71,6 +76,10 @@ const (
 	webhookNamespace = "example-webhook"
 	webhookName      = "example-webhook" // the ServiceAccount, ServingCertRequest, Service and VWC
 	webhookBinary    = "example-webhook" // in the bin directory, built by hack/local-up.sh
+	webhookImage     = "example-webhook.tar"
+	webhookImageName = "ghcr.io/certapi/example-webhook" // the image the example's manifests name
+	webhookSelector  = "app.kubernetes.io/name=example-webhook"
+	webhookReplicas  = 2 // manifests/deployment.yaml's
 	pluginBinary     = "kubectl-create-servingcertrequest"
 	adminPlugin      = "kubectl-certapi"
 	demoNamespace    = "demo"
@@ -92,6 +101,7 @@ const rotationGrace = 10 * time.Second
 // Deadlines of the steps after the control plane is up; each normally takes well under a second.
 const (
 	stepTimeout      = time.Minute
+	podsTimeout      = 3 * time.Minute // the example webhook's pods to be scheduled, started and Ready, with --node
 	pollInterval     = 50 * time.Millisecond
 	webhookStopGrace = 15 * time.Second
 )
@@ -168,6 +178,11 @@ func run(dirFlag, binFlag string, node, ha bool) error {
 	t0 := time.Now()
 	d.stop()
 	fmt.Fprintf(d.out, "stopped in %s; state and logs are kept in %s\n", since(t0), d.show(dir))
+	if d.node && d.cp != nil {
+		if left := d.cp.ClusterNode.Leftovers(); len(left) > 0 {
+			return fmt.Errorf("the node left on the machine: %v", left)
+		}
+	}
 	return nil
 }
 
@@ -246,12 +261,16 @@ func (d *demo) controlPlane(ctx context.Context) error {
 	opts := framework.Options{Dir: d.dir, Stdout: d.progress, CertapiArgs: []string{"--rotation-grace=" + rotationGrace.String()}}
 	if d.node {
 		fmt.Fprintf(d.out, "Starting etcd, kube-apiserver and the node (each step is logged to %s) ...\n", d.show(d.progress.Name()))
-		certapiImage, err := framework.ImageArchive("certapi.tar")
-		if err != nil {
-			return err
+		var images []string
+		for _, name := range []string{"certapi.tar", webhookImage} {
+			archive, err := framework.ImageArchive(name)
+			if err != nil {
+				return err
+			}
+			images = append(images, archive)
 		}
 		timeout += framework.NodeLockTimeout
-		opts.Node, opts.SkipCertapi, opts.NodeImages = true, true, []string{certapiImage}
+		opts.Node, opts.SkipCertapi, opts.NodeImages = true, true, images
 	} else {
 		fmt.Fprintf(d.out, "Starting etcd, kube-apiserver and certapi (each step is logged to %s) ...\n", d.show(d.progress.Name()))
 	}
@@ -344,6 +363,9 @@ func (d *demo) request(ctx context.Context) error {
 
 // 3. The example webhook, started with no certificate, as its ServiceAccount.
 func (d *demo) startWebhook(ctx context.Context) error {
+	if d.node {
+		return d.startWebhookPods(ctx)
+	}
 	// The webhook runs with the rights of its ServiceAccount (manifests/rbac.yaml) and nothing more, as
 	// in a cluster: a token from the TokenRequest API in a kubeconfig of its own.
 	expiry := int64((365 * 24 * time.Hour).Seconds())
@@ -426,22 +448,93 @@ func (d *demo) startWebhook(ctx context.Context) error {
 	return nil
 }
 
+// startWebhookPods is step 3 on a node: the example's own manifests applied as a user applies them, with
+// the image of `make images` (as `kustomize edit set image` would) and without the ServingCertRequest (made
+// with the plugin in step 2) and the ValidatingWebhookConfiguration (step 4). Its pods start with no
+// certificate and become Ready once pkg/servingcert holds one; its Service sends kube-apiserver to them.
+func (d *demo) startWebhookPods(ctx context.Context) error {
+	names := d.cp.ClusterNode.Images[webhookImage]
+	if len(names) == 0 {
+		return fmt.Errorf("the node has no image from %s (make images)", webhookImage)
+	}
+	overlay, err := framework.OverlayKustomization(filepath.Join(exampleDir, "manifests"), map[string]string{webhookImageName: names[0]}, `- patch: |-
+    $patch: delete
+    apiVersion: certapi.dev/v1alpha1
+    kind: ServingCertRequest
+    metadata:
+      name: example-webhook
+      namespace: example-webhook
+- patch: |-
+    $patch: delete
+    apiVersion: admissionregistration.k8s.io/v1
+    kind: ValidatingWebhookConfiguration
+    metadata:
+      name: example-webhook
+`)
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(overlay)
+	fmt.Fprintf(d.out, "3. The example webhook (%s: controller-runtime and pkg/servingcert) as users run it: the pods and Service\n", exampleDir)
+	fmt.Fprintf(d.out, "   of its manifests, with the image %s of `make images` (an overlay of %s/manifests that sets the image,\n", names[0], exampleDir)
+	fmt.Fprintln(d.out, "   leaving out the request of step 2 and the webhook configuration of step 4); the pods start with no certificate:")
+	t0 := time.Now()
+	if _, err := d.kubectlOK(ctx, "apply", "-k", d.show(overlay)); err != nil {
+		return err
+	}
+	var pods []corev1.Pod
+	err = framework.PollUntil(ctx, 500*time.Millisecond, podsTimeout, fmt.Sprintf("the example webhook's %d pods to be Ready", webhookReplicas), nil, func(ctx context.Context) (bool, string) {
+		list, err := d.kube.CoreV1().Pods(webhookNamespace).List(ctx, metav1.ListOptions{LabelSelector: webhookSelector})
+		if err != nil {
+			return false, err.Error()
+		}
+		pods = pods[:0]
+		var states []string
+		for _, p := range list.Items {
+			ready := p.DeletionTimestamp == nil && slices.ContainsFunc(p.Status.Conditions, func(c corev1.PodCondition) bool {
+				return c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue
+			})
+			if ready {
+				pods = append(pods, p)
+			}
+			states = append(states, fmt.Sprintf("%s %s ready=%v", p.Name, p.Status.Phase, ready))
+		}
+		return len(pods) == webhookReplicas, strings.Join(states, ", ")
+	})
+	if err != nil {
+		return err
+	}
+	ready := since(t0)
+
+	// What kube-apiserver will see: each pod's certificate, verified for the Service's name against
+	// certapi's bundle, at the pod's address (kube-apiserver dials the endpoints, as here).
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(d.caBundle) {
+		return errors.New("certapi's CA bundle holds no certificate")
+	}
+	serverName := webhookName + "." + webhookNamespace + ".svc"
+	dialer := &net.Dialer{Timeout: 5 * time.Second}
+	var leaf *x509.Certificate
+	for _, p := range pods {
+		addr := net.JoinHostPort(p.Status.PodIP, "9443")
+		conn, err := tls.DialWithDialer(dialer, "tcp", addr, &tls.Config{RootCAs: roots, ServerName: serverName})
+		if err != nil {
+			return fmt.Errorf("pod %s (%s): the example webhook's certificate does not verify for %s against certapi's CA bundle: %w", p.Name, addr, serverName, err)
+		}
+		leaf = conn.ConnectionState().PeerCertificates[0]
+		conn.Close()
+		fmt.Fprintf(d.out, "   pod %s on node %s, %s: certificate serial %s from certapi, key made in the pod's memory\n", p.Name, p.Spec.NodeName, addr, leaf.SerialNumber.Text(16))
+	}
+	fmt.Fprintf(d.out, "   both Ready %s after the apply, valid for %s until %s; no Secret, no file, no restart\n",
+		ready, serverName, leaf.NotAfter.UTC().Format(time.RFC3339))
+	return nil
+}
+
 // 4. The Service and the annotated ValidatingWebhookConfiguration; certapi injects the caBundle.
 func (d *demo) register(ctx context.Context) error {
 	port := int32(d.webhookPort) //nolint:gosec // a TCP port
-	// No Pods run here, so an ExternalName Service to localhost stands in for manifests/service.yaml:
-	// kube-apiserver still checks the certificate for example-webhook.example-webhook.svc.
-	svc := &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: webhookName, Namespace: webhookNamespace},
-		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeExternalName, ExternalName: "localhost",
-			Ports: []corev1.ServicePort{{Name: "https", Protocol: corev1.ProtocolTCP, Port: port, TargetPort: intstr.FromInt32(port)}}},
-	}
-	if _, err := d.kube.CoreV1().Services(webhookNamespace).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("creating Service %s/%s: %w", webhookNamespace, webhookName, err)
-	}
-
-	// The ValidatingWebhookConfiguration is the example's own manifest, with the Service port changed to
-	// the local one: annotated for injection, and with no caBundle.
+	// The ValidatingWebhookConfiguration is the example's own manifest: annotated for injection, and with
+	// no caBundle.
 	file := filepath.Join(d.root, exampleDir, "manifests", "validatingwebhookconfiguration.yaml")
 	vwc, err := readVWC(file)
 	if err != nil {
@@ -454,13 +547,34 @@ func (d *demo) register(ctx context.Context) error {
 		if len(vwc.Webhooks[i].ClientConfig.CABundle) > 0 {
 			return fmt.Errorf("%s has a caBundle; certapi injects it", file)
 		}
-		if s := vwc.Webhooks[i].ClientConfig.Service; s != nil {
-			s.Port = &port
-		}
 	}
 	vwcs := d.kube.AdmissionregistrationV1().ValidatingWebhookConfigurations()
-	if _, err := vwcs.Create(ctx, vwc, metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("creating ValidatingWebhookConfiguration %s: %w", vwc.Name, err)
+	if d.node {
+		// The pods and their Service (step 3) are what kube-apiserver calls: the manifest as it is.
+		fmt.Fprintln(d.out, "4. kube-apiserver is told where the webhook is, and certapi tells it what to trust:")
+		if _, err := d.kubectlOK(ctx, "apply", "-f", d.show(file)); err != nil {
+			return err
+		}
+	} else {
+		// No Pods run here, so an ExternalName Service to localhost stands in for manifests/service.yaml
+		// (kube-apiserver still checks the certificate for example-webhook.example-webhook.svc), and the
+		// configuration's Service port is changed to the local one.
+		svc := &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Name: webhookName, Namespace: webhookNamespace},
+			Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeExternalName, ExternalName: "localhost",
+				Ports: []corev1.ServicePort{{Name: "https", Protocol: corev1.ProtocolTCP, Port: port, TargetPort: intstr.FromInt32(port)}}},
+		}
+		if _, err := d.kube.CoreV1().Services(webhookNamespace).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("creating Service %s/%s: %w", webhookNamespace, webhookName, err)
+		}
+		for i := range vwc.Webhooks {
+			if s := vwc.Webhooks[i].ClientConfig.Service; s != nil {
+				s.Port = &port
+			}
+		}
+		if _, err := vwcs.Create(ctx, vwc, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("creating ValidatingWebhookConfiguration %s: %w", vwc.Name, err)
+		}
 	}
 	t0 := time.Now()
 	err = poll(ctx, "certapi to inject the caBundle of ValidatingWebhookConfiguration "+vwc.Name, nil, func(ctx context.Context) (bool, string) {
@@ -477,6 +591,11 @@ func (d *demo) register(ctx context.Context) error {
 	})
 	if err != nil {
 		return err
+	}
+	if d.node {
+		fmt.Fprintf(d.out, "   ValidatingWebhookConfiguration %s names Service %s/%s (step 3, the pods' endpoints), with no caBundle;\n", vwc.Name, webhookNamespace, webhookName)
+		fmt.Fprintf(d.out, "   certapi injected its CA bundle %s later\n", since(t0))
+		return nil
 	}
 	fmt.Fprintf(d.out, "4. kube-apiserver is told where the webhook is, and certapi tells it what to trust:\n")
 	fmt.Fprintf(d.out, "   Service %s/%s: ExternalName localhost, port %d (it stands in for manifests/service.yaml: no Pods here)\n", webhookNamespace, webhookName, port)
@@ -619,13 +738,19 @@ func (d *demo) whatNext() {
 	kubeconfig := d.shell(d.cp.Kubeconfig)
 	logs := d.show(filepath.Join(d.dir, "logs"))
 	forbidden := d.show(filepath.Join(d.root, exampleDir, "forbidden-configmap.yaml"))
+	webhookLogs := [2]string{"tail -f " + logs + "/example-webhook.log", `within a minute: "The Active CA changed; re-issuing", no restart`}
+	stillDenied := "still denied: the same process kept serving"
+	if d.node {
+		webhookLogs[0] = "kubectl logs -f -n " + webhookNamespace + " deploy/" + webhookName
+		stillDenied = "still denied: the same pods kept serving"
+	}
 	lines := [][2]string{
 		{fmt.Sprintf("export KUBECONFIG=%s PATH=%s:$PATH", kubeconfig, d.shell(d.bin)), ""},
 		{"kubectl get scr -A", "the request, Ready, and its latest issuance"},
 		{"kubectl get certificateauthority default -o yaml", "the bundle, the Active CA, the injection summary"},
 		{"kubectl certapi rotate --wait", "a forced rotation (spec.forceRotation), step by step until the new CA signs"},
-		{"tail -f " + logs + "/example-webhook.log", `within a minute: "The Active CA changed; re-issuing", no restart`},
-		{"kubectl create -n " + demoNamespace + " -f " + forbidden, "still denied: the same process kept serving"},
+		webhookLogs,
+		{"kubectl create -n " + demoNamespace + " -f " + forbidden, stillDenied},
 		{"kubectl create servingcertrequest my-app -n " + demoNamespace + " --service=my-app --secret=my-app-tls --wait", ""},
 		{"kubectl certapi inspect secret my-app-tls -n " + demoNamespace, "tls.crt, tls.key, ca.crt, kept renewed by certapi"},
 		{"kubectl get podcertificaterequests -n " + demoNamespace + " -o wide", "the pod certificate of step 6, Issued"},
