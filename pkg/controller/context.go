@@ -134,7 +134,13 @@ func (c *Context) Recorder(reportingController string) events.EventRecorder {
 func trimCertapi(obj any) (any, error) {
 	switch o := obj.(type) {
 	case *certapiv1alpha1.ServingCertRequest:
+		renew, asked := o.Annotations[certapiv1alpha1.AnnotationRenewRequestedAt]
 		trimMeta(&o.ObjectMeta)
+		if asked {
+			// The one annotation a controller reads: Secret delivery re-issues when it changes. A new map,
+			// as the dropped one may be the watch cache's own.
+			o.Annotations = map[string]string{certapiv1alpha1.AnnotationRenewRequestedAt: renew}
+		}
 		o.Status.Certificate = ""
 		o.Status.CABundle = ""
 	case *certapiv1alpha1.CertificateAuthority:

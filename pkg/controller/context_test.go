@@ -50,6 +50,19 @@ func TestTrimCertapi(t *testing.T) {
 			},
 		},
 		{
+			name: "ServingCertRequest: a renewal request is the one annotation kept",
+			in: func() *certapiv1alpha1.ServingCertRequest {
+				r := &certapiv1alpha1.ServingCertRequest{ObjectMeta: tenantMeta()}
+				r.Annotations[certapiv1alpha1.AnnotationRenewRequestedAt] = "2026-12-06T18:00:00Z"
+				return r
+			}(),
+			want: func() *certapiv1alpha1.ServingCertRequest {
+				r := &certapiv1alpha1.ServingCertRequest{ObjectMeta: kept}
+				r.Annotations = map[string]string{certapiv1alpha1.AnnotationRenewRequestedAt: "2026-12-06T18:00:00Z"}
+				return r
+			}(),
+		},
+		{
 			name: "CertificateAuthority: metadata dropped, spec and status kept",
 			in: &certapiv1alpha1.CertificateAuthority{
 				ObjectMeta: tenantMeta(),

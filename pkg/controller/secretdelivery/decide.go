@@ -146,6 +146,9 @@ func decide(in decideInput) decision {
 	if gen := s.Annotations[certapiv1alpha1.AnnotationGeneration]; gen != strconv.FormatInt(req.Generation, 10) {
 		return issue(fmt.Sprintf("the request's spec changed (generation %d; the certificate was issued for %q)", req.Generation, gen))
 	}
+	if asked := req.Annotations[certapiv1alpha1.AnnotationRenewRequestedAt]; asked != "" && s.Annotations[certapiv1alpha1.AnnotationRenewRequestedAt] != asked {
+		return issue(fmt.Sprintf("renewal was requested (annotation %s=%s)", certapiv1alpha1.AnnotationRenewRequestedAt, asked))
+	}
 	if s.BundleDigest != sha256.Sum256(in.Bundle) {
 		return issue("the CA bundle changed")
 	}

@@ -106,6 +106,50 @@ func TestDecide(t *testing.T) {
 			whyOrMsg: []string{"lacks the label"},
 		},
 		{
+			name:     "re-issue once when renewal is requested",
+			req:      withRenewRequest(req, "2026-12-06T18:00:00Z"),
+			secret:   current,
+			want:     actionIssue,
+			renewal:  true,
+			whyOrMsg: []string{"renewal was requested", certapiv1alpha1.AnnotationRenewRequestedAt + "=2026-12-06T18:00:00Z"},
+		},
+		{
+			name: "a renewal request the Secret already answers: wait for renewal",
+			req:  withRenewRequest(req, "2026-12-06T18:00:00Z"),
+			secret: edit(func(s *corev1.Secret) {
+				s.Annotations[certapiv1alpha1.AnnotationRenewRequestedAt] = "2026-12-06T18:00:00Z"
+			}),
+			want:      actionNone,
+			wantRenew: renewAt,
+		},
+		{
+			name: "a new renewal request after one answered: re-issue",
+			req:  withRenewRequest(req, "2026-12-06T19:00:00Z"),
+			secret: edit(func(s *corev1.Secret) {
+				s.Annotations[certapiv1alpha1.AnnotationRenewRequestedAt] = "2026-12-06T18:00:00Z"
+			}),
+			want:     actionIssue,
+			renewal:  true,
+			whyOrMsg: []string{"renewal was requested", "2026-12-06T19:00:00Z"},
+		},
+		{
+			name: "the renewal request removed after it was answered: wait for renewal",
+			secret: edit(func(s *corev1.Secret) {
+				s.Annotations[certapiv1alpha1.AnnotationRenewRequestedAt] = "2026-12-06T18:00:00Z"
+			}),
+			want:      actionNone,
+			wantRenew: renewAt,
+		},
+		{
+			name: "a renewal request does not override a conflict",
+			req:  withRenewRequest(req, "2026-12-06T18:00:00Z"),
+			secret: edit(func(s *corev1.Secret) {
+				s.Annotations[certapiv1alpha1.AnnotationServingCertRequest] = "other"
+			}),
+			want:     actionConflict,
+			whyOrMsg: []string{`ServingCertRequest "other"`},
+		},
+		{
 			name:     "re-issue when the CA bundle changed",
 			secret:   current,
 			bundle:   signer.EncodeBundle(ca.Certificate, otherCA.Certificate),
@@ -638,4 +682,14 @@ func TestDecideNamespace(t *testing.T) {
 			t.Errorf("decideNamespace(optedIn %v, running %v) = %d, want %d", tc.optedIn, tc.running, got, tc.want)
 		}
 	}
+}
+
+// withRenewRequest returns a copy of req annotated to ask for a renewal with value at.
+func withRenewRequest(req *certapiv1alpha1.ServingCertRequest, at string) *certapiv1alpha1.ServingCertRequest {
+	r := req.DeepCopy()
+	if r.Annotations == nil {
+		r.Annotations = map[string]string{}
+	}
+	r.Annotations[certapiv1alpha1.AnnotationRenewRequestedAt] = at
+	return r
 }

@@ -122,7 +122,7 @@ func (c *Controller) deliver(ctx context.Context, req *certapiv1alpha1.ServingCe
 // desiredSecret is the Secret certapi writes for req with cert: type kubernetes.io/tls, tls.crt, tls.key
 // and ca.crt, the managed label and the annotations that describe the certificate.
 func desiredSecret(req *certapiv1alpha1.ServingCertRequest, cert *issued) *corev1.Secret {
-	return &corev1.Secret{
+	s := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace: req.Namespace,
 			Name:      req.Spec.SecretName,
@@ -143,6 +143,11 @@ func desiredSecret(req *certapiv1alpha1.ServingCertRequest, cert *issued) *corev
 			certapiv1alpha1.SecretKeyCABundle: []byte(cert.CABundle),
 		},
 	}
+	if asked := req.Annotations[certapiv1alpha1.AnnotationRenewRequestedAt]; asked != "" {
+		// The renewal this certificate answers: decide re-issues only for a value the Secret does not hold.
+		s.Annotations[certapiv1alpha1.AnnotationRenewRequestedAt] = asked
+	}
+	return s
 }
 
 // write creates or patches the Secret with cert. It returns the Secret written, for its reference.

@@ -65,15 +65,16 @@ func (c *Controller) enqueueNamespace(namespace string) {
 	c.changes.Notify()
 }
 
-// onRequestUpdate enqueues a request when its spec changed or on a resync. Status-only updates, most of
-// them this controller's own, are ignored.
+// onRequestUpdate enqueues a request when its spec or its renewal request (AnnotationRenewRequestedAt)
+// changed, or on a resync. Status-only updates, most of them this controller's own, are ignored.
 func (c *Controller) onRequestUpdate(oldObj, newObj any) {
 	oldReq, ok1 := oldObj.(*certapiv1alpha1.ServingCertRequest)
 	newReq, ok2 := newObj.(*certapiv1alpha1.ServingCertRequest)
 	if !ok1 || !ok2 {
 		return
 	}
-	if oldReq.Generation == newReq.Generation && oldReq.ResourceVersion != newReq.ResourceVersion {
+	renewAsked := oldReq.Annotations[certapiv1alpha1.AnnotationRenewRequestedAt] != newReq.Annotations[certapiv1alpha1.AnnotationRenewRequestedAt]
+	if oldReq.Generation == newReq.Generation && oldReq.ResourceVersion != newReq.ResourceVersion && !renewAsked {
 		return
 	}
 	if newReq.Spec.SecretName != "" || oldReq.Spec.SecretName != "" {

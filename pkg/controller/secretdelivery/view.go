@@ -26,6 +26,7 @@ const maxCachedNameBytes = maxCachedNames * 253
 var cachedAnnotations = []string{
 	certapiv1alpha1.AnnotationServingCertRequest, certapiv1alpha1.AnnotationServingCertRequestUID, certapiv1alpha1.AnnotationSerialNumber,
 	certapiv1alpha1.AnnotationNotAfter, certapiv1alpha1.AnnotationRenewalTime, certapiv1alpha1.AnnotationGeneration,
+	certapiv1alpha1.AnnotationRenewRequestedAt,
 }
 
 // secretView is all Secret delivery keeps of a Secret, in its cache and from a direct GET: certapi's

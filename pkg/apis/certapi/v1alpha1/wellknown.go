@@ -48,6 +48,11 @@ const (
 	// AnnotationGeneration is the ServingCertRequest metadata.generation the certificate was issued
 	// for; a different generation means the spec changed and the certificate is re-issued.
 	AnnotationGeneration = "certapi.dev/generation"
+	// AnnotationRenewRequestedAt, set on a ServingCertRequest with spec.secretName to a value it did not
+	// hold before (`kubectl certapi renew` writes the current time, RFC 3339), asks certapi to re-issue the
+	// certificate in the request's Secret now, whatever its renewal time. certapi records the value it
+	// re-issued for in the same annotation on the Secret, so each value is honoured once.
+	AnnotationRenewRequestedAt = "certapi.dev/renew-requested-at"
 )
 
 // Secret delivery (spec.secretName) works only in namespaces that opt in, unless certapi runs with

@@ -87,8 +87,18 @@ func isAPIServerService(name, namespace string) bool {
 func ValidateServingCertRequest(obj *certapi.ServingCertRequest, clusterDomain string) field.ErrorList {
 	allErrs := apimachineryvalidation.ValidateObjectMeta(&obj.ObjectMeta, true, apimachineryvalidation.NameIsDNSSubdomain, field.NewPath("metadata"))
 	allErrs = append(allErrs, ValidateUserMetadataSize(&obj.ObjectMeta, nil, "ServingCertRequest", field.NewPath("metadata"))...)
+	allErrs = append(allErrs, validateRenewRequest(&obj.ObjectMeta, field.NewPath("metadata", "annotations"))...)
 	allErrs = append(allErrs, validateServingCertRequestSpec(&obj.Spec, obj.Namespace, clusterDomain, field.NewPath("spec"))...)
 	return allErrs
+}
+
+// validateRenewRequest bounds the annotation certapi.dev/renew-requested-at as spec.forceRotation is
+// bounded: certapi's caches keep its value, and the Secret delivered records it.
+func validateRenewRequest(meta *metav1.ObjectMeta, fldPath *field.Path) field.ErrorList {
+	if v, ok := meta.Annotations[certapiv1alpha1.AnnotationRenewRequestedAt]; ok && len(v) > maxTriggerLength {
+		return field.ErrorList{field.TooLong(fldPath.Key(certapiv1alpha1.AnnotationRenewRequestedAt), "", maxTriggerLength)}
+	}
+	return nil
 }
 
 // ValidateServingCertRequestUpdate validates a spec update. The spec stays mutable: a request is a
@@ -96,6 +106,7 @@ func ValidateServingCertRequest(obj *certapi.ServingCertRequest, clusterDomain s
 func ValidateServingCertRequestUpdate(newObj, oldObj *certapi.ServingCertRequest, clusterDomain string) field.ErrorList {
 	allErrs := apimachineryvalidation.ValidateObjectMetaUpdate(&newObj.ObjectMeta, &oldObj.ObjectMeta, field.NewPath("metadata"))
 	allErrs = append(allErrs, ValidateUserMetadataSize(&newObj.ObjectMeta, &oldObj.ObjectMeta, "ServingCertRequest", field.NewPath("metadata"))...)
+	allErrs = append(allErrs, validateRenewRequest(&newObj.ObjectMeta, field.NewPath("metadata", "annotations"))...)
 	allErrs = append(allErrs, validateServingCertRequestSpec(&newObj.Spec, newObj.Namespace, clusterDomain, field.NewPath("spec"))...)
 	return allErrs
 }

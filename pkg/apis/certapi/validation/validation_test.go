@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/certapi/certapi/pkg/apis/certapi"
+	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 )
 
 func scr(ns string, mutate func(*certapi.ServingCertRequestSpec)) *certapi.ServingCertRequest {
@@ -226,3 +227,42 @@ func TestMetadataLimitIsChecked(t *testing.T) {
 		}
 	}
 }
+
+func TestValidateRenewRequest(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		value   *string
+		wantErr bool
+	}{
+		{name: "absent"},
+		{name: "a time", value: ptrTo("2026-12-06T18:00:00.123456789Z")},
+		{name: "at the limit", value: ptrTo(strings.Repeat("x", maxTriggerLength))},
+		{name: "one byte over", value: ptrTo(strings.Repeat("x", maxTriggerLength+1)), wantErr: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req := &certapi.ServingCertRequest{
+				ObjectMeta: metav1.ObjectMeta{Name: "r", Namespace: "team-a"},
+				Spec:       certapi.ServingCertRequestSpec{ServiceName: "webhook", Duration: dur(168 * time.Hour)},
+			}
+			if tc.value != nil {
+				req.Annotations = map[string]string{certapiv1alpha1.AnnotationRenewRequestedAt: *tc.value}
+			}
+			for what, errs := range map[string]field.ErrorList{
+				"create": ValidateServingCertRequest(req, "cluster.local"),
+				"update": ValidateServingCertRequestUpdate(req, &certapi.ServingCertRequest{ObjectMeta: metav1.ObjectMeta{Name: "r", Namespace: "team-a", ResourceVersion: "1"}}, "cluster.local"),
+			} {
+				got := false
+				for _, e := range errs {
+					if e.Field == "metadata.annotations[certapi.dev/renew-requested-at]" && e.Type == field.ErrorTypeTooLong {
+						got = true
+					}
+				}
+				if got != tc.wantErr {
+					t.Errorf("%s: errors %v, want a TooLong of the annotation: %v", what, errs, tc.wantErr)
+				}
+			}
+		})
+	}
+}
+
+func ptrTo(s string) *string { return &s }
