@@ -73,15 +73,17 @@ build:
 kms-plugin:
 	$(CGO) $(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/certapi-kms-pkcs11 ./cmd/certapi-kms-pkcs11
 
-## install: build, then copy certapi, kubectl-create-servingcertrequest and kubectl-certapi into
+## install: build, then copy certapi, kubectl-create-servingcertrequest, kubectl-certapi and kubectl_complete-certapi into
 ## $(DESTDIR)$(PREFIX)/bin (PREFIX defaults to /usr/local; e.g. `make install PREFIX=~/.local`). With that
-## directory on PATH, kubectl 1.26 or later runs the plugins for `kubectl create servingcertrequest` and
-## `kubectl certapi`.
+## directory on PATH, kubectl runs the plugins for `kubectl certapi` and (kubectl 1.31 or later)
+## `kubectl create servingcertrequest`; kubectl_complete-certapi beside them lets kubectl complete `kubectl certapi`.
 .PHONY: install
 install: PREFIX ?= /usr/local
 install: build
 	install -d $(DESTDIR)$(PREFIX)/bin
 	install -m 0755 $(BIN)/certapi $(BIN)/kubectl-create-servingcertrequest $(BIN)/kubectl-certapi $(DESTDIR)$(PREFIX)/bin/
+	$(BIN)/kubectl-certapi completion kubectl-plugin > $(DESTDIR)$(PREFIX)/bin/kubectl_complete-certapi
+	chmod 0755 $(DESTDIR)$(PREFIX)/bin/kubectl_complete-certapi
 
 ## image: certapi's container image as an archive, _output/certapi-image.tar, built without Docker by
 ## hack/image (go-containerregistry): a static certapi in an empty base with the user, entrypoint, port and

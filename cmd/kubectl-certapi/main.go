@@ -1,5 +1,6 @@
 // Command kubectl-certapi is the kubectl plugin behind `kubectl certapi`: with the binary on PATH, kubectl
-// runs it for `kubectl certapi status|check|rotate|distrust|inspect|migrate`. See `kubectl certapi --help`.
+// runs it for `kubectl certapi status|check|rotate|distrust|inspect|migrate|renew|completion`. See
+// `kubectl certapi --help`.
 package main
 
 import (

@@ -1,6 +1,6 @@
 // Command kubectl-create-servingcertrequest is the kubectl plugin behind
-// `kubectl create servingcertrequest NAME --service=SVC`: with the binary on PATH, kubectl 1.26 and
-// later run it for that subcommand. See `kubectl create servingcertrequest --help`.
+// `kubectl create servingcertrequest NAME --service=SVC`: with the binary on PATH, kubectl 1.31 and
+// later run it for that subcommand (docs/install.md says why not older ones). See `kubectl create servingcertrequest --help`.
 package main
 
 import (
