@@ -4,13 +4,17 @@
 # node's kubelet) and kubenode (kubelet, kube-proxy, kube-controller-manager and kube-scheduler in one
 # binary, with a symlink of each name to it), all from the Go module proxy through the hack/tools module;
 # Prometheus's promtool and server (github.com/prometheus/prometheus) through their own module
-# hack/tools/prometheus; helm (helm.sh/helm/v4) through its own module hack/tools/helm; and CoreDNS
+# hack/tools/prometheus, with prometheus-operator-config (the Prometheus Operator's configuration
+# generator) through hack/tools/prometheus-operator; helm (helm.sh/helm/v4) and helm3 (helm.sh/helm/v3) through their own modules
+# hack/tools/helm and hack/tools/helm3; and CoreDNS
 # (github.com/coredns/coredns, only the plugins a cluster DNS needs) through its own module
-# hack/tools/coredns; into _output/bin. Each group is skipped when its binaries were built from the same
+# hack/tools/coredns; cosign (github.com/sigstore/cosign/v3), which test/release verifies the release's
+# signatures with, through its own module hack/tools/cosign; into _output/bin. Each group is skipped when its binaries were built from the same
 # sources and Go; each has its own stamp, so that a change to one never rebuilds another.
 #
 # Usage: hack/build-tools.sh [GROUP...]   GROUP: kube (etcd, kube-apiserver, kubectl), node (podcertnode,
-# kubenode), prometheus, helm, coredns; all five when none is named. make local-up builds kube (and node
+# kubenode), prometheus (with prometheus-operator-config), helm, helm3, coredns, cosign; all seven when none
+# is named. make local-up builds kube (and node
 # with NODE=1), hack/update-manifests.sh only helm, make images only coredns.
 # GROUP kube-<minor> (e.g. kube-1.33; never built unless named) builds kube-apiserver and kubectl of an older
 # Kubernetes minor from its own module hack/tools/kube-<minor> (hack/tools/new-kube-minor.sh writes it)
@@ -31,12 +35,12 @@ export GOFLAGS="$(go env GOFLAGS) -trimpath"
 TOOLCHAIN="$(go env GOVERSION) CGO_ENABLED=0 -trimpath"
 GROUPS_WANTED=("$@")
 if [[ ${#GROUPS_WANTED[@]} -eq 0 ]]; then
-  GROUPS_WANTED=(kube node prometheus helm coredns)
+  GROUPS_WANTED=(kube node prometheus helm helm3 coredns cosign)
 fi
 MINORS_WANTED=()
 for g in "${GROUPS_WANTED[@]}"; do
   case "${g}" in
-    kube | node | prometheus | helm | coredns) ;;
+    kube | node | prometheus | helm | helm3 | coredns | cosign) ;;
     kube-1.[0-9]*)
       if [[ ! -f "${TOOLS}/${g}/go.mod" ]]; then
         echo "build-tools.sh: no module hack/tools/${g}: write it with hack/tools/new-kube-minor.sh v${g#kube-}.<patch>" >&2
@@ -44,7 +48,7 @@ for g in "${GROUPS_WANTED[@]}"; do
       fi
       MINORS_WANTED+=("${g#kube-}")
       ;;
-    *) echo "build-tools.sh: unknown group ${g}; want kube, node, prometheus, helm, coredns or kube-<minor>" >&2; exit 2 ;;
+    *) echo "build-tools.sh: unknown group ${g}; want kube, node, prometheus, helm, helm3, coredns, cosign or kube-<minor>" >&2; exit 2 ;;
   esac
 done
 wanted() { [[ " ${GROUPS_WANTED[*]} " == *" $1 "* ]]; }
@@ -182,11 +186,20 @@ done
 # kube-apiserver is built with.
 if wanted prometheus; then
 # remove_all_sd leaves out every service discovery but static, file and HTTP (Prometheus's own build
-# tag): the tests scrape certapi by static_configs, and the cloud SDKs cost about 4 minutes of CPU cold.
-PTAGS=remove_all_sd
+# tags), enable_kubernetes_sd puts Kubernetes' back: the tests scrape certapi as the Prometheus Operator
+# configures Prometheus, by Kubernetes service discovery, and the cloud SDKs cost about 4 minutes of CPU
+# cold.
+PTAGS=remove_all_sd,enable_kubernetes_sd
 build_tool "promtool and prometheus" "${TOOLS}/prometheus" "${BIN}/.prometheus-stamp" \
   "$(cd "${TOOLS}/prometheus" && cat go.mod go.sum tools.go | sha256sum | cut -d' ' -f1) ${TOOLCHAIN} ${PTAGS}" 7 "promtool prometheus" \
   go build -tags "${PTAGS}" -o "${BIN}/" github.com/prometheus/prometheus/cmd/promtool github.com/prometheus/prometheus/cmd/prometheus
+# prometheus-operator-config writes the configuration the Prometheus Operator's own code
+# (github.com/prometheus-operator/prometheus-operator/pkg/prometheus) generates from the chart's
+# ServiceMonitor, which test/monitoring's Prometheus runs with. Its own module, hack/tools/prometheus-operator:
+# the operator pins other versions of Prometheus's and Kubernetes' modules.
+build_tool prometheus-operator-config "${TOOLS}/prometheus-operator" "${BIN}/.prometheus-operator-stamp" \
+  "$(cd "${TOOLS}/prometheus-operator" && cat go.mod go.sum main.go | sha256sum | cut -d' ' -f1) ${TOOLCHAIN}" 3 prometheus-operator-config \
+  go build -o "${BIN}/prometheus-operator-config" .
 fi
 
 # helm, which lints, renders and installs the chart artifacts/charts/certapi (test/chart) and renders
@@ -204,10 +217,44 @@ build_tool helm "${TOOLS}/helm" "${BIN}/.helm-stamp" \
   build_helm
 fi
 
+# helm3, Helm 3 beside Helm 4: most clusters are installed with Helm 3, so test/chart lints, renders and
+# installs the chart with both. Its own module, as the two pin different versions of the same modules.
+if wanted helm3; then
+# As Helm 3's own Makefile does, it also stamps the Kubernetes version that `helm template` and lint assume
+# with no cluster, from the client-go it links (v0.36 is 1.36); unstamped it says 1.20, under the chart's
+# kubeVersion.
+build_helm3() {
+  local version kube flags=""
+  version="$(go list -m -f '{{.Version}}' helm.sh/helm/v3)"
+  kube="$(go list -m -f '{{.Version}}' k8s.io/client-go)"
+  for p in helm.sh/helm/v3/pkg/lint/rules helm.sh/helm/v3/pkg/chartutil; do
+    flags+=" -X ${p}.k8sVersionMajor=1 -X ${p}.k8sVersionMinor=$(cut -d. -f2 <<<"${kube}")"
+  done
+  go build -ldflags "-X helm.sh/helm/v3/internal/version.version=${version}${flags}" -o "${BIN}/helm3" helm.sh/helm/v3/cmd/helm
+}
+build_tool helm3 "${TOOLS}/helm3" "${BIN}/.helm3-stamp" \
+  "$(cd "${TOOLS}/helm3" && cat go.mod go.sum tools.go | sha256sum | cut -d' ' -f1) ${TOOLCHAIN} kube-stamped" 6 helm3 \
+  build_helm3
+fi
+
 # CoreDNS, the test node's cluster DNS, for the certapi.dev/coredns image (make images). Static
 # (CGO_ENABLED=0): it runs in an empty base image.
 if wanted coredns; then
 build_tool coredns "${TOOLS}/coredns" "${BIN}/.coredns-stamp" \
   "$(cd "${TOOLS}/coredns" && cat go.mod go.sum main.go | sha256sum | cut -d' ' -f1) ${TOOLCHAIN}" 4 coredns \
   go build -ldflags="-s -w" -o "${BIN}/coredns" .
+fi
+
+# cosign, Sigstore's verifier, with which test/release checks the release's signatures, attestations and
+# checksums.txt offline against its public key (docs/release.md, "Verifying a release"). Its own module: it
+# links the cloud KMS SDKs, TUF and Rekor's and Fulcio's clients. Stamped with its version as its Makefile does.
+if wanted cosign; then
+build_cosign() {
+  local version
+  version="$(go list -m -f '{{.Version}}' github.com/sigstore/cosign/v3)"
+  go build -ldflags "-X sigs.k8s.io/release-utils/version.gitVersion=${version}" -o "${BIN}/cosign" github.com/sigstore/cosign/v3/cmd/cosign
+}
+build_tool cosign "${TOOLS}/cosign" "${BIN}/.cosign-stamp" \
+  "$(cd "${TOOLS}/cosign" && cat go.mod go.sum tools.go | sha256sum | cut -d' ' -f1) ${TOOLCHAIN}" 8 cosign \
+  build_cosign
 fi
