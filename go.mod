@@ -3,6 +3,7 @@ module github.com/certapi/certapi
 go 1.26.0
 
 require (
+	github.com/ProtonMail/go-crypto v1.4.1
 	github.com/certapi/certapi/pkg/apis v0.0.0-00010101000000-000000000000
 	github.com/certapi/certapi/pkg/cawatch v0.0.0-00010101000000-000000000000
 	github.com/certapi/certapi/pkg/generated v0.0.0-00010101000000-000000000000
@@ -11,7 +12,9 @@ require (
 	github.com/certapi/certapi/pkg/signer v0.0.0-00010101000000-000000000000
 	github.com/go-logr/logr v1.4.3
 	github.com/google/go-containerregistry v0.21.4
+	github.com/in-toto/attestation v1.2.0
 	github.com/miekg/pkcs11 v1.1.2
+	github.com/secure-systems-lab/go-securesystemslib v0.11.0
 	github.com/spf13/cobra v1.10.2
 	github.com/spf13/pflag v1.0.10
 	go.etcd.io/etcd/client/pkg/v3 v3.7.0
@@ -48,6 +51,7 @@ require (
 	github.com/cenkalti/backoff/v5 v5.0.3 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/chai2010/gettext-go v1.0.2 // indirect
+	github.com/cloudflare/circl v1.6.2 // indirect
 	github.com/containerd/stargz-snapshotter/estargz v0.18.2 // indirect
 	github.com/coreos/go-semver v0.3.1 // indirect
 	github.com/coreos/go-systemd/v22 v22.7.0 // indirect

@@ -42,7 +42,7 @@ const (
 // in the image's layout: `ctr images import` (and so `kind load image-archive`) unpacks every manifest
 // that index.json lists and fails on an artifact ("mismatched image rootfs and manifest layers"), and
 // `crane push --index` would push index.json, artifact included, as the tagged index.
-func releaseImage(o options, src source) (v1.Hash, error) {
+func releaseImage(o options, src source, k *keys) (v1.Hash, error) {
 	dir, err := os.MkdirTemp(o.work, "oci-")
 	if err != nil {
 		return v1.Hash{}, err
@@ -94,8 +94,15 @@ func releaseImage(o options, src source) (v1.Hash, error) {
 	if err != nil {
 		return v1.Hash{}, fmt.Errorf("writing the SBOM's OCI layout: %w", err)
 	}
-	if err := attachReferrer(sp, index, sbom, src); err != nil {
+	referrer, err := attachReferrer(sp, index, sbom, src)
+	if err != nil {
 		return v1.Hash{}, fmt.Errorf("attaching the SBOM: %w", err)
+	}
+	if err := k.signReferrer(sp, referrer); err != nil {
+		return v1.Hash{}, fmt.Errorf("signing the SBOM's referrer: %w", err)
+	}
+	if err := k.writeImageSignatures(o, src, index, sbom); err != nil {
+		return v1.Hash{}, fmt.Errorf("the image's signatures: %w", err)
 	}
 	if err := buildsource.TarDir(filepath.Join(o.output, SBOMArchive), sbomDir, src.Time); err != nil {
 		return v1.Hash{}, err
@@ -116,8 +123,9 @@ type artifactManifest struct {
 }
 
 // attachReferrer writes the SBOM as an artifact whose subject is the index into the layout p and lists it
-// in p's index.json, as `oras attach --oci-layout` does.
-func attachReferrer(p layout.Path, subject v1.Descriptor, sbom []byte, src source) error {
+// in p's index.json, as `oras attach --oci-layout` does, marked (cosign's "kind" annotation) as the manifest
+// that `cosign verify --local-image` checks the signature of; it returns the artifact's descriptor.
+func attachReferrer(p layout.Path, subject v1.Descriptor, sbom []byte, src source) (v1.Descriptor, error) {
 	blob := func(mt types.MediaType, data []byte) (v1.Descriptor, error) {
 		sum := sha256.Sum256(data)
 		h := v1.Hash{Algorithm: "sha256", Hex: hex.EncodeToString(sum[:])}
@@ -128,12 +136,12 @@ func attachReferrer(p layout.Path, subject v1.Descriptor, sbom []byte, src sourc
 	}
 	cfg, err := blob(emptyMediaType, []byte("{}"))
 	if err != nil {
-		return err
+		return v1.Descriptor{}, err
 	}
 	cfg.Data = []byte("{}")
 	layer, err := blob(spdxMediaType, sbom)
 	if err != nil {
-		return err
+		return v1.Descriptor{}, err
 	}
 	layer.Annotations = map[string]string{"org.opencontainers.image.title": SBOMFile}
 	created := src.Time.Format("2006-01-02T15:04:05Z")
@@ -144,15 +152,15 @@ func attachReferrer(p layout.Path, subject v1.Descriptor, sbom []byte, src sourc
 		Annotations: map[string]string{"org.opencontainers.image.created": created},
 	})
 	if err != nil {
-		return err
+		return v1.Descriptor{}, err
 	}
 	m, err := blob(types.OCIManifestSchema1, raw)
 	if err != nil {
-		return err
+		return v1.Descriptor{}, err
 	}
 	m.ArtifactType = spdxMediaType
-	m.Annotations = map[string]string{"org.opencontainers.image.created": created}
-	return p.AppendDescriptor(m)
+	m.Annotations = map[string]string{"org.opencontainers.image.created": created, cosignKindAnno: cosignKindImage}
+	return m, p.AppendDescriptor(m)
 }
 
 // spdxDocument is an SPDX 2.3 document of the modules linked into bin, from its build information (what

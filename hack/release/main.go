@@ -3,9 +3,12 @@
 // in an OCI image layout archive, with an SPDX SBOM of certapi's modules attached to the index as an OCI
 // referrer; the kubectl plugins kubectl-certapi and kubectl-create-servingcertrequest as archives for
 // each platform (tar.gz, zip for Windows); krew plugin manifests naming those archives by checksum; the
-// Helm chart packaged with the release's version; one install YAML of the chart's defaults with the image
+// Helm chart packaged with the release's version (and its Helm provenance file); one install YAML of the chart's defaults with the image
 // pinned by digest; the client modules under pkg/ as a module proxy serves them, with tags.txt naming
-// the release's git tags; and checksums.txt. Every binary is static, stripped (-s -w) and stamped with the
+// the release's git tags; and checksums.txt. Everything is signed (sign.go, attest.go): the image index
+// and the SBOM's referrer with cosign signatures, the index also with SLSA provenance and SPDX attestations,
+// in cosign's layout; the files with a provenance statement; checksums.txt with a cosign signature; the chart
+// with a PGP provenance file; by the keys of --cosign-key and --pgp-key, or an ephemeral pair. Every binary is static, stripped (-s -w) and stamped with the
 // version of hack/version.sh. Everything is built from the commit alone, with the commit's time as every
 // file's, so two builds of one commit are byte-identical (test/release checks it). No Docker: the Go
 // toolchain, go-containerregistry (hack/image) and helm.
@@ -36,10 +39,10 @@ const (
 var plugins = []plugin{
 	{bin: "kubectl-certapi", pkg: "./cmd/kubectl-certapi", krewName: "certapi",
 		short:       "Inspect and operate certapi's in-cluster CA",
-		description: "Shows certapi's CA and injection status (status), checks a webhook's trust (check), and rotates or distrusts the CA (rotate, distrust)."},
+		description: "Shows certapi's CA and injection status (status), checks that certapi serves (check), rotates or distrusts the CA (rotate, distrust), re-issues a ServingCertRequest's Secret now (renew), inspects what a webhook serves or a Secret holds (inspect), and prints the cut-over from cert-manager (migrate). `kubectl certapi completion kubectl-plugin` prints kubectl_complete-certapi, for kubectl's completion of the plugin."},
 	{bin: "kubectl-create-servingcertrequest", pkg: "./cmd/kubectl-create-servingcertrequest", krewName: "create-servingcertrequest",
 		short:       "Request a TLS serving certificate from certapi",
-		description: "Creates a ServingCertRequest for a Service's DNS names and waits for certapi to issue it; writes the key locally. Installed by krew it runs as `kubectl create-servingcertrequest` (krew names the binary kubectl-create_servingcertrequest); from the archive on PATH as `kubectl create servingcertrequest`."},
+		description: "Creates a ServingCertRequest for a Service's DNS names, optionally with a Secret certapi delivers the key and certificate into (--secret), and with --wait returns once it is issued; the plugin itself never sees a key. Installed by krew it runs as `kubectl create-servingcertrequest` (krew names the binary kubectl-create_servingcertrequest); from the archive on PATH as `kubectl create servingcertrequest`."},
 }
 
 type plugin struct {
@@ -52,6 +55,8 @@ const defaultPlatforms = "linux/amd64,linux/arm64,darwin/amd64,darwin/arm64,wind
 
 type options struct {
 	output, work, platforms, imageArchs, helm string
+	// cosignKey and pgpKey are the files of the release's private keys; both empty: an ephemeral pair.
+	cosignKey, pgpKey string
 	// setModuleVersions, when set, only rewrites the go.mod files for a release of that version.
 	setModuleVersions string
 }
@@ -63,6 +68,8 @@ func main() {
 	flag.StringVar(&o.platforms, "platforms", defaultPlatforms, "OS/ARCH list (comma-separated) of the kubectl plugins' archives.")
 	flag.StringVar(&o.imageArchs, "image-arch", "amd64,arm64", "The architectures (comma-separated) of certapi's image index; all linux.")
 	flag.StringVar(&o.helm, "helm", filepath.Join("_output", "bin", "helm"), "The helm that packages and renders the chart (make tools builds it).")
+	flag.StringVar(&o.cosignKey, "cosign-key", os.Getenv(EnvCosignKey), "The release's cosign key: an unencrypted PEM ECDSA P-256 private key (PKCS#8 or SEC 1) that signs the image index, the SBOM's referrer, the attestations and checksums.txt (default $"+EnvCosignKey+"). With --pgp-key; with neither, the release is signed with an ephemeral key pair generated into --work/"+ephemeralKeyDir+" (a development release).")
+	flag.StringVar(&o.pgpKey, "pgp-key", os.Getenv(EnvPGPKey), "The release's OpenPGP secret key (armored or binary, unencrypted, EdDSA or RSA) that signs the chart's provenance file for helm verify (default $"+EnvPGPKey+").")
 	flag.StringVar(&o.setModuleVersions, "set-module-versions", "", "Build nothing: rewrite every go.mod so that the client modules under pkg/ require each other at this version (vX.Y.Z), the commit to tag a release of it on (make module-versions, docs/release.md).")
 	flag.Parse()
 	if o.setModuleVersions != "" {
@@ -102,12 +109,20 @@ func run(o options) error {
 		return err
 	}
 	fmt.Printf("releasing certapi %s (commit %s) into %s\n", src.Version, src.Commit, o.output)
+	k, err := loadKeys(o.cosignKey, o.pgpKey, o.work, src.Time)
+	if err != nil {
+		return fmt.Errorf("the signing keys: %w", err)
+	}
+	if k.ephemeral {
+		fmt.Println(warnEphemeral(o.work))
+		defer fmt.Println(warnEphemeral(o.work))
+	}
 
 	// First, as the cheapest: a release whose go.mod files do not name its version stops here.
 	if err := releaseModules(o, src); err != nil {
 		return fmt.Errorf("the client modules: %w", err)
 	}
-	digest, err := releaseImage(o, src)
+	digest, err := releaseImage(o, src, k)
 	if err != nil {
 		return fmt.Errorf("the image: %w", err)
 	}
@@ -118,11 +133,20 @@ func run(o options) error {
 	if err := writeKrewManifests(o.output, src, archives); err != nil {
 		return fmt.Errorf("the krew manifests: %w", err)
 	}
-	if err := releaseChart(o, src, digest); err != nil {
+	if err := releaseChart(o, src, digest, k); err != nil {
 		return fmt.Errorf("the chart: %w", err)
+	}
+	if err := k.writePublicKeys(o.output); err != nil {
+		return fmt.Errorf("the public keys: %w", err)
+	}
+	if err := k.writeFilesProvenance(o, src); err != nil {
+		return fmt.Errorf("%s: %w", ProvenanceFile, err)
 	}
 	if err := writeChecksums(o.output); err != nil {
 		return fmt.Errorf("checksums.txt: %w", err)
+	}
+	if err := k.signFile(o.output, ChecksumsFile, ChecksumsSignature); err != nil {
+		return fmt.Errorf("signing checksums.txt: %w", err)
 	}
 	return printSizes(o.output)
 }

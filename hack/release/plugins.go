@@ -9,7 +9,24 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/certapi/certapi/hack/internal/buildsource"
+	pluginmain "github.com/certapi/certapi/pkg/cmd/plugin"
 )
+
+// kubectlCompletes are the plugins kubectl completes through a kubectl_complete-<name> executable, with
+// how a user types each. kubectl (1.37) completes only top-level plugins, so not `kubectl create
+// servingcertrequest`, whose binary completes itself (`kubectl-create-servingcertrequest completion`).
+var kubectlCompletes = map[string]string{"kubectl-certapi": "kubectl certapi"}
+
+// completionFiles are the files beside plugin bin in its archive for goos that let kubectl complete it:
+// kubectl_complete-certapi, the executable kubectl runs on PATH for `kubectl certapi <TAB>`. None for
+// Windows, where a POSIX shell script does not run.
+func completionFiles(bin, goos string) []archiveFile {
+	command, ok := kubectlCompletes[bin]
+	if !ok || goos == "windows" {
+		return nil
+	}
+	return []archiveFile{{pluginmain.KubectlCompletionName(bin), 0o755, pluginmain.KubectlCompletionScript(bin, command)}}
+}
 
 // pluginArchive is one plugin's archive for one platform.
 type pluginArchive struct {
@@ -55,6 +72,7 @@ func releasePlugins(o options, src source, platforms []platform) ([]pluginArchiv
 				return nil, err
 			}
 			files := []archiveFile{{"LICENSE", 0o644, license}, {exe, 0o755, data}}
+			files = append(files, completionFiles(p.bin, pl.os)...)
 			name := ArchiveName(p.bin, src.Version, pl.os, pl.arch)
 			path := filepath.Join(o.output, name)
 			if pl.os == "windows" {
@@ -157,7 +175,7 @@ func writeChecksums(dir string) error {
 	var b strings.Builder
 	var walkErr error
 	err := filepathWalkFiles(dir, func(rel string, _ int64) {
-		if rel == "checksums.txt" || walkErr != nil {
+		if rel == ChecksumsFile || rel == ChecksumsSignature || walkErr != nil {
 			return
 		}
 		sum, err := buildsource.FileSHA256(filepath.Join(dir, filepath.FromSlash(rel)))

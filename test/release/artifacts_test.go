@@ -24,6 +24,8 @@ import (
 	"time"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/certapi/certapi/pkg/cmd/plugin"
 )
 
 // plugins are the kubectl plugins released as archives, with their krew names.
@@ -87,7 +89,8 @@ func TestChecksumsMatch(t *testing.T) {
 	sums := checksums(t)
 	present := files(t, dir)
 	for _, f := range present {
-		if f == "checksums.txt" {
+		if f == "checksums.txt" || f == "checksums.txt.sig" {
+			// checksums.txt.sig, its signature, is written after it.
 			continue
 		}
 		want, ok := sums[f]
@@ -105,7 +108,8 @@ func TestChecksumsMatch(t *testing.T) {
 		}
 	}
 	// Everything a release publishes.
-	for _, f := range []string{"certapi-image.oci.tar", "certapi-sbom.oci.tar", "certapi.spdx.json", "certapi.yaml", "certapi-" + chartVersion() + ".tgz", "krew/certapi.yaml", "krew/create-servingcertrequest.yaml"} {
+	for _, f := range []string{"certapi-image.oci.tar", "certapi-sbom.oci.tar", "certapi.spdx.json", "certapi.yaml", "certapi-" + chartVersion() + ".tgz", "krew/certapi.yaml", "krew/create-servingcertrequest.yaml",
+		"cosign.pub", "certapi-keyring.gpg", "checksums.txt.sig", "provenance.intoto.json", "certapi-image.sig.oci.tar", "certapi-" + chartVersion() + ".tgz.prov"} {
 		if !slices.Contains(present, f) {
 			t.Errorf("the release has no %s", f)
 		}
@@ -276,8 +280,27 @@ func TestPluginArchives(t *testing.T) {
 			}
 			got := files(t, out)
 			slices.Sort(got)
-			if want := []string{"LICENSE", exe}; !slices.Equal(got, want) {
+			want := []string{"LICENSE", exe}
+			completion := plugin.KubectlCompletionName(a.bin)
+			if a.bin == "kubectl-certapi" && a.os != "windows" {
+				// kubectl's plugin completion: the executable kubectl runs for `kubectl certapi <TAB>`.
+				want = append(want, completion)
+			}
+			if slices.Sort(want); !slices.Equal(got, want) {
 				t.Fatalf("%s holds %v, want %v", a.name, got, want)
+			}
+			if slices.Contains(want, completion) {
+				script := filepath.Join(out, completion)
+				data, err := os.ReadFile(script)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if st, err := os.Stat(script); err != nil || st.Mode().Perm()&0o111 == 0 {
+					t.Errorf("%s: %s is not executable (%v)", a.name, completion, err)
+				}
+				if want := plugin.KubectlCompletionScript(a.bin, "kubectl certapi"); !bytes.Equal(data, want) {
+					t.Errorf("%s: %s holds\n%s\nwant\n%s", a.name, completion, data, want)
+				}
 			}
 			bin := filepath.Join(out, exe)
 			checkBinaryPlatform(t, bin, a.os, a.arch)

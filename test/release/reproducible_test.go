@@ -13,7 +13,9 @@ import (
 )
 
 // TestReproducible builds the release again from the same commit, for the same platforms, into a
-// directory of its own (linking every binary again), and compares every file byte for byte.
+// directory of its own (linking every binary again), with the first build's signing keys (those of
+// $CERTAPI_COSIGN_KEY and $CERTAPI_PGP_KEY, or the ephemeral pair it generated), and compares every file byte
+// for byte: signatures included, which are deterministic (RFC 6979 ECDSA, Ed25519 or RSA PGP, fixed times).
 func TestReproducible(t *testing.T) {
 	t.Parallel()
 	var platforms []string
@@ -30,6 +32,10 @@ func TestReproducible(t *testing.T) {
 	cmd := exec.CommandContext(ctx, "go", "run", "./hack/release", "--output", out, "--work", filepath.Join(tmp, "work"), "--platforms", strings.Join(platforms, ","))
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "VERSION="+version, "CGO_ENABLED=0")
+	if os.Getenv("CERTAPI_COSIGN_KEY") == "" {
+		keys := filepath.Join(root, "_output", "release-build", "ephemeral-keys")
+		cmd.Env = append(cmd.Env, "CERTAPI_COSIGN_KEY="+filepath.Join(keys, "cosign.key"), "CERTAPI_PGP_KEY="+filepath.Join(keys, "pgp.key"))
+	}
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go run ./hack/release: %v\n%s", err, b)
 	}
