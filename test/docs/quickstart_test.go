@@ -3,6 +3,7 @@ package docs
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -130,11 +131,51 @@ func TestQuickStartClusterInstall(t *testing.T) {
 	}
 	blocks := readmeBlocks(t, root)
 	body := blocks["cluster-install"].Body
+	checkInstallBlock(t, root, "README.md", body)
+	if !strings.Contains(body, "kubectl certapi check --wait") {
+		t.Error("the cluster-install block does not end with kubectl certapi check --wait")
+	}
+	if !strings.Contains(readFile(t, root, "test/e2e/certapiplugin_test.go"), `certapi("check", "--wait"`) {
+		t.Error("test/e2e no longer runs kubectl certapi check --wait")
+	}
+}
 
+// TestOtherHelmInstallBlocks holds the first `helm install` block of the chart's README and of
+// docs/high-availability.md to what the README's is held to: each writes the encryption configuration and
+// makes the Secret the chart mounts before it installs, so that neither leaves the pods waiting for a
+// Secret nobody made.
+func TestOtherHelmInstallBlocks(t *testing.T) {
+	root, err := framework.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, file := range []string{"artifacts/charts/certapi/README.md", "docs/high-availability.md"} {
+		t.Run(file, func(t *testing.T) {
+			p, err := markdown.Parse(filepath.Join(root, file))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, b := range p.Blocks {
+				if strings.Contains(b.Body, "helm install ") {
+					checkInstallBlock(t, root, fmt.Sprintf("%s:%d", file, b.Line), b.Body)
+					return
+				}
+			}
+			t.Fatalf("%s has no block with a helm install line", file)
+		})
+	}
+}
+
+// checkInstallBlock runs an install block (named where) as far as it can be run without a cluster: the
+// block's encryption configuration is written by its own shell lines, and its `helm install` line is run
+// as `helm template` with the same arguments; the chart must mount the Secret the block's kubectl line
+// makes from that file, and render no key of its own.
+func checkInstallBlock(t *testing.T, root, where, body string) {
+	t.Helper()
 	// The block's own lines write the encryption configuration.
 	heredoc := regexp.MustCompile(`(?s)cat > (\S+) <<EOF\n.*?\nEOF\n`).FindStringSubmatch(body)
 	if heredoc == nil {
-		t.Fatalf("the cluster-install block writes no encryption configuration with cat <<EOF:\n%s", body)
+		t.Fatalf("%s: the install block writes no encryption configuration with cat <<EOF:\n%s", where, body)
 	}
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -142,10 +183,10 @@ func TestQuickStartClusterInstall(t *testing.T) {
 	sh := exec.CommandContext(ctx, "sh", "-e", "-c", heredoc[0])
 	sh.Dir = dir
 	if out, err := sh.CombinedOutput(); err != nil {
-		t.Fatalf("the block's encryption configuration lines: %v\n%s", err, out)
+		t.Fatalf("%s: the block's encryption configuration lines: %v\n%s", where, err, out)
 	}
 	if _, err := os.Stat(filepath.Join(dir, heredoc[1])); err != nil {
-		t.Fatalf("the block's lines wrote no %s: %v", heredoc[1], err)
+		t.Fatalf("%s: the block's lines wrote no %s: %v", where, heredoc[1], err)
 	}
 
 	// Its helm install line, with its continuation lines, run as helm template.
@@ -157,18 +198,20 @@ func TestQuickStartClusterInstall(t *testing.T) {
 		}
 	}
 	if args == nil {
-		t.Fatalf("the cluster-install block has no helm install line:\n%s", body)
+		t.Fatalf("%s: the install block has no helm install line:\n%s", where, body)
 	}
 	for i, a := range args {
-		if !strings.HasPrefix(a, "_output/release/") {
-			continue
-		}
-		// The release's chart when make test (or make release) built one; else the chart it packages.
-		if m, _ := filepath.Glob(filepath.Join(root, a)); len(m) == 1 {
-			args[i] = m[0]
-		} else {
-			t.Logf("no release chart matches %s (make release builds one): rendering artifacts/charts/certapi, which it packages", a)
-			args[i] = filepath.Join(root, "artifacts", "charts", "certapi")
+		switch {
+		case strings.HasPrefix(a, "_output/release/"):
+			// The release's chart when make test (or make release) built one; else the chart it packages.
+			if m, _ := filepath.Glob(filepath.Join(root, a)); len(m) == 1 {
+				args[i] = m[0]
+			} else {
+				t.Logf("no release chart matches %s (make release builds one): rendering artifacts/charts/certapi, which it packages", a)
+				args[i] = filepath.Join(root, "artifacts", "charts", "certapi")
+			}
+		case strings.HasPrefix(a, "artifacts/"):
+			args[i] = filepath.Join(root, a) // the block runs from the repository's root
 		}
 	}
 	helm, err := framework.HelmBinary()
@@ -181,7 +224,7 @@ func TestQuickStartClusterInstall(t *testing.T) {
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("helm template %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
+		t.Fatalf("%s: helm template %s: %v\n%s", where, strings.Join(args, " "), err, stderr.String())
 	}
 	rendered := string(out)
 	// The key goes into a Secret that kubectl makes from the block's file, not into the Helm release: the
@@ -189,20 +232,17 @@ func TestQuickStartClusterInstall(t *testing.T) {
 	secret := regexp.MustCompile(`(?m)^kubectl -n (\S+) create secret generic (\S+) --from-file=config\.yaml=(\S+)$`).FindStringSubmatch(body)
 	switch {
 	case secret == nil:
-		t.Errorf("the cluster-install block makes no encryption Secret with kubectl create secret generic NAME --from-file=config.yaml=FILE:\n%s", body)
+		t.Errorf("%s: the install block makes no encryption Secret with kubectl create secret generic NAME --from-file=config.yaml=FILE:\n%s", where, body)
 	case secret[3] != heredoc[1]:
-		t.Errorf("the block's Secret is made from %s, but its lines write %s", secret[3], heredoc[1])
+		t.Errorf("%s: the block's Secret is made from %s, but its lines write %s", where, secret[3], heredoc[1])
 	case !slices.Contains(args, secret[1]) || !regexp.MustCompile(`(?m)^\s+secretName: "?`+regexp.QuoteMeta(secret[2])+`"?$`).MatchString(rendered):
-		t.Errorf("the chart, installed as the README says, does not mount the Secret %s of namespace %s", secret[2], secret[1])
+		t.Errorf("%s: the chart, installed as the block says, does not mount the Secret %s of namespace %s", where, secret[2], secret[1])
 	}
 	if strings.Contains(rendered, "secretbox") {
-		t.Error("the chart, installed as the README says, renders the encryption key: it would be stored in the Helm release")
+		t.Errorf("%s: the chart, installed as the block says, renders the encryption key: it would be stored in the Helm release", where)
 	}
-	if !strings.Contains(body, "kubectl certapi check --wait") {
-		t.Error("the cluster-install block does not end with kubectl certapi check --wait")
-	}
-	if !strings.Contains(readFile(t, root, "test/e2e/certapiplugin_test.go"), `certapi("check", "--wait"`) {
-		t.Error("test/e2e no longer runs kubectl certapi check --wait")
+	if i, j := strings.Index(body, "create secret generic"), strings.Index(body, "helm install "); i > j {
+		t.Errorf("%s: the block installs the chart before it makes the encryption Secret", where)
 	}
 }
 
