@@ -150,6 +150,54 @@ func TestPrometheusScrapesCertapi(t *testing.T) {
 		}
 	}))
 
+	// The labels the Prometheus Operator's configuration gives the series: the target's on certapi's own
+	// (certapi's namespace, its Service, the port's name as endpoint, job, and metrics_path, which keeps
+	// the two endpoints' up apart); on the request series the request's namespace, honored
+	// (honorLabels), and nothing renamed exported_*.
+	ns, svc := framework.CertapiNamespace, framework.CertapiServiceName
+	target := fmt.Sprintf(`namespace=%q, service=%q, endpoint="https", job=%q`, ns, svc, svc)
+	for _, q := range []string{
+		`certapi_leader{` + target + `, metrics_path="/metrics"}`,
+		`kubernetes_healthcheck{` + target + `, metrics_path="/metrics/slis", type="readyz", name="certapi-serving-certificate"}`,
+		`up{` + target + `, metrics_path="/metrics"} == 1`,
+		`up{` + target + `, metrics_path="/metrics/slis"} == 1`,
+		fmt.Sprintf(`certapi_servingcertrequest_ready{namespace="default", name="idle", service=%q, job=%q}`, svc, svc),
+	} {
+		testhelpers.Eventually(t, 500*time.Millisecond, 30*time.Second, "one series of "+q, func(ctx context.Context) (bool, error) {
+			res, err := query(ctx, api, q)
+			return err == nil && len(res) == 1, nil
+		})
+	}
+	for _, l := range []string{"exported_namespace", "exported_name", "exported_endpoint", "exported_job", "exported_instance", "exported_service", "exported_pod"} {
+		if res, err := query(ctx, api, fmt.Sprintf(`count by (__name__) ({%s!=""})`, l)); err != nil || len(res) != 0 {
+			t.Errorf("series with a label %s (a label of certapi's renamed by the target's): %s (%v)", l, res, err)
+		}
+	}
+	var byName []struct {
+		Metric map[string]string `json:"metric"`
+	}
+	// (ALERTS and ALERTS_FOR_STATE, Prometheus's own series of the alerts, carry the alerts' labels.)
+	res, err := query(ctx, api, fmt.Sprintf(`count by (__name__) ({job=%q, namespace!=%q, __name__!~"ALERTS|ALERTS_FOR_STATE"})`, svc, ns))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range res {
+		byName = append(byName, struct {
+			Metric map[string]string `json:"metric"`
+		}{})
+		if err := json.Unmarshal(r, &byName[len(byName)-1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, r := range byName {
+		if name := r.Metric["__name__"]; !requestNamespaced.MatchString(name) {
+			t.Errorf("%s has series whose namespace is not certapi's: only the request series' namespace may differ (the dashboard selects the others by certapi's)", name)
+		}
+	}
+	if len(byName) == 0 {
+		t.Errorf("no series carries a request's namespace: is honorLabels off?")
+	}
+
 	// The Ready series: 1 for the request that got a certificate, 0 with no reason for the one nobody called.
 	for q, want := range map[string]string{
 		`certapi_servingcertrequest_ready{namespace="default", name="web", reason="Issued"} == 1`: "web Ready (Issued)",
@@ -186,10 +234,11 @@ func TestPrometheusScrapesCertapi(t *testing.T) {
 	}
 }
 
-// startPrometheus runs a real Prometheus against cp's certapi, configured as servicemonitor.yaml
-// configures the Prometheus Operator (HTTPS to /metrics and /metrics/slis, certapi's own CA, the token of
-// a ServiceAccount bound to certapi:metrics-reader only), with the rule files in dir
-// (Monitoring.WriteRuleFiles), scraping and evaluating every second. It returns the address of its API
+// startPrometheus runs a real Prometheus against cp's certapi with the configuration the Prometheus
+// Operator generates from the chart's ServiceMonitor (operatorPrometheusConfig: Kubernetes service
+// discovery, HTTPS to /metrics and /metrics/slis, certapi's own CA from the ConfigMap certapi injects, the
+// token of a ServiceAccount bound to certapi:metrics-reader only, the operator's relabelling), with the
+// rule files in dir (Monitoring.WriteRuleFiles), scraping and evaluating every second. It returns the address of its API
 // once both targets are up, and stops it when the test ends.
 func startPrometheus(t *testing.T, cp *framework.ControlPlane, dir string) string {
 	t.Helper()
@@ -197,37 +246,13 @@ func startPrometheus(t *testing.T, cp *framework.ControlPlane, dir string) strin
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := context.Background()
-	bundle, err := cp.CertapiTrustBundle(ctx)
+	config := operatorPrometheusConfig(t, cp, dir)
+	config["rule_files"] = []string{filepath.Join(dir, "rules.yaml"), filepath.Join(dir, "dashboard-rules.yaml")}
+	data, err := yaml.Marshal(config)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "certapi-ca.crt"), bundle, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "token"), []byte(scraperToken(t, cp)), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	target := strings.TrimPrefix(cp.CertapiURL, "https://")
-	job := func(name, path string) map[string]any {
-		return map[string]any{
-			"job_name": name, "scheme": "https", "metrics_path": path,
-			"tls_config": map[string]any{
-				"ca_file": filepath.Join(dir, "certapi-ca.crt"), "server_name": framework.CertapiServiceName + "." + framework.CertapiNamespace + ".svc",
-			},
-			"authorization":  map[string]any{"type": "Bearer", "credentials_file": filepath.Join(dir, "token")},
-			"static_configs": []any{map[string]any{"targets": []string{target}}},
-		}
-	}
-	config, err := yaml.Marshal(map[string]any{
-		"global":         map[string]any{"scrape_interval": "1s", "evaluation_interval": "1s"},
-		"rule_files":     []string{filepath.Join(dir, "rules.yaml"), filepath.Join(dir, "dashboard-rules.yaml")},
-		"scrape_configs": []any{job("certapi", "/metrics"), job("certapi-slis", "/metrics/slis")},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), config, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), data, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	ports, err := framework.FreePorts(1)
