@@ -56,7 +56,9 @@ func (o *SnapshotOptions) Validate(embedded bool) []error {
 
 // schedule returns the leader's snapshot schedule, or nil when --snapshot-interval is 0. When the CA keys
 // are encrypted (caKeys encrypts), every snapshot gets an integrity record sealed with caKeys.
+// It sets certapi_snapshot_interval_seconds, which every replica reports, to the interval (0: none).
 func (o *SnapshotOptions) schedule(client *clientv3.Client, dataDir string, caKeys value.Transformer, encrypted bool) *snapshot.Schedule {
+	metrics.SnapshotInterval.Set(o.Interval.Seconds())
 	if o.Interval == 0 {
 		return nil
 	}
@@ -81,6 +83,9 @@ func (o *SnapshotOptions) schedule(client *clientv3.Client, dataDir string, caKe
 			}
 			metrics.Snapshots.WithLabelValues("success").Inc()
 			metrics.SnapshotLastSuccess.SetToCurrentTime()
+		},
+		Found: func(newest time.Time) {
+			metrics.SnapshotLastSuccess.Set(float64(newest.Unix()))
 		},
 	}
 }

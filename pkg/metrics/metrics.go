@@ -107,11 +107,22 @@ var (
 		Help:           "Scheduled etcd snapshots this replica took as leader (--snapshot-interval), by result (success, failure).",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"result"})
-	// SnapshotLastSuccess is when the last scheduled snapshot was saved, for an alert on its age.
+	// SnapshotLastSuccess is when the newest scheduled snapshot the leader knows of was saved, for an alert
+	// on its age (CertapiSnapshotTooOld): set by the leader that saves one, and at the start of each term
+	// from the newest already in --snapshot-dir, so that a replica that just became leader (or restarted)
+	// reports the snapshots its predecessors took rather than none. 0 on a replica that never led.
 	SnapshotLastSuccess = metrics.NewGauge(&metrics.GaugeOpts{
 		Namespace:      namespace,
 		Name:           "snapshot_last_success_timestamp_seconds",
-		Help:           "When this replica last saved a scheduled etcd snapshot, in Unix seconds.",
+		Help:           "When the newest scheduled etcd snapshot this replica knows of as leader was saved, in Unix seconds: set when it saves one, and at the start of its term from the newest in --snapshot-dir (0: none known).",
+		StabilityLevel: metrics.ALPHA,
+	})
+	// SnapshotInterval is --snapshot-interval, on every replica: the alert on the last snapshot's age
+	// applies only where snapshots are configured, and scales with the interval.
+	SnapshotInterval = metrics.NewGauge(&metrics.GaugeOpts{
+		Namespace:      namespace,
+		Name:           "snapshot_interval_seconds",
+		Help:           "The --snapshot-interval this replica runs with, in seconds; 0 when scheduled snapshots are off.",
 		StabilityLevel: metrics.ALPHA,
 	})
 )
@@ -153,7 +164,7 @@ var registerOnce sync.Once
 func Register() {
 	registerOnce.Do(func() {
 		legacyregistry.MustRegister(Issuances, IssuanceDuration, CANotAfter, RotationSteps, InjectionTargets, Leader, Signatures,
-			KubeAPIServed, Snapshots, SnapshotLastSuccess, EtcdMembers, EtcdLeader, EtcdMemberHealthy, ServedCertificates)
+			KubeAPIServed, Snapshots, SnapshotLastSuccess, SnapshotInterval, EtcdMembers, EtcdLeader, EtcdMemberHealthy, ServedCertificates)
 		legacyregistry.CustomMustRegister(requests)
 		legacyregistry.CustomMustRegister(served)
 	})

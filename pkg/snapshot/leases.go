@@ -42,7 +42,7 @@ func revokeLeases(ctx context.Context, etcdDir, memberName string) (int, error) 
 	if err != nil {
 		return 0, fmt.Errorf("starting etcd on the restored data to revoke its leases: %w", err)
 	}
-	defer e.Close()
+	defer closeEtcd(e, closeTimeout)
 	select {
 	case <-e.Server.ReadyNotify():
 	case err := <-e.Err():
@@ -67,4 +67,26 @@ func revokeLeases(ctx context.Context, etcdDir, memberName string) (int, error) 
 		}
 	}
 	return len(leases.Leases), nil
+}
+
+// closeTimeout bounds how long revokeLeases waits for the temporary etcd's listeners to close.
+const closeTimeout = 30 * time.Second
+
+// closeEtcd stops the temporary etcd's server (raft, the WAL and the database, synced and closed) and then
+// closes its listeners, waiting at most within for them. Closing can hang in the peer listener's shutdown
+// (embed's http.Server.Shutdown waiting for a cmux listener's Serve that does not return; seen in every
+// restore Pod with a read-only root file system, the restore then waiting forever in the middle of a
+// recovery): the data is safe once the server has stopped, so the restore goes on and the goroutine ends
+// with the process.
+func closeEtcd(e *embed.Etcd, within time.Duration) {
+	e.Server.Stop()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		e.Close()
+	}()
+	select {
+	case <-done:
+	case <-time.After(within):
+	}
 }

@@ -42,6 +42,11 @@ type Schedule struct {
 	Now func() time.Time
 	// Taken, when set, is called after every attempt with its result (for metrics and tests).
 	Taken func(info Info, err error)
+	// Found, when set, is called as Run starts with the time of the newest scheduled snapshot already in
+	// Dir (not called when there is none): a leader new to its term learns of the snapshots taken before
+	// it (by itself in an earlier term, or by another replica writing to the same Dir), for the metric of
+	// the last snapshot's age.
+	Found func(newest time.Time)
 
 	// mu makes Once and Fresh take turns, so that a scheduled snapshot still streaming when Fresh prunes
 	// cannot land, older than Fresh's, after it.
@@ -54,7 +59,11 @@ type Schedule struct {
 // starts: leadership that changes more often than the Interval (rolling upgrades) still gets snapshots.
 func (s *Schedule) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx).WithName("snapshots")
-	delay := nextDelay(s.newest(), s.now(), s.Interval)
+	newest := s.newest()
+	if !newest.IsZero() && s.Found != nil {
+		s.Found(newest)
+	}
+	delay := nextDelay(newest, s.now(), s.Interval)
 	t := time.NewTimer(delay)
 	defer t.Stop()
 	for {

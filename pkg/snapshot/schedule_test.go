@@ -1,6 +1,9 @@
 package snapshot
 
 import (
+	"context"
+	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -75,5 +78,39 @@ func TestNextDelay(t *testing.T) {
 				t.Errorf("nextDelay = %s, want %s", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestScheduleFound: a leader's schedule reports, as it starts, the newest scheduled snapshot already in its
+// directory (for the metric of the last snapshot's age), ignoring files of other names.
+func TestScheduleFound(t *testing.T) {
+	dir := t.TempDir()
+	for _, name := range []string{"certapi-20260101T000000Z.db", "certapi-20260101T060000Z.db", "certapi-20990101T000000Z.db.bak", "mine.db"} {
+		if err := os.WriteFile(filepath.Join(dir, name), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var found time.Time
+	s := &Schedule{
+		Interval: time.Hour, Dir: dir, Retention: 1,
+		// The newest is 10 minutes old: the first snapshot is due in 50, long after Found ends the test.
+		Now:   func() time.Time { return time.Date(2026, 1, 1, 6, 10, 0, 0, time.UTC) },
+		Found: func(newest time.Time) { found = newest; cancel() },
+		Taken: func(Info, error) { t.Error("a snapshot was taken; want none before the interval") },
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("Run did not report the newest snapshot in its directory (Found) within a minute")
+	}
+	if want := time.Date(2026, 1, 1, 6, 0, 0, 0, time.UTC); !found.Equal(want) {
+		t.Errorf("Found reported %s; want the newest scheduled snapshot's time, %s", found, want)
 	}
 }

@@ -1,17 +1,15 @@
 package snapshot
 
 import (
-	"bytes"
 	"context"
-	"crypto/sha256"
-	"errors"
 	"fmt"
-	"hash"
 	"io"
 	"os"
 	"path/filepath"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/certapi/certapi/pkg/snapshot/sha256trailer"
 )
 
 // SaveToWriter streams a snapshot through client into w (stdout, for `kubectl exec ... snapshot save -`
@@ -24,40 +22,15 @@ func SaveToWriter(ctx context.Context, client *clientv3.Client, w io.Writer) (in
 		return 0, err
 	}
 	defer rc.Close()
-	tw := &trailerWriter{h: sha256.New()}
+	tw := sha256trailer.NewWriter()
 	n, err := io.Copy(io.MultiWriter(w, tw), rc)
 	if err != nil {
 		return n, fmt.Errorf("streaming the snapshot from etcd: %w", err)
 	}
-	if err := tw.check(n); err != nil {
+	if err := tw.Check(); err != nil {
 		return n, fmt.Errorf("the snapshot streamed from etcd is not complete; discard the copy: %w", err)
 	}
 	return n, nil
-}
-
-// trailerWriter hashes everything but the last sha256.Size bytes written, which it keeps.
-type trailerWriter struct {
-	h    hash.Hash
-	tail []byte
-}
-
-func (t *trailerWriter) Write(p []byte) (int, error) {
-	t.tail = append(t.tail, p...)
-	if over := len(t.tail) - sha256.Size; over > 0 {
-		t.h.Write(t.tail[:over])
-		t.tail = append(t.tail[:0], t.tail[over:]...)
-	}
-	return len(p), nil
-}
-
-func (t *trailerWriter) check(size int64) error {
-	if size%512 != sha256.Size || len(t.tail) != sha256.Size {
-		return fmt.Errorf("its size (%d bytes) does not end in etcd's SHA-256 trailer", size)
-	}
-	if !bytes.Equal(t.h.Sum(nil), t.tail) {
-		return errors.New("its content does not match etcd's SHA-256 trailer")
-	}
-	return nil
 }
 
 // ReadToDir copies r (a snapshot on stdin, for `certapi snapshot restore -`) into a new file in dir,

@@ -592,6 +592,10 @@ func TestScheduledSnapshots(t *testing.T) {
 	if !strings.Contains(metricsOf(t, own), "certapi_snapshot_last_success_timestamp_seconds ") {
 		t.Error("no certapi_snapshot_last_success_timestamp_seconds on /metrics")
 	}
+	// The interval, for the alert on the last snapshot's age (CertapiSnapshotTooOld).
+	if !regexp.MustCompile(`(?m)^certapi_snapshot_interval_seconds 1$`).MatchString(metricsOf(t, own)) {
+		t.Error("no certapi_snapshot_interval_seconds 1 on /metrics (--snapshot-interval=1s)")
+	}
 	if err := own.StopCertapi(); err != nil {
 		t.Fatal(err)
 	}

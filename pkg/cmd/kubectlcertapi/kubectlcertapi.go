@@ -3,7 +3,8 @@
 // what it waits for, the injection summary and the requests nearest expiry; `rotate` and `distrust` start
 // a CA rotation and follow it; `inspect` shows what a webhook configuration's, CRD's or APIService's
 // endpoints serve against the caBundle it holds, and `inspect secret` explains a delivered Secret; `check`
-// says whether certapi serves; `migrate` prints the cut-over from cert-manager for the cluster. It is built on k8s.io/cli-runtime, so the kubeconfig, context and namespace flags behave as
+// says whether certapi serves; `migrate` prints the cut-over from cert-manager for the cluster; `renew`
+// re-issues a request's Secret now; `completion` prints shell completion scripts. It is built on k8s.io/cli-runtime, so the kubeconfig, context and namespace flags behave as
 // kubectl's, and it reports errors as kubectl does (k8s.io/kubectl's cmdutil.CheckErr).
 package kubectlcertapi
 
@@ -42,7 +43,7 @@ const (
 	groupVersion = "certapi.dev/v1alpha1"
 )
 
-// FieldManager is the field manager of the writes `rotate` and `distrust` make.
+// FieldManager is the field manager of the writes `rotate`, `distrust` and `renew` make.
 const FieldManager = "kubectl-certapi"
 
 var rootLong = templates.LongDesc(`
@@ -69,7 +70,10 @@ var rootExample = templates.Examples(`
 	kubectl certapi inspect secret my-webhook-tls -n webhooks
 
 	# The cut-over from cert-manager for this cluster, as commands (changes nothing)
-	kubectl certapi migrate`)
+	kubectl certapi migrate
+
+	# Re-issue the certificate in a ServingCertRequest's Secret now
+	kubectl certapi renew webhooks/my-webhook`)
 
 // rootOptions are the flags every subcommand shares.
 type rootOptions struct {
@@ -149,7 +153,7 @@ func NewCmd(streams genericiooptions.IOStreams) *cobra.Command {
 	cmd.PersistentFlags().AddFlagSet(conn)
 
 	own := map[*cobra.Command]*pflag.FlagSet{}
-	for _, sub := range []*cobra.Command{newStatusCmd(o), newCheckCmd(o), newRotateCmd(o), newDistrustCmd(o), newInspectCmd(o), newMigrateCmd(o)} {
+	for _, sub := range []*cobra.Command{newStatusCmd(o), newCheckCmd(o), newRotateCmd(o), newDistrustCmd(o), newInspectCmd(o), newMigrateCmd(o), newRenewCmd(o), newSnapshotCmd(o), newCompletionCmd(o)} {
 		addSub(cmd, sub, own)
 	}
 	help.SetUsage(cmd, func(c *cobra.Command) []help.FlagGroup {

@@ -17,7 +17,9 @@ import (
 )
 
 // TestClusterRestore runs docs/backup-and-restore.md's "Several members" on the README's install, its
-// blocks as they are written (cluster-save, cluster-restore-stop, cluster-restore), twice. First
+// blocks as they are written (cluster-save, cluster-restore-stop, cluster-restore), twice, in
+// certapi-system labelled to enforce Pod Security "restricted" as artifacts/deploy/base makes it: a
+// restore drill from a copy off the cluster (kubectl certapi snapshot save, the cluster-save block). First
 // certapi-0's volume is lost and the other two keep the data of before: a request delivered into a Secret
 // and a webhook configuration injected; the snapshot streamed out of certapi-0's pod; a request made after
 // it; certapi scaled to zero; certapi-0's claim deleted and made anew; the restore Pod fed the snapshot on
@@ -30,6 +32,7 @@ import (
 // bundle.
 func TestClusterRestore(t *testing.T) {
 	kube, _, _ := installed3(t)
+	nodetest.EnforceRestricted(t, cp, ns)
 	kept := nodetest.KeepForRestore(t, cp)
 
 	shell := nodetest.NewDocShell(t, cp)
@@ -63,10 +66,12 @@ func TestClusterRestore(t *testing.T) {
 	}
 }
 
-// save runs docs/backup-and-restore.md's cluster-save block in shell: the snapshot streamed out of a
-// member's pod into certapi.db, and checked.
+// save runs docs/backup-and-restore.md's cluster-save block in shell: the snapshot copied off the cluster
+// by `kubectl certapi snapshot save` from the leader's pod into certapi.db with its integrity record
+// (certapi.db.integrity), and checked; the restore that follows is fed from that copy.
 func save(t *testing.T, shell *nodetest.DocShell) {
 	t.Helper()
+	nodetest.KeepEarlierSnapshot(t, shell)
 	start := time.Now()
 	shell.Run(t, restoreDoc, time.Minute, "cluster-save")
 	took := time.Since(start)
@@ -74,7 +79,10 @@ func save(t *testing.T, shell *nodetest.DocShell) {
 	if err != nil {
 		t.Fatalf("the snapshot the cluster-save block streamed out: %v", err)
 	}
-	t.Logf("figure: the cluster-save block (kubectl exec certapi-0 -- certapi snapshot save -, then snapshot status): %d bytes, %d keys, in %s",
+	if _, err := os.Stat(filepath.Join(shell.Dir, "certapi.db"+snapshot.IntegritySuffix)); err != nil {
+		t.Fatalf("the cluster-save block kept no integrity record beside the snapshot: %v", err)
+	}
+	t.Logf("figure: the cluster-save block (kubectl certapi snapshot save, then snapshot status): %d bytes, %d keys, in %s",
 		info.Size, info.Keys, took.Round(time.Millisecond))
 }
 

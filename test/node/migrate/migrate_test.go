@@ -81,6 +81,7 @@ func TestEmbeddedToCluster(t *testing.T) {
 	shell.Run(t, "README.md", 10*time.Minute, "cluster-image")
 	shell.Script(t, "the install with examples/values-single.yaml", 10*time.Minute,
 		fmt.Sprintf(singleInstall, nodetest.RepoPath(t, "artifacts/charts/examples/values-single.yaml")))
+	nodetest.EnforceRestricted(t, cp, ns)
 	kept := nodetest.KeepForRestore(t, cp)
 
 	out, err := shell.ScriptErr(2*time.Minute, naiveUpgrade)
@@ -115,6 +116,7 @@ func TestEmbeddedToCluster(t *testing.T) {
 	if err == nil || !strings.Contains(out, `"To one replica"`) {
 		t.Fatalf("%s: %v\n%s\nwant it refused with a message that names the way", scaleToOne, err, out)
 	}
+	nodetest.KeepEarlierSnapshot(t, shell)
 	shell.Run(t, restoreDoc, time.Minute, "cluster-save")
 	kept.Deliver(t, "lost")
 	shell.Run(t, restoreDoc, 6*time.Minute, "cluster-restore-stop")

@@ -175,3 +175,32 @@ func (k *Kept) Restored(t *testing.T, kept []string, lost, after string) {
 		t.Errorf("the certificate of before does not verify against the bundle injected after the restore: %v", err)
 	}
 }
+
+// EnforceRestricted labels namespace ns as artifacts/deploy/base makes certapi-system: Pod Security
+// "restricted" enforced. The restore blocks of docs/backup-and-restore.md run where it is, so that a
+// restore Pod the policy refuses fails the test, as it would fail a user in the middle of a recovery
+// (test/docs checks the same Pods with a server-side dry run).
+func EnforceRestricted(t *testing.T, cp *framework.ControlPlane, ns string) {
+	t.Helper()
+	Kubectl(t, cp, "label", "namespace", ns, "--overwrite",
+		"pod-security.kubernetes.io/enforce=restricted", "pod-security.kubernetes.io/enforce-version=latest")
+}
+
+// KeepEarlierSnapshot moves a snapshot an earlier block left in shell's directory (certapi.db and its
+// integrity record) aside, to certapi-N.db, as a user keeps the copies they took: `kubectl certapi snapshot
+// save` never overwrites a file.
+func KeepEarlierSnapshot(t *testing.T, shell *DocShell) {
+	t.Helper()
+	for n := 1; ; n++ {
+		to := filepath.Join(shell.Dir, fmt.Sprintf("certapi-%d.db", n))
+		if _, err := os.Stat(to); err == nil {
+			continue
+		}
+		for _, suffix := range []string{"", ".integrity"} {
+			if err := os.Rename(filepath.Join(shell.Dir, "certapi.db"+suffix), to+suffix); err != nil && !os.IsNotExist(err) {
+				t.Fatal(err)
+			}
+		}
+		return
+	}
+}

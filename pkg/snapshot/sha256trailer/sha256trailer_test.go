@@ -1,4 +1,4 @@
-package snapshot
+package sha256trailer
 
 import (
 	"crypto/sha256"
@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-func TestTrailerWriter(t *testing.T) {
+func TestWriter(t *testing.T) {
 	body := make([]byte, 1024)
 	for i := range body {
 		body[i] = byte(i)
@@ -28,14 +28,14 @@ func TestTrailerWriter(t *testing.T) {
 		{"changed", flipped, 7, "does not match"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			w := &trailerWriter{h: sha256.New()}
+			w := NewWriter()
 			step := max(1, len(tc.data)/tc.chunks)
 			for i := 0; i < len(tc.data); i += step {
 				_, _ = w.Write(tc.data[i:min(len(tc.data), i+step)])
 			}
-			err := w.check(int64(len(tc.data)))
+			err := w.Check()
 			if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
-				t.Errorf("check = %v, want %q", err, tc.want)
+				t.Errorf("Check = %v, want %q", err, tc.want)
 			}
 		})
 	}
