@@ -1,7 +1,8 @@
 // Package chart tests the Helm chart artifacts/charts/certapi with the helm built by `make tools`
 // (hack/tools/helm) against a real kube-apiserver and etcd from test/framework: helm lint, every example
 // values file rendered and applied with a server-side dry run, values that cannot work refused, and helm
-// install followed by helm uninstall leaving nothing of certapi's behind but what the README says is kept.
+// install followed by helm uninstall leaving nothing of certapi's behind but what the README says is kept;
+// and all of that again with Helm 3 (hack/tools/helm3), which most clusters are installed with.
 // No certapi runs here (no node runs pods either): what is tested is what the chart asks of the API.
 package chart
 
@@ -25,7 +26,9 @@ var cp *framework.ControlPlane
 
 // Paths of the binaries and of the chart, set by TestMain.
 var (
-	helmBin    string
+	helmBin string
+	// helm3Bin is Helm 3, which most clusters are installed with: TestHelm3 runs it.
+	helm3Bin   string
 	kubectlBin string
 	chartDir   string
 	examples   string
@@ -46,6 +49,10 @@ func run(m *testing.M) int {
 	chartDir = filepath.Join(root, "artifacts", "charts", "certapi")
 	examples = filepath.Join(root, "artifacts", "charts", "examples")
 	if helmBin, err = framework.HelmBinary(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if helm3Bin, err = framework.Helm3Binary(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
@@ -107,10 +114,16 @@ type result struct {
 	err            error
 }
 
-// runHelm runs helm with the control plane's kubeconfig and a home of the tests' own.
+// runHelm runs helm (Helm 4) with the control plane's kubeconfig and a home of the tests' own.
 func runHelm(t *testing.T, args ...string) result {
 	t.Helper()
-	return runBin(t, helmBin, []string{
+	return runHelmBin(t, helmBin, args...)
+}
+
+// runHelmBin runs the helm binary bin as runHelm does.
+func runHelmBin(t *testing.T, bin string, args ...string) result {
+	t.Helper()
+	return runBin(t, bin, []string{
 		"KUBECONFIG=" + cp.Kubeconfig,
 		"HELM_CACHE_HOME=" + filepath.Join(helmHome, "cache"),
 		"HELM_CONFIG_HOME=" + filepath.Join(helmHome, "config"),

@@ -328,6 +328,37 @@ priorityClassName: ""
 			}
 		},
 	}, {
+		name: "a registry mirror with pull Secrets and labels of the platform",
+		args: []string{"--set", "global.imageRegistry=mirror.example.com:5000/hub", "--set", "global.imagePullSecrets[0]=mirror-pull",
+			"--set", "imagePullSecrets[0].name=certapi-pull", "--set", "imagePullSecrets[1].name=mirror-pull", "--set", "commonLabels.example\\.com/team=platform"},
+		check: func(t *testing.T, ns string, objs []*unstructured.Unstructured, pod *corev1.PodSpec) {
+			// The mirror replaces ghcr.io, the repository's registry; a pull Secret named twice is given once.
+			if got, want := certapiContainer(t, pod).Image, "mirror.example.com:5000/hub/certapi/certapi:"; !strings.HasPrefix(got, want) {
+				t.Errorf("image %s; want it pulled from the mirror, %s<tag>", got, want)
+			}
+			var secrets []string
+			for _, s := range pod.ImagePullSecrets {
+				secrets = append(secrets, s.Name)
+			}
+			if !slices.Equal(secrets, []string{"mirror-pull", "certapi-pull"}) {
+				t.Errorf("imagePullSecrets %v; want [mirror-pull certapi-pull]", secrets)
+			}
+			for _, u := range objs {
+				if u.GetLabels()["example.com/team"] != "platform" {
+					t.Errorf("%s %s has no label example.com/team=platform (commonLabels)", u.GetKind(), u.GetName())
+				}
+			}
+		},
+	}, {
+		name: "an image registry of its own",
+		args: []string{"--set", "image.registry=registry.example.com", "--set", "image.repository=platform/certapi", "--set", "image.digest=sha256:" + strings.Repeat("ab", 32)},
+		check: func(t *testing.T, ns string, objs []*unstructured.Unstructured, pod *corev1.PodSpec) {
+			// A repository with no registry of its own gets the registry in front.
+			if got, want := certapiContainer(t, pod).Image, "registry.example.com/platform/certapi@sha256:"+strings.Repeat("ab", 32); got != want {
+				t.Errorf("image %s; want %s", got, want)
+			}
+		},
+	}, {
 		name: "existing encryption Secret",
 		args: []string{"--set", "encryption.secretName=platform-encryption", "--set", "encryption.secretKey=encryption-config.yaml"},
 		check: func(t *testing.T, ns string, objs []*unstructured.Unstructured, pod *corev1.PodSpec) {

@@ -17,9 +17,12 @@
 {{- end -}}
 {{- end -}}
 
-{{/* Labels of every object: part-of, and (unless helmLabels is false) Helm's. */}}
+{{/* Labels of every object: part-of, commonLabels, and (unless helmLabels is false) Helm's. */}}
 {{- define "certapi.commonLabels" -}}
 app.kubernetes.io/part-of: certapi
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
 {{- if .Values.helmLabels }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
@@ -106,10 +109,44 @@ request.namespace == {{ .Release.Namespace | squote }} && request.name == {{ pri
 {{- end -}}
 
 {{- define "certapi.image" -}}
+{{- $repository := include "certapi.withRegistry" (dict "ref" .Values.image.repository "registry" (.Values.image.registry | default (.Values.global).imageRegistry)) -}}
 {{- if .Values.image.digest -}}
-{{ .Values.image.repository }}@{{ .Values.image.digest }}
+{{ $repository }}@{{ .Values.image.digest }}
 {{- else -}}
-{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{ $repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}
+{{- end -}}
+
+{{/* An image reference (.ref) pulled from another registry (.registry, e.g. a mirror) when one is given:
+the registry replaces the reference's own, which is its first path element when that names a host (has a
+dot or a port, or is localhost, as container runtimes read it), and is put in front otherwise. */}}
+{{- define "certapi.withRegistry" -}}
+{{- $ref := .ref -}}
+{{- with .registry -}}
+{{- $parts := splitn "/" 2 $ref -}}
+{{- $first := $parts._0 -}}
+{{- if and $parts._1 (or (contains "." $first) (contains ":" $first) (eq $first "localhost")) -}}
+{{- $ref = $parts._1 -}}
+{{- end -}}
+{{- $ref = printf "%s/%s" (trimSuffix "/" .) $ref -}}
+{{- end -}}
+{{- $ref -}}
+{{- end -}}
+
+{{/* imagePullSecrets of every pod: global.imagePullSecrets (the umbrella-chart convention) and then
+imagePullSecrets, each given as {name: ...} or as a plain name. */}}
+{{- define "certapi.imagePullSecrets" -}}
+{{- $names := list -}}
+{{- range concat ((.Values.global).imagePullSecrets | default list) (.Values.imagePullSecrets | default list) -}}
+{{- $name := . -}}
+{{- if kindIs "map" . }}{{ $name = .name }}{{ end -}}
+{{- if and $name (not (has $name $names)) }}{{ $names = append $names $name }}{{ end -}}
+{{- end -}}
+{{- with $names -}}
+imagePullSecrets:
+{{- range . }}
+- name: {{ . }}
+{{- end }}
 {{- end -}}
 {{- end -}}
 
@@ -192,7 +229,10 @@ so the one left would wait for it without a quorum. lookup finds nothing in helm
 {{- end -}}
 {{- /* etcd.mode embedded changed to cluster: a StatefulSet started on empty claims would bootstrap a new
 cluster, with a new CA and no ServingCertRequests, while the embedded member's data sits in its kept claim.
-Refused until the first member's claim holds that data (the documented snapshot and restore makes it). */ -}}
+Refused until the first member's claim holds that data (the documented snapshot and restore makes it).
+lookup finds nothing in helm template (Argo CD, Flux): there certapi's own guard holds, the first member
+refuses to bootstrap a first cluster while the APIService holds a CA bundle certapi published
+(pkg/etcdcluster DecideStart, rule 4); this one only refuses earlier, before anything changed. */ -}}
 {{- if eq $mode "cluster" -}}
 {{- $fullname := include "certapi.fullname" . -}}
 {{- $embeddedClaim := printf "%s-data" $fullname -}}
@@ -221,5 +261,20 @@ Refused until the first member's claim holds that data (the documented snapshot 
 {{- end -}}
 {{- if not (has .Values.etcd.dedicated.podAntiAffinity (list "required" "preferred")) -}}
 {{- fail (printf "etcd.dedicated.podAntiAffinity %q: want required or preferred" .Values.etcd.dedicated.podAntiAffinity) -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The --snapshot-interval certapi runs with: snapshots.interval, whose default "auto" is 1h wherever the
+snapshots have somewhere to go without a choice of the user's (etcd.mode cluster or embedded, whose data
+volume keeps them, or a snapshots.existingClaim), and none with an external or dedicated etcd and no
+claim (that etcd is backed up by whoever runs it). Empty: none.
+*/}}
+{{- define "certapi.snapshotInterval" -}}
+{{- $interval := .Values.snapshots.interval -}}
+{{- if eq $interval "auto" -}}
+{{- if or (eq .Values.etcd.mode "cluster") (eq .Values.etcd.mode "embedded") .Values.snapshots.existingClaim -}}1h{{- end -}}
+{{- else -}}
+{{- $interval -}}
 {{- end -}}
 {{- end -}}
