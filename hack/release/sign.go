@@ -257,7 +257,11 @@ func (k *keys) writeHelmProvenance(tgz string, chartYAML []byte, when time.Time)
 	msg.WriteString("\n\n...\n")
 	fmt.Fprintf(&msg, "files:\n  %s: sha256:%x\n", filepath.Base(tgz), sum)
 	var out bytes.Buffer
-	cfg := &packet.Config{DefaultHash: crypto.SHA512, Time: func() time.Time { return when }}
+	// No random notation (go-crypto adds one to every signature by default, against fault attacks on a
+	// signer that signs the same message many times): a release signs each message once, and its
+	// provenance file must come out the same from the same commit and key.
+	randomNotation := false
+	cfg := &packet.Config{DefaultHash: crypto.SHA512, Time: func() time.Time { return when }, NonDeterministicSignaturesViaNotation: &randomNotation}
 	w, err := clearsign.Encode(&out, k.pgp.PrivateKey, cfg)
 	if err != nil {
 		return err
