@@ -116,3 +116,38 @@ func TestPinImageDigest(t *testing.T) {
 		})
 	}
 }
+
+// TestSignaturesAreDeterministic: the same key signs the same message the same way, every signature a
+// release makes (the chart's provenance file, checksums.txt's signature), so that two builds of one commit
+// with one key are byte-identical (test/release's TestReproducible checks whole releases).
+func TestSignaturesAreDeterministic(t *testing.T) {
+	dir := t.TempDir()
+	when := time.Date(2026, 12, 6, 0, 0, 0, 0, time.UTC)
+	k, err := loadKeys("", "", dir, when)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tgz := filepath.Join(dir, "certapi-1.2.3.tgz")
+	if err := os.WriteFile(tgz, []byte("not really a chart"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var provs [][]byte
+	for range 2 {
+		if err := k.writeHelmProvenance(tgz, []byte("name: certapi\nversion: 1.2.3\n"), when); err != nil {
+			t.Fatal(err)
+		}
+		p, err := os.ReadFile(tgz + ".prov")
+		if err != nil {
+			t.Fatal(err)
+		}
+		provs = append(provs, p)
+	}
+	if !bytes.Equal(provs[0], provs[1]) {
+		t.Errorf("two provenance files of the same chart and key differ:\n%s\n%s", provs[0], provs[1])
+	}
+	a, errA := k.sign([]byte("checksums"))
+	b, errB := k.sign([]byte("checksums"))
+	if errA != nil || errB != nil || !bytes.Equal(a, b) {
+		t.Errorf("two cosign signatures of the same data differ (%v, %v)", errA, errB)
+	}
+}
