@@ -85,38 +85,6 @@ func TestArchivesAreReproducible(t *testing.T) {
 	}
 }
 
-func TestPinImageDigest(t *testing.T) {
-	const digest = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
-	for _, tc := range []struct {
-		name, in, want, err string
-	}{{
-		name: "the image's digest, not another key's",
-		in:   "replicas: 3\nimage:\n  # comment\n  repository: r\n  digest: \"\"\n  tag: \"\"\netcd:\n  digest: \"\"\n",
-		want: "replicas: 3\nimage:\n  # comment\n  repository: r\n  digest: \"" + digest + "\"\n  tag: \"\"\netcd:\n  digest: \"\"\n",
-	}, {
-		name: "a digest already set in the source is refused",
-		in:   "image:\n  digest: \"sha256:00\"\netcd:\n  digest: \"\"\n",
-		err:  "must stay empty",
-	}, {
-		name: "no image key",
-		in:   "etcd:\n  digest: \"\"\n",
-		err:  "no top-level image",
-	}} {
-		t.Run(tc.name, func(t *testing.T) {
-			got, err := pinImageDigest([]byte(tc.in), digest)
-			if tc.err != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.err) {
-					t.Fatalf("error %v; want one saying %q", err, tc.err)
-				}
-				return
-			}
-			if err != nil || string(got) != tc.want {
-				t.Errorf("got %q, %v\nwant %q", got, err, tc.want)
-			}
-		})
-	}
-}
-
 // TestSignaturesAreDeterministic: the same key signs the same message the same way, every signature a
 // release makes (the chart's provenance file, checksums.txt's signature), so that two builds of one commit
 // with one key are byte-identical (test/release's TestReproducible checks whole releases).
