@@ -270,7 +270,7 @@ func readsEtcd(t *testing.T, kube kubernetes.Interface, ca *etcdcluster.PeerCA) 
 
 // earlierCustody makes the package's cluster anew the way a release of the earlier default
 // (etcd.cluster.peerCACustody secret) made it: scaled to zero, every claim and the peer CA Secret deleted,
-// then helm upgrade with custody secret and three members again. certapi-0 bootstraps a new cluster with
+// the published bundle removed from the APIService, then helm upgrade with custody secret and three members again. certapi-0 bootstraps a new cluster with
 // a new peer CA whose key is in its Secret, and a new CA; earlierCustody returns that CA.
 func earlierCustody(t *testing.T, kube kubernetes.Interface, certapi versioned.Interface) string {
 	t.Helper()
@@ -288,6 +288,9 @@ func earlierCustody(t *testing.T, kube kubernetes.Interface, certapi versioned.I
 		nodetest.Kubectl(t, cp, "-n", ns, "delete", "pvc", fmt.Sprintf("data-certapi-%d", i), "--ignore-not-found")
 	}
 	nodetest.Kubectl(t, cp, "-n", ns, "delete", "secret", "certapi-etcd-peer-ca")
+	// Starting over with a new CA on purpose, as the refusal of a new cluster tells an admin to: the bundle
+	// certapi published leaves the APIService, or certapi-0 refuses to bootstrap a second CA.
+	nodetest.Kubectl(t, cp, "patch", "apiservice", apiService, "--type=json", "-p", `[{"op":"remove","path":"/spec/caBundle"}]`)
 	for i := range 3 {
 		if err := cp.CreateHostPathPV(ctx, fmt.Sprintf("certapi-data-earlier-%d", i), "1Gi"); err != nil {
 			t.Fatal(err)
