@@ -429,23 +429,32 @@ func (d *demo) startWebhook(ctx context.Context) error {
 	ready := since(t0)
 
 	// What kube-apiserver will see: the certificate, verified for the Service's name against certapi's bundle.
-	roots := x509.NewCertPool()
-	if !roots.AppendCertsFromPEM(d.caBundle) {
-		return errors.New("certapi's CA bundle holds no certificate")
-	}
-	serverName := webhookName + "." + webhookNamespace + ".svc"
-	dialer := &net.Dialer{Timeout: 5 * time.Second}
-	conn, err := tls.DialWithDialer(dialer, "tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), &tls.Config{RootCAs: roots, ServerName: serverName})
+	leaf, serverName, err := d.servedLeaf(net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
 	if err != nil {
-		return fmt.Errorf("the example webhook's certificate does not verify for %s against certapi's CA bundle: %w", serverName, err)
+		return err
 	}
-	leaf := conn.ConnectionState().PeerCertificates[0]
-	conn.Close()
 	fmt.Fprintf(d.out, "   Ready %s after start: its key was made in memory, its certificate issued by certapi (serial %s),\n", ready, leaf.SerialNumber.Text(16))
 	fmt.Fprintf(d.out, "   valid for %s until %s; no Secret, no file. Serving https://127.0.0.1:%d (readiness %s)\n",
 		serverName, leaf.NotAfter.UTC().Format(time.RFC3339), port, readyz)
 	d.webhookPort = port
 	return nil
+}
+
+// servedLeaf is the certificate the example webhook serves at addr, verified as kube-apiserver verifies
+// it: for the Service's name (returned too), against certapi's bundle.
+func (d *demo) servedLeaf(addr string) (*x509.Certificate, string, error) {
+	serverName := webhookName + "." + webhookNamespace + ".svc"
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(d.caBundle) {
+		return nil, serverName, errors.New("certapi's CA bundle holds no certificate")
+	}
+	dialer := &net.Dialer{Timeout: 5 * time.Second}
+	conn, err := tls.DialWithDialer(dialer, "tcp", addr, &tls.Config{RootCAs: roots, ServerName: serverName})
+	if err != nil {
+		return nil, serverName, fmt.Errorf("%s: the example webhook's certificate does not verify for %s against certapi's CA bundle: %w", addr, serverName, err)
+	}
+	defer conn.Close()
+	return conn.ConnectionState().PeerCertificates[0], serverName, nil
 }
 
 // startWebhookPods is step 3 on a node: the example's own manifests applied as a user applies them, with
@@ -508,21 +517,13 @@ func (d *demo) startWebhookPods(ctx context.Context) error {
 
 	// What kube-apiserver will see: each pod's certificate, verified for the Service's name against
 	// certapi's bundle, at the pod's address (kube-apiserver dials the endpoints, as here).
-	roots := x509.NewCertPool()
-	if !roots.AppendCertsFromPEM(d.caBundle) {
-		return errors.New("certapi's CA bundle holds no certificate")
-	}
-	serverName := webhookName + "." + webhookNamespace + ".svc"
-	dialer := &net.Dialer{Timeout: 5 * time.Second}
 	var leaf *x509.Certificate
+	var serverName string
 	for _, p := range pods {
 		addr := net.JoinHostPort(p.Status.PodIP, "9443")
-		conn, err := tls.DialWithDialer(dialer, "tcp", addr, &tls.Config{RootCAs: roots, ServerName: serverName})
-		if err != nil {
-			return fmt.Errorf("pod %s (%s): the example webhook's certificate does not verify for %s against certapi's CA bundle: %w", p.Name, addr, serverName, err)
+		if leaf, serverName, err = d.servedLeaf(addr); err != nil {
+			return fmt.Errorf("pod %s: %w", p.Name, err)
 		}
-		leaf = conn.ConnectionState().PeerCertificates[0]
-		conn.Close()
 		fmt.Fprintf(d.out, "   pod %s on node %s, %s: certificate serial %s from certapi, key made in the pod's memory\n", p.Name, p.Spec.NodeName, addr, leaf.SerialNumber.Text(16))
 	}
 	fmt.Fprintf(d.out, "   both Ready %s after the apply, valid for %s until %s; no Secret, no file, no restart\n",
