@@ -225,7 +225,7 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs.StringVar(&o.ServiceNamespace, "service-namespace", o.ServiceNamespace, "The namespace of --service-name.")
 	fs.DurationVar(&o.RotationGrace, "rotation-grace", o.RotationGrace,
 		"During a CA rotation, the least time between publishing the Next CA in every bundle and letting it sign: time for kubelet to "+
-			"propagate Secrets' ca.crt (30-100 s) and for clients to reload. The switch also waits until every injectable target holds the bundle.")
+			"rewrite mounted Secrets' ca.crt (at its pod sync, about a minute) and for clients to reload. The switch also waits until every injectable target holds the bundle.")
 	fs.DurationVar(&o.MaxCertificateDuration, "max-certificate-duration", o.MaxCertificateDuration,
 		"Caps every certificate's lifetime, whatever a request asks. A Retiring CA stays in the bundle this long after the switch (or until "+
 			"its own notAfter), so no certificate it signed loses trust while valid. Lower it only to test rotation end to end.")
