@@ -325,7 +325,7 @@ func checkSecurity(t *testing.T, ns string, objs []*unstructured.Unstructured, w
 		t.Fatalf("no ServiceAccount %s in %s", release, ns)
 	}
 	user := "system:serviceaccount:" + sa.GetNamespace() + ":" + sa.GetName()
-	policies := 0
+	policies, quorum := 0, false
 	for _, u := range objs {
 		if u.GetKind() != "ValidatingAdmissionPolicy" {
 			continue
@@ -333,6 +333,14 @@ func checkSecurity(t *testing.T, ns string, objs []*unstructured.Unstructured, w
 		policies++
 		var p admissionregistrationv1.ValidatingAdmissionPolicy
 		convert(t, u, &p)
+		if p.Name == quorumPolicy {
+			quorum = true
+			statefulSet := "request.namespace == '" + ns + "' && request.name == '" + release + "'"
+			if len(p.Spec.MatchConditions) != 1 || p.Spec.MatchConditions[0].Expression != statefulSet {
+				t.Errorf("ValidatingAdmissionPolicy %s matches %+v; want certapi's StatefulSet, %s", p.Name, p.Spec.MatchConditions, statefulSet)
+			}
+			continue
+		}
 		// The condition joins the namespace and the name parameters; joined, it names the account. In
 		// etcd.mode cluster the Secret policies also tell the peer CA Secret apart (and nothing else).
 		conditions := 1
@@ -366,11 +374,14 @@ func checkSecurity(t *testing.T, ns string, objs []*unstructured.Unstructured, w
 			}
 		}
 	}
-	// webhooks, CRDs, APIServices, ConfigMaps, Secrets, ClusterTrustBundles, ResourceQuota status (and the
-	// etcd peer CA Secret); one binding each.
+	if quorum != want.cluster {
+		t.Errorf("ValidatingAdmissionPolicy %s rendered: %v; want it only in etcd.mode cluster", quorumPolicy, quorum)
+	}
+	// webhooks, CRDs, APIServices, ConfigMaps, Secrets, ClusterTrustBundles, ResourceQuota status (and in
+	// etcd.mode cluster the etcd peer CA Secret and the StatefulSet's quorum); one binding each.
 	wantPolicies := 7
 	if want.cluster {
-		wantPolicies = 8
+		wantPolicies = 9
 	}
 	if policies != wantPolicies || len(ofKind(objs, "ValidatingAdmissionPolicyBinding")) != wantPolicies {
 		t.Errorf("%d ValidatingAdmissionPolicies and %d bindings; want %d of each", policies, len(ofKind(objs, "ValidatingAdmissionPolicyBinding")), wantPolicies)

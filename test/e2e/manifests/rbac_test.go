@@ -354,6 +354,9 @@ func TestManifestsRBACRunsCertapi(t *testing.T) {
 	t.Run("certapi's ServiceAccount may change only caBundle fields", func(t *testing.T) {
 		checkCABundleOnly(t, own, saConfig, ns)
 	})
+	t.Run("no one scales the StatefulSet from several members to one", func(t *testing.T) {
+		checkKeepEtcdQuorum(t, own)
+	})
 	// The caBundle the ServiceAccount changed there is drift to certapi: it puts its own back, through
 	// the policies.
 	waitFor("certapi to restore the caBundle of ValidatingWebhookConfiguration mf-rbac", time.Minute, func(ctx context.Context) (bool, error) {
