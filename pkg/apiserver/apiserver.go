@@ -240,7 +240,7 @@ func (c completedConfig) New() (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	apiGroupInfo.VersionedResourcesStorageMap["v1alpha1"] = map[string]rest.Storage{
+	apiGroupInfo.VersionedResourcesStorageMap[v1alpha1.Version] = map[string]rest.Storage{
 		"servingcertrequests":              scr,
 		"servingcertrequests/status":       scrStatus,
 		"servingcertrequests/servingcerts": servingcertrequest.NewServingCertsREST(scr, iss, iss.HandoffTimeout(), s.denied),
@@ -348,7 +348,7 @@ func (s *Server) Run(ctx context.Context) error {
 
 // requestRef points an Event at a ServingCertRequest.
 func requestRef(namespace, name string) *corev1.ObjectReference {
-	return &corev1.ObjectReference{APIVersion: "certapi.dev/v1alpha1", Kind: "ServingCertRequest", Namespace: namespace, Name: name}
+	return &corev1.ObjectReference{APIVersion: v1alpha1.APIVersion, Kind: "ServingCertRequest", Namespace: namespace, Name: name}
 }
 
 // denied records a refused servingcerts request on its parent; the message says what was wrong, never the input.

@@ -378,10 +378,10 @@ func (o *Options) Config(etcd *Etcd) (*Config, error) {
 	namer := openapi.NewDefinitionNamer(Scheme)
 	serverConfig.OpenAPIConfig = genericapiserver.DefaultOpenAPIConfig(generatedopenapi.GetOpenAPIDefinitions, namer)
 	serverConfig.OpenAPIConfig.Info.Title = "certapi"
-	serverConfig.OpenAPIConfig.Info.Version = "v1alpha1"
+	serverConfig.OpenAPIConfig.Info.Version = v1alpha1.Version
 	serverConfig.OpenAPIV3Config = genericapiserver.DefaultOpenAPIV3Config(generatedopenapi.GetOpenAPIDefinitions, namer)
 	serverConfig.OpenAPIV3Config.Info.Title = "certapi"
-	serverConfig.OpenAPIV3Config.Info.Version = "v1alpha1"
+	serverConfig.OpenAPIV3Config.Info.Version = v1alpha1.Version
 	serverConfig.FeatureGate = utilfeature.DefaultFeatureGate
 	// Close open watches when shutting down instead of waiting for them to time out: every operator using
 	// pkg/servingcert keeps one open, and a rolling update must not stall on them.

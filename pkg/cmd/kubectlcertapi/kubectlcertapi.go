@@ -40,7 +40,7 @@ const (
 	// apiServiceName is the APIService that registers certapi with kube-apiserver.
 	apiServiceName = certapiv1alpha1.APIServiceName
 	// groupVersion is certapi's API.
-	groupVersion = "certapi.dev/v1alpha1"
+	groupVersion = certapiv1alpha1.APIVersion
 )
 
 // FieldManager is the field manager of the writes `rotate`, `distrust` and `renew` make.

@@ -37,7 +37,7 @@ import (
 
 const (
 	apiServiceName = certapiv1alpha1.APIServiceName
-	groupVersion   = "certapi.dev/v1alpha1"
+	groupVersion   = certapiv1alpha1.APIVersion
 	// pollInterval is how often the command looks again while it waits for certapi to serve.
 	pollInterval = time.Second
 	// fieldManager is the field manager of the ServingCertRequest the command creates.

@@ -14,10 +14,12 @@ import (
 	"k8s.io/apiserver/pkg/registry/rest"
 	"k8s.io/apiserver/pkg/storage/names"
 	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
+
+	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 )
 
 // apiVersion is the version whose fields server-side apply tracks.
-const apiVersion = "certapi.dev/v1alpha1"
+const apiVersion = certapiv1alpha1.APIVersion
 
 // Strategy is the part of a kind's strategy that every certapi kind shares: it types objects with the
 // scheme, generates names for generateName, and on the main resource resets status, allows no create on

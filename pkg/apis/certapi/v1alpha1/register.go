@@ -9,12 +9,18 @@ import (
 // GroupName is the API group of certapi.
 const GroupName = "certapi.dev"
 
+// Version is the API version of the types in this package.
+const Version = "v1alpha1"
+
+// APIVersion is this group and version as an object's apiVersion and discovery name them.
+const APIVersion = GroupName + "/" + Version
+
 // APIServiceName is the APIService that registers this group and version with kube-apiserver's
 // aggregator. certapi injects its CA bundle into it, as into every object that opts in.
-const APIServiceName = "v1alpha1." + GroupName
+const APIServiceName = Version + "." + GroupName
 
 // SchemeGroupVersion is the group and version of the types in this package.
-var SchemeGroupVersion = schema.GroupVersion{Group: GroupName, Version: "v1alpha1"}
+var SchemeGroupVersion = schema.GroupVersion{Group: GroupName, Version: Version}
 
 var (
 	// SchemeBuilder collects the functions that add this package's types, defaults and conversions to a scheme.
