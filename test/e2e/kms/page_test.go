@@ -1,0 +1,104 @@
+package kms
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/certapi/certapi/test/docs/markdown"
+	"github.com/certapi/certapi/test/framework"
+)
+
+// securityPage is the page whose block "kms-pkcs11" makes the key and runs the plugin.
+const securityPage = "docs/security.md"
+
+// TestSecurityPageKMSCommands runs the two commands of docs/security.md's block "kms-pkcs11" as written,
+// on a SoftHSM2 token labelled as the page's, with only the machine's paths replaced: the module where
+// this machine has it, and the PIN file and socket in a temporary directory instead of /etc and /var/run
+// (which need root and would outlive the test). create-key must print the key's ID, and the plugin
+// started with the page's flags must answer Status with that key, healthy.
+func TestSecurityPageKMSCommands(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	root, err := framework.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, err := markdown.Parse(filepath.Join(root, securityPage))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var block string
+	for _, b := range page.Blocks {
+		if b.Check == "kms-pkcs11" {
+			block = b.Body
+		}
+	}
+	if block == "" {
+		t.Fatalf("%s has no block marked <!-- docs-check: kms-pkcs11 -->", securityPage)
+	}
+	dir, err := os.MkdirTemp("", "kmsdoc-") // short: the socket's path must fit in 108 bytes
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	hsm, err := framework.NewSoftHSM(ctx, filepath.Join(dir, "hsm"), "certapi")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin, err := framework.KMSPluginBinary(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	socket := filepath.Join(dir, "kms.sock")
+	for page, here := range map[string]string{
+		"/usr/lib/softhsm/libsofthsm2.so": hsm.Module,
+		"/etc/certapi-kms/pin":            hsm.PINFile,
+		"/var/run/kmsplugin/kms.sock":     socket,
+	} {
+		if !strings.Contains(block, page) {
+			t.Fatalf("the kms-pkcs11 block no longer names %s; this test replaces it with the test's own path:\n%s", page, block)
+		}
+		block = strings.ReplaceAll(block, page, here)
+	}
+	commands := strings.Split(strings.TrimSpace(strings.ReplaceAll(block, "\\\n", " ")), "\n")
+	if len(commands) != 2 || !strings.HasPrefix(commands[0], "certapi-kms-pkcs11 create-key ") || !strings.HasPrefix(commands[1], "certapi-kms-pkcs11 ") {
+		t.Fatalf("the kms-pkcs11 block is not `certapi-kms-pkcs11 create-key ...` then `certapi-kms-pkcs11 ...`:\n%s", block)
+	}
+	env := append(hsm.Env(), "PATH="+filepath.Dir(bin)+":"+os.Getenv("PATH"))
+
+	create := exec.CommandContext(ctx, "bash", "-e", "-c", commands[0])
+	create.Env = env
+	out, err := create.Output()
+	if err != nil {
+		t.Fatalf("%s: %v", commands[0], err)
+	}
+	keyID := strings.TrimSpace(string(out))
+	if !strings.HasPrefix(keyID, "pkcs11:object=certapi-kek-1;") {
+		t.Fatalf("create-key printed %q; want the key's ID, pkcs11:object=certapi-kek-1;...", keyID)
+	}
+
+	if filepath.Base(bin) != "certapi-kms-pkcs11" {
+		t.Fatalf("the plugin binary is %s; the page runs it as certapi-kms-pkcs11", bin)
+	}
+	proc, err := framework.StartProcess("certapi-kms-pkcs11", filepath.Join(dir, "plugin.log"), "bash", []string{"-c", "exec " + commands[1]}, env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = proc.Stop(5 * time.Second) })
+	plugin := &framework.KMSPlugin{Socket: socket, Process: proc}
+	err = framework.PollUntil(ctx, 100*time.Millisecond, time.Minute, "the page's plugin to answer Status", []*framework.Process{proc}, func(ctx context.Context) (bool, string) {
+		status, err := plugin.Status(ctx)
+		if err != nil {
+			return false, err.Error()
+		}
+		return status.Healthz == "ok" && status.KeyId == keyID, "healthz " + status.Healthz + ", key " + status.KeyId
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
