@@ -204,11 +204,20 @@ func typeCheckPolicies(t *testing.T, objs []*unstructured.Unstructured) {
 		// The checker resolves a rule's resources to kinds with the RESTMapper, which knows no
 		// subresources, so it skips a policy on resourcequotas/status (kube-controller-manager's as
 		// well). A status subresource takes and returns its resource's kind: check against that.
+		// A scale subresource takes and returns an autoscaling/v1 Scale, a kind the rule does not name:
+		// it is left out here, and the keep-etcd-quorum policy's expressions on a Scale (spec.replicas,
+		// which a Scale has as a StatefulSet does) are run by checkKeepEtcdQuorum with kubectl scale.
 		p = *p.DeepCopy()
 		for i, r := range p.Spec.MatchConstraints.ResourceRules {
-			for j, res := range r.Resources {
-				p.Spec.MatchConstraints.ResourceRules[i].Resources[j] = strings.TrimSuffix(res, "/status")
+			var resources []string
+			for _, res := range r.Resources {
+				if strings.HasSuffix(res, "/scale") {
+					kinds--
+					continue
+				}
+				resources = append(resources, strings.TrimSuffix(res, "/status"))
 			}
+			p.Spec.MatchConstraints.ResourceRules[i].Resources = resources
 		}
 		if got := checker.CheckExpression(checker.CreateContext(&p), "object.certapiNoSuchField == 1"); len(got) != kinds {
 			t.Errorf("ValidatingAdmissionPolicy %s: the type checker checked %d kinds, want %d: %v", p.Name, len(got), kinds, got)
@@ -572,6 +581,10 @@ data:
 			do: secretPatch(ns, "delivered", map[string]any{
 				"metadata": map[string]any{"labels": map[string]string{managed: "true"}, "annotations": map[string]string{request: "delivered", uid: "0b3e4a1c-uid", serial: "02"}},
 				"data":     map[string][]byte{"tls.crt": append(pemish, '\n'), "tls.key": pemish, "ca.crt": pemish}})},
+		{name: "certapi: renewing it for `kubectl certapi renew` (recording the renew-requested-at it answers)",
+			do: secretPatch(ns, "delivered", map[string]any{
+				"metadata": map[string]any{"annotations": map[string]string{serial: "05", "certapi.dev/renew-requested-at": "2026-12-06T22:05:53.602157357Z"}},
+				"data":     map[string][]byte{"tls.crt": pemish, "tls.key": pemish, "ca.crt": pemish}})},
 		{name: "certapi: adopting the Secret of an earlier request of the same name (another UID)",
 			do: secretPatch(ns, "delivered", map[string]any{
 				"metadata": map[string]any{"annotations": map[string]string{uid: "7e2a-uid-of-the-request-applied-again", serial: "04"}},
