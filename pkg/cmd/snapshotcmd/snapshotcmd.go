@@ -1,4 +1,4 @@
-// Package snapshotcmd is the command line of `certapi snapshot` (save, restore, status) over pkg/snapshot,
+// Package snapshotcmd is the command line of `certapi snapshot` (save, restore, status, distrusted-cas) over pkg/snapshot,
 // built here so that cmd/certapi and the flag reference generator (hack/docgen) use the same command tree.
 package snapshotcmd
 
@@ -34,7 +34,7 @@ of unencrypted keys is as secret as the CA itself.
 
 See docs/backup-and-restore.md.`
 
-// NewCmd returns the `snapshot` command with its subcommands save, restore and status, to be added to the
+// NewCmd returns the `snapshot` command with its subcommands save, restore, status and distrusted-cas, to be added to the
 // certapi root command.
 // IntegrityRecordPrefix starts the line of stderr on which `snapshot save -` prints the stream's integrity
 // record, base64-encoded, for restore's --integrity-record-data.
@@ -51,7 +51,7 @@ func NewCmd() *cobra.Command {
 			return cmd.Help()
 		},
 	}
-	cmd.AddCommand(newSnapshotSaveCommand(), newSnapshotRestoreCommand(), newSnapshotStatusCommand())
+	cmd.AddCommand(newSnapshotSaveCommand(), newSnapshotRestoreCommand(), newSnapshotStatusCommand(), newSnapshotDistrustedCommand())
 	// The server's sectioned help lists the server's flags; these commands have their own.
 	plain := &cobra.Command{}
 	for _, c := range append([]*cobra.Command{cmd}, cmd.Commands()...) {
