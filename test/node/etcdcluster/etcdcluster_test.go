@@ -1,6 +1,7 @@
-// Package etcdcluster runs the README's install on a control plane with a real node, as it is written: the
-// release's image and Helm chart with its defaults (etcd.mode cluster), three certapi pods whose embedded
-// etcd members form one cluster with no Secret made by hand; then the README's use of it, membership (a
+// Package etcdcluster runs docs/install.md's install (the README's, with helm test added) on a control plane
+// with a real node, as it is written: the release's image and Helm chart with its defaults (etcd.mode
+// cluster), three certapi pods whose embedded etcd members form one cluster with no Secret made by hand;
+// then the README's use of it, membership (a
 // lost volume, scaling, a rolling restart, every volume lost), two of three members lost under load, and
 // zero downtime under load (a rolling upgrade, a drain's evictions, a forced delete of the leader).
 package etcdcluster
@@ -56,14 +57,19 @@ func helm(t *testing.T, args ...string) string {
 // selector selects certapi's pods.
 const selector = "app.kubernetes.io/name=certapi,app.kubernetes.io/component=apiserver"
 
+// installDoc is the page whose install block, install-helm, the package runs; test/docs holds the README's
+// cluster-install, the chart's README and high-availability.md to its lines.
+const installDoc = "docs/install.md"
+
 // installed is true once the README's install has run on this package's cluster. The tests share it (the
 // APIService is cluster-wide: one certapi at a time), and each one installs it when it runs alone.
 var installed bool
 
-// install runs the README's install as it is written, unless an earlier test of the package did: the
-// release's image loaded as into kind, the encryption Secret, helm install of the release's chart with its
-// defaults (three members), kubectl certapi check --wait; then it waits for three pods Ready and the
-// APIService Available.
+// install runs docs/install.md's install as it is written, unless an earlier test of the package did: the
+// release's image loaded as into kind (the README's cluster-image block), then the install-helm block: the
+// encryption Secret, helm install of the release's chart with its defaults (three members), kubectl
+// certapi check --wait and helm test (a Pod of certapi's image runs `certapi selftest` as a client
+// would); then it waits for three pods Ready and the APIService Available.
 func install(t *testing.T) {
 	t.Helper()
 	if installed {
@@ -80,12 +86,16 @@ func install(t *testing.T) {
 	}
 	start := time.Now()
 	installed = true
-	nodetest.RunReadmeBlocks(t, cp, 10*time.Minute, "cluster-image", "cluster-install")
+	shell := nodetest.NewDocShell(t, cp)
+	shell.Run(t, "README.md", 10*time.Minute, "cluster-image")
+	if out := shell.Run(t, installDoc, 10*time.Minute, "install-helm"); !strings.Contains(out, "Succeeded") {
+		t.Fatalf("the install block's helm test did not report its Pod Succeeded:\n%s", out)
+	}
 	nodetest.WaitFor(t, 5*time.Minute, "three certapi pods Ready", func(ctx context.Context) (bool, string) {
 		return nodetest.PodsReady(ctx, kube, ns, selector, 3)
 	})
 	nodetest.Kubectl(t, cp, "wait", "--for=condition=Available", "apiservice/v1alpha1.certapi.dev", "--timeout=2m")
-	t.Logf("figure: the README's install (the image loaded, helm install, check --wait) to three members and the APIService Available: %s", time.Since(start).Round(time.Second))
+	t.Logf("figure: docs/install.md's install (the image loaded, helm install, check --wait, helm test) to three members and the APIService Available: %s", time.Since(start).Round(time.Second))
 }
 
 // installed3 is the start of a test that disrupts the README's install: the install (unless done), the
@@ -106,7 +116,7 @@ func installed3(t *testing.T) (kubernetes.Interface, versioned.Interface, string
 	return kube, certapi, nodetest.CACertificates(ca)
 }
 
-// TestChartClusterMode: the README's install (the release's chart with its defaults: etcd.mode cluster,
+// TestChartClusterMode: docs/install.md's install (the release's chart with its defaults: etcd.mode cluster,
 // three replicas) forms one etcd cluster of three certapi pods (no Secret made by hand but the encryption
 // configuration), and its use of certapi works on it; certapi-0 losing its volume
 // rejoins the running cluster (it does not bootstrap a second one); `kubectl scale` 3 -> 5 -> 3 adds two
@@ -118,12 +128,6 @@ func TestChartClusterMode(t *testing.T) {
 	kube, certapi := nodetest.Clients(t, cp)
 	nodetest.LogPodsOnFailure(t, cp, ns, 5)
 	install(t)
-	// The chart's own test: a Pod of certapi's image runs `certapi selftest` as a client would.
-	start := time.Now()
-	if out := helm(t, "test", "certapi", "--namespace", ns, "--timeout", "3m"); !strings.Contains(out, "Succeeded") {
-		t.Fatalf("helm test: %s", out)
-	}
-	t.Logf("figure: helm test: %s", time.Since(start).Round(time.Second))
 	readmeUse(t)
 
 	nodetest.Logged(t, cp, ns, "certapi-0", `action="Bootstrap"`, "Etcd member is ready")
@@ -141,7 +145,7 @@ func TestChartClusterMode(t *testing.T) {
 	firstCA := ca.Status.Active.SubjectKeyID
 
 	t.Log("certapi-0 loses its volume")
-	start = time.Now()
+	start := time.Now()
 	nodetest.Kubectl(t, cp, "-n", ns, "delete", "pvc", "data-certapi-0", "--wait=false")
 	nodetest.Kubectl(t, cp, "-n", ns, "delete", "pod", "certapi-0")
 	nodetest.WaitFor(t, 5*time.Minute, "certapi-0 back on a new claim, three pods Ready", func(ctx context.Context) (bool, string) {

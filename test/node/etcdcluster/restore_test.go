@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/certapi/certapi/pkg/snapshot"
@@ -17,7 +19,9 @@ import (
 )
 
 // TestClusterRestore runs docs/backup-and-restore.md's "Several members" on the README's install, its
-// blocks as they are written (cluster-save, cluster-restore-stop, cluster-restore), twice, in
+// blocks as they are written (cluster-save, cluster-restore-stop, cluster-restore), twice, the second time
+// from the copy that the stream-save block streams out with kubectl exec, and between the two the Save
+// section's other blocks (in-pod-save, in-pod-save-integrity, offsite-save), in
 // certapi-system labelled to enforce Pod Security "restricted" as artifacts/deploy/base makes it: a
 // restore drill from a copy off the cluster (kubectl certapi snapshot save, the cluster-save block). First
 // certapi-0's volume is lost and the other two keep the data of before: a request delivered into a Secret
@@ -29,7 +33,7 @@ import (
 // on new, empty claims and join. After each: the CA is the one before, the request made after the
 // snapshot is gone, a new request is delivered, and the Secret and the webhook configuration of before
 // are untouched (not re-issued, not re-injected), the certificate still verifying against the injected
-// bundle.
+// bundle. Last, a distrust and the copy of the record of distrusted CAs (distrustedCopy).
 func TestClusterRestore(t *testing.T) {
 	kube, _, _ := installed3(t)
 	nodetest.EnforceRestricted(t, cp, ns)
@@ -48,9 +52,10 @@ func TestClusterRestore(t *testing.T) {
 		nodetest.Logged(t, cp, ns, pod, `action="DiscardStale"`, "Moved the data of an earlier cluster epoch aside", "Promoted this etcd learner to a voting member")
 	}
 	kept.Restored(t, []string{"kept"}, "lost-1", "after-1")
+	inPodSaves(t, shell)
 
 	t.Log("every pod and every volume lost")
-	save(t, shell)
+	streamSave(t, shell)
 	kept.Deliver(t, "lost-2")
 	start = time.Now()
 	restoreCluster(t, kube, shell, "data-certapi-0", "data-certapi-1", "data-certapi-2")
@@ -64,6 +69,110 @@ func TestClusterRestore(t *testing.T) {
 	if ann := strings.TrimSpace(nodetest.Kubectl(t, cp, "-n", ns, "get", "statefulset", "certapi", "-o", `jsonpath={.metadata.annotations.certapi\.dev/etcd-cluster-epoch}`)); ann != "2" {
 		t.Errorf("the StatefulSet's cluster epoch after two restores: %q; want 2", ann)
 	}
+	distrustedCopy(t, shell)
+}
+
+// distrustedCopy distrusts the CA (kubectl certapi distrust --yes --wait), then runs
+// docs/backup-and-restore.md's distrusted-copy block, which copies certapi-0's record of distrusted CAs off
+// the pod through kubectl exec; the copy must name the CA that was Active and make `certapi snapshot
+// status` mark it DISTRUSTED in the snapshot taken before (certapi.db, still in shell's directory), as the
+// page says.
+func distrustedCopy(t *testing.T, shell *nodetest.DocShell) {
+	t.Helper()
+	_, certapi := nodetest.Clients(t, cp)
+	ca, err := certapi.CertapiV1alpha1().CertificateAuthorities().Get(context.Background(), "default", metav1.GetOptions{})
+	if err != nil || ca.Status.Active == nil {
+		t.Fatalf("the CertificateAuthority before the distrust: %v %+v", err, ca)
+	}
+	old := ca.Status.Active.SerialNumber
+	start := time.Now()
+	shell.Script(t, "kubectl certapi distrust", 10*time.Minute, "kubectl certapi distrust --yes --wait --timeout=8m")
+	// certapi-0 writes its record as it sees the distrust; the copy is taken once it has.
+	nodetest.WaitFor(t, 2*time.Minute, "certapi-0's record of distrusted CAs", func(context.Context) (bool, string) {
+		out, err := nodetest.KubectlErr(cp, "-n", ns, "exec", "certapi-0", "--", "certapi", "snapshot", "distrusted-cas", "--data-dir=/var/lib/certapi/data")
+		return err == nil, out
+	})
+	shell.Run(t, restoreDoc, time.Minute, "distrusted-copy")
+	copied, err := snapshot.ReadDistrusted(filepath.Join(shell.Dir, snapshot.DistrustedFileName))
+	if err != nil {
+		t.Fatalf("the distrusted-copy block's copy: %v", err)
+	}
+	named := false
+	for _, d := range copied {
+		named = named || strings.EqualFold(d.SerialNumber, old)
+	}
+	if !named {
+		t.Errorf("the distrusted-copy block's copy names %v; want the CA that was Active, serial %s", copied, old)
+	}
+	status := shell.Script(t, "certapi snapshot status with the copy", time.Minute, "certapi snapshot status certapi.db --distrusted-cas=distrusted-cas.json")
+	if !strings.Contains(status, "DISTRUSTED by") {
+		t.Errorf("certapi snapshot status of the snapshot taken before the distrust, with the copy, marks no CA DISTRUSTED:\n%s", status)
+	}
+	// The tests after this one start from a certapi whose APIService holds the new bundle and is served.
+	shell.Script(t, "kubectl certapi check after the distrust", 3*time.Minute, "kubectl certapi check --wait --timeout=2m")
+	t.Logf("figure: kubectl certapi distrust --wait, the distrusted-copy block and its checks: %s", time.Since(start).Round(time.Second))
+}
+
+// streamSave runs docs/backup-and-restore.md's stream-save block in shell: the snapshot streamed out of
+// certapi-0 with kubectl exec, its integrity record taken from stderr and decoded into
+// certapi.db.integrity, and checked; the second restore is fed from that copy and its record, so a record
+// the block decodes wrongly fails the restore's integrity check.
+func streamSave(t *testing.T, shell *nodetest.DocShell) {
+	t.Helper()
+	nodetest.KeepEarlierSnapshot(t, shell)
+	_ = os.Remove(filepath.Join(shell.Dir, "certapi.db.log"))
+	start := time.Now()
+	out := shell.Run(t, restoreDoc, time.Minute, "stream-save")
+	took := time.Since(start)
+	info, err := snapshot.Verify(filepath.Join(shell.Dir, "certapi.db"))
+	if err != nil {
+		t.Fatalf("the snapshot the stream-save block streamed out: %v", err)
+	}
+	if fi, err := os.Stat(filepath.Join(shell.Dir, "certapi.db"+snapshot.IntegritySuffix)); err != nil || fi.Size() == 0 {
+		t.Fatalf("the stream-save block kept no integrity record beside the snapshot: %v", err)
+	}
+	if !strings.Contains(out, "integrity record: ") {
+		t.Errorf("the stream-save block's cat of certapi.db.log shows no integrity record:\n%s", out)
+	}
+	t.Logf("figure: the stream-save block (kubectl exec ... snapshot save -, the record decoded, snapshot status): %d bytes, %d keys, in %s",
+		info.Size, info.Keys, took.Round(time.Millisecond))
+}
+
+// inPodSaves runs docs/backup-and-restore.md's blocks that save into certapi-0's volume (in-pod-save,
+// in-pod-save-integrity) and the offsite-save block (kubectl certapi snapshot save to a dated name), and
+// checks what each saved: in the pod, with certapi snapshot status (the second with the encryption
+// configuration, so its integrity record must verify), and on this machine with snapshot.Verify and the
+// integrity record beside it.
+func inPodSaves(t *testing.T, shell *nodetest.DocShell) {
+	t.Helper()
+	start := time.Now()
+	for _, block := range []string{"in-pod-save", "in-pod-save-integrity"} {
+		out := shell.Run(t, restoreDoc, time.Minute, block)
+		m := regexp.MustCompile(`Saved (/var/lib/certapi/certapi-[0-9TZ]+\.db) in`).FindStringSubmatch(out)
+		if m == nil {
+			t.Fatalf("the %s block printed no \"Saved /var/lib/certapi/certapi-<UTC time>.db\":\n%s", block, out)
+		}
+		args := []string{"-n", ns, "exec", "certapi-0", "--", "certapi", "snapshot", "status", m[1]}
+		want := "integrity: not checked"
+		if block == "in-pod-save-integrity" {
+			args, want = append(args, "--encryption-provider-config=/etc/certapi/encryption/config.yaml"), "integrity: verified"
+		}
+		if status := nodetest.Kubectl(t, cp, args...); !strings.Contains(status, want) {
+			t.Errorf("certapi snapshot status of what the %s block saved: want %q:\n%s", block, want, status)
+		}
+	}
+	out := shell.Run(t, restoreDoc, time.Minute, "offsite-save")
+	files, err := filepath.Glob(filepath.Join(shell.Dir, "certapi-2???????T??????Z.db"))
+	if err != nil || len(files) != 1 {
+		t.Fatalf("the offsite-save block's dated snapshot in %s: %v %v\n%s", shell.Dir, files, err, out)
+	}
+	if _, err := snapshot.Verify(files[0]); err != nil {
+		t.Errorf("the offsite-save block's snapshot: %v", err)
+	}
+	if _, err := os.Stat(files[0] + snapshot.IntegritySuffix); err != nil {
+		t.Errorf("the offsite-save block kept no integrity record beside its snapshot: %v", err)
+	}
+	t.Logf("figure: the in-pod-save, in-pod-save-integrity and offsite-save blocks with their checks: %s", time.Since(start).Round(time.Second))
 }
 
 // save runs docs/backup-and-restore.md's cluster-save block in shell: the snapshot copied off the cluster

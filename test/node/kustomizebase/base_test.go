@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
@@ -62,8 +63,9 @@ func logPodsOnFailure(t *testing.T) {
 // but the encryption configuration) brings up three certapi pods on the one node whose etcd members form
 // one cluster: certapi-0 bootstraps it, certapi-1 and certapi-2 join as learners and are promoted; the etcd
 // leader reports three healthy voters in CertificateAuthority/default; there is exactly one CA; certapi
-// made its peer CA Secret itself, with no key in it (custody etcd); and after docs/usage.md's opt-in block,
-// `kubectl create servingcertrequest --secret --wait` gets its Secret.
+// made its peer CA Secret itself, with no key in it (custody etcd); after docs/usage.md's opt-in block,
+// `kubectl create servingcertrequest --secret --wait` gets its Secret; and docs/operating.md's
+// uninstall-kustomize block removes it all, leaving discovery whole and namespace deletion working.
 func TestKustomizeBase(t *testing.T) {
 	nodetest.PluginBinary(t, "kubectl-create-servingcertrequest")
 	ctx := context.Background()
@@ -154,4 +156,19 @@ func TestKustomizeBase(t *testing.T) {
 			t.Errorf("Secret %s/web-tls has no %s", use, k)
 		}
 	}
+
+	// docs/operating.md's uninstall with kustomize, as written: the APIService first, then the base. After
+	// it certapi's namespace is gone, and discovery answers for every group (no APIService left with
+	// nothing behind it, which would stall every namespace deletion).
+	start = time.Now()
+	nodetest.NewDocShell(t, cp).Run(t, "docs/operating.md", 5*time.Minute, "uninstall-kustomize")
+	nodetest.WaitFor(t, 3*time.Minute, "namespace "+ns+" gone after the uninstall", func(ctx context.Context) (bool, string) {
+		_, err := kube.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), fmt.Sprintf("%v", err)
+	})
+	if out, err := nodetest.KubectlErr(cp, "api-resources"); err != nil {
+		t.Errorf("discovery after the uninstall: %v\n%s", err, out)
+	}
+	nodetest.Kubectl(t, cp, "delete", "namespace", use, "--wait=true", "--timeout=2m")
+	t.Logf("figure: docs/operating.md's uninstall-kustomize block, and a namespace deleted after it: %s", time.Since(start).Round(time.Second))
 }

@@ -47,7 +47,7 @@ func RunReadmeBlocks(t *testing.T, cp *framework.ControlPlane, timeout time.Dura
 }
 
 // DocShell runs the command blocks of the README and docs/ as a user would on kind: with bash -e, in a
-// directory of their own whose _output is the repository's, with cp's kubeconfig, helm and kubectl from
+// directory of their own whose _output and artifacts are the repository's, with cp's kubeconfig, helm and kubectl from
 // _output/bin, kind standing in for `kind load image-archive` on cp's node and make for the builds that
 // make test has already run. Files a block writes stay in Dir for the next block, as in a user's shell.
 type DocShell struct {
@@ -56,30 +56,49 @@ type DocShell struct {
 	env []string
 }
 
-// NewDocShell makes a DocShell in a temporary directory of t's.
+// NewDocShell makes a DocShell in a temporary directory of t's. cp may have no node (then there is no
+// kind), or be nil for blocks that need no cluster (then KUBECONFIG names no file).
 func NewDocShell(t *testing.T, cp *framework.ControlPlane) *DocShell {
 	t.Helper()
 	root := RepoPath(t, "")
 	dir := t.TempDir()
-	if err := os.Symlink(filepath.Join(root, "_output"), filepath.Join(dir, "_output")); err != nil {
-		t.Fatal(err)
+	// _output and artifacts are the repository's: the release, the binaries, the chart and the manifests
+	// that blocks name by their paths from the repository's root.
+	for _, d := range []string{"_output", "artifacts"} {
+		if err := os.Symlink(filepath.Join(root, d), filepath.Join(dir, d)); err != nil {
+			t.Fatal(err)
+		}
 	}
 	shims := filepath.Join(dir, ".shims")
 	if err := os.Mkdir(shims, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for name, script := range map[string]string{"kind": fmt.Sprintf(kindShim, cp.ClusterNode.ContainerdAddress()), "make": makeShim} {
+	scripts := map[string]string{"make": makeShim}
+	// Without a node (a control plane of kube-apiserver alone, or none for blocks that need no cluster),
+	// there is nothing for kind to load into: no kind.
+	if cp != nil && cp.ClusterNode != nil {
+		scripts["kind"] = fmt.Sprintf(kindShim, cp.ClusterNode.ContainerdAddress())
+	}
+	for name, script := range scripts {
 		if err := os.WriteFile(filepath.Join(shims, name), []byte(script), 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
+	kubeconfig := filepath.Join(dir, ".kube", "no-cluster") // a block that needs a cluster fails plainly
+	if cp != nil {
+		kubeconfig = cp.Kubeconfig
+	}
 	return &DocShell{Dir: dir, env: append(os.Environ(),
 		"PATH="+shims+":"+filepath.Join(root, "_output", "bin")+":"+os.Getenv("PATH"),
-		"KUBECONFIG="+cp.Kubeconfig,
+		"KUBECONFIG="+kubeconfig,
 		"HELM_CACHE_HOME="+filepath.Join(dir, ".helm", "cache"),
 		"HELM_CONFIG_HOME="+filepath.Join(dir, ".helm", "config"),
 		"HELM_DATA_HOME="+filepath.Join(dir, ".helm", "data"))}
 }
+
+// Setenv sets the environment variable name to value for what the shell runs from now on: HOME, for a
+// block that writes under ~ (a krew install's ~/.krew/bin), so that it writes in a directory of the test's.
+func (s *DocShell) Setenv(name, value string) { s.env = append(s.env, name+"="+value) }
 
 // Run runs the blocks of page (a path from the repository's root) marked <!-- docs-check: NAME --> for
 // each name, in order, each within timeout. It fails the test with the output of a block that fails and
