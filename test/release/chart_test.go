@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/certapi/certapi/test/framework"
+	"github.com/certapi/certapi/test/node/nodetest"
 	"github.com/certapi/certapi/test/testhelpers"
 )
 
@@ -34,10 +35,11 @@ func run(t *testing.T, env []string, bin string, args ...string) string {
 }
 
 // TestChartAndInstallYAML installs the packaged chart, verified against its provenance file, with Helm 4
-// and with Helm 3 on a real kube-apiserver (no node: what is tested is what the chart asks of the API, as in
-// test/chart), checks the release's chart and app versions and its default image, uninstalls it, then
-// applies the install YAML and checks that it pins
-// the image index by digest.
+// (docs/release.md's block install-chart, as written, in the release's directory, after the namespace and
+// the encryption Secret) and with Helm 3 on a real kube-apiserver (no node: what is tested is what the chart
+// asks of the API, as in test/chart), checks the release's chart and app versions and its default image,
+// uninstalls it, then applies the install YAML (the block install-yaml) and checks that it pins the image
+// index by digest.
 func TestChartAndInstallYAML(t *testing.T) {
 	cp := framework.StartT(t, framework.Options{SkipCertapi: true})
 	helmBin, err := framework.HelmBinary()
@@ -69,9 +71,22 @@ func TestChartAndInstallYAML(t *testing.T) {
 	}
 	// With Helm 4 and with Helm 3, which most clusters are installed with: each checks the chart's
 	// provenance file against the release's keyring before it installs (docs/release.md).
-	for _, h := range []struct{ name, bin, ns string }{{"Helm 4", helmBin, "certapi"}, {"Helm 3", helm3Bin, "certapi-helm3"}} {
-		run(t, env, h.bin, "install", "certapi", tgz, "--verify", "--keyring", filepath.Join(dir, "certapi-keyring.gpg"),
-			"--namespace", h.ns, "--create-namespace", "--set-file", "encryption.config="+encFile)
+	// The page's blocks run in a directory laid out as a user downloads the release, with helm (Helm 4)
+	// and kubectl of _output/bin.
+	shell := nodetest.NewDocShell(t, cp)
+	shell.Dir = releaseDir(t)
+	for _, h := range []struct{ name, bin, ns string }{{"Helm 4", helmBin, "certapi-system"}, {"Helm 3", helm3Bin, "certapi-helm3"}} {
+		if h.name == "Helm 4" {
+			// What the page says to make first: the namespace, restricted as the install makes it, and the
+			// encryption Secret (install.md).
+			run(t, nil, kubectlBin, "--kubeconfig", cp.Kubeconfig, "create", "namespace", h.ns)
+			run(t, nil, kubectlBin, "--kubeconfig", cp.Kubeconfig, "label", "namespace", h.ns, "pod-security.kubernetes.io/enforce=restricted")
+			run(t, nil, kubectlBin, "--kubeconfig", cp.Kubeconfig, "-n", h.ns, "create", "secret", "generic", "certapi-encryption-config", "--from-file=config.yaml="+encFile)
+			shell.Run(t, "docs/release.md", 3*time.Minute, "install-chart")
+		} else {
+			run(t, env, h.bin, "install", "certapi", tgz, "--verify", "--keyring", filepath.Join(dir, "certapi-keyring.gpg"),
+				"--namespace", h.ns, "--create-namespace", "--set-file", "encryption.config="+encFile)
+		}
 		var releases []struct {
 			Name       string `json:"name"`
 			Chart      string `json:"chart"`
@@ -91,7 +106,7 @@ func TestChartAndInstallYAML(t *testing.T) {
 	}
 
 	// The install YAML, as a user applies it.
-	run(t, nil, kubectlBin, "--kubeconfig", cp.Kubeconfig, "apply", "--server-side", "-f", filepath.Join(dir, "certapi.yaml"))
+	shell.Run(t, "docs/release.md", 3*time.Minute, "install-yaml")
 	if got, want := image("certapi-system"), "ghcr.io/certapi/certapi@"+indexDesc.Digest.String(); got != want {
 		t.Errorf("certapi.yaml runs %s, want the image index by digest, %s", got, want)
 	}

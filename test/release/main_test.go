@@ -8,7 +8,10 @@
 // checksums; the chart archive installs on a real kube-apiserver and the install YAML applies there; the
 // client modules are there as a module proxy serves them, each requiring its siblings at the release's
 // version, and an operator outside the repository builds from them with no replace directive; and a
-// second build of the same commit is byte-identical.
+// second build of the same commit is byte-identical. docs/release.md's blocks that use a release run here
+// as written, in a directory laid out as a user downloads it: the offline verification, the chart's and
+// the install YAML's install, and krew's install of the plugins; and docs/install.md's crane push of the
+// image.
 //
 // CERTAPI_RELEASE_DIR names another release directory than <repo>/_output/release.
 package release

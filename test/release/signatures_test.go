@@ -2,26 +2,23 @@ package release
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/certapi/certapi/test/framework"
+	"github.com/certapi/certapi/test/node/nodetest"
 )
 
-// cosignBin is cosign built from the Go module proxy by hack/build-tools.sh cosign (module hack/tools/cosign).
-func cosignBin(t *testing.T) string {
+// cosignBin checks that cosign, built from the Go module proxy by hack/build-tools.sh cosign (module
+// hack/tools/cosign), is in _output/bin, where the docs' shell finds it on PATH.
+func cosignBin(t *testing.T) {
 	t.Helper()
-	bin := filepath.Join(root, "_output", "bin", "cosign")
-	if _, err := os.Stat(bin); err != nil {
+	if _, err := os.Stat(filepath.Join(root, "_output", "bin", "cosign")); err != nil {
 		t.Fatalf("no cosign (run hack/build-tools.sh cosign, or make tools): %v", err)
 	}
-	return bin
 }
 
 // offlineEnv makes any network use by cosign or helm fail: a proxy that refuses every connection, and a TUF
@@ -32,46 +29,95 @@ func offlineEnv(t *testing.T) []string {
 		"HOME=" + home, "HELM_CACHE_HOME=" + home, "HELM_CONFIG_HOME=" + home, "HELM_DATA_HOME=" + home}
 }
 
-// verify runs a verification command and returns its output and whether it succeeded.
-func verify(t *testing.T, bin string, args ...string) (string, bool) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Env = append(os.Environ(), offlineEnv(t)...)
-	out, err := cmd.CombinedOutput()
-	return string(out), err == nil
+// verifyPage is docs/release.md's offline verification block and the shell it runs in: a user's, with
+// cosign and helm of _output/bin on PATH and no network.
+type verifyPage struct {
+	shell *nodetest.DocShell
+	block string
 }
 
-// releaseCopy copies the release's verification inputs into a new directory, where a test may flip bytes.
-func releaseCopy(t *testing.T) string {
+func newVerifyPage(t *testing.T) *verifyPage {
+	t.Helper()
+	cosignBin(t)
+	shell := nodetest.NewDocShell(t, nil)
+	for _, kv := range offlineEnv(t) {
+		name, value, _ := strings.Cut(kv, "=")
+		shell.Setenv(name, value)
+	}
+	return &verifyPage{shell: shell, block: nodetest.Block(t, "docs/release.md", "verify-release")}
+}
+
+// line is the one command of the block that holds every one of parts, as the page writes it.
+func (p *verifyPage) line(t *testing.T, parts ...string) string {
+	t.Helper()
+	var found []string
+	for _, l := range strings.Split(p.block, "\n") {
+		if l = strings.TrimSpace(l); l == "" || strings.HasPrefix(l, "#") {
+			continue
+		}
+		ok := true
+		for _, part := range parts {
+			ok = ok && strings.Contains(l, part)
+		}
+		if ok {
+			found = append(found, l)
+		}
+	}
+	if len(found) != 1 {
+		t.Fatalf("docs/release.md's verify-release block has %d commands holding %q, want one:\n%s", len(found), parts, p.block)
+	}
+	return found[0]
+}
+
+// run runs commands (the page's) in d, a release directory as a user downloaded it, and returns their
+// output and whether they succeeded.
+func (p *verifyPage) run(d string, commands ...string) (string, bool) {
+	p.shell.Dir = d
+	out, err := p.shell.ScriptErr(3*time.Minute, strings.Join(commands, "\n"))
+	return out, err == nil
+}
+
+// mustRun runs commands that must succeed, such as the page's unpacking of a layout before a flip.
+func (p *verifyPage) mustRun(t *testing.T, d string, commands ...string) {
+	t.Helper()
+	if out, ok := p.run(d, commands...); !ok {
+		t.Fatalf("%s:\n%s", strings.Join(commands, "\n"), out)
+	}
+}
+
+// releaseDir is a new directory laid out as a user downloads the release: every file of the release, the
+// public keys among them (the test release's are the project's), each a link to the release's; own makes
+// one of them a copy of its own, for the test to flip a byte of.
+func releaseDir(t *testing.T) string {
 	t.Helper()
 	out := t.TempDir()
-	for _, f := range []string{"cosign.pub", "certapi-keyring.gpg", "checksums.txt", "checksums.txt.sig", "provenance.intoto.json",
-		"certapi.spdx.json", "certapi.yaml", "certapi-" + chartVersion() + ".tgz", "certapi-" + chartVersion() + ".tgz.prov"} {
-		data, err := os.ReadFile(filepath.Join(dir, f))
-		if err != nil {
-			t.Fatalf("the release has no %s: %v", f, err)
-		}
-		if err := os.WriteFile(filepath.Join(out, f), data, 0o644); err != nil {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if err := os.Symlink(filepath.Join(dir, e.Name()), filepath.Join(out, e.Name())); err != nil {
 			t.Fatal(err)
 		}
 	}
 	return out
 }
 
-// signedImageLayout unpacks the image's archive and the signatures' archive over it into one OCI layout,
-// as docs/release.md does before `cosign verify --local-image`.
-func signedImageLayout(t *testing.T) string {
+// own replaces the link d/name with a copy of the release's file, and returns its path.
+func own(t *testing.T, d, name string) string {
 	t.Helper()
-	out := t.TempDir()
-	for _, a := range []string{"certapi-image.oci.tar", "certapi-image.sig.oci.tar"} {
-		cmd := exec.Command("tar", "-xf", filepath.Join(dir, a), "-C", out)
-		if b, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("tar -xf %s: %v\n%s", a, err, b)
-		}
+	data, err := os.ReadFile(filepath.Join(dir, name))
+	if err != nil {
+		t.Fatalf("the release has no %s: %v", name, err)
 	}
-	return out
+	p := filepath.Join(d, name)
+	if err := os.Remove(p); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
 
 // flip changes one byte of path: the last byte of the first occurrence of within (so that JSON and
@@ -108,126 +154,94 @@ func blobPath(layoutDir, digest string) string {
 	return filepath.Join(layoutDir, "blobs", "sha256", strings.TrimPrefix(digest, "sha256:"))
 }
 
-// TestSignaturesVerify verifies every signed artifact of the release with the ecosystem's tools, offline
-// and with the release's public keys alone, as docs/release.md tells a user to: the image index's cosign
-// signature and its SLSA provenance and SPDX attestations (cosign verify / verify-attestation
-// --local-image), the SBOM referrer's signature, checksums.txt's (cosign verify-blob), the files'
-// provenance (cosign verify-blob-attestation) and the chart's provenance file (helm verify). Then it flips
-// one byte of each artifact and of each signature and checks that the same command fails.
+// TestSignaturesVerify runs docs/release.md's offline verification block as it is written, with cosign and
+// helm, in a directory laid out as a user downloads the release, with no network: the checksums, the image
+// index's cosign signature and its SLSA provenance and SPDX attestations (cosign verify /
+// verify-attestation --local-image), the SBOM referrer's signature, the files' provenance (cosign
+// verify-blob-attestation) and the chart's provenance file (helm verify). Then, in a fresh copy each time,
+// it flips one byte of each artifact and of each signature and checks that the page's command for it fails.
 func TestSignaturesVerify(t *testing.T) {
 	t.Parallel()
-	cosign := cosignBin(t)
-	helm, err := framework.HelmBinary()
-	if err != nil {
-		t.Fatal(err)
-	}
+	page := newVerifyPage(t)
 	_, indexDesc := imageLayout(t)
 	tgz := "certapi-" + chartVersion() + ".tgz"
-	key := func(d string) string { return filepath.Join(d, "cosign.pub") }
-	offline := []string{"--insecure-ignore-tlog=true", "--offline=true"}
 
-	verifyImage := func(layoutDir string) (string, bool) {
-		return verify(t, cosign, append([]string{"verify", "--key", key(dir), "--local-image", layoutDir}, offline...)...)
-	}
-	verifyAttestation := func(layoutDir, typ string) (string, bool) {
-		return verify(t, cosign, append([]string{"verify-attestation", "--key", key(dir), "--type", typ, "--local-image", layoutDir}, offline...)...)
-	}
-	verifyChecksums := func(d string) (string, bool) {
-		return verify(t, cosign, append([]string{"verify-blob", "--key", key(d), "--signature", filepath.Join(d, "checksums.txt.sig"), filepath.Join(d, "checksums.txt")}, offline...)...)
-	}
-	verifyFile := func(d, name string) (string, bool) {
-		return verify(t, cosign, append([]string{"verify-blob-attestation", "--key", key(d), "--type", "slsaprovenance1", "--signature", filepath.Join(d, "provenance.intoto.json"), filepath.Join(d, name)}, offline...)...)
-	}
-	verifyChart := func(d string) (string, bool) {
-		return verify(t, helm, "verify", "--keyring", filepath.Join(d, "certapi-keyring.gpg"), filepath.Join(d, tgz))
-	}
-
-	t.Run("image index", func(t *testing.T) {
-		l := signedImageLayout(t)
-		out, ok := verifyImage(l)
-		if !ok {
-			t.Fatalf("cosign verify --local-image: %s", out)
-		}
+	t.Run("the page's block", func(t *testing.T) {
+		page.shell.Dir = releaseDir(t)
+		out := page.shell.Run(t, "docs/release.md", 5*time.Minute, "verify-release")
 		if !strings.Contains(out, `"docker-manifest-digest":"`+indexDesc.Digest.String()+`"`) {
 			t.Errorf("cosign verify did not verify the image index %s:\n%s", indexDesc.Digest, out)
 		}
-		for _, typ := range []string{"slsaprovenance1", "spdxjson"} {
-			out, ok := verifyAttestation(l, typ)
-			if !ok {
-				t.Fatalf("cosign verify-attestation --type %s: %s", typ, out)
-			}
-			if !strings.Contains(out, `"payloadType":"application/vnd.in-toto+json"`) {
-				t.Errorf("cosign verify-attestation --type %s printed no in-toto attestation:\n%s", typ, out)
-			}
+		if n := strings.Count(out, `"payloadType":"application/vnd.in-toto+json"`); n < 2 {
+			t.Errorf("cosign verify-attestation printed %d in-toto attestations, want the provenance's and the SBOM's:\n%s", n, out)
 		}
+		if !strings.Contains(out, "Chart Hash Verified") && !strings.Contains(out, "Signed by") {
+			t.Errorf("helm verify did not say it verified %s:\n%s", tgz, out)
+		}
+	})
+	// The page's commands, each run on a copy with one byte flipped.
+	unpackImage := page.line(t, "tar -xf certapi-image.oci.tar")
+	unpackSBOM := page.line(t, "tar -xf certapi-sbom.oci.tar")
+	verifyImage := page.line(t, "cosign verify ", "--local-image image")
+	verifyProvenance := page.line(t, "cosign verify-attestation", "slsaprovenance1", "--local-image image")
+	verifySBOMReferrer := page.line(t, "cosign verify ", "--local-image sbom")
+	verifyChecksums := page.line(t, "cosign verify-blob ", "checksums.txt")
+	verifyFile := page.line(t, "cosign verify-blob-attestation", "certapi.spdx.json")
+	verifyChart := page.line(t, "helm verify")
+	fails := func(t *testing.T, d, what, command string) {
+		t.Helper()
+		if out, ok := page.run(d, command); ok {
+			t.Errorf("%s passed %s:\n%s", command, what, out)
+		}
+	}
+
+	t.Run("image index", func(t *testing.T) {
 		// A flipped byte of the index: its digest is no longer the signed one.
-		l = signedImageLayout(t)
-		flip(t, blobPath(l, indexDesc.Digest.String()), `"linux`)
-		if out, ok := verifyImage(l); ok {
-			t.Errorf("cosign verify passed an image index with a flipped byte:\n%s", out)
-		}
-		if out, ok := verifyAttestation(l, "slsaprovenance1"); ok {
-			t.Errorf("cosign verify-attestation passed an image index with a flipped byte:\n%s", out)
-		}
+		d := releaseDir(t)
+		page.mustRun(t, d, unpackImage)
+		flip(t, blobPath(filepath.Join(d, "image"), indexDesc.Digest.String()), `"linux`)
+		fails(t, d, "an image index with a flipped byte", verifyImage)
+		fails(t, d, "an image index with a flipped byte", verifyProvenance)
 	})
 
 	t.Run("signature and attestations of the index", func(t *testing.T) {
 		// Flip a byte of the signed payload (cosign's simple-signing layer) and of the provenance (the DSSE
 		// envelope's payload): each blob, located by its media type in the signatures' layout.
-		for _, c := range []struct{ kind, mediaType, within string }{
-			{"dev.cosignproject.cosign/sigs", "application/vnd.dev.cosign.simplesigning.v1+json", `"docker-reference":"ghcr`},
-			{"dev.cosignproject.cosign/atts", "application/vnd.dsse.envelope.v1+json", `"payload":"eyJ`},
+		for _, c := range []struct{ kind, mediaType, within, command string }{
+			{"dev.cosignproject.cosign/sigs", "application/vnd.dev.cosign.simplesigning.v1+json", `"docker-reference":"ghcr`, verifyImage},
+			{"dev.cosignproject.cosign/atts", "application/vnd.dsse.envelope.v1+json", `"payload":"eyJ`, verifyProvenance},
 		} {
-			l := signedImageLayout(t)
-			layer := layerOfKind(t, l, c.kind, c.mediaType)
-			flip(t, blobPath(l, layer), c.within)
-			if c.kind == "dev.cosignproject.cosign/sigs" {
-				if out, ok := verifyImage(l); ok {
-					t.Errorf("cosign verify passed a flipped byte of the signature's payload:\n%s", out)
-				}
-				continue
-			}
-			if out, ok := verifyAttestation(l, "slsaprovenance1"); ok {
-				t.Errorf("cosign verify-attestation passed a flipped byte of the provenance:\n%s", out)
-			}
+			d := releaseDir(t)
+			page.mustRun(t, d, unpackImage)
+			l := filepath.Join(d, "image")
+			flip(t, blobPath(l, layerOfKind(t, l, c.kind, c.mediaType)), c.within)
+			fails(t, d, "a flipped byte of "+c.mediaType, c.command)
 		}
 	})
 
 	t.Run("SBOM", func(t *testing.T) {
-		l := untar(t, filepath.Join(dir, "certapi-sbom.oci.tar"))
-		if out, ok := verifyImage(l); !ok {
-			t.Fatalf("cosign verify --local-image of the SBOM's referrer: %s", out)
-		}
-		d := releaseCopy(t)
-		if out, ok := verifyFile(d, "certapi.spdx.json"); !ok {
-			t.Fatalf("cosign verify-blob-attestation certapi.spdx.json: %s", out)
-		}
-		referrer := manifestOfKind(t, l, "dev.cosignproject.cosign/image")
-		flip(t, blobPath(l, referrer), `"application/spdx`)
-		if out, ok := verifyImage(l); ok {
-			t.Errorf("cosign verify passed the SBOM's referrer with a flipped byte:\n%s", out)
-		}
-		flip(t, filepath.Join(d, "certapi.spdx.json"), `"SPDX-2`)
-		if out, ok := verifyFile(d, "certapi.spdx.json"); ok {
-			t.Errorf("cosign verify-blob-attestation passed certapi.spdx.json with a flipped byte:\n%s", out)
-		}
+		d := releaseDir(t)
+		page.mustRun(t, d, unpackSBOM)
+		l := filepath.Join(d, "sbom")
+		flip(t, blobPath(l, manifestOfKind(t, l, "dev.cosignproject.cosign/image")), `"application/spdx`)
+		fails(t, d, "the SBOM's referrer with a flipped byte", verifySBOMReferrer)
+		d = releaseDir(t)
+		flip(t, own(t, d, "certapi.spdx.json"), `"SPDX-2`)
+		fails(t, d, "certapi.spdx.json with a flipped byte", verifyFile)
 	})
 
 	t.Run("checksums.txt", func(t *testing.T) {
-		d := releaseCopy(t)
-		if out, ok := verifyChecksums(d); !ok {
-			t.Fatalf("cosign verify-blob checksums.txt: %s", out)
-		}
-		flip(t, filepath.Join(d, "checksums.txt"), "")
-		if out, ok := verifyChecksums(d); ok {
-			t.Errorf("cosign verify-blob passed checksums.txt with a flipped byte:\n%s", out)
-		}
+		d := releaseDir(t)
+		flip(t, own(t, d, "checksums.txt"), "")
+		fails(t, d, "checksums.txt with a flipped byte", verifyChecksums)
 	})
 
 	t.Run("files' provenance", func(t *testing.T) {
-		d := releaseCopy(t)
+		// The page's command for certapi.spdx.json, for the other files the provenance names.
+		forFile := func(name string) string { return strings.Replace(verifyFile, " certapi.spdx.json", " "+name, 1) }
+		d := releaseDir(t)
 		for _, f := range []string{tgz, "certapi.yaml", "checksums.txt"} {
-			out, ok := verifyFile(d, f)
+			out, ok := page.run(d, forFile(f))
 			if f == "checksums.txt" {
 				// checksums.txt is written after the provenance, and signed on its own.
 				if ok {
@@ -236,34 +250,23 @@ func TestSignaturesVerify(t *testing.T) {
 				continue
 			}
 			if !ok {
-				t.Fatalf("cosign verify-blob-attestation %s: %s", f, out)
+				t.Fatalf("%s: %s", forFile(f), out)
 			}
 		}
-		flip(t, filepath.Join(d, "provenance.intoto.json"), `"payload":"eyJ`)
-		if out, ok := verifyFile(d, "certapi.yaml"); ok {
-			t.Errorf("cosign verify-blob-attestation passed a provenance with a flipped byte:\n%s", out)
-		}
-		d = releaseCopy(t)
-		flip(t, filepath.Join(d, "certapi.yaml"), "kind: Namespace")
-		if out, ok := verifyFile(d, "certapi.yaml"); ok {
-			t.Errorf("cosign verify-blob-attestation passed certapi.yaml with a flipped byte:\n%s", out)
-		}
+		flip(t, own(t, d, "provenance.intoto.json"), `"payload":"eyJ`)
+		fails(t, d, "a provenance with a flipped byte", forFile("certapi.yaml"))
+		d = releaseDir(t)
+		flip(t, own(t, d, "certapi.yaml"), "kind: Namespace")
+		fails(t, d, "certapi.yaml with a flipped byte", forFile("certapi.yaml"))
 	})
 
 	t.Run("chart", func(t *testing.T) {
-		d := releaseCopy(t)
-		if out, ok := verifyChart(d); !ok {
-			t.Fatalf("helm verify: %s", out)
-		}
-		flip(t, filepath.Join(d, tgz), "")
-		if out, ok := verifyChart(d); ok {
-			t.Errorf("helm verify passed a chart with a flipped byte:\n%s", out)
-		}
-		d = releaseCopy(t)
-		flip(t, filepath.Join(d, tgz+".prov"), "files:\n  certapi")
-		if out, ok := verifyChart(d); ok {
-			t.Errorf("helm verify passed a provenance file with a flipped byte:\n%s", out)
-		}
+		d := releaseDir(t)
+		flip(t, own(t, d, tgz), "")
+		fails(t, d, "a chart with a flipped byte", verifyChart)
+		d = releaseDir(t)
+		flip(t, own(t, d, tgz+".prov"), "files:\n  certapi")
+		fails(t, d, "a provenance file with a flipped byte", verifyChart)
 	})
 }
 
