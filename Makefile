@@ -131,6 +131,15 @@ tools-oldest:
 tools:
 	./hack/build-tools.sh
 
+## tools-first, tools-other: the groups of tools split by who needs them. prometheus, helm3 and cosign serve
+## only packages of test/ outside test/node (test/monitoring, test/chart, test/release): make test and make
+## e2e build them at the start of e2e-other, while the node tests run beside it, not before every job.
+TOOLS_OTHER = prometheus helm3 cosign
+tools-first:
+	./hack/build-tools.sh kube node helm coredns
+tools-other:
+	./hack/build-tools.sh $(TOOLS_OTHER)
+
 ## codegen: regenerate pkg/generated and the zz_generated files
 codegen:
 	$(STATIC) ./hack/update-codegen.sh
@@ -173,13 +182,13 @@ integration: tools
 ## machine) beside the others (e2e-node, e2e-other): go test runs two packages at a time on two cores, and
 ## a node package waiting for another's node held one of those two for its whole run.
 e2e: PLATFORMS = $(TEST_PLATFORMS)
-e2e: tools build kms-plugin images release
+e2e: tools-first build kms-plugin images release
 	$(MAKE) --no-print-directory -j2 --output-sync=target e2e-node e2e-other
 
-.PHONY: e2e-node e2e-other e2e-oldest unit-then-oldest
+.PHONY: e2e-node e2e-other e2e-oldest unit-then-oldest tools-first tools-other
 e2e-node:
 	CERTAPI_BIN=$(BIN)/certapi $(STATIC) $(GO) test -count=1 -p 1 -timeout $(E2E_TIMEOUT) ./test/node/...
-e2e-other:
+e2e-other: tools-other
 	CERTAPI_BIN=$(BIN)/certapi CERTAPI_KMS_PKCS11_BIN=$(BIN)/certapi-kms-pkcs11 $(STATIC) $(GO) test -count=1 -timeout $(E2E_TIMEOUT) $$($(GO) list ./test/... | grep -v /test/node)
 ## e2e-oldest: the core end-to-end cases of test-matrix against the oldest supported minor; its results go to
 ## _output/matrix (docs/matrix is written only by make test-matrix)
@@ -195,7 +204,7 @@ unit-then-oldest: unit
 ## keeps both cores busy, while the tests under test/ mostly wait on their processes (docs/development.md,
 ## "Build times"). The unit tests bind only ephemeral ports, test/framework's processes ports below that range.
 test: PLATFORMS = $(TEST_PLATFORMS)
-test: verify tools tools-oldest build kms-plugin images release
+test: verify tools-first tools-oldest build kms-plugin images release
 	$(MAKE) --no-print-directory -j3 --output-sync=target unit-then-oldest e2e-node e2e-other
 
 ## test-matrix: the core end-to-end cases (hack/internal/matrix: issuance, Secrets, injection into every target
