@@ -15,12 +15,6 @@ var usageSamples = map[string]string{
 	"operator-test-double": "test/integration/servingcerttest/webhook_test.go",
 }
 
-// usageCommands are the shell blocks of docs/usage.md marked <!-- docs-check: NAME -->, each with the test
-// file that runs it as written (nodetest.DocShell on the test node), which must name it.
-var usageCommands = map[string]string{
-	"namespace-opt-in": "test/node/kustomizebase/base_test.go",
-}
-
 func TestUsageSamplesAreTestedCode(t *testing.T) {
 	root, err := framework.RepoRoot()
 	if err != nil {
@@ -35,15 +29,8 @@ func TestUsageSamplesAreTestedCode(t *testing.T) {
 		if b.Check == "" {
 			continue
 		}
-		if file, ok := usageCommands[b.Check]; ok {
-			found[b.Check] = true
-			if b.Lang != "sh" {
-				t.Errorf("docs/usage.md:%d: the %s block is %q, want sh", b.Line, b.Check, b.Lang)
-			}
-			if !strings.Contains(readFile(t, root, file), `"`+b.Check+`"`) {
-				t.Errorf("docs/usage.md:%d: %s does not run the block %s", b.Line, file, b.Check)
-			}
-			continue
+		if isShell(b.Lang) {
+			continue // commandBlocks holds them
 		}
 		file, ok := usageSamples[b.Check]
 		if !ok {
@@ -61,11 +48,6 @@ func TestUsageSamplesAreTestedCode(t *testing.T) {
 	for name, file := range usageSamples {
 		if !found[name] {
 			t.Errorf("docs/usage.md has no block marked <!-- docs-check: %s --> (the sample from %s)", name, file)
-		}
-	}
-	for name, file := range usageCommands {
-		if !found[name] {
-			t.Errorf("docs/usage.md has no block marked <!-- docs-check: %s --> (run by %s)", name, file)
 		}
 	}
 }
