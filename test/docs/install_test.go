@@ -1,11 +1,9 @@
 package docs
 
 import (
-	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/certapi/certapi/test/docs/markdown"
 	"github.com/certapi/certapi/test/framework"
 )
 
@@ -59,22 +57,6 @@ func shellLines(body string) []string {
 	return lines
 }
 
-// blockBody is the body of page's block marked docs-check: name.
-func blockBody(t *testing.T, root, page, name string) string {
-	t.Helper()
-	p, err := markdown.Parse(filepath.Join(root, page))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, b := range p.Blocks {
-		if b.Check == name {
-			return b.Body
-		}
-	}
-	t.Fatalf("%s has no block marked <!-- docs-check: %s -->", page, name)
-	return ""
-}
-
 // TestInstallCopiesAreTheInstallThatRuns holds the README's cluster-install, high-availability.md's install
 // and the chart README's install to docs/install.md's install-helm block, which test/node/etcdcluster runs
 // as written: each copy's lines, in order, are exactly the run block's without the lines it is allowed to
@@ -87,7 +69,7 @@ func TestInstallCopiesAreTheInstallThatRuns(t *testing.T) {
 	if !strings.Contains(readFile(t, root, runInstallTest), `"`+runInstallBlock+`"`) {
 		t.Fatalf("%s does not run %s's block %s", runInstallTest, runInstallPage, runInstallBlock)
 	}
-	run := shellLines(blockBody(t, root, runInstallPage, runInstallBlock))
+	run := shellLines(pageBlock(t, root, runInstallPage, runInstallBlock))
 	for _, c := range heldInstalls {
 		leftOut := map[string]bool{}
 		for _, l := range c.leftOut {
@@ -104,7 +86,7 @@ func TestInstallCopiesAreTheInstallThatRuns(t *testing.T) {
 				t.Errorf("%s's block %s may leave out %q, which %s's block %s does not have", c.page, c.name, l, runInstallPage, runInstallBlock)
 			}
 		}
-		got := shellLines(blockBody(t, root, c.page, c.name))
+		got := shellLines(pageBlock(t, root, c.page, c.name))
 		if strings.Join(got, "\n") != strings.Join(want, "\n") {
 			t.Errorf("%s's block %s is not %s's block %s (which a node test runs) less %q (%s):\n got:\n%s\n want:\n%s",
 				c.page, c.name, runInstallPage, runInstallBlock, c.leftOut, c.why, strings.Join(got, "\n"), strings.Join(want, "\n"))

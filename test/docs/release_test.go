@@ -19,17 +19,11 @@ import (
 // pageBlock is the body of the block of page marked <!-- docs-check: name -->.
 func pageBlock(t *testing.T, root, page, name string) string {
 	t.Helper()
-	p, err := markdown.Parse(filepath.Join(root, page))
+	body, err := markdown.BlockBody(filepath.Join(root, page), name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, b := range p.Blocks {
-		if b.Check == name {
-			return b.Body
-		}
-	}
-	t.Fatalf("%s has no block marked <!-- docs-check: %s -->", page, name)
-	return ""
+	return body
 }
 
 // commands are the lines of a shell block that are not blank or comments, as written (a comment at the

@@ -125,6 +125,21 @@ func Parse(path string) (*Page, error) {
 	return p, nil
 }
 
+// BlockBody is the body of the block of the page at path marked <!-- docs-check: name -->, for the tests
+// that run a page's block as it is written.
+func BlockBody(path, name string) (string, error) {
+	p, err := Parse(path)
+	if err != nil {
+		return "", err
+	}
+	for _, b := range p.Blocks {
+		if b.Check == name {
+			return b.Body, nil
+		}
+	}
+	return "", fmt.Errorf("%s has no block marked <!-- docs-check: %s -->", path, name)
+}
+
 // AnchorOf is the anchor GitHub gives a heading: the text of its links and code, lower case, with every
 // character but letters, digits, spaces, hyphens and underscores dropped, and spaces made hyphens.
 func AnchorOf(text string) string {

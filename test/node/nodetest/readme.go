@@ -116,17 +116,11 @@ func (s *DocShell) Run(t *testing.T, page string, timeout time.Duration, names .
 // <!-- docs-check: NAME -->, for a test that runs it as the page says to change it.
 func Block(t *testing.T, page, name string) string {
 	t.Helper()
-	parsed, err := markdown.Parse(RepoPath(t, page))
+	body, err := markdown.BlockBody(RepoPath(t, page), name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, b := range parsed.Blocks {
-		if b.Check == name {
-			return b.Body
-		}
-	}
-	t.Fatalf("%s has no block marked <!-- docs-check: %s -->", page, name)
-	return ""
+	return body
 }
 
 // Script runs body, a test's own commands (what, in its messages), as Run runs a block: with bash -e in
