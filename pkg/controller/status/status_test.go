@@ -144,15 +144,25 @@ func TestWriterWritesAtOnceThenCoalesces(t *testing.T) {
 	w.SetReady(testKey, Ready{Status: metav1.ConditionFalse, Reason: ReasonPending, Message: "first", Generation: 1})
 	w.SetReady(testKey, Ready{Status: metav1.ConditionTrue, Reason: ReasonIssued, Message: "second", Generation: 1})
 	// Within the interval nothing more is written; the queue waits on the clock. Step it a little at a
-	// time: the write must come once the interval has passed, and not before.
-	for step := time.Duration(0); step < interval-100*time.Millisecond; step += 100 * time.Millisecond {
-		clk.Step(100 * time.Millisecond)
-		if n := u.count(); n != 1 {
-			t.Fatalf("%d writes %s after the first; want 1 until the interval (%s) has passed", n, step+100*time.Millisecond, interval)
+	// time: the write must come once the interval has passed, and not before. The queue schedules that
+	// look when the first write's sync returns, which the test cannot see: if the test stepped first, the
+	// look comes a step or two late on the fake clock, never early.
+	const tick = 100 * time.Millisecond
+	for stepped := tick; u.count() < 2; stepped += tick {
+		clk.Step(tick)
+		if stepped < interval {
+			if n := u.count(); n != 1 {
+				t.Fatalf("%d writes %s after the first; want 1 until the interval (%s) has passed", n, stepped, interval)
+			}
+			continue
 		}
+		if stepped > 3*interval {
+			t.Fatalf("%d writes %s after the first; want the coalesced write once the interval (%s) has passed", u.count(), stepped, interval)
+		}
+		_ = wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 500*time.Millisecond, true, func(context.Context) (bool, error) {
+			return u.count() >= 2, nil
+		})
 	}
-	clk.Step(100 * time.Millisecond)
-	waitWrites(t, u, 2)
 	st := u.last()
 	if st.SerialNumber != "02" {
 		t.Errorf("coalesced write has serial %q; want the later certificate, 02", st.SerialNumber)
