@@ -7,9 +7,12 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 )
 
 // portSet is the loopback ports of one control plane. It is saved in <Dir>/ports.json so that a
@@ -55,7 +58,7 @@ func allocatePorts(path string, extraCertapi, extraEtcd int) (*portSet, error) {
 	var kept []int
 	var renew []*int
 	for _, port := range all {
-		if *port > 0 && !slices.Contains(kept, *port) && portFree(*port) {
+		if *port > 0 && !slices.Contains(kept, *port) && portFree(*port) && (reservedHere(*port) || reservePort(*port)) {
 			kept = append(kept, *port)
 		} else {
 			renew = append(renew, port)
@@ -120,24 +123,75 @@ func FreePorts(n int, exclude ...int) ([]int, error) {
 	return ports, nil
 }
 
-// freePort returns a TCP port on 127.0.0.1 that was free a moment ago. It prefers a port below the
-// kernel's ephemeral range: a process restarted on its port (StartReplica, StartCertapi) could
-// otherwise find it taken by the source port of some outgoing loopback connection meanwhile.
+// freePort returns a TCP port on 127.0.0.1 that was free a moment ago and that this process has
+// reserved (see reservePort). It prefers a port below the kernel's ephemeral range: a process
+// restarted on its port (StartReplica, StartCertapi) could otherwise find it taken by the source
+// port of some outgoing loopback connection meanwhile.
 func freePort() (int, error) {
 	if lo := ephemeralPortStart(); lo > minStaticPort+1000 {
 		for range 100 {
 			p := minStaticPort + rand.IntN(lo-minStaticPort)
-			if portFree(p) {
+			if portFree(p) && reservePort(p) {
 				return p, nil
 			}
 		}
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("finding a free port: %w", err)
+	for range 100 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, fmt.Errorf("finding a free port: %w", err)
+		}
+		p := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		if reservePort(p) {
+			return p, nil
+		}
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return 0, errors.New("finding a free port: every port tried is reserved by another test process")
+}
+
+// reservations holds, for the life of this process, the lock of every port it reserved.
+var reservations = struct {
+	sync.Mutex
+	files map[int]*os.File
+}{files: map[int]*os.File{}}
+
+// reservedHere reports whether this process holds port's reservation: a control plane restarted in
+// this process on its saved ports keeps them.
+func reservedHere(port int) bool {
+	reservations.Lock()
+	defer reservations.Unlock()
+	_, ok := reservations.files[port]
+	return ok
+}
+
+// reservePort takes an exclusive lock on a file named after port in a directory every test process
+// of this machine shares, and reports whether it got it. A port that is free when picked stays
+// unbound until the process that picked it starts its server; without the lock, make test's
+// packages, run side by side, picked the same port in that window now and then, and one server
+// failed with "address already in use". The kernel drops the lock when the process ends, however it
+// ends, so no reservation outlives its process. A port this process already reserved is reported
+// as taken, so that two control planes of one process never share one either.
+func reservePort(port int) bool {
+	reservations.Lock()
+	defer reservations.Unlock()
+	if _, ok := reservations.files[port]; ok {
+		return false
+	}
+	dir := filepath.Join(os.TempDir(), "certapi-test-ports")
+	if err := os.MkdirAll(dir, 0o777); err != nil {
+		return true // without the directory, fall back to the free check alone
+	}
+	f, err := os.OpenFile(filepath.Join(dir, strconv.Itoa(port)), os.O_CREATE|os.O_RDWR, 0o666)
+	if err != nil {
+		return true
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return false
+	}
+	reservations.files[port] = f
+	return true
 }
 
 // ephemeralPortStart returns the first port of the kernel's ephemeral range, or 0 when unknown.

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -111,6 +112,33 @@ func TestProcessPause(t *testing.T) {
 	waitState("T")
 	if err := p.Stop(10 * time.Second); err != nil {
 		t.Errorf("Stop of a paused process: %v", err)
+	}
+}
+
+// TestReservedPortsAreNotPickedTwice checks that a port FreePorts returned is reserved: this process
+// does not get it again, and another process cannot reserve it while this one lives.
+func TestReservedPortsAreNotPickedTwice(t *testing.T) {
+	if port := os.Getenv("CERTAPI_TEST_RESERVE_PORT"); port != "" {
+		// The other process: print whether it could reserve the port.
+		p, _ := strconv.Atoi(port)
+		fmt.Printf("reserved=%v\n", reservePort(p))
+		return
+	}
+	ports, err := FreePorts(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if reservePort(ports[0]) {
+		t.Errorf("port %d, returned by FreePorts, could be reserved again by the same process", ports[0])
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestReservedPortsAreNotPickedTwice$")
+	cmd.Env = append(os.Environ(), "CERTAPI_TEST_RESERVE_PORT="+strconv.Itoa(ports[0]))
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("running the other process: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "reserved=false") {
+		t.Errorf("another process reserved port %d that this process holds:\n%s", ports[0], out)
 	}
 }
 
