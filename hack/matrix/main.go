@@ -178,9 +178,19 @@ func printFailures(w io.Writer, minor string, goTestJSON []byte, tests []matrix.
 		return
 	}
 	message := regexp.MustCompile(`^\s*[A-Za-z0-9_]+_test\.go:[0-9]+: `)
+	// A package that failed as a whole (TestMain, a build) has no test to name: the last lines it
+	// printed outside any test say why.
+	var packageTail []string
 	for _, line := range bytes.Split(goTestJSON, []byte("\n")) {
-		var e struct{ Action, Test, Output string }
+		var e struct{ Action, Package, Test, Output string }
 		if json.Unmarshal(line, &e) != nil || e.Action != "output" {
+			continue
+		}
+		if e.Test == "" {
+			pkg := strings.TrimPrefix(strings.TrimPrefix(e.Package, matrix.Module), "/")
+			if s := strings.TrimSpace(e.Output); failed["(package "+pkg+")"] && s != "" {
+				packageTail = append(packageTail, s)
+			}
 			continue
 		}
 		top, _, _ := strings.Cut(e.Test, "/")
@@ -188,7 +198,14 @@ func printFailures(w io.Writer, minor string, goTestJSON []byte, tests []matrix.
 			fmt.Fprintf(w, "FAIL %s: %s: %s", minor, e.Test, strings.TrimLeft(e.Output, " \t"))
 		}
 	}
+	for _, s := range packageTail[max(0, len(packageTail)-packageTailLines):] {
+		fmt.Fprintf(w, "FAIL %s: (package): %s\n", minor, s)
+	}
 }
+
+// packageTailLines is how many of a failed package's last lines outside any test printFailures
+// repeats: enough for TestMain's error and the end of the logs it prints.
+const packageTailLines = 15
 
 // moduleKubernetes returns the minor and version of k8s.io/kubernetes that the tools module in dir requires.
 func moduleKubernetes(dir string) (minor, version string, err error) {
