@@ -71,6 +71,9 @@ var (
 		# Let kubelet give the pods of the ServiceAccount my-webhook the certificate in a podCertificate volume
 		kubectl create servingcertrequest my-webhook -n webhooks --service=my-webhook --service-account=my-webhook
 
+		# Print the bash completion script of the plugin run directly (also zsh, fish, powershell)
+		kubectl-create-servingcertrequest completion bash
+
 		# Print the object without sending it, to keep in a manifest
 		kubectl create servingcertrequest my-webhook --service=my-webhook --dry-run=client -o yaml
 
@@ -136,6 +139,12 @@ func NewCmd(streams genericiooptions.IOStreams) *cobra.Command {
 		Args:         cobra.ArbitraryArgs, // checked in Complete, with kubectl's message
 		SilenceUsage: true,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 2 && args[0] == "completion" {
+				return completion(cmd, args[1])
+			}
+			if !cmd.Flags().Changed("service") {
+				return fmt.Errorf(`required flag(s) "service" not set`)
+			}
 			if err := o.Complete(cmd, args); err != nil {
 				return err
 			}
@@ -181,9 +190,11 @@ func NewCmd(streams genericiooptions.IOStreams) *cobra.Command {
 			own.AddFlag(f) // the -o flags belong with the command's own options in --help
 		}
 	})
-	if err := cmd.MarkFlagRequired("service"); err != nil {
-		panic(fmt.Sprintf("marking --service required: %v", err))
-	}
+	// cobra's own completion subcommand would take a request named "completion" for itself
+	// (`kubectl create servingcertrequest completion --service=web` failed on an unknown flag), and its
+	// required-flag check would refuse `completion bash` for want of --service: RunE tells the two
+	// apart by their arguments instead (a request has one NAME, completion a NAME and a shell).
+	cmd.CompletionOptions.DisableDefaultCmd = true
 
 	conn := pflag.NewFlagSet("kubeconfig", pflag.ContinueOnError)
 	o.ConfigFlags.AddFlags(conn)
@@ -316,4 +327,21 @@ func (o *Options) print(obj *certapiv1alpha1.ServingCertRequest) error {
 		return fmt.Errorf("printing %s/%s: %w", resourceName, obj.Name, err)
 	}
 	return nil
+}
+
+// completion prints the completion script of shell for this binary, run directly as
+// kubectl-create-servingcertrequest: kubectl completes plugins only at its top level.
+func completion(cmd *cobra.Command, shell string) error {
+	out := cmd.OutOrStdout()
+	switch shell {
+	case "bash":
+		return cmd.Root().GenBashCompletionV2(out, true)
+	case "zsh":
+		return cmd.Root().GenZshCompletion(out)
+	case "fish":
+		return cmd.Root().GenFishCompletion(out, true)
+	case "powershell":
+		return cmd.Root().GenPowerShellCompletionWithDesc(out)
+	}
+	return cmdutil.UsageErrorf(cmd, "completion: unknown shell %q: want bash, zsh, fish or powershell", shell)
 }

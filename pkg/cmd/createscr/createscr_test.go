@@ -92,6 +92,32 @@ func TestClientDryRunOutputLine(t *testing.T) {
 	}
 }
 
+// TestCompletionIsNotAName checks that a request may be named "completion" (cobra's completion
+// subcommand took that name) while `completion SHELL` still prints the plugin's completion script.
+func TestCompletionIsNotAName(t *testing.T) {
+	out, _, err := execute(t, "completion", "--service=web", "--dry-run=client", "--kubeconfig", kubeconfig(t, "ns"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out != "servingcertrequest.certapi.dev/completion created (dry run)\n" {
+		t.Errorf("a request named completion: output %q", out)
+	}
+	for shell, want := range map[string]string{
+		"bash":       "__start_kubectl-create-servingcertrequest",
+		"zsh":        "#compdef kubectl-create-servingcertrequest",
+		"fish":       "complete -c kubectl-create-servingcertrequest",
+		"powershell": "Register-ArgumentCompleter",
+	} {
+		out, _, err := execute(t, "completion", shell)
+		if err != nil || !strings.Contains(out, want) {
+			t.Errorf("completion %s: error %v, output without %q:\n%.300s", shell, err, want, out)
+		}
+	}
+	if _, _, err := execute(t, "completion", "tcsh"); err == nil || !strings.Contains(err.Error(), `unknown shell "tcsh": want bash, zsh, fish or powershell`) {
+		t.Errorf("completion tcsh: error %v", err)
+	}
+}
+
 func TestClientDryRunNeedsNoKubeconfig(t *testing.T) {
 	t.Setenv("KUBECONFIG", filepath.Join(t.TempDir(), "missing"))
 	t.Setenv("HOME", t.TempDir())
