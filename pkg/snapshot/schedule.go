@@ -161,7 +161,7 @@ func (s *Schedule) Fresh(ctx context.Context) (Info, []string, error) {
 func (s *Schedule) names() ([]string, error) {
 	entries, err := os.ReadDir(s.Dir)
 	if err != nil {
-		return nil, fmt.Errorf("listing %s to prune old snapshots: %w", s.Dir, err)
+		return nil, fmt.Errorf("listing the snapshot directory %s: %w", s.Dir, err)
 	}
 	names := make([]string, 0, len(entries))
 	for _, e := range entries {
@@ -191,13 +191,32 @@ func (s *Schedule) remove(names []string, removed func(name string)) error {
 	return errors.Join(errs...)
 }
 
-// save takes one scheduled snapshot into Dir, named for the time now.
+// save takes one scheduled snapshot into Dir, named for the time now. When a snapshot of this second
+// is there already (two distrusts erased in one second, or Fresh right after a scheduled one), the name
+// takes the first later second that is free, so that it still sorts after every snapshot taken before
+// it: Fresh removes those by name.
 func (s *Schedule) save(ctx context.Context) (Info, error) {
 	if err := os.MkdirAll(s.Dir, 0o700); err != nil {
 		return Info{}, fmt.Errorf("creating the snapshot directory %s: %w", s.Dir, err)
 	}
-	path := filepath.Join(s.Dir, scheduledPrefix+s.now().UTC().Format(scheduledTime)+scheduledSuffix)
-	return SaveFromSealed(ctx, s.Client, path, s.Sealer)
+	names, err := s.names()
+	if err != nil {
+		return Info{}, err
+	}
+	return SaveFromSealed(ctx, s.Client, filepath.Join(s.Dir, scheduledName(s.now(), names)), s.Sealer)
+}
+
+// scheduledName is the name of a scheduled snapshot taken at now: certapi-<now>.db, or of the first
+// later second whose name is not among taken (names of Dir, with integrity records beside snapshots).
+func scheduledName(now time.Time, taken []string) string {
+	t := now.UTC().Truncate(time.Second)
+	for {
+		name := scheduledPrefix + t.Format(scheduledTime) + scheduledSuffix
+		if !slices.Contains(taken, name) && !slices.Contains(taken, name+IntegritySuffix) {
+			return name
+		}
+		t = t.Add(time.Second)
+	}
 }
 
 // olderThan returns the scheduled snapshot names among names that sort before newest (they were taken

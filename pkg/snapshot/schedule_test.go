@@ -35,6 +35,36 @@ func TestToPrune(t *testing.T) {
 	}
 }
 
+// TestScheduledName checks that a snapshot taken in the same second as one in the directory gets the
+// next free second, so that it sorts after it (Fresh removes every name before its own).
+func TestScheduledName(t *testing.T) {
+	now := time.Date(2026, 1, 3, 0, 0, 0, 700_000_000, time.UTC)
+	for _, tc := range []struct {
+		name  string
+		taken []string
+		want  string
+	}{
+		{"an empty directory", nil, "certapi-20260103T000000Z.db"},
+		{"other files", []string{"certapi-20260102T000000Z.db", "mine.db"}, "certapi-20260103T000000Z.db"},
+		{"this second taken", []string{"certapi-20260103T000000Z.db"}, "certapi-20260103T000001Z.db"},
+		{"this second's integrity record left", []string{"certapi-20260103T000000Z.db" + IntegritySuffix}, "certapi-20260103T000001Z.db"},
+		{"two seconds taken", []string{"certapi-20260103T000001Z.db", "certapi-20260103T000000Z.db"}, "certapi-20260103T000002Z.db"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := scheduledName(now, tc.taken)
+			if got != tc.want {
+				t.Errorf("scheduledName = %s, want %s", got, tc.want)
+			}
+			if older := olderThan(append(tc.taken, got), got); len(older) != len(slices.DeleteFunc(slices.Clone(tc.taken), func(n string) bool {
+				_, ok := scheduledAt(n)
+				return !ok
+			})) {
+				t.Errorf("olderThan(%s) = %v: not every snapshot taken before sorts before it", got, older)
+			}
+		})
+	}
+}
+
 func TestOlderThan(t *testing.T) {
 	const fresh = "certapi-20260103T000000Z.db"
 	for _, tc := range []struct {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -413,6 +414,29 @@ func TestSchedule(t *testing.T) {
 		if _, err := snapshot.Verify(filepath.Join(dir, n)); err != nil {
 			t.Errorf("%s: %v", n, err)
 		}
+	}
+}
+
+// TestFreshTwiceInOneSecond erases twice within one second, as two distrusts in a row do: the second
+// Fresh takes its snapshot under the next second's name, and removes the first.
+func TestFreshTwiceInOneSecond(t *testing.T) {
+	root := t.TempDir()
+	e, c := startEtcd(t, filepath.Join(root, "data"))
+	defer e.Stop()
+	defer c.Close()
+	dir := filepath.Join(root, "snapshots")
+	s := &snapshot.Schedule{Interval: time.Hour, Dir: dir, Retention: 5, Client: c,
+		Now: func() time.Time { return time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC) }}
+	first, _, err := s.Fresh(context.Background())
+	if err != nil {
+		t.Fatalf("first Fresh: %v", err)
+	}
+	second, removed, err := s.Fresh(context.Background())
+	if err != nil {
+		t.Fatalf("second Fresh in the same second: %v", err)
+	}
+	if filepath.Base(second.Path) != "certapi-20260101T000001Z.db" || !slices.Equal(removed, []string{filepath.Base(first.Path)}) {
+		t.Errorf("second Fresh wrote %s and removed %v, want certapi-20260101T000001Z.db and %s", second.Path, removed, filepath.Base(first.Path))
 	}
 }
 
