@@ -71,6 +71,12 @@ func ReadDistrusted(path string) ([]DistrustedCA, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading the record of distrusted CAs %s: %w", path, err)
 	}
+	return ParseDistrusted(path, data)
+}
+
+// ParseDistrusted checks that data, read from path (named in errors), is a record of distrusted CAs and
+// returns its entries.
+func ParseDistrusted(path string, data []byte) ([]DistrustedCA, error) {
 	var f distrustedFile
 	if err := json.Unmarshal(data, &f); err != nil {
 		return nil, fmt.Errorf("%s is not a record of distrusted CAs (the %s certapi writes): %w", path, DistrustedFileName, err)

@@ -47,17 +47,18 @@ It fails, saying so, when there is no record: no distrust has taken effect on th
 }
 
 // printDistrusted writes the record of distrusted CAs at path to w as it is on disk, once it has been read
-// as one (snapshot.ReadDistrusted), so that the copy is one that restore and status accept.
+// as one (snapshot.ParseDistrusted), so that the copy is one that restore and status accept. The file is
+// read once: certapi may replace it meanwhile, and what is printed must be what was checked.
 func printDistrusted(w io.Writer, path string) error {
-	if _, err := snapshot.ReadDistrusted(path); err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return fmt.Errorf("no record of distrusted CAs at %s: no distrust has taken effect on this volume, or certapi runs with another --data-dir or --snapshot-dir (give the ones it runs with)", path)
-		}
-		return err
-	}
 	data, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("no record of distrusted CAs at %s: no distrust has taken effect on this volume, or certapi runs with another --data-dir or --snapshot-dir (give the ones it runs with)", path)
+	}
 	if err != nil {
 		return fmt.Errorf("reading the record of distrusted CAs: %w", err)
+	}
+	if _, err := snapshot.ParseDistrusted(path, data); err != nil {
+		return err
 	}
 	if _, err := w.Write(data); err != nil {
 		return fmt.Errorf("writing the record of distrusted CAs: %w", err)
