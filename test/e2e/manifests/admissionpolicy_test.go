@@ -731,24 +731,42 @@ func checkQuotaStatusOnly(t *testing.T, own *framework.ControlPlane, sa *rest.Co
 	// stay as they were. The quota comes before the namespace's first request (see TestTenantBounds).
 	t.Run("certapi counts its requests into a quota that limits other resources too", func(t *testing.T) {
 		certapiNS := e2etest.Namespace(t, kube)
-		newQuota(t, certapiNS, "certs", hard, used)
-		// Retried: certapi's quota informer may not have the quota's status yet ("status unknown"), or a
-		// write of it may race another (409), as with kube-apiserver's own quota admission.
-		create := func(name string) error {
+		// A quota that certapi's quota informer has not seen yet limits nothing (as in kube-apiserver's
+		// own quota admission), so the quota starts full, and the test goes on once a create is refused
+		// by it; its status then goes down to used.
+		full := used.DeepCopy()
+		full[scrCount] = hard[scrCount]
+		newQuota(t, certapiNS, "certs", hard, full)
+		e2etest.Eventually(t, 30*time.Second, "certapi to enforce the new quota", func(ctx context.Context) (bool, error) {
+			_, err := c.CertapiV1alpha1().ServingCertRequests(certapiNS).Create(ctx, e2etest.Request("probe", "svc"), metav1.CreateOptions{})
+			if err == nil {
+				// Not limited yet, so not counted either: removed, and tried again.
+				return false, c.CertapiV1alpha1().ServingCertRequests(certapiNS).Delete(ctx, "probe", metav1.DeleteOptions{})
+			}
+			return apierrors.IsForbidden(err) && strings.Contains(err.Error(), "exceeded quota"), nil
+		})
+		if err := updateStatus(kube, certapiNS, "certs", func(rq *corev1.ResourceQuota) { rq.Status.Used = used.DeepCopy() }); err != nil {
+			t.Fatal(err)
+		}
+		// Retried: certapi's quota informer may not have the quota's status yet ("status unknown") or
+		// still have it full, or a write of it may race another (409), as with kube-apiserver's own quota
+		// admission. None of these lets a request past the quota.
+		create := func(name string, retryExceeded bool) error {
 			var last error
 			e2etest.Eventually(t, 30*time.Second, "an answer to creating "+name+" other than a conflict", func(ctx context.Context) (bool, error) {
 				_, last = c.CertapiV1alpha1().ServingCertRequests(certapiNS).Create(ctx, e2etest.Request(name, "svc"), metav1.CreateOptions{})
-				retry := apierrors.IsConflict(last) || (apierrors.IsForbidden(last) && strings.Contains(last.Error(), "status unknown for quota"))
+				retry := apierrors.IsConflict(last) || (apierrors.IsForbidden(last) && strings.Contains(last.Error(), "status unknown for quota")) ||
+					(retryExceeded && apierrors.IsForbidden(last) && strings.Contains(last.Error(), "exceeded quota"))
 				return !retry, nil
 			})
 			return last
 		}
 		for _, name := range []string{"q1", "q2"} {
-			if err := create(name); err != nil {
+			if err := create(name, true); err != nil {
 				t.Fatalf("creating %s under a quota of 3 holding 1: %v", name, err)
 			}
 		}
-		err := create("one-too-many")
+		err := create("one-too-many", false)
 		if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "exceeded quota") || !strings.Contains(err.Error(), string(scrCount)) {
 			t.Fatalf("creating a request past the quota: %v; want 403 exceeded quota", err)
 		}
