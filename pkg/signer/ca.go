@@ -33,12 +33,21 @@ type CA struct {
 	// dropped the moment it stops signing, so that it is in no record and no
 	// memory after that (see WithoutKey, LoadCACertificate).
 	Key crypto.Signer
+	// Chain is empty for a CA certapi made itself (self-signed, NewCA). For a
+	// CA whose certificate an organisation's CA signed (CheckIntermediate), it
+	// is the verified path above Certificate: the CA that signed Certificate
+	// first, then the CA that signed that one, and so on, ending with the
+	// trust anchor the path was verified to (the root). Leaves are served
+	// with the intermediates of it (see ServedChain), and a bundle carries
+	// the root or the intermediate as the operator chooses (BundleAnchor).
+	Chain []*x509.Certificate
 }
 
-// WithoutKey returns a copy of ca with its certificate only, for a CA that
-// stops signing: it stays trusted in bundles, but nothing can sign with it.
+// WithoutKey returns a copy of ca with its certificate (and chain) only, for a
+// CA that stops signing: it stays trusted in bundles, but nothing can sign
+// with it.
 func (ca *CA) WithoutKey() *CA {
-	return &CA{Certificate: ca.Certificate}
+	return &CA{Certificate: ca.Certificate, Chain: ca.Chain}
 }
 
 // CAOptions configures NewCA.
@@ -136,20 +145,8 @@ func NewCA(opts CAOptions) (*CA, error) {
 		MaxPathLenZero:        true,
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
 		SubjectKeyId:          ski,
-
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-
-		PermittedDNSDomainsCritical: true,
-		PermittedDNSDomains:         PermittedDNSDomains(opts.ClusterDomain),
-		ExcludedIPRanges: []*net.IPNet{
-			{IP: net.IPv4zero.To4(), Mask: net.CIDRMask(0, 8*net.IPv4len)},
-			{IP: net.IPv6zero, Mask: net.CIDRMask(0, 8*net.IPv6len)},
-		},
-		PermittedURIDomains:     []string{ForbiddingConstraint},
-		ExcludedURIDomains:      []string{ForbiddingConstraint},
-		PermittedEmailAddresses: []string{ForbiddingConstraint},
-		ExcludedEmailAddresses:  []string{ForbiddingConstraint},
 	}
+	setCAConstraints(tmpl, opts.ClusterDomain)
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
 	if err != nil {
 		return nil, fmt.Errorf("creating CA: signing certificate: %w", err)
@@ -159,6 +156,30 @@ func NewCA(opts CAOptions) (*CA, error) {
 		return nil, fmt.Errorf("creating CA: parsing the new certificate: %w", err)
 	}
 	return &CA{Certificate: cert, Key: key}, nil
+}
+
+// setCAConstraints sets on tmpl what limits every CA of certapi's, whoever signs it (NewCA itself, or
+// an organisation's root through IntermediateRequest): extended key usage serverAuth only, and the
+// critical name constraints that permit DNS names under "svc" and "svc.<clusterDomain>" only and forbid
+// every IP address, URI and e-mail address (see NewCA and ForbiddingConstraint).
+func setCAConstraints(tmpl *x509.Certificate, clusterDomain string) {
+	tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
+	tmpl.PermittedDNSDomainsCritical = true
+	tmpl.PermittedDNSDomains = PermittedDNSDomains(clusterDomain)
+	tmpl.ExcludedIPRanges = excludedIPRanges()
+	tmpl.PermittedURIDomains = []string{ForbiddingConstraint}
+	tmpl.ExcludedURIDomains = []string{ForbiddingConstraint}
+	tmpl.PermittedEmailAddresses = []string{ForbiddingConstraint}
+	tmpl.ExcludedEmailAddresses = []string{ForbiddingConstraint}
+}
+
+// excludedIPRanges are the excluded iPAddress subtrees of a CA of certapi's: every IPv4 and every IPv6
+// address.
+func excludedIPRanges() []*net.IPNet {
+	return []*net.IPNet{
+		{IP: net.IPv4zero.To4(), Mask: net.CIDRMask(0, 8*net.IPv4len)},
+		{IP: net.IPv6zero, Mask: net.CIDRMask(0, 8*net.IPv6len)},
+	}
 }
 
 // ForbiddingConstraint is the base of the uniformResourceIdentifier and

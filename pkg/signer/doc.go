@@ -19,6 +19,13 @@
 //     from the subject or SANs of a certificate request.
 //   - A leaf never outlives its CA, is backdated a few minutes for clock skew,
 //     and carries only the serverAuth extended key usage.
+//   - The CA may instead be an intermediate of an organisation's root:
+//     IntermediateRequest writes the certificate request (the same
+//     constraints, asked for), CheckIntermediate checks what the upstream
+//     really signed and returns a CA that carries its chain (CA.Chain), leaves
+//     are served with the intermediates, and BundleAnchor says whether
+//     bundles carry the root or certapi's intermediate. The CA key is used
+//     only through crypto.Signer, so it may live in a hardware module.
 //
 // Errors returned to API callers are short, say what was wrong and what is
 // accepted, and never contain key material or the full input.

@@ -46,7 +46,12 @@ type LeafRequest struct {
 // Leaf is a signed serving certificate and the facts the API reports about
 // it.
 type Leaf struct {
-	Certificate    *x509.Certificate
+	Certificate *x509.Certificate
+	// CertificatePEM is what a server presents: the leaf, then for a CA
+	// that an organisation's CA signed the CA's ServedChain (its own
+	// certificate and the intermediates above it). For a self-signed CA it
+	// is the leaf alone, as it always was. Consumers that need the leaf read
+	// the first block.
 	CertificatePEM []byte
 	// SerialNumber is the serial as lower-case hex without colons or
 	// leading zeros (see FormatSerialNumber).
@@ -65,7 +70,10 @@ type Leaf struct {
 // computed from the key and the CA's as authority key identifier, a random
 // 128-bit positive serial, notBefore = Now - Backdate (or req.Backdate; not before the CA's
 // notBefore) and notAfter = min(Now + Duration, CA notAfter): a leaf never
-// outlives its CA.
+// outlives its CA. For a CA with a Chain, the leaf's notAfter is capped at
+// ChainNotAfter as well, its names must be permitted by the name
+// constraints of every certificate of the chain, and CertificatePEM carries
+// the chain a server must present (see Leaf).
 func (ca *CA) Sign(req LeafRequest) (*Leaf, error) {
 	leaf, der, err := ca.sign(req)
 	if err != nil {
@@ -103,6 +111,11 @@ func (ca *CA) sign(req LeafRequest) (*Leaf, []byte, error) {
 	if err := checkPermittedByCA(ca.Certificate, sans); err != nil {
 		return nil, nil, fmt.Errorf("signing: %w", err)
 	}
+	for _, c := range ca.Chain {
+		if err := checkPermittedByCA(c, sans); err != nil {
+			return nil, nil, fmt.Errorf("signing: %s in the CA's chain: %w", describeCert(c), err)
+		}
+	}
 	if err := CheckPublicKey(req.PublicKey); err != nil {
 		return nil, nil, fmt.Errorf("signing: %w", err)
 	}
@@ -124,6 +137,10 @@ func (ca *CA) sign(req LeafRequest) (*Leaf, []byte, error) {
 	if !now.Before(caCert.NotAfter) {
 		return nil, nil, fmt.Errorf("signing: CA expired at %s", caCert.NotAfter.Format(time.RFC3339))
 	}
+	caNotAfter := ca.ChainNotAfter()
+	if !now.Before(caNotAfter) {
+		return nil, nil, fmt.Errorf("signing: a certificate of the CA's chain expired at %s", caNotAfter.UTC().Format(time.RFC3339))
+	}
 	backdate := req.Backdate
 	if backdate <= 0 {
 		backdate = Backdate
@@ -133,8 +150,8 @@ func (ca *CA) sign(req LeafRequest) (*Leaf, []byte, error) {
 		notBefore = caCert.NotBefore
 	}
 	notAfter := now.Add(req.Duration)
-	if notAfter.After(caCert.NotAfter) {
-		notAfter = caCert.NotAfter
+	if notAfter.After(caNotAfter) {
+		notAfter = caNotAfter
 	}
 
 	serial, err := RandomSerial()
@@ -172,8 +189,12 @@ func (ca *CA) sign(req LeafRequest) (*Leaf, []byte, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("signing certificate for %s: %w", sans[0], err)
 	}
+	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	if served := ca.ServedChain(); len(served) > 0 {
+		certPEM = append(certPEM, EncodeBundle(served...)...)
+	}
 	return &Leaf{
-		CertificatePEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		CertificatePEM: certPEM,
 		SerialNumber:   FormatSerialNumber(serial),
 		NotBefore:      notBefore,
 		NotAfter:       notAfter,

@@ -284,7 +284,8 @@ func (a Authorities) DistrustDeadline(p RotationPolicy) time.Time {
 }
 
 // Certificates returns every CA certificate clients must trust, in the bundle's fixed order: Active,
-// Next, then Retiring in the order they retired.
+// Next, then Retiring in the order they retired. For a CA an organisation's CA signed it is certapi's own
+// certificate, not the root, so Bundle is BundleFor(AnchorIntermediate).
 func (a Authorities) Certificates() []*x509.Certificate {
 	var certs []*x509.Certificate
 	if a.Active != nil {
@@ -299,7 +300,8 @@ func (a Authorities) Certificates() []*x509.Certificate {
 	return certs
 }
 
-// Bundle is the byte-stable PEM trust bundle of Certificates.
+// Bundle is the byte-stable PEM trust bundle of Certificates (see BundleFor for the operator's choice of
+// anchor when a CA carries a chain).
 func (a Authorities) Bundle() []byte {
 	return EncodeBundle(a.Certificates()...)
 }
