@@ -17,6 +17,10 @@ type Authorities struct {
 	Next *CA
 	// NextPublished is when Next entered the bundle; the grace period counts from it.
 	NextPublished time.Time
+	// Pending, for a CA that is an intermediate of an organisation's CA (RotationInput.Upstream), is the
+	// key and certificate request of the next CA while they wait for the organisation's signature; it
+	// becomes Next when the signed certificate is imported (ImportNext). Never set together with Next.
+	Pending *PendingCA
 	// Retiring CAs no longer sign and leave the bundle at their Until time. They hold their certificate
 	// only: a CA's private key is dropped the moment it stops signing (see CA.WithoutKey).
 	Retiring []Retiring
@@ -88,6 +92,15 @@ type RotationInput struct {
 	Reissued bool
 	// NewCA makes a CA; the planner calls it at most once per step.
 	NewCA func() (*CA, error)
+	// Upstream says the CA is to be an intermediate of an organisation's CA: where a rotation would make
+	// a Next CA, the planner makes a certificate request instead (NewRequest, StepRequestNext), and the
+	// rotation waits until the signed certificate is imported (ImportNext). An Active CA that is
+	// self-signed is replaced at once so (the first start, or after a distrust). Without it, a pending
+	// request is dropped (StepDropRequest): the operator went back to self-signed CAs.
+	Upstream bool
+	// NewRequest makes a CA key and its certificate request; the planner calls it at most once per step,
+	// and only with Upstream.
+	NewRequest func(reason PendingReason) (*PendingCA, error)
 }
 
 // RotationStep names what one planning step did.
@@ -105,6 +118,11 @@ const (
 	// StepDistrustDeadline drops a distrusted CA at its deadline although not everything it waited for
 	// was re-issued.
 	StepDistrustDeadline RotationStep = "DistrustDeadline"
+	// StepRequestNext makes the next CA's key and certificate request, to be signed by an organisation's
+	// CA (RotationInput.Upstream).
+	StepRequestNext RotationStep = "RequestNext"
+	// StepDropRequest drops a pending certificate request that is no longer wanted (Upstream is off).
+	StepDropRequest RotationStep = "DropRequest"
 )
 
 // Plan returns the Authorities after the next step that is due, and which step that was (StepNone when
@@ -158,7 +176,8 @@ func (a Authorities) plan(in RotationInput, p RotationPolicy, distrust bool) (Au
 		if a.Next != nil {
 			out.Retiring = append(out.Retiring, Retiring{CA: a.Next.WithoutKey(), Distrusted: true, DistrustedAt: in.Now})
 		}
-		out.Active, out.Next, out.NextPublished = ca, nil, time.Time{}
+		// A pending request is dropped with the CAs it would have followed: its key sat in the same record.
+		out.Active, out.Next, out.NextPublished, out.Pending = ca, nil, time.Time{}, nil
 		out.Distrust = in.Distrust
 		out.SwitchedAt, out.ForcedSwitch = in.Now, true
 		return out, StepDistrust, nil
@@ -179,10 +198,19 @@ func (a Authorities) plan(in RotationInput, p RotationPolicy, distrust bool) (Au
 		}
 	}
 
-	life := a.Active.Certificate.NotAfter.Sub(a.Active.Certificate.NotBefore)
-	left := a.Active.Certificate.NotAfter.Sub(in.Now)
+	// A CA is as good as its chain: the life of an intermediate ends with the first certificate of its
+	// chain that expires (ChainNotAfter; a self-signed CA's own notAfter).
+	life := a.Active.ChainNotAfter().Sub(a.Active.Certificate.NotBefore)
+	left := a.Active.ChainNotAfter().Sub(in.Now)
+	if a.Pending != nil && !in.Upstream {
+		out.Pending = nil
+		return out, StepDropRequest, nil
+	}
 	if a.Next == nil {
 		forced := in.ForceRotation != "" && in.ForceRotation != a.ForceRotation
+		if in.Upstream {
+			return a.planRequest(in, forced, left <= life/3)
+		}
 		if forced || left <= life/3 {
 			ca, err := in.NewCA()
 			if err != nil {
@@ -224,6 +252,41 @@ func (a Authorities) plan(in RotationInput, p RotationPolicy, distrust bool) (Au
 	return out, StepSwitch, nil
 }
 
+// planRequest is plan's step for a CA under an organisation's CA with no Next CA: a certificate request
+// when a rotation is due (or forced, or the Active CA is self-signed), none while one is pending.
+func (a Authorities) planRequest(in RotationInput, forced, due bool) (Authorities, RotationStep, error) {
+	if a.Pending != nil {
+		// Waiting for the signature. A new forceRotation value is not taken yet: it starts a rotation
+		// once this one is done, as it would while a Next CA waits for the gate.
+		return a, StepNone, nil
+	}
+	var reason PendingReason
+	switch {
+	case forced:
+		reason = PendingForceRotation
+	case a.Active.SelfSigned():
+		reason = PendingSelfSigned
+	case due:
+		reason = PendingRotation
+	default:
+		return a, StepNone, nil
+	}
+	if in.NewRequest == nil {
+		return a, StepNone, errors.New("a CA certificate request is due, and no way to make one was given")
+	}
+	p, err := in.NewRequest(reason)
+	if err != nil {
+		return a, StepNone, err
+	}
+	out := a
+	out.Retiring = append([]Retiring(nil), a.Retiring...)
+	out.Pending = p
+	if forced {
+		out.ForceRotation = in.ForceRotation
+	}
+	return out, StepRequestNext, nil
+}
+
 // CheckClock returns an error wrapping ErrClockBehind when now is earlier than the state allows: before
 // the Active CA's notBefore (it cannot sign), or more than ClockTolerance before the last saved step
 // (the clock went back, or an earlier step was taken under a clock that was ahead). nil otherwise.
@@ -253,6 +316,9 @@ func (a Authorities) lastStep() time.Time {
 	}
 	later(a.SwitchedAt)
 	later(a.NextPublished)
+	if a.Pending != nil {
+		later(a.Pending.CreatedAt)
+	}
 	for _, r := range a.Retiring {
 		later(r.DistrustedAt)
 	}
@@ -337,10 +403,12 @@ func (a Authorities) NextDue(p RotationPolicy, now time.Time) time.Time {
 	if d := a.DistrustDeadline(p); !d.IsZero() {
 		consider(d)
 	}
-	notBefore, notAfter := a.Active.Certificate.NotBefore, a.Active.Certificate.NotAfter
+	notBefore, notAfter := a.Active.Certificate.NotBefore, a.Active.ChainNotAfter()
 	life := notAfter.Sub(notBefore)
-	if a.Next == nil {
+	if a.Next == nil && a.Pending == nil {
 		consider(notAfter.Add(-life / 3))
+	} else if a.Next == nil {
+		// A pending request waits for an import, which wakes the loop itself.
 	} else {
 		// A switch, forced or not, waits for the grace period.
 		graceEnd := a.NextPublished.Add(p.Grace)
