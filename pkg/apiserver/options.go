@@ -123,6 +123,8 @@ type Options struct {
 	KeepPublishedCAs bool
 	// EtcdCluster turns the embedded etcd into one member of a cluster of certapi's replicas.
 	EtcdCluster EtcdClusterOptions
+	// CAUpstream says whose CA certapi's CA is: self-signed, or an intermediate of an organisation's CA.
+	CAUpstream CAUpstreamOptions
 
 	// requestCounter counts each namespace's ServingCertRequests for the CertapiServingCertRequestLimit
 	// admission plugin; the server feeds it from its storage.
@@ -156,6 +158,7 @@ func NewOptions() *Options {
 		ServiceNamespace:        "certapi-system",
 		Leader:                  DefaultLeaderOptions(),
 		EtcdCluster:             DefaultEtcdClusterOptions(),
+		CAUpstream:              DefaultCAUpstreamOptions(),
 	}
 	// /debug/pprof serves heap profiles, which hold whatever the heap holds, to anyone authorized for it:
 	// off unless an admin turns it on to debug (--profiling).
@@ -266,6 +269,7 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	o.RecommendedOptions.Etcd.AddFlags(fss.FlagSet("etcd"))
 	fss.FlagSet("etcd").Lookup("etcd-servers").Usage += " When empty, certapi runs an embedded etcd in --data-dir."
 	o.EtcdCluster.AddFlags(fss.FlagSet("embedded etcd cluster"))
+	o.CAUpstream.AddFlags(fss.FlagSet("CA custody"))
 	o.RecommendedOptions.SecureServing.AddFlags(fss.FlagSet("secure serving"))
 	o.RecommendedOptions.Authentication.AddFlags(fss.FlagSet("authentication"))
 	o.RecommendedOptions.Authorization.AddFlags(fss.FlagSet("authorization"))
@@ -300,6 +304,7 @@ func (o *Options) Validate() error {
 		errs = append(errs, fmt.Errorf("--cluster-domain %q: %s", o.ClusterDomain, msg))
 	}
 	errs = append(errs, o.Leader.Validate()...)
+	errs = append(errs, o.CAUpstream.Validate()...)
 	if o.LeaderSessionTTL < time.Second {
 		errs = append(errs, fmt.Errorf("--leader-session-ttl %s: must be at least 1s", o.LeaderSessionTTL))
 	}
@@ -426,6 +431,10 @@ func (o *Options) Config(etcd *Etcd) (*Config, error) {
 	if err != nil {
 		return nil, err
 	}
+	upstream, anchor, err := o.CAUpstream.issuerUpstream()
+	if err != nil {
+		return nil, err
+	}
 	authn := o.RecommendedOptions.Authentication
 	auth := &authReadiness{
 		clientCAExpected:      authn != nil && (authn.ClientCert != genericoptions.ClientCertAuthenticationOptions{} || !authn.SkipInClusterLookup),
@@ -470,6 +479,8 @@ func (o *Options) Config(etcd *Etcd) (*Config, error) {
 				Identity:               o.LeaderIdentity,
 				SessionTTL:             o.LeaderSessionTTL,
 				HandoffTimeout:         o.HandoffTimeout,
+				Upstream:               upstream,
+				BundleAnchor:           anchor,
 			},
 		},
 	}, nil

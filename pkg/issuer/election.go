@@ -218,7 +218,7 @@ func (i *Issuer) setLeading(leading bool, auth signer.Authorities) {
 		i.published.next = nil
 	}
 	if leading {
-		i.bundle = auth.Bundle()
+		i.bundle = auth.BundleFor(i.cfg.BundleAnchor)
 	}
 	i.mu.Unlock()
 	if changed {

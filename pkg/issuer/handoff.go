@@ -12,6 +12,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"k8s.io/klog/v2"
+
+	"github.com/certapi/certapi/pkg/signer"
 )
 
 // A follower hands a request to the leader through two etcd keys bound to one short lease:
@@ -25,6 +27,8 @@ import (
 type handoffRequest struct {
 	Request
 	Lease int64 `json:"lease"`
+	// Import, when set, is a CA certificate to import (Import) instead of a certificate to sign.
+	Import *ImportRequest `json:"import,omitempty"`
 }
 
 type handoffResponse struct {
@@ -32,6 +36,12 @@ type handoffResponse struct {
 	Error  string  `json:"error,omitempty"`
 	// Refused says the error is the leader's HandoffCheck refusing the request (ErrHandoffRefused).
 	Refused bool `json:"refused,omitempty"`
+	// Import is the answer to an import; Problems and Warnings its refusal (signer.IntermediateError),
+	// NoPending says no certificate request waited for it (signer.ErrNoPendingRequest).
+	Import    *ImportResult    `json:"importResult,omitempty"`
+	Problems  []signer.Finding `json:"problems,omitempty"`
+	Warnings  []signer.Finding `json:"warnings,omitempty"`
+	NoPending bool             `json:"noPending,omitempty"`
 }
 
 func (i *Issuer) requestsPrefix() string  { return i.cfg.Prefix + "/handoff/requests/" }
@@ -39,6 +49,21 @@ func (i *Issuer) responsesPrefix() string { return i.cfg.Prefix + "/handoff/resp
 
 // handoff asks the leader to sign req, waiting at most the handoff timeout.
 func (i *Issuer) handoff(ctx context.Context, req Request) (*Result, error) {
+	resp, err := i.handoffRaw(ctx, handoffRequest{Request: req})
+	if err != nil {
+		return nil, err
+	}
+	if resp.Refused {
+		return nil, fmt.Errorf("%w: %s", ErrHandoffRefused, resp.Error)
+	}
+	if resp.Error != "" {
+		return nil, fmt.Errorf("the leader could not sign: %s", resp.Error)
+	}
+	return resp.Result, nil
+}
+
+// handoffRaw writes hreq for the leader and returns its answer, waiting at most the handoff timeout.
+func (i *Issuer) handoffRaw(ctx context.Context, hreq handoffRequest) (*handoffResponse, error) {
 	ctx, cancel := context.WithTimeout(ctx, i.cfg.HandoffTimeout)
 	defer cancel()
 
@@ -64,7 +89,8 @@ func (i *Issuer) handoff(ctx context.Context, req Request) (*Result, error) {
 		}
 	}()
 
-	body, err := json.Marshal(handoffRequest{Request: req, Lease: int64(lease.ID)})
+	hreq.Lease = int64(lease.ID)
+	body, err := json.Marshal(hreq)
 	if err != nil {
 		return nil, fmt.Errorf("encoding a handoff request: %w", err)
 	}
@@ -96,13 +122,7 @@ func (i *Issuer) handoff(ctx context.Context, req Request) (*Result, error) {
 				if err := json.Unmarshal(ev.Kv.Value, &resp); err != nil {
 					return nil, fmt.Errorf("decoding the leader's answer: %w", err)
 				}
-				if resp.Refused {
-					return nil, fmt.Errorf("%w: %s", ErrHandoffRefused, resp.Error)
-				}
-				if resp.Error != "" {
-					return nil, fmt.Errorf("the leader could not sign: %s", resp.Error)
-				}
-				return resp.Result, nil
+				return &resp, nil
 			}
 		}
 	}
@@ -162,6 +182,10 @@ func (i *Issuer) answer(ctx context.Context, key string, value []byte) {
 	var resp handoffResponse
 	if err := json.Unmarshal(value, &req); err != nil {
 		resp.Error = "malformed handoff request"
+	} else if req.Import != nil {
+		if !i.answerImport(signCtx, req.Import, &resp) {
+			return
+		}
 	} else if err := i.checkHandoff(signCtx, req.Request); errors.Is(err, ErrHandoffRefused) {
 		// Logged as a warning: a follower hands over only what it read from the stored request, so a
 		// refusal is a request changed or deleted in between, or a handoff key written by someone else.
@@ -179,13 +203,38 @@ func (i *Issuer) answer(ctx context.Context, key string, value []byte) {
 	} else {
 		resp.Result = res
 	}
+	i.putAnswer(ctx, id, req.Lease, resp)
+}
+
+// answerImport imports a CA certificate a follower handed over into resp; false when this replica does
+// not lead (the requester's deadline answers then).
+func (i *Issuer) answerImport(ctx context.Context, req *ImportRequest, resp *handoffResponse) bool {
+	res, err := i.importAsLeader(ctx, *req)
+	var refused *signer.IntermediateError
+	switch {
+	case errors.Is(err, ErrNotLeading):
+		return false
+	case errors.As(err, &refused):
+		resp.Problems, resp.Warnings = refused.Problems, refused.Warnings
+	case errors.Is(err, signer.ErrNoPendingRequest):
+		resp.NoPending, resp.Error = true, err.Error()
+	case err != nil:
+		resp.Error = err.Error()
+	default:
+		resp.Import = res
+	}
+	return true
+}
+
+// putAnswer writes the answer to the handoff request id.
+func (i *Issuer) putAnswer(ctx context.Context, id string, leaseID int64, resp handoffResponse) {
 	body, err := json.Marshal(resp)
 	if err != nil {
 		klog.ErrorS(err, "Encoding a handoff answer")
 		return
 	}
 	// Bound to the requester's lease: if it has already gone, the put fails and nothing is left behind.
-	if _, err := i.cfg.Client.Put(ctx, i.responsesPrefix()+id, string(body), clientv3.WithLease(clientv3.LeaseID(req.Lease))); err != nil {
+	if _, err := i.cfg.Client.Put(ctx, i.responsesPrefix()+id, string(body), clientv3.WithLease(clientv3.LeaseID(leaseID))); err != nil {
 		klog.V(2).InfoS("Answering a handoff request failed (the requester may have given up)", "id", id, "err", err)
 	}
 }

@@ -62,12 +62,24 @@ type Config struct {
 	// unless the operator opted in: whoever holds certapi's ServiceAccount token can write those objects,
 	// and a CA planted there would be trusted for up to the longest certificate lifetime.
 	PublishedBundles func(ctx context.Context) ([]PublishedBundle, error)
+	// Upstream, when set, makes certapi's CA an intermediate of an organisation's CA, signed by hand: the
+	// next CA is a certificate request that waits for the signed certificate to be imported (Import);
+	// see Upstream. nil: certapi makes self-signed CAs, as it always did.
+	Upstream *Upstream
+	// BundleAnchor says which certificate of a CA an organisation's CA signed goes into the bundles:
+	// signer.AnchorRoot (the default when empty) or signer.AnchorIntermediate. Self-signed CAs are in
+	// every bundle as themselves, whatever it says.
+	BundleAnchor signer.BundleAnchor
 }
 
 // Issuer signs certificates for every replica: directly on the leader, through an etcd handoff elsewhere.
 type Issuer struct {
 	cfg   Config
 	store caStore
+
+	// writeMu serialises the CA writes that start from the state in memory (Rotate, Import), so that one
+	// does not fail the other's fenced write.
+	writeMu sync.Mutex
 
 	mu      sync.RWMutex
 	leading bool
@@ -125,6 +137,11 @@ func New(cfg Config) (*Issuer, error) {
 	if cfg.CADuration <= 0 {
 		cfg.CADuration = signer.DefaultCADuration
 	}
+	anchor, err := signer.ParseBundleAnchor(string(cfg.BundleAnchor))
+	if err != nil {
+		return nil, fmt.Errorf("issuer: %w", err)
+	}
+	cfg.BundleAnchor = anchor
 	return &Issuer{cfg: cfg, now: bootTime, store: &keystore{client: cfg.Client, key: cfg.Prefix + "/" + CAKeysResource + "/default", transformer: cfg.Transformer, requireEncrypted: cfg.RequireEncryptedRecord}}, nil
 }
 

@@ -42,6 +42,9 @@ type caRecord struct {
 	ForcedSwitch  bool       `json:"forcedSwitch,omitempty"`
 	// LastStepAt is when the last rotation step was saved (signer.Authorities.LastStepAt).
 	LastStepAt *time.Time `json:"lastStepAt,omitempty"`
+	// Pending is the next CA's key and certificate request while they wait for an organisation's CA to
+	// sign (signer.Authorities.Pending).
+	Pending *pendingEntry `json:"pending,omitempty"`
 	// Recovery is set when the record was created with none stored and certapi had published CAs
 	// before (see Recovery); every later write keeps it.
 	Recovery *Recovery `json:"recovery,omitempty"`
@@ -56,6 +59,17 @@ type caEntry struct {
 	CertificatePEM string     `json:"certificatePEM"`
 	// KeyPEM is the private key of an Active or Next CA; empty for a Retiring one, which no longer signs.
 	KeyPEM string `json:"keyPEM,omitempty"`
+	// ChainPEM is, for a CA an organisation's CA signed, the verified chain above its certificate
+	// (signer.CA.ChainPEM); empty for a self-signed CA.
+	ChainPEM string `json:"chainPEM,omitempty"`
+}
+
+// pendingEntry is a CA key whose certificate request waits for a signature.
+type pendingEntry struct {
+	KeyPEM     string    `json:"keyPEM"`
+	RequestPEM string    `json:"requestPEM"`
+	CreatedAt  time.Time `json:"createdAt"`
+	Reason     string    `json:"reason,omitempty"`
 }
 
 // Roles of CA entries in the record and in CertificateAuthority status.
@@ -92,8 +106,15 @@ func encodeRecord(a signer.Authorities) (caRecord, error) {
 			}
 		}
 		rec.Authorities = append(rec.Authorities, caEntry{Role: role, Until: timePtr(r.Until), Distrusted: r.Distrusted,
-			DistrustedAt: timePtr(r.DistrustedAt), CertificatePEM: string(ca.CertificatePEM()), KeyPEM: string(keyPEM)})
+			DistrustedAt: timePtr(r.DistrustedAt), CertificatePEM: string(ca.CertificatePEM()), KeyPEM: string(keyPEM), ChainPEM: string(ca.ChainPEM())})
 		return nil
+	}
+	if p := a.Pending; p != nil {
+		keyPEM, err := signer.EncodeKeyPEM(p.Key)
+		if err != nil {
+			return rec, fmt.Errorf("encoding the key of the pending CA certificate request: %w", err)
+		}
+		rec.Pending = &pendingEntry{KeyPEM: string(keyPEM), RequestPEM: string(p.RequestPEM), CreatedAt: p.CreatedAt, Reason: string(p.Reason)}
 	}
 	if err := add(RoleActive, a.Active, signer.Retiring{}); err != nil {
 		return rec, err
@@ -128,6 +149,9 @@ func decodeRecord(rec caRecord) (a signer.Authorities, keysToDrop bool, err erro
 		if err != nil {
 			return a, false, fmt.Errorf("loading CA %d (%s) of the stored record: %w", i, e.Role, err)
 		}
+		if ca, err = ca.WithChain([]byte(e.ChainPEM)); err != nil {
+			return a, false, fmt.Errorf("loading CA %d (%s) of the stored record: %w", i, e.Role, err)
+		}
 		switch e.Role {
 		case RoleActive:
 			a.Active = ca
@@ -141,6 +165,13 @@ func decodeRecord(rec caRecord) (a signer.Authorities, keysToDrop bool, err erro
 	}
 	if a.Active == nil {
 		return a, false, errors.New("the stored CA record has no Active CA")
+	}
+	if p := rec.Pending; p != nil {
+		key, err := signer.ParseKeyPEM([]byte(p.KeyPEM))
+		if err != nil {
+			return a, false, fmt.Errorf("loading the key of the pending CA certificate request of the stored record: %w", err)
+		}
+		a.Pending = &signer.PendingCA{Key: key, RequestPEM: []byte(p.RequestPEM), CreatedAt: p.CreatedAt, Reason: signer.PendingReason(p.Reason)}
 	}
 	return a, keysToDrop, nil
 }

@@ -1,6 +1,7 @@
 package issuer
 
 import (
+	"crypto/elliptic"
 	"testing"
 	"time"
 
@@ -85,5 +86,43 @@ func TestRecordHoldsNoRetiringKey(t *testing.T) {
 	got, keysToDrop, err := decodeRecord(rec)
 	if err != nil || !keysToDrop || got.Retiring[0].CA.Key != nil {
 		t.Fatalf("old record: %v, keys to drop %v, Retiring key loaded %v; want it flagged for a rewrite and not loaded", err, keysToDrop, got.Retiring[0].CA.Key != nil)
+	}
+}
+
+// TestRecordKeepsChainAndPending: an imported CA keeps its chain through the record (leaves are served
+// with it, bundles anchored on its root), and a pending certificate request keeps its key, request,
+// time and reason.
+func TestRecordKeepsChainAndPending(t *testing.T) {
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	root := signertest.NewRoot(t, "Example Root", now)
+	key := signertest.ECKey(t, elliptic.P256())
+	csr, err := signer.IntermediateRequest(key, signer.IntermediateOptions{ClusterDomain: signertest.ClusterDomain, Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, _, err := signer.CheckIntermediate(root.Sign(t, csr, now, signertest.SignOptions{}), root.PEM(), key,
+		signer.ImportOptions{ClusterDomain: signertest.ClusterDomain, Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pendingKey := signertest.ECKey(t, elliptic.P256())
+	a := signer.Authorities{Active: ca, Pending: &signer.PendingCA{Key: pendingKey, RequestPEM: []byte("request"), CreatedAt: now, Reason: signer.PendingRotation}}
+	rec, err := encodeRecord(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _, err := decodeRecord(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Active.Chain) != 1 || !got.Active.Chain[0].Equal(root.Certificate) {
+		t.Fatalf("chain after a round trip: %d certificates", len(got.Active.Chain))
+	}
+	if string(got.BundleFor(signer.AnchorRoot)) != string(root.PEM()) {
+		t.Error("the root-anchored bundle after a round trip is not the root")
+	}
+	p := got.Pending
+	if p == nil || !pendingKey.PublicKey.Equal(p.Key.Public()) || string(p.RequestPEM) != "request" || !p.CreatedAt.Equal(now) || p.Reason != signer.PendingRotation {
+		t.Fatalf("pending after a round trip: %+v", p)
 	}
 }

@@ -34,6 +34,8 @@ type RotationRequest struct {
 // An error wrapping signer.ErrClockBehind means the clock reads earlier than the CA record allows:
 // nothing is saved, and signing goes on with the Active CA while it can.
 func (i *Issuer) Rotate(ctx context.Context, req RotationRequest) ([]signer.RotationStep, error) {
+	i.writeMu.Lock()
+	defer i.writeMu.Unlock()
 	i.mu.RLock()
 	leading, stored, recovery, modRev, key, rev := i.leading, i.auth, i.recovery, i.modRev, i.termKey, i.termRev
 	i.mu.RUnlock()
@@ -50,6 +52,8 @@ func (i *Issuer) Rotate(ctx context.Context, req RotationRequest) ([]signer.Rota
 		NewCA: func() (*signer.CA, error) {
 			return signer.NewCA(signer.CAOptions{ClusterDomain: i.cfg.ClusterDomain, Duration: req.CADuration, Now: now})
 		},
+		Upstream:   i.cfg.Upstream != nil,
+		NewRequest: func(reason signer.PendingReason) (*signer.PendingCA, error) { return i.newRequest(reason, now) },
 	}, req.Policy)
 	if err != nil {
 		return nil, fmt.Errorf("planning the next rotation step: %w", err)
@@ -66,7 +70,7 @@ func (i *Issuer) Rotate(ctx context.Context, req RotationRequest) ([]signer.Rota
 	}
 	i.mu.Lock()
 	if i.leading && i.termKey == key {
-		i.auth, i.bundle, i.modRev = next, next.Bundle(), newRev
+		i.auth, i.bundle, i.modRev = next, next.BundleFor(i.cfg.BundleAnchor), newRev
 		if step == signer.StepPublishNext {
 			i.published.next, i.published.at = next.Next.Certificate, i.now()
 		}
