@@ -5,6 +5,7 @@ package apiserver
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -246,6 +247,7 @@ func (c completedConfig) New() (*Server, error) {
 		"servingcertrequests/servingcerts": servingcertrequest.NewServingCertsREST(scr, iss, iss.HandoffTimeout(), s.denied),
 		"certificateauthorities":           ca,
 		"certificateauthorities/status":    caStatus,
+		"certificateauthorities/import":    certificateauthority.NewImportREST(iss, iss.HandoffTimeout(), s.recordImported),
 	}
 	if err := generic.InstallAPIGroup(&apiGroupInfo); err != nil {
 		return nil, fmt.Errorf("installing the certapi.dev API group: %w", err)
@@ -344,6 +346,27 @@ func (s *Server) Run(ctx context.Context) error {
 		return nil
 	})
 	return s.GenericAPIServer.PrepareRun().RunWithContext(ctx)
+}
+
+// recordImported records an Event on CertificateAuthority/default for a CA certificate imported through
+// certificateauthorities/import: Normal, or Warning when the import was accepted with warnings.
+func (s *Server) recordImported(res *issuer.ImportResult) {
+	ref := &corev1.ObjectReference{APIVersion: v1alpha1.APIVersion, Kind: "CertificateAuthority", Name: v1alpha1.CertificateAuthorityName}
+	msg := fmt.Sprintf("imported the CA certificate %s signed under %s, valid (with its chain) until %s; it is the Next CA and signs once every target holds it",
+		res.SerialNumber, res.Root, res.ChainNotAfter.UTC().Format(time.RFC3339))
+	eventType := corev1.EventTypeNormal
+	if len(res.Warnings) > 0 {
+		eventType = corev1.EventTypeWarning
+		var ws []string
+		for _, w := range res.Warnings {
+			ws = append(ws, w.String())
+		}
+		msg += "; warnings: " + strings.Join(ws, "; ")
+	}
+	if len(msg) > 1000 {
+		msg = msg[:997] + "..."
+	}
+	s.recorder.Eventf(ref, nil, eventType, "Imported", "ImportCA", "%s", msg)
 }
 
 // requestRef points an Event at a ServingCertRequest.

@@ -165,6 +165,7 @@ func (i *Issuer) current() (signer.Authorities, []byte, bool) {
 	i.mu.RLock()
 	leading, auth, bundle, valid := i.leading, i.effectiveLocked(i.auth, i.cfg.Clock.Now()), i.bundle, i.leaseValidLocked()
 	i.mu.RUnlock()
+	auth.Anchor = i.cfg.BundleAnchor
 	if !leading || auth.Active == nil {
 		return signer.Authorities{}, nil, false
 	}

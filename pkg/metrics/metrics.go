@@ -37,9 +37,18 @@ var (
 	CANotAfter = metrics.NewGaugeVec(&metrics.GaugeOpts{
 		Namespace:      namespace,
 		Name:           "ca_not_after_timestamp_seconds",
-		Help:           "notAfter of each CA certificate in the bundle, by role (Active, Next, Retiring), in Unix seconds (leader only).",
+		Help:           "notAfter of each CA certificate in the bundle, by role (Active, Next, Retiring), in Unix seconds (leader only); for a CA an organisation's CA signed, the earliest notAfter of its certificate and its chain.",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"role"})
+
+	// CARequestPendingSince is when the pending CA certificate request was made (--ca-upstream=Manual).
+	CARequestPendingSince = metrics.NewGaugeVec(&metrics.GaugeOpts{
+		Namespace: namespace,
+		Name:      "ca_request_pending_since_timestamp_seconds",
+		Help: "When the CA certificate request that waits for an organisation's CA to sign it was made, in Unix seconds, by reason " +
+			"(ReplaceSelfSigned, Rotation, ForceRotation); absent when none waits (leader only). time() minus it is how long it has waited.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"reason"})
 
 	// RotationSteps counts CA lifecycle steps by kind; ForcedSwitch and Distrust deserve an alert.
 	RotationSteps = metrics.NewCounterVec(&metrics.CounterOpts{
@@ -163,7 +172,7 @@ var registerOnce sync.Once
 // Register adds certapi's metrics to the registry behind /metrics. It is safe to call more than once.
 func Register() {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(Issuances, IssuanceDuration, CANotAfter, RotationSteps, InjectionTargets, Leader, Signatures,
+		legacyregistry.MustRegister(Issuances, IssuanceDuration, CANotAfter, CARequestPendingSince, RotationSteps, InjectionTargets, Leader, Signatures,
 			KubeAPIServed, Snapshots, SnapshotLastSuccess, SnapshotInterval, EtcdMembers, EtcdLeader, EtcdMemberHealthy, ServedCertificates)
 		legacyregistry.CustomMustRegister(requests)
 		legacyregistry.CustomMustRegister(served)

@@ -3,6 +3,7 @@ package signer
 import (
 	"crypto/x509"
 	"fmt"
+	"time"
 )
 
 // BundleAnchor says which certificate of a CA that an organisation's CA
@@ -96,8 +97,35 @@ func (a Authorities) CertificatesFor(anchor BundleAnchor) []*x509.Certificate {
 	return certs
 }
 
+// Published is the bundle certapi publishes: BundleFor(a.Anchor).
+func (a Authorities) Published() []byte {
+	return a.BundleFor(a.Anchor)
+}
+
 // BundleFor is the byte-stable PEM trust bundle of CertificatesFor(anchor).
 // With only self-signed CAs it is byte for byte Bundle.
 func (a Authorities) BundleFor(anchor BundleAnchor) []byte {
 	return EncodeBundle(a.CertificatesFor(anchor)...)
+}
+
+// RootAnchoredDistrust says, for Authorities just after a distrust, what the distrust cannot do when
+// the bundles carry the organisation's root (AnchorRoot) and a distrusted CA is an intermediate under
+// it: its leaves stay trusted by every client that trusts that root from elsewhere, and once a CA under
+// the same root is imported again, the root is back in certapi's bundles and they are trusted there
+// too, until they expire (nothing in a cluster checks revocation). "" when no such CA is distrusted.
+// The distrust still goes on (the leaked key signs nothing more); this is the warning that goes with it.
+func RootAnchoredDistrust(a Authorities) string {
+	if a.Anchor == AnchorIntermediate {
+		return ""
+	}
+	for _, r := range a.Retiring {
+		if !r.Distrusted || r.CA.SelfSigned() {
+			continue
+		}
+		return fmt.Sprintf("WARNING: the distrusted CA %s is an intermediate under the root %s, and the bundles carry that root (--ca-bundle-anchor=Root): "+
+			"certificates it signed stay trusted by every client that trusts that root otherwise, and in certapi's bundles again as soon as a CA under the same root is imported, "+
+			"until they expire (at the latest %s); to cut them off, use --ca-bundle-anchor=Intermediate before importing the next CA, and have the organisation revoke the intermediate",
+			describeCert(r.CA.Certificate), describeCert(r.CA.Root()), r.CA.ChainNotAfter().UTC().Format(time.RFC3339))
+	}
+	return ""
 }

@@ -75,3 +75,13 @@ func (a Authorities) Waiting(now time.Time) (waited, activeLeft time.Duration) {
 	}
 	return now.Sub(a.Pending.CreatedAt), a.Active.ChainNotAfter().Sub(now)
 }
+
+// SubjectKeyID returns the subject key identifier of the pending key in the form status shows (as
+// CA.SubjectKeyID): the certificate imported for it must carry the same key.
+func (p *PendingCA) SubjectKeyID() string {
+	id, err := subjectKeyID(p.Key.Public())
+	if err != nil {
+		return ""
+	}
+	return FormatKeyID(id)
+}

@@ -17,6 +17,9 @@ type Authorities struct {
 	Next *CA
 	// NextPublished is when Next entered the bundle; the grace period counts from it.
 	NextPublished time.Time
+	// Anchor is the anchor of the bundles certapi publishes (BundleFor): the operator's choice, set by
+	// whoever holds the Authorities from its configuration, never stored with them.
+	Anchor BundleAnchor
 	// Pending, for a CA that is an intermediate of an organisation's CA (RotationInput.Upstream), is the
 	// key and certificate request of the next CA while they wait for the organisation's signature; it
 	// becomes Next when the signed certificate is imported (ImportNext). Never set together with Next.

@@ -35,6 +35,7 @@ func addKnownTypes(scheme *runtime.Scheme) error {
 		&ServingCert{},
 		&CertificateAuthority{},
 		&CertificateAuthorityList{},
+		&CertificateAuthorityImport{},
 	)
 	return nil
 }

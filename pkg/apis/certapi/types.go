@@ -268,6 +268,92 @@ type CertificateAuthorityStatus struct {
 	// etcd.
 	// +optional
 	Etcd *EtcdClusterStatus `json:"etcd,omitempty"`
+
+	// pendingRequest is, while certapi's CA is an intermediate of an organisation's CA (certapi's
+	// --ca-upstream=Manual), the certificate request of the next CA waiting for the organisation's
+	// signature: sign it and import the certificate through certificateauthorities/import (kubectl
+	// certapi ca request, kubectl certapi ca import). Absent when nothing waits. Its key never leaves
+	// certapi.
+	// +optional
+	PendingRequest *CertificateAuthorityPendingRequest `json:"pendingRequest,omitempty"`
+}
+
+// CertificateAuthorityPendingRequest is a CA certificate request waiting for a signature.
+type CertificateAuthorityPendingRequest struct {
+	// request is the PEM PKCS#10 certificate request: basic constraints CA with path length 0, key
+	// usage keyCertSign and cRLSign, extended key usage serverAuth and the name constraints certapi's CA
+	// needs, all asked for in its extensionRequest.
+	Request string `json:"request"`
+	// subjectKeyID of the requested key, in hexadecimal: the certificate to import must certify it.
+	SubjectKeyID string `json:"subjectKeyID"`
+	// createdAt is when the request was made.
+	CreatedAt metav1.Time `json:"createdAt"`
+	// reason is why: ReplaceSelfSigned (the Active CA is certapi's own self-signed one, as on the first
+	// start), Rotation (a third of the Active CA's chain life is left) or ForceRotation.
+	Reason string `json:"reason"`
+	// waitingFor says what the request waits for, in words.
+	WaitingFor string `json:"waitingFor"`
+	// activeNotAfter is when the Active CA's chain expires (the earliest notAfter of its certificate
+	// and the chain above it): if nothing is imported by then, certapi can no longer sign.
+	ActiveNotAfter metav1.Time `json:"activeNotAfter"`
+}
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// CertificateAuthorityImport is the body of a create on certificateauthorities/default/import: the CA
+// certificate an organisation's CA signed for status.pendingRequest, and its chain. certapi checks it
+// against the pending key (the key, CA basic constraints, key usages, name constraints, validity, every
+// link of the chain up to a root) and answers 422 listing every problem, or stores it as the Next CA
+// and answers with what it stored. Only with certapi's --ca-upstream=Manual.
+type CertificateAuthorityImport struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   CertificateAuthorityImportSpec   `json:"spec"`
+	Status CertificateAuthorityImportStatus `json:"status,omitempty"`
+}
+
+// CertificateAuthorityImportSpec is the signed certificate and its chain.
+type CertificateAuthorityImportSpec struct {
+	// certificate is the PEM certificate signed for the pending request, optionally followed by its
+	// chain (as the CertificateSigningRequest API returns it).
+	Certificate string `json:"certificate"`
+	// chain is more of the chain in PEM: intermediates, and optionally the root (required when
+	// certapi has no --ca-upstream-roots).
+	// +optional
+	Chain string `json:"chain,omitempty"`
+}
+
+// CertificateAuthorityImportStatus is what was imported.
+type CertificateAuthorityImportStatus struct {
+	// role the imported CA took: Next. It signs once every injection target holds it and the rotation
+	// grace period has passed.
+	// +optional
+	Role CertificateAuthorityRole `json:"role,omitempty"`
+	// serialNumber of the imported CA certificate, in hexadecimal.
+	// +optional
+	SerialNumber string `json:"serialNumber,omitempty"`
+	// subjectKeyID of the imported CA, in hexadecimal.
+	// +optional
+	SubjectKeyID string `json:"subjectKeyID,omitempty"`
+	// notBefore of the imported certificate.
+	// +optional
+	NotBefore *metav1.Time `json:"notBefore,omitempty"`
+	// notAfter of the imported certificate.
+	// +optional
+	NotAfter *metav1.Time `json:"notAfter,omitempty"`
+	// chainNotAfter is the earliest notAfter of the certificate and its chain: the CA's rotation is
+	// timed by it.
+	// +optional
+	ChainNotAfter *metav1.Time `json:"chainNotAfter,omitempty"`
+	// root names the trust anchor the chain was verified to, by subject and serial number.
+	// +optional
+	Root string `json:"root,omitempty"`
+	// warnings are what was accepted but should be known (as "Reason: message"); they are also sent
+	// as API warnings and recorded in an Event.
+	// +optional
+	// +listType=atomic
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // DistrustCompletion says how a distrust ended.

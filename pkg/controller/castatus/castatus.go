@@ -27,7 +27,7 @@ func Sync(ctx context.Context, client versioned.Interface, obj *certapiv1alpha1.
 	injection *certapiv1alpha1.InjectionSummary, distrust *certapiv1alpha1.DistrustStatus, recovered *metav1.Condition, conditions ...metav1.Condition) error {
 	want := obj.DeepCopy()
 	st := &want.Status
-	st.CABundle = string(auth.Bundle())
+	st.CABundle = string(auth.Published())
 	ref := RefOf(auth.Active)
 	st.Active = &ref
 	st.ObservedGeneration = obj.Generation
@@ -39,7 +39,7 @@ func Sync(ctx context.Context, client versioned.Interface, obj *certapiv1alpha1.
 			CertificateAuthorityRef: RefOf(ca), Role: role, Distrusted: distrusted,
 			NotBefore: metav1.NewTime(ca.Certificate.NotBefore), NotAfter: metav1.NewTime(ca.Certificate.NotAfter),
 		})
-		metrics.CANotAfter.WithLabelValues(string(role)).Set(float64(ca.Certificate.NotAfter.Unix()))
+		metrics.CANotAfter.WithLabelValues(string(role)).Set(float64(ca.ChainNotAfter().Unix()))
 	}
 	add(auth.Active, certapiv1alpha1.CARoleActive, false)
 	if auth.Next != nil {
@@ -60,6 +60,18 @@ func Sync(ctx context.Context, client versioned.Interface, obj *certapiv1alpha1.
 		Message: fmt.Sprintf("the Active CA %s signs; it expires %s", ref.SerialNumber, active.NotAfter.UTC().Format(time.RFC3339)),
 	})
 	meta.SetStatusCondition(&st.Conditions, notWaitingFor(rotating(auth, distrust, obj.Generation), injection))
+	st.PendingRequest = PendingRequest(auth)
+	metrics.CARequestPendingSince.Reset()
+	if p := st.PendingRequest; p != nil {
+		metrics.CARequestPendingSince.WithLabelValues(p.Reason).Set(float64(p.CreatedAt.Unix()))
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{
+			Type: certapiv1alpha1.ConditionAwaitingSignature, Status: metav1.ConditionTrue, Reason: p.Reason, ObservedGeneration: obj.Generation,
+			Message: fmt.Sprintf("%s; if nothing is imported, certapi cannot sign after %s, when the Active CA's chain expires",
+				p.WaitingFor, p.ActiveNotAfter.UTC().Format(time.RFC3339)),
+		})
+	} else {
+		meta.RemoveStatusCondition(&st.Conditions, certapiv1alpha1.ConditionAwaitingSignature)
+	}
 	if recovered != nil {
 		c := *recovered
 		c.ObservedGeneration = obj.Generation
@@ -80,6 +92,30 @@ func Sync(ctx context.Context, client versioned.Interface, obj *certapiv1alpha1.
 		return fmt.Errorf("writing CertificateAuthority/%s status: %w", certapiv1alpha1.CertificateAuthorityName, err)
 	}
 	return nil
+}
+
+// PendingRequest is status.pendingRequest for auth: its certificate request waiting for a signature,
+// or nil when none waits. It holds the request (public) and never the key.
+func PendingRequest(auth signer.Authorities) *certapiv1alpha1.CertificateAuthorityPendingRequest {
+	p := auth.Pending
+	if p == nil || auth.Active == nil {
+		return nil
+	}
+	var why string
+	switch p.Reason {
+	case signer.PendingSelfSigned:
+		why = "to replace certapi's self-signed Active CA " + RefOf(auth.Active).SerialNumber
+	case signer.PendingForceRotation:
+		why = "for the rotation spec.forceRotation asked for"
+	default:
+		why = "for the rotation that began when a third of the Active CA's chain life was left"
+	}
+	return &certapiv1alpha1.CertificateAuthorityPendingRequest{
+		Request: string(p.RequestPEM), SubjectKeyID: p.SubjectKeyID(), CreatedAt: metav1.NewTime(p.CreatedAt), Reason: string(p.Reason),
+		WaitingFor: fmt.Sprintf("the CA certificate request made at %s %s waits for the organisation's CA to sign it: "+
+			"kubectl certapi ca request prints it, kubectl certapi ca import takes the signed certificate and its chain", p.CreatedAt.UTC().Format(time.RFC3339), why),
+		ActiveNotAfter: metav1.NewTime(auth.Active.ChainNotAfter()),
+	}
 }
 
 // maxSkippedNamed bounds the certificates not kept that a Recovered condition names.

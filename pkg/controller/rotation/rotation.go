@@ -268,7 +268,7 @@ func (c *Controller) sync(ctx context.Context, _ string) (controller.Result, err
 		Distrust:       obj.Spec.Distrust,
 		CADuration:     caDuration,
 		Policy:         policy,
-		NextEverywhere: c.allHold(before.Bundle()),
+		NextEverywhere: c.allHold(before.Published()),
 	}
 	// Only while a distrust is pending: what it waits for, against the Active CA.
 	var progress *DistrustProgress
@@ -295,7 +295,7 @@ func (c *Controller) sync(ctx context.Context, _ string) (controller.Result, err
 			c.reportRetired(obj, before, after)
 		}
 		if c.o.BundleChanged != nil {
-			c.o.BundleChanged(ctx, after.Bundle())
+			c.o.BundleChanged(ctx, after.Published())
 		}
 	}
 	if err != nil {
@@ -527,6 +527,12 @@ func (c *Controller) announce(obj *certapiv1alpha1.CertificateAuthority, s signe
 	switch s {
 	case signer.StepPublishNext:
 		msg = fmt.Sprintf("published the Next CA %s in the bundle; it signs once every target holds it and %s have passed", signer.FormatSerialNumber(after.Next.Certificate.SerialNumber), c.o.Grace)
+	case signer.StepRequestNext:
+		msg = fmt.Sprintf("made the next CA's key and certificate request (%s); it waits for the organisation's CA to sign it: "+
+			"kubectl certapi ca request prints it, kubectl certapi ca import takes the certificate back; the Active CA %s signs until then, at the latest until %s",
+			after.Pending.Reason, active, after.Active.ChainNotAfter().UTC().Format(time.RFC3339))
+	case signer.StepDropRequest:
+		msg = "dropped the pending CA certificate request: certapi no longer runs as an intermediate (--ca-upstream=None); the next rotation makes a self-signed CA"
 	case signer.StepSwitch:
 		msg = fmt.Sprintf("the CA %s is Active now; the previous one is Retiring", active)
 	case signer.StepForcedSwitch:
@@ -540,6 +546,9 @@ func (c *Controller) announce(obj *certapiv1alpha1.CertificateAuthority, s signe
 			"for an existing request, every certapi replica, and every endpoint of an injected webhook or APIService that presents a certificate of it, holds one of the new CA", after.Distrust, active, distrustedSerials(after))
 		if d := after.DistrustDeadline(policy); !d.IsZero() {
 			msg += fmt.Sprintf(", and at the latest at %s (--distrust-deadline %s)", d.UTC().Format(time.RFC3339), policy.DistrustDeadline)
+		}
+		if w := signer.RootAnchoredDistrust(after); w != "" {
+			msg = w + "; " + msg
 		}
 	case signer.StepDropDistrusted:
 		msg = fmt.Sprintf("the distrusted CA %s left the bundle: every Secret certapi delivers, every certapi replica, and every served endpoint that presented one of its certificates, holds a certificate of the Active CA",

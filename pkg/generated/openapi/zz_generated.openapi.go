@@ -33,83 +33,87 @@ import (
 
 func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenAPIDefinition {
 	return map[string]common.OpenAPIDefinition{
-		v1alpha1.CertificateAuthority{}.OpenAPIModelName():            schema_pkg_apis_certapi_v1alpha1_CertificateAuthority(ref),
-		v1alpha1.CertificateAuthorityCertificate{}.OpenAPIModelName(): schema_pkg_apis_certapi_v1alpha1_CertificateAuthorityCertificate(ref),
-		v1alpha1.CertificateAuthorityList{}.OpenAPIModelName():        schema_pkg_apis_certapi_v1alpha1_CertificateAuthorityList(ref),
-		v1alpha1.CertificateAuthorityRef{}.OpenAPIModelName():         schema_pkg_apis_certapi_v1alpha1_CertificateAuthorityRef(ref),
-		v1alpha1.CertificateAuthoritySpec{}.OpenAPIModelName():        schema_pkg_apis_certapi_v1alpha1_CertificateAuthoritySpec(ref),
-		v1alpha1.CertificateAuthorityStatus{}.OpenAPIModelName():      schema_pkg_apis_certapi_v1alpha1_CertificateAuthorityStatus(ref),
-		v1alpha1.DistrustStatus{}.OpenAPIModelName():                  schema_pkg_apis_certapi_v1alpha1_DistrustStatus(ref),
-		v1alpha1.EndpointsSummary{}.OpenAPIModelName():                schema_pkg_apis_certapi_v1alpha1_EndpointsSummary(ref),
-		v1alpha1.EtcdClusterStatus{}.OpenAPIModelName():               schema_pkg_apis_certapi_v1alpha1_EtcdClusterStatus(ref),
-		v1alpha1.EtcdMemberStatus{}.OpenAPIModelName():                schema_pkg_apis_certapi_v1alpha1_EtcdMemberStatus(ref),
-		v1alpha1.EtcdPeerCAStatus{}.OpenAPIModelName():                schema_pkg_apis_certapi_v1alpha1_EtcdPeerCAStatus(ref),
-		v1alpha1.InjectionSummary{}.OpenAPIModelName():                schema_pkg_apis_certapi_v1alpha1_InjectionSummary(ref),
-		v1alpha1.SecretsSummary{}.OpenAPIModelName():                  schema_pkg_apis_certapi_v1alpha1_SecretsSummary(ref),
-		v1alpha1.ServedIssuer{}.OpenAPIModelName():                    schema_pkg_apis_certapi_v1alpha1_ServedIssuer(ref),
-		v1alpha1.ServedSummary{}.OpenAPIModelName():                   schema_pkg_apis_certapi_v1alpha1_ServedSummary(ref),
-		v1alpha1.ServingCert{}.OpenAPIModelName():                     schema_pkg_apis_certapi_v1alpha1_ServingCert(ref),
-		v1alpha1.ServingCertRequest{}.OpenAPIModelName():              schema_pkg_apis_certapi_v1alpha1_ServingCertRequest(ref),
-		v1alpha1.ServingCertRequestList{}.OpenAPIModelName():          schema_pkg_apis_certapi_v1alpha1_ServingCertRequestList(ref),
-		v1alpha1.ServingCertRequestSpec{}.OpenAPIModelName():          schema_pkg_apis_certapi_v1alpha1_ServingCertRequestSpec(ref),
-		v1alpha1.ServingCertRequestStatus{}.OpenAPIModelName():        schema_pkg_apis_certapi_v1alpha1_ServingCertRequestStatus(ref),
-		v1alpha1.ServingCertSpec{}.OpenAPIModelName():                 schema_pkg_apis_certapi_v1alpha1_ServingCertSpec(ref),
-		v1alpha1.ServingCertStatus{}.OpenAPIModelName():               schema_pkg_apis_certapi_v1alpha1_ServingCertStatus(ref),
-		resource.Quantity{}.OpenAPIModelName():                        schema_apimachinery_pkg_api_resource_Quantity(ref),
-		v1.APIGroup{}.OpenAPIModelName():                              schema_pkg_apis_meta_v1_APIGroup(ref),
-		v1.APIGroupList{}.OpenAPIModelName():                          schema_pkg_apis_meta_v1_APIGroupList(ref),
-		v1.APIResource{}.OpenAPIModelName():                           schema_pkg_apis_meta_v1_APIResource(ref),
-		v1.APIResourceList{}.OpenAPIModelName():                       schema_pkg_apis_meta_v1_APIResourceList(ref),
-		v1.APIVersions{}.OpenAPIModelName():                           schema_pkg_apis_meta_v1_APIVersions(ref),
-		v1.ApplyOptions{}.OpenAPIModelName():                          schema_pkg_apis_meta_v1_ApplyOptions(ref),
-		v1.Condition{}.OpenAPIModelName():                             schema_pkg_apis_meta_v1_Condition(ref),
-		v1.CreateOptions{}.OpenAPIModelName():                         schema_pkg_apis_meta_v1_CreateOptions(ref),
-		v1.DeleteOptions{}.OpenAPIModelName():                         schema_pkg_apis_meta_v1_DeleteOptions(ref),
-		v1.Duration{}.OpenAPIModelName():                              schema_pkg_apis_meta_v1_Duration(ref),
-		v1.FieldSelectorRequirement{}.OpenAPIModelName():              schema_pkg_apis_meta_v1_FieldSelectorRequirement(ref),
-		v1.FieldsV1{}.OpenAPIModelName():                              schema_pkg_apis_meta_v1_FieldsV1(ref),
-		v1.GetOptions{}.OpenAPIModelName():                            schema_pkg_apis_meta_v1_GetOptions(ref),
-		v1.GroupKind{}.OpenAPIModelName():                             schema_pkg_apis_meta_v1_GroupKind(ref),
-		v1.GroupResource{}.OpenAPIModelName():                         schema_pkg_apis_meta_v1_GroupResource(ref),
-		v1.GroupVersion{}.OpenAPIModelName():                          schema_pkg_apis_meta_v1_GroupVersion(ref),
-		v1.GroupVersionForDiscovery{}.OpenAPIModelName():              schema_pkg_apis_meta_v1_GroupVersionForDiscovery(ref),
-		v1.GroupVersionKind{}.OpenAPIModelName():                      schema_pkg_apis_meta_v1_GroupVersionKind(ref),
-		v1.GroupVersionResource{}.OpenAPIModelName():                  schema_pkg_apis_meta_v1_GroupVersionResource(ref),
-		v1.InternalEvent{}.OpenAPIModelName():                         schema_pkg_apis_meta_v1_InternalEvent(ref),
-		v1.LabelSelector{}.OpenAPIModelName():                         schema_pkg_apis_meta_v1_LabelSelector(ref),
-		v1.LabelSelectorRequirement{}.OpenAPIModelName():              schema_pkg_apis_meta_v1_LabelSelectorRequirement(ref),
-		v1.List{}.OpenAPIModelName():                                  schema_pkg_apis_meta_v1_List(ref),
-		v1.ListMeta{}.OpenAPIModelName():                              schema_pkg_apis_meta_v1_ListMeta(ref),
-		v1.ListOptions{}.OpenAPIModelName():                           schema_pkg_apis_meta_v1_ListOptions(ref),
-		v1.ManagedFieldsEntry{}.OpenAPIModelName():                    schema_pkg_apis_meta_v1_ManagedFieldsEntry(ref),
-		v1.MicroTime{}.OpenAPIModelName():                             schema_pkg_apis_meta_v1_MicroTime(ref),
-		v1.ObjectMeta{}.OpenAPIModelName():                            schema_pkg_apis_meta_v1_ObjectMeta(ref),
-		v1.OwnerReference{}.OpenAPIModelName():                        schema_pkg_apis_meta_v1_OwnerReference(ref),
-		v1.PartialObjectMetadata{}.OpenAPIModelName():                 schema_pkg_apis_meta_v1_PartialObjectMetadata(ref),
-		v1.PartialObjectMetadataList{}.OpenAPIModelName():             schema_pkg_apis_meta_v1_PartialObjectMetadataList(ref),
-		v1.Patch{}.OpenAPIModelName():                                 schema_pkg_apis_meta_v1_Patch(ref),
-		v1.PatchOptions{}.OpenAPIModelName():                          schema_pkg_apis_meta_v1_PatchOptions(ref),
-		v1.Preconditions{}.OpenAPIModelName():                         schema_pkg_apis_meta_v1_Preconditions(ref),
-		v1.RootPaths{}.OpenAPIModelName():                             schema_pkg_apis_meta_v1_RootPaths(ref),
-		v1.ServerAddressByClientCIDR{}.OpenAPIModelName():             schema_pkg_apis_meta_v1_ServerAddressByClientCIDR(ref),
-		v1.ShardInfo{}.OpenAPIModelName():                             schema_pkg_apis_meta_v1_ShardInfo(ref),
-		v1.Status{}.OpenAPIModelName():                                schema_pkg_apis_meta_v1_Status(ref),
-		v1.StatusCause{}.OpenAPIModelName():                           schema_pkg_apis_meta_v1_StatusCause(ref),
-		v1.StatusDetails{}.OpenAPIModelName():                         schema_pkg_apis_meta_v1_StatusDetails(ref),
-		v1.Table{}.OpenAPIModelName():                                 schema_pkg_apis_meta_v1_Table(ref),
-		v1.TableColumnDefinition{}.OpenAPIModelName():                 schema_pkg_apis_meta_v1_TableColumnDefinition(ref),
-		v1.TableOptions{}.OpenAPIModelName():                          schema_pkg_apis_meta_v1_TableOptions(ref),
-		v1.TableRow{}.OpenAPIModelName():                              schema_pkg_apis_meta_v1_TableRow(ref),
-		v1.TableRowCondition{}.OpenAPIModelName():                     schema_pkg_apis_meta_v1_TableRowCondition(ref),
-		v1.Time{}.OpenAPIModelName():                                  schema_pkg_apis_meta_v1_Time(ref),
-		v1.Timestamp{}.OpenAPIModelName():                             schema_pkg_apis_meta_v1_Timestamp(ref),
-		v1.TypeMeta{}.OpenAPIModelName():                              schema_pkg_apis_meta_v1_TypeMeta(ref),
-		v1.UpdateOptions{}.OpenAPIModelName():                         schema_pkg_apis_meta_v1_UpdateOptions(ref),
-		v1.WatchEvent{}.OpenAPIModelName():                            schema_pkg_apis_meta_v1_WatchEvent(ref),
-		runtime.RawExtension{}.OpenAPIModelName():                     schema_k8sio_apimachinery_pkg_runtime_RawExtension(ref),
-		runtime.TypeMeta{}.OpenAPIModelName():                         schema_k8sio_apimachinery_pkg_runtime_TypeMeta(ref),
-		runtime.Unknown{}.OpenAPIModelName():                          schema_k8sio_apimachinery_pkg_runtime_Unknown(ref),
-		version.Info{}.OpenAPIModelName():                             schema_k8sio_apimachinery_pkg_version_Info(ref),
+		v1alpha1.CertificateAuthority{}.OpenAPIModelName():               schema_pkg_apis_certapi_v1alpha1_CertificateAuthority(ref),
+		v1alpha1.CertificateAuthorityCertificate{}.OpenAPIModelName():    schema_pkg_apis_certapi_v1alpha1_CertificateAuthorityCertificate(ref),
+		v1alpha1.CertificateAuthorityImport{}.OpenAPIModelName():         schema_pkg_apis_certapi_v1alpha1_CertificateAuthorityImport(ref),
+		v1alpha1.CertificateAuthorityImportSpec{}.OpenAPIModelName():     schema_pkg_apis_certapi_v1alpha1_CertificateAuthorityImportSpec(ref),
+		v1alpha1.CertificateAuthorityImportStatus{}.OpenAPIModelName():   schema_pkg_apis_certapi_v1alpha1_CertificateAuthorityImportStatus(ref),
+		v1alpha1.CertificateAuthorityList{}.OpenAPIModelName():           schema_pkg_apis_certapi_v1alpha1_CertificateAuthorityList(ref),
+		v1alpha1.CertificateAuthorityPendingRequest{}.OpenAPIModelName(): schema_pkg_apis_certapi_v1alpha1_CertificateAuthorityPendingRequest(ref),
+		v1alpha1.CertificateAuthorityRef{}.OpenAPIModelName():            schema_pkg_apis_certapi_v1alpha1_CertificateAuthorityRef(ref),
+		v1alpha1.CertificateAuthoritySpec{}.OpenAPIModelName():           schema_pkg_apis_certapi_v1alpha1_CertificateAuthoritySpec(ref),
+		v1alpha1.CertificateAuthorityStatus{}.OpenAPIModelName():         schema_pkg_apis_certapi_v1alpha1_CertificateAuthorityStatus(ref),
+		v1alpha1.DistrustStatus{}.OpenAPIModelName():                     schema_pkg_apis_certapi_v1alpha1_DistrustStatus(ref),
+		v1alpha1.EndpointsSummary{}.OpenAPIModelName():                   schema_pkg_apis_certapi_v1alpha1_EndpointsSummary(ref),
+		v1alpha1.EtcdClusterStatus{}.OpenAPIModelName():                  schema_pkg_apis_certapi_v1alpha1_EtcdClusterStatus(ref),
+		v1alpha1.EtcdMemberStatus{}.OpenAPIModelName():                   schema_pkg_apis_certapi_v1alpha1_EtcdMemberStatus(ref),
+		v1alpha1.EtcdPeerCAStatus{}.OpenAPIModelName():                   schema_pkg_apis_certapi_v1alpha1_EtcdPeerCAStatus(ref),
+		v1alpha1.InjectionSummary{}.OpenAPIModelName():                   schema_pkg_apis_certapi_v1alpha1_InjectionSummary(ref),
+		v1alpha1.SecretsSummary{}.OpenAPIModelName():                     schema_pkg_apis_certapi_v1alpha1_SecretsSummary(ref),
+		v1alpha1.ServedIssuer{}.OpenAPIModelName():                       schema_pkg_apis_certapi_v1alpha1_ServedIssuer(ref),
+		v1alpha1.ServedSummary{}.OpenAPIModelName():                      schema_pkg_apis_certapi_v1alpha1_ServedSummary(ref),
+		v1alpha1.ServingCert{}.OpenAPIModelName():                        schema_pkg_apis_certapi_v1alpha1_ServingCert(ref),
+		v1alpha1.ServingCertRequest{}.OpenAPIModelName():                 schema_pkg_apis_certapi_v1alpha1_ServingCertRequest(ref),
+		v1alpha1.ServingCertRequestList{}.OpenAPIModelName():             schema_pkg_apis_certapi_v1alpha1_ServingCertRequestList(ref),
+		v1alpha1.ServingCertRequestSpec{}.OpenAPIModelName():             schema_pkg_apis_certapi_v1alpha1_ServingCertRequestSpec(ref),
+		v1alpha1.ServingCertRequestStatus{}.OpenAPIModelName():           schema_pkg_apis_certapi_v1alpha1_ServingCertRequestStatus(ref),
+		v1alpha1.ServingCertSpec{}.OpenAPIModelName():                    schema_pkg_apis_certapi_v1alpha1_ServingCertSpec(ref),
+		v1alpha1.ServingCertStatus{}.OpenAPIModelName():                  schema_pkg_apis_certapi_v1alpha1_ServingCertStatus(ref),
+		resource.Quantity{}.OpenAPIModelName():                           schema_apimachinery_pkg_api_resource_Quantity(ref),
+		v1.APIGroup{}.OpenAPIModelName():                                 schema_pkg_apis_meta_v1_APIGroup(ref),
+		v1.APIGroupList{}.OpenAPIModelName():                             schema_pkg_apis_meta_v1_APIGroupList(ref),
+		v1.APIResource{}.OpenAPIModelName():                              schema_pkg_apis_meta_v1_APIResource(ref),
+		v1.APIResourceList{}.OpenAPIModelName():                          schema_pkg_apis_meta_v1_APIResourceList(ref),
+		v1.APIVersions{}.OpenAPIModelName():                              schema_pkg_apis_meta_v1_APIVersions(ref),
+		v1.ApplyOptions{}.OpenAPIModelName():                             schema_pkg_apis_meta_v1_ApplyOptions(ref),
+		v1.Condition{}.OpenAPIModelName():                                schema_pkg_apis_meta_v1_Condition(ref),
+		v1.CreateOptions{}.OpenAPIModelName():                            schema_pkg_apis_meta_v1_CreateOptions(ref),
+		v1.DeleteOptions{}.OpenAPIModelName():                            schema_pkg_apis_meta_v1_DeleteOptions(ref),
+		v1.Duration{}.OpenAPIModelName():                                 schema_pkg_apis_meta_v1_Duration(ref),
+		v1.FieldSelectorRequirement{}.OpenAPIModelName():                 schema_pkg_apis_meta_v1_FieldSelectorRequirement(ref),
+		v1.FieldsV1{}.OpenAPIModelName():                                 schema_pkg_apis_meta_v1_FieldsV1(ref),
+		v1.GetOptions{}.OpenAPIModelName():                               schema_pkg_apis_meta_v1_GetOptions(ref),
+		v1.GroupKind{}.OpenAPIModelName():                                schema_pkg_apis_meta_v1_GroupKind(ref),
+		v1.GroupResource{}.OpenAPIModelName():                            schema_pkg_apis_meta_v1_GroupResource(ref),
+		v1.GroupVersion{}.OpenAPIModelName():                             schema_pkg_apis_meta_v1_GroupVersion(ref),
+		v1.GroupVersionForDiscovery{}.OpenAPIModelName():                 schema_pkg_apis_meta_v1_GroupVersionForDiscovery(ref),
+		v1.GroupVersionKind{}.OpenAPIModelName():                         schema_pkg_apis_meta_v1_GroupVersionKind(ref),
+		v1.GroupVersionResource{}.OpenAPIModelName():                     schema_pkg_apis_meta_v1_GroupVersionResource(ref),
+		v1.InternalEvent{}.OpenAPIModelName():                            schema_pkg_apis_meta_v1_InternalEvent(ref),
+		v1.LabelSelector{}.OpenAPIModelName():                            schema_pkg_apis_meta_v1_LabelSelector(ref),
+		v1.LabelSelectorRequirement{}.OpenAPIModelName():                 schema_pkg_apis_meta_v1_LabelSelectorRequirement(ref),
+		v1.List{}.OpenAPIModelName():                                     schema_pkg_apis_meta_v1_List(ref),
+		v1.ListMeta{}.OpenAPIModelName():                                 schema_pkg_apis_meta_v1_ListMeta(ref),
+		v1.ListOptions{}.OpenAPIModelName():                              schema_pkg_apis_meta_v1_ListOptions(ref),
+		v1.ManagedFieldsEntry{}.OpenAPIModelName():                       schema_pkg_apis_meta_v1_ManagedFieldsEntry(ref),
+		v1.MicroTime{}.OpenAPIModelName():                                schema_pkg_apis_meta_v1_MicroTime(ref),
+		v1.ObjectMeta{}.OpenAPIModelName():                               schema_pkg_apis_meta_v1_ObjectMeta(ref),
+		v1.OwnerReference{}.OpenAPIModelName():                           schema_pkg_apis_meta_v1_OwnerReference(ref),
+		v1.PartialObjectMetadata{}.OpenAPIModelName():                    schema_pkg_apis_meta_v1_PartialObjectMetadata(ref),
+		v1.PartialObjectMetadataList{}.OpenAPIModelName():                schema_pkg_apis_meta_v1_PartialObjectMetadataList(ref),
+		v1.Patch{}.OpenAPIModelName():                                    schema_pkg_apis_meta_v1_Patch(ref),
+		v1.PatchOptions{}.OpenAPIModelName():                             schema_pkg_apis_meta_v1_PatchOptions(ref),
+		v1.Preconditions{}.OpenAPIModelName():                            schema_pkg_apis_meta_v1_Preconditions(ref),
+		v1.RootPaths{}.OpenAPIModelName():                                schema_pkg_apis_meta_v1_RootPaths(ref),
+		v1.ServerAddressByClientCIDR{}.OpenAPIModelName():                schema_pkg_apis_meta_v1_ServerAddressByClientCIDR(ref),
+		v1.ShardInfo{}.OpenAPIModelName():                                schema_pkg_apis_meta_v1_ShardInfo(ref),
+		v1.Status{}.OpenAPIModelName():                                   schema_pkg_apis_meta_v1_Status(ref),
+		v1.StatusCause{}.OpenAPIModelName():                              schema_pkg_apis_meta_v1_StatusCause(ref),
+		v1.StatusDetails{}.OpenAPIModelName():                            schema_pkg_apis_meta_v1_StatusDetails(ref),
+		v1.Table{}.OpenAPIModelName():                                    schema_pkg_apis_meta_v1_Table(ref),
+		v1.TableColumnDefinition{}.OpenAPIModelName():                    schema_pkg_apis_meta_v1_TableColumnDefinition(ref),
+		v1.TableOptions{}.OpenAPIModelName():                             schema_pkg_apis_meta_v1_TableOptions(ref),
+		v1.TableRow{}.OpenAPIModelName():                                 schema_pkg_apis_meta_v1_TableRow(ref),
+		v1.TableRowCondition{}.OpenAPIModelName():                        schema_pkg_apis_meta_v1_TableRowCondition(ref),
+		v1.Time{}.OpenAPIModelName():                                     schema_pkg_apis_meta_v1_Time(ref),
+		v1.Timestamp{}.OpenAPIModelName():                                schema_pkg_apis_meta_v1_Timestamp(ref),
+		v1.TypeMeta{}.OpenAPIModelName():                                 schema_pkg_apis_meta_v1_TypeMeta(ref),
+		v1.UpdateOptions{}.OpenAPIModelName():                            schema_pkg_apis_meta_v1_UpdateOptions(ref),
+		v1.WatchEvent{}.OpenAPIModelName():                               schema_pkg_apis_meta_v1_WatchEvent(ref),
+		runtime.RawExtension{}.OpenAPIModelName():                        schema_k8sio_apimachinery_pkg_runtime_RawExtension(ref),
+		runtime.TypeMeta{}.OpenAPIModelName():                            schema_k8sio_apimachinery_pkg_runtime_TypeMeta(ref),
+		runtime.Unknown{}.OpenAPIModelName():                             schema_k8sio_apimachinery_pkg_runtime_Unknown(ref),
+		version.Info{}.OpenAPIModelName():                                schema_k8sio_apimachinery_pkg_version_Info(ref),
 	}
 }
 
@@ -220,6 +224,164 @@ func schema_pkg_apis_certapi_v1alpha1_CertificateAuthorityCertificate(ref common
 	}
 }
 
+func schema_pkg_apis_certapi_v1alpha1_CertificateAuthorityImport(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "CertificateAuthorityImport is the body of a create on certificateauthorities/default/import: the CA certificate an organisation's CA signed for status.pendingRequest, and its chain. certapi checks it against the pending key (the key, CA basic constraints, key usages, name constraints, validity, every link of the chain up to a root) and answers 422 listing every problem, or stores it as the Next CA and answers with what it stored. Only with certapi's --ca-upstream=Manual.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"apiVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"metadata": {
+						SchemaProps: spec.SchemaProps{
+							Default: map[string]interface{}{},
+							Ref:     ref(v1.ObjectMeta{}.OpenAPIModelName()),
+						},
+					},
+					"spec": {
+						SchemaProps: spec.SchemaProps{
+							Default: map[string]interface{}{},
+							Ref:     ref(v1alpha1.CertificateAuthorityImportSpec{}.OpenAPIModelName()),
+						},
+					},
+					"status": {
+						SchemaProps: spec.SchemaProps{
+							Default: map[string]interface{}{},
+							Ref:     ref(v1alpha1.CertificateAuthorityImportStatus{}.OpenAPIModelName()),
+						},
+					},
+				},
+				Required: []string{"spec"},
+			},
+		},
+		Dependencies: []string{
+			v1alpha1.CertificateAuthorityImportSpec{}.OpenAPIModelName(), v1alpha1.CertificateAuthorityImportStatus{}.OpenAPIModelName(), v1.ObjectMeta{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_certapi_v1alpha1_CertificateAuthorityImportSpec(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "CertificateAuthorityImportSpec is the signed certificate and its chain.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"certificate": {
+						SchemaProps: spec.SchemaProps{
+							Description: "certificate is the PEM certificate signed for the pending request, optionally followed by its chain (as the CertificateSigningRequest API returns it).",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"chain": {
+						SchemaProps: spec.SchemaProps{
+							Description: "chain is more of the chain in PEM: intermediates, and optionally the root (required when certapi has no --ca-upstream-roots).",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+				},
+				Required: []string{"certificate"},
+			},
+		},
+	}
+}
+
+func schema_pkg_apis_certapi_v1alpha1_CertificateAuthorityImportStatus(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "CertificateAuthorityImportStatus is what was imported.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"role": {
+						SchemaProps: spec.SchemaProps{
+							Description: "role the imported CA took: Next. It signs once every injection target holds it and the rotation grace period has passed.\n\nPossible enum values:\n - `\"Active\"` signs new and renewed certificates.\n - `\"Next\"` is trusted already and becomes Active once every target holds it.\n - `\"Retiring\"` no longer signs and stays trusted until no certificate it signed can be valid.",
+							Type:        []string{"string"},
+							Format:      "",
+							Enum:        []interface{}{"Active", "Next", "Retiring"},
+						},
+					},
+					"serialNumber": {
+						SchemaProps: spec.SchemaProps{
+							Description: "serialNumber of the imported CA certificate, in hexadecimal.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"subjectKeyID": {
+						SchemaProps: spec.SchemaProps{
+							Description: "subjectKeyID of the imported CA, in hexadecimal.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"notBefore": {
+						SchemaProps: spec.SchemaProps{
+							Description: "notBefore of the imported certificate.",
+							Ref:         ref(v1.Time{}.OpenAPIModelName()),
+						},
+					},
+					"notAfter": {
+						SchemaProps: spec.SchemaProps{
+							Description: "notAfter of the imported certificate.",
+							Ref:         ref(v1.Time{}.OpenAPIModelName()),
+						},
+					},
+					"chainNotAfter": {
+						SchemaProps: spec.SchemaProps{
+							Description: "chainNotAfter is the earliest notAfter of the certificate and its chain: the CA's rotation is timed by it.",
+							Ref:         ref(v1.Time{}.OpenAPIModelName()),
+						},
+					},
+					"root": {
+						SchemaProps: spec.SchemaProps{
+							Description: "root names the trust anchor the chain was verified to, by subject and serial number.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"warnings": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "warnings are what was accepted but should be known (as \"Reason: message\"); they are also sent as API warnings and recorded in an Event.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Type:   []string{"string"},
+										Format: "",
+									},
+								},
+							},
+						},
+					},
+				},
+			},
+		},
+		Dependencies: []string{
+			v1.Time{}.OpenAPIModelName()},
+	}
+}
+
 func schema_pkg_apis_certapi_v1alpha1_CertificateAuthorityList(ref common.ReferenceCallback) common.OpenAPIDefinition {
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
@@ -265,6 +427,66 @@ func schema_pkg_apis_certapi_v1alpha1_CertificateAuthorityList(ref common.Refere
 		},
 		Dependencies: []string{
 			v1alpha1.CertificateAuthority{}.OpenAPIModelName(), v1.ListMeta{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_certapi_v1alpha1_CertificateAuthorityPendingRequest(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "CertificateAuthorityPendingRequest is a CA certificate request waiting for a signature.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"request": {
+						SchemaProps: spec.SchemaProps{
+							Description: "request is the PEM PKCS#10 certificate request: basic constraints CA with path length 0, key usage keyCertSign and cRLSign, extended key usage serverAuth and the name constraints certapi's CA needs, all asked for in its extensionRequest.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"subjectKeyID": {
+						SchemaProps: spec.SchemaProps{
+							Description: "subjectKeyID of the requested key, in hexadecimal: the certificate to import must certify it.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"createdAt": {
+						SchemaProps: spec.SchemaProps{
+							Description: "createdAt is when the request was made.",
+							Ref:         ref(v1.Time{}.OpenAPIModelName()),
+						},
+					},
+					"reason": {
+						SchemaProps: spec.SchemaProps{
+							Description: "reason is why: ReplaceSelfSigned (the Active CA is certapi's own self-signed one, as on the first start), Rotation (a third of the Active CA's chain life is left) or ForceRotation.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"waitingFor": {
+						SchemaProps: spec.SchemaProps{
+							Description: "waitingFor says what the request waits for, in words.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"activeNotAfter": {
+						SchemaProps: spec.SchemaProps{
+							Description: "activeNotAfter is when the Active CA's chain expires (the earliest notAfter of its certificate and the chain above it): if nothing is imported by then, certapi can no longer sign.",
+							Ref:         ref(v1.Time{}.OpenAPIModelName()),
+						},
+					},
+				},
+				Required: []string{"request", "subjectKeyID", "createdAt", "reason", "waitingFor", "activeNotAfter"},
+			},
+		},
+		Dependencies: []string{
+			v1.Time{}.OpenAPIModelName()},
 	}
 }
 
@@ -423,11 +645,17 @@ func schema_pkg_apis_certapi_v1alpha1_CertificateAuthorityStatus(ref common.Refe
 							Ref:         ref(v1alpha1.EtcdClusterStatus{}.OpenAPIModelName()),
 						},
 					},
+					"pendingRequest": {
+						SchemaProps: spec.SchemaProps{
+							Description: "pendingRequest is, while certapi's CA is an intermediate of an organisation's CA (certapi's --ca-upstream=Manual), the certificate request of the next CA waiting for the organisation's signature: sign it and import the certificate through certificateauthorities/import (kubectl certapi ca request, kubectl certapi ca import). Absent when nothing waits. Its key never leaves certapi.",
+							Ref:         ref(v1alpha1.CertificateAuthorityPendingRequest{}.OpenAPIModelName()),
+						},
+					},
 				},
 			},
 		},
 		Dependencies: []string{
-			v1alpha1.CertificateAuthorityCertificate{}.OpenAPIModelName(), v1alpha1.CertificateAuthorityRef{}.OpenAPIModelName(), v1alpha1.DistrustStatus{}.OpenAPIModelName(), v1alpha1.EtcdClusterStatus{}.OpenAPIModelName(), v1alpha1.InjectionSummary{}.OpenAPIModelName(), v1alpha1.ServedSummary{}.OpenAPIModelName(), v1.Condition{}.OpenAPIModelName()},
+			v1alpha1.CertificateAuthorityCertificate{}.OpenAPIModelName(), v1alpha1.CertificateAuthorityPendingRequest{}.OpenAPIModelName(), v1alpha1.CertificateAuthorityRef{}.OpenAPIModelName(), v1alpha1.DistrustStatus{}.OpenAPIModelName(), v1alpha1.EtcdClusterStatus{}.OpenAPIModelName(), v1alpha1.InjectionSummary{}.OpenAPIModelName(), v1alpha1.ServedSummary{}.OpenAPIModelName(), v1.Condition{}.OpenAPIModelName()},
 	}
 }
 

@@ -10,6 +10,10 @@ const (
 	// ConditionRecovered says that certapi found no CA record in its etcd (its data was lost and not
 	// restored) and created a new CA after it had published others, and what it did with those.
 	ConditionRecovered = "Recovered"
+	// ConditionAwaitingSignature is True while a CA certificate request waits for an organisation's CA
+	// to sign it (--ca-upstream=Manual; status.pendingRequest); its reason is the request's, its message
+	// says since when and when the Active CA's chain expires. Absent when nothing waits.
+	ConditionAwaitingSignature = "AwaitingSignature"
 	// ConditionAPIsServed says whether kube-apiserver serves every API certapi uses (certificates.k8s.io/v1
 	// ClusterTrustBundles and PodCertificateRequests, Kubernetes 1.37 or later) or, when not, what certapi
 	// leaves off for want of one: certapi runs everything else on an older Kubernetes.

@@ -42,6 +42,7 @@ func addKnownTypes(scheme *runtime.Scheme) error {
 		&ServingCert{},
 		&CertificateAuthority{},
 		&CertificateAuthorityList{},
+		&CertificateAuthorityImport{},
 	)
 	metav1.AddToGroupVersion(scheme, SchemeGroupVersion)
 	return nil

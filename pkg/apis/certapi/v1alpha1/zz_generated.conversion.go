@@ -56,6 +56,36 @@ func RegisterConversions(s *runtime.Scheme) error {
 	}); err != nil {
 		return err
 	}
+	if err := s.AddGeneratedConversionFunc((*CertificateAuthorityImport)(nil), (*certapi.CertificateAuthorityImport)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_v1alpha1_CertificateAuthorityImport_To_certapi_CertificateAuthorityImport(a.(*CertificateAuthorityImport), b.(*certapi.CertificateAuthorityImport), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*certapi.CertificateAuthorityImport)(nil), (*CertificateAuthorityImport)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_certapi_CertificateAuthorityImport_To_v1alpha1_CertificateAuthorityImport(a.(*certapi.CertificateAuthorityImport), b.(*CertificateAuthorityImport), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*CertificateAuthorityImportSpec)(nil), (*certapi.CertificateAuthorityImportSpec)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_v1alpha1_CertificateAuthorityImportSpec_To_certapi_CertificateAuthorityImportSpec(a.(*CertificateAuthorityImportSpec), b.(*certapi.CertificateAuthorityImportSpec), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*certapi.CertificateAuthorityImportSpec)(nil), (*CertificateAuthorityImportSpec)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_certapi_CertificateAuthorityImportSpec_To_v1alpha1_CertificateAuthorityImportSpec(a.(*certapi.CertificateAuthorityImportSpec), b.(*CertificateAuthorityImportSpec), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*CertificateAuthorityImportStatus)(nil), (*certapi.CertificateAuthorityImportStatus)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_v1alpha1_CertificateAuthorityImportStatus_To_certapi_CertificateAuthorityImportStatus(a.(*CertificateAuthorityImportStatus), b.(*certapi.CertificateAuthorityImportStatus), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*certapi.CertificateAuthorityImportStatus)(nil), (*CertificateAuthorityImportStatus)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_certapi_CertificateAuthorityImportStatus_To_v1alpha1_CertificateAuthorityImportStatus(a.(*certapi.CertificateAuthorityImportStatus), b.(*CertificateAuthorityImportStatus), scope)
+	}); err != nil {
+		return err
+	}
 	if err := s.AddGeneratedConversionFunc((*CertificateAuthorityList)(nil), (*certapi.CertificateAuthorityList)(nil), func(a, b interface{}, scope conversion.Scope) error {
 		return Convert_v1alpha1_CertificateAuthorityList_To_certapi_CertificateAuthorityList(a.(*CertificateAuthorityList), b.(*certapi.CertificateAuthorityList), scope)
 	}); err != nil {
@@ -63,6 +93,16 @@ func RegisterConversions(s *runtime.Scheme) error {
 	}
 	if err := s.AddGeneratedConversionFunc((*certapi.CertificateAuthorityList)(nil), (*CertificateAuthorityList)(nil), func(a, b interface{}, scope conversion.Scope) error {
 		return Convert_certapi_CertificateAuthorityList_To_v1alpha1_CertificateAuthorityList(a.(*certapi.CertificateAuthorityList), b.(*CertificateAuthorityList), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*CertificateAuthorityPendingRequest)(nil), (*certapi.CertificateAuthorityPendingRequest)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_v1alpha1_CertificateAuthorityPendingRequest_To_certapi_CertificateAuthorityPendingRequest(a.(*CertificateAuthorityPendingRequest), b.(*certapi.CertificateAuthorityPendingRequest), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*certapi.CertificateAuthorityPendingRequest)(nil), (*CertificateAuthorityPendingRequest)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_certapi_CertificateAuthorityPendingRequest_To_v1alpha1_CertificateAuthorityPendingRequest(a.(*certapi.CertificateAuthorityPendingRequest), b.(*CertificateAuthorityPendingRequest), scope)
 	}); err != nil {
 		return err
 	}
@@ -311,6 +351,78 @@ func Convert_certapi_CertificateAuthorityCertificate_To_v1alpha1_CertificateAuth
 	return autoConvert_certapi_CertificateAuthorityCertificate_To_v1alpha1_CertificateAuthorityCertificate(in, out, s)
 }
 
+func autoConvert_v1alpha1_CertificateAuthorityImport_To_certapi_CertificateAuthorityImport(in *CertificateAuthorityImport, out *certapi.CertificateAuthorityImport, s conversion.Scope) error {
+	out.ObjectMeta = in.ObjectMeta
+	if err := Convert_v1alpha1_CertificateAuthorityImportSpec_To_certapi_CertificateAuthorityImportSpec(&in.Spec, &out.Spec, s); err != nil {
+		return err
+	}
+	if err := Convert_v1alpha1_CertificateAuthorityImportStatus_To_certapi_CertificateAuthorityImportStatus(&in.Status, &out.Status, s); err != nil {
+		return err
+	}
+	return nil
+}
+
+// Convert_v1alpha1_CertificateAuthorityImport_To_certapi_CertificateAuthorityImport is an autogenerated conversion function.
+func Convert_v1alpha1_CertificateAuthorityImport_To_certapi_CertificateAuthorityImport(in *CertificateAuthorityImport, out *certapi.CertificateAuthorityImport, s conversion.Scope) error {
+	return autoConvert_v1alpha1_CertificateAuthorityImport_To_certapi_CertificateAuthorityImport(in, out, s)
+}
+
+func autoConvert_certapi_CertificateAuthorityImport_To_v1alpha1_CertificateAuthorityImport(in *certapi.CertificateAuthorityImport, out *CertificateAuthorityImport, s conversion.Scope) error {
+	out.ObjectMeta = in.ObjectMeta
+	if err := Convert_certapi_CertificateAuthorityImportSpec_To_v1alpha1_CertificateAuthorityImportSpec(&in.Spec, &out.Spec, s); err != nil {
+		return err
+	}
+	if err := Convert_certapi_CertificateAuthorityImportStatus_To_v1alpha1_CertificateAuthorityImportStatus(&in.Status, &out.Status, s); err != nil {
+		return err
+	}
+	return nil
+}
+
+// Convert_certapi_CertificateAuthorityImport_To_v1alpha1_CertificateAuthorityImport is an autogenerated conversion function.
+func Convert_certapi_CertificateAuthorityImport_To_v1alpha1_CertificateAuthorityImport(in *certapi.CertificateAuthorityImport, out *CertificateAuthorityImport, s conversion.Scope) error {
+	return autoConvert_certapi_CertificateAuthorityImport_To_v1alpha1_CertificateAuthorityImport(in, out, s)
+}
+
+func autoConvert_v1alpha1_CertificateAuthorityImportSpec_To_certapi_CertificateAuthorityImportSpec(in *CertificateAuthorityImportSpec, out *certapi.CertificateAuthorityImportSpec, s conversion.Scope) error {
+	*out = *(*certapi.CertificateAuthorityImportSpec)(unsafe.Pointer(in))
+	return nil
+}
+
+// Convert_v1alpha1_CertificateAuthorityImportSpec_To_certapi_CertificateAuthorityImportSpec is an autogenerated conversion function.
+func Convert_v1alpha1_CertificateAuthorityImportSpec_To_certapi_CertificateAuthorityImportSpec(in *CertificateAuthorityImportSpec, out *certapi.CertificateAuthorityImportSpec, s conversion.Scope) error {
+	return autoConvert_v1alpha1_CertificateAuthorityImportSpec_To_certapi_CertificateAuthorityImportSpec(in, out, s)
+}
+
+func autoConvert_certapi_CertificateAuthorityImportSpec_To_v1alpha1_CertificateAuthorityImportSpec(in *certapi.CertificateAuthorityImportSpec, out *CertificateAuthorityImportSpec, s conversion.Scope) error {
+	*out = *(*CertificateAuthorityImportSpec)(unsafe.Pointer(in))
+	return nil
+}
+
+// Convert_certapi_CertificateAuthorityImportSpec_To_v1alpha1_CertificateAuthorityImportSpec is an autogenerated conversion function.
+func Convert_certapi_CertificateAuthorityImportSpec_To_v1alpha1_CertificateAuthorityImportSpec(in *certapi.CertificateAuthorityImportSpec, out *CertificateAuthorityImportSpec, s conversion.Scope) error {
+	return autoConvert_certapi_CertificateAuthorityImportSpec_To_v1alpha1_CertificateAuthorityImportSpec(in, out, s)
+}
+
+func autoConvert_v1alpha1_CertificateAuthorityImportStatus_To_certapi_CertificateAuthorityImportStatus(in *CertificateAuthorityImportStatus, out *certapi.CertificateAuthorityImportStatus, s conversion.Scope) error {
+	*out = *(*certapi.CertificateAuthorityImportStatus)(unsafe.Pointer(in))
+	return nil
+}
+
+// Convert_v1alpha1_CertificateAuthorityImportStatus_To_certapi_CertificateAuthorityImportStatus is an autogenerated conversion function.
+func Convert_v1alpha1_CertificateAuthorityImportStatus_To_certapi_CertificateAuthorityImportStatus(in *CertificateAuthorityImportStatus, out *certapi.CertificateAuthorityImportStatus, s conversion.Scope) error {
+	return autoConvert_v1alpha1_CertificateAuthorityImportStatus_To_certapi_CertificateAuthorityImportStatus(in, out, s)
+}
+
+func autoConvert_certapi_CertificateAuthorityImportStatus_To_v1alpha1_CertificateAuthorityImportStatus(in *certapi.CertificateAuthorityImportStatus, out *CertificateAuthorityImportStatus, s conversion.Scope) error {
+	*out = *(*CertificateAuthorityImportStatus)(unsafe.Pointer(in))
+	return nil
+}
+
+// Convert_certapi_CertificateAuthorityImportStatus_To_v1alpha1_CertificateAuthorityImportStatus is an autogenerated conversion function.
+func Convert_certapi_CertificateAuthorityImportStatus_To_v1alpha1_CertificateAuthorityImportStatus(in *certapi.CertificateAuthorityImportStatus, out *CertificateAuthorityImportStatus, s conversion.Scope) error {
+	return autoConvert_certapi_CertificateAuthorityImportStatus_To_v1alpha1_CertificateAuthorityImportStatus(in, out, s)
+}
+
 func autoConvert_v1alpha1_CertificateAuthorityList_To_certapi_CertificateAuthorityList(in *CertificateAuthorityList, out *certapi.CertificateAuthorityList, s conversion.Scope) error {
 	out.ListMeta = in.ListMeta
 	out.Items = *(*[]certapi.CertificateAuthority)(unsafe.Pointer(&in.Items))
@@ -331,6 +443,26 @@ func autoConvert_certapi_CertificateAuthorityList_To_v1alpha1_CertificateAuthori
 // Convert_certapi_CertificateAuthorityList_To_v1alpha1_CertificateAuthorityList is an autogenerated conversion function.
 func Convert_certapi_CertificateAuthorityList_To_v1alpha1_CertificateAuthorityList(in *certapi.CertificateAuthorityList, out *CertificateAuthorityList, s conversion.Scope) error {
 	return autoConvert_certapi_CertificateAuthorityList_To_v1alpha1_CertificateAuthorityList(in, out, s)
+}
+
+func autoConvert_v1alpha1_CertificateAuthorityPendingRequest_To_certapi_CertificateAuthorityPendingRequest(in *CertificateAuthorityPendingRequest, out *certapi.CertificateAuthorityPendingRequest, s conversion.Scope) error {
+	*out = *(*certapi.CertificateAuthorityPendingRequest)(unsafe.Pointer(in))
+	return nil
+}
+
+// Convert_v1alpha1_CertificateAuthorityPendingRequest_To_certapi_CertificateAuthorityPendingRequest is an autogenerated conversion function.
+func Convert_v1alpha1_CertificateAuthorityPendingRequest_To_certapi_CertificateAuthorityPendingRequest(in *CertificateAuthorityPendingRequest, out *certapi.CertificateAuthorityPendingRequest, s conversion.Scope) error {
+	return autoConvert_v1alpha1_CertificateAuthorityPendingRequest_To_certapi_CertificateAuthorityPendingRequest(in, out, s)
+}
+
+func autoConvert_certapi_CertificateAuthorityPendingRequest_To_v1alpha1_CertificateAuthorityPendingRequest(in *certapi.CertificateAuthorityPendingRequest, out *CertificateAuthorityPendingRequest, s conversion.Scope) error {
+	*out = *(*CertificateAuthorityPendingRequest)(unsafe.Pointer(in))
+	return nil
+}
+
+// Convert_certapi_CertificateAuthorityPendingRequest_To_v1alpha1_CertificateAuthorityPendingRequest is an autogenerated conversion function.
+func Convert_certapi_CertificateAuthorityPendingRequest_To_v1alpha1_CertificateAuthorityPendingRequest(in *certapi.CertificateAuthorityPendingRequest, out *CertificateAuthorityPendingRequest, s conversion.Scope) error {
+	return autoConvert_certapi_CertificateAuthorityPendingRequest_To_v1alpha1_CertificateAuthorityPendingRequest(in, out, s)
 }
 
 func autoConvert_v1alpha1_CertificateAuthorityRef_To_certapi_CertificateAuthorityRef(in *CertificateAuthorityRef, out *certapi.CertificateAuthorityRef, s conversion.Scope) error {

@@ -32,8 +32,28 @@ func (in CertificateAuthorityCertificate) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in CertificateAuthorityImport) OpenAPIModelName() string {
+	return "com.github.certapi.certapi.pkg.apis.certapi.v1alpha1.CertificateAuthorityImport"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in CertificateAuthorityImportSpec) OpenAPIModelName() string {
+	return "com.github.certapi.certapi.pkg.apis.certapi.v1alpha1.CertificateAuthorityImportSpec"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in CertificateAuthorityImportStatus) OpenAPIModelName() string {
+	return "com.github.certapi.certapi.pkg.apis.certapi.v1alpha1.CertificateAuthorityImportStatus"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in CertificateAuthorityList) OpenAPIModelName() string {
 	return "com.github.certapi.certapi.pkg.apis.certapi.v1alpha1.CertificateAuthorityList"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in CertificateAuthorityPendingRequest) OpenAPIModelName() string {
+	return "com.github.certapi.certapi.pkg.apis.certapi.v1alpha1.CertificateAuthorityPendingRequest"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.

@@ -84,6 +84,31 @@ var schemaYAML = typed.YAMLObject(`types:
       type:
         scalar: string
       default: ""
+- name: com.github.certapi.certapi.pkg.apis.certapi.v1alpha1.CertificateAuthorityPendingRequest
+  map:
+    fields:
+    - name: activeNotAfter
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: createdAt
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: reason
+      type:
+        scalar: string
+      default: ""
+    - name: request
+      type:
+        scalar: string
+      default: ""
+    - name: subjectKeyID
+      type:
+        scalar: string
+      default: ""
+    - name: waitingFor
+      type:
+        scalar: string
+      default: ""
 - name: com.github.certapi.certapi.pkg.apis.certapi.v1alpha1.CertificateAuthorityRef
   map:
     fields:
@@ -142,6 +167,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: observedGeneration
       type:
         scalar: numeric
+    - name: pendingRequest
+      type:
+        namedType: com.github.certapi.certapi.pkg.apis.certapi.v1alpha1.CertificateAuthorityPendingRequest
     - name: served
       type:
         namedType: com.github.certapi.certapi.pkg.apis.certapi.v1alpha1.ServedSummary

@@ -83,6 +83,12 @@ func ExtractCertificateAuthority(certificateAuthority *certapiv1alpha1.Certifica
 	return ExtractCertificateAuthorityFrom(certificateAuthority, fieldManager, "")
 }
 
+// ExtractCertificateAuthorityImport extracts the applied configuration owned by fieldManager from
+// certificateAuthority for the import subresource.
+func ExtractCertificateAuthorityImport(certificateAuthority *certapiv1alpha1.CertificateAuthority, fieldManager string) (*CertificateAuthorityApplyConfiguration, error) {
+	return ExtractCertificateAuthorityFrom(certificateAuthority, fieldManager, "import")
+}
+
 // ExtractCertificateAuthorityStatus extracts the applied configuration owned by fieldManager from
 // certificateAuthority for the status subresource.
 func ExtractCertificateAuthorityStatus(certificateAuthority *certapiv1alpha1.CertificateAuthority, fieldManager string) (*CertificateAuthorityApplyConfiguration, error) {

@@ -53,6 +53,12 @@ type CertificateAuthorityStatusApplyConfiguration struct {
 	// etcd leader, their health, and the peer CA. Absent with a single embedded member or an external
 	// etcd.
 	Etcd *EtcdClusterStatusApplyConfiguration `json:"etcd,omitempty"`
+	// pendingRequest is, while certapi's CA is an intermediate of an organisation's CA (certapi's
+	// --ca-upstream=Manual), the certificate request of the next CA waiting for the organisation's
+	// signature: sign it and import the certificate through certificateauthorities/import (kubectl
+	// certapi ca request, kubectl certapi ca import). Absent when nothing waits. Its key never leaves
+	// certapi.
+	PendingRequest *CertificateAuthorityPendingRequestApplyConfiguration `json:"pendingRequest,omitempty"`
 }
 
 // CertificateAuthorityStatusApplyConfiguration constructs a declarative configuration of the CertificateAuthorityStatus type for use with
@@ -140,5 +146,13 @@ func (b *CertificateAuthorityStatusApplyConfiguration) WithServed(value *ServedS
 // If called multiple times, the Etcd field is set to the value of the last call.
 func (b *CertificateAuthorityStatusApplyConfiguration) WithEtcd(value *EtcdClusterStatusApplyConfiguration) *CertificateAuthorityStatusApplyConfiguration {
 	b.Etcd = value
+	return b
+}
+
+// WithPendingRequest sets the PendingRequest field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the PendingRequest field is set to the value of the last call.
+func (b *CertificateAuthorityStatusApplyConfiguration) WithPendingRequest(value *CertificateAuthorityPendingRequestApplyConfiguration) *CertificateAuthorityStatusApplyConfiguration {
+	b.PendingRequest = value
 	return b
 }

@@ -51,6 +51,8 @@ type CertificateAuthorityInterface interface {
 	Apply(ctx context.Context, certificateAuthority *applyconfigurationcertapiv1alpha1.CertificateAuthorityApplyConfiguration, opts v1.ApplyOptions) (result *certapiv1alpha1.CertificateAuthority, err error)
 	// Add a +genclient:noStatus comment above the type to avoid generating ApplyStatus().
 	ApplyStatus(ctx context.Context, certificateAuthority *applyconfigurationcertapiv1alpha1.CertificateAuthorityApplyConfiguration, opts v1.ApplyOptions) (result *certapiv1alpha1.CertificateAuthority, err error)
+	Import(ctx context.Context, certificateAuthorityName string, certificateAuthorityImport *certapiv1alpha1.CertificateAuthorityImport, opts v1.CreateOptions) (*certapiv1alpha1.CertificateAuthorityImport, error)
+
 	CertificateAuthorityExpansion
 }
 
@@ -71,4 +73,18 @@ func newCertificateAuthorities(c *CertapiV1alpha1Client) *certificateAuthorities
 			func() *certapiv1alpha1.CertificateAuthorityList { return &certapiv1alpha1.CertificateAuthorityList{} },
 		),
 	}
+}
+
+// Import takes the representation of a certificateAuthorityImport and creates it.  Returns the server's representation of the certificateAuthorityImport, and an error, if there is any.
+func (c *certificateAuthorities) Import(ctx context.Context, certificateAuthorityName string, certificateAuthorityImport *certapiv1alpha1.CertificateAuthorityImport, opts v1.CreateOptions) (result *certapiv1alpha1.CertificateAuthorityImport, err error) {
+	result = &certapiv1alpha1.CertificateAuthorityImport{}
+	err = c.GetClient().Post().
+		Resource("certificateauthorities").
+		Name(certificateAuthorityName).
+		SubResource("import").
+		VersionedParams(&opts, scheme.ParameterCodec).
+		Body(certificateAuthorityImport).
+		Do(ctx).
+		Into(result)
+	return
 }

@@ -19,10 +19,14 @@ limitations under the License.
 package fake
 
 import (
+	context "context"
+
 	v1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/generated/applyconfiguration/certapi/v1alpha1"
 	typedcertapiv1alpha1 "github.com/certapi/certapi/pkg/generated/clientset/versioned/typed/certapi/v1alpha1"
+	v1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	gentype "k8s.io/client-go/gentype"
+	testing "k8s.io/client-go/testing"
 )
 
 // fakeCertificateAuthorities implements CertificateAuthorityInterface
@@ -50,4 +54,15 @@ func newFakeCertificateAuthorities(fake *FakeCertapiV1alpha1) typedcertapiv1alph
 		),
 		fake,
 	}
+}
+
+// Import takes the representation of a certificateAuthorityImport and creates it.  Returns the server's representation of the certificateAuthorityImport, and an error, if there is any.
+func (c *fakeCertificateAuthorities) Import(ctx context.Context, certificateAuthorityName string, certificateAuthorityImport *v1alpha1.CertificateAuthorityImport, opts v1.CreateOptions) (result *v1alpha1.CertificateAuthorityImport, err error) {
+	emptyResult := &v1alpha1.CertificateAuthorityImport{}
+	obj, err := c.Fake.
+		Invokes(testing.NewRootCreateSubresourceActionWithOptions(c.Resource(), certificateAuthorityName, "import", certificateAuthorityImport, opts), emptyResult)
+	if obj == nil {
+		return emptyResult, err
+	}
+	return obj.(*v1alpha1.CertificateAuthorityImport), err
 }
