@@ -153,7 +153,7 @@ func NewCmd(streams genericiooptions.IOStreams) *cobra.Command {
 	cmd.PersistentFlags().AddFlagSet(conn)
 
 	own := map[*cobra.Command]*pflag.FlagSet{}
-	for _, sub := range []*cobra.Command{newStatusCmd(o), newCheckCmd(o), newRotateCmd(o), newDistrustCmd(o), newInspectCmd(o), newMigrateCmd(o), newRenewCmd(o), newSnapshotCmd(o), newCompletionCmd(o)} {
+	for _, sub := range []*cobra.Command{newStatusCmd(o), newCheckCmd(o), newRotateCmd(o), newDistrustCmd(o), newInspectCmd(o), newMigrateCmd(o), newRenewCmd(o), newSnapshotCmd(o), newCACmd(o), newCompletionCmd(o)} {
 		addSub(cmd, sub, own)
 	}
 	help.SetUsage(cmd, func(c *cobra.Command) []help.FlagGroup {
