@@ -320,7 +320,7 @@ func (i *selfIssuer) CreateServingCert(ctx context.Context, _, _ string, sc *cer
 	i.leafSerial, i.caSerial = res.SerialNumber, caSerial
 	i.mu.Unlock()
 	return &certapiv1alpha1.ServingCert{Status: certapiv1alpha1.ServingCertStatus{
-		Certificate:  res.CertificatePEM, // the leaf alone: clients trust the CA through the injected caBundle
+		Certificate:  res.CertificatePEM, // the leaf, and for an intermediate CA the chain to serve with it
 		CABundle:     res.CABundle,
 		SerialNumber: res.SerialNumber,
 		NotBefore:    &metav1.Time{Time: res.NotBefore},
@@ -361,20 +361,23 @@ func (i *selfIssuer) signerOf(leaf *x509.Certificate) (string, bool) {
 	return i.caSerial, true
 }
 
-// signerOf returns the serial of the CA in bundle that signed the certificate.
+// signerOf returns the serial of the CA that signed the certificate, the first block of certPEM: one of
+// the CA certificates served with it (the chain of a CA an organisation's CA signed, whose bundle may
+// hold only the organisation's root, --ca-bundle-anchor=Root), or else one of bundle's (a self-signed CA).
 func signerOf(certPEM, bundle []byte) (string, error) {
-	leaf, err := signer.ParseBundle(certPEM)
-	if err != nil || len(leaf) == 0 {
+	certs, err := signer.ParseBundle(certPEM)
+	if err != nil || len(certs) == 0 {
 		return "", fmt.Errorf("parsing an issued certificate: %v", err)
 	}
 	cas, err := signer.ParseBundle(bundle)
 	if err != nil {
 		return "", err
 	}
-	for _, ca := range cas {
-		if leaf[0].CheckSignatureFrom(ca) == nil {
+	leaf := certs[0]
+	for _, ca := range append(certs[1:], cas...) {
+		if ca.IsCA && leaf.CheckSignatureFrom(ca) == nil {
 			return signer.FormatSerialNumber(ca.SerialNumber), nil
 		}
 	}
-	return "", errors.New("no CA in the bundle signed the issued certificate")
+	return "", errors.New("neither the chain served with the issued certificate nor the bundle holds the CA that signed it")
 }

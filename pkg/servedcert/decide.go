@@ -131,7 +131,10 @@ func Classify(chain, bundle []*x509.Certificate, serverName string, now time.Tim
 		res.Message = untrustedMessage(leaf, res.IssuerSerial, expected, err)
 		return res
 	}
-	res.IssuerSerial = signer.FormatSerialNumber(chains[0][len(chains[0])-1].SerialNumber)
+	// The CA that signed the leaf: the bundle's anchor for a self-signed CA, the intermediate served with
+	// the leaf when the bundle carries an organisation's root (--ca-bundle-anchor=Root). Rotation and
+	// distrust look endpoints up by the serial of certapi's own CA, never the root's.
+	res.IssuerSerial = signer.FormatSerialNumber(chains[0][1].SerialNumber)
 
 	// Time, now.
 	if !opts.CurrentTime.Equal(now) {

@@ -80,6 +80,8 @@ type slot struct {
 	// when the object keeps foreign CAs.
 	foreign        []*x509.Certificate
 	foreignProblem string
+	// prefixes are the digests of the field's leading certificates (see fieldContent.prefixes).
+	prefixes []digest
 	// service is the Service kube-apiserver dials with this slot's bundle; nil for a ConfigMap.
 	service *servedcert.ServiceRef
 }
@@ -88,14 +90,14 @@ type slot struct {
 func (o *observation) addSlot(s slot, raw []byte) {
 	s.Digest = digestOf(raw)
 	c := splitField(raw, o.keepForeign)
-	s.own, s.foreign, s.foreignProblem = c.own, c.foreign, c.problem
+	s.own, s.foreign, s.foreignProblem, s.prefixes = c.own, c.foreign, c.problem, c.prefixes
 	o.Slots = append(o.Slots, s)
 }
 
 // slotHolds reports whether s holds the bundle with digest d: exactly, or, when the object keeps
 // foreign CAs, as its certapi part next to foreign CAs that may be kept.
 func (o *observation) slotHolds(s slot, d digest) bool {
-	return s.Digest == d || (o.keepForeign && s.foreignProblem == "" && s.own == d)
+	return s.Digest == d || (o.keepForeign && s.foreignProblem == "" && (s.own == d || slices.Contains(s.prefixes, d)))
 }
 
 // value is what the patch writes into s for bundle.
@@ -181,7 +183,7 @@ func decide(obs *observation, bundle []byte, d digest, held map[string]heldSlot)
 				p.notKept = append(p.notKept, fmt.Sprintf("the caBundle of %s: %s", slotLabel(s), s.foreignProblem))
 				continue
 			}
-			for _, c := range s.foreign {
+			for _, c := range notIn(bundle, s.foreign) {
 				if desc := describeCA(c); !seen[desc] {
 					seen[desc] = true
 					p.kept = append(p.kept, desc)

@@ -23,6 +23,10 @@ import (
 //     serve from), and the object is reported in conflict;
 //   - certapi's own CAs (common name signer.CACommonNamePrefix) are never kept: they come from the
 //     bundle alone, so a Retiring or distrusted certapi CA leaves the field with the bundle;
+//   - nor is any certificate of certapi's current bundle, whatever its name: an organisation's root
+//     that the bundle carries for certapi's intermediate CA (--ca-bundle-anchor=Root) is certapi's
+//     trust, not a foreign CA, and a field that holds the bundle followed by foreign CAs holds the
+//     bundle (fieldContent.prefixes);
 //   - at most maxForeignCAs certificates and maxForeignBytes of PEM are kept per field;
 //   - the foreign CAs are what the field holds when certapi reads it; removing the annotation makes
 //     certapi write its bundle alone.
@@ -72,7 +76,15 @@ type fieldContent struct {
 	foreign []*x509.Certificate
 	// problem says why the field's other content cannot be kept ("" when it can).
 	problem string
+	// prefixes are, when the object keeps foreign CAs, the digests of the field's first k certificates
+	// (as signer.EncodeBundle writes them) for each k: the field holds a bundle whose digest is one of
+	// them, followed by foreign CAs. So a bundle with certificates of any name (an organisation's root)
+	// is recognised in the field.
+	prefixes []digest
 }
+
+// maxPrefixes bounds fieldContent.prefixes.
+const maxPrefixes = maxForeignCAs + 8
 
 // splitField parses a caBundle field. keep says the object keeps foreign CAs: only then are they
 // collected and checked.
@@ -83,7 +95,7 @@ func splitField(raw []byte, keep bool) fieldContent {
 		out.problem = fmt.Sprintf("it holds %d bytes, more than the %d a CA bundle may have here", len(raw), maxFieldParse)
 		return out
 	}
-	var own []*x509.Certificate
+	var own, all []*x509.Certificate
 	seen := map[string]bool{}
 	foreignBytes := 0
 	rest := raw
@@ -112,6 +124,10 @@ func splitField(raw []byte, keep bool) fieldContent {
 				out.problem = fmt.Sprintf("certificate %d does not parse: %v", n, err)
 			}
 			continue
+		}
+		if keep && len(all) < maxPrefixes {
+			all = append(all, c)
+			out.prefixes = append(out.prefixes, digestOf(signer.EncodeBundle(all...)))
 		}
 		if strings.HasPrefix(c.Subject.CommonName, signer.CACommonNamePrefix) {
 			own = append(own, c)
@@ -150,11 +166,24 @@ func splitField(raw []byte, keep bool) fieldContent {
 
 // withForeign is bundle followed by the foreign CAs: what a field that keeps them holds.
 func withForeign(bundle []byte, foreign []*x509.Certificate) []byte {
+	foreign = notIn(bundle, foreign)
 	if len(foreign) == 0 {
 		return bundle
 	}
 	out := append([]byte(nil), bundle...)
 	return append(out, signer.EncodeBundle(foreign...)...)
+}
+
+// notIn returns the certificates of certs that bundle does not hold: the foreign CAs of a field, less
+// what certapi's bundle carries (an organisation's root under --ca-bundle-anchor=Root).
+func notIn(bundle []byte, certs []*x509.Certificate) []*x509.Certificate {
+	var out []*x509.Certificate
+	for _, c := range certs {
+		if !bytes.Contains(bundle, signer.EncodeBundle(c)) {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // describeCA names a certificate in messages: its subject and SHA-256 fingerprint (public facts).

@@ -185,3 +185,42 @@ func TestKeepForeignCAAnnotation(t *testing.T) {
 		t.Errorf("with cert-manager's annotation too: reason = %q, want %s", reason, ReasonClaimedByAnotherInjector)
 	}
 }
+
+// TestKeepForeignCAWithRootAnchor: under --ca-bundle-anchor=Root certapi's bundle carries the
+// organisation's root, whose name is not certapi's: in a field that keeps foreign CAs it is part of the
+// bundle, never kept as a foreign CA nor written twice.
+func TestKeepForeignCAWithRootAnchor(t *testing.T) {
+	root := signertest.NewRoot(t, "Example Org Root", time.Now())
+	bundle := join(root.PEM(), signertest.Bundle(t, 1)) // the root of the Active CA, then a self-signed certapi CA
+	d := digestOf(bundle)
+	oldCA := foreignCert(t, "cert-manager-webhook-ca", true)
+	ann := map[string]string{certapiv1alpha1.AnnotationInjectCABundle: "true", certapiv1alpha1.AnnotationKeepForeignCA: "true"}
+	observe := func(field []byte) *observation {
+		return observeValidating(&admissionregistrationv1.ValidatingWebhookConfiguration{
+			ObjectMeta: metav1.ObjectMeta{Name: "v", ResourceVersion: "7", Annotations: ann},
+			Webhooks: []admissionregistrationv1.ValidatingWebhook{
+				{Name: "w", ClientConfig: admissionregistrationv1.WebhookClientConfig{Service: svc(), CABundle: field}},
+			},
+		})
+	}
+	// The field as certapi writes it: up to date, one foreign CA kept (not the root).
+	obs := observe(join(bundle, oldCA))
+	if p := decide(obs, bundle, d, nil); !p.upToDate || !obs.holds(d) || len(p.kept) != 1 || !strings.Contains(p.kept[0], "cert-manager-webhook-ca") {
+		t.Fatalf("bundle + old CA: upToDate %v, holds %v, kept %q; want up to date keeping the old CA only", p.upToDate, obs.holds(d), p.kept)
+	}
+	// A field that holds the root and the old CA before the bundle reached it: the bundle, then the
+	// old CA, the root once.
+	obs = observe(join(root.PEM(), oldCA))
+	p := decide(obs, bundle, d, nil)
+	if p.upToDate || len(p.kept) != 1 {
+		t.Fatalf("root + old CA: upToDate %v, kept %q", p.upToDate, p.kept)
+	}
+	ops := decodePatch(t, p.patch)
+	got, err := base64.StdEncoding.DecodeString(ops[1].Value.(string))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, join(bundle, oldCA)) {
+		t.Fatalf("written field holds\n%s\nwant the bundle and the old CA", got)
+	}
+}
