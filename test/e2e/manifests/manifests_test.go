@@ -663,6 +663,10 @@ func checkRBACAggregation(t *testing.T, m *manifests) {
 		{"edit", "certificateauthorities", []string{"update"}, false},
 		{"admin", "certificateauthorities", []string{"update"}, false},
 		{"admin", "servingcertrequests/status", []string{"update"}, false},
+		// Importing a CA certificate decides what the whole cluster trusts: aggregated nowhere.
+		{"view", "certificateauthorities/import", []string{"create"}, false},
+		{"edit", "certificateauthorities/import", []string{"create"}, false},
+		{"admin", "certificateauthorities/import", []string{"create"}, false},
 	} {
 		for _, verb := range tc.verbs {
 			if got := allows(agg[tc.role], "certapi.dev", tc.resource, verb); got != tc.want {
