@@ -67,6 +67,9 @@ var commandBlocks = []commandBlock{
 	{page: "docs/high-availability.md", name: "install", heldBy: "test/docs/install_test.go"},
 	{page: "artifacts/charts/certapi/README.md", name: "install", heldBy: "test/docs/install_test.go"},
 	{page: "docs/operating.md", name: "uninstall-kustomize", heldBy: "test/node/kustomizebase/base_test.go"},
+	{page: "docs/ca-custody.md", name: "ca-request", heldBy: "test/e2e/intermediate_test.go"},
+	{page: "docs/ca-custody.md", name: "ca-sign-openssl", heldBy: "test/e2e/intermediate_test.go"},
+	{page: "docs/ca-custody.md", name: "ca-import", heldBy: "test/e2e/intermediate_test.go"},
 
 	{page: "docs/usage.md", name: "namespace-opt-in", heldBy: "test/node/kustomizebase/base_test.go"},
 	{page: "docs/usage.md", name: "create-examples", heldBy: "test/node/userpages_test.go"},

@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +22,7 @@ import (
 	"github.com/certapi/certapi/pkg/generated/clientset/versioned"
 	"github.com/certapi/certapi/pkg/signer"
 	"github.com/certapi/certapi/pkg/signer/signertest"
+	"github.com/certapi/certapi/test/docs/markdown"
 	"github.com/certapi/certapi/test/e2e/e2etest"
 	"github.com/certapi/certapi/test/framework"
 	"github.com/certapi/certapi/test/testhelpers"
@@ -63,6 +66,41 @@ func servedBy(t *testing.T, w *webhookServer) (*x509.Certificate, int) {
 	return leaf, len(cert.Certificate)
 }
 
+// pageBlocks returns a function that runs the shell block of page marked <!-- docs-check: NAME --> as
+// written, with bash -e in dir, the plugin built for the test first on PATH and kubectl last, and
+// returns what it printed.
+func (r *pluginRunner) pageBlocks(t *testing.T, page, dir string) func(name string) string {
+	repo, err := framework.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func(name string) string {
+		t.Helper()
+		body, err := markdown.BlockBody(filepath.Join(repo, page), name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command("bash", "-e", "-c", body)
+		cmd.Dir = dir
+		cmd.Env = append(slices.Clone(r.env), "PATH="+pathOf(r.env)+string(os.PathListSeparator)+filepath.Dir(e2etest.KubectlPath(t)))
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s, block %s:\n%s\n%v\n%s", page, name, body, err, out)
+		}
+		return string(out)
+	}
+}
+
+// pathOf is the PATH of env.
+func pathOf(env []string) string {
+	for i := len(env) - 1; i >= 0; i-- {
+		if v, ok := strings.CutPrefix(env[i], "PATH="); ok {
+			return v
+		}
+	}
+	return ""
+}
+
 // TestIntermediateByHand runs certapi as an intermediate of an organisation's root made here, by hand:
 // the CA certificate request read with `kubectl certapi ca request`, signed by the root, refused when
 // it is wrong (each refusal a 422 listing the reasons, nothing changed), imported with `kubectl certapi
@@ -74,7 +112,8 @@ func TestIntermediateByHand(t *testing.T) {
 	ctx := context.Background()
 	c, kube := testhelpers.Clients(t, own.AdminConfig)
 	ns := e2etest.Namespace(t, kube)
-	run := newPluginRunnerFor(t, buildPluginNamed(t, "kubectl-certapi"), own.Kubeconfig).kubectl
+	runner := newPluginRunnerFor(t, buildPluginNamed(t, "kubectl-certapi"), own.Kubeconfig)
+	run := runner.kubectl
 	certapi := func(args ...string) pluginRun { t.Helper(); return run(append([]string{"certapi"}, args...)...) }
 	dir := t.TempDir()
 	write := func(name string, data []byte) string {
@@ -192,12 +231,29 @@ func TestIntermediateByHand(t *testing.T) {
 		t.Fatalf("while the request waits: active %s, roles %v", ca.Status.Active.SerialNumber, roles(ca))
 	}
 	calledNow("the webhook to be called while the Next CA's request waits")
-	nextCSR := []byte(certapi("ca", "request").succeeded(t).stdout)
-	if string(nextCSR) != next.Request || next.Request == first.Request {
-		t.Fatal("ca request does not print the Next CA's request")
+	// The next request goes the way docs/ca-custody.md says, block by block as written: printed with
+	// the plugin, signed by openssl as the organisation's root, checked and imported with the plugin.
+	pageDir := t.TempDir()
+	keyPEM, err := signer.EncodeKeyPEM(root.Key)
+	if err != nil {
+		t.Fatal(err)
 	}
-	out = certapi("ca", "import", "--certificate="+write("next.crt", root.Sign(t, nextCSR, time.Now(), signertest.SignOptions{})), "--chain="+rootFile).succeeded(t).stdout
-	second := strings.Fields(strings.TrimPrefix(out, "imported the CA certificate "))[0]
+	for name, data := range map[string][]byte{"org-root.crt": root.PEM(), "org-root.key": keyPEM} {
+		if err := os.WriteFile(filepath.Join(pageDir, name), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	page := runner.pageBlocks(t, "docs/ca-custody.md", pageDir)
+	page("ca-request")
+	if csrFile, err := os.ReadFile(filepath.Join(pageDir, "certapi-ca.csr")); err != nil || string(csrFile) != next.Request || next.Request == first.Request {
+		t.Fatalf("the page's ca request wrote %q (%v); want the Next CA's request", csrFile, err)
+	}
+	page("ca-sign-openssl")
+	out = page("ca-import")
+	if !strings.Contains(out, "would import (dry run)") || !strings.Contains(out, "imported the CA certificate") {
+		t.Fatalf("the page's import printed:\n%s", out)
+	}
+	second := strings.Fields(out[strings.Index(out, "imported the CA certificate ")+len("imported the CA certificate "):])[0]
 	waitActive(t, c, second)
 	// The webhook re-issues from the new Active CA and is still called.
 	e2etest.Eventually(t, 30*time.Second, "the webhook to serve a certificate of the new intermediate", func(context.Context) (bool, error) {
