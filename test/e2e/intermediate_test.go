@@ -106,9 +106,15 @@ func pathOf(env []string) string {
 // it is wrong (each refusal a 422 listing the reasons, nothing changed), imported with `kubectl certapi
 // ca import`; then a webhook served from certapi's intermediate and called by kube-apiserver through
 // the injected bundle (the root), and a rotation whose request waits, then is signed and imported,
-// while the webhook keeps being called.
+// while the webhook keeps being called. Imports reach either of two replicas.
 func TestIntermediateByHand(t *testing.T) {
-	own := framework.StartT(t, framework.Options{CertapiArgs: []string{"--ca-upstream=Manual", "--rotation-grace=2s", "--max-certificate-duration=20s"}})
+	// Two replicas behind the framework's round-robin proxy: an import that reaches the follower is handed
+	// to the leader through etcd, as a signing request is.
+	own := framework.StartT(t, framework.Options{
+		CertapiReplicas:    2,
+		CertapiReplicaArgs: framework.LeaderIdentityArgs,
+		CertapiArgs:        []string{"--ca-upstream=Manual", "--rotation-grace=2s", "--max-certificate-duration=20s"},
+	})
 	ctx := context.Background()
 	c, kube := testhelpers.Clients(t, own.AdminConfig)
 	ns := e2etest.Namespace(t, kube)
