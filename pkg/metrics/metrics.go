@@ -198,11 +198,12 @@ func ObserveInjection(targets, upToDate, skipped, conflicts, failed int32) {
 	InjectionTargets.WithLabelValues("Failed").Set(float64(failed))
 }
 
-// ForgetTerm drops the gauges only a leader publishes (CA lifetimes, injection targets) and its
+// ForgetTerm drops the gauges only a leader publishes (CA lifetimes, a pending CA request, injection targets) and its
 // RequestSource (the requests' certificate times and readiness) when its term ends, so that a replica
 // that stopped leading does not go on reporting what it saw as leader next to the new leader's figures.
 func ForgetTerm() {
 	CANotAfter.Reset()
+	CARequestPendingSince.Reset()
 	InjectionTargets.Reset()
 	PublishRequests(nil)
 	KubeAPIServed.Reset()
