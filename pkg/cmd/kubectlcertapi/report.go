@@ -310,9 +310,14 @@ func rotationReport(ca *certapiv1alpha1.CertificateAuthority, inj *InjectionRepo
 	if active != nil {
 		life = active.NotAfter.Sub(active.NotBefore.Time)
 	}
+	if p := ca.Status.PendingRequest; p != nil {
+		r.WaitingFor = append(r.WaitingFor, fmt.Sprintf("the organisation's CA to sign the CA certificate request made %s (%s): `kubectl certapi ca request` prints it, "+
+			"`kubectl certapi ca import` takes the signed certificate back; until then the Active CA signs, at the latest until its chain expires at %s",
+			formatTime(p.CreatedAt.Time), p.Reason, formatTime(p.ActiveNotAfter.Time)))
+	}
 	switch r.State {
 	case certapiv1alpha1.RotatingReasonIdle:
-		if active != nil {
+		if active != nil && ca.Status.PendingRequest == nil {
 			t := active.NotAfter.Add(-life / 3)
 			r.NextRotation = &t
 			r.WaitingFor = append(r.WaitingFor, fmt.Sprintf("nothing: the next rotation begins by itself at %s, when a third of the Active CA's life remains, or at once with `kubectl certapi rotate`",

@@ -397,3 +397,20 @@ func TestReportServed(t *testing.T) {
 		}
 	}
 }
+
+// TestRotationReportPendingRequest: a CA certificate request waiting for the organisation's signature
+// is what the rotation waits for, not "nothing".
+func TestRotationReportPendingRequest(t *testing.T) {
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	ca := &certapiv1alpha1.CertificateAuthority{Status: certapiv1alpha1.CertificateAuthorityStatus{
+		Conditions: []metav1.Condition{{Type: certapiv1alpha1.ConditionRotating, Status: metav1.ConditionFalse, Reason: certapiv1alpha1.RotatingReasonIdle}},
+		Certificates: []certapiv1alpha1.CertificateAuthorityCertificate{{Role: certapiv1alpha1.CARoleActive,
+			NotBefore: metav1.NewTime(now.Add(-time.Hour)), NotAfter: metav1.NewTime(now.Add(1000 * time.Hour))}},
+		PendingRequest: &certapiv1alpha1.CertificateAuthorityPendingRequest{Reason: "ForceRotation", CreatedAt: metav1.NewTime(now), ActiveNotAfter: metav1.NewTime(now.Add(1000 * time.Hour))},
+	}}
+	r := rotationReport(ca, nil, RequestsReport{}, now)
+	got := strings.Join(r.WaitingFor, "\n")
+	if !strings.Contains(got, "kubectl certapi ca import") || strings.Contains(got, "nothing: the next rotation begins") || r.NextRotation != nil {
+		t.Fatalf("waiting for:\n%s", got)
+	}
+}
