@@ -146,25 +146,22 @@ func (m *Member) writePeerCARecord(ctx context.Context, c *clientv3.Client, next
 
 // keepCustody runs one step of the key's custody on this member: a member without the key loads it from
 // the record when the record's CA is the one it holds; a member with the key writes the record when it
-// is missing; and the member writes its marker once. It is quiet when nothing changes.
-func (m *Member) keepCustody(ctx context.Context) {
+// is missing; and the member writes its marker once, then sets *done. It is quiet when nothing changes.
+// It runs on Run's goroutine, through the member's long-lived client of itself.
+func (m *Member) keepCustody(ctx context.Context, done *bool) {
 	if m.cfg.PeerCARecordKey == "" {
 		return
 	}
 	held := m.PeerCA().CA
-	m.mu.Lock()
-	done := m.custodyDone
-	m.mu.Unlock()
-	if held.Key != nil && done {
+	if held.Key != nil && *done {
 		return
 	}
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	c, err := m.client(cctx, []string{m.localClientURL()})
+	c, err := m.clients.localClient()
 	if err != nil {
 		return
 	}
-	defer func() { _ = c.Close() }()
 	rec, modRev, err := m.readPeerCARecord(cctx, c)
 	if err != nil {
 		klog.ErrorS(err, "Reading the etcd peer CA's record failed; retried", "member", m.cfg.Name)
@@ -172,13 +169,7 @@ func (m *Member) keepCustody(ctx context.Context) {
 	}
 	switch {
 	case held.Key == nil && rec != nil && rec.Certificate.Equal(held.Certificate):
-		m.mu.Lock()
-		if m.peer.CA.Certificate.Equal(rec.Certificate) {
-			ca := *m.peer.CA
-			ca.Key = rec.Key
-			m.peer.CA = &ca
-		}
-		m.mu.Unlock()
+		m.creds.addKey(rec)
 		klog.InfoS("Loaded the etcd peer CA's key from the members' etcd", "member", m.cfg.Name, "peerCA", held.Certificate.Subject.CommonName)
 	case held.Key == nil:
 		// The record holds another CA, or none yet: a rotation whose store has not reached this member,
@@ -198,9 +189,7 @@ func (m *Member) keepCustody(ctx context.Context) {
 		klog.ErrorS(err, "Recording that this member keeps the peer CA's key in etcd failed; retried", "member", m.cfg.Name)
 		return
 	}
-	m.mu.Lock()
-	m.custodyDone = true
-	m.mu.Unlock()
+	*done = true
 }
 
 // storeRotatedRecord writes next as the record in place of cur, before a rotation step changes the

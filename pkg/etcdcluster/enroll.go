@@ -305,9 +305,7 @@ func (m *Member) serveEnrollment(ctx context.Context) error {
 		ReadTimeout:       10 * time.Second,
 		WriteTimeout:      10 * time.Second,
 		TLSConfig: &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
-			m.mu.Lock()
-			mc := m.cert
-			m.mu.Unlock()
+			mc := m.creds.cert.Load()
 			c, err := tls.X509KeyPair(mc.CertPEM, mc.KeyPEM)
 			return &c, err
 		}},
