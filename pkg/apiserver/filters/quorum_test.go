@@ -15,27 +15,8 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 
 	"github.com/certapi/certapi/pkg/etcdcluster"
+	"github.com/certapi/certapi/pkg/etcdcluster/etcdclustertest"
 )
-
-// fakeQuorum is a member whose quorum the test sets; lost, when set, is its QuorumLostContext.
-type fakeQuorum struct {
-	st   etcdcluster.QuorumState
-	lost context.Context
-}
-
-func (f *fakeQuorum) QuorumLost() bool                     { return f.st.Lost }
-func (f *fakeQuorum) QuorumState() etcdcluster.QuorumState { return f.st }
-func (f *fakeQuorum) QuorumLostContext() context.Context {
-	if f.lost != nil {
-		return f.lost
-	}
-	if !f.st.Lost {
-		return context.Background()
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	return ctx
-}
 
 // requestInfo parses the request info as the generic chain does before retryWithoutQuorum runs.
 func requestInfo(h http.Handler) http.Handler {
@@ -88,7 +69,7 @@ func TestRetryWithoutQuorumInFlight(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			lost, loseQuorum := context.WithCancel(context.Background())
 			defer loseQuorum()
-			fq := &fakeQuorum{st: etcdcluster.QuorumState{Voters: 3}, lost: lost}
+			fq := &etcdclustertest.Quorum{State: etcdcluster.QuorumState{Voters: 3}, Lost: lost}
 			started := make(chan struct{})
 			h := requestInfo(retryWithoutQuorum(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { tc.handler(w, r, started) }), fq, scheme.Codecs))
 			rec := httptest.NewRecorder()
@@ -98,7 +79,7 @@ func TestRetryWithoutQuorumInFlight(t *testing.T) {
 				h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, tc.path, nil))
 			}()
 			<-started
-			fq.st = etcdcluster.QuorumState{Lost: true, Voters: 3, Reached: 1}
+			fq.State = etcdcluster.QuorumState{Lost: true, Voters: 3, Reached: 1}
 			loseQuorum()
 			<-done
 			if rec.Code != tc.wantCode || rec.Header().Get("Retry-After") != tc.wantRetry {
@@ -141,7 +122,7 @@ func TestRetryWithoutQuorum(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			passed := false
-			h := requestInfo(retryWithoutQuorum(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { passed = true }), &fakeQuorum{st: tc.quorum}, scheme.Codecs))
+			h := requestInfo(retryWithoutQuorum(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { passed = true }), &etcdclustertest.Quorum{State: tc.quorum}, scheme.Codecs))
 			rec := httptest.NewRecorder()
 			h.ServeHTTP(rec, httptest.NewRequest(tc.method, tc.path, nil))
 			if passed == tc.wantRefused {

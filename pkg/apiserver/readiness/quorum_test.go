@@ -1,7 +1,6 @@
 package readiness
 
 import (
-	"context"
 	"errors"
 	"net/http"
 	"net/http/httptest"
@@ -16,27 +15,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/certapi/certapi/pkg/etcdcluster"
+	"github.com/certapi/certapi/pkg/etcdcluster/etcdclustertest"
 )
-
-// fakeQuorum is a member whose quorum the test sets; lost, when set, is its QuorumLostContext.
-type fakeQuorum struct {
-	st   etcdcluster.QuorumState
-	lost context.Context
-}
-
-func (f *fakeQuorum) QuorumLost() bool                     { return f.st.Lost }
-func (f *fakeQuorum) QuorumState() etcdcluster.QuorumState { return f.st }
-func (f *fakeQuorum) QuorumLostContext() context.Context {
-	if f.lost != nil {
-		return f.lost
-	}
-	if !f.st.Lost {
-		return context.Background()
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	return ctx
-}
 
 func TestReadyReplicas(t *testing.T) {
 	ep := func(pod string, ready *bool) discoveryv1.Endpoint {
@@ -82,7 +62,7 @@ func TestReplaceEtcdChecks(t *testing.T) {
 		LivezChecks:   []healthz.HealthChecker{etcdCheck, other},
 		ReadyzChecks:  []healthz.HealthChecker{etcdCheck, readiness, other},
 	}
-	member := &fakeQuorum{}
+	member := &etcdclustertest.Quorum{}
 	q := &Quorum{member: member, self: "certapi-0"}
 	if err := ReplaceEtcdChecks(c, q); err != nil {
 		t.Fatal(err)
@@ -109,13 +89,13 @@ func TestReplaceEtcdChecks(t *testing.T) {
 	}
 	// Without a leader /livez and /readyz pass (no other replica known) and etcd is not asked; /healthz
 	// keeps the storage's check.
-	member.st = etcdcluster.QuorumState{NoLeaderSince: time.Now(), Voters: 3}
+	member.State = etcdcluster.QuorumState{NoLeaderSince: time.Now(), Voters: 3}
 	for _, chk := range []healthz.HealthChecker{c.ReadyzChecks[0], c.ReadyzChecks[1], c.LivezChecks[0]} {
 		if err := chk.Check(r); err != nil {
 			t.Errorf("%s without a leader, within the grace: %v", chk.Name(), err)
 		}
 	}
-	member.st = etcdcluster.QuorumState{Lost: true, NoLeaderSince: time.Now().Add(-time.Hour), Voters: 3}
+	member.State = etcdcluster.QuorumState{Lost: true, NoLeaderSince: time.Now().Add(-time.Hour), Voters: 3}
 	for _, chk := range []healthz.HealthChecker{c.ReadyzChecks[0], c.ReadyzChecks[1], c.LivezChecks[0]} {
 		if err := chk.Check(r); err != nil {
 			t.Errorf("%s without a quorum, the other replicas unknown: %v", chk.Name(), err)
