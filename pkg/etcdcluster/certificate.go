@@ -20,9 +20,9 @@ func (m *Member) firstCertificate(ctx context.Context, now time.Time) error {
 		if err == nil {
 			m.creds.setCA(withKey)
 			ca = withKey
-			klog.InfoS("Loaded the etcd peer CA's key from this member's own data", "member", m.cfg.Name, "peerCA", ca.Certificate.Subject.CommonName)
+			klog.FromContext(ctx).Info("Loaded the etcd peer CA's key from this member's own data", "peerCA", ca.Certificate.Subject.CommonName)
 		} else {
-			klog.InfoS("The etcd peer CA's key is not in this member's data", "member", m.cfg.Name, "reason", err.Error())
+			klog.FromContext(ctx).Info("The etcd peer CA's key is not in this member's data", "reason", err.Error())
 		}
 	}
 	if ca.Key != nil {
@@ -34,10 +34,10 @@ func (m *Member) firstCertificate(ctx context.Context, now time.Time) error {
 			return fmt.Errorf("storing the trust bundle: %w", err)
 		}
 		m.creds.cert.Store(mc)
-		klog.InfoS("Starting with the etcd member certificate on this member's volume", "member", m.cfg.Name, "notAfter", mc.NotAfter)
+		klog.FromContext(ctx).Info("Starting with the etcd member certificate on this member's volume", "notAfter", mc.NotAfter)
 		return nil
 	}
-	klog.InfoS("Enrolling with the etcd cluster for a member certificate", "member", m.cfg.Name, "reason", err.Error())
+	klog.FromContext(ctx).Info("Enrolling with the etcd cluster for a member certificate", "reason", err.Error())
 	var last string
 	return retry(ctx, 200*time.Millisecond, m.cfg.RetryInterval, func(ctx context.Context) (bool, error) {
 		disc, err := m.cfg.Discover(ctx)
@@ -54,7 +54,7 @@ func (m *Member) firstCertificate(ctx context.Context, now time.Time) error {
 			}
 		}
 		if msg := err.Error(); msg != last {
-			klog.InfoS("Not enrolled yet; asking again", "member", m.cfg.Name, "reason", msg)
+			klog.FromContext(ctx).Info("Not enrolled yet; asking again", "reason", msg)
 			last = msg
 		}
 		return false, nil
@@ -79,7 +79,7 @@ func (m *Member) unanswered(ctx context.Context, disc Discovery) (bool, error) {
 			return false, nil
 		}
 		m.creds.setCA(cur)
-		klog.InfoS("Taking the etcd peer CA its store holds now: this member has no data and no certificate", "member", m.cfg.Name, "peerCA", cur.Certificate.Subject.CommonName)
+		klog.FromContext(ctx).Info("Taking the etcd peer CA its store holds now: this member has no data and no certificate", "peerCA", cur.Certificate.Subject.CommonName)
 		return false, nil
 	}
 	in := StartInput{Name: m.cfg.Name, PeerURL: m.cfg.PeerURL, Designated: true, Epoch: m.cfg.ClusterEpoch, OtherPeersExist: disc.OtherPeersExist}
@@ -89,12 +89,12 @@ func (m *Member) unanswered(ctx context.Context, disc Discovery) (bool, error) {
 		}
 	}
 	if err := m.readPublishedCA(ctx, &in); err != nil {
-		klog.ErrorS(err, "Not bootstrapping a cluster yet; looking again", "member", m.cfg.Name)
+		klog.FromContext(ctx).Error(err, "Not bootstrapping a cluster yet; looking again")
 		return false, nil
 	}
 	plan := DecideStart(in)
 	if plan.Action == StartRefuse {
-		klog.InfoS("Etcd member start", "member", m.cfg.Name, "action", plan.Action, "reason", plan.Reason)
+		klog.FromContext(ctx).Info("Etcd member start", "action", plan.Action, "reason", plan.Reason)
 		return false, fmt.Errorf("%w: %s", errRefused, plan.Reason)
 	}
 	if plan.Action != StartBootstrap {
@@ -110,8 +110,8 @@ func (m *Member) unanswered(ctx context.Context, disc Discovery) (bool, error) {
 		}
 	}
 	m.creds.setCA(ca)
-	klog.InfoS("No member holds the etcd peer CA's key: made a new peer CA to bootstrap a new cluster",
-		"member", m.cfg.Name, "peerCA", ca.Certificate.Subject.CommonName, "reason", plan.Reason)
+	klog.FromContext(ctx).Info("No member holds the etcd peer CA's key: made a new peer CA to bootstrap a new cluster",
+		"peerCA", ca.Certificate.Subject.CommonName, "reason", plan.Reason)
 	return true, m.renewCertificate(ctx, time.Now())
 }
 

@@ -28,7 +28,7 @@ func (m *Member) memberList(ctx context.Context, urls []string) (string, []Entry
 		cancel()
 		_ = c.Close()
 		if err != nil {
-			klog.V(2).InfoS("Peer did not answer", "url", u, "err", err)
+			klog.FromContext(ctx).V(2).Info("Peer did not answer", "url", u, "err", err)
 			continue
 		}
 		return u, convertMembers(resp.Members)
@@ -76,7 +76,7 @@ func (m *Member) join(ctx context.Context, url string, candidates []string, stal
 				_ = c.Close()
 				return "", fmt.Errorf("removing the stale entry %x of this member: %w", id, err)
 			}
-			klog.InfoS("Removed a stale etcd member entry of this member (its data was lost)", "member", m.cfg.Name, "id", fmt.Sprintf("%x", id))
+			klog.FromContext(ctx).Info("Removed a stale etcd member entry of this member (its data was lost)", "id", fmt.Sprintf("%x", id))
 		}
 		_ = c.Close()
 	}
@@ -88,7 +88,7 @@ func (m *Member) join(ctx context.Context, url string, candidates []string, stal
 			m.lastJoinRefusal = ""
 			return initial, nil
 		case errors.Is(err, rpctypes.ErrTooManyLearners):
-			klog.InfoS("Another etcd member is joining; waiting for it to be promoted", "member", m.cfg.Name)
+			klog.FromContext(ctx).Info("Another etcd member is joining; waiting for it to be promoted")
 			return "", errWait
 		case errors.Is(err, rpctypes.ErrUnhealthy):
 			// etcd adds a member only through a member that has been connected to a quorum of voters for
@@ -99,8 +99,8 @@ func (m *Member) join(ctx context.Context, url string, candidates []string, stal
 		return "", fmt.Errorf("adding this member as a learner through %s: %w", u, err)
 	}
 	if msg := strings.Join(refusals, ", "); msg != m.lastJoinRefusal {
-		klog.InfoS("Every etcd member asked refused to add this one for now (not connected to a quorum of voters for 5 s); trying again",
-			"member", m.cfg.Name, "refusedBy", refusals)
+		klog.FromContext(ctx).Info("Every etcd member asked refused to add this one for now (not connected to a quorum of voters for 5 s); trying again",
+			"refusedBy", refusals)
 		m.lastJoinRefusal = msg
 	}
 	return "", errWait
@@ -123,7 +123,7 @@ func (m *Member) addAsLearner(ctx context.Context, url string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	klog.InfoS("Added this member as an etcd learner", "member", m.cfg.Name, "id", fmt.Sprintf("%x", resp.Member.ID), "through", url)
+	klog.FromContext(ctx).Info("Added this member as an etcd learner", "id", fmt.Sprintf("%x", resp.Member.ID), "through", url)
 	var parts []string
 	for _, mm := range resp.Members {
 		switch {
@@ -166,14 +166,14 @@ func (m *Member) promote(ctx context.Context) error {
 		cancel()
 		switch {
 		case err == nil || errors.Is(err, rpctypes.ErrMemberNotLearner):
-			klog.InfoS("Promoted this etcd learner to a voting member", "member", m.cfg.Name)
+			klog.FromContext(ctx).Info("Promoted this etcd learner to a voting member")
 			return true, nil
 		case errors.Is(err, rpctypes.ErrMemberNotFound):
 			return false, fmt.Errorf("the cluster removed this learner before its promotion: %w", err)
 		case errors.Is(err, rpctypes.ErrMemberLearnerNotReady):
-			klog.V(2).InfoS("Learner not yet in sync; promotion retried", "member", m.cfg.Name)
+			klog.FromContext(ctx).V(2).Info("Learner not yet in sync; promotion retried")
 		default:
-			klog.V(1).InfoS("Promotion failed; retried", "member", m.cfg.Name, "err", err)
+			klog.FromContext(ctx).V(1).Info("Promotion failed; retried", "err", err)
 		}
 		return false, nil
 	})

@@ -1,6 +1,7 @@
 package etcdcluster
 
 import (
+	"context"
 	"crypto/tls"
 	"net"
 	"slices"
@@ -10,6 +11,9 @@ import (
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.etcd.io/etcd/server/v3/etcdserver"
+	"k8s.io/klog/v2"
+
+	"github.com/certapi/certapi/pkg/controller"
 )
 
 // Member is a running etcd member of the cluster: Start makes one, Run keeps it, Stop stops it.
@@ -18,8 +22,9 @@ type Member struct {
 	//
 	//   - the lifecycle (start.go, join.go, certificate.go): Start decides how to start, joins as a
 	//     learner and promotes itself; its memory (reportedNoData, lastJoinRefusal) is Start's alone;
-	//   - the maintainer (maintainer.go): Run's loop, which acts on DecideMaintenance on the etcd leader;
-	//     its memory from round to round is Run's alone (maintenance);
+	//   - the maintainer (maintainer.go): Run's rounds on the project's queue (one key), which act on
+	//     DecideMaintenance on the etcd leader; their memory from round to round is the queue's sync's
+	//     alone (maintenance);
 	//   - the peer-CA rotator (rotator.go, custody.go): SetPeerCA, rotatePeerCA and the key's custody,
 	//     over creds, the peer CA and member certificate this member holds, under creds' own lock;
 	//   - the quorum observer (quorum.go): the leader watch and QuorumLost, under quorum's own lock and
@@ -28,13 +33,17 @@ type Member struct {
 	//     listeners;
 	//   - the etcd clients (clients.go): one long-lived client per purpose, closed by Stop.
 	//
-	// cfg, etcd, files and tls are set by Start and not changed afterwards.
+	// cfg, etcd, files, tls, log and maintainer are set by Start and not changed afterwards.
 
 	cfg   Config
 	etcd  *embed.Etcd
 	files pkiFiles
 	// tls is the client side of the members' mutual TLS (see etcdClients for how it follows rotations).
 	tls *tls.Config
+	// log is Start's logger (memberLogger), for what is told the member without a context (SetPeerCA).
+	log klog.Logger
+	// maintainer runs Run's maintenance rounds; wakeMaintainer asks for one at once.
+	maintainer *controller.Queue[maintainerKey]
 
 	// reportedNoData is when this member last reported that it has no data (while starting).
 	reportedNoData time.Time
@@ -49,9 +58,18 @@ type Member struct {
 	stopOnce sync.Once
 }
 
+// memberLogger is the logger a member's Start and Run log through: ctx's, named etcd-member, with the
+// member's name (key "member").
+func memberLogger(ctx context.Context, name string) klog.Logger {
+	return klog.FromContext(ctx).WithName("etcd-member").WithValues("member", name)
+}
+
 // Stop stops etcd and closes the member's clients. It is safe to call more than once.
 func (m *Member) Stop() {
 	m.stopOnce.Do(func() {
+		if m.maintainer != nil {
+			m.maintainer.ShutDown()
+		}
 		m.clients.close()
 		if m.etcd != nil {
 			// embed.Etcd.Close panics when called twice.

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
 )
 
@@ -39,9 +40,6 @@ type QuorumState struct {
 // rest of the member: the leader watch writes it every leaderPollInterval, the maintenance loop's reach
 // check writes Reached, and every request reads lost (an atomic) without taking the lock.
 type quorumObserver struct {
-	// name is the member's, for the log.
-	name string
-
 	mu    sync.Mutex
 	state QuorumState
 	// lostCtx ends when the quorum is held lost (see QuorumLostContext); nil until asked for.
@@ -90,28 +88,19 @@ func (q *quorumObserver) contextLocked() context.Context {
 }
 
 // watchLeader reads every leaderPollInterval whether the etcd server knows a leader, until ctx ends, and
-// sends on lost when the quorum has just been lost (the maintenance loop then checks which members it
-// reaches).
-func (m *Member) watchLeader(ctx context.Context, lost chan<- struct{}) {
-	t := time.NewTicker(leaderPollInterval)
-	defer t.Stop()
-	for {
+// calls lost when the quorum has just been lost (Run wakes the maintainer, which then checks which
+// members it reaches).
+func (m *Member) watchLeader(ctx context.Context, lost func()) {
+	logger := klog.FromContext(ctx)
+	wait.UntilWithContext(ctx, func(context.Context) {
 		hasLeader, voters := m.etcd.Server.Leader() != 0, -1
 		if !hasLeader {
 			voters = m.voters()
 		}
-		if m.quorum.observe(time.Now(), hasLeader, voters) {
-			select {
-			case lost <- struct{}{}:
-			default:
-			}
+		if m.quorum.observe(logger, time.Now(), hasLeader, voters) {
+			lost()
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
+	}, leaderPollInterval)
 }
 
 // voters counts the voting members of the member list as this member applied it.
@@ -126,8 +115,9 @@ func (m *Member) voters() int {
 }
 
 // observe records whether the member knows a leader at now, with the voting members it knows (-1: not
-// counted, as they are not while it knows a leader); it reports whether the quorum has just been lost.
-func (q *quorumObserver) observe(now time.Time, hasLeader bool, voters int) (justLost bool) {
+// counted, as they are not while it knows a leader); it reports whether the quorum has just been lost,
+// and logs each change to logger.
+func (q *quorumObserver) observe(logger klog.Logger, now time.Time, hasLeader bool, voters int) (justLost bool) {
 	q.mu.Lock()
 	st := &q.state
 	switch {
@@ -158,10 +148,10 @@ func (q *quorumObserver) observe(now time.Time, hasLeader bool, voters int) (jus
 		return false
 	}
 	if lost {
-		klog.InfoS("The etcd cluster has lost its quorum: this member has known no leader since; certapi answers its API 503 with Retry-After until a leader is back",
-			"member", q.name, "since", since, "voters", voters, "quorum", Quorum(voters))
+		logger.Info("The etcd cluster has lost its quorum: this member has known no leader since; certapi answers its API 503 with Retry-After until a leader is back",
+			"since", since, "voters", voters, "quorum", Quorum(voters))
 	} else {
-		klog.InfoS("The etcd cluster has its quorum again: this member knows a leader", "member", q.name)
+		logger.Info("The etcd cluster has its quorum again: this member knows a leader")
 	}
 	return lost
 }

@@ -26,13 +26,14 @@ type credentials struct {
 	foreign *PeerCA
 	// cert is this member's certificate, read and swapped on its own (enrollment's handshakes read it).
 	cert atomic.Pointer[MemberCertificate]
-	// changed wakes Run when SetPeerCA brought another CA: the member re-issues its certificate.
-	changed chan struct{}
+	// reissue is set when SetPeerCA brought another CA: the maintainer's next round re-issues the member
+	// certificate from it (and clears it once that worked).
+	reissue atomic.Bool
 }
 
 // newCredentials holds ca, with no member certificate yet.
 func newCredentials(ca *PeerCA) *credentials {
-	return &credentials{peer: PeerCAState{CA: ca}, changed: make(chan struct{}, 1)}
+	return &credentials{peer: PeerCAState{CA: ca}}
 }
 
 // state returns the peer CA's state.
@@ -69,7 +70,7 @@ func (c *credentials) foreignCA() *PeerCA {
 }
 
 // SetPeerCA tells the member the peer CA's latest state (from its store's watch, or the etcd leader's
-// own rotation). When the CA differs from the one the member holds, Run re-issues the member
+// own rotation). When the CA differs from the one the member holds, Run's maintainer re-issues the member
 // certificate from it at once and writes the new trust bundle (which etcd reads at its next start).
 //
 // A CA that the one the member holds does not vouch for (PeerCA.Vouches: not the same, not its successor)
@@ -80,23 +81,27 @@ func (m *Member) SetPeerCA(st PeerCAState) {
 	if st.CA == nil {
 		return
 	}
-	held, first, err := m.creds.offer(st)
+	held, changed, first, err := m.creds.offer(st)
+	if changed {
+		m.wakeMaintainer()
+	}
 	if err != nil && first {
-		klog.ErrorS(err, "Ignoring the etcd peer CA in its store: no rotation made it. The etcd leader's member writes back the CA the members hold",
-			"member", m.cfg.Name, "offered", st.CA.Certificate.Subject.CommonName, "held", held.Certificate.Subject.CommonName)
+		m.log.Error(err, "Ignoring the etcd peer CA in its store: no rotation made it. The etcd leader's member writes back the CA the members hold",
+			"offered", st.CA.Certificate.Subject.CommonName, "held", held.Certificate.Subject.CommonName)
 	}
 }
 
-// offer is SetPeerCA's step under the lock: it takes st when the CA held vouches for its CA, and wakes
-// Run when the CA changed; otherwise it remembers st's CA as foreign and returns why, with first true
-// when that CA was not the one refused last. held is the CA held afterwards.
-func (c *credentials) offer(st PeerCAState) (held *PeerCA, first bool, refused error) {
+// offer is SetPeerCA's step under the lock: it takes st when the CA held vouches for its CA, and marks
+// the member certificate for re-issue when the CA changed (changed); otherwise it remembers st's CA as
+// foreign and returns why, with first true when that CA was not the one refused last. held is the CA
+// held afterwards.
+func (c *credentials) offer(st PeerCAState) (held *PeerCA, changed, first bool, refused error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err := c.peer.CA.Vouches(st.CA); err != nil {
 		first := c.foreign == nil || !c.foreign.Equal(st.CA)
 		c.foreign = st.CA
-		return c.peer.CA, first, err
+		return c.peer.CA, false, first, err
 	}
 	c.foreign = nil
 	if st.CA.Key == nil && c.peer.CA.Key != nil && st.CA.Certificate.Equal(c.peer.CA.Certificate) {
@@ -105,15 +110,12 @@ func (c *credentials) offer(st PeerCAState) (held *PeerCA, first bool, refused e
 		ca.Key = c.peer.CA.Key
 		st.CA = &ca
 	}
-	changed := !st.CA.Equal(c.peer.CA)
+	changed = !st.CA.Equal(c.peer.CA)
 	c.peer = st
 	if changed {
-		select {
-		case c.changed <- struct{}{}:
-		default:
-		}
+		c.reissue.Store(true)
 	}
-	return c.peer.CA, false, nil
+	return c.peer.CA, changed, false, nil
 }
 
 // PeerCA returns the peer CA's state as this member holds it.
@@ -135,10 +137,10 @@ func (m *Member) rotatePeerCA(ctx context.Context, c *clientv3.Client, peer Peer
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
 		if err := m.cfg.PeerCAStore.Replace(cctx, foreign, peer.CA, ""); err != nil {
-			klog.ErrorS(err, "Writing the etcd peer CA back to its store failed; retried")
+			klog.FromContext(ctx).Error(err, "Writing the etcd peer CA back to its store failed; retried")
 			return
 		}
-		klog.InfoS("Wrote the etcd peer CA the members hold back to its store, in place of one it does not vouch for",
+		klog.FromContext(ctx).Info("Wrote the etcd peer CA the members hold back to its store, in place of one it does not vouch for",
 			"held", peer.CA.Certificate.Subject.CommonName, "replaced", foreign.Certificate.Subject.CommonName)
 		return
 	}
@@ -156,7 +158,7 @@ func (m *Member) rotatePeerCA(ctx context.Context, c *clientv3.Client, peer Peer
 	plan := DecidePeerCA(in)
 	st.RotateAt, st.Waiting, st.Reason = plan.RotateAt, plan.Waiting, plan.Reason
 	if plan.Reason != *lastReason && (plan.Action != PeerCAKeep || in.Rotating) {
-		klog.InfoS("Etcd peer CA", "action", plan.Action, "reason", plan.Reason)
+		klog.FromContext(ctx).Info("Etcd peer CA", "action", plan.Action, "reason", plan.Reason)
 	}
 	*lastReason = plan.Reason
 	var next *PeerCA
@@ -164,7 +166,7 @@ func (m *Member) rotatePeerCA(ctx context.Context, c *clientv3.Client, peer Peer
 	case PeerCABegin:
 		var err error
 		if next, err = ca.Successor(time.Now(), m.cfg.PeerCADuration); err != nil {
-			klog.ErrorS(err, "Rotating the etcd peer CA failed; retried")
+			klog.FromContext(ctx).Error(err, "Rotating the etcd peer CA failed; retried")
 			return
 		}
 	case PeerCAFinish:
@@ -179,16 +181,16 @@ func (m *Member) rotatePeerCA(ctx context.Context, c *clientv3.Client, peer Peer
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if err := m.storeRotatedRecord(cctx, c, ca, next); err != nil {
-		klog.ErrorS(err, "Storing the rotated etcd peer CA's key in the members' etcd failed; retried", "action", plan.Action)
+		klog.FromContext(ctx).Error(err, "Storing the rotated etcd peer CA's key in the members' etcd failed; retried", "action", plan.Action)
 		return
 	}
 	if err := m.cfg.PeerCAStore.Replace(cctx, ca, next, handled); err != nil {
-		klog.ErrorS(err, "Storing the rotated etcd peer CA failed; retried", "action", plan.Action)
+		klog.FromContext(ctx).Error(err, "Storing the rotated etcd peer CA failed; retried", "action", plan.Action)
 		return
 	}
 	// The store tells every member of the change, this one included (SetPeerCA), in the order it
 	// changed: one source of truth, never this member's own copy ahead of the store's.
-	klog.InfoS("Stored the rotated etcd peer CA", "action", plan.Action, "serial", next.Certificate.SerialNumber.Text(16), "notAfter", next.Certificate.NotAfter)
+	klog.FromContext(ctx).Info("Stored the rotated etcd peer CA", "action", plan.Action, "serial", next.Certificate.SerialNumber.Text(16), "notAfter", next.Certificate.NotAfter)
 }
 
 // presented looks at the certificate each member presents on its client URL (the same files serve its
@@ -221,7 +223,7 @@ func (m *Member) presented(ctx context.Context, members []Entry, ca *PeerCA) []P
 			defer cancel()
 			conn, err := d.DialContext(cctx, "tcp", u.Host)
 			if err != nil {
-				klog.V(2).InfoS("Could not reach an etcd member to see its certificate", "member", out[i].Name, "err", err)
+				klog.FromContext(ctx).V(2).Info("Could not reach an etcd member to see its certificate", "member", out[i].Name, "err", err)
 				return
 			}
 			defer func() { _ = conn.Close() }()

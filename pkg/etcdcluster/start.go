@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"go.etcd.io/etcd/server/v3/embed"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
 )
 
@@ -23,11 +25,14 @@ var errRefused = errors.New("refused")
 
 // Start starts this member: it issues itself a certificate, decides how to start (DecideStart), starts
 // etcd, and returns once the member is ready and a voting member (a learner promotes itself first), or
-// ctx ends. Run keeps it; Stop stops it.
+// ctx ends. Run keeps it; Stop stops it. It logs through ctx's logger, named etcd-member, with the
+// member's name.
 func Start(ctx context.Context, cfg Config) (*Member, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("etcd member: %w", err)
 	}
+	logger := memberLogger(ctx, cfg.Name)
+	ctx = klog.NewContext(ctx, logger)
 	if cfg.CheckInterval <= 0 {
 		cfg.CheckInterval = 5 * time.Second
 	}
@@ -43,7 +48,7 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 	if err := os.Chmod(cfg.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("restricting %q to its owner: %w", cfg.Dir, err)
 	}
-	m := &Member{cfg: cfg, files: newPKIFiles(filepath.Join(cfg.Dir, PKIDirName)), creds: newCredentials(cfg.CA), quorum: quorumObserver{name: cfg.Name}}
+	m := &Member{cfg: cfg, files: newPKIFiles(filepath.Join(cfg.Dir, PKIDirName)), creds: newCredentials(cfg.CA), log: logger}
 	if cfg.PeerCAStore != nil && !cfg.AcceptNewPeerCA {
 		// The store (a Secret) is read at start; the trust file is what this member trusted when it last
 		// ran, on its own volume. A CA neither the same nor a successor of one of those was not made by a
@@ -75,7 +80,7 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 		case errors.Is(err, errRefused), ctx.Err() != nil:
 			return false, err
 		default:
-			klog.ErrorS(err, "Starting the etcd member failed; trying again", "member", cfg.Name)
+			logger.Error(err, "Starting the etcd member failed; trying again")
 			return false, nil
 		}
 	})
@@ -89,30 +94,18 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 	}
 	if err := m.writeLocalClientURL(); err != nil {
 		// Only `certapi snapshot save --data-dir` in the pod needs it; the member runs without.
-		klog.ErrorS(err, "Could not record the member's local client URL", "member", cfg.Name)
+		logger.Error(err, "Could not record the member's local client URL")
 	}
+	m.maintainer = m.newMaintainer()
 	return m, nil
 }
 
-// retry calls fn until it is done or fails, waiting first, then twice as long each time up to most,
-// until ctx ends. (wait.ExponentialBackoff stops at its cap; this goes on at the cap.)
-func retry(ctx context.Context, first, most time.Duration, fn func(context.Context) (bool, error)) error {
-	delay := first
-	t := time.NewTimer(0)
-	defer t.Stop()
-	for {
-		done, err := fn(ctx)
-		if err != nil || done {
-			return err
-		}
-		t.Reset(delay)
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-t.C:
-		}
-		delay = min(2*delay, most)
-	}
+// retry calls fn until it is done or fails, waiting first, then twice as long each time up to most (and
+// on at most), until ctx ends: apimachinery's wait.Backoff, whose steps stay at their cap once they reach
+// it (wait.ExponentialBackoffWithContext would stop there instead).
+func retry(ctx context.Context, first, most time.Duration, fn wait.ConditionWithContextFunc) error {
+	backoff := wait.Backoff{Duration: first, Factor: 2, Cap: most, Steps: math.MaxInt32}
+	return backoff.DelayFunc().Until(ctx, true, true, fn)
 }
 
 // etcdDir is etcd's data directory.
@@ -150,7 +143,7 @@ func (m *Member) startOnce(ctx context.Context, lastReason *string) error {
 	}
 	plan := DecideStart(in)
 	if plan.Reason != *lastReason || plan.Action != StartWait {
-		klog.InfoS("Etcd member start", "member", m.cfg.Name, "action", plan.Action, "reason", plan.Reason)
+		klog.FromContext(ctx).Info("Etcd member start", "action", plan.Action, "reason", plan.Reason)
 		*lastReason = plan.Reason
 	}
 	ecfg := m.embedConfig()
@@ -162,7 +155,7 @@ func (m *Member) startOnce(ctx context.Context, lastReason *string) error {
 		if err := os.Rename(m.etcdDir(), aside); err != nil {
 			return fmt.Errorf("moving the data of an earlier cluster epoch aside: %w", err)
 		}
-		klog.InfoS("Moved the data of an earlier cluster epoch aside", "member", m.cfg.Name, "dataEpoch", in.DataEpoch, "epoch", in.Epoch, "to", aside)
+		klog.FromContext(ctx).Info("Moved the data of an earlier cluster epoch aside", "dataEpoch", in.DataEpoch, "epoch", in.Epoch, "to", aside)
 		return m.startOnce(ctx, lastReason)
 	case StartWait:
 		if !in.HasData {
@@ -181,7 +174,7 @@ func (m *Member) startOnce(ctx context.Context, lastReason *string) error {
 			if err := os.Rename(m.etcdDir(), aside); err != nil {
 				return fmt.Errorf("moving the data of a removed member aside: %w", err)
 			}
-			klog.InfoS("Moved the data of this removed etcd member aside", "member", m.cfg.Name, "to", aside)
+			klog.FromContext(ctx).Info("Moved the data of this removed etcd member aside", "to", aside)
 		}
 		initial, err := m.join(ctx, answered, joinCandidates(answered, members, disc.ClientURLs, m.cfg.ClientURL), plan.Remove)
 		if err != nil {
@@ -197,14 +190,14 @@ func (m *Member) startOnce(ctx context.Context, lastReason *string) error {
 		// A new data directory belongs to this member's epoch. Should the record fail, the next start
 		// takes the data for an earlier epoch's (when the epoch is above 0) and rejoins: slow, not unsafe.
 		if err := WriteEpoch(m.etcdDir(), m.cfg.ClusterEpoch); err != nil {
-			klog.ErrorS(err, "Could not record the cluster epoch of this member's data", "member", m.cfg.Name)
+			klog.FromContext(ctx).Error(err, "Could not record the cluster epoch of this member's data")
 		}
 	}
 	if plan.Action == StartBootstrap && m.cfg.Bootstrap != nil {
 		if err := m.cfg.Bootstrap.Record(ctx); err != nil {
 			// The cluster runs; without the record a later ordinal 0 that loses its volume while every
 			// other member is down bootstraps anew. Say so and go on.
-			klog.ErrorS(err, "Could not record the etcd bootstrap", "member", m.cfg.Name)
+			klog.FromContext(ctx).Error(err, "Could not record the etcd bootstrap")
 		}
 	}
 	return nil
@@ -253,7 +246,7 @@ func (m *Member) reportNoData(ctx context.Context) {
 		return
 	}
 	if err := m.cfg.Bootstrap.ReportNoData(ctx); err != nil {
-		klog.ErrorS(err, "Could not report that this member has no data", "member", m.cfg.Name)
+		klog.FromContext(ctx).Error(err, "Could not report that this member has no data")
 		return
 	}
 	m.reportedNoData = time.Now()
@@ -317,7 +310,7 @@ func (m *Member) startEtcd(ctx context.Context, cfg *embed.Config) error {
 		return ctx.Err()
 	}
 	m.etcd = e
-	klog.InfoS("Etcd member is ready", "member", m.cfg.Name, "id", fmt.Sprintf("%x", uint64(e.Server.MemberID())), "learner", e.Server.IsLearner())
+	klog.FromContext(ctx).Info("Etcd member is ready", "id", fmt.Sprintf("%x", uint64(e.Server.MemberID())), "learner", e.Server.IsLearner())
 	return nil
 }
 
