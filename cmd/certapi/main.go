@@ -76,7 +76,7 @@ Helm chart's helm test runs it).`,
 				return err
 			}
 			startGCTuner(o.GCHeadroom.Quantity)
-			return run(cmd.Context(), o)
+			return apiserver.Run(cmd.Context(), o)
 		},
 	}
 	cmd.SetContext(ctx)
@@ -95,26 +95,4 @@ Helm chart's helm test runs it).`,
 func termWidth() int {
 	cols, _, _ := term.TerminalSize(os.Stdout)
 	return cols
-}
-
-// run starts certapi's etcd (the embedded one when no --etcd-servers is given), builds the server as
-// sample-apiserver does (options, Config, Complete, New) and serves until ctx ends; etcd stops after.
-func run(ctx context.Context, o *apiserver.Options) error {
-	if err := o.Complete(); err != nil {
-		return err
-	}
-	etcd, err := o.StartEtcd(ctx)
-	if err != nil {
-		return err
-	}
-	defer etcd.Stop()
-	config, err := o.Config(etcd)
-	if err != nil {
-		return err
-	}
-	server, err := config.Complete().New()
-	if err != nil {
-		return err
-	}
-	return server.Run(ctx)
 }

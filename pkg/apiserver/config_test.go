@@ -52,7 +52,7 @@ func TestComplete(t *testing.T) {
 }
 
 // TestOptionsComplete: completing the options names this replica unless --leader-identity did, and
-// starts nothing (no etcd: StartEtcd does that).
+// starts nothing (no etcd: the run function starts it).
 func TestOptionsComplete(t *testing.T) {
 	cases := []struct {
 		name, identity string

@@ -55,7 +55,7 @@ func StartEmbeddedEtcd(ctx context.Context, dataDir string) (*EmbeddedEtcd, erro
 	cfg.AutoCompactionMode = "periodic"
 	cfg.AutoCompactionRetention = "1h"
 
-	klog.InfoS("Starting embedded etcd: no --etcd-servers given", "dataDir", cfg.Dir, "endpoint", clientURL.String())
+	klog.FromContext(ctx).Info("Starting embedded etcd: no --etcd-servers given", "dataDir", cfg.Dir, "endpoint", clientURL.String())
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("starting embedded etcd in %q: %w", cfg.Dir, err)
@@ -72,7 +72,7 @@ func StartEmbeddedEtcd(ctx context.Context, dataDir string) (*EmbeddedEtcd, erro
 		e.Close()
 		return nil, ctx.Err()
 	}
-	klog.InfoS("Embedded etcd is ready", "endpoint", clientURL.String())
+	klog.FromContext(ctx).Info("Embedded etcd is ready", "endpoint", clientURL.String())
 	return &EmbeddedEtcd{etcd: e, endpoint: clientURL.String()}, nil
 }
 

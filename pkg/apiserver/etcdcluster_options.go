@@ -1,9 +1,6 @@
 package apiserver
 
 import (
-	"context"
-	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -14,15 +11,7 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	utilvalidation "k8s.io/apimachinery/pkg/util/validation"
-	"k8s.io/apiserver/pkg/server/options/encryptionconfig"
-	"k8s.io/apiserver/pkg/storage/value"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-	"k8s.io/klog/v2"
-	aggregatorclient "k8s.io/kube-aggregator/pkg/client/clientset_generated/clientset"
 
 	"github.com/certapi/certapi/pkg/etcdcluster"
 	"github.com/certapi/certapi/pkg/etcdcluster/incluster"
@@ -224,14 +213,12 @@ func (o *EtcdClusterOptions) memberName() string {
 	return h
 }
 
-// start loads or creates the peer CA and starts this member; the caller runs its maintenance loop
-// (Member.Run), and follow when not nil (it tells the member of every change of the peer CA's Secret
-// until its context ends), and stops them. namespace is certapi's own (--service-namespace); kubeconfig
-// is --kubeconfig (empty: in-cluster).
-func (o *EtcdClusterOptions) start(ctx context.Context, dataDir, namespace, kubeconfig string, sealing caKeysSealing) (_ *etcdcluster.Member, follow func(context.Context) error, _ error) {
+// memberConfig is this member's etcdcluster.Config as the flags describe it, before the peer CA and its
+// custody are known: names, URLs, ports and timeouts. It starts nothing.
+func (o *EtcdClusterOptions) memberConfig(dataDir string) (etcdcluster.Config, error) {
 	dir, err := filepath.Abs(dataDir)
 	if err != nil {
-		return nil, nil, fmt.Errorf("resolving --data-dir %q: %w", dataDir, err)
+		return etcdcluster.Config{}, fmt.Errorf("resolving --data-dir %q: %w", dataDir, err)
 	}
 	name := o.memberName()
 	host := name + "." + strings.TrimSuffix(o.PeerService, ".")
@@ -253,147 +240,5 @@ func (o *EtcdClusterOptions) start(ctx context.Context, dataDir, namespace, kube
 	ips := etcdcluster.LocalIPs()
 	cfg.CertHosts = append([]string{host}, ips...)
 	cfg.Discover = etcdcluster.DNSDiscovery(o.PeerService, o.ClientPort, ips)
-	var store *incluster.PeerCASecret
-	if o.PeerCACertFile != "" {
-		// A CA given as files is the operator's: certapi never rotates it.
-		certPEM, err := os.ReadFile(o.PeerCACertFile)
-		if err != nil {
-			return nil, nil, fmt.Errorf("reading --etcd-peer-ca-cert-file: %w", err)
-		}
-		keyPEM, err := os.ReadFile(o.PeerCAKeyFile)
-		if err != nil {
-			return nil, nil, fmt.Errorf("reading --etcd-peer-ca-key-file: %w", err)
-		}
-		if cfg.CA, err = etcdcluster.LoadPeerCA(certPEM, keyPEM, nil, nil); err != nil {
-			return nil, nil, fmt.Errorf("--etcd-peer-ca-cert-file/--etcd-peer-ca-key-file: %w", err)
-		}
-	} else {
-		restConfig, err := kubeConfig(kubeconfig)
-		if err != nil {
-			return nil, nil, fmt.Errorf("reaching kube-apiserver for the etcd peer CA Secret: %w", err)
-		}
-		client, err := kubernetes.NewForConfig(restConfig)
-		if err != nil {
-			return nil, nil, fmt.Errorf("reaching kube-apiserver for the etcd peer CA Secret: %w", err)
-		}
-		secret := &incluster.PeerCASecret{Client: client, Namespace: namespace, Name: o.PeerCASecret, Member: name,
-			PublicOnly: o.PeerCACustody == PeerCACustodyEtcd, Designated: cfg.Designated}
-		if cfg.CA, err = secret.LoadOrCreate(ctx); err != nil {
-			return nil, nil, err
-		}
-		if cfg.CA.Key == nil && o.PeerCACustody != PeerCACustodyEtcd {
-			return nil, nil, fmt.Errorf("the etcd peer CA Secret %s/%s holds no key: the members keep it in their etcd (--etcd-peer-ca-custody=etcd "+
-				"removed it from the Secret); run every member with --etcd-peer-ca-custody=etcd", namespace, o.PeerCASecret)
-		}
-		if o.PeerCACustody == PeerCACustodyEtcd {
-			if err := o.custody(&cfg, client, namespace, name, sealing); err != nil {
-				return nil, nil, err
-			}
-		}
-		cfg.Bootstrap = secret
-		cfg.PeerCAStore = secret
-		agg, err := aggregatorclient.NewForConfig(restConfig)
-		if err != nil {
-			return nil, nil, fmt.Errorf("reaching kube-apiserver for certapi's APIService: %w", err)
-		}
-		// A first cluster is never bootstrapped while a CA bundle certapi published says a certapi ran with
-		// a CA on other data (etcd.mode embedded switched to cluster without moving the data).
-		cfg.PublishedCA = incluster.PublishedCA(agg)
-		// The StatefulSet is the pod name without its ordinal, in certapi's namespace.
-		cfg.DesiredMembers = incluster.StatefulSetReplicas(client, namespace, name[:strings.LastIndex(name, "-")])
-		store = secret
-	}
-	klog.InfoS("Starting the embedded etcd member of certapi's cluster", "member", name, "peerURL", cfg.PeerURL, "clientURL", cfg.ClientURL, "dataDir", dir)
-	m, err := etcdcluster.Start(ctx, cfg)
-	if err != nil {
-		return nil, nil, err
-	}
-	if store != nil {
-		follow = func(ctx context.Context) error { return store.Watch(ctx, m.SetPeerCA) }
-	}
-	return m, follow, nil
-}
-
-// custody configures the member to keep the peer CA's key in etcd and to enroll (--etcd-peer-ca-custody=etcd).
-func (o *EtcdClusterOptions) custody(cfg *etcdcluster.Config, client kubernetes.Interface, namespace, name string, sealing caKeysSealing) error {
-	sa, err := tokenServiceAccount(o.MemberTokenFile, namespace)
-	if err != nil {
-		return err
-	}
-	cfg.PeerCARecordKey = peerCARecordKey
-	cfg.Transformer, cfg.RequireEncryptedRecord = sealing.transformer, sealing.encrypted
-	cfg.ListenEnrollURL = "https://" + net.JoinHostPort(o.BindAddress, strconv.Itoa(o.EnrollPort))
-	cfg.Proof = incluster.TokenFileProof(o.MemberTokenFile)
-	cfg.Verifier = &incluster.PodTokenVerifier{Client: client, Rules: incluster.PodIdentityRules{
-		Namespace: namespace, ServiceAccount: sa, StatefulSet: name[:strings.LastIndex(name, "-")], Audience: incluster.MemberTokenAudience,
-	}}
-	return nil
-}
-
-// tokenServiceAccount is the ServiceAccount whose token file is at path: the subject of the token this
-// pod was given, which every member of certapi's StatefulSet shares. (The token is this process's own,
-// so its claims need no verification here; other members' tokens are reviewed by kube-apiserver.)
-func tokenServiceAccount(path, namespace string) (string, error) {
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		return "", fmt.Errorf("--etcd-member-token-file: %w (mount a projected ServiceAccount token with audience %s there)", err, incluster.MemberTokenAudience)
-	}
-	parts := strings.Split(strings.TrimSpace(string(raw)), ".")
-	if len(parts) != 3 {
-		return "", fmt.Errorf("--etcd-member-token-file %s: not a JSON web token", path)
-	}
-	payload, err := base64.RawURLEncoding.DecodeString(parts[1])
-	if err != nil {
-		return "", fmt.Errorf("--etcd-member-token-file %s: decoding its claims: %w", path, err)
-	}
-	var claims struct {
-		Subject string `json:"sub"`
-	}
-	if err := json.Unmarshal(payload, &claims); err != nil {
-		return "", fmt.Errorf("--etcd-member-token-file %s: decoding its claims: %w", path, err)
-	}
-	prefix := "system:serviceaccount:" + namespace + ":"
-	sa, ok := strings.CutPrefix(claims.Subject, prefix)
-	if !ok || sa == "" {
-		return "", fmt.Errorf("--etcd-member-token-file %s: its subject %q is not a ServiceAccount of %s", path, claims.Subject, namespace)
-	}
-	return sa, nil
-}
-
-func kubeConfig(path string) (*rest.Config, error) {
-	if path != "" {
-		return clientcmd.BuildConfigFromFlags("", path)
-	}
-	return rest.InClusterConfig()
-}
-
-// caKeysSealing is how the CA keys are sealed in etcd, for the peer CA's record: the transformer of the
-// EncryptionConfiguration for certificateauthoritykeys.certapi.dev, and whether it encrypts.
-type caKeysSealing struct {
-	transformer value.Transformer
-	encrypted   bool
-}
-
-// loadCAKeysSealing reads the EncryptionConfiguration at path (empty: none) before etcd starts, as the
-// storage layer reads it later, and returns the CA keys' transformer (identity when the file does not
-// list the resource).
-func loadCAKeysSealing(ctx context.Context, path string) (caKeysSealing, error) {
-	if path == "" {
-		return caKeysSealing{}, nil
-	}
-	cfg, err := encryptionconfig.LoadEncryptionConfig(ctx, path, false, defaultIdentity())
-	if err != nil {
-		return caKeysSealing{}, fmt.Errorf("--encryption-provider-config, for the etcd peer CA's record: %w", err)
-	}
-	r := caKeysResource()
-	for _, gr := range []schema.GroupResource{r, {Group: r.Group, Resource: "*"}, {Group: "*", Resource: "*"}} {
-		if t, ok := cfg.Transformers[gr]; ok {
-			why, err := caKeysUnencrypted(t)
-			if err != nil {
-				return caKeysSealing{}, fmt.Errorf("probing the encryption of %s: %w", r, err)
-			}
-			return caKeysSealing{transformer: t, encrypted: why == ""}, nil
-		}
-	}
-	return caKeysSealing{}, nil
+	return cfg, nil
 }

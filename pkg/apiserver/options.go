@@ -1,15 +1,12 @@
 package apiserver
 
 import (
-	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"os"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/rand"
-	"k8s.io/apiserver/pkg/storage/value"
 
 	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -24,24 +21,15 @@ import (
 	"k8s.io/apiserver/pkg/admission/plugin/resourcequota"
 	"k8s.io/apiserver/pkg/admission/plugin/webhook/mutating"
 	"k8s.io/apiserver/pkg/admission/plugin/webhook/validating"
-	"k8s.io/apiserver/pkg/endpoints/openapi"
-	"k8s.io/apiserver/pkg/features"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	genericoptions "k8s.io/apiserver/pkg/server/options"
-	"k8s.io/apiserver/pkg/util/compatibility"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
-	"k8s.io/client-go/kubernetes"
 	cliflag "k8s.io/component-base/cli/flag"
-	"k8s.io/klog/v2"
 
 	"github.com/certapi/certapi/pkg/admission/requestquota"
 	"github.com/certapi/certapi/pkg/admission/secretaccess"
-	"github.com/certapi/certapi/pkg/apis/certapi"
 	"github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	"github.com/certapi/certapi/pkg/apis/certapi/validation"
-	"github.com/certapi/certapi/pkg/controller/erasure"
-	generatedopenapi "github.com/certapi/certapi/pkg/generated/openapi"
-	"github.com/certapi/certapi/pkg/issuer"
 	"github.com/certapi/certapi/pkg/registry/servingcertrequest"
 )
 
@@ -55,28 +43,15 @@ const storagePrefix = "/registry"
 // DefaultDistrustDeadline is --distrust-deadline's default: the longest a distrusted CA stays in the bundle.
 const DefaultDistrustDeadline = 15 * time.Minute
 
+// DefaultShutdownDelay is how long a replica keeps serving after SIGTERM before it refuses new calls.
+// At least 5 s: when the delay ends, Go's server closes, as idle, only the connections that have carried
+// a request or are over 5 s old; a newer one that never carried a request (the aggregator dials one
+// ahead and pools it) stays open, and a call sent on it then is dropped unanswered.
+const DefaultShutdownDelay = 5 * time.Second
+
 // MinDistrustDeadline is the least --distrust-deadline: the time pkg/servingcert clients, which certapi
 // does not track, are given to re-issue (the rotation's distrust dwell).
 const MinDistrustDeadline = 5 * time.Second
-
-func init() {
-	// The generic registry's watch cache keeps, with every object, a snapshot of its index at each event it
-	// still remembers (ListFromCacheSnapshot), to serve paginated and exact-resourceVersion lists from
-	// memory. certapi serves few such lists, and after a burst the snapshots cost more than the objects:
-	// with 10,000 requests created in 20 s they were about 15 MiB of live heap (and twice that resident),
-	// held until new events push the burst out of the cache's history. Lists they would have served go to
-	// etcd, as they did before Kubernetes 1.34. --feature-gates=ListFromCacheSnapshot=true turns them on.
-	if err := utilfeature.DefaultMutableFeatureGate.OverrideDefault(features.ListFromCacheSnapshot, false); err != nil {
-		panic(err)
-	}
-	// SizeBasedListCostEstimate keeps the size of every stored object (a map entry per key), so that
-	// priority and fairness can charge a list by its bytes: 1.5 MiB of live heap with 10,000 requests.
-	// certapi's lists are few and its objects small and alike, so a list is charged by its count, as
-	// before Kubernetes 1.34. --feature-gates=SizeBasedListCostEstimate=true turns it on.
-	if err := utilfeature.DefaultMutableFeatureGate.OverrideDefault(features.SizeBasedListCostEstimate, false); err != nil {
-		panic(err)
-	}
-}
 
 // Options are everything a certapi server can be told on its command line.
 type Options struct {
@@ -126,6 +101,8 @@ type Options struct {
 	// CAUpstream says whose CA certapi's CA is: self-signed, or an intermediate of an organisation's CA.
 	CAUpstream CAUpstreamOptions
 
+	// featureGateErr is what setting certapi's feature gate defaults failed with (Flags); Validate reports it.
+	featureGateErr error
 	// requestCounter counts each namespace's ServingCertRequests for the CertapiServingCertRequestLimit
 	// admission plugin; the server feeds it from its storage.
 	requestCounter *requestquota.Counter
@@ -280,6 +257,7 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	o.RecommendedOptions.Admission.AddFlags(fss.FlagSet("admission"))
 	o.RecommendedOptions.EgressSelector.AddFlags(fss.FlagSet("egress selector"))
 	o.RecommendedOptions.Traces.AddFlags(fss.FlagSet("traces"))
+	o.featureGateErr = setProcessFeatureGateDefaults()
 	utilfeature.DefaultMutableFeatureGate.AddFlag(fss.FlagSet("features"))
 	return fss
 }
@@ -291,8 +269,26 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	}
 }
 
-// Validate checks the options, before anything is started.
+// Validate checks the options before anything is started, and reports every error at once: certapi's
+// own flags' (validateServer), then each group of flags', each validated by its own Validate, as
+// sample-apiserver's options do.
 func (o *Options) Validate() error {
+	embedded := len(o.RecommendedOptions.Etcd.StorageConfig.Transport.ServerList) == 0
+	var errs []error
+	if o.featureGateErr != nil {
+		errs = append(errs, o.featureGateErr)
+	}
+	errs = append(errs, o.validateServer(embedded)...)
+	errs = append(errs, o.Leader.Validate()...)
+	errs = append(errs, o.CAUpstream.Validate()...)
+	errs = append(errs, o.Snapshots.Validate(embedded)...)
+	errs = append(errs, o.EtcdCluster.Validate(!embedded)...)
+	errs = append(errs, o.recommendedForValidation().Validate()...)
+	return utilerrors.NewAggregate(errs)
+}
+
+// validateServer checks the flags of certapi's own section; embedded says whether the embedded etcd runs.
+func (o *Options) validateServer(embedded bool) []error {
 	var errs []error
 	for _, msg := range utilvalidation.IsDNS1035Label(o.ServiceName) {
 		errs = append(errs, fmt.Errorf("--service-name %q: %s", o.ServiceName, msg))
@@ -303,8 +299,6 @@ func (o *Options) Validate() error {
 	for _, msg := range utilvalidation.IsDNS1123Subdomain(o.ClusterDomain) {
 		errs = append(errs, fmt.Errorf("--cluster-domain %q: %s", o.ClusterDomain, msg))
 	}
-	errs = append(errs, o.Leader.Validate()...)
-	errs = append(errs, o.CAUpstream.Validate()...)
 	if o.LeaderSessionTTL < time.Second {
 		errs = append(errs, fmt.Errorf("--leader-session-ttl %s: must be at least 1s", o.LeaderSessionTTL))
 	}
@@ -330,33 +324,26 @@ func (o *Options) Validate() error {
 		errs = append(errs, fmt.Errorf("--distrust-deadline %s: must be at least %s (clients of the servingcerts subresource need a moment to re-issue)",
 			o.DistrustDeadline, MinDistrustDeadline))
 	}
-	errs = append(errs, o.Snapshots.Validate(len(o.RecommendedOptions.Etcd.StorageConfig.Transport.ServerList) == 0)...)
-	if len(o.RecommendedOptions.Etcd.StorageConfig.Transport.ServerList) == 0 && o.DataDir == "" {
-		errs = append(errs, fmt.Errorf("give --etcd-servers, or --data-dir for the embedded etcd"))
+	if embedded && o.DataDir == "" {
+		errs = append(errs, errors.New("give --etcd-servers, or --data-dir for the embedded etcd"))
 	}
-	errs = append(errs, o.EtcdCluster.Validate(len(o.RecommendedOptions.Etcd.StorageConfig.Transport.ServerList) > 0)...)
-	// The generic etcd options insist on --etcd-servers; the embedded etcd fills it in Complete.
-	etcd := *o.RecommendedOptions.Etcd
-	if len(etcd.StorageConfig.Transport.ServerList) == 0 {
-		etcd.StorageConfig.Transport.ServerList = []string{"unix:///embedded"}
-	}
-	errs = append(errs, etcd.Validate()...)
+	return errs
+}
+
+// recommendedForValidation is RecommendedOptions as the generic options can validate them: their etcd
+// options insist on --etcd-servers, which the embedded etcd fills in only once it runs.
+func (o *Options) recommendedForValidation() *genericoptions.RecommendedOptions {
 	ro := *o.RecommendedOptions
-	ro.Etcd = nil
-	errs = append(errs, ro.SecureServing.Validate()...)
-	errs = append(errs, ro.Authentication.Validate()...)
-	errs = append(errs, ro.Authorization.Validate()...)
-	errs = append(errs, ro.Audit.Validate()...)
-	errs = append(errs, ro.Features.Validate()...)
-	errs = append(errs, ro.CoreAPI.Validate()...)
-	errs = append(errs, ro.Admission.Validate()...)
-	errs = append(errs, ro.EgressSelector.Validate()...)
-	errs = append(errs, ro.Traces.Validate()...)
-	return utilerrors.NewAggregate(errs)
+	if len(ro.Etcd.StorageConfig.Transport.ServerList) == 0 {
+		etcd := *ro.Etcd
+		etcd.StorageConfig.Transport.ServerList = []string{"unix:///embedded"}
+		ro.Etcd = &etcd
+	}
+	return &ro
 }
 
 // Complete fills in what the flags leave to certapi: this replica's name in the leader election. It
-// starts nothing; StartEtcd starts the embedded etcd.
+// starts nothing: the run function (Run) starts etcd and the server.
 func (o *Options) Complete() error {
 	if o.LeaderIdentity == "" {
 		o.LeaderIdentity = defaultIdentity()
@@ -365,173 +352,6 @@ func (o *Options) Complete() error {
 	// Secret delivery name it.
 	o.Leader.SecretDelivery.ServiceAccount = types.NamespacedName{Namespace: o.ServiceNamespace, Name: o.ServiceName}
 	return nil
-}
-
-// Config turns the completed options into a server configuration whose storage is etcd (see StartEtcd).
-func (o *Options) Config(etcd *Etcd) (*Config, error) {
-	// With no certificate given, certapi serves with one from its own CA (a placeholder until then).
-	var self *selfServing
-	if cert := o.RecommendedOptions.SecureServing.ServerCert.CertKey; cert.CertFile == "" && cert.KeyFile == "" {
-		var err error
-		if self, err = newSelfServing(o.ServiceName, o.ServiceNamespace); err != nil {
-			return nil, err
-		}
-		o.RecommendedOptions.SecureServing.ServerCert.GeneratedCert = self
-	}
-
-	serverConfig := genericapiserver.NewRecommendedConfig(Codecs)
-	namer := openapi.NewDefinitionNamer(Scheme)
-	serverConfig.OpenAPIConfig = genericapiserver.DefaultOpenAPIConfig(generatedopenapi.GetOpenAPIDefinitions, namer)
-	serverConfig.OpenAPIConfig.Info.Title = "certapi"
-	serverConfig.OpenAPIConfig.Info.Version = v1alpha1.Version
-	serverConfig.OpenAPIV3Config = genericapiserver.DefaultOpenAPIV3Config(generatedopenapi.GetOpenAPIDefinitions, namer)
-	serverConfig.OpenAPIV3Config.Info.Title = "certapi"
-	serverConfig.OpenAPIV3Config.Info.Version = v1alpha1.Version
-	serverConfig.FeatureGate = utilfeature.DefaultFeatureGate
-	// Close open watches when shutting down instead of waiting for them to time out: every operator using
-	// pkg/servingcert keeps one open, and a rolling update must not stall on them.
-	serverConfig.ShutdownWatchTerminationGracePeriod = 5 * time.Second
-	// On SIGTERM, requests that arrive while those in flight drain are answered 429 with Retry-After,
-	// which client-go retries (through kube-apiserver's aggregator, on another connection once this one
-	// closes), rather than meeting a closing connection, which the aggregator can only answer 503.
-	serverConfig.ShutdownSendRetryAfter = true
-	serverConfig.ShutdownDelayDuration = o.ShutdownDelay
-	serverConfig.EffectiveVersion = compatibility.DefaultBuildEffectiveVersion()
-
-	// The storage reaches etcd as StartEtcd does: the embedded etcd's endpoints when it runs one.
-	recommended := *o.RecommendedOptions
-	etcdOptions := *recommended.Etcd
-	etcdOptions.StorageConfig.Transport = etcd.transport
-	recommended.Etcd = &etcdOptions
-	if err := recommended.ApplyTo(serverConfig); err != nil {
-		return nil, fmt.Errorf("applying options: %w", err)
-	}
-	// A KMS plugin down must not take every replica out of the Service (kmshealth.go).
-	if err := reportKMSHealth(&serverConfig.Config); err != nil {
-		return nil, fmt.Errorf("reporting the KMS plugins' health: %w", err)
-	}
-
-	var quorum *quorumReadiness
-	if m := etcd.member; m != nil {
-		// Cluster mode: /readyz and /livez ask the member about its quorum before they ask etcd.
-		if serverConfig.ClientConfig == nil {
-			return nil, errors.New("the embedded etcd cluster needs kube-apiserver: give --kubeconfig, or run in a cluster")
-		}
-		kube, err := kubernetes.NewForConfig(serverConfig.ClientConfig)
-		if err != nil {
-			return nil, fmt.Errorf("creating the client that watches the Service's EndpointSlices: %w", err)
-		}
-		quorum = newQuorumReadiness(m, m.Name(), kube, o.ServiceNamespace, o.ServiceName)
-		if err := replaceEtcdChecks(&serverConfig.Config, quorum); err != nil {
-			return nil, err
-		}
-	}
-
-	transformer, encrypted, err := caKeysTransformer(serverConfig, o.RequireEncryptedCAKeys)
-	if err != nil {
-		return nil, err
-	}
-	upstream, anchor, err := o.CAUpstream.issuerUpstream()
-	if err != nil {
-		return nil, err
-	}
-	authn := o.RecommendedOptions.Authentication
-	auth := &authReadiness{
-		clientCAExpected:      authn != nil && (authn.ClientCert != genericoptions.ClientCertAuthenticationOptions{} || !authn.SkipInClusterLookup),
-		requestHeaderExpected: authn != nil && (authn.RequestHeader.ClientCAFile != "" || !authn.SkipInClusterLookup),
-		requestHeader:         serverConfig.Authentication.RequestHeaderConfig,
-		authorizer:            serverConfig.Authorization.Authorizer,
-	}
-	if serverConfig.SecureServing != nil {
-		auth.clientCAs = serverConfig.SecureServing.ClientCA
-	}
-	snapshots := o.Snapshots.schedule(etcd.client, o.DataDir, transformer, encrypted)
-	// Only the embedded etcd is certapi's to compact and defragment (erasure.Etcd's Owned says why).
-	erase := &erasure.Etcd{Client: etcd.client, Owned: etcd.embedded != nil || etcd.member != nil, Cluster: etcd.member != nil, Snapshots: snapshots,
-		RecordDir: o.Snapshots.recordDir(o.DataDir, etcd.embedded != nil || etcd.member != nil)}
-	if self != nil {
-		self.distrustedRecord = erase.DistrustedRecord()
-	}
-	return &Config{
-		GenericConfig: serverConfig,
-		ExtraConfig: ExtraConfig{
-			ClusterDomain:          o.ClusterDomain,
-			KubeConfig:             serverConfig.ClientConfig,
-			RotationGrace:          o.RotationGrace,
-			SelfServing:            self,
-			AuthReadiness:          auth,
-			MaxCertificateDuration: o.MaxCertificateDuration,
-			DistrustDeadline:       o.DistrustDeadline,
-			RequestCounter:         o.requestCounter,
-			Leader:                 o.Leader,
-			Snapshots:              snapshots,
-			Erasure:                erase,
-			KeepPublishedCAs:       o.KeepPublishedCAs,
-			EtcdMember:             etcd.member,
-			QuorumReadiness:        quorum,
-			IssuerConfig: issuer.Config{
-				Client:      etcd.client,
-				Prefix:      EtcdPathPrefix,
-				Transformer: transformer,
-				// A record stored unencrypted while the keys are encrypted is refused, unless it is the one
-				// start after encryption was configured.
-				RequireEncryptedRecord: encrypted && !o.AllowUnencryptedCARecord,
-				Identity:               o.LeaderIdentity,
-				SessionTTL:             o.LeaderSessionTTL,
-				HandoffTimeout:         o.HandoffTimeout,
-				Upstream:               upstream,
-				BundleAnchor:           anchor,
-			},
-		},
-	}, nil
-}
-
-// caKeysResource is the resource an EncryptionConfiguration lists to encrypt the CA private keys.
-func caKeysResource() schema.GroupResource { return certapi.Resource(issuer.CAKeysResource) }
-
-// caKeysTransformer returns the value transformer the storage layer would use for the CA key pairs, and
-// whether it encrypts them. When it would store them unencrypted it warns loudly, or, with require
-// (--require-encrypted-ca-keys), fails.
-func caKeysTransformer(c *genericapiserver.RecommendedConfig, require bool) (value.Transformer, bool, error) {
-	resource := caKeysResource()
-	opts, err := c.RESTOptionsGetter.GetRESTOptions(resource, &certapi.CertificateAuthority{})
-	if err != nil {
-		return nil, false, fmt.Errorf("getting storage options for %s: %w", resource, err)
-	}
-	t := opts.StorageConfig.Transformer
-	unencrypted, err := caKeysUnencrypted(t)
-	if err != nil {
-		return nil, false, fmt.Errorf("probing the encryption of %s: %w", resource, err)
-	}
-	switch {
-	case unencrypted == "":
-		klog.InfoS("CA private keys are encrypted at rest", "resource", resource.String())
-		return t, true, nil
-	case require:
-		return nil, false, fmt.Errorf("--require-encrypted-ca-keys: the CA private keys would be stored in etcd unencrypted: %s; "+
-			"list the resource %s in the EncryptionConfiguration given with --encryption-provider-config, with an encrypting provider first", unencrypted, resource)
-	default:
-		klog.InfoS("WARNING: the CA private keys are stored in etcd UNENCRYPTED: "+unencrypted+". List the resource in an EncryptionConfiguration "+
-			"given with --encryption-provider-config to encrypt them at rest; --require-encrypted-ca-keys refuses to start without.", "resource", resource.String())
-	}
-	return t, false, nil
-}
-
-// caKeysUnencrypted says why values written through t would be stored unencrypted, or "" when they would
-// be encrypted. A resource the EncryptionConfiguration does not list gets the identity transformer, so t
-// is probed: encrypting providers write the "k8s:enc:" prefix.
-func caKeysUnencrypted(t value.Transformer) (string, error) {
-	if t == nil {
-		return "no --encryption-provider-config is given", nil
-	}
-	probe, err := t.TransformToStorage(context.Background(), []byte("probe"), value.DefaultContext("probe"))
-	if err != nil {
-		return "", err
-	}
-	if !bytes.HasPrefix(probe, []byte("k8s:enc:")) {
-		return "the EncryptionConfiguration does not list the resource, or lists the identity provider first for it", nil
-	}
-	return "", nil
 }
 
 func defaultIdentity() string {

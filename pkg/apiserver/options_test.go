@@ -26,6 +26,15 @@ func TestListFromCacheSnapshotOffByDefault(t *testing.T) {
 	if utilfeature.DefaultFeatureGate.Enabled(features.ListFromCacheSnapshot) {
 		t.Errorf("ListFromCacheSnapshot is on by default")
 	}
+	if utilfeature.DefaultFeatureGate.Enabled(features.SizeBasedListCostEstimate) {
+		t.Errorf("SizeBasedListCostEstimate is on by default")
+	}
+	if err := o.Validate(); err != nil && strings.Contains(err.Error(), "feature gate") {
+		t.Errorf("setting the defaults failed: %v", err)
+	}
+	if f := fs.Lookup("feature-gates"); f == nil || !strings.Contains(f.Usage, "ListFromCacheSnapshot=true|false (BETA - default=false)") {
+		t.Errorf("--help does not show certapi's default of ListFromCacheSnapshot")
+	}
 	if err := fs.Parse([]string{"--feature-gates=ListFromCacheSnapshot=true"}); err != nil {
 		t.Fatal(err)
 	}
@@ -254,5 +263,42 @@ func TestTenantBoundsInTheAdmissionChain(t *testing.T) {
 				t.Errorf("Validate: %v; want an error about the flag: %v", err, tc.invalid)
 			}
 		})
+	}
+}
+
+// TestValidateGathersEverySubOption: one Validate reports, at once, an error of certapi's own flags and
+// one of each group of flags, each group validated by its own Validate.
+func TestValidateGathersEverySubOption(t *testing.T) {
+	o := NewOptions()
+	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
+	o.AddFlags(fs)
+	args := []string{
+		"--service-name=Not_A_Label",              // certapi's own
+		"--kube-api-burst=0",                      // leader loops
+		"--snapshot-retention=0",                  // snapshots
+		"--etcd-peer-service=certapi-etcd.ns.svc", // embedded etcd cluster
+		"--etcd-member-name=certapi",
+		"--storage-media-type=application/bogus",      // generic etcd
+		"--secure-port=70000",                         // secure serving
+		"--audit-log-path=-", "--audit-log-maxage=-1", // auditing
+		"--authentication-token-webhook-cache-ttl=10s", // a valid one among them
+	}
+	if err := fs.Parse(args); err != nil {
+		t.Fatal(err)
+	}
+	err := o.Validate()
+	if err == nil {
+		t.Fatal("no error")
+	}
+	for _, want := range []string{"--service-name", "--kube-api-burst", "--snapshot-retention", "--etcd-member-name", "--storage-media-type", "--secure-port", "--audit-log-maxage"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("Validate does not report %s: %v", want, err)
+		}
+	}
+	if strings.Contains(err.Error(), "--etcd-servers") {
+		t.Errorf("Validate asks for --etcd-servers, which the embedded etcd stands for: %v", err)
+	}
+	if o.Validate(); len(o.RecommendedOptions.Etcd.StorageConfig.Transport.ServerList) != 0 {
+		t.Errorf("Validate set --etcd-servers to %v; the embedded etcd fills them only once it runs", o.RecommendedOptions.Etcd.StorageConfig.Transport.ServerList)
 	}
 }

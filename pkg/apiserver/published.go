@@ -37,7 +37,7 @@ func publishedBundles(clients controller.Clients) func(ctx context.Context) ([]i
 		var out []issuer.PublishedBundle
 		skip := func(source string, err error) bool {
 			if apierrors.IsNotFound(err) || apierrors.IsForbidden(err) || apierrors.IsMethodNotSupported(err) {
-				klog.InfoS("Not reading a CA bundle certapi may have published", "source", source, "reason", err.Error())
+				klog.FromContext(ctx).Info("Not reading a CA bundle certapi may have published", "source", source, "reason", err.Error())
 				return true
 			}
 			return false
@@ -59,7 +59,7 @@ func publishedBundles(clients controller.Clients) func(ctx context.Context) ([]i
 		switch {
 		case err == nil:
 			if ctb.Spec.SignerName != certapiv1alpha1.PodCertificateSignerName {
-				klog.InfoS("Not reading a CA bundle: it is not linked to certapi's signer", "source", bundleSource, "signerName", ctb.Spec.SignerName)
+				klog.FromContext(ctx).Info("Not reading a CA bundle: it is not linked to certapi's signer", "source", bundleSource, "signerName", ctb.Spec.SignerName)
 			} else if ctb.Spec.TrustBundle != "" {
 				out = append(out, issuer.PublishedBundle{Source: bundleSource, PEM: []byte(ctb.Spec.TrustBundle)})
 			}

@@ -21,6 +21,7 @@ import (
 	"k8s.io/klog/v2"
 
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
+	"github.com/certapi/certapi/pkg/controller"
 	"github.com/certapi/certapi/pkg/controller/erasure"
 	"github.com/certapi/certapi/pkg/issuer"
 	"github.com/certapi/certapi/pkg/servingcert"
@@ -37,8 +38,9 @@ const (
 	// selfCAChangeDelay bounds the random delay before a replica re-issues after the Active CA changed:
 	// a few replicas, not every operator's pods in the cluster, so a short spread is enough.
 	selfCAChangeDelay = 2 * time.Second
-	// selfInitialBackoff and selfMaxBackoff bound the retries of a failed issuance: a replica that starts
-	// before a leader is elected gets its certificate within moments of the election.
+	// selfInitialBackoff and selfMaxBackoff bound the retries of a failed issuance, and of a failed record
+	// of which CA signed it: a replica that starts before a leader is elected gets its certificate within
+	// moments of the election.
 	selfInitialBackoff = 200 * time.Millisecond
 	selfMaxBackoff     = 10 * time.Second
 )
@@ -70,8 +72,11 @@ type selfServing struct {
 	// (snapshot.DistrustedFileName, erasure.RecordDistrusted): on its own volume, so that a restore onto
 	// any member's volume finds it; empty when there is nowhere to keep it.
 	distrustedRecord string
-	// served is poked each time the Source serves a new certificate; run then records its CA.
-	served chan struct{}
+	// record queues its one key (selfRecordKey) each time the Source serves a new certificate; its sync
+	// records the CA that signed it (recordServing), and retries a failed record with backoff.
+	record *controller.Queue[string]
+	// issuer is the run's selfIssuer, for recordServing; nil until run starts.
+	issuer atomic.Pointer[selfIssuer]
 
 	mu        sync.Mutex
 	listeners []dynamiccertificates.Listener
@@ -88,8 +93,15 @@ func newSelfServing(service, namespace string) (*selfServing, error) {
 	if err != nil {
 		return nil, fmt.Errorf("making the placeholder serving certificate: %w", err)
 	}
-	return &selfServing{service: service, namespace: namespace, certPEM: cert, keyPEM: key, served: make(chan struct{}, 1)}, nil
+	s := &selfServing{service: service, namespace: namespace, certPEM: cert, keyPEM: key}
+	s.record = controller.NewQueue(controller.QueueOptions[string]{
+		Name: "self-serving-record", Sync: s.recordServing, BackoffBase: selfInitialBackoff, BackoffMax: selfMaxBackoff,
+	})
+	return s, nil
 }
+
+// selfRecordKey is the record queue's one key: this replica serves one certificate.
+const selfRecordKey = "serving"
 
 func (s *selfServing) host() string { return s.service + "." + s.namespace + ".svc" }
 
@@ -132,10 +144,7 @@ func (s *selfServing) Enqueue() {
 	for _, l := range listeners {
 		l.Enqueue()
 	}
-	select {
-	case s.served <- struct{}{}:
-	default:
-	}
+	s.record.Add(selfRecordKey)
 }
 
 // checkAuthority is a /readyz check: not ready until CertificateAuthority/default exists. The leader
@@ -164,15 +173,17 @@ func (s *selfServing) check(*http.Request) error {
 // run renews certapi's own serving certificate until ctx ends: a servingcert.Source through selfIssuer
 // (signing through auth, watching CertificateAuthority/default in cas, this server's own storage), and
 // meanwhile the record of which CA signed the certificate served. It never gives up: a replica without a
-// certificate keeps serving the placeholder and stays unready.
+// certificate keeps serving the placeholder and stays unready. It runs once per selfServing.
 func (s *selfServing) run(ctx context.Context, auth selfAuthority, cas cache.ListerWatcherWithContext) {
+	logger := klog.FromContext(ctx)
 	self := &selfIssuer{authority: auth, namespace: s.namespace, service: s.service, cas: cas, seen: func(ctx context.Context, ca *certapiv1alpha1.CertificateAuthority) {
 		s.caSeen.Store(true)
 		if err := erasure.RecordDistrusted(ctx, s.distrustedRecord, ca.Status); err != nil {
 			// Written again at the CertificateAuthority's next change, and by the leader's erasure controller.
-			klog.ErrorS(err, "Recording the distrusted CAs on this replica's volume")
+			klog.FromContext(ctx).Error(err, "Recording the distrusted CAs on this replica's volume")
 		}
 	}}
+	s.issuer.Store(self)
 	src, err := servingcert.New(servingcert.Options{
 		Issuer:         self,
 		Namespace:      s.namespace,
@@ -180,10 +191,11 @@ func (s *selfServing) run(ctx context.Context, auth selfAuthority, cas cache.Lis
 		CAChangeDelay:  selfCAChangeDelay,
 		InitialBackoff: selfInitialBackoff,
 		MaxBackoff:     selfMaxBackoff,
-		Logger:         klog.Background().WithName("self-serving"),
+		Logger:         logger.WithName("self-serving"),
 	})
 	if err != nil {
-		klog.ErrorS(err, "Starting the renewal of certapi's own serving certificate; serving the placeholder")
+		logger.Error(err, "Starting the renewal of certapi's own serving certificate; serving the placeholder")
+		s.record.ShutDown()
 		return
 	}
 	src.AddListener(s)
@@ -191,45 +203,32 @@ func (s *selfServing) run(ctx context.Context, auth selfAuthority, cas cache.Lis
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	wg.Go(func() { _ = src.Start(ctx) })
-	s.recordServing(ctx, auth, self)
+	_ = s.record.Run(ctx)
 }
 
-// recordServing records in etcd, each time the Source serves a new certificate, the serial of the CA that
-// signed it (issuer.PublishServing), until ctx ends: the leader drops a distrusted CA only once no
-// replica serves from it (issuer.ServingNotFrom, woken by issuer.WatchServing). A failed write is retried
-// with backoff until it succeeds or a newer certificate supersedes it.
-func (s *selfServing) recordServing(ctx context.Context, auth selfAuthority, self *selfIssuer) {
-	failures := 0
-	var retry <-chan time.Time
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-s.served:
-			failures = 0
-		case <-retry:
-		}
-		retry = nil
-		cert, err := s.source.Load().GetCertificate(nil)
-		if err != nil {
-			continue
-		}
-		caSerial, ok := self.signerOf(cert.Leaf)
-		if !ok {
-			continue // issued before the last issuance: a newer one is on its way
-		}
-		if err := auth.PublishServing(ctx, caSerial); err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			failures++
-			d := min(selfInitialBackoff<<min(failures-1, 10), selfMaxBackoff)
-			klog.ErrorS(err, "Recording which CA this replica serves with; retrying (a distrust of another CA waits for this record)", "retryIn", d)
-			retry = time.After(d)
-			continue
-		}
-		klog.V(2).InfoS("Recorded which CA this replica serves with", "caSerialNumber", caSerial, "serialNumber", signer.FormatSerialNumber(cert.Leaf.SerialNumber))
+// recordServing records in etcd the serial of the CA that signed the certificate the Source serves now
+// (issuer.PublishServing): the leader drops a distrusted CA only once no replica serves from it
+// (issuer.ServingNotFrom, woken by issuer.WatchServing). It is the record queue's sync: queued each time
+// the Source serves a new certificate, and retried with backoff until it succeeds or a newer certificate
+// supersedes it.
+func (s *selfServing) recordServing(ctx context.Context, _ string) (controller.Result, error) {
+	src, self := s.source.Load(), s.issuer.Load()
+	if src == nil || self == nil {
+		return controller.Result{}, nil
 	}
+	cert, err := src.GetCertificate(nil)
+	if err != nil {
+		return controller.Result{}, nil // nothing served yet
+	}
+	caSerial, ok := self.signerOf(cert.Leaf)
+	if !ok {
+		return controller.Result{}, nil // issued before the last issuance: a newer one is on its way
+	}
+	if err := self.authority.PublishServing(ctx, caSerial); err != nil {
+		return controller.Result{}, fmt.Errorf("recording which CA this replica serves with (a distrust of another CA waits for this record): %w", err)
+	}
+	klog.FromContext(ctx).V(2).Info("Recorded which CA this replica serves with", "caSerialNumber", caSerial, "serialNumber", signer.FormatSerialNumber(cert.Leaf.SerialNumber))
+	return controller.Result{}, nil
 }
 
 // encodeCertificate returns cert's chain and private key in PEM.

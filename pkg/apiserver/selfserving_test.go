@@ -51,12 +51,16 @@ func TestCheckAuthority(t *testing.T) {
 	}
 }
 
-// fakeAuthority signs as the leader's issuer does, with one CA at a time, and keeps the serving records.
+// fakeAuthority signs as the leader's issuer does, with one CA at a time, and keeps the serving records;
+// the first failRecords records fail, as a write to etcd without a leader does.
 type fakeAuthority struct {
-	mu      sync.Mutex
-	ca      *signer.CA
-	bundle  []byte
-	records []string
+	mu          sync.Mutex
+	ca          *signer.CA
+	bundle      []byte
+	records     []string
+	failRecords int
+	// attempts counts every PublishServing, failed or not.
+	attempts int
 }
 
 func (f *fakeAuthority) Issue(_ context.Context, req issuer.Request) (*issuer.Result, error) {
@@ -69,6 +73,11 @@ func (f *fakeAuthority) Issue(_ context.Context, req issuer.Request) (*issuer.Re
 func (f *fakeAuthority) PublishServing(_ context.Context, caSerial string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.attempts++
+	if f.failRecords > 0 {
+		f.failRecords--
+		return errors.New("etcdserver: no leader")
+	}
 	f.records = append(f.records, caSerial)
 	return nil
 }
@@ -98,7 +107,7 @@ func (f listenerFunc) Enqueue() { f() }
 // TestSelfServingRenewsThroughTheIssuer: certapi's own certificate is the placeholder until the issuer
 // signs one, then the one served (the serving controller is told) and recorded with its CA's serial; when
 // CertificateAuthority/default names a new Active CA the replica re-issues within seconds and records the
-// new CA.
+// new CA. A record that fails is retried until it is written.
 func TestSelfServingRenewsThroughTheIssuer(t *testing.T) {
 	now := time.Now()
 	ca1, err := signer.NewCA(signer.CAOptions{ClusterDomain: "cluster.local", Now: now})
@@ -109,7 +118,7 @@ func TestSelfServingRenewsThroughTheIssuer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	auth := &fakeAuthority{}
+	auth := &fakeAuthority{failRecords: 2}
 	auth.switchTo(ca1, ca1)
 
 	s, err := newSelfServing("certapi", "certapi-system")
@@ -175,7 +184,13 @@ func TestSelfServingRenewsThroughTheIssuer(t *testing.T) {
 	if !bytes.Equal(first.AuthorityKeyId, ca1.Certificate.SubjectKeyId) || !slices.Contains(first.DNSNames, "certapi.certapi-system.svc") {
 		t.Fatalf("served %v for %v; want a certificate of CA 1 for certapi.certapi-system.svc", first.Issuer, first.DNSNames)
 	}
-	waitFor(t, "the record of CA 1", func() bool { return auth.recorded(signer.FormatSerialNumber(ca1.Certificate.SerialNumber)) })
+	waitFor(t, "the record of CA 1, after two failed attempts", func() bool { return auth.recorded(signer.FormatSerialNumber(ca1.Certificate.SerialNumber)) })
+	auth.mu.Lock()
+	attempts := auth.attempts
+	auth.mu.Unlock()
+	if attempts < 3 {
+		t.Fatalf("recorded after %d attempts; want the two failures retried", attempts)
+	}
 	if s.checkAuthority(nil) == nil {
 		t.Fatal("ready before the CertificateAuthority was seen")
 	}

@@ -146,40 +146,31 @@ func (m *Member) writePeerCARecord(ctx context.Context, c *clientv3.Client, next
 
 // keepCustody runs one step of the key's custody on this member: a member without the key loads it from
 // the record when the record's CA is the one it holds; a member with the key writes the record when it
-// is missing; and the member writes its marker once. It is quiet when nothing changes.
-func (m *Member) keepCustody(ctx context.Context) {
+// is missing; and the member writes its marker once, then sets *done. It is quiet when nothing changes.
+// It runs on Run's goroutine, through the member's long-lived client of itself.
+func (m *Member) keepCustody(ctx context.Context, done *bool) {
 	if m.cfg.PeerCARecordKey == "" {
 		return
 	}
 	held := m.PeerCA().CA
-	m.mu.Lock()
-	done := m.custodyDone
-	m.mu.Unlock()
-	if held.Key != nil && done {
+	if held.Key != nil && *done {
 		return
 	}
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	c, err := m.client(cctx, []string{m.localClientURL()})
+	c, err := m.clients.localClient()
 	if err != nil {
 		return
 	}
-	defer func() { _ = c.Close() }()
 	rec, modRev, err := m.readPeerCARecord(cctx, c)
 	if err != nil {
-		klog.ErrorS(err, "Reading the etcd peer CA's record failed; retried", "member", m.cfg.Name)
+		klog.FromContext(ctx).Error(err, "Reading the etcd peer CA's record failed; retried")
 		return
 	}
 	switch {
 	case held.Key == nil && rec != nil && rec.Certificate.Equal(held.Certificate):
-		m.mu.Lock()
-		if m.peer.CA.Certificate.Equal(rec.Certificate) {
-			ca := *m.peer.CA
-			ca.Key = rec.Key
-			m.peer.CA = &ca
-		}
-		m.mu.Unlock()
-		klog.InfoS("Loaded the etcd peer CA's key from the members' etcd", "member", m.cfg.Name, "peerCA", held.Certificate.Subject.CommonName)
+		m.creds.addKey(rec)
+		klog.FromContext(ctx).Info("Loaded the etcd peer CA's key from the members' etcd", "peerCA", held.Certificate.Subject.CommonName)
 	case held.Key == nil:
 		// The record holds another CA, or none yet: a rotation whose store has not reached this member,
 		// or a member that holds the key and has not written it. Look again at the next step.
@@ -189,18 +180,16 @@ func (m *Member) keepCustody(ctx context.Context) {
 		// older CA, as a restore of the members' etcd from a snapshot brings back). A record of the held
 		// CA's successor is a rotation under way, and stays.
 		if err := m.writePeerCARecord(cctx, c, held, modRev); err != nil {
-			klog.ErrorS(err, "Storing the etcd peer CA's key in the members' etcd failed; retried", "member", m.cfg.Name)
+			klog.FromContext(ctx).Error(err, "Storing the etcd peer CA's key in the members' etcd failed; retried")
 			return
 		}
-		klog.InfoS("Stored the etcd peer CA's key, sealed, in the members' etcd", "member", m.cfg.Name, "peerCA", held.Certificate.Subject.CommonName)
+		klog.FromContext(ctx).Info("Stored the etcd peer CA's key, sealed, in the members' etcd", "peerCA", held.Certificate.Subject.CommonName)
 	}
 	if _, err := c.Put(cctx, m.custodyMarker(m.cfg.Name), time.Now().UTC().Format(time.RFC3339)); err != nil {
-		klog.ErrorS(err, "Recording that this member keeps the peer CA's key in etcd failed; retried", "member", m.cfg.Name)
+		klog.FromContext(ctx).Error(err, "Recording that this member keeps the peer CA's key in etcd failed; retried")
 		return
 	}
-	m.mu.Lock()
-	m.custodyDone = true
-	m.mu.Unlock()
+	*done = true
 }
 
 // storeRotatedRecord writes next as the record in place of cur, before a rotation step changes the
@@ -262,10 +251,10 @@ func (m *Member) dropKeyFromStore(ctx context.Context, c *clientv3.Client, ca *P
 	// a CA whose key never was in it.
 	rotate := KeyLeftStoreRotation(ca)
 	if err := m.cfg.PeerCAStore.DropKey(cctx, ca, rotate); err != nil {
-		klog.ErrorS(err, "Removing the etcd peer CA's key from its store failed; retried")
+		klog.FromContext(ctx).Error(err, "Removing the etcd peer CA's key from its store failed; retried")
 		return
 	}
-	klog.InfoS("Removed the etcd peer CA's key from its store: every member keeps it in the members' etcd; rotating the peer CA, "+
+	klog.FromContext(ctx).Info("Removed the etcd peer CA's key from its store: every member keeps it in the members' etcd; rotating the peer CA, "+
 		"whose key was readable there (restart every pod once after the rotation to stop trusting the old CA)",
 		"peerCA", ca.Certificate.Subject.CommonName, "rotation", rotate)
 }

@@ -9,5 +9,6 @@
 // is trusted beside the old one and vouched for by it (PeerCA.Chain), every member re-issues its
 // certificate, and the old CA leaves the bundle once every member presents a new one.
 //
-// The decisions are pure functions in decide.go; member.go does the I/O.
+// The decisions are pure functions (decide.go: membership; decidestart.go, decidepeerca.go,
+// decidereadiness.go); the Member acts on them, one job to a file (see the Member type).
 package etcdcluster

@@ -131,7 +131,7 @@ func (m *Member) enroll(ctx context.Context, clientURLs []string, trust []byte, 
 		if err != nil {
 			return nil, fmt.Errorf("the member at %s answered with %w", target, err)
 		}
-		klog.InfoS("Enrolled with the etcd cluster: a member issued this member's certificate", "member", m.cfg.Name, "through", target,
+		klog.FromContext(ctx).Info("Enrolled with the etcd cluster: a member issued this member's certificate", "through", target,
 			"notAfter", mc.NotAfter, "took", time.Since(asked).Round(time.Millisecond))
 		return mc, nil
 	}
@@ -222,7 +222,7 @@ func (m *Member) enrollmentHandler() http.Handler {
 		}
 		mc, status, err := m.answerEnrollment(r.Context(), req, time.Now())
 		if err != nil {
-			klog.InfoS("Refused to enroll an etcd member", "from", r.RemoteAddr, "status", status, "reason", err.Error())
+			klog.FromContext(r.Context()).Info("Refused to enroll an etcd member", "from", r.RemoteAddr, "status", status, "reason", err.Error())
 			http.Error(w, err.Error(), status)
 			return
 		}
@@ -267,7 +267,7 @@ func (m *Member) answerEnrollment(ctx context.Context, req enrollRequest, now ti
 	if err != nil {
 		return nil, http.StatusInternalServerError, err
 	}
-	klog.InfoS("Enrolled an etcd member: its proof of identity was accepted and its certificate issued", "enrolled", id.Name, "notAfter", mc.NotAfter)
+	klog.FromContext(ctx).Info("Enrolled an etcd member: its proof of identity was accepted and its certificate issued", "enrolled", id.Name, "notAfter", mc.NotAfter)
 	return mc, http.StatusOK, nil
 }
 
@@ -300,14 +300,14 @@ func (m *Member) serveEnrollment(ctx context.Context) error {
 		return fmt.Errorf("listening for enrollments on %s: %w", u.Host, err)
 	}
 	srv := &http.Server{
-		Handler:           m.enrollmentHandler(),
+		Handler: m.enrollmentHandler(),
+		// Requests carry Run's logger (not its end: Close ends them).
+		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,
 		WriteTimeout:      10 * time.Second,
 		TLSConfig: &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
-			m.mu.Lock()
-			mc := m.cert
-			m.mu.Unlock()
+			mc := m.creds.cert.Load()
 			c, err := tls.X509KeyPair(mc.CertPEM, mc.KeyPEM)
 			return &c, err
 		}},

@@ -2,9 +2,12 @@ package etcdcluster
 
 import (
 	"context"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
 )
 
@@ -33,60 +36,71 @@ type QuorumState struct {
 	Reached int
 }
 
+// quorumObserver is what a member knows of its cluster's quorum. It has its own lock, apart from the
+// rest of the member: the leader watch writes it every leaderPollInterval, the maintenance loop's reach
+// check writes Reached, and every request reads lost (an atomic) without taking the lock.
+type quorumObserver struct {
+	mu    sync.Mutex
+	state QuorumState
+	// lostCtx ends when the quorum is held lost (see QuorumLostContext); nil until asked for.
+	lostCtx    context.Context
+	lostCancel context.CancelFunc
+
+	// lost is state.Lost, for readers on every request.
+	lost atomic.Bool
+}
+
 // QuorumLost reports whether this member has known no raft leader for NoLeaderGrace: one atomic load,
 // cheap enough for every request.
-func (m *Member) QuorumLost() bool { return m.quorumLost.Load() }
+func (m *Member) QuorumLost() bool { return m.quorum.lost.Load() }
 
 // QuorumLostContext returns a context that ends when this member next holds its cluster's quorum lost
 // (at once while it is lost): a caller ties a call in flight to it, so that the call ends when the quorum
 // does rather than wait on etcd.
-func (m *Member) QuorumLostContext() context.Context {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.lostContextLocked()
-}
-
-// lostContextLocked returns the context QuorumLostContext gives, making it when there is none; m.mu is held.
-func (m *Member) lostContextLocked() context.Context {
-	if m.lostCtx == nil {
-		m.lostCtx, m.lostCancel = context.WithCancel(context.Background())
-		if m.quorum.Lost {
-			m.lostCancel()
-		}
-	}
-	return m.lostCtx
-}
+func (m *Member) QuorumLostContext() context.Context { return m.quorum.context() }
 
 // QuorumState returns what this member knows of its cluster's quorum.
-func (m *Member) QuorumState() QuorumState {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.quorum
+func (m *Member) QuorumState() QuorumState { return m.quorum.get() }
+
+// get returns the quorum's state.
+func (q *quorumObserver) get() QuorumState {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.state
+}
+
+// context returns the context QuorumLostContext gives.
+func (q *quorumObserver) context() context.Context {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.contextLocked()
+}
+
+// contextLocked returns the context QuorumLostContext gives, making it when there is none; q.mu is held.
+func (q *quorumObserver) contextLocked() context.Context {
+	if q.lostCtx == nil {
+		q.lostCtx, q.lostCancel = context.WithCancel(context.Background())
+		if q.state.Lost {
+			q.lostCancel()
+		}
+	}
+	return q.lostCtx
 }
 
 // watchLeader reads every leaderPollInterval whether the etcd server knows a leader, until ctx ends, and
-// sends on lost when the quorum has just been lost (the maintenance loop then checks which members it
-// reaches).
-func (m *Member) watchLeader(ctx context.Context, lost chan<- struct{}) {
-	t := time.NewTicker(leaderPollInterval)
-	defer t.Stop()
-	for {
+// calls lost when the quorum has just been lost (Run wakes the maintainer, which then checks which
+// members it reaches).
+func (m *Member) watchLeader(ctx context.Context, lost func()) {
+	logger := klog.FromContext(ctx)
+	wait.UntilWithContext(ctx, func(context.Context) {
 		hasLeader, voters := m.etcd.Server.Leader() != 0, -1
 		if !hasLeader {
 			voters = m.voters()
 		}
-		if m.observeLeader(time.Now(), hasLeader, voters) {
-			select {
-			case lost <- struct{}{}:
-			default:
-			}
+		if m.quorum.observe(logger, time.Now(), hasLeader, voters) {
+			lost()
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
+	}, leaderPollInterval)
 }
 
 // voters counts the voting members of the member list as this member applied it.
@@ -100,55 +114,60 @@ func (m *Member) voters() int {
 	return n
 }
 
-// observeLeader records whether the member knows a leader at now, with the voting members it knows (-1:
-// not counted, as they are not while it knows a leader); it reports whether the quorum has just been lost.
-func (m *Member) observeLeader(now time.Time, hasLeader bool, voters int) (justLost bool) {
-	m.mu.Lock()
-	q := &m.quorum
+// observe records whether the member knows a leader at now, with the voting members it knows (-1: not
+// counted, as they are not while it knows a leader); it reports whether the quorum has just been lost,
+// and logs each change to logger.
+func (q *quorumObserver) observe(logger klog.Logger, now time.Time, hasLeader bool, voters int) (justLost bool) {
+	q.mu.Lock()
+	st := &q.state
 	switch {
 	case hasLeader:
-		q.NoLeaderSince, q.Reached = time.Time{}, 0
-	case q.NoLeaderSince.IsZero():
-		q.NoLeaderSince = now
+		st.NoLeaderSince, st.Reached = time.Time{}, 0
+	case st.NoLeaderSince.IsZero():
+		st.NoLeaderSince = now
 	}
 	if voters >= 0 {
-		q.Voters = voters
+		st.Voters = voters
 	}
-	lost := !hasLeader && now.Sub(q.NoLeaderSince) >= NoLeaderGrace
-	changed := q.Lost != lost
-	q.Lost = lost
+	lost := !hasLeader && now.Sub(st.NoLeaderSince) >= NoLeaderGrace
+	changed := st.Lost != lost
+	st.Lost = lost
 	if changed {
 		// The calls tied to the current context end now; those made from here on get a new one.
-		m.lostContextLocked()
+		q.contextLocked()
 		if lost {
-			m.lostCancel()
+			q.lostCancel()
 		} else {
-			m.lostCtx, m.lostCancel = nil, nil
+			q.lostCtx, q.lostCancel = nil, nil
 		}
 	}
-	m.quorumLost.Store(lost)
-	since, voters := q.NoLeaderSince, q.Voters
-	m.mu.Unlock()
+	q.lost.Store(lost)
+	since, voters := st.NoLeaderSince, st.Voters
+	q.mu.Unlock()
 	if !changed {
 		return false
 	}
 	if lost {
-		klog.InfoS("The etcd cluster has lost its quorum: this member has known no leader since; certapi answers its API 503 with Retry-After until a leader is back",
-			"member", m.cfg.Name, "since", since, "voters", voters, "quorum", Quorum(voters))
+		logger.Info("The etcd cluster has lost its quorum: this member has known no leader since; certapi answers its API 503 with Retry-After until a leader is back",
+			"since", since, "voters", voters, "quorum", Quorum(voters))
 	} else {
-		klog.InfoS("The etcd cluster has its quorum again: this member knows a leader", "member", m.cfg.Name)
+		logger.Info("The etcd cluster has its quorum again: this member knows a leader")
 	}
 	return lost
 }
 
+// setReached records that reached voting members answered the reach check, while the quorum is lost.
+func (q *quorumObserver) setReached(reached int) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.state.Lost {
+		q.state.Reached = reached
+	}
+}
+
 // checkReach asks every other voting member for its status and records how many answered (a member
 // without a leader answers too), with this one, while the quorum is lost.
-func (m *Member) checkReach(ctx context.Context, members []Entry) {
-	c, err := m.client(ctx, []string{m.localClientURL()})
-	if err != nil {
-		return
-	}
-	defer func() { _ = c.Close() }()
+func (m *Member) checkReach(ctx context.Context, c *clientv3.Client, members []Entry) {
 	answers := askStatus(ctx, c, members, m.ID())
 	reached := 1
 	for _, mm := range members {
@@ -156,11 +175,7 @@ func (m *Member) checkReach(ctx context.Context, members []Entry) {
 			reached++
 		}
 	}
-	m.mu.Lock()
-	if m.quorum.Lost {
-		m.quorum.Reached = reached
-	}
-	m.mu.Unlock()
+	m.quorum.setReached(reached)
 }
 
 // statusAnswer is how a member answered a Status call.

@@ -3,11 +3,14 @@ package etcdcluster
 import (
 	"testing"
 	"time"
+
+	"k8s.io/klog/v2/ktesting"
 )
 
 // TestObserveLeader: the quorum is lost only after NoLeaderGrace without a leader, a leader seen in
 // between starts the grace again, and a leader back ends the loss at once.
 func TestObserveLeader(t *testing.T) {
+	logger := ktesting.NewLogger(t, ktesting.NewConfig())
 	t0 := time.Date(2026, 12, 2, 22, 0, 0, 0, time.UTC)
 	type step struct {
 		at        time.Duration
@@ -37,22 +40,22 @@ func TestObserveLeader(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			m := &Member{cfg: Config{Name: "certapi-0"}}
+			q := &quorumObserver{}
 			for i, s := range tt.steps {
 				voters := -1
 				if !s.hasLeader {
 					voters = 3
 				}
-				justLost := m.observeLeader(t0.Add(s.at), s.hasLeader, voters)
-				q := m.QuorumState()
-				if m.QuorumLost() != s.wantLost || q.Lost != s.wantLost || justLost != s.justLost {
-					t.Fatalf("step %d (%s, leader %v): lost %v (state %v), just lost %v; want %v, %v", i, s.at, s.hasLeader, m.QuorumLost(), q.Lost, justLost, s.wantLost, s.justLost)
+				justLost := q.observe(logger, t0.Add(s.at), s.hasLeader, voters)
+				st := q.get()
+				if q.lost.Load() != s.wantLost || st.Lost != s.wantLost || justLost != s.justLost {
+					t.Fatalf("step %d (%s, leader %v): lost %v (state %v), just lost %v; want %v, %v", i, s.at, s.hasLeader, q.lost.Load(), st.Lost, justLost, s.wantLost, s.justLost)
 				}
-				if s.hasLeader != q.NoLeaderSince.IsZero() {
-					t.Fatalf("step %d: NoLeaderSince %s with a leader %v", i, q.NoLeaderSince, s.hasLeader)
+				if s.hasLeader != st.NoLeaderSince.IsZero() {
+					t.Fatalf("step %d: NoLeaderSince %s with a leader %v", i, st.NoLeaderSince, s.hasLeader)
 				}
-				if !s.hasLeader && q.Voters != 3 {
-					t.Fatalf("step %d: voters %d; want 3", i, q.Voters)
+				if !s.hasLeader && st.Voters != 3 {
+					t.Fatalf("step %d: voters %d; want 3", i, st.Voters)
 				}
 			}
 		})
@@ -62,28 +65,29 @@ func TestObserveLeader(t *testing.T) {
 // TestQuorumLostContext: a context taken while the quorum holds ends when it is lost; one taken while
 // it is lost has ended; one taken after it is back lives on.
 func TestQuorumLostContext(t *testing.T) {
+	logger := ktesting.NewLogger(t, ktesting.NewConfig())
 	t0 := time.Date(2026, 12, 2, 22, 0, 0, 0, time.UTC)
-	m := &Member{cfg: Config{Name: "certapi-0"}}
-	m.observeLeader(t0, true, -1)
-	before := m.QuorumLostContext()
-	m.observeLeader(t0.Add(time.Second), false, 3)
+	q := &quorumObserver{}
+	q.observe(logger, t0, true, -1)
+	before := q.context()
+	q.observe(logger, t0.Add(time.Second), false, 3)
 	if before.Err() != nil {
 		t.Fatal("ended within the grace")
 	}
-	m.observeLeader(t0.Add(time.Second+NoLeaderGrace), false, 3)
+	q.observe(logger, t0.Add(time.Second+NoLeaderGrace), false, 3)
 	if before.Err() == nil {
 		t.Fatal("a context taken before did not end when the quorum was lost")
 	}
-	if m.QuorumLostContext().Err() == nil {
+	if q.context().Err() == nil {
 		t.Fatal("a context taken while the quorum is lost has not ended")
 	}
-	m.observeLeader(t0.Add(10*time.Second), true, -1)
-	after := m.QuorumLostContext()
+	q.observe(logger, t0.Add(10*time.Second), true, -1)
+	after := q.context()
 	if after.Err() != nil {
 		t.Fatal("a context taken after the quorum came back has ended")
 	}
-	m.observeLeader(t0.Add(11*time.Second), false, 3)
-	m.observeLeader(t0.Add(11*time.Second+NoLeaderGrace), false, 3)
+	q.observe(logger, t0.Add(11*time.Second), false, 3)
+	q.observe(logger, t0.Add(11*time.Second+NoLeaderGrace), false, 3)
 	if after.Err() == nil {
 		t.Fatal("it did not end when the quorum was lost again")
 	}

@@ -45,7 +45,7 @@ func TestKubectlCertapi(t *testing.T) {
 	})
 
 	var leader string
-	t.Run("check and the Leader column", func(t *testing.T) {
+	t.Run("check, status.leader and the Leader column", func(t *testing.T) {
 		res := certapi("check").succeeded(t)
 		m := regexp.MustCompile(`(?m)^leader\s+ok\s+(certapi-[01]) leads$`).FindStringSubmatch(res.stdout)
 		if m == nil {
@@ -57,17 +57,38 @@ func TestKubectlCertapi(t *testing.T) {
 				t.Errorf("check lacks %q:\n%s", want, res.stdout)
 			}
 		}
-		// Every replica names the same leader: the proxy in front of them alternates.
+		// Every replica names the same leader, in status.leader and in the table made from it: the proxy
+		// in front of them alternates.
 		for range 4 {
-			out := run("get", "certificateauthority", "default", "--no-headers", "-o", "custom-columns=X:.metadata.name").succeeded(t).stdout
-			if out != "default\n" {
-				t.Fatalf("get: %q", out)
+			out := run("get", "certificateauthority", "default", "-o", "jsonpath={.status.leader.state} {.status.leader.identity}").succeeded(t).stdout
+			if out != "Elected "+leader {
+				t.Fatalf("get status.leader: %q, want %q", out, "Elected "+leader)
+			}
+			out = run("get", "certificateauthorities", "-o", "jsonpath={.items[0].status.leader.identity}").succeeded(t).stdout
+			if out != leader {
+				t.Fatalf("list status.leader: %q, want %q", out, leader)
 			}
 			table := run("get", "certificateauthority", "default").succeeded(t).stdout
 			if !regexp.MustCompile(`(?m)^NAME\s+READY\s+ROTATING\s+ACTIVE\s+NOT AFTER\s+LEADER\s+AGE$`).MatchString(table) ||
 				!strings.Contains(table, " "+leader+" ") {
 				t.Fatalf("kubectl get certificateauthority shows no LEADER %s:\n%s", leader, table)
 			}
+		}
+		// The field is in the OpenAPI, with its states.
+		explain := run("explain", "certificateauthority.status.leader").succeeded(t).stdout
+		for _, want := range []string{"identity", "state", "Elected", "Unknown"} {
+			if !strings.Contains(explain, want) {
+				t.Errorf("kubectl explain certificateauthority.status.leader lacks %q:\n%s", want, explain)
+			}
+		}
+		// A status write cannot forge it: the value written is dropped, and the answer is the election's.
+		out := run("patch", "certificateauthority", "default", "--subresource=status", "--type=merge",
+			"-p", `{"status":{"leader":{"state":"Elected","identity":"forged"}}}`, "-o", "jsonpath={.status.leader.identity}").succeeded(t).stdout
+		if out != leader {
+			t.Fatalf("a status patch of status.leader answered %q, want %q", out, leader)
+		}
+		if out := run("get", "certificateauthority", "default", "-o", "jsonpath={.status.leader.identity}").succeeded(t).stdout; out != leader {
+			t.Fatalf("status.leader after a forged write: %q, want %q", out, leader)
 		}
 	})
 
@@ -89,7 +110,7 @@ func TestKubectlCertapi(t *testing.T) {
 		if err := json.Unmarshal([]byte(certapi("status", "-o", "json").succeeded(t).stdout), &r); err != nil {
 			t.Fatal(err)
 		}
-		if r.Leader != leader || len(r.CertificateAuthorities) != 1 || r.CertificateAuthorities[0].SerialNumber != old ||
+		if r.Leader == nil || r.Leader.Identity != leader || len(r.Certificates) != 1 || r.Certificates[0].SerialNumber != old ||
 			r.Requests.Total != 1 || r.Requests.Secrets != 1 || r.Requests.SecretsFromActive != 1 || r.Requests.NearestExpiry[0].SignedBy != "Active" {
 			t.Errorf("status -o json: %+v", r)
 		}
@@ -201,6 +222,10 @@ func TestKubectlCertapi(t *testing.T) {
 		other := own.ReplicaName(1 - i)
 		if !regexp.MustCompile(`(?m)^leader\s+ok\s+` + other + ` leads$`).MatchString(res.stdout) {
 			t.Fatalf("check after %s stopped:\n%s\nstderr: %s", leader, res.stdout, res.stderr)
+		}
+		// status.leader follows the election, though the object did not change.
+		if out := run("get", "certificateauthority", "default", "-o", "jsonpath={.status.leader.identity}").succeeded(t).stdout; out != other {
+			t.Fatalf("status.leader after %s stopped: %q, want %q", leader, out, other)
 		}
 	})
 

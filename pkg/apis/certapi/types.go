@@ -233,6 +233,15 @@ type CertificateAuthorityStatus struct {
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
+	// leader is the certapi replica that leads now: the one that holds the CA's private key, signs,
+	// delivers Secrets and injects bundles. The replica that answers reads it from the leader election in
+	// certapi's etcd at each read (get, list, and each watch event it sends) and never stores it: a write's
+	// value is dropped. A change of leader alone makes no watch event. Anyone who may read this object may
+	// read it (a Lease in certapi's namespace would need RBAC there), and clients such as `kubectl certapi
+	// check` read it instead of the table's Leader column, which shows the same value.
+	// +optional
+	Leader *CertificateAuthorityLeader `json:"leader,omitempty"`
+
 	// caBundle is the PEM bundle of every CA certificate clients should trust now.
 	// +optional
 	CABundle string `json:"caBundle,omitempty"`
@@ -355,6 +364,33 @@ type CertificateAuthorityImportStatus struct {
 	// +listType=atomic
 	Warnings []string `json:"warnings,omitempty"`
 }
+
+// CertificateAuthorityLeader is the certapi replica that leads, as the replica that answered read the
+// leader election at this read.
+type CertificateAuthorityLeader struct {
+	// state is Elected when a replica holds the leader election, None when no replica does (nothing is
+	// signed, delivered or injected until one does), and Unknown when the replica that answered could not
+	// read the election (its etcd was unreachable or slow).
+	State LeaderState `json:"state"`
+
+	// identity is the --leader-identity of the replica that leads (its pod's name when installed by the
+	// chart or the manifests); set only when state is Elected.
+	// +optional
+	Identity string `json:"identity,omitempty"`
+}
+
+// LeaderState says whether a certapi replica leads.
+// +enum
+type LeaderState string
+
+const (
+	// LeaderStateElected: a replica holds the leader election; identity names it.
+	LeaderStateElected LeaderState = "Elected"
+	// LeaderStateNone: no replica holds the leader election.
+	LeaderStateNone LeaderState = "None"
+	// LeaderStateUnknown: the replica that answered could not read the leader election.
+	LeaderStateUnknown LeaderState = "Unknown"
+)
 
 // DistrustCompletion says how a distrust ended.
 // +enum

@@ -190,10 +190,11 @@ func serve(ctx context.Context, cfg pkcs11token.Config, listen string, timeout t
 	// k8s.io/kms's GRPCService answers the API; the server and its listener are ours, so that shutdown
 	// cannot race with their start.
 	server := grpc.NewServer(grpc.ConnectionTimeout(timeout))
-	kmsapi.RegisterKeyManagementServiceServer(server, kmsservice.NewGRPCService(path, timeout, loggingService{svc}))
+	logger := klog.FromContext(ctx)
+	kmsapi.RegisterKeyManagementServiceServer(server, kmsservice.NewGRPCService(path, timeout, loggingService{Service: svc, log: logger}))
 	served := make(chan error, 1)
 	go func() { served <- server.Serve(ln) }()
-	klog.InfoS("Serving the KMS v2 API", "socket", path, "keyID", status.KeyID)
+	logger.Info("Serving the KMS v2 API", "socket", path, "keyID", status.KeyID)
 	select {
 	case err := <-served:
 		return fmt.Errorf("serving on %s: %w", path, err)
@@ -214,7 +215,7 @@ func serve(ctx context.Context, cfg pkcs11token.Config, listen string, timeout t
 	}
 	<-served
 	_ = os.Remove(path)
-	klog.InfoS("Stopped serving", "socket", path)
+	logger.Info("Stopped serving", "socket", path)
 	return nil
 }
 
@@ -241,13 +242,17 @@ func removeStaleSocket(path string) error {
 	return nil
 }
 
-// loggingService logs every failed call: kube-apiserver and certapi log a failing plugin only at -v=2.
-type loggingService struct{ kmsservice.Service }
+// loggingService logs every failed call to log (serve's): kube-apiserver and certapi log a failing plugin
+// only at -v=2.
+type loggingService struct {
+	kmsservice.Service
+	log klog.Logger
+}
 
 func (l loggingService) Encrypt(ctx context.Context, uid string, data []byte) (*kmsservice.EncryptResponse, error) {
 	resp, err := l.Service.Encrypt(ctx, uid, data)
 	if err != nil {
-		klog.ErrorS(err, "Encrypt failed", "uid", uid)
+		l.log.Error(err, "Encrypt failed", "uid", uid)
 	}
 	return resp, err
 }
@@ -255,7 +260,7 @@ func (l loggingService) Encrypt(ctx context.Context, uid string, data []byte) (*
 func (l loggingService) Decrypt(ctx context.Context, uid string, req *kmsservice.DecryptRequest) ([]byte, error) {
 	resp, err := l.Service.Decrypt(ctx, uid, req)
 	if err != nil {
-		klog.ErrorS(err, "Decrypt failed", "uid", uid, "keyID", req.KeyID)
+		l.log.Error(err, "Decrypt failed", "uid", uid, "keyID", req.KeyID)
 	}
 	return resp, err
 }
@@ -263,7 +268,7 @@ func (l loggingService) Decrypt(ctx context.Context, uid string, req *kmsservice
 func (l loggingService) Status(ctx context.Context) (*kmsservice.StatusResponse, error) {
 	resp, err := l.Service.Status(ctx)
 	if err != nil {
-		klog.ErrorS(err, "Status failed")
+		l.log.Error(err, "Status failed")
 	}
 	return resp, err
 }

@@ -59,12 +59,10 @@ type CheckInput struct {
 	// DiscoveryErr is the error of discovering certapi.dev/v1alpha1 through kube-apiserver.
 	DiscoveryErr error
 	// CA and CAErr are the result of reading CertificateAuthority/default through kube-apiserver, which
-	// proxies it to certapi over TLS verified against the APIService's caBundle.
+	// proxies it to certapi over TLS verified against the APIService's caBundle. Its status.leader, which
+	// the replica that answered read from the leader election, says who leads.
 	CA    *certapiv1alpha1.CertificateAuthority
 	CAErr error
-	// Leader is the CertificateAuthority table's Leader cell; LeaderErr the error reading it.
-	Leader    string
-	LeaderErr error
 	// APIService and APIServiceErr are the result of reading the APIService v1alpha1.certapi.dev.
 	APIService    *apiregistrationv1.APIService
 	APIServiceErr error
@@ -105,15 +103,13 @@ func Check(in CheckInput) []CheckResult {
 		}
 	}
 
-	switch {
-	case in.LeaderErr != nil:
-		add(checkLeader, false, "the leader could not be read: %v", in.LeaderErr)
-	case in.Leader == "<none>":
-		add(checkLeader, false, "no certapi replica leads: nothing is signed, delivered or injected until one does (are the replicas running and is their etcd healthy?)")
-	case !leaderKnown(in.Leader):
-		add(checkLeader, false, "certapi could not read its leader election (%s): is its etcd healthy?", in.Leader)
-	default:
-		add(checkLeader, true, "%s leads", in.Leader)
+	if in.CA == nil {
+		add(checkLeader, false, "unknown: %s, whose status.leader says who leads, could not be read", caResource)
+		out[len(out)-1].onCA = caMissing
+	} else if leader, err := leaderIdentity(in.CA); err != nil {
+		add(checkLeader, false, "%v", err)
+	} else {
+		add(checkLeader, true, "%s leads", leader)
 	}
 
 	out = append(out, checkServingCertificate(in))
@@ -281,8 +277,8 @@ func newCheckCmd(root *rootOptions) *cobra.Command {
 			* API served: kube-apiserver answers discovery of certapi.dev/v1alpha1 and reads
 			  CertificateAuthority/default, both proxied to certapi.
 			* APIService: v1alpha1.certapi.dev is Available.
-			* leader: a certapi replica leads (signs, delivers Secrets, injects bundles), as certapi reads
-			  its leader election at this request.
+			* leader: a certapi replica leads (signs, delivers Secrets, injects bundles): status.leader of
+			  CertificateAuthority/default, which certapi reads from its leader election at each request.
 			* serving certificate: the APIService verifies TLS with a caBundle that holds certapi's Active
 			  CA, and kube-apiserver verified certapi's certificate against it for the read above. Each
 			  request reaches one replica.
@@ -412,7 +408,6 @@ func readCheckInput(ctx context.Context, c *clients) CheckInput {
 	in := CheckInput{Now: time.Now()}
 	_, in.DiscoveryErr = c.kube.Discovery().ServerResourcesForGroupVersion(groupVersion)
 	in.CA, in.CAErr = c.certapi.CertapiV1alpha1().CertificateAuthorities().Get(ctx, certapiv1alpha1.CertificateAuthorityName, metav1.GetOptions{})
-	in.Leader, in.LeaderErr = readLeader(ctx, c.certapi)
 	in.APIService, in.APIServiceErr = c.aggregator.ApiregistrationV1().APIServices().Get(ctx, apiServiceName, metav1.GetOptions{})
 	return in
 }

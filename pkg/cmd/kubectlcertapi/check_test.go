@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	apiregistrationv1 "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
 
+	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	"github.com/certapi/certapi/pkg/signer"
 )
 
@@ -28,7 +29,7 @@ func TestCheck(t *testing.T) {
 		return s
 	}
 	bundle := signer.EncodeBundle(active.Certificate)
-	healthy := CheckInput{CA: ca, Leader: "certapi-0", APIService: apiService("True", bundle, false), Now: t0}
+	healthy := CheckInput{CA: ca, APIService: apiService("True", bundle, false), Now: t0}
 
 	for _, tc := range []struct {
 		name    string
@@ -45,17 +46,17 @@ func TestCheck(t *testing.T) {
 		},
 			failing: []string{checkAPI}, detail: "discovery of certapi.dev/v1alpha1 through kube-apiserver failed: the server is currently unable"},
 		{name: "the read fails: the certificate is not verified either", change: func(in *CheckInput) { in.CA, in.CAErr = nil, errFake("x509: certificate signed by unknown authority") },
-			failing: []string{checkAPI, checkCertificate}, detail: "x509: certificate signed by unknown authority"},
+			failing: []string{checkAPI, checkLeader, checkCertificate}, detail: "x509: certificate signed by unknown authority"},
 		{name: "APIService not available", change: func(in *CheckInput) { in.APIService = apiService("False", bundle, false) },
 			failing: []string{checkAPIService}, detail: "is not Available: FailedDiscoveryCheck: no response"},
 		{name: "APIService without conditions", change: func(in *CheckInput) { in.APIService = apiService("", bundle, false) },
 			failing: []string{checkAPIService}, detail: "has no Available condition yet"},
-		{name: "no leader", change: func(in *CheckInput) { in.Leader = "<none>" },
+		{name: "no leader", change: func(in *CheckInput) { in.CA = withLeader(ca, certapiv1alpha1.LeaderStateNone, "") },
 			failing: []string{checkLeader}, detail: "no certapi replica leads"},
-		{name: "election unreadable", change: func(in *CheckInput) { in.Leader = "<unknown>" },
+		{name: "election unreadable", change: func(in *CheckInput) { in.CA = withLeader(ca, certapiv1alpha1.LeaderStateUnknown, "") },
 			failing: []string{checkLeader}, detail: "could not read its leader election"},
-		{name: "leader column missing", change: func(in *CheckInput) { in.Leader, in.LeaderErr = "", errFake("no Leader column") },
-			failing: []string{checkLeader}, detail: "the leader could not be read: no Leader column"},
+		{name: "a certapi older than the plugin", change: func(in *CheckInput) { in.CA = ca.DeepCopy(); in.CA.Status.Leader = nil },
+			failing: []string{checkLeader}, detail: "has no status.leader: certapi is older than this plugin"},
 		{name: "verification off", change: func(in *CheckInput) { in.APIService = apiService("True", nil, true) },
 			failing: []string{checkCertificate}, detail: "sets insecureSkipTLSVerify"},
 		{name: "no caBundle", change: func(in *CheckInput) { in.APIService = apiService("True", nil, false) },
@@ -71,7 +72,7 @@ func TestCheck(t *testing.T) {
 		{name: "no CertificateAuthority yet", change: func(in *CheckInput) {
 			in.CA, in.CAErr = nil, apierrors.NewNotFound(schema.GroupResource{Group: "certapi.dev", Resource: "certificateauthorities"}, "default")
 		},
-			failing: []string{checkAPI, checkCertificate}, detail: "does not exist yet", waitsOnCA: true},
+			failing: []string{checkAPI, checkLeader, checkCertificate}, detail: "does not exist yet", waitsOnCA: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			in := healthy
@@ -118,25 +119,31 @@ func TestCheck(t *testing.T) {
 	}
 }
 
-func TestLeaderFromTable(t *testing.T) {
-	cols := []metav1.TableColumnDefinition{{Name: "Name"}, {Name: "Leader"}, {Name: "Age"}}
+func withLeader(ca *certapiv1alpha1.CertificateAuthority, state certapiv1alpha1.LeaderState, identity string) *certapiv1alpha1.CertificateAuthority {
+	ca = ca.DeepCopy()
+	ca.Status.Leader = &certapiv1alpha1.CertificateAuthorityLeader{State: state, Identity: identity}
+	return ca
+}
+
+// TestLeaderIdentity: the plugins learn who leads from status.leader, and say why no one is known.
+func TestLeaderIdentity(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
-		table   metav1.Table
+		leader  *certapiv1alpha1.CertificateAuthorityLeader
 		want    string
 		wantErr string
 	}{
-		{"a leader", metav1.Table{ColumnDefinitions: cols, Rows: []metav1.TableRow{{Cells: []any{"default", "certapi-1", "1h"}}}}, "certapi-1", ""},
-		{"none", metav1.Table{ColumnDefinitions: cols, Rows: []metav1.TableRow{{Cells: []any{"default", "<none>", "1h"}}}}, "<none>", ""},
-		{"an older certapi", metav1.Table{ColumnDefinitions: cols[:1], Rows: []metav1.TableRow{{Cells: []any{"default"}}}}, "", "no Leader column"},
-		{"no row", metav1.Table{ColumnDefinitions: cols}, "", "has 0 rows"},
-		{"not a string", metav1.Table{ColumnDefinitions: cols, Rows: []metav1.TableRow{{Cells: []any{"default", 3.0, "1h"}}}}, "", "Leader cell"},
-		{"not a table", metav1.Table{TypeMeta: metav1.TypeMeta{Kind: "CertificateAuthority"}}, "", "not a Table"},
+		{"a leader", &certapiv1alpha1.CertificateAuthorityLeader{State: certapiv1alpha1.LeaderStateElected, Identity: "certapi-1"}, "certapi-1", ""},
+		{"none", &certapiv1alpha1.CertificateAuthorityLeader{State: certapiv1alpha1.LeaderStateNone}, "", "no certapi replica leads"},
+		{"unknown", &certapiv1alpha1.CertificateAuthorityLeader{State: certapiv1alpha1.LeaderStateUnknown}, "", "could not read its leader election"},
+		{"elected without an identity", &certapiv1alpha1.CertificateAuthorityLeader{State: certapiv1alpha1.LeaderStateElected}, "", `state "Elected", identity ""`},
+		{"a state from a newer certapi", &certapiv1alpha1.CertificateAuthorityLeader{State: "Handing"}, "", `state "Handing"`},
+		{"an older certapi", nil, "", "has no status.leader: certapi is older than this plugin"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := leaderFromTable(&tc.table)
+			got, err := leaderIdentity(&certapiv1alpha1.CertificateAuthority{Status: certapiv1alpha1.CertificateAuthorityStatus{Leader: tc.leader}})
 			if got != tc.want || (err == nil) != (tc.wantErr == "") || (err != nil && !strings.Contains(err.Error(), tc.wantErr)) {
-				t.Fatalf("leaderFromTable = %q, %v; want %q, %q", got, err, tc.want, tc.wantErr)
+				t.Fatalf("leaderIdentity = %q, %v; want %q, %q", got, err, tc.want, tc.wantErr)
 			}
 		})
 	}

@@ -53,10 +53,12 @@ func caEntry(ca *signer.CA, role certapiv1alpha1.CertificateAuthorityRole) certa
 
 func serial(ca *signer.CA) string { return signer.FormatSerialNumber(ca.Certificate.SerialNumber) }
 
-// caObject is CertificateAuthority/default with the given CAs, Rotating condition and injection summary.
+// caObject is CertificateAuthority/default with the given CAs, Rotating condition and injection summary,
+// led by certapi-0.
 func caObject(rotating metav1.Condition, inj *certapiv1alpha1.InjectionSummary, entries ...certapiv1alpha1.CertificateAuthorityCertificate) *certapiv1alpha1.CertificateAuthority {
 	ca := &certapiv1alpha1.CertificateAuthority{ObjectMeta: metav1.ObjectMeta{Name: "default", Generation: 1}}
 	ca.Status.ObservedGeneration = 1
+	ca.Status.Leader = &certapiv1alpha1.CertificateAuthorityLeader{State: certapiv1alpha1.LeaderStateElected, Identity: "certapi-0"}
 	ca.Status.Certificates = entries
 	for _, e := range entries {
 		if e.Role == certapiv1alpha1.CARoleActive {

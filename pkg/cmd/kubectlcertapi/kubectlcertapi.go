@@ -9,8 +9,6 @@
 package kubectlcertapi
 
 import (
-	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -18,7 +16,6 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/cli-runtime/pkg/printers"
@@ -184,51 +181,27 @@ func addSub(parent, sub *cobra.Command, own map[*cobra.Command]*pflag.FlagSet) {
 	}
 }
 
-// tableAccept asks for the server's table of an object (as kubectl get does).
-const tableAccept = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"
+// errNoLeaderField says that the server publishes no status.leader: certapi is older than this plugin.
+var errNoLeaderField = errors.New(caResource + " has no status.leader: certapi is older than this plugin " +
+	"(upgrade certapi, or use the kubectl-certapi of certapi's version)")
 
-// readLeader asks for CertificateAuthority/default as a table, whose Leader column certapi fills at each
-// read with the replica that leads now.
-func readLeader(ctx context.Context, c versioned.Interface) (string, error) {
-	raw, err := c.CertapiV1alpha1().RESTClient().Get().Resource("certificateauthorities").Name(certapiv1alpha1.CertificateAuthorityName).
-		SetHeader("Accept", tableAccept).Do(ctx).Raw()
-	if err != nil {
-		return "", err
-	}
-	table := &metav1.Table{}
-	if err := json.Unmarshal(raw, table); err != nil {
-		return "", fmt.Errorf("decoding the table of %s: %w", caResource, err)
-	}
-	return leaderFromTable(table)
-}
-
-// leaderFromTable reads the Leader column of a CertificateAuthority table.
-func leaderFromTable(table *metav1.Table) (string, error) {
-	if table.Kind != "" && table.Kind != "Table" {
-		return "", fmt.Errorf("the server answered a %s, not a Table, for %s", table.Kind, caResource)
-	}
-	col := -1
-	for i, c := range table.ColumnDefinitions {
-		if c.Name == "Leader" {
-			col = i
-		}
-	}
+// leaderIdentity returns the replica that leads, from status.leader of ca (which the replica that
+// answered fills at each read from the leader election), or an error that says why none is known:
+// none leads, the election could not be read, or certapi is older than this plugin. A pure function.
+func leaderIdentity(ca *certapiv1alpha1.CertificateAuthority) (string, error) {
+	l := ca.Status.Leader
 	switch {
-	case col < 0:
-		return "", errors.New("the CertificateAuthority table has no Leader column: certapi is older than this plugin")
-	case len(table.Rows) != 1 || len(table.Rows[0].Cells) <= col:
-		return "", fmt.Errorf("the CertificateAuthority table has %d rows, want one with a Leader cell", len(table.Rows))
+	case l == nil:
+		return "", errNoLeaderField
+	case l.State == certapiv1alpha1.LeaderStateElected && l.Identity != "":
+		return l.Identity, nil
+	case l.State == certapiv1alpha1.LeaderStateNone:
+		return "", errors.New("no certapi replica leads: nothing is signed, delivered or injected until one does (are the replicas running and is their etcd healthy?)")
+	case l.State == certapiv1alpha1.LeaderStateUnknown:
+		return "", errors.New("certapi could not read its leader election: is its etcd healthy?")
 	}
-	leader, ok := table.Rows[0].Cells[col].(string)
-	if !ok || leader == "" {
-		return "", fmt.Errorf("the Leader cell of the CertificateAuthority table is %v", table.Rows[0].Cells[col])
-	}
-	return leader, nil
-}
-
-// leaderKnown says whether a Leader cell names a replica.
-func leaderKnown(cell string) bool {
-	return cell != "" && cell != "<none>" && cell != "<unknown>"
+	return "", fmt.Errorf("%s has status.leader state %q, identity %q, which this plugin does not read (it knows Elected with an identity, None and Unknown): is certapi newer than this plugin?",
+		caResource, l.State, l.Identity)
 }
 
 // positive checks that the duration flag name is greater than zero.

@@ -7,10 +7,13 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/duration"
 	"k8s.io/cli-runtime/pkg/printers"
 	"sigs.k8s.io/yaml"
+
+	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 )
 
 // Output formats of -o for the commands that print a report.
@@ -62,7 +65,8 @@ func timeLeft(now, t time.Time) string {
 func PrintReport(out io.Writer, r Report) error {
 	w := printers.GetNewTabWriter(out)
 	fmt.Fprintln(w, "CERTIFICATE AUTHORITY\tLEADER\tREADY\tROTATING")
-	fmt.Fprintf(w, "default\t%s\t%s\t%s\n", r.Leader, conditionCell(r.Ready), conditionCell(r.Rotation.ConditionSummary))
+	fmt.Fprintf(w, "default\t%s\t%s\t%s\n", leaderText(r.Leader), conditionCell(r.Conditions, certapiv1alpha1.ConditionReady),
+		conditionCell(r.Conditions, certapiv1alpha1.ConditionRotating))
 	if err := w.Flush(); err != nil {
 		return err
 	}
@@ -70,10 +74,10 @@ func PrintReport(out io.Writer, r Report) error {
 
 	w = printers.GetNewTabWriter(out)
 	fmt.Fprintln(w, "ROLE\tSERIAL\tSUBJECT KEY ID\tNOT BEFORE\tNOT AFTER\tLEFT")
-	for _, c := range r.CertificateAuthorities {
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", c.Role, c.SerialNumber, c.SubjectKeyID, formatTime(c.NotBefore), formatTime(c.NotAfter), timeLeft(r.Time, c.NotAfter))
+	for _, c := range r.Certificates {
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", c.Role, c.SerialNumber, c.SubjectKeyID, formatTime(c.NotBefore.Time), formatTime(c.NotAfter.Time), timeLeft(r.Time, c.NotAfter.Time))
 	}
-	if len(r.CertificateAuthorities) == 0 {
+	if len(r.Certificates) == 0 {
 		fmt.Fprintln(w, "<none: certapi's leader has not published the CA yet>")
 	}
 	if err := w.Flush(); err != nil {
@@ -81,32 +85,34 @@ func PrintReport(out io.Writer, r Report) error {
 	}
 
 	fmt.Fprintf(out, "\nRotation: %s", r.Rotation.State)
-	if r.Rotation.Message != "" {
-		fmt.Fprintf(out, ": %s", r.Rotation.Message)
+	if c := meta.FindStatusCondition(r.Conditions, certapiv1alpha1.ConditionRotating); c != nil && c.Message != "" {
+		fmt.Fprintf(out, ": %s", c.Message)
 	}
 	fmt.Fprintln(out)
 	for _, s := range r.Rotation.WaitingFor {
 		fmt.Fprintf(out, "  waiting for %s\n", s)
 	}
 
-	switch {
-	case r.APIs.Status == string(metav1.ConditionFalse):
-		fmt.Fprintf(out, "\nKubernetes APIs: not all served: %s\n", r.APIs.Message)
-	case r.APIs.Status == string(metav1.ConditionTrue):
-		fmt.Fprintf(out, "\nKubernetes APIs: %s\n", r.APIs.Message)
+	if apis := meta.FindStatusCondition(r.Conditions, certapiv1alpha1.ConditionAPIsServed); apis != nil {
+		switch apis.Status {
+		case metav1.ConditionFalse:
+			fmt.Fprintf(out, "\nKubernetes APIs: not all served: %s\n", apis.Message)
+		case metav1.ConditionTrue:
+			fmt.Fprintf(out, "\nKubernetes APIs: %s\n", apis.Message)
+		}
 	}
 
 	if inj := r.Injection; inj != nil {
 		fmt.Fprintf(out, "\nInjection: %d targets: %d up to date, %d pending, %d skipped, %d in conflict, %d failed\n",
-			inj.Targets, inj.UpToDate, inj.Pending, inj.Skipped, inj.Conflicts, inj.Failed)
+			inj.Targets, inj.UpToDate, r.Counts.InjectionPending, inj.Skipped, inj.Conflicts, inj.Failed)
 		if inj.Failed > 0 {
-			fmt.Fprintf(out, "  failed (kube-apiserver refused the bundle; rotations do not wait for them): %s\n", inj.failedNames())
+			fmt.Fprintf(out, "  failed (kube-apiserver refused the bundle; rotations do not wait for them): %s\n", failedNames(inj))
 		}
 	} else {
 		fmt.Fprintln(out, "\nInjection: no summary yet")
 	}
-	printServed(out, r.Served)
-	if err := printEtcd(out, r.Time, r.Etcd); err != nil {
+	printServed(out, r.Served, r.Counts.ServedFailing)
+	if err := printEtcd(out, r.Time, r.Etcd, r.Counts); err != nil {
 		return err
 	}
 
@@ -136,12 +142,31 @@ func PrintReport(out io.Writer, r Report) error {
 	return w.Flush()
 }
 
-// conditionCell is a condition as one table cell: Status (Reason).
-func conditionCell(c ConditionSummary) string {
-	if c.Reason == "" {
-		return c.Status
+// conditionCell is the condition of type t as one table cell: Status (Reason), or Unknown when there is
+// none.
+func conditionCell(conds []metav1.Condition, t string) string {
+	c := meta.FindStatusCondition(conds, t)
+	switch {
+	case c == nil:
+		return string(metav1.ConditionUnknown)
+	case c.Reason == "":
+		return string(c.Status)
 	}
-	return c.Status + " (" + c.Reason + ")"
+	return string(c.Status) + " (" + c.Reason + ")"
+}
+
+// leaderText is status.leader as one table cell: the identity of the replica that leads, <none>,
+// <unknown> (the election could not be read), or what is wrong.
+func leaderText(l *certapiv1alpha1.CertificateAuthorityLeader) string {
+	switch {
+	case l == nil:
+		return "<not published: certapi is older than this plugin>"
+	case l.State == certapiv1alpha1.LeaderStateElected && l.Identity != "":
+		return l.Identity
+	case l.State == certapiv1alpha1.LeaderStateNone:
+		return "<none>"
+	}
+	return "<unknown>"
 }
 
 // indent prefixes every line of s with prefix.
@@ -151,17 +176,17 @@ func indent(s, prefix string) string {
 }
 
 // printEtcd writes the etcd cluster's section: nothing without one.
-func printEtcd(out io.Writer, now time.Time, e *EtcdReport) error {
+func printEtcd(out io.Writer, now time.Time, e *certapiv1alpha1.EtcdClusterStatus, counts ReportCounts) error {
 	if e == nil {
 		return nil
 	}
 	fmt.Fprintf(out, "\nEtcd cluster: %d voting, %d learning, %d of %d healthy; etcd leader %s\n",
-		e.Voters, e.Learners, e.Healthy, len(e.Members), e.Leader)
+		counts.EtcdVoters, counts.EtcdLearners, counts.EtcdHealthy, len(e.Members), e.Leader)
 	w := printers.GetNewTabWriter(out)
 	fmt.Fprintln(w, "MEMBER\tROLE\tHEALTHY\tLEADER")
 	for _, m := range e.Members {
 		leader := ""
-		if m.Leader {
+		if m.Name == e.Leader {
 			leader = "*"
 		}
 		fmt.Fprintf(w, "%s\t%s\t%t\t%s\n", m.Name, m.Role, m.Healthy, leader)
@@ -173,7 +198,7 @@ func printEtcd(out io.Writer, now time.Time, e *EtcdReport) error {
 	if p == nil {
 		return nil
 	}
-	fmt.Fprintf(out, "Etcd peer CA %s, valid until %s (%s left)", p.SerialNumber, formatTime(p.NotAfter), timeLeft(now, p.NotAfter))
+	fmt.Fprintf(out, "Etcd peer CA %s, valid until %s (%s left)", p.SerialNumber, formatTime(p.NotAfter.Time), timeLeft(now, p.NotAfter.Time))
 	switch {
 	case p.Rotating:
 		fmt.Fprintln(out, "; rotating to it: the members trust the CA it replaces too")
@@ -181,7 +206,7 @@ func printEtcd(out io.Writer, now time.Time, e *EtcdReport) error {
 			fmt.Fprintf(out, "  waiting for %s\n", m)
 		}
 	case p.RotateAt != nil:
-		fmt.Fprintf(out, "; rotates by itself at %s (`kubectl certapi rotate --etcd-peer` now)\n", formatTime(*p.RotateAt))
+		fmt.Fprintf(out, "; rotates by itself at %s (`kubectl certapi rotate --etcd-peer` now)\n", formatTime(p.RotateAt.Time))
 	default:
 		fmt.Fprintln(out)
 	}
@@ -189,12 +214,12 @@ func printEtcd(out io.Writer, now time.Time, e *EtcdReport) error {
 }
 
 // printServed writes what the injected webhooks and APIServices serve, and the slots that would fail.
-func printServed(out io.Writer, s *ServedReport) {
+func printServed(out io.Writer, s *certapiv1alpha1.ServedSummary, failing int32) {
 	if s == nil {
 		fmt.Fprintln(out, "\nServed certificates: not checked yet (certapi's check is off, or its first round is not done)")
 		return
 	}
-	fmt.Fprintf(out, "\nServed certificates: %d webhooks and APIServices checked: %d Verified, %d ExpiringSoon, %d would fail", s.Targets, s.Verified, s.ExpiringSoon, s.Failing)
+	fmt.Fprintf(out, "\nServed certificates: %d webhooks and APIServices checked: %d Verified, %d ExpiringSoon, %d would fail", s.Targets, s.Verified, s.ExpiringSoon, failing)
 	var parts []string
 	for _, c := range []struct {
 		state string
@@ -209,13 +234,13 @@ func printServed(out io.Writer, s *ServedReport) {
 		fmt.Fprintf(out, " (%s)", strings.Join(parts, ", "))
 	}
 	fmt.Fprintln(out)
-	for _, t := range s.NotVerified {
+	for _, t := range s.WorstTargets {
 		fmt.Fprintf(out, "  %s\n", t)
 	}
-	if more := int(s.Targets-s.Verified) - len(s.NotVerified); more > 0 {
+	if more := int(s.Targets-s.Verified) - len(s.WorstTargets); more > 0 {
 		fmt.Fprintf(out, "  and %d more\n", more)
 	}
-	if len(s.NotVerified) > 0 {
+	if len(s.WorstTargets) > 0 {
 		fmt.Fprintln(out, "  (`kubectl certapi inspect KIND/NAME` shows what each endpoint presents)")
 	}
 }

@@ -17,114 +17,59 @@ import (
 )
 
 // Report is what `kubectl certapi status` shows: the table, or this structure as JSON or YAML with -o.
+// What CertificateAuthority/default publishes is here as the API's own types, under the names of its
+// status fields (leader, conditions, certificates, injection, served, etcd: `kubectl explain
+// certificateauthority.status` describes them); what the plugin computes from them and from the
+// ServingCertRequests is in rotation, counts and requests.
 type Report struct {
 	// Time is when the report was made.
 	Time time.Time `json:"time"`
-	// Leader names the certapi replica that leads now, as CertificateAuthority/default's table says:
-	// a replica's identity, "<none>" when no replica leads, "<unknown>" when it could not be read.
-	Leader string `json:"leader"`
-	// Ready is CertificateAuthority/default's Ready condition.
-	Ready ConditionSummary `json:"ready"`
-	// APIs is its APIsServed condition: whether kube-apiserver serves every API certapi uses or, when not
-	// (an older Kubernetes), what certapi leaves off. Unknown before a leader of this version reported.
-	APIs ConditionSummary `json:"apis"`
+	// Leader is status.leader: the certapi replica that leads, as the replica that answered read the
+	// leader election. nil from a certapi older than this plugin.
+	Leader *certapiv1alpha1.CertificateAuthorityLeader `json:"leader,omitempty"`
+	// Conditions are status.conditions: Ready, Rotating and APIsServed.
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// Certificates are status.certificates: the CA certificates in the bundle and their roles.
+	Certificates []certapiv1alpha1.CertificateAuthorityCertificate `json:"certificates"`
+	// Injection is status.injection; nil before the leader reported.
+	Injection *certapiv1alpha1.InjectionSummary `json:"injection,omitempty"`
+	// Served is status.served: what the endpoints of the injected webhooks, conversion webhooks and
+	// APIServices serve, as certapi's leader last checked them; nil while the check is off or before its
+	// first round.
+	Served *certapiv1alpha1.ServedSummary `json:"served,omitempty"`
+	// Etcd is status.etcd: certapi's own etcd cluster (its replicas' embedded members), as the replica
+	// whose member is the etcd leader last wrote it; nil without one.
+	Etcd *certapiv1alpha1.EtcdClusterStatus `json:"etcd,omitempty"`
+
 	// Rotation is where a CA rotation stands and what its next step waits for.
 	Rotation RotationReport `json:"rotation"`
-	// CertificateAuthorities are the CA certificates in the bundle, Active first.
-	CertificateAuthorities []CAReport `json:"certificateAuthorities"`
-	// Injection counts the objects that opted in to caBundle injection; nil before the leader reported.
-	Injection *InjectionReport `json:"injection,omitempty"`
-	// Etcd is certapi's own etcd cluster (its replicas' embedded members), as the replica whose member
-	// is the etcd leader last wrote it into status.etcd; nil without one.
-	Etcd *EtcdReport `json:"etcd,omitempty"`
+	// Counts are computed from injection, served and etcd.
+	Counts ReportCounts `json:"counts"`
 	// Requests summarises the ServingCertRequests and lists those nearest expiry.
 	Requests RequestsReport `json:"requests"`
-	// Served is what the endpoints of the injected webhooks, conversion webhooks and APIServices serve,
-	// as certapi's leader last checked them (status.served); nil while the check is off or before its
-	// first round.
-	Served *ServedReport `json:"served,omitempty"`
 }
 
-// ServedReport counts the checked caBundle slots (each webhook of a webhook configuration, a CRD's
-// conversion webhook, an APIService) by the state of what their Service's endpoints serve, and names
-// those that are not Verified (docs/served-certificates.md).
-type ServedReport struct {
-	Targets         int32 `json:"targets"`
-	Verified        int32 `json:"verified"`
-	ExpiringSoon    int32 `json:"expiringSoon"`
-	Untrusted       int32 `json:"untrusted"`
-	NameMismatch    int32 `json:"nameMismatch"`
-	Expired         int32 `json:"expired"`
-	HandshakeFailed int32 `json:"handshakeFailed"`
-	Unreachable     int32 `json:"unreachable"`
-	NoEndpoints     int32 `json:"noEndpoints"`
-	// Failing is the number of slots kube-apiserver's calls would fail for now: every state but Verified
-	// and ExpiringSoon.
-	Failing int32 `json:"failing"`
-	// NotVerified names the slots that are not Verified, worst first (at most 10), as
-	// "<Kind> <name>[ webhook <webhook>]: <state>": status.served.worstTargets.
-	NotVerified []string `json:"notVerified"`
+// ReportCounts are the counts the report computes from the CertificateAuthority's status; each is zero
+// when the part it counts is absent.
+type ReportCounts struct {
+	// InjectionPending is the number of injection targets that do not hold the current bundle yet and
+	// that a rotation waits for: targets less upToDate, skipped, conflicts and failed.
+	InjectionPending int32 `json:"injectionPending"`
+	// ServedFailing is the number of served slots kube-apiserver's calls would fail for now: every state
+	// but Verified and ExpiringSoon.
+	ServedFailing int32 `json:"servedFailing"`
+	// EtcdVoters, EtcdLearners and EtcdHealthy count status.etcd.members.
+	EtcdVoters   int32 `json:"etcdVoters"`
+	EtcdLearners int32 `json:"etcdLearners"`
+	EtcdHealthy  int32 `json:"etcdHealthy"`
 }
 
-// servedReport is status.served for the report; nil when absent.
-func servedReport(s *certapiv1alpha1.ServedSummary) *ServedReport {
-	if s == nil {
-		return nil
-	}
-	r := &ServedReport{Targets: s.Targets, Verified: s.Verified, ExpiringSoon: s.ExpiringSoon, Untrusted: s.Untrusted,
-		NameMismatch: s.NameMismatch, Expired: s.Expired, HandshakeFailed: s.HandshakeFailed, Unreachable: s.Unreachable,
-		NoEndpoints: s.NoEndpoints, NotVerified: append([]string{}, s.WorstTargets...)}
-	r.Failing = max(0, r.Targets-r.Verified-r.ExpiringSoon)
-	return r
-}
-
-// EtcdReport is certapi's own etcd cluster: its members, the etcd leader, their health, the peer CA.
-type EtcdReport struct {
-	// Leader is the member that is the etcd leader.
-	Leader string `json:"leader"`
-	// Voters, Learners and Healthy count the members.
-	Voters   int `json:"voters"`
-	Learners int `json:"learners"`
-	Healthy  int `json:"healthy"`
-	// Members are every member, by name.
-	Members []EtcdMemberReport `json:"members"`
-	// PeerCA is the CA of the members' mutual TLS; nil when not reported.
-	PeerCA *EtcdPeerCAReport `json:"peerCA,omitempty"`
-}
-
-// EtcdMemberReport is one member.
-type EtcdMemberReport struct {
-	Name    string `json:"name"`
-	Role    string `json:"role"`
-	Healthy bool   `json:"healthy"`
-	Leader  bool   `json:"leader,omitempty"`
-}
-
-// EtcdPeerCAReport is the peer CA and its rotation.
-type EtcdPeerCAReport struct {
-	SerialNumber string     `json:"serialNumber"`
-	NotAfter     time.Time  `json:"notAfter"`
-	RotateAt     *time.Time `json:"rotateAt,omitempty"`
-	Rotating     bool       `json:"rotating,omitempty"`
-	WaitingFor   []string   `json:"waitingFor,omitempty"`
-}
-
-// ConditionSummary is one condition of the CertificateAuthority.
-type ConditionSummary struct {
-	// Status is True, False or Unknown (also when the condition is missing).
-	Status string `json:"status"`
-	// Reason and Message are the condition's.
-	Reason  string `json:"reason,omitempty"`
-	Message string `json:"message,omitempty"`
-	// Since is the condition's lastTransitionTime.
-	Since *time.Time `json:"since,omitempty"`
-}
-
-// RotationReport is where a CA rotation stands.
+// RotationReport is where a CA rotation stands: the Rotating condition (in conditions) read with the CA
+// certificates' lifetimes and the injection summary.
 type RotationReport struct {
-	// State is the Rotating condition's reason: Idle, NextPublished, Retiring or Distrusted.
+	// State is the Rotating condition's reason: Idle, NextPublished, Retiring or Distrusted; Unknown
+	// when there is none.
 	State string `json:"state"`
-	ConditionSummary
 	// WaitingFor says, in words, what the next step of the CA's lifecycle waits for.
 	WaitingFor []string `json:"waitingFor,omitempty"`
 	// NextRotation, when no rotation runs, is when the next one begins by itself: when a third of the
@@ -137,38 +82,24 @@ type RotationReport struct {
 	Pending bool `json:"pending,omitempty"`
 }
 
-// CAReport is one CA certificate in the bundle.
-type CAReport struct {
-	Role         string    `json:"role"`
-	SerialNumber string    `json:"serialNumber"`
-	SubjectKeyID string    `json:"subjectKeyID"`
-	NotBefore    time.Time `json:"notBefore"`
-	NotAfter     time.Time `json:"notAfter"`
-}
-
-// InjectionReport counts the opted-in objects by state.
-type InjectionReport struct {
-	Targets   int32 `json:"targets"`
-	UpToDate  int32 `json:"upToDate"`
-	Pending   int32 `json:"pending"`
-	Skipped   int32 `json:"skipped"`
-	Conflicts int32 `json:"conflicts"`
-	// Failed are the targets whose write kube-apiserver refused for good (too large, forbidden): a
-	// rotation does not wait for them. FailedTargets names the first few.
-	Failed        int32    `json:"failed"`
-	FailedTargets []string `json:"failedTargets,omitempty"`
-}
-
-// failedNames lists the failed targets the report names, and how many more it counts.
-func (r *InjectionReport) failedNames() string {
-	out := strings.Join(r.FailedTargets, ", ")
-	if more := int(r.Failed) - len(r.FailedTargets); more > 0 {
+// failedNames lists the failed injection targets status.injection names, and how many more it counts.
+func failedNames(inj *certapiv1alpha1.InjectionSummary) string {
+	out := strings.Join(inj.FailedTargets, ", ")
+	if more := int(inj.Failed) - len(inj.FailedTargets); more > 0 {
 		if out != "" {
 			out += " and "
 		}
 		out += fmt.Sprintf("%d more", more)
 	}
 	return out
+}
+
+// injectionPending is the number of targets a rotation waits for that do not hold the current bundle.
+func injectionPending(inj *certapiv1alpha1.InjectionSummary) int32 {
+	if inj == nil {
+		return 0
+	}
+	return max(0, inj.Targets-inj.UpToDate-inj.Skipped-inj.Conflicts-inj.Failed)
 }
 
 // RequestsReport summarises ServingCertRequests.
@@ -207,9 +138,9 @@ type RequestReport struct {
 
 // ReportInput is what BuildReport reads; the command fetches it.
 type ReportInput struct {
-	Now    time.Time
-	CA     *certapiv1alpha1.CertificateAuthority
-	Leader string
+	Now time.Time
+	// CA is CertificateAuthority/default, with status.leader as the replica that answered read it.
+	CA *certapiv1alpha1.CertificateAuthority
 	// Requests are the listed ServingCertRequests; RequestsError is set instead when listing failed.
 	Requests      []certapiv1alpha1.ServingCertRequest
 	RequestsError error
@@ -221,66 +152,31 @@ type ReportInput struct {
 
 // BuildReport makes the status report from what was read.
 func BuildReport(in ReportInput) Report {
-	ca := in.CA
-	r := Report{Time: in.Now, Leader: in.Leader}
-	r.Ready = conditionSummary(ca.Status.Conditions, certapiv1alpha1.ConditionReady)
-	r.APIs = conditionSummary(ca.Status.Conditions, certapiv1alpha1.ConditionAPIsServed)
-	for _, c := range ca.Status.Certificates {
-		r.CertificateAuthorities = append(r.CertificateAuthorities, CAReport{
-			Role: string(c.Role), SerialNumber: c.SerialNumber, SubjectKeyID: c.SubjectKeyID,
-			NotBefore: c.NotBefore.Time, NotAfter: c.NotAfter.Time,
-		})
+	st := in.CA.Status
+	r := Report{Time: in.Now, Leader: st.Leader, Conditions: st.Conditions, Certificates: st.Certificates,
+		Injection: st.Injection, Served: st.Served, Etcd: st.Etcd}
+	if r.Certificates == nil {
+		r.Certificates = []certapiv1alpha1.CertificateAuthorityCertificate{}
 	}
-	if inj := ca.Status.Injection; inj != nil {
-		r.Injection = &InjectionReport{Targets: inj.Targets, UpToDate: inj.UpToDate, Skipped: inj.Skipped, Conflicts: inj.Conflicts,
-			Failed: inj.Failed, FailedTargets: inj.FailedTargets,
-			Pending: max(0, inj.Targets-inj.UpToDate-inj.Skipped-inj.Conflicts-inj.Failed)}
+	r.Counts.InjectionPending = injectionPending(st.Injection)
+	if s := st.Served; s != nil {
+		r.Counts.ServedFailing = max(0, s.Targets-s.Verified-s.ExpiringSoon)
+	}
+	if e := st.Etcd; e != nil {
+		for _, m := range e.Members {
+			if m.Role == certapiv1alpha1.EtcdMemberLearner {
+				r.Counts.EtcdLearners++
+			} else {
+				r.Counts.EtcdVoters++
+			}
+			if m.Healthy {
+				r.Counts.EtcdHealthy++
+			}
+		}
 	}
 	r.Requests = requestsReport(in)
-	r.Rotation = rotationReport(ca, r.Injection, r.Requests, in.Now)
-	r.Etcd = etcdReport(ca.Status.Etcd)
-	r.Served = servedReport(ca.Status.Served)
+	r.Rotation = rotationReport(in.CA, r.Requests, in.Now)
 	return r
-}
-
-// etcdReport is status.etcd for the report; nil when absent.
-func etcdReport(e *certapiv1alpha1.EtcdClusterStatus) *EtcdReport {
-	if e == nil {
-		return nil
-	}
-	r := &EtcdReport{Leader: e.Leader, Members: []EtcdMemberReport{}}
-	for _, m := range e.Members {
-		if m.Role == certapiv1alpha1.EtcdMemberLearner {
-			r.Learners++
-		} else {
-			r.Voters++
-		}
-		if m.Healthy {
-			r.Healthy++
-		}
-		r.Members = append(r.Members, EtcdMemberReport{Name: m.Name, Role: string(m.Role), Healthy: m.Healthy, Leader: m.Name == e.Leader})
-	}
-	if p := e.PeerCA; p != nil {
-		r.PeerCA = &EtcdPeerCAReport{SerialNumber: p.SerialNumber, NotAfter: p.NotAfter.Time, Rotating: p.Rotating, WaitingFor: p.WaitingFor}
-		if p.RotateAt != nil {
-			at := p.RotateAt.Time
-			r.PeerCA.RotateAt = &at
-		}
-	}
-	return r
-}
-
-func conditionSummary(conds []metav1.Condition, t string) ConditionSummary {
-	c := meta.FindStatusCondition(conds, t)
-	if c == nil {
-		return ConditionSummary{Status: string(metav1.ConditionUnknown), Message: "no " + t + " condition yet"}
-	}
-	since := c.LastTransitionTime.Time
-	s := ConditionSummary{Status: string(c.Status), Reason: c.Reason, Message: c.Message}
-	if !since.IsZero() {
-		s.Since = &since
-	}
-	return s
 }
 
 // certificate returns the CA certificate of role in status, or nil.
@@ -294,11 +190,15 @@ func certificate(ca *certapiv1alpha1.CertificateAuthority, role certapiv1alpha1.
 }
 
 // rotationReport says where the rotation stands and what its next step waits for.
-func rotationReport(ca *certapiv1alpha1.CertificateAuthority, inj *InjectionReport, reqs RequestsReport, now time.Time) RotationReport {
-	cond := conditionSummary(ca.Status.Conditions, certapiv1alpha1.ConditionRotating)
-	r := RotationReport{State: cond.Reason, ConditionSummary: cond}
+func rotationReport(ca *certapiv1alpha1.CertificateAuthority, reqs RequestsReport, now time.Time) RotationReport {
+	inj := ca.Status.Injection
+	cond := meta.FindStatusCondition(ca.Status.Conditions, certapiv1alpha1.ConditionRotating)
+	if cond == nil {
+		cond = &metav1.Condition{}
+	}
+	r := RotationReport{State: cond.Reason}
 	if r.State == "" {
-		r.State = "Unknown"
+		r.State = string(metav1.ConditionUnknown)
 	}
 	if ca.Status.ObservedGeneration < ca.Generation {
 		r.Pending = true
@@ -332,8 +232,8 @@ func rotationReport(ca *certapiv1alpha1.CertificateAuthority, inj *InjectionRepo
 		switch {
 		case inj == nil:
 			r.WaitingFor = append(r.WaitingFor, "every injection target to hold the bundle with "+name+" (no injection summary yet)")
-		case inj.Pending > 0:
-			r.WaitingFor = append(r.WaitingFor, fmt.Sprintf("%d of %d injection targets to take the bundle with %s", inj.Pending, inj.Targets, name))
+		case injectionPending(inj) > 0:
+			r.WaitingFor = append(r.WaitingFor, fmt.Sprintf("%d of %d injection targets to take the bundle with %s", injectionPending(inj), inj.Targets, name))
 		default:
 			r.WaitingFor = append(r.WaitingFor, fmt.Sprintf("nothing from the injection targets: every injectable one holds %s", name))
 		}
@@ -343,11 +243,11 @@ func rotationReport(ca *certapiv1alpha1.CertificateAuthority, inj *InjectionRepo
 		}
 		if inj != nil && inj.Failed > 0 {
 			r.WaitingFor = append(r.WaitingFor, fmt.Sprintf("(%d failed targets do not hold the gate either: kube-apiserver refused them the bundle, so they will not trust %s; "+
-				"their Warning Events (reason InjectionFailed) say why: %s)", inj.Failed, name, inj.failedNames()))
+				"their Warning Events (reason InjectionFailed) say why: %s)", inj.Failed, name, failedNames(inj)))
 		}
 		since := "its publication"
-		if cond.Since != nil {
-			since = formatTime(*cond.Since)
+		if !cond.LastTransitionTime.IsZero() {
+			since = formatTime(cond.LastTransitionTime.Time)
 		}
 		r.WaitingFor = append(r.WaitingFor, "the rotation grace period (certapi's --rotation-grace, default 1h) from "+since)
 		if active != nil {

@@ -3,11 +3,15 @@ package kubectlcertapi
 import (
 	"bytes"
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
 
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
 
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 )
@@ -47,7 +51,7 @@ func TestBuildReportRequests(t *testing.T) {
 		request("ns2", "mid", "", string(fromStranger), at(24*time.Hour), at(12*time.Hour), metav1.ConditionFalse, "SecretConflict"),
 		request("ns2", "never", "never-tls", "", nil, nil, "", ""),
 	}
-	r := BuildReport(ReportInput{Now: t0, CA: ca, Leader: "certapi-0", Requests: reqs, Scope: allNamespaces, Nearest: 2})
+	r := BuildReport(ReportInput{Now: t0, CA: ca, Requests: reqs, Scope: allNamespaces, Nearest: 2})
 	q := r.Requests
 	if q.Total != 4 || q.NotReady != 2 || q.NotIssued != 1 || q.Overdue != 1 || q.Secrets != 3 || q.SecretsFromActive != 1 {
 		t.Fatalf("counts %+v", q)
@@ -63,7 +67,7 @@ func TestBuildReportRequests(t *testing.T) {
 		t.Errorf("mid %+v", mid)
 	}
 
-	r = BuildReport(ReportInput{Now: t0, CA: ca, Leader: "x", RequestsError: errors.New("forbidden"), Scope: allNamespaces, Nearest: 5})
+	r = BuildReport(ReportInput{Now: t0, CA: ca, RequestsError: errors.New("forbidden"), Scope: allNamespaces, Nearest: 5})
 	if r.Requests.Error != "forbidden" || r.Requests.Total != 0 || r.Requests.NearestExpiry == nil {
 		t.Fatalf("with a list error: %+v", r.Requests)
 	}
@@ -169,7 +173,7 @@ func TestBuildReportRotation(t *testing.T) {
 		nextRotation: &third,
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := BuildReport(ReportInput{Now: t0, CA: tc.ca, Leader: "l", Requests: tc.requests, Scope: allNamespaces, Nearest: 5})
+			r := BuildReport(ReportInput{Now: t0, CA: tc.ca, Requests: tc.requests, Scope: allNamespaces, Nearest: 5})
 			if len(r.Rotation.WaitingFor) != len(tc.want) {
 				t.Fatalf("waitingFor %q, want %d entries like %q", r.Rotation.WaitingFor, len(tc.want), tc.want)
 			}
@@ -196,7 +200,7 @@ func TestPrintReport(t *testing.T) {
 	active := newCA(t, t0.Add(-24*time.Hour), 365*24*time.Hour)
 	fromActive, _ := leaf(t, active, "web", "team-a", t0, 168*time.Hour)
 	ca := caObject(idle(), &certapiv1alpha1.InjectionSummary{Targets: 4, UpToDate: 2, Skipped: 1, Conflicts: 0}, caEntry(active, "Active"))
-	r := BuildReport(ReportInput{Now: t0, CA: ca, Leader: "certapi-0", Scope: allNamespaces, Nearest: 5,
+	r := BuildReport(ReportInput{Now: t0, CA: ca, Scope: allNamespaces, Nearest: 5,
 		Requests: []certapiv1alpha1.ServingCertRequest{request("team-a", "web", "web-tls", string(fromActive), at(168*time.Hour), at(-time.Hour), "True", "Issued")}})
 	var out bytes.Buffer
 	if err := PrintReport(&out, r); err != nil {
@@ -228,9 +232,9 @@ func TestPrintReportFailedTargets(t *testing.T) {
 	active := newCA(t, t0.Add(-24*time.Hour), 365*24*time.Hour)
 	ca := caObject(idle(), &certapiv1alpha1.InjectionSummary{Targets: 15, UpToDate: 2, Skipped: 1, Failed: 12,
 		FailedTargets: []string{"ConfigMap a/big", "ConfigMap b/big"}}, caEntry(active, "Active"))
-	r := BuildReport(ReportInput{Now: t0, CA: ca, Leader: "certapi-0", Scope: allNamespaces, Nearest: 5})
-	if r.Injection.Pending != 0 || r.Injection.Failed != 12 {
-		t.Errorf("injection report = %+v", r.Injection)
+	r := BuildReport(ReportInput{Now: t0, CA: ca, Scope: allNamespaces, Nearest: 5})
+	if r.Counts.InjectionPending != 0 || r.Injection.Failed != 12 {
+		t.Errorf("injection %+v, counts %+v", r.Injection, r.Counts)
 	}
 	var out bytes.Buffer
 	if err := PrintReport(&out, r); err != nil {
@@ -290,9 +294,12 @@ func TestPrintReportEtcd(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			ca := caObject(idle(), nil, caEntry(active, "Active"))
 			ca.Status.Etcd = tt.etcd
-			r := BuildReport(ReportInput{Now: t0, CA: ca, Leader: "certapi-0", Scope: allNamespaces, Nearest: 5})
-			if (r.Etcd == nil) != (tt.etcd == nil) {
-				t.Fatalf("report's etcd = %+v", r.Etcd)
+			r := BuildReport(ReportInput{Now: t0, CA: ca, Scope: allNamespaces, Nearest: 5})
+			if r.Etcd != tt.etcd {
+				t.Fatalf("report's etcd = %+v, want status.etcd itself", r.Etcd)
+			}
+			if want := (ReportCounts{EtcdVoters: 2, EtcdLearners: 1, EtcdHealthy: 2}); tt.etcd != nil && r.Counts != want {
+				t.Errorf("counts %+v, want %+v", r.Counts, want)
 			}
 			var out bytes.Buffer
 			if err := PrintReport(&out, r); err != nil {
@@ -334,9 +341,9 @@ func TestPrintReportAPIs(t *testing.T) {
 			if tc.cond != nil {
 				ca.Status.Conditions = append(ca.Status.Conditions, *tc.cond)
 			}
-			r := BuildReport(ReportInput{Now: t0, CA: ca, Leader: "certapi-0", Scope: allNamespaces, Nearest: 5})
-			if tc.cond != nil && (r.APIs.Status != string(tc.cond.Status) || r.APIs.Reason != tc.cond.Reason) {
-				t.Errorf("report APIs %+v; want the condition's status and reason", r.APIs)
+			r := BuildReport(ReportInput{Now: t0, CA: ca, Scope: allNamespaces, Nearest: 5})
+			if got := meta.FindStatusCondition(r.Conditions, certapiv1alpha1.ConditionAPIsServed); tc.cond != nil && (got == nil || *got != *tc.cond) {
+				t.Errorf("report's APIsServed condition %+v; want %+v", got, tc.cond)
 			}
 			var out bytes.Buffer
 			if err := PrintReport(&out, r); err != nil {
@@ -357,7 +364,7 @@ func TestPrintReportAPIs(t *testing.T) {
 func TestReportServed(t *testing.T) {
 	active := newCA(t, t0.Add(-24*time.Hour), 365*24*time.Hour)
 	ca := caObject(idle(), nil, caEntry(active, "Active"))
-	r := BuildReport(ReportInput{Now: t0, CA: ca, Leader: "certapi-0", Scope: allNamespaces})
+	r := BuildReport(ReportInput{Now: t0, CA: ca, Scope: allNamespaces})
 	var out bytes.Buffer
 	if err := PrintReport(&out, r); err != nil {
 		t.Fatal(err)
@@ -368,9 +375,9 @@ func TestReportServed(t *testing.T) {
 
 	ca.Status.Served = &certapiv1alpha1.ServedSummary{Targets: 15, Verified: 2, ExpiringSoon: 1, Untrusted: 10, Unreachable: 2,
 		WorstTargets: []string{"ValidatingWebhookConfiguration v webhook a.example.com: Untrusted", "APIService v1.example.com: Unreachable"}}
-	r = BuildReport(ReportInput{Now: t0, CA: ca, Leader: "certapi-0", Scope: allNamespaces})
-	if r.Served == nil || r.Served.Failing != 12 || r.Served.Untrusted != 10 || len(r.Served.NotVerified) != 2 {
-		t.Fatalf("served report %+v", r.Served)
+	r = BuildReport(ReportInput{Now: t0, CA: ca, Scope: allNamespaces})
+	if r.Served != ca.Status.Served || r.Counts.ServedFailing != 12 {
+		t.Fatalf("served %+v, counts %+v; want status.served itself and 12 failing", r.Served, r.Counts)
 	}
 	out.Reset()
 	if err := PrintReport(&out, r); err != nil {
@@ -391,7 +398,7 @@ func TestReportServed(t *testing.T) {
 	if err := printStructured(&out, outputJSON, r); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{`"served": {`, `"failing": 12`, `"untrusted": 10`, `"notVerified": [`} {
+	for _, want := range []string{`"served": {`, `"servedFailing": 12`, `"untrusted": 10`, `"worstTargets": [`} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("JSON lacks %q:\n%s", want, out.String())
 		}
@@ -408,9 +415,85 @@ func TestRotationReportPendingRequest(t *testing.T) {
 			NotBefore: metav1.NewTime(now.Add(-time.Hour)), NotAfter: metav1.NewTime(now.Add(1000 * time.Hour))}},
 		PendingRequest: &certapiv1alpha1.CertificateAuthorityPendingRequest{Reason: "ForceRotation", CreatedAt: metav1.NewTime(now), ActiveNotAfter: metav1.NewTime(now.Add(1000 * time.Hour))},
 	}}
-	r := rotationReport(ca, nil, RequestsReport{}, now)
+	r := rotationReport(ca, RequestsReport{}, now)
 	got := strings.Join(r.WaitingFor, "\n")
 	if !strings.Contains(got, "kubectl certapi ca import") || strings.Contains(got, "nothing: the next rotation begins") || r.NextRotation != nil {
 		t.Fatalf("waiting for:\n%s", got)
+	}
+}
+
+// TestReportStructuredIsTheAPI: -o json and -o yaml print the parts CertificateAuthority/default
+// publishes as the API's types, under its status field names: each decodes, strictly, into the API type
+// and equals what status held; the computed parts sit beside them.
+func TestReportStructuredIsTheAPI(t *testing.T) {
+	active := newCA(t, t0.Add(-24*time.Hour), 365*24*time.Hour)
+	ca := caObject(idle(), &certapiv1alpha1.InjectionSummary{Targets: 4, UpToDate: 2, Skipped: 1}, caEntry(active, "Active"))
+	rotateAt := metav1.NewTime(t0.Add(time.Hour).Truncate(time.Second))
+	ca.Status.Etcd = &certapiv1alpha1.EtcdClusterStatus{Leader: "certapi-1",
+		Members: []certapiv1alpha1.EtcdMemberStatus{{Name: "certapi-0", Role: certapiv1alpha1.EtcdMemberVoter, Healthy: true}, {Name: "certapi-1", Role: certapiv1alpha1.EtcdMemberVoter}},
+		PeerCA:  &certapiv1alpha1.EtcdPeerCAStatus{SerialNumber: "5e", NotAfter: metav1.NewTime(t0.Add(48 * time.Hour)), RotateAt: &rotateAt}}
+	ca.Status.Served = &certapiv1alpha1.ServedSummary{Targets: 3, Verified: 1, Untrusted: 2, WorstTargets: []string{"APIService v1.example.com: Untrusted"}}
+	r := BuildReport(ReportInput{Now: t0, CA: ca, Scope: allNamespaces, Nearest: 5})
+
+	for _, format := range []string{outputJSON, outputYAML} {
+		t.Run(format, func(t *testing.T) {
+			var out bytes.Buffer
+			if err := printStructured(&out, format, r); err != nil {
+				t.Fatal(err)
+			}
+			var doc map[string]any
+			if err := yaml.Unmarshal(out.Bytes(), &doc); err != nil {
+				t.Fatal(err)
+			}
+			for field, want := range map[string]any{
+				"leader": ca.Status.Leader, "conditions": &ca.Status.Conditions, "certificates": &ca.Status.Certificates,
+				"injection": ca.Status.Injection, "served": ca.Status.Served, "etcd": ca.Status.Etcd,
+			} {
+				part, err := yaml.Marshal(doc[field])
+				if err != nil {
+					t.Fatal(err)
+				}
+				got := reflect.New(reflect.TypeOf(want).Elem()).Interface()
+				if err := yaml.UnmarshalStrict(part, got); err != nil {
+					t.Fatalf("%s does not decode strictly into %T: %v\n%s", field, want, err, part)
+				}
+				if !apiequality.Semantic.DeepEqual(got, want) {
+					t.Errorf("%s = %+v, want status.%s %+v", field, got, field, want)
+				}
+			}
+			counts, _ := yaml.Marshal(doc["counts"])
+			var c ReportCounts
+			if err := yaml.UnmarshalStrict(counts, &c); err != nil || c != (ReportCounts{InjectionPending: 1, ServedFailing: 2, EtcdVoters: 2, EtcdHealthy: 1}) {
+				t.Errorf("counts %+v (%v)", c, err)
+			}
+			if !strings.Contains(out.String(), "Elected") || !strings.Contains(out.String(), "certapi-0") {
+				t.Errorf("no leader in:\n%s", out.String())
+			}
+		})
+	}
+}
+
+// TestPrintReportLeader: the LEADER cell says who leads, that none does, that the election could not
+// be read, or that certapi publishes no status.leader.
+func TestPrintReportLeader(t *testing.T) {
+	active := newCA(t, t0.Add(-24*time.Hour), 365*24*time.Hour)
+	for _, tc := range []struct {
+		leader *certapiv1alpha1.CertificateAuthorityLeader
+		want   string
+	}{
+		{&certapiv1alpha1.CertificateAuthorityLeader{State: certapiv1alpha1.LeaderStateElected, Identity: "certapi-2"}, "default                 certapi-2   True"},
+		{&certapiv1alpha1.CertificateAuthorityLeader{State: certapiv1alpha1.LeaderStateNone}, "default                 <none>   True"},
+		{&certapiv1alpha1.CertificateAuthorityLeader{State: certapiv1alpha1.LeaderStateUnknown}, "default                 <unknown>   True"},
+		{nil, "<not published: certapi is older than this plugin>"},
+	} {
+		ca := caObject(idle(), nil, caEntry(active, "Active"))
+		ca.Status.Leader = tc.leader
+		var out bytes.Buffer
+		if err := PrintReport(&out, BuildReport(ReportInput{Now: t0, CA: ca, Scope: allNamespaces})); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(out.String(), tc.want) {
+			t.Errorf("leader %+v: output lacks %q:\n%s", tc.leader, tc.want, out.String())
+		}
 	}
 }

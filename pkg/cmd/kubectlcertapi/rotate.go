@@ -366,8 +366,7 @@ func ProgressLines(ca *certapiv1alpha1.CertificateAuthority) []string {
 func injectionLine(inj *certapiv1alpha1.InjectionSummary) string {
 	line := fmt.Sprintf("%d of %d targets hold the current bundle (%d skipped, %d in conflict", inj.UpToDate, inj.Targets, inj.Skipped, inj.Conflicts)
 	if inj.Failed > 0 {
-		r := InjectionReport{Failed: inj.Failed, FailedTargets: inj.FailedTargets}
-		line += fmt.Sprintf(", %d failed and not waited for: %s", inj.Failed, r.failedNames())
+		line += fmt.Sprintf(", %d failed and not waited for: %s", inj.Failed, failedNames(inj))
 	}
 	return line + ")"
 }

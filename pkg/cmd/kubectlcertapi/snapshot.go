@@ -25,6 +25,7 @@ import (
 	"k8s.io/client-go/tools/remotecommand"
 	"k8s.io/kubectl/pkg/util/templates"
 
+	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	"github.com/certapi/certapi/pkg/snapshot/sha256trailer"
 )
 
@@ -42,7 +43,7 @@ var snapshotSaveLong = templates.LongDesc(`
 	holds them, with the encryption configuration's key, which is not in the snapshot) and every certapi
 	object.
 
-	The plugin finds the replica that leads (the Leader of CertificateAuthority/default), and runs
+	The plugin finds the replica that leads (status.leader of CertificateAuthority/default), and runs
 	"certapi snapshot save -" in its pod through pods/exec, as "kubectl exec" would, with the --data-dir
 	and --encryption-provider-config the pod runs with. It needs what "kubectl exec" into certapi's pods
 	needs (create on pods/exec in certapi's namespace), nothing more. The member streams the snapshot and
@@ -224,12 +225,13 @@ func (o *snapshotSaveOptions) sourcePod(ctx context.Context, c *clients) (*corev
 	}
 	name := o.pod
 	if name == "" {
-		leader, err := readLeader(ctx, c.certapi)
+		ca, err := c.certapi.CertapiV1alpha1().CertificateAuthorities().Get(ctx, certapiv1alpha1.CertificateAuthorityName, metav1.GetOptions{})
 		if err != nil {
-			return nil, fmt.Errorf("finding the replica that leads: %w", err)
+			return nil, fmt.Errorf("reading %s to find the replica that leads (or give --pod): %w", caResource, err)
 		}
-		if !leaderKnown(leader) {
-			return nil, fmt.Errorf("no certapi replica leads now (Leader %s): see kubectl certapi check, or give --pod", leader)
+		leader, err := leaderIdentity(ca)
+		if err != nil {
+			return nil, fmt.Errorf("finding the replica that leads: %w (see kubectl certapi check, or give --pod)", err)
 		}
 		name = leader
 	}

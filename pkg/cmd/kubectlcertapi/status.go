@@ -40,7 +40,20 @@ func newStatusCmd(root *rootOptions) *cobra.Command {
 			is the etcd leader last wrote them into status.etcd; and the ServingCertRequests whose
 			certificates expire first, with the CA that signed each.
 
-			Requests are listed in every namespace, or only in the one -n names.`),
+			Requests are listed in every namespace, or only in the one -n names.
+
+			With -o json or -o yaml it prints the report as one object. What CertificateAuthority/default
+			publishes is in it as the API's own types, under the names of its status fields ("kubectl
+			explain certificateauthority.status" describes each): leader (the replica that leads: state
+			Elected with its identity, None or Unknown), conditions, certificates, injection, served and
+			etcd. The rest the plugin computes: time (when the report was made); rotation (state, the
+			Rotating condition's reason; waitingFor, in words; nextRotation; forcedSwitchAt; pending, when
+			certapi has not acted on the latest spec yet); counts (injectionPending, the injection targets a
+			rotation still waits for; servedFailing, the served slots kube-apiserver's calls would fail for;
+			etcdVoters, etcdLearners and etcdHealthy, counted from etcd.members); and requests (scope; error,
+			when they could not be listed; total, notReady, notIssued, overdue, secrets, secretsFromActive;
+			nearestExpiry, each with namespace, name, ready, notAfter, renewalTime, overdue and signedBy, the
+			role of the CA that signed its certificate).`),
 		Example: templates.Examples(`
 			kubectl certapi status
 			kubectl certapi status -n webhooks --requests=20
@@ -92,13 +105,9 @@ func readReport(ctx context.Context, c *clients, namespace, scope string, neares
 	if err != nil {
 		return Report{}, err // not wrapped: cmdutil.CheckErr prints the API's errors as kubectl does
 	}
-	leader, err := readLeader(ctx, c.certapi)
-	if err != nil {
-		leader = "<unknown>"
-	}
 	requests, listErr := listRequests(ctx, c.certapi, namespace)
 	return BuildReport(ReportInput{
-		Now: time.Now(), CA: ca, Leader: leader,
+		Now: time.Now(), CA: ca,
 		Requests: requests, RequestsError: listErr, Scope: scope, Nearest: nearest,
 	}), nil
 }

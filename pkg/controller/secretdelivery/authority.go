@@ -3,8 +3,8 @@ package secretdelivery
 import (
 	"bytes"
 
+	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/klog/v2"
 )
 
 // onAuthority is the Authority's listener: a new signing CA or bundle re-examines every delivered
@@ -13,10 +13,20 @@ import (
 func (c *Controller) onAuthority() {
 	if c.authorityChanged() {
 		n := c.enqueueAll()
-		klog.Background().WithName("secretdelivery").Info("CA bundle or signing CA changed; re-examining every delivered Secret", "requests", n)
+		c.logger().Info("CA bundle or signing CA changed; re-examining every delivered Secret", "requests", n)
 		return
 	}
 	c.enqueueNotSigning()
+}
+
+// logger is Run's logger, for the Authority's listener, which has no context of its own. A change the
+// Authority announces before Run began (between the term adding its listeners and running its
+// controllers) still enqueues every request; only its log line is dropped.
+func (c *Controller) logger() logr.Logger {
+	if l := c.log.Load(); l != nil {
+		return *l
+	}
+	return logr.Discard()
 }
 
 // authorityChanged records the Authority's signing CA and bundle and reports whether either differs

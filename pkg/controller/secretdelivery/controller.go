@@ -17,8 +17,10 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/go-logr/logr"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -28,6 +30,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
@@ -127,6 +130,8 @@ type Controller struct {
 
 	// changes tells the listeners (see AddListener).
 	changes controller.Listeners
+	// log is Run's logger (see logger).
+	log atomic.Pointer[logr.Logger]
 }
 
 // New checks o and builds a Controller. It declares on the term's Context what the controller watches
@@ -256,6 +261,8 @@ func indexBySecretName(obj any) ([]string, error) {
 // every cache has synced. Its run is its queue's, which runs once, and in the labelled-namespaces scope
 // also the namespace queue's, whose Secret informers it stops before it returns.
 func (c *Controller) Run(ctx context.Context) error {
+	logger := klog.FromContext(ctx)
+	c.log.Store(&logger)
 	if c.nsSecrets == nil {
 		return c.queue.Run(ctx)
 	}

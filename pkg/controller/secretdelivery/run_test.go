@@ -20,6 +20,8 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/ktesting"
 
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	"github.com/certapi/certapi/pkg/controller"
@@ -426,4 +428,36 @@ func TestRunNamespaceOptIn(t *testing.T) {
 	}
 	refuse.Store(false) // the RoleBinding is created: the informer's next retry succeeds
 	eventually(t, "the Secret once kube-apiserver allows it", func() bool { return secret("locked", "api-tls") != nil })
+}
+
+// TestAuthorityChangeLogsThroughRunsLogger: the Authority's listener, which has no context of its own,
+// logs a new CA bundle through the logger of the controller's Run (the term's, named for the controller).
+func TestAuthorityChangeLogsThroughRunsLogger(t *testing.T) {
+	e := newRunEnv(t)
+	cc := newTestContext(t, e.kube, e.certapi)
+	c, err := New(Options{Context: cc, Authority: e.authority, Status: e.status})
+	if err != nil {
+		t.Fatal(err)
+	}
+	logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.BufferLogs(true)))
+	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logger))
+	done := make(chan error, 1)
+	go func() { done <- cc.RunTerm(ctx, controller.Named{Name: "secretdelivery", Runnable: c}) }()
+	defer func() { cancel(); <-done }()
+
+	// A delivered Secret says Run runs.
+	req := newRequest("webhook", "webhook-svc", "webhook-tls")
+	if _, err := e.certapi.CertapiV1alpha1().ServingCertRequests(testNamespace).Create(context.Background(), req, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the Secret", func() bool { return e.secret("webhook-tls") != nil })
+
+	ca, _, _ := e.authority.Signing()
+	next := newTestCA(t, time.Now())
+	e.authority.set(ca, signer.EncodeBundle(ca.Certificate, next.Certificate), true)
+	buffer := logger.GetSink().(ktesting.Underlier).GetBuffer()
+	eventually(t, "the log of the new bundle", func() bool {
+		out := buffer.String()
+		return strings.Contains(out, "secretdelivery: CA bundle or signing CA changed; re-examining every delivered Secret")
+	})
 }

@@ -79,7 +79,7 @@ func (s *PeerCASecret) LoadOrCreate(ctx context.Context) (*etcdcluster.PeerCA, e
 		var err error
 		ca, err = s.loadOrCreateRetried(ctx)
 		if errors.Is(err, errNoPeerCAYet) {
-			klog.InfoS("Waiting for the etcd peer CA Secret", "secret", klog.KRef(s.Namespace, s.Name), "reason", err.Error())
+			klog.FromContext(ctx).Info("Waiting for the etcd peer CA Secret", "secret", klog.KRef(s.Namespace, s.Name), "reason", err.Error())
 			return false, nil
 		}
 		return err == nil, err
@@ -100,7 +100,7 @@ func (s *PeerCASecret) loadOrCreateRetried(ctx context.Context) (*etcdcluster.Pe
 			return true, nil
 		case transient(err):
 			last = err
-			klog.InfoS("Reading the etcd peer CA failed; retrying", "secret", klog.KRef(s.Namespace, s.Name), "err", err)
+			klog.FromContext(ctx).Info("Reading the etcd peer CA failed; retrying", "secret", klog.KRef(s.Namespace, s.Name), "err", err)
 			return false, nil
 		default:
 			return false, err
@@ -152,7 +152,7 @@ func (s *PeerCASecret) loadOrCreate(ctx context.Context) (*etcdcluster.PeerCA, e
 		created, cerr := secrets.Create(ctx, sec, metav1.CreateOptions{FieldManager: certapiv1alpha1.FieldManager})
 		switch {
 		case cerr == nil:
-			klog.InfoS("Created the etcd peer CA", "secret", klog.KObj(created), "notAfter", ca.Certificate.NotAfter)
+			klog.FromContext(ctx).Info("Created the etcd peer CA", "secret", klog.KObj(created), "notAfter", ca.Certificate.NotAfter)
 			return ca, nil
 		case apierrors.IsAlreadyExists(cerr):
 			sec, err = secrets.Get(ctx, s.Name, metav1.GetOptions{})
@@ -301,7 +301,7 @@ func (s *PeerCASecret) Watch(ctx context.Context, fn func(etcdcluster.PeerCAStat
 		}
 		st, err := s.state(sec)
 		if err != nil {
-			klog.ErrorS(err, "Ignoring the etcd peer CA Secret's change")
+			klog.FromContext(ctx).Error(err, "Ignoring the etcd peer CA Secret's change")
 			return
 		}
 		fn(st)
@@ -387,7 +387,7 @@ func StatefulSetReplicas(client kubernetes.Interface, namespace, name string) fu
 		defer cancel()
 		sts, err := client.AppsV1().StatefulSets(namespace).Get(ctx, name, metav1.GetOptions{})
 		if err != nil || sts.Spec.Replicas == nil {
-			klog.V(2).InfoS("Cannot read the StatefulSet's replicas; scaled-away members wait out the dead-member timeout", "statefulset", klog.KRef(namespace, name), "err", err)
+			klog.FromContext(ctx).V(2).Info("Cannot read the StatefulSet's replicas; scaled-away members wait out the dead-member timeout", "statefulset", klog.KRef(namespace, name), "err", err)
 			return 0, false
 		}
 		return int(*sts.Spec.Replicas), true

@@ -36,6 +36,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &certapiv1alpha1.CertificateAuthorityApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("CertificateAuthorityCertificate"):
 		return &certapiv1alpha1.CertificateAuthorityCertificateApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("CertificateAuthorityLeader"):
+		return &certapiv1alpha1.CertificateAuthorityLeaderApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("CertificateAuthorityPendingRequest"):
 		return &certapiv1alpha1.CertificateAuthorityPendingRequestApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("CertificateAuthorityRef"):

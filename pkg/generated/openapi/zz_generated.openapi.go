@@ -38,6 +38,7 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1alpha1.CertificateAuthorityImport{}.OpenAPIModelName():         schema_pkg_apis_certapi_v1alpha1_CertificateAuthorityImport(ref),
 		v1alpha1.CertificateAuthorityImportSpec{}.OpenAPIModelName():     schema_pkg_apis_certapi_v1alpha1_CertificateAuthorityImportSpec(ref),
 		v1alpha1.CertificateAuthorityImportStatus{}.OpenAPIModelName():   schema_pkg_apis_certapi_v1alpha1_CertificateAuthorityImportStatus(ref),
+		v1alpha1.CertificateAuthorityLeader{}.OpenAPIModelName():         schema_pkg_apis_certapi_v1alpha1_CertificateAuthorityLeader(ref),
 		v1alpha1.CertificateAuthorityList{}.OpenAPIModelName():           schema_pkg_apis_certapi_v1alpha1_CertificateAuthorityList(ref),
 		v1alpha1.CertificateAuthorityPendingRequest{}.OpenAPIModelName(): schema_pkg_apis_certapi_v1alpha1_CertificateAuthorityPendingRequest(ref),
 		v1alpha1.CertificateAuthorityRef{}.OpenAPIModelName():            schema_pkg_apis_certapi_v1alpha1_CertificateAuthorityRef(ref),
@@ -382,6 +383,36 @@ func schema_pkg_apis_certapi_v1alpha1_CertificateAuthorityImportStatus(ref commo
 	}
 }
 
+func schema_pkg_apis_certapi_v1alpha1_CertificateAuthorityLeader(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "CertificateAuthorityLeader is the certapi replica that leads, as the replica that answered read the leader election at this read.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"state": {
+						SchemaProps: spec.SchemaProps{
+							Description: "state is Elected when a replica holds the leader election, None when no replica does (nothing is signed, delivered or injected until one does), and Unknown when the replica that answered could not read the election (its etcd was unreachable or slow).\n\nPossible enum values:\n - `\"Elected\"` : a replica holds the leader election; identity names it.\n - `\"None\"` : no replica holds the leader election.\n - `\"Unknown\"` : the replica that answered could not read the leader election.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+							Enum:        []interface{}{"Elected", "None", "Unknown"},
+						},
+					},
+					"identity": {
+						SchemaProps: spec.SchemaProps{
+							Description: "identity is the --leader-identity of the replica that leads (its pod's name when installed by the chart or the manifests); set only when state is Elected.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+				},
+				Required: []string{"state"},
+			},
+		},
+	}
+}
+
 func schema_pkg_apis_certapi_v1alpha1_CertificateAuthorityList(ref common.ReferenceCallback) common.OpenAPIDefinition {
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
@@ -590,6 +621,12 @@ func schema_pkg_apis_certapi_v1alpha1_CertificateAuthorityStatus(ref common.Refe
 							Format:      "int64",
 						},
 					},
+					"leader": {
+						SchemaProps: spec.SchemaProps{
+							Description: "leader is the certapi replica that leads now: the one that holds the CA's private key, signs, delivers Secrets and injects bundles. The replica that answers reads it from the leader election in certapi's etcd at each read (get, list, and each watch event it sends) and never stores it: a write's value is dropped. A change of leader alone makes no watch event. Anyone who may read this object may read it (a Lease in certapi's namespace would need RBAC there), and clients such as `kubectl certapi check` read it instead of the table's Leader column, which shows the same value.",
+							Ref:         ref(v1alpha1.CertificateAuthorityLeader{}.OpenAPIModelName()),
+						},
+					},
 					"caBundle": {
 						SchemaProps: spec.SchemaProps{
 							Description: "caBundle is the PEM bundle of every CA certificate clients should trust now.",
@@ -655,7 +692,7 @@ func schema_pkg_apis_certapi_v1alpha1_CertificateAuthorityStatus(ref common.Refe
 			},
 		},
 		Dependencies: []string{
-			v1alpha1.CertificateAuthorityCertificate{}.OpenAPIModelName(), v1alpha1.CertificateAuthorityPendingRequest{}.OpenAPIModelName(), v1alpha1.CertificateAuthorityRef{}.OpenAPIModelName(), v1alpha1.DistrustStatus{}.OpenAPIModelName(), v1alpha1.EtcdClusterStatus{}.OpenAPIModelName(), v1alpha1.InjectionSummary{}.OpenAPIModelName(), v1alpha1.ServedSummary{}.OpenAPIModelName(), v1.Condition{}.OpenAPIModelName()},
+			v1alpha1.CertificateAuthorityCertificate{}.OpenAPIModelName(), v1alpha1.CertificateAuthorityLeader{}.OpenAPIModelName(), v1alpha1.CertificateAuthorityPendingRequest{}.OpenAPIModelName(), v1alpha1.CertificateAuthorityRef{}.OpenAPIModelName(), v1alpha1.DistrustStatus{}.OpenAPIModelName(), v1alpha1.EtcdClusterStatus{}.OpenAPIModelName(), v1alpha1.InjectionSummary{}.OpenAPIModelName(), v1alpha1.ServedSummary{}.OpenAPIModelName(), v1.Condition{}.OpenAPIModelName()},
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/certapi/certapi/pkg/apis/certapi"
 	"github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	"github.com/certapi/certapi/pkg/registry/inprocess"
+	"github.com/certapi/certapi/pkg/registry/withstatus"
 )
 
 // StatusUpdater writes CertificateAuthority/default's status in this process (pkg/registry/inprocess),
@@ -19,14 +20,15 @@ import (
 // older copy (the leader's CA status, guarded by the
 // resourceVersion it read) gets a conflict and reads again instead of undoing the change.
 type StatusUpdater struct {
-	status *StatusREST
+	status *withstatus.StatusREST
 	scheme *runtime.Scheme
 }
 
 // NewStatusUpdater returns a StatusUpdater over the status storage that NewREST made. scheme converts
-// between the internal and v1alpha1 types.
+// between the internal and v1alpha1 types. Its writes skip the read of the leader election that the
+// status storage's answers carry: nobody reads them.
 func NewStatusUpdater(status *StatusREST, scheme *runtime.Scheme) *StatusUpdater {
-	return &StatusUpdater{status: status, scheme: scheme}
+	return &StatusUpdater{status: status.StatusREST, scheme: scheme}
 }
 
 // UpdateStatus calls mutate on a v1alpha1 copy of CertificateAuthority/default as stored and, when

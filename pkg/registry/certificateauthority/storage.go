@@ -10,10 +10,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/duration"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/registry/generic"
 	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
 	"k8s.io/apiserver/pkg/registry/rest"
-	"k8s.io/klog/v2"
 
 	"github.com/certapi/certapi/pkg/apis/certapi"
 	"github.com/certapi/certapi/pkg/registry/objecttable"
@@ -23,9 +23,61 @@ import (
 // errUndeletable explains why a delete is refused and what to do instead.
 var errUndeletable = fmt.Errorf("the in-cluster CA cannot be deleted: every certificate certapi issued chains to it; set spec.forceRotation to rotate it, or spec.distrust to replace it at once")
 
-// REST is the storage of the CertificateAuthority. Deletes are refused.
+// REST is the storage of the CertificateAuthority. Deletes are refused. What it answers carries
+// status.leader, read from the leader election at each read.
 type REST struct {
 	*genericregistry.Store
+	leader leaderFiller
+}
+
+// Get returns the CertificateAuthority with status.leader filled.
+func (r *REST) Get(ctx context.Context, name string, options *metav1.GetOptions) (runtime.Object, error) {
+	obj, err := r.Store.Get(ctx, name, options)
+	if err != nil {
+		return nil, err
+	}
+	r.leader.fill(ctx, obj)
+	return obj, nil
+}
+
+// List returns the CertificateAuthorities with status.leader filled.
+func (r *REST) List(ctx context.Context, options *metainternalversion.ListOptions) (runtime.Object, error) {
+	obj, err := r.Store.List(ctx, options)
+	if err != nil {
+		return nil, err
+	}
+	r.leader.fill(ctx, obj)
+	return obj, nil
+}
+
+// Watch sends each event's CertificateAuthority with status.leader as read when the event is sent. A
+// change of leader alone is no event.
+func (r *REST) Watch(ctx context.Context, options *metainternalversion.ListOptions) (watch.Interface, error) {
+	w, err := r.Store.Watch(ctx, options)
+	if err != nil {
+		return nil, err
+	}
+	return r.leader.watch(ctx, w), nil
+}
+
+// Create answers with status.leader filled.
+func (r *REST) Create(ctx context.Context, obj runtime.Object, createValidation rest.ValidateObjectFunc, options *metav1.CreateOptions) (runtime.Object, error) {
+	out, err := r.Store.Create(ctx, obj, createValidation, options)
+	if err != nil {
+		return nil, err
+	}
+	r.leader.fill(ctx, out)
+	return out, nil
+}
+
+// Update answers with status.leader filled; the value in the body is dropped.
+func (r *REST) Update(ctx context.Context, name string, objInfo rest.UpdatedObjectInfo, createValidation rest.ValidateObjectFunc, updateValidation rest.ValidateObjectUpdateFunc, forceAllowCreate bool, options *metav1.UpdateOptions) (runtime.Object, bool, error) {
+	out, created, err := r.Store.Update(ctx, name, objInfo, createValidation, updateValidation, forceAllowCreate, options)
+	if err != nil {
+		return nil, false, err
+	}
+	r.leader.fill(ctx, out)
+	return out, created, nil
 }
 
 var _ rest.CategoriesProvider = &REST{}
@@ -43,18 +95,35 @@ func (r *REST) DeleteCollection(ctx context.Context, deleteValidation rest.Valid
 	return nil, apierrors.NewForbidden(certapi.Resource("certificateauthorities"), "", errUndeletable)
 }
 
-// StatusREST is the storage of the status subresource.
+// StatusREST is the storage of the status subresource. Its answers carry status.leader as the main
+// resource's do; the status written never does.
 type StatusREST struct {
 	*withstatus.StatusREST
+	leader leaderFiller
 }
 
-// LeaderFunc names the replica that holds the leader election now; ok is false when none does. The
-// table's Leader column calls it on every read, so that `kubectl get certificateauthority` and
-// `kubectl certapi check` see who leads now, not what was last written.
-type LeaderFunc func(ctx context.Context) (identity string, ok bool, err error)
+// Get returns the CertificateAuthority with status.leader filled.
+func (r *StatusREST) Get(ctx context.Context, name string, options *metav1.GetOptions) (runtime.Object, error) {
+	obj, err := r.StatusREST.Get(ctx, name, options)
+	if err != nil {
+		return nil, err
+	}
+	r.leader.fill(ctx, obj)
+	return obj, nil
+}
 
-// NewREST returns the storage of the CertificateAuthority and of its status. leader, when not nil, fills
-// the table's Leader column.
+// Update writes status (without status.leader) and answers with status.leader filled.
+func (r *StatusREST) Update(ctx context.Context, name string, objInfo rest.UpdatedObjectInfo, createValidation rest.ValidateObjectFunc, updateValidation rest.ValidateObjectUpdateFunc, forceAllowCreate bool, options *metav1.UpdateOptions) (runtime.Object, bool, error) {
+	out, created, err := r.StatusREST.Update(ctx, name, objInfo, createValidation, updateValidation, forceAllowCreate, options)
+	if err != nil {
+		return nil, false, err
+	}
+	r.leader.fill(ctx, out)
+	return out, created, nil
+}
+
+// NewREST returns the storage of the CertificateAuthority and of its status. leader fills status.leader
+// (and so the table's Leader column) at each read; nil makes it Unknown.
 func NewREST(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, leader LeaderFunc) (*REST, *StatusREST, error) {
 	s := NewStrategy(scheme)
 	store := &genericregistry.Store{
@@ -69,17 +138,17 @@ func NewREST(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, leade
 		DeleteStrategy:      s,
 		ResetFieldsStrategy: s,
 
-		TableConvertor: tableConvertor{leader: leader},
+		TableConvertor: tableConvertor{},
 	}
 	if err := store.CompleteWithOptions(&generic.StoreOptions{RESTOptions: optsGetter, AttrFunc: GetAttrs}); err != nil {
 		return nil, nil, fmt.Errorf("completing CertificateAuthority storage: %w", err)
 	}
-	return &REST{Store: store}, &StatusREST{withstatus.NewStatusREST(store, statusStrategy{s})}, nil
+	filler := leaderFiller{leader: leader}
+	return &REST{Store: store, leader: filler}, &StatusREST{StatusREST: withstatus.NewStatusREST(store, statusStrategy{s}), leader: filler}, nil
 }
 
-type tableConvertor struct {
-	leader LeaderFunc
-}
+// tableConvertor prints CertificateAuthorities for `kubectl get`; the Leader column is status.leader.
+type tableConvertor struct{}
 
 var columns = []metav1.TableColumnDefinition{
 	{Name: "Name", Type: "string", Format: "name", Description: "Name of the CA (always default)."},
@@ -87,7 +156,7 @@ var columns = []metav1.TableColumnDefinition{
 	{Name: "Rotating", Type: "string", Description: "The Rotating condition's status."},
 	{Name: "Active", Type: "string", Description: "Serial number of the CA that signs now."},
 	{Name: "Not After", Type: "string", Format: "date-time", Description: "When the Active CA expires."},
-	{Name: "Leader", Type: "string", Description: "The certapi replica that leads now (holds the CA key and signs), read at each request; <none> when no replica does."},
+	{Name: "Leader", Type: "string", Description: "status.leader: the certapi replica that leads now (holds the CA key and signs), read at each request; <none> when no replica does, <unknown> when the election could not be read."},
 	{Name: "Age", Type: "string", Description: "Time since the CA object was created."},
 }
 
@@ -98,10 +167,6 @@ func (c tableConvertor) ConvertToTable(ctx context.Context, obj runtime.Object, 
 		return nil, err
 	}
 	now := time.Now()
-	leader := ""
-	if len(items) > 0 {
-		leader = c.leaderCell(ctx)
-	}
 	for i := range items {
 		ca := &items[i]
 		status := func(t string) string {
@@ -122,26 +187,9 @@ func (c tableConvertor) ConvertToTable(ctx context.Context, obj runtime.Object, 
 			}
 		}
 		table.Rows = append(table.Rows, metav1.TableRow{
-			Cells:  []interface{}{ca.Name, status(certapi.ConditionReady), status("Rotating"), active, notAfter, leader, duration.HumanDuration(now.Sub(ca.CreationTimestamp.Time))},
+			Cells:  []interface{}{ca.Name, status(certapi.ConditionReady), status("Rotating"), active, notAfter, leaderCell(ca.Status.Leader), duration.HumanDuration(now.Sub(ca.CreationTimestamp.Time))},
 			Object: runtime.RawExtension{Object: ca},
 		})
 	}
 	return table, nil
-}
-
-// leaderCell is the Leader column: the identity of the replica that leads, <none>, or <unknown> when the
-// election could not be read.
-func (c tableConvertor) leaderCell(ctx context.Context) string {
-	if c.leader == nil {
-		return "<unknown>"
-	}
-	id, ok, err := c.leader(ctx)
-	switch {
-	case err != nil:
-		klog.FromContext(ctx).Error(err, "Reading the leader election for the CertificateAuthority table")
-		return "<unknown>"
-	case !ok:
-		return "<none>"
-	}
-	return id
 }

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
 
 	"github.com/certapi/certapi/pkg/apis/certapi"
+	"github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	"github.com/certapi/certapi/pkg/apis/certapi/validation"
 	"github.com/certapi/certapi/pkg/registry/withstatus"
 )
@@ -41,6 +42,7 @@ func (strategy) PrepareForUpdate(ctx context.Context, obj, old runtime.Object) {
 	newCA := obj.(*certapi.CertificateAuthority)
 	oldCA := old.(*certapi.CertificateAuthority)
 	newCA.Status = oldCA.Status
+	newCA.Status.Leader = nil // filled at each read, never stored
 	if !apiequality.Semantic.DeepEqual(newCA.Spec, oldCA.Spec) {
 		newCA.Generation = oldCA.Generation + 1
 	}
@@ -58,8 +60,12 @@ type statusStrategy struct {
 	strategy
 }
 
+// GetResetFields: a status write changes no spec, and no status.leader, which is read at each request
+// and never stored.
 func (statusStrategy) GetResetFields() map[fieldpath.APIVersion]*fieldpath.Set {
-	return withstatus.StatusResetFields()
+	fields := withstatus.StatusResetFields()
+	fields[v1alpha1.APIVersion].Insert(fieldpath.MakePathOrDie("status", "leader"))
+	return fields
 }
 
 func (statusStrategy) PrepareForUpdate(ctx context.Context, obj, old runtime.Object) {
@@ -68,6 +74,8 @@ func (statusStrategy) PrepareForUpdate(ctx context.Context, obj, old runtime.Obj
 	newCA.Spec = oldCA.Spec
 	newCA.Labels = oldCA.Labels
 	newCA.Annotations = oldCA.Annotations
+	// status.leader is read from the leader election at each request: a value written would go stale.
+	newCA.Status.Leader = nil
 }
 
 func (statusStrategy) ValidateUpdate(ctx context.Context, obj, old runtime.Object) field.ErrorList {

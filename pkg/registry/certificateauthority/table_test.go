@@ -2,7 +2,6 @@ package certificateauthority
 
 import (
 	"context"
-	"errors"
 	"testing"
 	"time"
 
@@ -11,33 +10,35 @@ import (
 	"github.com/certapi/certapi/pkg/apis/certapi"
 )
 
+// TestTableLeaderColumn: the Leader column is made from status.leader, whatever it says.
 func TestTableLeaderColumn(t *testing.T) {
-	ca := &certapi.CertificateAuthority{
-		ObjectMeta: metav1.ObjectMeta{Name: "default", CreationTimestamp: metav1.NewTime(time.Now().Add(-time.Hour))},
-		Status: certapi.CertificateAuthorityStatus{
-			Active: &certapi.CertificateAuthorityRef{SerialNumber: "0a"},
-			Conditions: []metav1.Condition{
-				{Type: certapi.ConditionReady, Status: metav1.ConditionTrue},
-				{Type: "Rotating", Status: metav1.ConditionFalse},
-			},
-			Certificates: []certapi.CertificateAuthorityCertificate{{
-				CertificateAuthorityRef: certapi.CertificateAuthorityRef{SerialNumber: "0a"}, Role: certapi.CARoleActive,
-				NotAfter: metav1.NewTime(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)),
-			}},
-		},
-	}
 	for _, tc := range []struct {
 		name   string
-		leader LeaderFunc
+		leader *certapi.CertificateAuthorityLeader
 		want   string
 	}{
-		{"a leader", func(context.Context) (string, bool, error) { return "certapi-1", true, nil }, "certapi-1"},
-		{"no leader", func(context.Context) (string, bool, error) { return "", false, nil }, "<none>"},
-		{"etcd unreadable", func(context.Context) (string, bool, error) { return "", false, errors.New("boom") }, "<unknown>"},
-		{"no function", nil, "<unknown>"},
+		{"a leader", &certapi.CertificateAuthorityLeader{State: certapi.LeaderStateElected, Identity: "certapi-1"}, "certapi-1"},
+		{"no leader", &certapi.CertificateAuthorityLeader{State: certapi.LeaderStateNone}, "<none>"},
+		{"election unreadable", &certapi.CertificateAuthorityLeader{State: certapi.LeaderStateUnknown}, "<unknown>"},
+		{"not filled", nil, "<unknown>"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			table, err := tableConvertor{leader: tc.leader}.ConvertToTable(context.Background(), ca, &metav1.TableOptions{})
+			ca := &certapi.CertificateAuthority{
+				ObjectMeta: metav1.ObjectMeta{Name: "default", CreationTimestamp: metav1.NewTime(time.Now().Add(-time.Hour))},
+				Status: certapi.CertificateAuthorityStatus{
+					Leader: tc.leader,
+					Active: &certapi.CertificateAuthorityRef{SerialNumber: "0a"},
+					Conditions: []metav1.Condition{
+						{Type: certapi.ConditionReady, Status: metav1.ConditionTrue},
+						{Type: "Rotating", Status: metav1.ConditionFalse},
+					},
+					Certificates: []certapi.CertificateAuthorityCertificate{{
+						CertificateAuthorityRef: certapi.CertificateAuthorityRef{SerialNumber: "0a"}, Role: certapi.CARoleActive,
+						NotAfter: metav1.NewTime(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)),
+					}},
+				},
+			}
+			table, err := tableConvertor{}.ConvertToTable(context.Background(), ca, &metav1.TableOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -51,16 +52,5 @@ func TestTableLeaderColumn(t *testing.T) {
 				}
 			}
 		})
-	}
-}
-
-func TestTableLeaderNotAskedForAnEmptyList(t *testing.T) {
-	asked := false
-	c := tableConvertor{leader: func(context.Context) (string, bool, error) { asked = true; return "x", true, nil }}
-	if _, err := c.ConvertToTable(context.Background(), &certapi.CertificateAuthorityList{}, &metav1.TableOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if asked {
-		t.Fatal("the election was read for an empty list")
 	}
 }

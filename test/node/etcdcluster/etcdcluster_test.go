@@ -183,7 +183,7 @@ func TestChartClusterMode(t *testing.T) {
 		for i := range 3 {
 			out, _ := nodetest.KubectlErr(cp, "-n", ns, "logs", fmt.Sprintf("certapi-%d", i))
 			for _, m := range []string{"certapi-3", "certapi-4"} {
-				if strings.Contains(out, `"Removed a dead etcd member" member="`+m+`"`) {
+				if strings.Contains(out, `"Removed a dead etcd member" logger="etcd-member" member="`+m+`"`) {
 					removed++
 				}
 			}

@@ -47,6 +47,11 @@ func (in CertificateAuthorityImportStatus) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in CertificateAuthorityLeader) OpenAPIModelName() string {
+	return "com.github.certapi.certapi.pkg.apis.certapi.v1alpha1.CertificateAuthorityLeader"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in CertificateAuthorityList) OpenAPIModelName() string {
 	return "com.github.certapi.certapi.pkg.apis.certapi.v1alpha1.CertificateAuthorityList"
 }

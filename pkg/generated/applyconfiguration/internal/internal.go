@@ -84,6 +84,16 @@ var schemaYAML = typed.YAMLObject(`types:
       type:
         scalar: string
       default: ""
+- name: com.github.certapi.certapi.pkg.apis.certapi.v1alpha1.CertificateAuthorityLeader
+  map:
+    fields:
+    - name: identity
+      type:
+        scalar: string
+    - name: state
+      type:
+        scalar: string
+      default: ""
 - name: com.github.certapi.certapi.pkg.apis.certapi.v1alpha1.CertificateAuthorityPendingRequest
   map:
     fields:
@@ -164,6 +174,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: injection
       type:
         namedType: com.github.certapi.certapi.pkg.apis.certapi.v1alpha1.InjectionSummary
+    - name: leader
+      type:
+        namedType: com.github.certapi.certapi.pkg.apis.certapi.v1alpha1.CertificateAuthorityLeader
     - name: observedGeneration
       type:
         scalar: numeric

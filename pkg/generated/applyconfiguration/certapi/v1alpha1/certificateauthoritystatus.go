@@ -32,6 +32,13 @@ type CertificateAuthorityStatusApplyConfiguration struct {
 	Conditions []v1.ConditionApplyConfiguration `json:"conditions,omitempty"`
 	// observedGeneration is the spec generation this status describes.
 	ObservedGeneration *int64 `json:"observedGeneration,omitempty"`
+	// leader is the certapi replica that leads now: the one that holds the CA's private key, signs,
+	// delivers Secrets and injects bundles. The replica that answers reads it from the leader election in
+	// certapi's etcd at each read (get, list, and each watch event it sends) and never stores it: a write's
+	// value is dropped. A change of leader alone makes no watch event. Anyone who may read this object may
+	// read it (a Lease in certapi's namespace would need RBAC there), and clients such as `kubectl certapi
+	// check` read it instead of the table's Leader column, which shows the same value.
+	Leader *CertificateAuthorityLeaderApplyConfiguration `json:"leader,omitempty"`
 	// caBundle is the PEM bundle of every CA certificate clients should trust now.
 	CABundle *string `json:"caBundle,omitempty"`
 	// active identifies the CA that signs now.
@@ -85,6 +92,14 @@ func (b *CertificateAuthorityStatusApplyConfiguration) WithConditions(values ...
 // If called multiple times, the ObservedGeneration field is set to the value of the last call.
 func (b *CertificateAuthorityStatusApplyConfiguration) WithObservedGeneration(value int64) *CertificateAuthorityStatusApplyConfiguration {
 	b.ObservedGeneration = &value
+	return b
+}
+
+// WithLeader sets the Leader field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Leader field is set to the value of the last call.
+func (b *CertificateAuthorityStatusApplyConfiguration) WithLeader(value *CertificateAuthorityLeaderApplyConfiguration) *CertificateAuthorityStatusApplyConfiguration {
+	b.Leader = value
 	return b
 }
 

@@ -1,15 +1,6 @@
-package apiserver
+package filters
 
-import (
-	"net/http"
-	"time"
-)
-
-// DefaultShutdownDelay is how long a replica keeps serving after SIGTERM before it refuses new calls.
-// At least 5 s: when the delay ends, Go's server closes, as idle, only the connections that have carried
-// a request or are over 5 s old; a newer one that never carried a request (the aggregator dials one
-// ahead and pools it) stays open, and a call sent on it then is dropped unanswered.
-const DefaultShutdownDelay = 5 * time.Second
+import "net/http"
 
 // retireConnectionsOnShutdown answers every HTTP/1.1 call that arrives after SIGTERM in full, and closes
 // its connection after the answer ("Connection: close"). kube-apiserver's aggregator keeps a pool of

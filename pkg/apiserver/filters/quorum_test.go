@@ -1,47 +1,22 @@
-package apiserver
+package filters
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"net/http/httptest"
-	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
 	genericapifilters "k8s.io/apiserver/pkg/endpoints/filters"
 	"k8s.io/apiserver/pkg/endpoints/handlers/responsewriters"
 	"k8s.io/apiserver/pkg/endpoints/request"
-	genericapiserver "k8s.io/apiserver/pkg/server"
-	"k8s.io/apiserver/pkg/server/healthz"
-	"k8s.io/utils/ptr"
+	"k8s.io/client-go/kubernetes/scheme"
 
 	"github.com/certapi/certapi/pkg/etcdcluster"
+	"github.com/certapi/certapi/pkg/etcdcluster/etcdclustertest"
 )
-
-// fakeQuorum is a member whose quorum the test sets; lost, when set, is its QuorumLostContext.
-type fakeQuorum struct {
-	st   etcdcluster.QuorumState
-	lost context.Context
-}
-
-func (f *fakeQuorum) QuorumLost() bool                     { return f.st.Lost }
-func (f *fakeQuorum) QuorumState() etcdcluster.QuorumState { return f.st }
-func (f *fakeQuorum) QuorumLostContext() context.Context {
-	if f.lost != nil {
-		return f.lost
-	}
-	if !f.st.Lost {
-		return context.Background()
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	return ctx
-}
 
 // requestInfo parses the request info as the generic chain does before retryWithoutQuorum runs.
 func requestInfo(h http.Handler) http.Handler {
@@ -94,9 +69,9 @@ func TestRetryWithoutQuorumInFlight(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			lost, loseQuorum := context.WithCancel(context.Background())
 			defer loseQuorum()
-			fq := &fakeQuorum{st: etcdcluster.QuorumState{Voters: 3}, lost: lost}
+			fq := &etcdclustertest.Quorum{State: etcdcluster.QuorumState{Voters: 3}, Lost: lost}
 			started := make(chan struct{})
-			h := requestInfo(retryWithoutQuorum(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { tc.handler(w, r, started) }), fq, Codecs))
+			h := requestInfo(retryWithoutQuorum(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { tc.handler(w, r, started) }), fq, scheme.Codecs))
 			rec := httptest.NewRecorder()
 			done := make(chan struct{})
 			go func() {
@@ -104,7 +79,7 @@ func TestRetryWithoutQuorumInFlight(t *testing.T) {
 				h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, tc.path, nil))
 			}()
 			<-started
-			fq.st = etcdcluster.QuorumState{Lost: true, Voters: 3, Reached: 1}
+			fq.State = etcdcluster.QuorumState{Lost: true, Voters: 3, Reached: 1}
 			loseQuorum()
 			<-done
 			if rec.Code != tc.wantCode || rec.Header().Get("Retry-After") != tc.wantRetry {
@@ -147,7 +122,7 @@ func TestRetryWithoutQuorum(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			passed := false
-			h := requestInfo(retryWithoutQuorum(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { passed = true }), &fakeQuorum{st: tc.quorum}, Codecs))
+			h := requestInfo(retryWithoutQuorum(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { passed = true }), &etcdclustertest.Quorum{State: tc.quorum}, scheme.Codecs))
 			rec := httptest.NewRecorder()
 			h.ServeHTTP(rec, httptest.NewRequest(tc.method, tc.path, nil))
 			if passed == tc.wantRefused {
@@ -167,98 +142,7 @@ func TestRetryWithoutQuorum(t *testing.T) {
 			}
 		})
 	}
-	if h := http.NotFoundHandler(); retryWithoutQuorum(h, nil, Codecs) == nil {
+	if h := http.NotFoundHandler(); retryWithoutQuorum(h, nil, scheme.Codecs) == nil {
 		t.Fatal("no handler without a member")
-	}
-}
-
-func TestReadyReplicas(t *testing.T) {
-	ep := func(pod string, ready *bool) discoveryv1.Endpoint {
-		e := discoveryv1.Endpoint{Addresses: []string{"10.0.0.1"}, Conditions: discoveryv1.EndpointConditions{Ready: ready}}
-		if pod != "" {
-			e.TargetRef = &corev1.ObjectReference{Kind: "Pod", Name: pod}
-		}
-		return e
-	}
-	slice := func(eps ...discoveryv1.Endpoint) *discoveryv1.EndpointSlice {
-		return &discoveryv1.EndpointSlice{Endpoints: eps}
-	}
-	cases := []struct {
-		name   string
-		slices []*discoveryv1.EndpointSlice
-		want   []string
-	}{
-		{"none", nil, nil},
-		{"only itself", []*discoveryv1.EndpointSlice{slice(ep("certapi-0", ptr.To(true)))}, nil},
-		{"others Ready and not", []*discoveryv1.EndpointSlice{slice(ep("certapi-0", ptr.To(true)), ep("certapi-1", ptr.To(true)), ep("certapi-2", ptr.To(false)))}, []string{"certapi-1"}},
-		{"Ready not set counts as Ready", []*discoveryv1.EndpointSlice{slice(ep("certapi-1", nil))}, []string{"certapi-1"}},
-		{"one pod in two slices (IPv4 and IPv6) counts once", []*discoveryv1.EndpointSlice{slice(ep("certapi-1", ptr.To(true))), slice(ep("certapi-1", ptr.To(true)))}, []string{"certapi-1"}},
-		{"no target: not a replica", []*discoveryv1.EndpointSlice{slice(ep("", ptr.To(true)))}, nil},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			if got := readyReplicas(tc.slices, "certapi-0"); !slices.Equal(got, tc.want) {
-				t.Fatalf("readyReplicas = %v; want %v", got, tc.want)
-			}
-		})
-	}
-}
-
-// TestReplaceEtcdChecks: the generic server's etcd checks on /livez and /readyz give way to the
-// quorum-aware ones under the same names; /healthz keeps the storage's own, and other checks stay.
-func TestReplaceEtcdChecks(t *testing.T) {
-	storageErr := errors.New("etcd: context deadline exceeded")
-	etcdCheck := healthz.NamedCheck("etcd", func(*http.Request) error { return storageErr })
-	readiness := healthz.NamedCheck("etcd-readiness", func(*http.Request) error { return storageErr })
-	other := healthz.NamedCheck("other", func(*http.Request) error { return nil })
-	c := &genericapiserver.Config{
-		HealthzChecks: []healthz.HealthChecker{etcdCheck, other},
-		LivezChecks:   []healthz.HealthChecker{etcdCheck, other},
-		ReadyzChecks:  []healthz.HealthChecker{etcdCheck, readiness, other},
-	}
-	member := &fakeQuorum{}
-	q := &quorumReadiness{member: member, self: "certapi-0"}
-	if err := replaceEtcdChecks(c, q); err != nil {
-		t.Fatal(err)
-	}
-	names := func(cs []healthz.HealthChecker) []string {
-		var out []string
-		for _, c := range cs {
-			out = append(out, c.Name())
-		}
-		return out
-	}
-	if got := names(c.ReadyzChecks); !slices.Equal(got, []string{"etcd", "etcd-readiness", "other"}) {
-		t.Fatalf("readyz checks %v", got)
-	}
-	if got := names(c.LivezChecks); !slices.Equal(got, []string{"etcd", "other"}) {
-		t.Fatalf("livez checks %v", got)
-	}
-	r := httptest.NewRequest(http.MethodGet, "/readyz", nil)
-	// With a quorum the storage decides, as before.
-	for _, chk := range []healthz.HealthChecker{c.ReadyzChecks[0], c.ReadyzChecks[1], c.LivezChecks[0], c.HealthzChecks[0]} {
-		if err := chk.Check(r); !errors.Is(err, storageErr) {
-			t.Errorf("%s with a quorum: %v; want the storage's answer", chk.Name(), err)
-		}
-	}
-	// Without a leader /livez and /readyz pass (no other replica known) and etcd is not asked; /healthz
-	// keeps the storage's check.
-	member.st = etcdcluster.QuorumState{NoLeaderSince: time.Now(), Voters: 3}
-	for _, chk := range []healthz.HealthChecker{c.ReadyzChecks[0], c.ReadyzChecks[1], c.LivezChecks[0]} {
-		if err := chk.Check(r); err != nil {
-			t.Errorf("%s without a leader, within the grace: %v", chk.Name(), err)
-		}
-	}
-	member.st = etcdcluster.QuorumState{Lost: true, NoLeaderSince: time.Now().Add(-time.Hour), Voters: 3}
-	for _, chk := range []healthz.HealthChecker{c.ReadyzChecks[0], c.ReadyzChecks[1], c.LivezChecks[0]} {
-		if err := chk.Check(r); err != nil {
-			t.Errorf("%s without a quorum, the other replicas unknown: %v", chk.Name(), err)
-		}
-	}
-	if err := c.HealthzChecks[0].Check(r); !errors.Is(err, storageErr) {
-		t.Errorf("/healthz/etcd without a quorum: %v; want the storage's answer", err)
-	}
-	if err := replaceEtcdChecks(&genericapiserver.Config{}, q); err == nil {
-		t.Error("nothing to replace: no error")
 	}
 }

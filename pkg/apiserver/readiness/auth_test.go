@@ -1,11 +1,10 @@
-package apiserver
+package readiness
 
 import (
 	"context"
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
-	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -94,9 +93,9 @@ func TestAuthReadinessState(t *testing.T) {
 		{name: "request-header CA missing", union: clientCA, rhCA: nil, wantClient: 1, wantRH: 0, wantHeaders: 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			a := &authReadiness{
-				clientCAExpected: true, requestHeaderExpected: true, clientCAs: newStaticCA(tc.union),
-				requestHeader: &authenticatorfactory.RequestHeaderConfig{CAContentProvider: newStaticCA(tc.rhCA), UsernameHeaders: headers},
+			a := &Auth{
+				ClientCAExpected: true, RequestHeaderExpected: true, ClientCAs: newStaticCA(tc.union),
+				RequestHeader: &authenticatorfactory.RequestHeaderConfig{CAContentProvider: newStaticCA(tc.rhCA), UsernameHeaders: headers},
 			}
 			s := a.state()
 			if s.ClientCAs != tc.wantClient || s.RequestHeaderCAs != tc.wantRH || s.UsernameHeaders != tc.wantHeaders {
@@ -122,59 +121,45 @@ func (f *fakeAuthorizer) Authorize(context.Context, authorizer.Attributes) (auth
 
 func TestCheckAuthorizationLatches(t *testing.T) {
 	f := &fakeAuthorizer{err: errors.New("subjectaccessreviews.authorization.k8s.io is forbidden")}
-	a := &authReadiness{authorizer: authorizer.AuthorizerFunc(f.Authorize)}
+	a := &Auth{Authorizer: authorizer.AuthorizerFunc(f.Authorize)}
 	r := httptest.NewRequest("GET", "/readyz", nil)
-	err := a.checkAuthorization(r)
+	err := a.CheckAuthorization(r)
 	if err == nil || !strings.Contains(err.Error(), "SubjectAccessReview") || !strings.Contains(err.Error(), "forbidden") {
-		t.Fatalf("with a failing authorizer: %v; want not ready, saying why", err)
+		t.Fatalf("with a failing Authorizer: %v; want not ready, saying why", err)
 	}
 	f.err = nil
 	// A denial is an answer: authorization works.
-	if err := a.checkAuthorization(r); err != nil {
+	if err := a.CheckAuthorization(r); err != nil {
 		t.Fatalf("once the authorizer answers: %v", err)
 	}
 	calls := f.calls
 	f.err = errors.New("kube-apiserver is gone")
 	for range 3 {
-		if err := a.checkAuthorization(r); err != nil {
+		if err := a.CheckAuthorization(r); err != nil {
 			t.Fatalf("after it answered once: %v", err)
 		}
 	}
 	if f.calls != calls {
 		t.Errorf("%d more SubjectAccessReviews after the first answer; want none (no periodic API calls)", f.calls-calls)
 	}
-	if err := (&authReadiness{}).checkAuthorization(r); err != nil {
+	if err := (&Auth{}).CheckAuthorization(r); err != nil {
 		t.Errorf("with authorization off: %v", err)
 	}
 }
 
-func TestRetryUntilAuthenticationUsable(t *testing.T) {
-	a := &authReadiness{clientCAExpected: true} // no client CA loaded
-	reached := 0
-	h := retryUntilAuthenticationUsable(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { reached++ }), a, Codecs)
-	serve := func(path string) *httptest.ResponseRecorder {
-		w := httptest.NewRecorder()
-		h.ServeHTTP(w, httptest.NewRequest("POST", path, nil))
-		return w
+// TestAuthenticationUsableLatches: once both CAs were loaded, AuthenticationUsable passes for good (a
+// loaded bundle is never emptied again; each request then costs an atomic load).
+func TestAuthenticationUsableLatches(t *testing.T) {
+	a := &Auth{ClientCAExpected: true}
+	if err := a.AuthenticationUsable(); err == nil || !strings.Contains(err.Error(), "client CA") {
+		t.Fatalf("before the client CA is loaded: %v; want an error naming it", err)
 	}
-	w := serve("/apis/certapi.dev/v1alpha1/namespaces/a/servingcertrequests/b/servingcerts")
-	if w.Code != http.StatusServiceUnavailable || w.Header().Get("Retry-After") != "1" || !strings.Contains(w.Body.String(), "certapi is starting") || !strings.Contains(w.Body.String(), "client CA") {
-		t.Errorf("before the client CA is loaded: %d, Retry-After %q, %s; want 503 with Retry-After: 1 that says why", w.Code, w.Header().Get("Retry-After"), w.Body)
+	a.ClientCAs = newStaticCA(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: []byte("x")}))
+	if err := a.AuthenticationUsable(); err != nil {
+		t.Fatalf("once loaded: %v", err)
 	}
-	for _, p := range []string{"/readyz", "/readyz/certapi-delegated-authentication", "/livez", "/healthz"} {
-		if w := serve(p); w.Code != http.StatusOK {
-			t.Errorf("%s before the client CA is loaded: %d; health checks must get through", p, w.Code)
-		}
-	}
-	if reached != 4 {
-		t.Fatalf("the chain was reached %d times; want only the 4 health checks", reached)
-	}
-	a.clientCAs = newStaticCA(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: []byte("x")}))
-	if w := serve("/apis/certapi.dev/v1alpha1"); w.Code != http.StatusOK || reached != 5 {
-		t.Fatalf("once loaded: %d, reached %d times", w.Code, reached)
-	}
-	a.clientCAs = nil // never happens; the answer is latched anyway
-	if w := serve("/apis/certapi.dev/v1alpha1"); w.Code != http.StatusOK {
-		t.Fatalf("after it was usable once: %d", w.Code)
+	a.ClientCAs = nil // never happens; the answer is latched anyway
+	if err := a.AuthenticationUsable(); err != nil {
+		t.Fatalf("after it was usable once: %v", err)
 	}
 }

@@ -1,4 +1,4 @@
-package apiserver
+package filters
 
 import (
 	"net/http"

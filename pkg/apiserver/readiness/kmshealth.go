@@ -1,4 +1,4 @@
-package apiserver
+package readiness
 
 import (
 	"context"
@@ -29,10 +29,10 @@ import (
 // The plugin's health is reported instead on /healthz (/healthz/kms-providers), in k8s.io/apiserver's
 // metrics (apiserver_envelope_encryption_kms_operations_latency_seconds counts every call by gRPC status
 // code; apiserver_envelope_encryption_key_id_hash_status_last_timestamp_seconds stops moving while Status
-// fails), and by a log line when a plugin stops answering and when it answers again (reportKMSHealth;
+// fails), and by a log line when a plugin stops answering and when it answers again (ReportKMSHealth;
 // k8s.io/apiserver's own probe logs only at -v=2).
 
-// kmsHealthPeriod is how often reportKMSHealth asks the checks, as often as k8s.io/apiserver's own
+// kmsHealthPeriod is how often ReportKMSHealth asks the checks, as often as k8s.io/apiserver's own
 // probe of a healthy plugin.
 const kmsHealthPeriod = time.Minute
 
@@ -55,9 +55,9 @@ func kmsChecksOutOfReadyz(c *genericapiserver.Config) []healthz.HealthChecker {
 	return kms
 }
 
-// reportKMSHealth keeps the KMS provider checks out of /readyz and adds a post-start hook that asks them
+// ReportKMSHealth keeps the KMS provider checks out of /readyz and adds a post-start hook that asks them
 // every kmsHealthPeriod until the server stops, logging each change.
-func reportKMSHealth(c *genericapiserver.Config) error {
+func ReportKMSHealth(c *genericapiserver.Config) error {
 	checks := kmsChecksOutOfReadyz(c)
 	if len(checks) == 0 {
 		return nil
@@ -80,15 +80,19 @@ type kmsHealthReporter struct {
 	healthy map[string]bool // the last result of each check asked before
 }
 
+// run asks the checks every period until ctx ends. It is a periodic observer that only logs, with nothing
+// to sync and nothing to retry, so it runs on a ticker rather than on the project's queue
+// (pkg/controller.Queue), which is for syncing a key until it succeeds.
 func (r *kmsHealthReporter) run(ctx context.Context, period time.Duration) {
+	logger := klog.FromContext(ctx)
 	ticker := time.NewTicker(period)
 	defer ticker.Stop()
 	for {
 		for _, ch := range r.observe(ctx) {
 			if ch.err != nil {
-				klog.ErrorS(ch.err, "WARNING: the KMS plugin does not answer: certapi signs with the CA it holds, but storing a CA fails from 3 minutes after its last answer (a rotation waits), and a restarted replica cannot read the CA keys, until it answers again", "check", ch.name)
+				logger.Error(ch.err, "WARNING: the KMS plugin does not answer: certapi signs with the CA it holds, but storing a CA fails from 3 minutes after its last answer (a rotation waits), and a restarted replica cannot read the CA keys, until it answers again", "check", ch.name)
 			} else {
-				klog.InfoS("The KMS plugin answers again", "check", ch.name)
+				logger.Info("The KMS plugin answers again", "check", ch.name)
 			}
 		}
 		select {

@@ -1,4 +1,7 @@
-package apiserver
+// Package readiness holds certapi's own /readyz and /livez checks and health reports: delegated
+// authentication and authorization (auth.go), the embedded etcd cluster's quorum (quorum.go) and the KMS
+// plugins' health (kmshealth.go). Each file is one concern; the server adds them to its health checks.
+package readiness
 
 import (
 	"context"
@@ -10,13 +13,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/authentication/authenticatorfactory"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
-	"k8s.io/apiserver/pkg/endpoints/handlers/responsewriters"
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 )
 
@@ -26,23 +25,24 @@ const authConfigMap = "kube-system/extension-apiserver-authentication"
 // authProbeTimeout bounds one readiness check's SubjectAccessReview; a probe that takes longer fails.
 const authProbeTimeout = 2 * time.Second
 
-// authReadiness holds the /readyz checks of delegated authentication and authorization: a replica whose
+// Auth holds the /readyz checks of delegated authentication and authorization: a replica whose
 // client CA or request-header CA is not loaded yet would take kube-apiserver's aggregated requests, and any
 // client certificate, for system:anonymous and refuse them (403), and one whose authorizer cannot reach
 // kube-apiserver would refuse every request.
-type authReadiness struct {
-	// clientCAExpected: a client CA comes from --client-ca-file or the ConfigMap.
-	clientCAExpected bool
-	// requestHeaderExpected: a request-header configuration comes from --requestheader-client-ca-file or the
-	// ConfigMap; requestHeader is what the generic server built, nil when the lookup failed and was
-	// tolerated (--authentication-tolerate-lookup-failure).
-	requestHeaderExpected bool
-	requestHeader         *authenticatorfactory.RequestHeaderConfig
-	// clientCAs is the serving side's union of the client CA and the request-header CA, as the TLS
+type Auth struct {
+	// ClientCAExpected: a client CA comes from --client-ca-file or the ConfigMap.
+	ClientCAExpected bool
+	// RequestHeaderExpected: a request-header configuration comes from --requestheader-client-ca-file or the
+	// ConfigMap.
+	RequestHeaderExpected bool
+	// RequestHeader is what the generic server built, nil when the lookup failed and was tolerated
+	// (--authentication-tolerate-lookup-failure).
+	RequestHeader *authenticatorfactory.RequestHeaderConfig
+	// ClientCAs is the serving side's union of the client CA and the request-header CA, as the TLS
 	// handshake and the authenticators see them now.
-	clientCAs dynamiccertificates.CAContentProvider
-	// authorizer is the generic server's; nil when authorization is off.
-	authorizer authorizer.Authorizer
+	ClientCAs dynamiccertificates.CAContentProvider
+	// Authorizer is the generic server's; nil when authorization is off.
+	Authorizer authorizer.Authorizer
 	// authorized latches once delegated authorization has answered: certapi makes no periodic call to
 	// stay ready.
 	authorized atomic.Bool
@@ -87,13 +87,13 @@ func authenticationNotReady(s authnState) error {
 }
 
 // state reads what the authenticator holds now.
-func (a *authReadiness) state() authnState {
-	s := authnState{ClientCAExpected: a.clientCAExpected, RequestHeaderExpected: a.requestHeaderExpected, RequestHeaderConfigured: a.requestHeader != nil}
+func (a *Auth) state() authnState {
+	s := authnState{ClientCAExpected: a.ClientCAExpected, RequestHeaderExpected: a.RequestHeaderExpected, RequestHeaderConfigured: a.RequestHeader != nil}
 	all := 0
-	if a.clientCAs != nil {
-		all = countCertificates(a.clientCAs.CurrentCABundleContent())
+	if a.ClientCAs != nil {
+		all = countCertificates(a.ClientCAs.CurrentCABundleContent())
 	}
-	if rh := a.requestHeader; rh != nil {
+	if rh := a.RequestHeader; rh != nil {
 		if rh.CAContentProvider != nil {
 			s.RequestHeaderCAs = countCertificates(rh.CAContentProvider.CurrentCABundleContent())
 		}
@@ -106,13 +106,13 @@ func (a *authReadiness) state() authnState {
 	return s
 }
 
-// checkAuthentication is a /readyz check: not ready until the client CA and the request-header CA are loaded.
-func (a *authReadiness) checkAuthentication(*http.Request) error {
+// CheckAuthentication is a /readyz check: not ready until the client CA and the request-header CA are loaded.
+func (a *Auth) CheckAuthentication(*http.Request) error {
 	return authenticationNotReady(a.state())
 }
 
-// authenticationUsable is checkAuthentication for every request: once it has passed, it costs an atomic load.
-func (a *authReadiness) authenticationUsable() error {
+// AuthenticationUsable is CheckAuthentication for every request: once it has passed, it costs an atomic load.
+func (a *Auth) AuthenticationUsable() error {
 	if a.authenticated.Load() {
 		return nil
 	}
@@ -123,49 +123,18 @@ func (a *authReadiness) authenticationUsable() error {
 	return nil
 }
 
-// retryUntilAuthenticationUsable answers 503 with Retry-After: 1 while delegated authentication is not
-// usable, instead of letting the request through to be taken for system:anonymous and refused (403). The
-// generic server serves as soon as it listens, and the CAs of the ConfigMap load a moment later, when its
-// informer has synced: a Service sends nothing to a replica until /readyz passes, but kube-apiserver
-// reaching certapi some other way (an ExternalName, a proxy) would meet that moment. client-go retries the
-// 503. Health checks pass through, so that /readyz can say why.
-func retryUntilAuthenticationUsable(next http.Handler, a *authReadiness, s runtime.NegotiatedSerializer) http.Handler {
-	if a == nil {
-		return next
-	}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		err := a.authenticationUsable()
-		if err == nil || isHealthPath(r.URL.Path) {
-			next.ServeHTTP(w, r)
-			return
-		}
-		w.Header().Set("Retry-After", "1")
-		responsewriters.ErrorNegotiated(apierrors.NewServiceUnavailable("certapi is starting: "+err.Error()), s, schema.GroupVersion{}, w, r)
-	})
-}
-
-// isHealthPath reports whether path is /healthz, /livez, /readyz or one of their single checks.
-func isHealthPath(path string) bool {
-	for _, p := range []string{"/healthz", "/livez", "/readyz"} {
-		if path == p || strings.HasPrefix(path, p+"/") {
-			return true
-		}
-	}
-	return false
-}
-
 // probeUser asks delegated authorization about a user nothing grants anything: any answer proves it works.
 var probeUser = &user.DefaultInfo{Name: "system:certapi:readiness-probe"}
 
-// checkAuthorization is a /readyz check: not ready until delegated authorization has answered once (a
+// CheckAuthorization is a /readyz check: not ready until delegated authorization has answered once (a
 // SubjectAccessReview to kube-apiserver, allowed or not).
-func (a *authReadiness) checkAuthorization(r *http.Request) error {
-	if a.authorizer == nil || a.authorized.Load() {
+func (a *Auth) CheckAuthorization(r *http.Request) error {
+	if a.Authorizer == nil || a.authorized.Load() {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), authProbeTimeout)
 	defer cancel()
-	_, _, err := a.authorizer.Authorize(ctx, authorizer.AttributesRecord{
+	_, _, err := a.Authorizer.Authorize(ctx, authorizer.AttributesRecord{
 		User: probeUser, Verb: "get", Path: "/certapi-readiness-probe", ResourceRequest: false,
 	})
 	if err != nil {
