@@ -127,7 +127,11 @@ func TestPrometheusScrapesCertapi(t *testing.T) {
 		return true, nil
 	})
 
-	// Every metric an alert reads is scraped.
+	// Every metric an alert reads is scraped, except those absent by design on a healthy certapi (their
+	// alerts' rule tests, artifacts/monitoring/prometheusrule_test.yaml, give them series).
+	absentWhenHealthy := map[string]string{
+		"certapi_ca_request_pending_since_timestamp_seconds": "has a series only while a CA certificate request waits for an organisation's CA (--ca-upstream=Manual)",
+	}
 	metric := regexp.MustCompile(`\b(certapi_[a-z_]+|kubernetes_healthcheck)\b`)
 	seen := map[string]bool{}
 	for _, a := range m.Alerts() {
@@ -136,6 +140,10 @@ func TestPrometheusScrapesCertapi(t *testing.T) {
 				continue
 			}
 			seen[name] = true
+			if why, ok := absentWhenHealthy[name]; ok {
+				t.Logf("alert %s reads %s, which %s", a.Alert, name, why)
+				continue
+			}
 			res, err := query(context.Background(), api, "count("+name+")")
 			if err != nil || len(res) == 0 {
 				t.Errorf("alert %s reads %s, which Prometheus has no series of (%v)", a.Alert, name, err)
