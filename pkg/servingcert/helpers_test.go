@@ -16,7 +16,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	k8stesting "k8s.io/client-go/testing"
-	"k8s.io/klog/v2"
 	testingclock "k8s.io/utils/clock/testing"
 
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
@@ -52,11 +51,9 @@ type harness struct {
 	failWith func() error // nil: sign; otherwise the error to answer with, when it returns one
 	issued   []*x509.Certificate
 
-	waits chan time.Duration
-	// logFromContext: the Source has no Options.Logger; Start's context carries the test's logger.
-	logFromContext bool
-	cancel         context.CancelFunc
-	done           chan struct{}
+	waits  chan time.Duration
+	cancel context.CancelFunc
+	done   chan struct{}
 }
 
 type harnessOptions struct {
@@ -64,8 +61,6 @@ type harnessOptions struct {
 	opts    Options
 	random  func() float64
 	ca      *signer.CA // default: a new one
-	// logFromContext leaves Options.Logger unset and gives Start a context with the test's logger.
-	logFromContext bool
 }
 
 func newHarness(t *testing.T, ho harnessOptions) *harness {
@@ -79,8 +74,6 @@ func newHarness(t *testing.T, ho harnessOptions) *harness {
 		duration:    time.Hour,
 		renewBefore: 20 * time.Minute,
 		waits:       make(chan time.Duration, 1000),
-
-		logFromContext: ho.logFromContext,
 	}
 	if ho.ca == nil {
 		ho.ca = newCA(t, clk.Now())
@@ -92,9 +85,7 @@ func newHarness(t *testing.T, ho harnessOptions) *harness {
 	o.Client = h.cs
 	o.Namespace, o.Name = testNS, testName
 	o.Clock = clk
-	if !ho.logFromContext {
-		o.Logger = logr.New(&logSink{store: h.log})
-	}
+	o.Logger = logr.New(&logSink{store: h.log})
 	src, err := New(o)
 	if err != nil {
 		t.Fatal(err)
@@ -190,11 +181,7 @@ func (h *harness) lastIssued() *x509.Certificate {
 }
 
 func (h *harness) start() {
-	ctx := context.Background()
-	if h.logFromContext {
-		ctx = klog.NewContext(ctx, logr.New(&logSink{store: h.log}))
-	}
-	ctx, cancel := context.WithCancel(ctx)
+	ctx, cancel := context.WithCancel(context.Background())
 	h.cancel = cancel
 	h.done = make(chan struct{})
 	go func() {
@@ -371,6 +358,4 @@ func (s *logSink) Error(err error, msg string, kv ...any) {
 func (s *logSink) WithValues(kv ...any) logr.LogSink {
 	return &logSink{store: s.store, values: append(append([]any(nil), s.values...), kv...)}
 }
-func (s *logSink) WithName(name string) logr.LogSink {
-	return &logSink{store: s.store, values: append(append([]any(nil), s.values...), "logger", name)}
-}
+func (s *logSink) WithName(string) logr.LogSink { return s }

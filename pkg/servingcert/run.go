@@ -10,15 +10,12 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"math"
+	"strings"
 	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/util/workqueue"
-	"k8s.io/klog/v2"
 
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	"github.com/certapi/certapi/pkg/signer"
@@ -43,152 +40,116 @@ type pendingKey struct {
 
 // Start issues the first certificate, renews it before it is due, re-issues when the Active CA changes
 // (unless Options.DisableCAWatch), and retries every failure with bounded backoff, until ctx ends; it
-// then returns nil. It returns an error at once only when called a second time. Without
-// Options.Logger it logs through ctx's logger (klog.FromContext), named servingcert.
+// then returns nil. It returns an error at once only when called a second time.
 func (s *Source) Start(ctx context.Context) error {
 	if !s.started.CompareAndSwap(false, true) {
 		return errors.New("servingcert: Start called twice")
 	}
-	if s.log.Load() == nil {
-		s.setLogger(klog.FromContext(ctx).WithName("servingcert"))
-	}
-	// The issuance loop runs on a single-key work queue (client-go's, as certapi's own controllers do):
-	// the key is queued when the next attempt is due (renewal, retry) and, through keyCA, when the CA
-	// watch sees another Active CA. One goroutine, this one, takes the keys in turn.
-	q := workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[loopKey]{Clock: s.clock})
+	caEvents := make(chan certapiv1alpha1.CertificateAuthorityRef, 1)
 	var wg sync.WaitGroup
-	defer wg.Wait()
-	wg.Go(func() {
-		<-ctx.Done()
-		q.ShutDown()
-	})
 	if s.watchCA {
-		wg.Go(func() {
-			s.runCAWatch(ctx, func(active string) {
-				s.caActive.Store(&active)
-				q.Add(keyCA)
-			})
-		})
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.runCAWatch(ctx, caEvents)
+		}()
 	}
-	l := issuanceLoop{s: s, q: q, next: s.clock.Now()}
-	q.Add(keyIssue) // issue at once
+	s.run(ctx, caEvents)
+	wg.Wait()
+	return nil
+}
+
+// run is the issuance loop: one attempt at a time, then a wait until the next one is due.
+func (s *Source) run(ctx context.Context, caEvents <-chan certapiv1alpha1.CertificateAuthorityRef) {
+	var (
+		next     = s.clock.Now() // issue at once
+		failures int
+		pending  *pendingKey
+		// active is the CA that signs now, as last seen on CertificateAuthority/default; handled is the
+		// one a re-issue was already made for, so that a CA status ahead of the signer cannot loop.
+		active, handled string
+	)
 	for {
-		key, quit := q.Get()
-		if quit {
-			return nil
-		}
-		if ctx.Err() == nil {
-			l.process(ctx, key)
-		}
-		q.Done(key)
-	}
-}
-
-// loopKey is a key of the issuance loop's queue.
-type loopKey int
-
-const (
-	// keyIssue is queued when an attempt is due: the first, a renewal, a retry, a re-issue for a new CA.
-	keyIssue loopKey = iota
-	// keyCA is queued when the CA watch saw another Active CA (Source.caActive): the loop decides
-	// whether to re-issue earlier than planned.
-	keyCA
-)
-
-// issuanceLoop is the issuance loop's memory, used by Start's goroutine alone.
-type issuanceLoop struct {
-	s *Source
-	q workqueue.TypedDelayingInterface[loopKey]
-	// next is when keyIssue is due (it is queued for then).
-	next time.Time
-	// backoff gives the waits after failed attempts in a row; nil after a success.
-	backoff *wait.Backoff
-	// failures counts the failed attempts in a row.
-	failures int
-	// pending is the key made for the next issuance, kept across failed attempts.
-	pending *pendingKey
-	// active is the CA that signs now, as last seen on CertificateAuthority/default; handled is the one
-	// a re-issue was already made for, so that a CA status ahead of the signer cannot loop.
-	active, handled string
-}
-
-// process handles one key of the queue.
-func (l *issuanceLoop) process(ctx context.Context, key loopKey) {
-	switch key {
-	case keyCA:
-		if a := l.s.caActive.Load(); a != nil {
-			l.active = *a
-		}
-		if at, ok := l.s.caChanged(l.active, l.handled); ok && at.Before(l.next) {
-			l.schedule(at)
-		}
-	case keyIssue:
-		l.attempt(ctx)
-	}
-}
-
-// schedule queues keyIssue for at; an earlier one already queued moves there.
-func (l *issuanceLoop) schedule(at time.Time) {
-	l.next = at
-	d := at.Sub(l.s.clock.Now())
-	l.q.AddAfter(keyIssue, d)
-	if l.s.testHookWait != nil {
-		l.s.testHookWait(d)
-	}
-}
-
-// attempt makes one issuance and schedules the next: a retry with backoff after a failure, the renewal
-// after a success.
-func (l *issuanceLoop) attempt(ctx context.Context) {
-	s := l.s
-	var err error
-	if l.pending == nil {
-		l.pending, err = s.newPendingKey()
-	}
-	var is *issued
-	if err == nil {
-		is, err = s.issue(ctx, l.pending)
-	}
-	now := s.clock.Now()
-	if err != nil {
-		if ctx.Err() != nil {
+		if !s.waitUntil(ctx, &next, caEvents, &active, handled) {
 			return
 		}
-		if l.backoff == nil {
-			b := s.retryBackoff()
-			l.backoff = &b
+
+		var err error
+		if pending == nil {
+			pending, err = s.newPendingKey()
 		}
-		l.failures++
-		d := l.backoff.Step()
-		s.setLastError(err)
-		s.logFailure(err, l.failures, d, now)
-		l.schedule(now.Add(d))
-		return
+		var is *issued
+		if err == nil {
+			is, err = s.issue(ctx, pending)
+		}
+		now := s.clock.Now()
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			failures++
+			d := s.backoff(failures)
+			next = now.Add(d)
+			s.setLastError(err)
+			s.logFailure(err, failures, d, now)
+			continue
+		}
+		pending = nil
+		if failures > 0 {
+			s.log.Info("Issuance works again", "failedAttempts", failures)
+		}
+		failures = 0
+		if active != "" {
+			handled = active
+			if is.issuerKeyID != active {
+				s.log.Info("The new certificate is not signed by the CA that CertificateAuthority/default names as Active; not re-issuing again for it",
+					"issuerKeyID", is.issuerKeyID, "activeKeyID", active)
+			}
+		}
+		next = s.renewAt(now, is.renewalTime)
+		if earliest := now.Add(s.initialBackoff); next.Before(earliest) {
+			// Only a clock far ahead of certapi's gets here (certapi's renewalTime is always in its
+			// future): renew soon, but never in a tight loop.
+			if !is.renewalTime.After(now) {
+				s.log.Info("The certificate is already due for renewal by this clock; is it ahead of certapi's?", "renewalTime", is.renewalTime)
+			}
+			next = earliest
+		}
+		s.log.Info("Issued a serving certificate", "serial", is.serial, "notAfter", is.notAfter, "renewalTime", is.renewalTime,
+			"renewIn", next.Sub(now).Round(time.Millisecond), "issuerKeyID", is.issuerKeyID)
 	}
-	l.pending = nil
-	if l.failures > 0 {
-		s.logger().Info("Issuance works again", "failedAttempts", l.failures)
-	}
-	l.failures, l.backoff = 0, nil
-	if l.active != "" {
-		l.handled = l.active
-		if is.issuerKeyID != l.active {
-			s.logger().Info("The new certificate is not signed by the CA that CertificateAuthority/default names as Active; not re-issuing again for it",
-				"issuerKeyID", is.issuerKeyID, "activeKeyID", l.active)
+}
+
+// waitUntil waits until *next, or less when a change of the Active CA (on caEvents, recorded in
+// *active) calls for an earlier re-issue, and then moves *next there. It returns false when ctx ends.
+func (s *Source) waitUntil(ctx context.Context, next *time.Time, caEvents <-chan certapiv1alpha1.CertificateAuthorityRef, active *string, handled string) bool {
+	for {
+		d := next.Sub(s.clock.Now())
+		if d <= 0 {
+			return ctx.Err() == nil
+		}
+		timer := s.clock.NewTimer(d)
+		if s.testHookWait != nil {
+			s.testHookWait(d)
+		}
+	wait:
+		for {
+			select {
+			case <-ctx.Done():
+				timer.Stop()
+				return false
+			case ref := <-caEvents:
+				*active = strings.ToLower(ref.SubjectKeyID)
+				if at, ok := s.caChanged(*active, handled); ok && at.Before(*next) {
+					*next = at
+					timer.Stop()
+					break wait
+				}
+			case <-timer.C():
+				return ctx.Err() == nil
+			}
 		}
 	}
-	next := s.renewAt(now, is.renewalTime)
-	if earliest := now.Add(s.initialBackoff); next.Before(earliest) {
-		// Only a clock far ahead of certapi's gets here (certapi's renewalTime is always in its
-		// future): renew soon, but never in a tight loop.
-		if !is.renewalTime.After(now) {
-			s.logger().Info("The certificate is already due for renewal by this clock; is it ahead of certapi's?", "renewalTime", is.renewalTime)
-		}
-		next = earliest
-	}
-	s.logger().Info("Issued a serving certificate", "serial", is.serial, "notAfter", is.notAfter, "renewalTime", is.renewalTime,
-		"renewIn", next.Sub(now).Round(time.Millisecond), "issuerKeyID", is.issuerKeyID)
-	l.schedule(next)
 }
 
 // caChanged decides, for a newly seen Active CA, whether and when to re-issue: when the current
@@ -205,7 +166,7 @@ func (s *Source) caChanged(active, handled string) (time.Time, bool) {
 		window = min(window, DistrustDelay)
 	}
 	delay := time.Duration(s.random() * float64(max(window, 0)))
-	s.logger().Info("The Active CA changed; re-issuing the serving certificate", "activeKeyID", active, "issuerKeyID", cur.issuerKeyID, "in", delay.Round(time.Millisecond))
+	s.log.Info("The Active CA changed; re-issuing the serving certificate", "activeKeyID", active, "issuerKeyID", cur.issuerKeyID, "in", delay.Round(time.Millisecond))
 	return now.Add(delay), true
 }
 
@@ -218,11 +179,15 @@ func (s *Source) renewAt(now, renewalTime time.Time) time.Time {
 	return renewalTime.Add(-time.Duration(s.random() * s.jitter * float64(left)))
 }
 
-// retryBackoff gives the delays after failures in a row: InitialBackoff doubled after each failure up to
-// MaxBackoff, each delay drawn at random from the upper half of its step. That is apimachinery's
-// wait.Backoff over half of each step, with a jitter of up to all of it: [d/2, d).
-func (s *Source) retryBackoff() wait.Backoff {
-	return wait.Backoff{Duration: max(s.initialBackoff/2, 1), Factor: 2, Jitter: 1, Cap: max(s.maxBackoff/2, 1), Steps: math.MaxInt32}
+// backoff is the delay after the n-th failure in a row: InitialBackoff doubled n-1 times, capped at
+// MaxBackoff, drawn at random from the upper half of that.
+func (s *Source) backoff(n int) time.Duration {
+	d := s.initialBackoff
+	for i := 1; i < n && d < s.maxBackoff; i++ {
+		d *= 2
+	}
+	d = min(d, s.maxBackoff)
+	return d/2 + time.Duration(s.random()*float64(d-d/2))
 }
 
 func (s *Source) logFailure(err error, attempt int, retryIn time.Duration, now time.Time) {
@@ -233,12 +198,12 @@ func (s *Source) logFailure(err error, attempt int, retryIn time.Duration, now t
 	cur := s.current.Load()
 	switch {
 	case cur == nil:
-		s.logger().Info("Could not get a serving certificate yet; TLS handshakes fail until one is issued", append(kv, "err", err.Error())...)
+		s.log.Info("Could not get a serving certificate yet; TLS handshakes fail until one is issued", append(kv, "err", err.Error())...)
 	case now.Before(cur.notAfter):
-		s.logger().Info("Renewing the serving certificate failed; still serving the current one, which is valid",
+		s.log.Info("Renewing the serving certificate failed; still serving the current one, which is valid",
 			append(kv, "err", err.Error(), "serial", cur.serial, "notAfter", cur.notAfter, "timeLeft", cur.notAfter.Sub(now).Round(time.Second))...)
 	default:
-		s.logger().Error(err, "The serving certificate has EXPIRED and renewal keeps failing: clients that verify certificates reject every handshake",
+		s.log.Error(err, "The serving certificate has EXPIRED and renewal keeps failing: clients that verify certificates reject every handshake",
 			append(kv, "serial", cur.serial, "notAfter", cur.notAfter, "expiredFor", now.Sub(cur.notAfter).Round(time.Second))...)
 	}
 }
@@ -316,7 +281,7 @@ func (s *Source) createRequest(ctx context.Context) (bool, error) {
 	case err != nil:
 		return false, err
 	}
-	s.logger().Info("Created the missing ServingCertRequest", "serviceName", s.createSpec.ServiceName)
+	s.log.Info("Created the missing ServingCertRequest", "serviceName", s.createSpec.ServiceName)
 	return true, nil
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
@@ -76,11 +77,11 @@ type Options struct {
 	// that is forbidden the Source says so once and carries on, renewing at renewalTime only.
 	DisableCAWatch bool
 
-	// Logger receives progress and failures. Default: the logger of Start's context (klog.FromContext),
-	// named servingcert. Nothing logged ever contains key material.
+	// Logger receives progress and failures. Default: klog.Background().WithName("servingcert").
+	// Nothing logged ever contains key material.
 	Logger logr.Logger
 	// Clock is for tests; default the real clock.
-	Clock clock.WithTicker
+	Clock clock.Clock
 
 	// Jitter is the fraction, in (0, 1), of the time left before renewalTime that is taken off at
 	// random, so that N pods renewing against one request spread out. Default DefaultJitter (0.1).
@@ -98,16 +99,14 @@ type Options struct {
 // controller-runtime manager: it is a Runnable that every replica runs, not only the leader), and give
 // TLSConfig or TLSOpts to the server. Every method is safe for concurrent use.
 type Source struct {
-	issuer       Issuer
-	namespace    string
-	name         string
-	keyAlgorithm signer.KeyAlgorithm
-	createSpec   *certapiv1alpha1.ServingCertRequestSpec
-	watchCA      bool
-	// log is Options.Logger, or Start's context's logger when that is unset (set by Start before
-	// anything logs); read it with logger().
-	log            atomic.Pointer[logr.Logger]
-	clock          clock.WithTicker
+	issuer         Issuer
+	namespace      string
+	name           string
+	keyAlgorithm   signer.KeyAlgorithm
+	createSpec     *certapiv1alpha1.ServingCertRequestSpec
+	watchCA        bool
+	log            logr.Logger
+	clock          clock.Clock
 	jitter         float64
 	initialBackoff time.Duration
 	maxBackoff     time.Duration
@@ -116,17 +115,14 @@ type Source struct {
 
 	// random returns a number in [0, 1); replaced by tests.
 	random func() float64
-	// testHookWait, when set, is called each time the issuance loop queues its next attempt for d from
-	// now (a fake clock can then be stepped by d).
+	// testHookWait, when set, is called each time the issuance loop starts waiting d for its next
+	// attempt (after the timer is made, so a fake clock can be stepped by d).
 	testHookWait func(d time.Duration)
 	// caRetryInterval is how long the CA watch waits before asking again once it has been refused.
 	caRetryInterval time.Duration
 
 	started atomic.Bool
 	current atomic.Pointer[issued]
-	// caActive is the Active CA's subject key id (lower case) as the CA watch last saw it; the issuance
-	// loop reads it when the watch queues keyCA.
-	caActive atomic.Pointer[string]
 	// distrusted is set while CertificateAuthority/default says a distrusted CA is being dropped.
 	distrusted atomic.Bool
 	// lastExpiredLog is the unix nanos of the last "serving an expired certificate" log from GetCertificate.
@@ -219,17 +215,22 @@ func New(o Options) (*Source, error) {
 	if caDelay < 0 {
 		return nil, fmt.Errorf("servingcert: Options.CAChangeDelay is %s; want a positive duration (default %s)", caDelay, MaxCAChangeDelay)
 	}
+	log := o.Logger
+	if log.GetSink() == nil {
+		log = klog.Background().WithName("servingcert")
+	}
 	clk := o.Clock
 	if clk == nil {
 		clk = clock.RealClock{}
 	}
-	s := &Source{
+	return &Source{
 		issuer:          issuer,
 		namespace:       o.Namespace,
 		name:            o.Name,
 		keyAlgorithm:    alg,
 		createSpec:      o.CreateIfMissing.DeepCopy(),
 		watchCA:         !o.DisableCAWatch,
+		log:             log.WithValues("servingCertRequest", o.Namespace+"/"+o.Name),
 		clock:           clk,
 		jitter:          jitter,
 		initialBackoff:  initial,
@@ -239,26 +240,7 @@ func New(o Options) (*Source, error) {
 		random:          rand.Float64,
 		caRetryInterval: 10 * time.Minute,
 		changed:         make(chan struct{}),
-	}
-	if o.Logger.GetSink() != nil {
-		s.setLogger(o.Logger)
-	}
-	return s, nil
-}
-
-// setLogger makes log, with this Source's request, the logger of everything the Source logs.
-func (s *Source) setLogger(log logr.Logger) {
-	log = log.WithValues("servingCertRequest", s.namespace+"/"+s.name)
-	s.log.Store(&log)
-}
-
-// logger is the Source's logger: Options.Logger, or Start's context's. Nothing logs before Start but
-// GetCertificate, once there is a certificate, which Start issued.
-func (s *Source) logger() logr.Logger {
-	if l := s.log.Load(); l != nil {
-		return *l
-	}
-	return logr.Discard()
+	}, nil
 }
 
 // GetCertificate is for tls.Config.GetCertificate. Before the first certificate is issued it returns an
@@ -278,7 +260,7 @@ func (s *Source) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) 
 	if now := s.clock.Now(); !now.Before(cur.notAfter) {
 		last := s.lastExpiredLog.Load()
 		if now.UnixNano()-last >= int64(time.Minute) && s.lastExpiredLog.CompareAndSwap(last, now.UnixNano()) {
-			s.logger().Error(s.lastError(), "Serving an EXPIRED certificate: renewal keeps failing, and clients that verify certificates reject every handshake",
+			s.log.Error(s.lastError(), "Serving an EXPIRED certificate: renewal keeps failing, and clients that verify certificates reject every handshake",
 				"serial", cur.serial, "notAfter", cur.notAfter, "expiredFor", now.Sub(cur.notAfter).Round(time.Second))
 		}
 	}

@@ -112,15 +112,19 @@ func TestIdleMakesNoAPICalls(t *testing.T) {
 		return false, nil
 	})
 
-	// Idle: any request in the window fails the test at once.
+	// Idle: any request in the window fails the test. A review's call and the review's own count are two
+	// counters, not read at once: a scrape between them shows a call the next scrape takes back, so a
+	// count fails the test when two scrapes in a row show it.
+	moved := false // the last scrape showed a call
 	err = wait.PollUntilContextTimeout(ctx, time.Second, idleWindow, false, func(ctx context.Context) (bool, error) {
 		n, err := restClientRequests(ctx, own)
 		if err != nil {
 			return false, err
 		}
-		if n != before {
+		if n != before && moved {
 			return false, fmt.Errorf("certapi made %v API calls while idle", n-before)
 		}
+		moved = n != before
 		return false, nil
 	})
 	if !wait.Interrupted(err) && !errors.Is(err, context.DeadlineExceeded) {

@@ -127,10 +127,39 @@ func (n *ClusterNode) TagImage(ctx context.Context, src, dst string) error {
 // status gives it after "containerd://"), as a machine that stops answering: nothing exits, nothing
 // answers, until ResumeContainer.
 func (n *ClusterNode) PauseContainer(ctx context.Context, id string) error {
-	if _, err := n.ctr(ctx, "tasks", "pause", id); err != nil {
+	err := retryFreeze(ctx, pauseAttempts, func() error {
+		_, err := n.ctr(ctx, "tasks", "pause", id)
+		return err
+	}, func() {
+		_, _ = n.ctr(ctx, "tasks", "resume", id) // a freeze that did not complete may leave some tasks frozen
+	})
+	if err != nil {
 		return fmt.Errorf("pausing container %s: %w", id, err)
 	}
 	return nil
+}
+
+// pauseAttempts is how many times PauseContainer asks runc to freeze a container.
+const pauseAttempts = 5
+
+// retryFreeze calls pause up to attempts times while it fails with runc's "unable to freeze": the cgroup
+// freezer gives up when a task of the container does not stop in time, which a loaded machine (make
+// test's jobs side by side) made happen once in CI. After each such failure thaw undoes what froze, so
+// that the next attempt starts from a running container. Any other error is returned at once.
+func retryFreeze(ctx context.Context, attempts int, pause func() error, thaw func()) error {
+	var err error
+	for i := range attempts {
+		if err = pause(); err == nil || !strings.Contains(err.Error(), "unable to freeze") {
+			return err
+		}
+		thaw()
+		select {
+		case <-ctx.Done():
+			return errors.Join(err, ctx.Err())
+		case <-time.After(time.Duration(i+1) * 200 * time.Millisecond):
+		}
+	}
+	return err
 }
 
 // ResumeContainer thaws a container PauseContainer froze.

@@ -365,17 +365,22 @@ func (o *checkOptions) waitReady(ctx context.Context, c *clients) []CheckResult 
 		})
 	})
 
-	var lastFailure string
+	// printed: what each failing check said when last printed; a check is printed again only when what it
+	// says changes, so a wait on two failing checks prints two lines, not two lines a round.
+	printed := map[string]string{}
 	for {
 		results := Check(readCheckInput(ctx, c))
 		if len(failing(results)) == 0 {
 			return results
 		}
 		for _, r := range results {
-			if !r.OK && r.Detail != lastFailure {
-				lastFailure = r.Detail
+			if r.OK {
+				delete(printed, r.Name)
+				continue
+			}
+			if printed[r.Name] != r.Detail {
+				printed[r.Name] = r.Detail
 				fmt.Fprintf(o.ErrOut, "waiting: %s: %s\n", r.Name, r.Detail)
-				break
 			}
 		}
 		var poll *time.Timer
@@ -409,5 +414,12 @@ func readCheckInput(ctx context.Context, c *clients) CheckInput {
 	_, in.DiscoveryErr = c.kube.Discovery().ServerResourcesForGroupVersion(groupVersion)
 	in.CA, in.CAErr = c.certapi.CertapiV1alpha1().CertificateAuthorities().Get(ctx, certapiv1alpha1.CertificateAuthorityName, metav1.GetOptions{})
 	in.APIService, in.APIServiceErr = c.aggregator.ApiregistrationV1().APIServices().Get(ctx, apiServiceName, metav1.GetOptions{})
+	// A failed Get returns an empty object, not nil: Check reads a nil CA as "could not be read".
+	if in.CAErr != nil {
+		in.CA = nil
+	}
+	if in.APIServiceErr != nil {
+		in.APIService = nil
+	}
 	return in
 }

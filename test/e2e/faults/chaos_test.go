@@ -188,6 +188,7 @@ func TestEtcdStoppedUnderLoad(t *testing.T) {
 		CertapiReplicaArgs: framework.LeaderIdentityArgs,
 		CertapiArgs:        []string{"--handoff-timeout=" + handoff.String()},
 	})
+	logLeadershipOnFailure(t, own)
 	c, kube := testhelpers.Clients(t, own.AdminConfig)
 	ns := e2etest.Namespace(t, kube)
 	names := createRequests(t, c, ns, 10)
@@ -224,7 +225,7 @@ func TestEtcdStoppedUnderLoad(t *testing.T) {
 		t.Errorf("issuance was back %s after etcd returned; want within 5 s", recovery.Round(time.Millisecond))
 	}
 	if after.byKind[answerOK] != after.n {
-		t.Errorf("after the recovery: %s; want every call to succeed", after)
+		t.Errorf("after the recovery: %s; want every call to succeed; %s", after, failuresOf(between(calls, recovered, time.Now()), recovered))
 	}
 	t.Logf("figures: %d calls/s, bound %s per attempt; etcd stopped %s (restart took %s); calls started while it was down: %s; issuance back %s after etcd was healthy again; after that: %s; all: %s",
 		rate, bound, backAt.Sub(stoppedAt).Round(time.Millisecond), backAt.Sub(startedAt).Round(time.Millisecond), during, recovery.Round(time.Millisecond), after, statsOf(calls))

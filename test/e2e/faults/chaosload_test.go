@@ -193,6 +193,32 @@ func (s callStats) String() string {
 		s.n, s.byKind[answerOK], s.byKind[answerUnavailable], s.byKind[answerOther], s.max.Round(time.Millisecond), s.p99.Round(time.Millisecond))
 }
 
+// failuresOf says when, after since, the failed calls among calls started and what the first few distinct
+// errors were, for a failure message.
+func failuresOf(calls []issueCall, since time.Time) string {
+	var first, last time.Duration
+	var msgs []string
+	n := 0
+	for _, c := range calls {
+		if c.err == nil {
+			continue
+		}
+		at := c.start.Sub(since)
+		if n == 0 || at < first {
+			first = at
+		}
+		last = max(last, at)
+		n++
+		if msg := c.err.Error(); len(msgs) < 3 && !slices.Contains(msgs, msg) {
+			msgs = append(msgs, msg)
+		}
+	}
+	if n == 0 {
+		return "no call failed"
+	}
+	return fmt.Sprintf("%d failed calls started %s to %s after it, with errors %q", n, first.Round(time.Millisecond), last.Round(time.Millisecond), msgs)
+}
+
 // waitRecovered waits until a call that ended after back issued a certificate, and then until rate calls
 // a second have issued for five more seconds (issuance must stay back), and returns when the first of
 // them ended: the moment issuance recovered. what names the event, for the failure message.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"os"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -43,6 +44,35 @@ func countInLogs(t *testing.T, own *framework.ControlPlane, s string) int {
 		n += strings.Count(string(data), s)
 	}
 	return n
+}
+
+// leadershipLines are the log lines that tell a term's story: elections, terms, lease renewals, handoffs.
+var leadershipLines = regexp.MustCompile(`Campaigning|Became leader|Leading:|Lost leadership|Resigned|Not signing|election lease|handoff|Handoff|"Starting" logger="rotation"`)
+
+// logLeadershipOnFailure logs, when t has failed, every replica's leadership lines (leadershipLines):
+// the framework prints only the last lines of each log, and a term's story starts long before them.
+func logLeadershipOnFailure(t *testing.T, own *framework.ControlPlane) {
+	t.Helper()
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		for i := 0; i < own.Replicas(); i++ {
+			name := own.ReplicaName(i)
+			data, err := os.ReadFile(own.Logs()[name])
+			if err != nil {
+				t.Logf("%s's log: %v", name, err)
+				continue
+			}
+			var lines []string
+			for _, l := range strings.Split(string(data), "\n") {
+				if leadershipLines.MatchString(l) {
+					lines = append(lines, l)
+				}
+			}
+			t.Logf("%s's leadership lines (%d):\n%s", name, len(lines), strings.Join(lines[max(0, len(lines)-80):], "\n"))
+		}
+	})
 }
 
 // TestColdStartWithThreeReplicas starts three replicas together on an empty etcd, several times: each time

@@ -13,8 +13,10 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/certapi/certapi/pkg/snapshot"
 	"github.com/certapi/certapi/test/framework"
@@ -241,6 +243,7 @@ func otherInstalls(t *testing.T, shell *nodetest.DocShell) {
 		t.Fatal(err)
 	}
 	nodetest.Kubectl(t, cp, "apply", "-f", scc)
+	waitSCCAssigns(t, kube)
 	nodetest.EnforceRestricted(t, cp, ns)
 	shell.Run(t, "docs/install.md", 5*time.Minute, "openshift-ids")
 	shell.Script(t, "the check after the install", 6*time.Minute, "kubectl certapi check --wait --timeout=5m")
@@ -280,6 +283,27 @@ func otherInstalls(t *testing.T, shell *nodetest.DocShell) {
 	}
 	t.Logf("figure: docs/install.md's host-network install (after an uninstall) to the check passing: %s", time.Since(start).Round(time.Second))
 	uninstall(t, shell)
+}
+
+// waitSCCAssigns waits until openshiftSCC assigns its user to a pod created in ns (a server-side dry run):
+// kube-apiserver applies a new policy and binding once its informers have them, and a pod created before
+// that runs as the image's user, to whom the encryption Secret's files are not readable.
+func waitSCCAssigns(t *testing.T, kube kubernetes.Interface) {
+	t.Helper()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "scc-probe-"},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "probe", Image: "probe"}}},
+	}
+	nodetest.WaitFor(t, time.Minute, "the stand-in SCC to assign its user to a new pod", func(ctx context.Context) (bool, string) {
+		got, err := kube.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err != nil {
+			return false, err.Error()
+		}
+		if sc := got.Spec.SecurityContext; sc == nil || sc.RunAsUser == nil || *sc.RunAsUser != sccUID {
+			return false, fmt.Sprintf("a pod created now gets the security context %+v", sc)
+		}
+		return true, ""
+	})
 }
 
 // newVolumes makes three volumes for the members' claims, named after what they are for, and with open,
