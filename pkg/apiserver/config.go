@@ -9,6 +9,7 @@ import (
 	"github.com/certapi/certapi/pkg/apiserver/filters"
 	"github.com/certapi/certapi/pkg/apiserver/readiness"
 	"github.com/certapi/certapi/pkg/controller/erasure"
+	"github.com/certapi/certapi/pkg/controller/leader"
 	"github.com/certapi/certapi/pkg/etcdcluster"
 	"github.com/certapi/certapi/pkg/issuer"
 	"github.com/certapi/certapi/pkg/snapshot"
@@ -43,6 +44,9 @@ type ExtraConfig struct {
 	StatusInterval time.Duration
 	// Leader sizes the leader's loops and its kube-apiserver client.
 	Leader LeaderOptions
+	// UpstreamCSR, when set, has the leader ask for its CA certificates through CertificateSigningRequests
+	// (--ca-upstream=CertificateSigningRequest).
+	UpstreamCSR *leader.UpstreamCSR
 	// Snapshots, when set, is the leader's schedule of etcd snapshots.
 	Snapshots *snapshot.Schedule
 	// Erasure is how the leader erases etcd's history and the snapshots taken before once a distrust

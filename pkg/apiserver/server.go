@@ -184,6 +184,7 @@ func (c completedConfig) New() (*Server, error) {
 		Erasure:          eraser(c.ExtraConfig.Erasure),
 		WatchReplicas:    s.self != nil,
 		StatusWriter:     &s.status,
+		UpstreamCSR:      c.ExtraConfig.UpstreamCSR,
 	}
 	return s, nil
 }

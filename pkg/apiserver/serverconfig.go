@@ -115,6 +115,7 @@ func (o *Options) Config(etcd *Etcd, kube *KubeClients) (*Config, error) {
 			DistrustDeadline:       o.DistrustDeadline,
 			RequestCounter:         o.requestCounter,
 			Leader:                 o.Leader,
+			UpstreamCSR:            o.CAUpstream.upstreamCSR(),
 			Snapshots:              snapshots,
 			Erasure:                erase,
 			KeepPublishedCAs:       o.KeepPublishedCAs,

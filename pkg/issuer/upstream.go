@@ -11,7 +11,8 @@ import (
 	"github.com/certapi/certapi/pkg/signer"
 )
 
-// Upstream configures a CA that is an intermediate of an organisation's CA, signed by hand: the leader
+// Upstream configures a CA that is an intermediate of an organisation's CA, signed by hand or by a
+// certificates.k8s.io signer (package upstreamcsr makes the CertificateSigningRequest and calls Import): the leader
 // makes each next CA's key and a certificate request (signer.IntermediateRequest), publishes the
 // request (CertificateAuthority status), and the operator imports the certificate the organisation's CA
 // signed (Import; the API's certificateauthorities/import subresource). Until the first import the
@@ -59,7 +60,7 @@ type ImportResult struct {
 
 // ErrUpstreamOff means a CA certificate was given for import while certapi is not configured as an
 // intermediate of an organisation's CA.
-var ErrUpstreamOff = errors.New("certapi is not configured as an intermediate of an organisation's CA (--ca-upstream=Manual); nothing waits for an import")
+var ErrUpstreamOff = errors.New("certapi is not configured as an intermediate of an organisation's CA (--ca-upstream=Manual or CertificateSigningRequest); nothing waits for an import")
 
 // newRequest makes a CA key and its certificate request.
 func (i *Issuer) newRequest(reason signer.PendingReason, now time.Time) (*signer.PendingCA, error) {

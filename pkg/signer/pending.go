@@ -85,3 +85,15 @@ func (p *PendingCA) SubjectKeyID() string {
 	}
 	return FormatKeyID(id)
 }
+
+// Name is the name of the request in the Kubernetes API (the CertificateSigningRequest certapi makes for
+// it with --ca-upstream=CertificateSigningRequest): "certapi-ca-" and the first eight bytes of the key's
+// subject key identifier in lower-case hex. It is the same for every leader, so a new leader finds the
+// request its predecessor made.
+func (p *PendingCA) Name() string {
+	id, err := subjectKeyID(p.Key.Public())
+	if err != nil || len(id) < 8 {
+		return "certapi-ca-request"
+	}
+	return fmt.Sprintf("certapi-ca-%x", id[:8])
+}

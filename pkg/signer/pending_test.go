@@ -2,6 +2,7 @@ package signer
 
 import (
 	"errors"
+	"regexp"
 	"testing"
 	"time"
 )
@@ -167,5 +168,26 @@ func TestUpstreamRotationRunsThrough(t *testing.T) {
 	now = now.Add(2 * time.Hour)
 	if s := step(RotationInput{NextEverywhere: true}); s != StepSwitch {
 		t.Fatalf("second switch: step %q", s)
+	}
+}
+
+// TestPendingName: the name of a request in the Kubernetes API is the same for the same key (every
+// leader finds its predecessor's), differs between keys, and is a valid object name.
+func TestPendingName(t *testing.T) {
+	key, err := GenerateKey(ECDSAP256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := GenerateKey(ECDSAP256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := (&PendingCA{Key: key}).Name(), (&PendingCA{Key: key}).Name()
+	c := (&PendingCA{Key: other}).Name()
+	if a != b || a == c {
+		t.Fatalf("names %q, %q (same key) and %q (another); want the same key's equal and another's different", a, b, c)
+	}
+	if !regexp.MustCompile(`^certapi-ca-[0-9a-f]{16}$`).MatchString(a) {
+		t.Fatalf("name %q; want certapi-ca- and 16 hex digits", a)
 	}
 }

@@ -279,7 +279,7 @@ type CertificateAuthorityStatus struct {
 	Etcd *EtcdClusterStatus `json:"etcd,omitempty"`
 
 	// pendingRequest is, while certapi's CA is an intermediate of an organisation's CA (certapi's
-	// --ca-upstream=Manual), the certificate request of the next CA waiting for the organisation's
+	// --ca-upstream=Manual or CertificateSigningRequest), the certificate request of the next CA waiting for the organisation's
 	// signature: sign it and import the certificate through certificateauthorities/import (kubectl
 	// certapi ca request, kubectl certapi ca import). Absent when nothing waits. Its key never leaves
 	// certapi.
@@ -305,6 +305,9 @@ type CertificateAuthorityPendingRequest struct {
 	// activeNotAfter is when the Active CA's chain expires (the earliest notAfter of its certificate
 	// and the chain above it): if nothing is imported by then, certapi can no longer sign.
 	ActiveNotAfter metav1.Time `json:"activeNotAfter"`
+	// certificateSigningRequest is the name of the certificates.k8s.io CertificateSigningRequest certapi
+	// made for the request (--ca-upstream=CertificateSigningRequest); empty when it is signed by hand.
+	CertificateSigningRequest string `json:"certificateSigningRequest,omitempty"`
 }
 
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
@@ -313,7 +316,7 @@ type CertificateAuthorityPendingRequest struct {
 // certificate an organisation's CA signed for status.pendingRequest, and its chain. certapi checks it
 // against the pending key (the key, CA basic constraints, key usages, name constraints, validity, every
 // link of the chain up to a root) and answers 422 listing every problem, or stores it as the Next CA
-// and answers with what it stored. Only with certapi's --ca-upstream=Manual.
+// and answers with what it stored. Only with certapi's --ca-upstream=Manual or CertificateSigningRequest.
 type CertificateAuthorityImport struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`

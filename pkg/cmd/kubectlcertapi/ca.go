@@ -80,7 +80,7 @@ func (o *caRequestOptions) run(c *cobra.Command) error {
 	}
 	p := ca.Status.PendingRequest
 	if p == nil {
-		return errors.New("no CA certificate request waits for a signature: certapi makes one when it runs with --ca-upstream=Manual " +
+		return errors.New("no CA certificate request waits for a signature: certapi makes one when it runs with --ca-upstream=Manual or CertificateSigningRequest " +
 			"and its Active CA is self-signed or due for rotation (see kubectl certapi status)")
 	}
 	if o.output == "json" {

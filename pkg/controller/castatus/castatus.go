@@ -22,8 +22,9 @@ import (
 
 // Sync writes obj's status from the leader's CAs, the injection summary, the distrust's status and the
 // Recovered condition (see Recovered; nil removes it) and the further conditions the leader found
-// (APIsServed), if it differs.
-func Sync(ctx context.Context, client versioned.Interface, obj *certapiv1alpha1.CertificateAuthority, auth signer.Authorities,
+// (APIsServed), if it differs. signerName is the signer a pending request is asked of through a
+// CertificateSigningRequest, empty when it is signed by hand (see PendingRequest).
+func Sync(ctx context.Context, client versioned.Interface, obj *certapiv1alpha1.CertificateAuthority, auth signer.Authorities, signerName string,
 	injection *certapiv1alpha1.InjectionSummary, distrust *certapiv1alpha1.DistrustStatus, recovered *metav1.Condition, conditions ...metav1.Condition) error {
 	want := obj.DeepCopy()
 	st := &want.Status
@@ -60,7 +61,7 @@ func Sync(ctx context.Context, client versioned.Interface, obj *certapiv1alpha1.
 		Message: fmt.Sprintf("the Active CA %s signs; it expires %s", ref.SerialNumber, active.NotAfter.UTC().Format(time.RFC3339)),
 	})
 	meta.SetStatusCondition(&st.Conditions, notWaitingFor(rotating(auth, distrust, obj.Generation), injection))
-	st.PendingRequest = PendingRequest(auth)
+	st.PendingRequest = PendingRequest(auth, signerName)
 	metrics.CARequestPendingSince.Reset()
 	if p := st.PendingRequest; p != nil {
 		metrics.CARequestPendingSince.WithLabelValues(p.Reason).Set(float64(p.CreatedAt.Unix()))
@@ -95,8 +96,9 @@ func Sync(ctx context.Context, client versioned.Interface, obj *certapiv1alpha1.
 }
 
 // PendingRequest is status.pendingRequest for auth: its certificate request waiting for a signature,
-// or nil when none waits. It holds the request (public) and never the key.
-func PendingRequest(auth signer.Authorities) *certapiv1alpha1.CertificateAuthorityPendingRequest {
+// or nil when none waits. It holds the request (public) and never the key. With signerName set, the
+// request is asked of that signer through the CertificateSigningRequest named for it (PendingCA.Name).
+func PendingRequest(auth signer.Authorities, signerName string) *certapiv1alpha1.CertificateAuthorityPendingRequest {
 	p := auth.Pending
 	if p == nil || auth.Active == nil {
 		return nil
@@ -110,12 +112,20 @@ func PendingRequest(auth signer.Authorities) *certapiv1alpha1.CertificateAuthori
 	default:
 		why = "for the rotation that began when a third of the Active CA's chain life was left"
 	}
-	return &certapiv1alpha1.CertificateAuthorityPendingRequest{
+	out := &certapiv1alpha1.CertificateAuthorityPendingRequest{
 		Request: string(p.RequestPEM), SubjectKeyID: p.SubjectKeyID(), CreatedAt: metav1.NewTime(p.CreatedAt), Reason: string(p.Reason),
 		WaitingFor: fmt.Sprintf("the CA certificate request made at %s %s waits for the organisation's CA to sign it: "+
 			"kubectl certapi ca request prints it, kubectl certapi ca import takes the signed certificate and its chain", p.CreatedAt.UTC().Format(time.RFC3339), why),
 		ActiveNotAfter: metav1.NewTime(auth.Active.ChainNotAfter()),
 	}
+	if signerName != "" {
+		name := p.Name()
+		out.CertificateSigningRequest = name
+		out.WaitingFor = fmt.Sprintf("the CA certificate request made at %s %s waits in CertificateSigningRequest %s for its approval "+
+			"(kubectl certificate approve %s) and for signer %s to sign it; certapi imports the certificate the signer issues",
+			p.CreatedAt.UTC().Format(time.RFC3339), why, name, name, signerName)
+	}
+	return out
 }
 
 // maxSkippedNamed bounds the certificates not kept that a Recovered condition names.

@@ -167,7 +167,7 @@ func TestSyncWritesFurtherConditions(t *testing.T) {
 	client := fake.NewSimpleClientset(obj)
 	notServed := metav1.Condition{Type: certapiv1alpha1.ConditionAPIsServed, Status: metav1.ConditionFalse,
 		Reason: certapiv1alpha1.APIsServedReasonNotServed, Message: "kube-apiserver v1.33.7 serves no certificates.k8s.io/v1 podcertificaterequests"}
-	if err := Sync(context.Background(), client, obj, auth, nil, nil, nil, notServed); err != nil {
+	if err := Sync(context.Background(), client, obj, auth, "", nil, nil, nil, notServed); err != nil {
 		t.Fatal(err)
 	}
 	got, err := client.CertapiV1alpha1().CertificateAuthorities().Get(context.Background(), obj.Name, metav1.GetOptions{})

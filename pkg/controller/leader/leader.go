@@ -26,7 +26,9 @@ import (
 	"github.com/certapi/certapi/pkg/controller/servedcert"
 	"github.com/certapi/certapi/pkg/controller/status"
 	"github.com/certapi/certapi/pkg/controller/trustbundle"
+	"github.com/certapi/certapi/pkg/controller/upstreamcsr"
 	"github.com/certapi/certapi/pkg/deliveryscope"
+	"github.com/certapi/certapi/pkg/issuer"
 	"github.com/certapi/certapi/pkg/metrics"
 	"github.com/certapi/certapi/pkg/snapshot"
 )
@@ -41,6 +43,16 @@ type Issuer interface {
 	ServingNotFrom(ctx context.Context, serial string) (int, error)
 	// WatchServing calls onChange whenever a replica's serving record changes, until ctx ends.
 	WatchServing(ctx context.Context, onChange func()) error
+	// Import stores a CA certificate an organisation's CA signed for the pending request as the Next CA.
+	Import(ctx context.Context, req issuer.ImportRequest) (*issuer.ImportResult, error)
+}
+
+// UpstreamCSR configures the CertificateSigningRequests of --ca-upstream=CertificateSigningRequest.
+type UpstreamCSR struct {
+	// SignerName is the signerName every CertificateSigningRequest asks.
+	SignerName string
+	// Expiration, when positive, is the validity asked of the signer (expirationSeconds).
+	Expiration time.Duration
 }
 
 // Config is what every term of this process shares. The process makes it once.
@@ -72,6 +84,9 @@ type Config struct {
 	// ServedCheck configures the verifier of what injected webhooks and APIServices serve (its Interval,
 	// Timeout and Workers; the term fills in the rest). Interval 0 turns it off.
 	ServedCheck servedcert.Options
+	// UpstreamCSR, when set, carries each pending CA certificate request to its signer through a
+	// CertificateSigningRequest and imports what the signer issues (package upstreamcsr).
+	UpstreamCSR *UpstreamCSR
 	// StatusWriter holds the running term's status writer, nil between terms: the servingcerts path
 	// records what it issued through it. Required.
 	StatusWriter *atomic.Pointer[status.Writer]
@@ -149,6 +164,7 @@ func Run(ctx context.Context, c Config) error {
 		Context: cc, Authority: c.Issuer, Targets: targets, Reissued: reissued,
 		Grace: c.RotationGrace, MaxCertificateDuration: c.MaxCertificateDuration, DistrustDeadline: c.DistrustDeadline,
 		Distrust: progress.of, Served: servedView, BundleChanged: bundles.set, Conditions: []metav1.Condition{apis.Condition},
+		UpstreamSignerName: upstreamSignerName(c.UpstreamCSR),
 	})
 	if err != nil {
 		return fmt.Errorf("building the CA rotation: %w", err)
@@ -162,11 +178,27 @@ func Run(ctx context.Context, c Config) error {
 		}
 		term = append(term, controller.Named{Name: "erasure", Runnable: er})
 	}
+	if u := c.UpstreamCSR; u != nil {
+		// Never ends the term: a failed request or import is reported and tried again with backoff.
+		up, err := upstreamcsr.New(upstreamcsr.Options{Context: cc, Authority: c.Issuer, SignerName: u.SignerName, Expiration: u.Expiration})
+		if err != nil {
+			return fmt.Errorf("building the CertificateSigningRequests of the CA certificate requests: %w", err)
+		}
+		term = append(term, controller.Named{Name: "upstreamcsr", Runnable: up})
+	}
 	if c.Snapshots != nil {
 		// Never ends the term: a failed snapshot is logged, counted and tried again an interval later.
 		term = append(term, controller.Named{Name: "snapshots", Runnable: c.Snapshots})
 	}
 	return cc.RunTerm(ctx, term...)
+}
+
+// upstreamSignerName is u's signer, empty without one.
+func upstreamSignerName(u *UpstreamCSR) string {
+	if u == nil {
+		return ""
+	}
+	return u.SignerName
 }
 
 // discoverAPIs finds out through discovery which of the optional APIs kube-apiserver serves (decideAPIs),

@@ -103,6 +103,9 @@ type Options struct {
 	// Conditions are further conditions of CertificateAuthority/default the term found (APIsServed),
 	// written with the rest of its status.
 	Conditions []metav1.Condition
+	// UpstreamSignerName, when set, is the signer each pending CA certificate request is asked of through
+	// a CertificateSigningRequest (--ca-upstream=CertificateSigningRequest): status.pendingRequest names it.
+	UpstreamSignerName string
 }
 
 // Served is what the rotation needs of the served certificate check (pkg/controller/servedcert).
@@ -321,7 +324,7 @@ func (c *Controller) sync(ctx context.Context, _ string) (controller.Result, err
 		c.recoveryAnnounced = true
 		c.recorder.Eventf(regarding(obj), nil, corev1.EventTypeWarning, recovered.Reason, "CreateCA", "%s", truncate(recovered.Message))
 	}
-	if err := castatus.Sync(ctx, c.client, obj, after, &summary, distrust, recovered, c.o.Conditions...); err != nil {
+	if err := castatus.Sync(ctx, c.client, obj, after, c.o.UpstreamSignerName, &summary, distrust, recovered, c.o.Conditions...); err != nil {
 		return controller.Result{}, err
 	}
 	return controller.Result{After: c.wait(after, policy)}, nil

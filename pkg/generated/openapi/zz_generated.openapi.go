@@ -229,7 +229,7 @@ func schema_pkg_apis_certapi_v1alpha1_CertificateAuthorityImport(ref common.Refe
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
 			SchemaProps: spec.SchemaProps{
-				Description: "CertificateAuthorityImport is the body of a create on certificateauthorities/default/import: the CA certificate an organisation's CA signed for status.pendingRequest, and its chain. certapi checks it against the pending key (the key, CA basic constraints, key usages, name constraints, validity, every link of the chain up to a root) and answers 422 listing every problem, or stores it as the Next CA and answers with what it stored. Only with certapi's --ca-upstream=Manual.",
+				Description: "CertificateAuthorityImport is the body of a create on certificateauthorities/default/import: the CA certificate an organisation's CA signed for status.pendingRequest, and its chain. certapi checks it against the pending key (the key, CA basic constraints, key usages, name constraints, validity, every link of the chain up to a root) and answers 422 listing every problem, or stores it as the Next CA and answers with what it stored. Only with certapi's --ca-upstream=Manual or CertificateSigningRequest.",
 				Type:        []string{"object"},
 				Properties: map[string]spec.Schema{
 					"kind": {
@@ -512,6 +512,13 @@ func schema_pkg_apis_certapi_v1alpha1_CertificateAuthorityPendingRequest(ref com
 							Ref:         ref(v1.Time{}.OpenAPIModelName()),
 						},
 					},
+					"certificateSigningRequest": {
+						SchemaProps: spec.SchemaProps{
+							Description: "certificateSigningRequest is the name of the certificates.k8s.io CertificateSigningRequest certapi made for the request (--ca-upstream=CertificateSigningRequest): once it is approved and its signer has signed, certapi imports the certificate. Empty when the request is signed by hand.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
 				},
 				Required: []string{"request", "subjectKeyID", "createdAt", "reason", "waitingFor", "activeNotAfter"},
 			},
@@ -684,7 +691,7 @@ func schema_pkg_apis_certapi_v1alpha1_CertificateAuthorityStatus(ref common.Refe
 					},
 					"pendingRequest": {
 						SchemaProps: spec.SchemaProps{
-							Description: "pendingRequest is, while certapi's CA is an intermediate of an organisation's CA (certapi's --ca-upstream=Manual), the certificate request of the next CA waiting for the organisation's signature: sign it and import the certificate through certificateauthorities/import (kubectl certapi ca request, kubectl certapi ca import). Absent when nothing waits. Its key never leaves certapi.",
+							Description: "pendingRequest is, while certapi's CA is an intermediate of an organisation's CA (certapi's --ca-upstream=Manual or CertificateSigningRequest), the certificate request of the next CA waiting for the organisation's signature: sign it and import the certificate through certificateauthorities/import (kubectl certapi ca request, kubectl certapi ca import). Absent when nothing waits. Its key never leaves certapi.",
 							Ref:         ref(v1alpha1.CertificateAuthorityPendingRequest{}.OpenAPIModelName()),
 						},
 					},

@@ -259,6 +259,9 @@ refuses to bootstrap a first cluster while the APIService holds a CA bundle cert
 {{- if and (not .Values.serviceAccount.create) (not .Values.serviceAccount.name) -}}
 {{- fail "serviceAccount.create false needs serviceAccount.name: the existing ServiceAccount certapi runs as, which the chart's ClusterRoles and admission policies are bound to" -}}
 {{- end -}}
+{{- if and (has "--ca-upstream=CertificateSigningRequest" .Values.extraArgs) (not .Values.caUpstream.certificateSigningRequests) -}}
+{{- fail "extraArgs has --ca-upstream=CertificateSigningRequest: set caUpstream.certificateSigningRequests=true too, which lets certapi create, read and delete CertificateSigningRequests (never approve them)" -}}
+{{- end -}}
 {{- if not (has .Values.etcd.dedicated.podAntiAffinity (list "required" "preferred")) -}}
 {{- fail (printf "etcd.dedicated.podAntiAffinity %q: want required or preferred" .Values.etcd.dedicated.podAntiAffinity) -}}
 {{- end -}}

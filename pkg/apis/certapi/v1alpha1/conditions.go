@@ -11,7 +11,7 @@ const (
 	// restored) and created a new CA after it had published others, and what it did with those.
 	ConditionRecovered = "Recovered"
 	// ConditionAwaitingSignature is True while a CA certificate request waits for an organisation's CA
-	// to sign it (--ca-upstream=Manual; status.pendingRequest); its reason is the request's, its message
+	// to sign it (--ca-upstream=Manual or CertificateSigningRequest; status.pendingRequest); its reason is the request's, its message
 	// says since when and when the Active CA's chain expires. Absent when nothing waits.
 	ConditionAwaitingSignature = "AwaitingSignature"
 	// ConditionAPIsServed says whether kube-apiserver serves every API certapi uses (certificates.k8s.io/v1

@@ -101,3 +101,15 @@ const (
 	// AnnotationEtcdPeerCARotated is the AnnotationEtcdPeerCARotate value the latest rotation began for.
 	AnnotationEtcdPeerCARotated = "certapi.dev/etcd-peer-ca-rotated"
 )
+
+// With --ca-upstream=CertificateSigningRequest, certapi asks for each of its CA certificates through a
+// certificates.k8s.io/v1 CertificateSigningRequest named PendingCA.Name ("certapi-ca-<key ID>").
+const (
+	// LabelCARequest ("true") marks the CertificateSigningRequests certapi made for its CA certificates.
+	// certapi watches only those, and deletes an unsigned one whose request no longer waits.
+	LabelCARequest = "certapi.dev/ca-request"
+	// AnnotationCertManagerRequestIsCA ("true") asks cert-manager's CertificateSigningRequest signers for
+	// a CA certificate: the certificates.k8s.io API has no field for it, and cert-manager reads this
+	// annotation. Other signers ignore it and read the request's basic constraints, if they honour any.
+	AnnotationCertManagerRequestIsCA = "experimental.cert-manager.io/request-is-ca"
+)

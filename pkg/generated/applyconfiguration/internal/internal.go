@@ -100,6 +100,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: activeNotAfter
       type:
         namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: certificateSigningRequest
+      type:
+        scalar: string
     - name: createdAt
       type:
         namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time

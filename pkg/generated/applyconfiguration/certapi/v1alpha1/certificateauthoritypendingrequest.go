@@ -43,6 +43,10 @@ type CertificateAuthorityPendingRequestApplyConfiguration struct {
 	// activeNotAfter is when the Active CA's chain expires (the earliest notAfter of its certificate
 	// and the chain above it): if nothing is imported by then, certapi can no longer sign.
 	ActiveNotAfter *v1.Time `json:"activeNotAfter,omitempty"`
+	// certificateSigningRequest is the name of the certificates.k8s.io CertificateSigningRequest certapi
+	// made for the request (--ca-upstream=CertificateSigningRequest): once it is approved and its signer
+	// has signed, certapi imports the certificate. Empty when the request is signed by hand.
+	CertificateSigningRequest *string `json:"certificateSigningRequest,omitempty"`
 }
 
 // CertificateAuthorityPendingRequestApplyConfiguration constructs a declarative configuration of the CertificateAuthorityPendingRequest type for use with
@@ -96,5 +100,13 @@ func (b *CertificateAuthorityPendingRequestApplyConfiguration) WithWaitingFor(va
 // If called multiple times, the ActiveNotAfter field is set to the value of the last call.
 func (b *CertificateAuthorityPendingRequestApplyConfiguration) WithActiveNotAfter(value v1.Time) *CertificateAuthorityPendingRequestApplyConfiguration {
 	b.ActiveNotAfter = &value
+	return b
+}
+
+// WithCertificateSigningRequest sets the CertificateSigningRequest field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the CertificateSigningRequest field is set to the value of the last call.
+func (b *CertificateAuthorityPendingRequestApplyConfiguration) WithCertificateSigningRequest(value string) *CertificateAuthorityPendingRequestApplyConfiguration {
+	b.CertificateSigningRequest = &value
 	return b
 }

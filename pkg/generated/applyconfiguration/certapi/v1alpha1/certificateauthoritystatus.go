@@ -61,7 +61,7 @@ type CertificateAuthorityStatusApplyConfiguration struct {
 	// etcd.
 	Etcd *EtcdClusterStatusApplyConfiguration `json:"etcd,omitempty"`
 	// pendingRequest is, while certapi's CA is an intermediate of an organisation's CA (certapi's
-	// --ca-upstream=Manual), the certificate request of the next CA waiting for the organisation's
+	// --ca-upstream=Manual or CertificateSigningRequest), the certificate request of the next CA waiting for the organisation's
 	// signature: sign it and import the certificate through certificateauthorities/import (kubectl
 	// certapi ca request, kubectl certapi ca import). Absent when nothing waits. Its key never leaves
 	// certapi.
