@@ -12,6 +12,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
@@ -99,24 +102,52 @@ func TestIntermediateThroughCertificateSigningRequest(t *testing.T) {
 }
 
 // startOrgSigner starts cert-manager's controller with root's key in the Secret of a ClusterIssuer of
-// the CA kind, org-root: the organisation's CA, signing for orgSigner.
+// the CA kind, org-root, and waits until cert-manager holds it Ready: the organisation's CA, signing for
+// orgSigner.
 func startOrgSigner(t *testing.T, own *framework.ControlPlane, root *signertest.Root) {
 	t.Helper()
 	ctx := context.Background()
 	_, kube := testhelpers.Clients(t, own.AdminConfig)
-	cm := framework.StartCertManagerT(t, own)
+	framework.StartCertManagerT(t, own)
 	keyPEM, err := signer.EncodeKeyPEM(root.Key)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := kube.CoreV1().Secrets(cm.ClusterResourceNamespace).Create(ctx, &corev1.Secret{
+	// cert-manager reads a ClusterIssuer's Secret from its --cluster-resource-namespace, which the
+	// framework sets to kube-system.
+	if _, err := kube.CoreV1().Secrets(metav1.NamespaceSystem).Create(ctx, &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: "org-root"},
 		Type:       corev1.SecretTypeTLS,
 		Data:       map[string][]byte{corev1.TLSCertKey: root.PEM(), corev1.TLSPrivateKeyKey: keyPEM},
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	cm.CreateCAClusterIssuer(t, "org-root", "org-root")
+	dyn, err := dynamic.NewForConfig(own.AdminConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	issuers := dyn.Resource(schema.GroupVersionResource{Group: "cert-manager.io", Version: "v1", Resource: "clusterissuers"})
+	issuer := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "cert-manager.io/v1", "kind": "ClusterIssuer",
+		"metadata": map[string]any{"name": "org-root"},
+		"spec":     map[string]any{"ca": map[string]any{"secretName": "org-root"}},
+	}}
+	if _, err := issuers.Create(ctx, issuer, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e2etest.Eventually(t, 60*time.Second, "cert-manager to hold ClusterIssuer org-root Ready", func(ctx context.Context) (bool, error) {
+		got, err := issuers.Get(ctx, "org-root", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		conds, _, _ := unstructured.NestedSlice(got.Object, "status", "conditions")
+		for _, c := range conds {
+			if m, ok := c.(map[string]any); ok && m["type"] == "Ready" && m["status"] == "True" {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
 }
 
 // certapiCSR waits for the CertificateSigningRequest certapi makes for p and checks what it asks.
