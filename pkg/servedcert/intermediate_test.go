@@ -16,15 +16,7 @@ import (
 func TestClassifyIntermediate(t *testing.T) {
 	now := time.Now()
 	root := signertest.NewRoot(t, "Example Root", now)
-	key := signertest.ECKey(t, elliptic.P256())
-	csr, err := signer.IntermediateRequest(key, signer.IntermediateOptions{ClusterDomain: signertest.ClusterDomain})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, _, err := signer.CheckIntermediate(root.Sign(t, csr, now, signertest.SignOptions{}), root.PEM(), key, signer.ImportOptions{ClusterDomain: signertest.ClusterDomain})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ca := root.Intermediate(t, now)
 	leafKey := signertest.ECKey(t, elliptic.P256())
 	leaf, err := ca.Sign(signer.LeafRequest{ServiceName: "webhook", Namespace: "tenant", ClusterDomain: signertest.ClusterDomain, PublicKey: leafKey.Public(), Duration: 7 * 24 * time.Hour})
 	if err != nil {

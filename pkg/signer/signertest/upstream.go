@@ -62,6 +62,23 @@ type SignOptions struct {
 	NoNameConstraints bool
 }
 
+// Intermediate returns a CA of certapi's under the root: a P-256 key, its request
+// (signer.IntermediateRequest for ClusterDomain), signed by the root as of now and imported with
+// signer.CheckIntermediate against the root, as `kubectl certapi ca import` would.
+func (r *Root) Intermediate(tb testing.TB, now time.Time) *signer.CA {
+	tb.Helper()
+	key := ECKey(tb, elliptic.P256())
+	csr, err := signer.IntermediateRequest(key, signer.IntermediateOptions{ClusterDomain: ClusterDomain})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ca, _, err := signer.CheckIntermediate(r.Sign(tb, csr, now, SignOptions{}), r.PEM(), key, signer.ImportOptions{ClusterDomain: ClusterDomain})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return ca
+}
+
 // The requested extensions SignOptions can drop, by OID.
 var (
 	oidBasicConstraints = asn1.ObjectIdentifier{2, 5, 29, 19}

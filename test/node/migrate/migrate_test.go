@@ -17,6 +17,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 
 	"github.com/certapi/certapi/pkg/snapshot"
 	"github.com/certapi/certapi/test/framework"
@@ -290,9 +291,20 @@ func otherInstalls(t *testing.T, shell *nodetest.DocShell) {
 // that runs as the image's user, to whom the encryption Secret's files are not readable.
 func waitSCCAssigns(t *testing.T, kube kubernetes.Interface) {
 	t.Helper()
+	// Restricted in all but the user, which the policy is to assign: the namespace may enforce Pod Security
+	// restricted already.
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{GenerateName: "scc-probe-"},
-		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "probe", Image: "probe"}}},
+		Spec: corev1.PodSpec{
+			SecurityContext: &corev1.PodSecurityContext{
+				RunAsNonRoot:   ptr.To(true),
+				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+			},
+			Containers: []corev1.Container{{Name: "probe", Image: "probe", SecurityContext: &corev1.SecurityContext{
+				AllowPrivilegeEscalation: ptr.To(false),
+				Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+			}}},
+		},
 	}
 	nodetest.WaitFor(t, time.Minute, "the stand-in SCC to assign its user to a new pod", func(ctx context.Context) (bool, string) {
 		got, err := kube.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
