@@ -126,15 +126,17 @@ tools-oldest:
 	./hack/build-tools.sh kube-$(OLDEST_MINOR)
 
 ## tools: kube-apiserver, etcd, kubectl, podcertnode, kubenode (kubelet, kube-proxy, kube-controller-manager,
-## kube-scheduler), promtool, prometheus, helm and coredns from the Go module proxy into _output/bin (each
-## group skipped when current; prometheus, helm and coredns are modules of their own under hack/tools)
+## kube-scheduler), promtool, prometheus, helm, helm3, coredns, cosign and cert-manager-controller (with
+## cert-manager's CRDs in _output/cert-manager/crds) from the Go module proxy into _output/bin (each group
+## skipped when current; all but kube and node are modules of their own under hack/tools)
 tools:
 	./hack/build-tools.sh
 
-## tools-first, tools-other: the groups of tools split by who needs them. prometheus, helm3 and cosign serve
-## only packages of test/ outside test/node (test/monitoring, test/chart, test/release): make test and make
-## e2e build them at the start of e2e-other, while the node tests run beside it, not before every job.
-TOOLS_OTHER = prometheus helm3 cosign
+## tools-first, tools-other: the groups of tools split by who needs them. prometheus, helm3, cosign and
+## cert-manager serve only packages of test/ outside test/node (test/monitoring, test/chart, test/release,
+## test/framework's cert-manager signer): make test and make e2e build them at the start of e2e-other, while
+## the node tests run beside it, not before every job.
+TOOLS_OTHER = prometheus helm3 cosign cert-manager
 tools-first:
 	./hack/build-tools.sh kube node helm coredns
 tools-other:

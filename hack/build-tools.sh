@@ -9,12 +9,15 @@
 # hack/tools/helm and hack/tools/helm3; and CoreDNS
 # (github.com/coredns/coredns, only the plugins a cluster DNS needs) through its own module
 # hack/tools/coredns; cosign (github.com/sigstore/cosign/v3), which test/release verifies the release's
-# signatures with, through its own module hack/tools/cosign; into _output/bin. Each group is skipped when its binaries were built from the same
+# signatures with, through its own module hack/tools/cosign; and cert-manager-controller (cert-manager's own
+# issuer and CertificateSigningRequest signer controllers, the signer of certapi's intermediate CA in the
+# tests) through its own module hack/tools/cert-manager, with cert-manager's CRDs copied into
+# _output/cert-manager/crds; into _output/bin. Each group is skipped when its binaries were built from the same
 # sources and Go; each has its own stamp, so that a change to one never rebuilds another.
 #
 # Usage: hack/build-tools.sh [GROUP...]   GROUP: kube (etcd, kube-apiserver, kubectl), node (podcertnode,
-# kubenode), prometheus (with prometheus-operator-config), helm, helm3, coredns, cosign; all seven when none
-# is named. make local-up builds kube (and node
+# kubenode), prometheus (with prometheus-operator-config), helm, helm3, coredns, cosign, cert-manager; all
+# eight when none is named. make local-up builds kube (and node
 # with NODE=1), hack/update-manifests.sh only helm, make images only coredns.
 # GROUP kube-<minor> (e.g. kube-1.33; never built unless named) builds kube-apiserver and kubectl of an older
 # Kubernetes minor from its own module hack/tools/kube-<minor> (hack/tools/new-kube-minor.sh writes it)
@@ -35,12 +38,12 @@ export GOFLAGS="$(go env GOFLAGS) -trimpath"
 TOOLCHAIN="$(go env GOVERSION) CGO_ENABLED=0 -trimpath"
 GROUPS_WANTED=("$@")
 if [[ ${#GROUPS_WANTED[@]} -eq 0 ]]; then
-  GROUPS_WANTED=(kube node prometheus helm helm3 coredns cosign)
+  GROUPS_WANTED=(kube node prometheus helm helm3 coredns cosign cert-manager)
 fi
 MINORS_WANTED=()
 for g in "${GROUPS_WANTED[@]}"; do
   case "${g}" in
-    kube | node | prometheus | helm | helm3 | coredns | cosign) ;;
+    kube | node | prometheus | helm | helm3 | coredns | cosign | cert-manager) ;;
     kube-1.[0-9]*)
       if [[ ! -f "${TOOLS}/${g}/go.mod" ]]; then
         echo "build-tools.sh: no module hack/tools/${g}: write it with hack/tools/new-kube-minor.sh v${g#kube-}.<patch>" >&2
@@ -48,7 +51,7 @@ for g in "${GROUPS_WANTED[@]}"; do
       fi
       MINORS_WANTED+=("${g#kube-}")
       ;;
-    *) echo "build-tools.sh: unknown group ${g}; want kube, node, prometheus, helm, helm3, coredns, cosign or kube-<minor>" >&2; exit 2 ;;
+    *) echo "build-tools.sh: unknown group ${g}; want kube, node, prometheus, helm, helm3, coredns, cosign, cert-manager or kube-<minor>" >&2; exit 2 ;;
   esac
 done
 wanted() { [[ " ${GROUPS_WANTED[*]} " == *" $1 "* ]]; }
@@ -257,4 +260,38 @@ build_cosign() {
 build_tool cosign "${TOOLS}/cosign" "${BIN}/.cosign-stamp" \
   "$(cd "${TOOLS}/cosign" && cat go.mod go.sum tools.go | sha256sum | cut -d' ' -f1) ${TOOLCHAIN}" 8 cosign \
   build_cosign
+fi
+
+# cert-manager-controller: cert-manager's own Issuer and ClusterIssuer controllers and its CA and SelfSigned
+# CertificateSigningRequest signers, run by a main of ours (hack/tools/cert-manager), and cert-manager's CRDs
+# (deploy/crds of the same cert-manager module) in _output/cert-manager/crds: the certificates.k8s.io/v1
+# signer that signs certapi's intermediate CA in the tests (test/framework.StartCertManager). Its own module:
+# cert-manager pins other versions of Kubernetes' modules. The stamp covers the CRDs too: they are copied
+# from the module the stamp names.
+if wanted cert-manager; then
+CM_CRDS="${ROOT}/_output/cert-manager/crds"
+build_cert_manager() {
+  local dir
+  dir="$(go list -m -f '{{.Dir}}' github.com/cert-manager/cert-manager)"
+  if [[ -z "${dir}" || ! -d "${dir}/deploy/crds" ]]; then
+    echo "build-tools.sh: cert-manager's deploy/crds not found in the module cache (${dir:-no directory}): run go mod download in hack/tools/cert-manager" >&2
+    return 1
+  fi
+  go build -o "${BIN}/cert-manager-controller" .
+  # A fresh directory: never write through a symlink into another checkout's copy.
+  rm -rf "${CM_CRDS}.new"
+  mkdir -p "${CM_CRDS}.new"
+  cp "${dir}"/deploy/crds/*.yaml "${CM_CRDS}.new/"
+  chmod 0644 "${CM_CRDS}.new"/*.yaml
+  rm -rf "${CM_CRDS}"
+  mv "${CM_CRDS}.new" "${CM_CRDS}"
+}
+if [[ ! -d "${CM_CRDS}" ]]; then
+  # No CRDs: build again even when the binary is current.
+  own "${BIN}/.cert-manager-stamp"
+  rm -f "${BIN}/.cert-manager-stamp"
+fi
+build_tool cert-manager-controller "${TOOLS}/cert-manager" "${BIN}/.cert-manager-stamp" \
+  "$(cd "${TOOLS}/cert-manager" && cat go.mod go.sum main.go | sha256sum | cut -d' ' -f1) ${TOOLCHAIN}" 7 cert-manager-controller \
+  build_cert_manager
 fi
