@@ -30,6 +30,15 @@ var EventScheme = func() *runtime.Scheme {
 	return s
 }()
 
+// RegardingCA is the CertificateAuthority an Event is about, by reference only: informer objects carry no
+// kind, and the whole object has no place in an Event or a log line.
+func RegardingCA(obj *certapiv1alpha1.CertificateAuthority) *certapiv1alpha1.CertificateAuthority {
+	return &certapiv1alpha1.CertificateAuthority{
+		TypeMeta:   metav1.TypeMeta{APIVersion: certapiv1alpha1.SchemeGroupVersion.String(), Kind: "CertificateAuthority"},
+		ObjectMeta: metav1.ObjectMeta{Name: obj.Name, UID: obj.UID, ResourceVersion: obj.ResourceVersion},
+	}
+}
+
 func utilruntimeMust(err error) {
 	if err != nil {
 		panic(err)

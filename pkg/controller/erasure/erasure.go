@@ -178,7 +178,7 @@ func (c *Controller) report(ctx context.Context, obj *certapiv1alpha1.Certificat
 	if cond.Status != metav1.ConditionTrue {
 		eventType = corev1.EventTypeWarning
 	}
-	c.recorder.Eventf(regarding(obj), nil, eventType, eventReasons[cond.Reason], "EraseHistory", "%s", cond.Message)
+	c.recorder.Eventf(controller.RegardingCA(obj), nil, eventType, eventReasons[cond.Reason], "EraseHistory", "%s", cond.Message)
 	want := obj.DeepCopy()
 	// Not meta.SetStatusCondition: it keeps the lastTransitionTime of a condition whose status does not
 	// change, and due tells this distrust's erasure from the last one's by that time.
@@ -188,12 +188,4 @@ func (c *Controller) report(ctx context.Context, obj *certapiv1alpha1.Certificat
 		return fmt.Errorf("writing CertificateAuthority/%s status: %w", certapiv1alpha1.CertificateAuthorityName, err)
 	}
 	return nil
-}
-
-// regarding is the CertificateAuthority an Event is about, by reference only.
-func regarding(obj *certapiv1alpha1.CertificateAuthority) *certapiv1alpha1.CertificateAuthority {
-	return &certapiv1alpha1.CertificateAuthority{
-		TypeMeta:   metav1.TypeMeta{APIVersion: certapiv1alpha1.SchemeGroupVersion.String(), Kind: "CertificateAuthority"},
-		ObjectMeta: metav1.ObjectMeta{Name: obj.Name, UID: obj.UID, ResourceVersion: obj.ResourceVersion},
-	}
 }

@@ -322,7 +322,7 @@ func (c *Controller) sync(ctx context.Context, _ string) (controller.Result, err
 	recovered := castatus.Recovered(recovery)
 	if recoveredNow && !c.recoveryAnnounced {
 		c.recoveryAnnounced = true
-		c.recorder.Eventf(regarding(obj), nil, corev1.EventTypeWarning, recovered.Reason, "CreateCA", "%s", truncate(recovered.Message))
+		c.recorder.Eventf(controller.RegardingCA(obj), nil, corev1.EventTypeWarning, recovered.Reason, "CreateCA", "%s", truncate(recovered.Message))
 	}
 	if err := castatus.Sync(ctx, c.client, obj, after, c.o.UpstreamSignerName, &summary, distrust, recovered, c.o.Conditions...); err != nil {
 		return controller.Result{}, err
@@ -412,7 +412,7 @@ func (c *Controller) reportRetired(obj *certapiv1alpha1.CertificateAuthority, be
 		msg += fmt.Sprintf(" and %d more", len(names)-maxNames)
 	}
 	klog.InfoS("WARNING: a retired CA is still served", "retired", serials, "endpoints", len(eps))
-	c.recorder.Eventf(regarding(obj), nil, corev1.EventTypeWarning, ReasonRetiredWhileServed, "RotateCA", "%s", truncate(msg))
+	c.recorder.Eventf(controller.RegardingCA(obj), nil, corev1.EventTypeWarning, ReasonRetiredWhileServed, "RotateCA", "%s", truncate(msg))
 }
 
 // maxFailedTargets bounds InjectionSummary.FailedTargets, as each target bounds its own.
@@ -463,7 +463,7 @@ func (c *Controller) noteClock(obj *certapiv1alpha1.CertificateAuthority, err er
 	c.clockBehind = true
 	metrics.RotationSteps.WithLabelValues(ReasonClockBehind).Inc()
 	klog.InfoS("WARNING: CA rotation refused: the clock is behind the CA record; fix the clock (NTP)", "err", err)
-	c.recorder.Eventf(regarding(obj), nil, corev1.EventTypeWarning, ReasonClockBehind, "RotateCA", "%s", truncate(err.Error()))
+	c.recorder.Eventf(controller.RegardingCA(obj), nil, corev1.EventTypeWarning, ReasonClockBehind, "RotateCA", "%s", truncate(err.Error()))
 }
 
 // reportUnmanaged records a Warning Event naming the labelled Secrets a pending distrust does not wait
@@ -483,7 +483,7 @@ func (c *Controller) reportUnmanaged(obj *certapiv1alpha1.CertificateAuthority, 
 	c.lastUnmanaged = msg
 	klog.InfoS("WARNING: a distrust does not wait for Secrets certapi will not re-issue", "distrust", after.Distrust,
 		"count", p.UnmanagedSecrets.Count, "secrets", p.UnmanagedSecrets.Names)
-	c.recorder.Eventf(regarding(obj), nil, corev1.EventTypeWarning, ReasonDistrustUnmanagedSecrets, "DistrustCA", "%s", truncate(msg))
+	c.recorder.Eventf(controller.RegardingCA(obj), nil, corev1.EventTypeWarning, ReasonDistrustUnmanagedSecrets, "DistrustCA", "%s", truncate(msg))
 }
 
 // wait is how long until the clock alone makes a step due (a grace, a deadline, or the end of a pending
@@ -592,7 +592,7 @@ func (c *Controller) announce(obj *certapiv1alpha1.CertificateAuthority, s signe
 	} else {
 		klog.InfoS("CA rotation step", "step", s, "message", msg)
 	}
-	c.recorder.Eventf(regarding(obj), nil, eventType, string(s), "RotateCA", "%s", truncate(msg))
+	c.recorder.Eventf(controller.RegardingCA(obj), nil, eventType, string(s), "RotateCA", "%s", truncate(msg))
 }
 
 // ReasonDistrustUnmanagedSecrets is the reason of the Warning Event that names the labelled Secrets a
@@ -652,13 +652,4 @@ func droppedSerials(before, after signer.Authorities) string {
 		}
 	}
 	return strings.Join(out, ", ")
-}
-
-// regarding is the CertificateAuthority an Event is about, by reference only: informer objects carry no
-// kind, and the whole object has no place in an Event or a log line.
-func regarding(obj *certapiv1alpha1.CertificateAuthority) *certapiv1alpha1.CertificateAuthority {
-	return &certapiv1alpha1.CertificateAuthority{
-		TypeMeta:   metav1.TypeMeta{APIVersion: certapiv1alpha1.SchemeGroupVersion.String(), Kind: "CertificateAuthority"},
-		ObjectMeta: metav1.ObjectMeta{Name: obj.Name, UID: obj.UID, ResourceVersion: obj.ResourceVersion},
-	}
 }

@@ -291,11 +291,7 @@ func (c *Controller) event(eventType, reason, format string, args ...any) {
 	if err != nil {
 		return
 	}
-	regarding := &certapiv1alpha1.CertificateAuthority{
-		TypeMeta:   metav1.TypeMeta{APIVersion: certapiv1alpha1.SchemeGroupVersion.String(), Kind: "CertificateAuthority"},
-		ObjectMeta: metav1.ObjectMeta{Name: obj.Name, UID: obj.UID, ResourceVersion: obj.ResourceVersion},
-	}
-	c.recorder.Eventf(regarding, nil, eventType, reason, "UpstreamCertificateSigningRequest", format, args...)
+	c.recorder.Eventf(controller.RegardingCA(obj), nil, eventType, reason, "UpstreamCertificateSigningRequest", format, args...)
 }
 
 // viewOf is what decide reads of csr.
