@@ -272,6 +272,8 @@ if wanted cert-manager; then
 CM_CRDS="${ROOT}/_output/cert-manager/crds"
 build_cert_manager() {
   local dir
+  # go list -m names no directory for a module not yet in the module cache (a fresh machine): download it.
+  go mod download github.com/cert-manager/cert-manager
   dir="$(go list -m -f '{{.Dir}}' github.com/cert-manager/cert-manager)"
   if [[ -z "${dir}" || ! -d "${dir}/deploy/crds" ]]; then
     echo "build-tools.sh: cert-manager's deploy/crds not found in the module cache (${dir:-no directory}): run go mod download in hack/tools/cert-manager" >&2
