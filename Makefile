@@ -133,10 +133,11 @@ tools:
 	./hack/build-tools.sh
 
 ## tools-first, tools-other: the groups of tools split by who needs them. prometheus, helm3, cosign and
-## cert-manager serve only packages of test/ outside test/node (test/monitoring, test/chart, test/release,
-## test/framework's cert-manager signer): make test and make e2e build them at the start of e2e-other, while
-## the node tests run beside it, not before every job.
+## cert-manager serve only the packages of TOOLS_OTHER_PACKAGES (test/monitoring, test/chart, test/release,
+## test/e2e/upstreamcsr's cert-manager signer): make test and make e2e build them at the start of e2e-tools,
+## while the other tests run beside it, not before every job.
 TOOLS_OTHER = prometheus helm3 cosign cert-manager
+TOOLS_OTHER_PACKAGES = ./test/monitoring/... ./test/chart/... ./test/release/... ./test/e2e/upstreamcsr/...
 tools-first:
 	./hack/build-tools.sh kube node helm coredns
 tools-other:
@@ -181,17 +182,21 @@ integration: tools
 ## e2e: everything under test/ (test/integration, test/e2e and test/framework's own tests) against a
 ## real etcd and kube-apiserver from _output/bin and the certapi just built; test/release against a
 ## release for TEST_PLATFORMS. The packages under test/node run one after another (one node at a time on a
-## machine) beside the others (e2e-node, e2e-other): go test runs two packages at a time on two cores, and
-## a node package waiting for another's node held one of those two for its whole run.
+## machine) beside the others (e2e-node, e2e-other, e2e-tools): go test runs two packages at a time on two
+## cores, and a node package waiting for another's node held one of those two for its whole run. The
+## packages that need a tool of tools-other (e2e-tools) wait for its build; the rest (e2e-other) start at once.
 e2e: PLATFORMS = $(TEST_PLATFORMS)
 e2e: tools-first build kms-plugin images release
-	$(MAKE) --no-print-directory -j2 --output-sync=target e2e-node e2e-other
+	$(MAKE) --no-print-directory -j3 --output-sync=target e2e-node e2e-other e2e-tools
 
-.PHONY: e2e-node e2e-other e2e-oldest unit-then-oldest tools-first tools-other
+.PHONY: e2e-node e2e-other e2e-tools e2e-oldest unit-then-oldest tools-first tools-other
+E2E_ENV = CERTAPI_BIN=$(BIN)/certapi CERTAPI_KMS_PKCS11_BIN=$(BIN)/certapi-kms-pkcs11 $(STATIC)
 e2e-node:
 	CERTAPI_BIN=$(BIN)/certapi $(STATIC) $(GO) test -count=1 -p 1 -timeout $(E2E_TIMEOUT) ./test/node/...
-e2e-other: tools-other
-	CERTAPI_BIN=$(BIN)/certapi CERTAPI_KMS_PKCS11_BIN=$(BIN)/certapi-kms-pkcs11 $(STATIC) $(GO) test -count=1 -timeout $(E2E_TIMEOUT) $$($(GO) list ./test/... | grep -v /test/node)
+e2e-other:
+	$(E2E_ENV) $(GO) test -count=1 -timeout $(E2E_TIMEOUT) $$($(GO) list ./test/... | grep -v /test/node | grep -v -F -x -f <($(GO) list $(TOOLS_OTHER_PACKAGES)))
+e2e-tools: tools-other
+	$(E2E_ENV) $(GO) test -count=1 -timeout $(E2E_TIMEOUT) $(TOOLS_OTHER_PACKAGES)
 ## e2e-oldest: the core end-to-end cases of test-matrix against the oldest supported minor; its results go to
 ## _output/matrix (docs/matrix is written only by make test-matrix)
 e2e-oldest: tools-oldest
@@ -200,14 +205,14 @@ unit-then-oldest: unit
 	$(MAKE) --no-print-directory e2e-oldest
 
 ## test: everything CI runs: verify; the tools (those of the oldest supported minor too), certapi, the images
-## and a release for TEST_PLATFORMS; then three jobs side by side (each one's output printed whole when it
+## and a release for TEST_PLATFORMS; then four jobs side by side (each one's output printed whole when it
 ## ends): the unit tests and after them the core cases against the oldest minor (e2e-oldest), the packages
-## of test/node one after another, and the rest of test/. Building the unit tests under the race detector
+## of test/node one after another, the rest of test/ but those that need tools-other, and those after its build. Building the unit tests under the race detector
 ## keeps both cores busy, while the tests under test/ mostly wait on their processes (docs/development.md,
 ## "Build times"). The unit tests bind only ephemeral ports, test/framework's processes ports below that range.
 test: PLATFORMS = $(TEST_PLATFORMS)
 test: verify tools-first tools-oldest build kms-plugin images release
-	$(MAKE) --no-print-directory -j3 --output-sync=target unit-then-oldest e2e-node e2e-other
+	$(MAKE) --no-print-directory -j4 --output-sync=target unit-then-oldest e2e-node e2e-other e2e-tools
 
 ## test-matrix: the core end-to-end cases (hack/internal/matrix: issuance, Secrets, injection into every target
 ## kind, rotation and distrust, ClusterTrustBundles, pod certificates, the plugins, the deploy manifests and

@@ -28,20 +28,6 @@ import (
 	"github.com/certapi/certapi/test/testhelpers"
 )
 
-// pendingRequest waits for CertificateAuthority/default to publish a pending CA certificate request made
-// for reason, and returns it.
-func pendingRequest(t *testing.T, c versioned.Interface, reason signer.PendingReason) *certapiv1alpha1.CertificateAuthorityPendingRequest {
-	t.Helper()
-	var p *certapiv1alpha1.CertificateAuthorityPendingRequest
-	e2etest.Eventually(t, 30*time.Second, "a pending CA certificate request ("+string(reason)+") in status", func(context.Context) (bool, error) {
-		ca := e2etest.CAObject(t, c)
-		p = ca.Status.PendingRequest
-		cond := meta.FindStatusCondition(ca.Status.Conditions, certapiv1alpha1.ConditionAwaitingSignature)
-		return p != nil && p.Reason == string(reason) && cond != nil && cond.Status == metav1.ConditionTrue && cond.Reason == string(reason), nil
-	})
-	return p
-}
-
 // waitActive waits until serial is the Active CA, and no request is pending.
 func waitActive(t *testing.T, c versioned.Interface, serial string) {
 	t.Helper()
@@ -135,7 +121,7 @@ func TestIntermediateByHand(t *testing.T) {
 	bootstrap := e2etest.ActiveSerial(t, own)
 
 	// The first CA is certapi's own self-signed one; the request to replace it is published at once.
-	first := pendingRequest(t, c, signer.PendingSelfSigned)
+	first := e2etest.PendingRequest(t, c, signer.PendingSelfSigned)
 	csr := []byte(certapi("ca", "request").succeeded(t).stdout)
 	if string(csr) != first.Request || !strings.Contains(string(csr), "BEGIN CERTIFICATE REQUEST") {
 		t.Fatalf("kubectl certapi ca request printed\n%s\nwant status.pendingRequest.request", csr)
@@ -232,7 +218,7 @@ func TestIntermediateByHand(t *testing.T) {
 
 	// A rotation: the request for the Next CA waits for its signature; meanwhile everything works.
 	e2etest.UpdateCA(t, c, func(ca *certapiv1alpha1.CertificateAuthority) { ca.Spec.ForceRotation = "e2e-intermediate-1" })
-	next := pendingRequest(t, c, signer.PendingForceRotation)
+	next := e2etest.PendingRequest(t, c, signer.PendingForceRotation)
 	if ca := e2etest.CAObject(t, c); ca.Status.Active.SerialNumber != first1 || roles(ca)[certapiv1alpha1.CARoleNext] != 0 {
 		t.Fatalf("while the request waits: active %s, roles %v", ca.Status.Active.SerialNumber, roles(ca))
 	}

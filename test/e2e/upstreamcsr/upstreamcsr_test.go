@@ -1,4 +1,9 @@
-package e2e
+// Package upstreamcsr runs certapi as an intermediate of an organisation's root signed through the
+// certificates.k8s.io CertificateSigningRequest API, with cert-manager's own CSR signer (built by
+// hack/build-tools.sh cert-manager) as the organisation's CA. A package of its own, apart from test/e2e, so
+// that make test runs it with the other tests that need a tool of make tools-other, while test/e2e starts
+// at once.
+package upstreamcsr
 
 import (
 	"context"
@@ -52,7 +57,7 @@ func TestIntermediateThroughCertificateSigningRequest(t *testing.T) {
 	bootstrap := e2etest.ActiveSerial(t, own)
 
 	// The first CA is certapi's own; the request to replace it goes to the signer as a CertificateSigningRequest.
-	first := pendingRequest(t, c, signer.PendingSelfSigned)
+	first := e2etest.PendingRequest(t, c, signer.PendingSelfSigned)
 	if first.CertificateSigningRequest == "" || !strings.Contains(first.WaitingFor, "kubectl certificate approve "+first.CertificateSigningRequest) {
 		t.Fatalf("status.pendingRequest: CertificateSigningRequest %q, waitingFor %q; want the request's name and how to approve it", first.CertificateSigningRequest, first.WaitingFor)
 	}
@@ -67,7 +72,7 @@ func TestIntermediateThroughCertificateSigningRequest(t *testing.T) {
 
 	// A rotation whose request is denied: reported, and nothing else happens until it is deleted.
 	e2etest.UpdateCA(t, c, func(ca *certapiv1alpha1.CertificateAuthority) { ca.Spec.ForceRotation = "e2e-csr-1" })
-	next := pendingRequest(t, c, signer.PendingForceRotation)
+	next := e2etest.PendingRequest(t, c, signer.PendingForceRotation)
 	denied := certapiCSR(t, kube, next)
 	if denied.Name == csr.Name {
 		t.Fatalf("the rotation's request reuses the name %s of the first one", csr.Name)

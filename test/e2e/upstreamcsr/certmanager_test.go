@@ -1,4 +1,4 @@
-package framework_test
+package upstreamcsr
 
 import (
 	"context"
