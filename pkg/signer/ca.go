@@ -63,6 +63,11 @@ type CAOptions struct {
 	// CommonName is the CA subject's CN; default "certapi-ca@<unix seconds>",
 	// which makes successive CAs easy to tell apart in a bundle.
 	CommonName string
+	// Key is the CA's key, made elsewhere (an ECDSA P-256 key held in an HSM
+	// that signs through crypto.Signer); nil makes a new ECDSA P-256 key in
+	// memory. The CA's certificate is self-signed with it, so a key that cannot
+	// sign fails NewCA.
+	Key crypto.Signer
 }
 
 // CACommonNamePrefix starts the common name of every CA certapi makes ("certapi-ca@<unix seconds>"):
@@ -122,9 +127,15 @@ func NewCA(opts CAOptions) (*CA, error) {
 		cn = fmt.Sprintf("%s%d", CACommonNamePrefix, now.Unix())
 	}
 
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, fmt.Errorf("creating CA: generating key: %w", err)
+	key := opts.Key
+	if key == nil {
+		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			return nil, fmt.Errorf("creating CA: generating key: %w", err)
+		}
+		key = k
+	} else if pub, ok := key.Public().(*ecdsa.PublicKey); !ok || pub.Curve != elliptic.P256() {
+		return nil, fmt.Errorf("creating CA: the key given is a %T, want an ECDSA P-256 key", key.Public())
 	}
 	serial, err := RandomSerial()
 	if err != nil {
@@ -229,13 +240,20 @@ func PermittedDNSDomains(clusterDomain string) []string {
 // LoadCACertificate does, and that the private key belongs to it, so that a
 // mismatched pair fails here rather than at the first signature.
 func LoadCA(certPEM, keyPEM []byte) (*CA, error) {
-	ca, err := LoadCACertificate(certPEM)
-	if err != nil {
-		return nil, err
-	}
 	key, err := ParseKeyPEM(keyPEM)
 	if err != nil {
 		return nil, fmt.Errorf("loading CA key: %w", err)
+	}
+	return LoadCAWithKey(certPEM, key)
+}
+
+// LoadCAWithKey is LoadCA for a key that is not in PEM: one held in an HSM
+// (an ExternalKey). It checks that the key's public half is the
+// certificate's.
+func LoadCAWithKey(certPEM []byte, key crypto.Signer) (*CA, error) {
+	ca, err := LoadCACertificate(certPEM)
+	if err != nil {
+		return nil, err
 	}
 	pub, ok := key.Public().(interface{ Equal(crypto.PublicKey) bool })
 	if !ok || !pub.Equal(ca.Certificate.PublicKey) {

@@ -52,6 +52,21 @@ const (
 // callers can map it to a validation error (HTTP 422) with errors.Is.
 var ErrUnsupportedKey = errors.New("unsupported key")
 
+// ErrKeyUnavailable is wrapped by the errors of a CA key that cannot sign
+// right now because what holds it (an HSM, through its key plugin) is down
+// or unreachable: callers answer 503 with Retry-After and never fall back to
+// another key.
+var ErrKeyUnavailable = errors.New("the CA key is unavailable")
+
+// ExternalKey is a CA key that certapi never holds: it is made and used
+// inside an HSM (through a key plugin), signs through crypto.Signer, and is
+// stored as KeyRef, the plugin's name for it, never as key material.
+type ExternalKey interface {
+	crypto.Signer
+	// KeyRef names the key to what holds it; it is not secret.
+	KeyRef() string
+}
+
 // GenerateKey makes a new private key of the given algorithm with
 // crypto/rand. An unknown algorithm is an error that names the accepted ones.
 func GenerateKey(alg KeyAlgorithm) (crypto.Signer, error) {
@@ -88,6 +103,9 @@ func GenerateKey(alg KeyAlgorithm) (crypto.Signer, error) {
 func EncodeKeyPEM(key crypto.Signer) ([]byte, error) {
 	if key == nil {
 		return nil, errors.New("encoding private key: no key given")
+	}
+	if ext, ok := key.(ExternalKey); ok {
+		return nil, fmt.Errorf("encoding private key: the key %s is held outside certapi and has no encoding", ext.KeyRef())
 	}
 	der, err := x509.MarshalPKCS8PrivateKey(key)
 	if err != nil {

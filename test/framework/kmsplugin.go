@@ -16,6 +16,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	kmsapi "k8s.io/kms/apis/v2"
+
+	"github.com/certapi/certapi/pkg/keyplugin"
 )
 
 // EnvKMSPluginBin names a prebuilt certapi-kms-pkcs11 (make build puts one in _output/bin); when it is not
@@ -137,9 +139,14 @@ func (h *SoftHSM) Env() []string {
 	return append(os.Environ(), "SOFTHSM2_CONF="+h.conf)
 }
 
-// TokenArgs are certapi-kms-pkcs11's flags for the token and the key labelled keyLabel.
+// TokenArgs are certapi-kms-pkcs11's flags for the token and the AES key labelled keyLabel (no
+// --key-label when keyLabel is empty: a plugin that serves only the CA keys needs none).
 func (h *SoftHSM) TokenArgs(keyLabel string) []string {
-	return []string{"--module=" + h.Module, "--token-label=" + h.TokenLabel, "--pin-file=" + h.PINFile, "--key-label=" + keyLabel}
+	args := []string{"--module=" + h.Module, "--token-label=" + h.TokenLabel, "--pin-file=" + h.PINFile}
+	if keyLabel != "" {
+		args = append(args, "--key-label="+keyLabel)
+	}
+	return args
 }
 
 // CreateKey makes an AES key labelled keyLabel in the token with `certapi-kms-pkcs11 create-key` and
@@ -159,38 +166,124 @@ func (h *SoftHSM) CreateKey(ctx context.Context, keyLabel string) (string, error
 	return strings.TrimSpace(stdout.String()), nil
 }
 
-// KMSPlugin is a running certapi-kms-pkcs11 serving a SoftHSM token's key on Socket.
+// PluginOptions says what a certapi-kms-pkcs11 started by StartPlugin serves.
+type PluginOptions struct {
+	// KMSKeyLabel is the label of the AES key of the KMS v2 API, served on KMSSocket; an empty KMSSocket
+	// serves no KMS v2 API (--listen="").
+	KMSKeyLabel, KMSSocket string
+	// CAKeySocket is where the CA keys are served (--ca-key-socket, pkg/keyplugin); empty serves none.
+	CAKeySocket string
+}
+
+// KMSPlugin is a running certapi-kms-pkcs11 serving a SoftHSM token's keys: the KMS v2 API on Socket,
+// certapi's CA keys on CAKeySocket, or both. Restart replaces its Process: do not use it from other
+// goroutines meanwhile.
 type KMSPlugin struct {
-	// Socket is the Unix socket it serves on; the kms provider's endpoint is "unix://" + Socket.
+	// Socket is the Unix socket of the KMS v2 API (empty when it serves none); the kms provider's
+	// endpoint is "unix://" + Socket.
 	Socket string
+	// CAKeySocket is the Unix socket of the CA keys (empty when it serves none): certapi's key plugin
+	// socket, which keyplugin.NewClient takes.
+	CAKeySocket string
 	*Process
+
+	// What Restart starts again; empty for a KMSPlugin made by hand around a Process.
+	bin, logPath string
+	args, env    []string
 }
 
 // StartKMSPlugin starts certapi-kms-pkcs11 for the key labelled keyLabel on socket, logging to logPath, and
 // waits until it answers Status with healthz "ok".
 func StartKMSPlugin(ctx context.Context, h *SoftHSM, keyLabel, socket, logPath string) (*KMSPlugin, error) {
+	return StartPlugin(ctx, h, PluginOptions{KMSKeyLabel: keyLabel, KMSSocket: socket}, logPath)
+}
+
+// StartKeyPlugin starts certapi-kms-pkcs11 serving only the CA keys of h's token on socket
+// (--listen="" --ca-key-socket=socket), logging to logPath, and waits until it answers that the token is
+// usable.
+func StartKeyPlugin(ctx context.Context, h *SoftHSM, socket, logPath string) (*KMSPlugin, error) {
+	return StartPlugin(ctx, h, PluginOptions{CAKeySocket: socket}, logPath)
+}
+
+// StartPlugin starts certapi-kms-pkcs11 serving what opts says on h's token, logging to logPath, and
+// waits until each socket answers: the KMS v2 API's Status with healthz "ok", the CA keys' health 200.
+func StartPlugin(ctx context.Context, h *SoftHSM, opts PluginOptions, logPath string) (*KMSPlugin, error) {
+	if opts.KMSSocket == "" && opts.CAKeySocket == "" {
+		return nil, errors.New("StartPlugin: give a KMS socket, a CA key socket, or both")
+	}
 	bin, err := KMSPluginBinary(ctx)
 	if err != nil {
 		return nil, err
 	}
-	args := append(h.TokenArgs(keyLabel), "--listen="+socket, "-v=4")
-	proc, err := StartProcess("certapi-kms-pkcs11", logPath, bin, args, h.Env())
-	if err != nil {
-		return nil, err
+	args := h.TokenArgs(opts.KMSKeyLabel)
+	args = append(args, "--listen="+opts.KMSSocket)
+	if opts.CAKeySocket != "" {
+		args = append(args, "--ca-key-socket="+opts.CAKeySocket)
 	}
-	p := &KMSPlugin{Socket: socket, Process: proc}
-	err = PollUntil(ctx, pollInterval, time.Minute, "certapi-kms-pkcs11 to answer Status", []*Process{proc}, func(ctx context.Context) (bool, string) {
-		status, err := p.Status(ctx)
-		if err != nil {
-			return false, err.Error()
-		}
-		return status.Healthz == "ok", "healthz " + status.Healthz
-	})
-	if err != nil {
-		_ = proc.Stop(5 * time.Second)
+	args = append(args, "-v=4")
+	p := &KMSPlugin{Socket: opts.KMSSocket, CAKeySocket: opts.CAKeySocket, bin: bin, logPath: logPath, args: args, env: h.Env()}
+	if err := p.start(ctx); err != nil {
 		return nil, err
 	}
 	return p, nil
+}
+
+// start starts the process and waits until every socket it serves answers.
+func (p *KMSPlugin) start(ctx context.Context) error {
+	proc, err := StartProcess("certapi-kms-pkcs11", p.logPath, p.bin, p.args, p.env)
+	if err != nil {
+		return err
+	}
+	p.Process = proc
+	err = PollUntil(ctx, pollInterval, time.Minute, "certapi-kms-pkcs11 to answer on its sockets", []*Process{proc}, func(ctx context.Context) (bool, string) {
+		if p.Socket != "" {
+			status, err := p.Status(ctx)
+			if err != nil {
+				return false, "KMS Status: " + err.Error()
+			}
+			if status.Healthz != "ok" {
+				return false, "KMS healthz " + status.Healthz
+			}
+		}
+		if p.CAKeySocket != "" {
+			if err := p.KeyClient().Check(ctx); err != nil {
+				return false, "CA keys: " + err.Error()
+			}
+		}
+		return true, ""
+	})
+	if err != nil {
+		_ = proc.Stop(5 * time.Second)
+		return err
+	}
+	return nil
+}
+
+// Restart starts the plugin again with the same flags, after Kill or Stop, and waits until it answers as
+// StartPlugin does: the plugin back after an outage. Its log goes on in the same file.
+func (p *KMSPlugin) Restart(ctx context.Context) error {
+	if p.bin == "" {
+		return errors.New("this certapi-kms-pkcs11 was not started by StartPlugin; there is nothing to restart")
+	}
+	if done, _ := p.Exited(); !done {
+		return fmt.Errorf("certapi-kms-pkcs11 (pid %d) is still running: Kill or Stop it first", p.Pid())
+	}
+	return p.start(ctx)
+}
+
+// KeyClient returns a client of the CA keys on CAKeySocket, with a 10-second timeout: the client certapi
+// uses. It does no I/O.
+func (p *KMSPlugin) KeyClient() *keyplugin.Client {
+	return keyplugin.NewClient(p.CAKeySocket, 10*time.Second)
+}
+
+// ListCAKeys lists the token's CA keys whose label starts with labelPrefix, through the running plugin:
+// what a test checks to see that a CA's key was made, or destroyed, in the token.
+func (p *KMSPlugin) ListCAKeys(ctx context.Context, labelPrefix string) ([]keyplugin.KeyInfo, error) {
+	if p.CAKeySocket == "" {
+		return nil, errors.New("this certapi-kms-pkcs11 serves no CA keys (started without a CA key socket)")
+	}
+	return p.KeyClient().List(ctx, labelPrefix)
 }
 
 // Status calls the plugin's Status over its socket.

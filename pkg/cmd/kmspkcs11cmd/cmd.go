@@ -1,12 +1,13 @@
-// Package kmspkcs11cmd is the command line of certapi-kms-pkcs11, the KMS v2 plugin that encrypts with an
-// AES key held in a PKCS#11 token: serving the plugin's gRPC API on a Unix socket, and create-key.
+// Package kmspkcs11cmd is the command line of certapi-kms-pkcs11, the plugin that keeps certapi's keys in a
+// PKCS#11 token: the KMS v2 API (an AES key that encrypts the CA keys) on one Unix socket, certapi's CA
+// keys themselves (pkg/keyplugin: ECDSA keys made and used in the token) on another, and create-key.
 package kmspkcs11cmd
 
 import (
 	"context"
+	"crypto"
 	"errors"
 	"fmt"
-	"io/fs"
 	"net"
 	"os"
 	"strings"
@@ -20,6 +21,7 @@ import (
 	kmsapi "k8s.io/kms/apis/v2"
 	kmsservice "k8s.io/kms/pkg/service"
 
+	"github.com/certapi/certapi/pkg/keyplugin"
 	"github.com/certapi/certapi/pkg/kmsplugin"
 	"github.com/certapi/certapi/pkg/kmsplugin/pkcs11token"
 	"github.com/certapi/certapi/pkg/version"
@@ -42,7 +44,7 @@ func (o *tokenOptions) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.tokenLabel, "token-label", "", "Label of the token that holds the keys. Either this or --slot.")
 	fs.IntVar(&o.slot, "slot", -1, "Slot ID of the token, when --token-label is not given.")
 	fs.StringVar(&o.pinFile, "pin-file", "", "File holding the token's user PIN (a trailing newline is ignored). Without it the PIN is read from $"+EnvPIN+".")
-	fs.StringVar(&o.keyLabel, "key-label", "", "CKA_LABEL of the AES key that encrypts. Keys under other labels still decrypt what they encrypted, while they exist in the token. Required.")
+	fs.StringVar(&o.keyLabel, "key-label", "", "CKA_LABEL of the AES key that encrypts through the KMS v2 API. Keys under other labels still decrypt what they encrypted, while they exist in the token. Required with --listen and by create-key; not used by --ca-key-socket.")
 }
 
 // config turns the flags into a pkcs11token.Config, reading the PIN.
@@ -83,14 +85,25 @@ func NewCommand(ctx context.Context) *cobra.Command {
 	var (
 		tok         tokenOptions
 		listen      string
+		caKeySocket string
 		timeout     time.Duration
 		showVersion bool
 	)
 	cmd := &cobra.Command{
 		Use:   Name,
-		Short: "A Kubernetes KMS v2 plugin that encrypts with an AES key held in a PKCS#11 token (an HSM)",
-		Long: Name + ` serves the Kubernetes KMS v2 plugin API (k8s.io/kms) on a Unix socket, for an
-EncryptionConfiguration's kms provider (apiVersion: v2) in certapi or kube-apiserver.
+		Short: "Keeps certapi's keys in a PKCS#11 token (an HSM): a KMS v2 plugin, and certapi's CA keys",
+		Long: Name + ` serves, on Unix sockets, what keeps certapi's keys in a PKCS#11 token:
+
+  --listen         the Kubernetes KMS v2 plugin API (k8s.io/kms), for an EncryptionConfiguration's kms
+                   provider (apiVersion: v2) in certapi or kube-apiserver: an AES key in the token
+                   encrypts the CA keys certapi stores in etcd. Needs --key-label.
+  --ca-key-socket  certapi's CA keys themselves (pkg/keyplugin, JSON over HTTP): ECDSA P-256 keys made in
+                   the token, which sign there and never leave it; certapi stores only their references.
+
+Either socket, or both: --listen="" serves the CA keys alone, and a process with only --listen (the
+default) serves the KMS v2 API alone, as before.
+
+KMS v2 API (--listen).
 
 Every encryption happens inside the token: AES-GCM (CKM_AES_GCM) under the AES key labelled --key-label,
 with a random 96-bit IV per call stored beside the ciphertext and the key ID bound as additional
@@ -102,9 +115,16 @@ encrypted still decrypts while the old key object exists in the token.
 
 Status reports healthz "ok" only when the token encrypts and decrypts a probe under the current key.
 
-The socket is made readable and writable by this process's user only: run the API server as the same
-user (a sidecar in the same pod, sharing an emptyDir). Logs carry key IDs and PKCS#11 return codes, never
-a key, a PIN or a plaintext.`,
+CA keys (--ca-key-socket). certapi asks for a new key (POST /v1/keys: CKM_EC_KEY_PAIR_GEN on P-256, a
+random CKA_ID shared by both halves, the private half a token object that is private, sensitive, not
+extractable and may only sign), signs digests with it (POST /v1/sign: CKM_ECDSA), lists keys by label
+prefix (GET /v1/keys) and destroys a key no CA uses any more (POST /v1/destroy). A key's reference is the
+RFC 7512 URI pkcs11:id=<CKA_ID>;type=private: it names the key, it is not the key. GET /v1/health answers
+200 while the token's session is logged in, 503 otherwise.
+
+Both sockets are made readable and writable by this process's user only: run certapi (or the API server)
+as the same user (a sidecar in the same pod, sharing an emptyDir). Logs carry key IDs, key references and
+PKCS#11 return codes, never a key, a PIN, a plaintext, a digest or a signature.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if showVersion {
@@ -115,13 +135,14 @@ a key, a PIN or a plaintext.`,
 			if err != nil {
 				return err
 			}
-			return serve(ctx, cfg, listen, timeout)
+			return serve(ctx, cfg, listen, caKeySocket, timeout)
 		},
 	}
 	cmd.CompletionOptions.DisableDefaultCmd = true
 	tok.addFlags(cmd.PersistentFlags())
-	cmd.Flags().StringVar(&listen, "listen", "/var/run/certapi-kms/kms.sock", "Unix socket to serve the KMS v2 API on (a path, or unix:///path): the endpoint of the EncryptionConfiguration's kms provider. A stale socket file there is removed.")
-	cmd.Flags().DurationVar(&timeout, "timeout", 10*time.Second, "gRPC connection timeout.")
+	cmd.Flags().StringVar(&listen, "listen", "/var/run/certapi-kms/kms.sock", "Unix socket to serve the KMS v2 API on (a path, or unix:///path): the endpoint of the EncryptionConfiguration's kms provider. A stale socket file there is removed. Empty (--listen=\"\") serves no KMS v2 API, for a process that serves only --ca-key-socket.")
+	cmd.Flags().StringVar(&caKeySocket, "ca-key-socket", "", "Unix socket to serve certapi's CA keys on (a path, or unix:///path): ECDSA keys made and used inside the token (pkg/keyplugin), for a certapi whose CA keys live in the token. A stale socket file there is removed. Empty serves none.")
+	cmd.Flags().DurationVar(&timeout, "timeout", 10*time.Second, "gRPC connection timeout of the KMS v2 API.")
 	cmd.Flags().BoolVar(&showVersion, "version", false, "Print the version and exit.")
 	cmd.AddCommand(newCreateKeyCommand(ctx, &tok))
 	return cmd
@@ -141,6 +162,9 @@ It prints the new key's KMS key ID.`,
 			if err != nil {
 				return err
 			}
+			if cfg.KeyLabel == "" {
+				return errors.New("create-key needs --key-label, the label of the new key")
+			}
 			t, err := pkcs11token.Open(ctx, cfg)
 			if err != nil {
 				return err
@@ -159,42 +183,100 @@ It prints the new key's KMS key ID.`,
 // shutdownGrace bounds how long serve waits for calls in flight once ctx is done.
 const shutdownGrace = 5 * time.Second
 
-// serve opens the token, checks that the current key works, and serves the KMS v2 API on listen until ctx
-// is done.
-func serve(ctx context.Context, cfg pkcs11token.Config, listen string, timeout time.Duration) error {
-	path := strings.TrimPrefix(listen, "unix://")
-	if path == "" {
-		return errors.New("--listen is empty")
+// serve opens the token and serves on each socket given: the KMS v2 API on listen, once the current key
+// works, and the CA keys on caKeySocket, once the token's session is usable. It serves until ctx is done,
+// or until serving on one socket fails, which stops the other.
+func serve(ctx context.Context, cfg pkcs11token.Config, listen, caKeySocket string, timeout time.Duration) error {
+	kmsPath, caPath := keyplugin.SocketPath(listen), keyplugin.SocketPath(caKeySocket)
+	switch {
+	case kmsPath == "" && caPath == "":
+		return errors.New("nothing to serve: give --listen (the KMS v2 API), --ca-key-socket (certapi's CA keys), or both")
+	case kmsPath != "" && cfg.KeyLabel == "":
+		return errors.New(`--key-label is required to serve the KMS v2 API on --listen; to serve only the CA keys on --ca-key-socket, give --listen=""`)
+	case kmsPath == caPath:
+		return fmt.Errorf("--listen and --ca-key-socket are both %s: give each its own socket", kmsPath)
 	}
 	t, err := pkcs11token.Open(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	defer t.Close() //nolint:errcheck // nothing to do about it on the way out
-	svc := kmsplugin.NewService(t)
-	// Refuse to start with a key that cannot serve: better a clear exit than a plugin that answers
-	// every call with the same error.
-	status, err := svc.Status(ctx)
-	if err != nil {
-		return fmt.Errorf("checking the current key: %w", err)
-	}
-	if err := removeStaleSocket(path); err != nil {
-		return err
-	}
-	// Only this user may connect: the socket is made under this mask.
+	logger := klog.FromContext(ctx)
+	// Only this user may connect: the sockets are made under this mask.
 	syscall.Umask(0o077)
-	ln, err := net.Listen("unix", path)
-	if err != nil {
-		return fmt.Errorf("listening on %s: %w", path, err)
+
+	var servers []func(context.Context) error
+	var listeners []net.Listener
+	defer func() {
+		for _, ln := range listeners {
+			_ = ln.Close() // a no-op once its server has closed it
+		}
+	}()
+	if kmsPath != "" {
+		svc := kmsplugin.NewService(t)
+		// Refuse to start with a key that cannot serve: better a clear exit than a plugin that answers
+		// every call with the same error.
+		status, err := svc.Status(ctx)
+		if err != nil {
+			return fmt.Errorf("checking the current key: %w", err)
+		}
+		ln, err := keyplugin.Listen(kmsPath)
+		if err != nil {
+			return err
+		}
+		listeners = append(listeners, ln)
+		servers = append(servers, func(ctx context.Context) error {
+			logger.Info("Serving the KMS v2 API", "socket", kmsPath, "keyID", status.KeyID)
+			return serveKMS(ctx, ln, kmsPath, svc, timeout, logger)
+		})
 	}
+	if caPath != "" {
+		keys := t.CAKeys()
+		if err := keys.Check(ctx); err != nil {
+			return fmt.Errorf("checking the token for the CA keys: %w", err)
+		}
+		ln, err := keyplugin.Listen(caPath)
+		if err != nil {
+			return err
+		}
+		listeners = append(listeners, ln)
+		servers = append(servers, func(ctx context.Context) error {
+			logger.Info("Serving the CA keys", "socket", caPath)
+			err := keyplugin.ServeListener(ctx, ln, keyplugin.NewHandler(loggingBackend{Backend: keys, log: logger}))
+			if err == nil {
+				logger.Info("Stopped serving", "socket", caPath)
+			}
+			return err
+		})
+	}
+
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	done := make(chan error, len(servers))
+	for _, run := range servers {
+		go func() {
+			err := run(ctx)
+			stop() // one socket down stops the process: a supervisor restarts it whole
+			done <- err
+		}()
+	}
+	var errs []error
+	for range servers {
+		if err := <-done; err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// serveKMS serves the KMS v2 API on ln until ctx is done.
+func serveKMS(ctx context.Context, ln net.Listener, path string, svc *kmsplugin.Service, timeout time.Duration, logger klog.Logger) error {
 	// k8s.io/kms's GRPCService answers the API; the server and its listener are ours, so that shutdown
 	// cannot race with their start.
 	server := grpc.NewServer(grpc.ConnectionTimeout(timeout))
-	logger := klog.FromContext(ctx)
 	kmsapi.RegisterKeyManagementServiceServer(server, kmsservice.NewGRPCService(path, timeout, loggingService{Service: svc, log: logger}))
 	served := make(chan error, 1)
 	go func() { served <- server.Serve(ln) }()
-	logger.Info("Serving the KMS v2 API", "socket", path, "keyID", status.KeyID)
 	select {
 	case err := <-served:
 		return fmt.Errorf("serving on %s: %w", path, err)
@@ -219,27 +301,60 @@ func serve(ctx context.Context, cfg pkcs11token.Config, listen string, timeout t
 	return nil
 }
 
-// removeStaleSocket removes a socket file left at path by an earlier run; anything else there is an error.
-func removeStaleSocket(path string) error {
-	info, err := os.Lstat(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
+// loggingBackend logs every failed call to the CA keys, and every key made and destroyed, to log
+// (serve's): certapi sees only the answer.
+type loggingBackend struct {
+	keyplugin.Backend
+	log klog.Logger
+}
+
+func (l loggingBackend) NewKey(ctx context.Context, label string) (string, crypto.PublicKey, error) {
+	ref, pub, err := l.Backend.NewKey(ctx, label)
 	if err != nil {
-		return fmt.Errorf("checking %s: %w", path, err)
+		l.log.Error(err, "NewKey failed", "label", label)
+		return ref, pub, err
 	}
-	if info.Mode().Type() != fs.ModeSocket {
-		return fmt.Errorf("%s exists and is not a socket; refusing to remove it", path)
+	l.log.Info("Made a CA key", "label", label, "ref", ref)
+	return ref, pub, nil
+}
+
+func (l loggingBackend) Sign(ctx context.Context, ref string, digest []byte, hash crypto.Hash) ([]byte, error) {
+	sig, err := l.Backend.Sign(ctx, ref, digest, hash)
+	if err != nil {
+		l.log.Error(err, "Sign failed", "ref", ref)
+		return nil, err
 	}
-	// A live server there answers a dial: two plugins on one socket would take turns at random.
-	if conn, err := net.DialTimeout("unix", path, time.Second); err == nil {
-		_ = conn.Close()
-		return fmt.Errorf("another process serves on %s", path)
+	l.log.V(4).Info("Signed", "ref", ref, "hash", hash.String())
+	return sig, nil
+}
+
+func (l loggingBackend) Destroy(ctx context.Context, ref string) error {
+	err := l.Backend.Destroy(ctx, ref)
+	switch {
+	case errors.Is(err, keyplugin.ErrNotFound):
+		l.log.Info("CA key already gone", "ref", ref)
+	case err != nil:
+		l.log.Error(err, "Destroy failed", "ref", ref)
+	default:
+		l.log.Info("Destroyed a CA key", "ref", ref)
 	}
-	if err := os.Remove(path); err != nil {
-		return fmt.Errorf("removing the stale socket %s: %w", path, err)
+	return err
+}
+
+func (l loggingBackend) List(ctx context.Context, labelPrefix string) ([]keyplugin.KeyInfo, error) {
+	keys, err := l.Backend.List(ctx, labelPrefix)
+	if err != nil {
+		l.log.Error(err, "List failed", "labelPrefix", labelPrefix)
 	}
-	return nil
+	return keys, err
+}
+
+func (l loggingBackend) Check(ctx context.Context) error {
+	err := l.Backend.Check(ctx)
+	if err != nil {
+		l.log.Error(err, "Check failed")
+	}
+	return err
 }
 
 // loggingService logs every failed call to log (serve's): kube-apiserver and certapi log a failing plugin

@@ -1,7 +1,8 @@
 // Package pkcs11token is kmsplugin's Token over a PKCS#11 module (an HSM's, or SoftHSM2's): it logs in to
 // one token, finds AES keys by label, encrypts and decrypts with CKM_AES_GCM inside the token, and makes
-// new keys that cannot leave it. Loading a PKCS#11 module needs cgo (dlopen); built without cgo, Open
-// says so.
+// new keys that cannot leave it. Through CAKeys it is also a keyplugin.Backend: it makes certapi's CA keys
+// (ECDSA P-256) in the token, signs with them there and destroys them. Loading a PKCS#11 module needs cgo
+// (dlopen); built without cgo, Open says so.
 package pkcs11token
 
 import (
@@ -20,11 +21,13 @@ type Config struct {
 	// PIN is the user PIN. It is held only to log in again after the token drops the session.
 	PIN string
 	// KeyLabel is the CKA_LABEL of the AES key that encrypts (the current key). Keys under other labels
-	// still decrypt what they encrypted, while they exist in the token.
+	// still decrypt what they encrypted, while they exist in the token. Serving the KMS v2 API (CurrentKey)
+	// and CreateKey need it; CAKeys does not.
 	KeyLabel string
 }
 
-// Validate says what is missing.
+// Validate says what is missing to open the token. The key label is checked where it is used: the KMS
+// v2 API needs it, the CA keys do not.
 func (c Config) Validate() error {
 	var errs []error
 	if c.Module == "" {
@@ -32,9 +35,6 @@ func (c Config) Validate() error {
 	}
 	if c.PIN == "" {
 		errs = append(errs, errors.New("the user PIN is required"))
-	}
-	if c.KeyLabel == "" {
-		errs = append(errs, errors.New("the key label is required"))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("PKCS#11 configuration: %w", err)

@@ -39,6 +39,9 @@ type Token struct {
 
 var _ kmsplugin.Token = (*Token)(nil)
 
+// errClosed is what a call on a closed Token answers.
+var errClosed = errors.New("the PKCS#11 token is closed")
+
 // Open loads the module, finds the token and logs in. Close releases it.
 func Open(ctx context.Context, cfg Config) (_ *Token, err error) {
 	if err := cfg.Validate(); err != nil {
@@ -126,7 +129,7 @@ func (t *Token) do(ctx context.Context, fn func(pkcs11.SessionHandle) error) err
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.finished {
-		return errors.New("the PKCS#11 token is closed")
+		return errClosed
 	}
 	var err error
 	for attempt := 0; attempt < 2; attempt++ {
@@ -170,6 +173,9 @@ func (t *Token) closeSessionLocked() {
 // token.
 func (t *Token) CurrentKey(ctx context.Context) (kmsplugin.KeyRef, error) {
 	var ref kmsplugin.KeyRef
+	if t.cfg.KeyLabel == "" {
+		return ref, errors.New("no key label is configured: the KMS v2 API needs the label of its AES key")
+	}
 	err := t.do(ctx, func(s pkcs11.SessionHandle) error {
 		found, err := t.find(s, aesKeyTemplate(t.cfg.KeyLabel, nil))
 		if err != nil {
@@ -258,7 +264,7 @@ func (t *Token) CreateKey(ctx context.Context, label string) (kmsplugin.KeyRef, 
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.finished {
-		return kmsplugin.KeyRef{}, errors.New("the PKCS#11 token is closed")
+		return kmsplugin.KeyRef{}, errClosed
 	}
 	// Objects are made in a read-write session of their own; serving needs only a read-only one.
 	s, err := t.p.OpenSession(t.slot, pkcs11.CKF_SERIAL_SESSION|pkcs11.CKF_RW_SESSION)

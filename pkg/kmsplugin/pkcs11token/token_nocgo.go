@@ -4,8 +4,10 @@ package pkcs11token
 
 import (
 	"context"
+	"crypto"
 	"errors"
 
+	"github.com/certapi/certapi/pkg/keyplugin"
 	"github.com/certapi/certapi/pkg/kmsplugin"
 )
 
@@ -42,3 +44,31 @@ func (*Token) Decrypt(context.Context, kmsplugin.KeyRef, kmsplugin.Sealed, []byt
 func (*Token) CreateKey(context.Context, string) (kmsplugin.KeyRef, error) {
 	return kmsplugin.KeyRef{}, errNoCgo
 }
+
+// CAKeys stands in for the token as certapi's CA key store in a build without cgo: every call fails,
+// saying so.
+type CAKeys struct{}
+
+var _ keyplugin.Backend = (*CAKeys)(nil)
+
+// CAKeys returns the stand-in.
+func (*Token) CAKeys() *CAKeys { return &CAKeys{} }
+
+// NewKey fails: see Open.
+func (*CAKeys) NewKey(context.Context, string) (string, crypto.PublicKey, error) {
+	return "", nil, errNoCgo
+}
+
+// Sign fails: see Open.
+func (*CAKeys) Sign(context.Context, string, []byte, crypto.Hash) ([]byte, error) {
+	return nil, errNoCgo
+}
+
+// Destroy fails: see Open.
+func (*CAKeys) Destroy(context.Context, string) error { return errNoCgo }
+
+// List fails: see Open.
+func (*CAKeys) List(context.Context, string) ([]keyplugin.KeyInfo, error) { return nil, errNoCgo }
+
+// Check fails: see Open.
+func (*CAKeys) Check(context.Context) error { return errNoCgo }
