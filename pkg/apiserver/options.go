@@ -100,6 +100,8 @@ type Options struct {
 	EtcdCluster EtcdClusterOptions
 	// CAUpstream says whose CA certapi's CA is: self-signed, or an intermediate of an organisation's CA.
 	CAUpstream CAUpstreamOptions
+	// CAKeys says where the CA keys are made and kept: in memory, or in an HSM through a key plugin.
+	CAKeys CAKeyOptions
 
 	// featureGateErr is what setting certapi's feature gate defaults failed with (Flags); Validate reports it.
 	featureGateErr error
@@ -136,6 +138,7 @@ func NewOptions() *Options {
 		Leader:                  DefaultLeaderOptions(),
 		EtcdCluster:             DefaultEtcdClusterOptions(),
 		CAUpstream:              DefaultCAUpstreamOptions(),
+		CAKeys:                  DefaultCAKeyOptions(),
 	}
 	// /debug/pprof serves heap profiles, which hold whatever the heap holds, to anyone authorized for it:
 	// off unless an admin turns it on to debug (--profiling).
@@ -247,6 +250,7 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fss.FlagSet("etcd").Lookup("etcd-servers").Usage += " When empty, certapi runs an embedded etcd in --data-dir."
 	o.EtcdCluster.AddFlags(fss.FlagSet("embedded etcd cluster"))
 	o.CAUpstream.AddFlags(fss.FlagSet("CA custody"))
+	o.CAKeys.AddFlags(fss.FlagSet("CA custody"))
 	o.RecommendedOptions.SecureServing.AddFlags(fss.FlagSet("secure serving"))
 	o.RecommendedOptions.Authentication.AddFlags(fss.FlagSet("authentication"))
 	o.RecommendedOptions.Authorization.AddFlags(fss.FlagSet("authorization"))
@@ -281,6 +285,7 @@ func (o *Options) Validate() error {
 	errs = append(errs, o.validateServer(embedded)...)
 	errs = append(errs, o.Leader.Validate()...)
 	errs = append(errs, o.CAUpstream.Validate()...)
+	errs = append(errs, o.CAKeys.Validate()...)
 	errs = append(errs, o.Snapshots.Validate(embedded)...)
 	errs = append(errs, o.EtcdCluster.Validate(!embedded)...)
 	errs = append(errs, o.recommendedForValidation().Validate()...)

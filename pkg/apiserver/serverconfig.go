@@ -133,6 +133,7 @@ func (o *Options) Config(etcd *Etcd, kube *KubeClients) (*Config, error) {
 				HandoffTimeout:         o.HandoffTimeout,
 				Upstream:               upstream,
 				BundleAnchor:           anchor,
+				Keys:                   o.CAKeys.issuerKeys(),
 			},
 		},
 	}, nil

@@ -127,6 +127,7 @@ func (i *Issuer) lead(ctx context.Context, leaderKey string, leaderRev int64) er
 	i.recovery, i.recoveredThisTerm = l.recovery, created && l.recovery != nil
 	i.mu.Unlock()
 	i.setLeading(true, auth)
+	i.sweepOrphanKeys(ctx, auth)
 	ca := auth.Active
 	klog.InfoS("Leading: signing with the Active CA", "identity", i.cfg.Identity, "serialNumber", signer.FormatSerialNumber(ca.Certificate.SerialNumber), "notAfter", ca.Certificate.NotAfter)
 

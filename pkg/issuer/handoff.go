@@ -36,6 +36,8 @@ type handoffResponse struct {
 	Error  string  `json:"error,omitempty"`
 	// Refused says the error is the leader's HandoffCheck refusing the request (ErrHandoffRefused).
 	Refused bool `json:"refused,omitempty"`
+	// KeyUnavailable says the leader's CA key could not sign (signer.ErrKeyUnavailable: its HSM is down).
+	KeyUnavailable bool `json:"keyUnavailable,omitempty"`
 	// Import is the answer to an import; Problems and Warnings its refusal (signer.IntermediateError),
 	// NoPending says no certificate request waited for it (signer.ErrNoPendingRequest).
 	Import    *ImportResult    `json:"importResult,omitempty"`
@@ -55,6 +57,9 @@ func (i *Issuer) handoff(ctx context.Context, req Request) (*Result, error) {
 	}
 	if resp.Refused {
 		return nil, fmt.Errorf("%w: %s", ErrHandoffRefused, resp.Error)
+	}
+	if resp.KeyUnavailable {
+		return nil, fmt.Errorf("%w: the leader could not sign: %s", signer.ErrKeyUnavailable, resp.Error)
 	}
 	if resp.Error != "" {
 		return nil, fmt.Errorf("the leader could not sign: %s", resp.Error)
@@ -199,7 +204,7 @@ func (i *Issuer) answer(ctx context.Context, key string, value []byte) {
 		// the request to the leader there is, or to the requester's deadline (503 with Retry-After).
 		return
 	} else if err != nil {
-		resp.Error = err.Error()
+		resp.Error, resp.KeyUnavailable = err.Error(), errors.Is(err, signer.ErrKeyUnavailable)
 	} else {
 		resp.Result = res
 	}

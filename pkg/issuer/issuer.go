@@ -70,6 +70,10 @@ type Config struct {
 	// signer.AnchorRoot (the default when empty) or signer.AnchorIntermediate. Self-signed CAs are in
 	// every bundle as themselves, whatever it says.
 	BundleAnchor signer.BundleAnchor
+	// Keys, when set, holds the CA keys in an HSM: every new CA key is made there and used there, the CA
+	// record keeps only its reference, and a key no CA needs is destroyed there (see CAKeys). CAs whose
+	// keys the record holds (made before it was set) sign until rotation replaces them.
+	Keys CAKeys
 }
 
 // Issuer signs certificates for every replica: directly on the leader, through an etcd handoff elsewhere.
@@ -142,7 +146,10 @@ func New(cfg Config) (*Issuer, error) {
 		return nil, fmt.Errorf("issuer: %w", err)
 	}
 	cfg.BundleAnchor = anchor
-	return &Issuer{cfg: cfg, now: bootTime, store: &keystore{client: cfg.Client, key: cfg.Prefix + "/" + CAKeysResource + "/default", transformer: cfg.Transformer, requireEncrypted: cfg.RequireEncryptedRecord}}, nil
+	i := &Issuer{cfg: cfg, now: bootTime}
+	i.store = &keystore{client: cfg.Client, key: cfg.Prefix + "/" + CAKeysResource + "/default", transformer: cfg.Transformer,
+		requireEncrypted: cfg.RequireEncryptedRecord, externalKey: i.externalKey}
+	return i, nil
 }
 
 // Signing returns the Active CA and the trust bundle while this replica leads and its election lease is

@@ -3,6 +3,7 @@ package issuer
 import (
 	"bytes"
 	"context"
+	"crypto"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -57,8 +58,12 @@ type caEntry struct {
 	Distrusted     bool       `json:"distrusted,omitempty"`
 	DistrustedAt   *time.Time `json:"distrustedAt,omitempty"`
 	CertificatePEM string     `json:"certificatePEM"`
-	// KeyPEM is the private key of an Active or Next CA; empty for a Retiring one, which no longer signs.
+	// KeyPEM is the private key of an Active or Next CA; empty for a Retiring one, which no longer signs,
+	// and for a CA whose key is held in an HSM (KeyRef).
 	KeyPEM string `json:"keyPEM,omitempty"`
+	// KeyRef names the key of an Active or Next CA held in an HSM (signer.ExternalKey, Config.Keys): the
+	// record never holds that key, only this reference to it.
+	KeyRef string `json:"keyRef,omitempty"`
 	// ChainPEM is, for a CA an organisation's CA signed, the verified chain above its certificate
 	// (signer.CA.ChainPEM); empty for a self-signed CA.
 	ChainPEM string `json:"chainPEM,omitempty"`
@@ -66,7 +71,9 @@ type caEntry struct {
 
 // pendingEntry is a CA key whose certificate request waits for a signature.
 type pendingEntry struct {
-	KeyPEM     string    `json:"keyPEM"`
+	// KeyPEM is the key in memory; KeyRef names it instead when it is held in an HSM.
+	KeyPEM     string    `json:"keyPEM,omitempty"`
+	KeyRef     string    `json:"keyRef,omitempty"`
 	RequestPEM string    `json:"requestPEM"`
 	CreatedAt  time.Time `json:"createdAt"`
 	Reason     string    `json:"reason,omitempty"`
@@ -98,23 +105,23 @@ func encodeRecord(a signer.Authorities) (caRecord, error) {
 		NextPublished: timePtr(a.NextPublished), ForceRotation: a.ForceRotation, Distrust: a.Distrust,
 		SwitchedAt: timePtr(a.SwitchedAt), ForcedSwitch: a.ForcedSwitch, LastStepAt: timePtr(a.LastStepAt)}
 	add := func(role string, ca *signer.CA, r signer.Retiring) error {
-		var keyPEM []byte
+		var keyPEM, keyRef string
 		if role != RoleRetiring {
 			var err error
-			if keyPEM, err = ca.KeyPEM(); err != nil {
+			if keyPEM, keyRef, err = encodeKey(ca.Key); err != nil {
 				return fmt.Errorf("encoding the key of the %s CA: %w", role, err)
 			}
 		}
 		rec.Authorities = append(rec.Authorities, caEntry{Role: role, Until: timePtr(r.Until), Distrusted: r.Distrusted,
-			DistrustedAt: timePtr(r.DistrustedAt), CertificatePEM: string(ca.CertificatePEM()), KeyPEM: string(keyPEM), ChainPEM: string(ca.ChainPEM())})
+			DistrustedAt: timePtr(r.DistrustedAt), CertificatePEM: string(ca.CertificatePEM()), KeyPEM: keyPEM, KeyRef: keyRef, ChainPEM: string(ca.ChainPEM())})
 		return nil
 	}
 	if p := a.Pending; p != nil {
-		keyPEM, err := signer.EncodeKeyPEM(p.Key)
+		keyPEM, keyRef, err := encodeKey(p.Key)
 		if err != nil {
 			return rec, fmt.Errorf("encoding the key of the pending CA certificate request: %w", err)
 		}
-		rec.Pending = &pendingEntry{KeyPEM: string(keyPEM), RequestPEM: string(p.RequestPEM), CreatedAt: p.CreatedAt, Reason: string(p.Reason)}
+		rec.Pending = &pendingEntry{KeyPEM: keyPEM, KeyRef: keyRef, RequestPEM: string(p.RequestPEM), CreatedAt: p.CreatedAt, Reason: string(p.Reason)}
 	}
 	if err := add(RoleActive, a.Active, signer.Retiring{}); err != nil {
 		return rec, err
@@ -132,10 +139,23 @@ func encodeRecord(a signer.Authorities) (caRecord, error) {
 	return rec, nil
 }
 
-// decodeRecord returns the CAs a record holds. keysToDrop is true when it holds the key of a Retiring
-// CA (a record written before Retiring CAs dropped theirs): the key is not loaded, and the leader
-// rewrites the record without it.
-func decodeRecord(rec caRecord) (a signer.Authorities, keysToDrop bool, err error) {
+// encodeKey is a CA key as the record keeps it: PEM for a key in memory, the reference alone for one held
+// in an HSM.
+func encodeKey(key crypto.Signer) (keyPEM, keyRef string, err error) {
+	if ext, ok := key.(signer.ExternalKey); ok {
+		return "", ext.KeyRef(), nil
+	}
+	b, err := signer.EncodeKeyPEM(key)
+	return string(b), "", err
+}
+
+// externalKeyFunc returns the HSM-held key ref names, whose public half is pub (Issuer.externalKey).
+type externalKeyFunc func(ref string, pub crypto.PublicKey) (crypto.Signer, error)
+
+// decodeRecord returns the CAs a record holds, resolving the references of HSM-held keys with
+// externalKey. keysToDrop is true when it holds the key of a Retiring CA (a record written before
+// Retiring CAs dropped theirs): the key is not loaded, and the leader rewrites the record without it.
+func decodeRecord(rec caRecord, externalKey externalKeyFunc) (a signer.Authorities, keysToDrop bool, err error) {
 	a = signer.Authorities{NextPublished: timeOf(rec.NextPublished), ForceRotation: rec.ForceRotation, Distrust: rec.Distrust,
 		SwitchedAt: timeOf(rec.SwitchedAt), ForcedSwitch: rec.ForcedSwitch, LastStepAt: timeOf(rec.LastStepAt)}
 	for i, e := range rec.Authorities {
@@ -143,6 +163,8 @@ func decodeRecord(rec caRecord) (a signer.Authorities, keysToDrop bool, err erro
 		if e.Role == RoleRetiring {
 			keysToDrop = keysToDrop || e.KeyPEM != ""
 			ca, err = signer.LoadCACertificate([]byte(e.CertificatePEM))
+		} else if e.KeyRef != "" {
+			ca, err = loadExternalCA([]byte(e.CertificatePEM), e.KeyRef, externalKey)
 		} else {
 			ca, err = signer.LoadCA([]byte(e.CertificatePEM), []byte(e.KeyPEM))
 		}
@@ -167,13 +189,39 @@ func decodeRecord(rec caRecord) (a signer.Authorities, keysToDrop bool, err erro
 		return a, false, errors.New("the stored CA record has no Active CA")
 	}
 	if p := rec.Pending; p != nil {
-		key, err := signer.ParseKeyPEM([]byte(p.KeyPEM))
+		key, err := decodePendingKey(p, externalKey)
 		if err != nil {
 			return a, false, fmt.Errorf("loading the key of the pending CA certificate request of the stored record: %w", err)
 		}
 		a.Pending = &signer.PendingCA{Key: key, RequestPEM: []byte(p.RequestPEM), CreatedAt: p.CreatedAt, Reason: signer.PendingReason(p.Reason)}
 	}
 	return a, keysToDrop, nil
+}
+
+// loadExternalCA loads a CA whose key an HSM holds under ref.
+func loadExternalCA(certPEM []byte, ref string, externalKey externalKeyFunc) (*signer.CA, error) {
+	ca, err := signer.LoadCACertificate(certPEM)
+	if err != nil {
+		return nil, err
+	}
+	key, err := externalKey(ref, ca.Certificate.PublicKey)
+	if err != nil {
+		return nil, err
+	}
+	return signer.LoadCAWithKey(certPEM, key)
+}
+
+// decodePendingKey returns the key of a pending certificate request: from PEM, or the HSM's key whose
+// public half is the request's.
+func decodePendingKey(p *pendingEntry, externalKey externalKeyFunc) (crypto.Signer, error) {
+	if p.KeyRef == "" {
+		return signer.ParseKeyPEM([]byte(p.KeyPEM))
+	}
+	csr, err := signer.ParseCSR([]byte(p.RequestPEM))
+	if err != nil {
+		return nil, fmt.Errorf("reading the request: %w", err)
+	}
+	return externalKey(p.KeyRef, csr.PublicKey)
 }
 
 // ErrUnencryptedRecord means the stored CA record is not encrypted although the encryption configuration
@@ -193,6 +241,8 @@ type keystore struct {
 	transformer value.Transformer
 	// requireEncrypted refuses a record stored without an encrypting provider's prefix.
 	requireEncrypted bool
+	// externalKey resolves the references of HSM-held keys (Issuer.externalKey).
+	externalKey externalKeyFunc
 }
 
 // authenticatedData binds the ciphertext to its key, as kube-apiserver's etcd3 store does, so a value
@@ -246,7 +296,7 @@ func (k *keystore) load(ctx context.Context) (loaded, error) {
 	if err := json.Unmarshal(data, &rec); err != nil {
 		return loaded{}, fmt.Errorf("decoding the CA record: %w", err)
 	}
-	a, keysToDrop, err := decodeRecord(rec)
+	a, keysToDrop, err := decodeRecord(rec, k.externalKey)
 	if err != nil {
 		return loaded{}, err
 	}

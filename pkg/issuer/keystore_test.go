@@ -22,7 +22,7 @@ func TestRecordKeepsTheDistrust(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, keysToDrop, err := decodeRecord(rec)
+	got, keysToDrop, err := decodeRecord(rec, noHSM)
 	if err != nil || keysToDrop {
 		t.Fatalf("decoding: %v, keys to drop %v", err, keysToDrop)
 	}
@@ -64,7 +64,7 @@ func TestRecordHoldsNoRetiringKey(t *testing.T) {
 					t.Errorf("%s entry: key stored %v", e.Role, hasKey)
 				}
 			}
-			got, keysToDrop, err := decodeRecord(rec)
+			got, keysToDrop, err := decodeRecord(rec, noHSM)
 			if err != nil || keysToDrop {
 				t.Fatalf("decoding: %v, keys to drop %v", err, keysToDrop)
 			}
@@ -83,7 +83,7 @@ func TestRecordHoldsNoRetiringKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec.Authorities[1].KeyPEM = string(keyPEM)
-	got, keysToDrop, err := decodeRecord(rec)
+	got, keysToDrop, err := decodeRecord(rec, noHSM)
 	if err != nil || !keysToDrop || got.Retiring[0].CA.Key != nil {
 		t.Fatalf("old record: %v, keys to drop %v, Retiring key loaded %v; want it flagged for a rewrite and not loaded", err, keysToDrop, got.Retiring[0].CA.Key != nil)
 	}
@@ -111,7 +111,7 @@ func TestRecordKeepsChainAndPending(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, _, err := decodeRecord(rec)
+	got, _, err := decodeRecord(rec, noHSM)
 	if err != nil {
 		t.Fatal(err)
 	}

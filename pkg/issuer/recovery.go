@@ -71,7 +71,11 @@ func (i *Issuer) newAuthorities(ctx context.Context) (signer.Authorities, *Recov
 		klog.FromContext(ctx).Info("No CA record is stored: creating a new CA, and keeping none that certapi may have published before (--keep-published-cas is off)")
 	}
 	now := i.cfg.Clock.Now()
-	ca, err := signer.NewCA(signer.CAOptions{ClusterDomain: i.cfg.ClusterDomain, Duration: i.cfg.CADuration, Now: now})
+	key, err := i.newCAKey(ctx, now)
+	if err != nil {
+		return signer.Authorities{}, nil, fmt.Errorf("generating the CA: %w", err)
+	}
+	ca, err := signer.NewCA(signer.CAOptions{ClusterDomain: i.cfg.ClusterDomain, Duration: i.cfg.CADuration, Now: now, Key: key})
 	if err != nil {
 		return signer.Authorities{}, nil, fmt.Errorf("generating the CA: %w", err)
 	}

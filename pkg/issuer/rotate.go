@@ -50,10 +50,14 @@ func (i *Issuer) Rotate(ctx context.Context, req RotationRequest) ([]signer.Rota
 		Now: now, ForceRotation: req.ForceRotation, Distrust: req.Distrust,
 		NextEverywhere: req.NextEverywhere, Reissued: req.Reissued,
 		NewCA: func() (*signer.CA, error) {
-			return signer.NewCA(signer.CAOptions{ClusterDomain: i.cfg.ClusterDomain, Duration: req.CADuration, Now: now})
+			key, err := i.newCAKey(ctx, now)
+			if err != nil {
+				return nil, err
+			}
+			return signer.NewCA(signer.CAOptions{ClusterDomain: i.cfg.ClusterDomain, Duration: req.CADuration, Now: now, Key: key})
 		},
 		Upstream:   i.cfg.Upstream != nil,
-		NewRequest: func(reason signer.PendingReason) (*signer.PendingCA, error) { return i.newRequest(reason, now) },
+		NewRequest: func(reason signer.PendingReason) (*signer.PendingCA, error) { return i.newRequest(ctx, reason, now) },
 	}, req.Policy)
 	if err != nil {
 		return nil, fmt.Errorf("planning the next rotation step: %w", err)
@@ -68,6 +72,7 @@ func (i *Issuer) Rotate(ctx context.Context, req RotationRequest) ([]signer.Rota
 	if err != nil {
 		return nil, fmt.Errorf("persisting rotation step %s: %w", step, err)
 	}
+	i.destroyDropped(ctx, stored, next)
 	i.mu.Lock()
 	if i.leading && i.termKey == key {
 		i.auth, i.bundle, i.modRev = next, next.BundleFor(i.cfg.BundleAnchor), newRev

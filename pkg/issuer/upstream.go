@@ -63,8 +63,8 @@ type ImportResult struct {
 var ErrUpstreamOff = errors.New("certapi is not configured as an intermediate of an organisation's CA (--ca-upstream=Manual or CertificateSigningRequest); nothing waits for an import")
 
 // newRequest makes a CA key and its certificate request.
-func (i *Issuer) newRequest(reason signer.PendingReason, now time.Time) (*signer.PendingCA, error) {
-	key, err := signer.GenerateKey(signer.ECDSAP256)
+func (i *Issuer) newRequest(ctx context.Context, reason signer.PendingReason, now time.Time) (*signer.PendingCA, error) {
+	key, err := i.newCAKey(ctx, now)
 	if err != nil {
 		return nil, fmt.Errorf("making the next CA's key: %w", err)
 	}
@@ -149,6 +149,7 @@ func (i *Issuer) importAsLeader(ctx context.Context, req ImportRequest) (*Import
 	if err != nil {
 		return nil, fmt.Errorf("storing the imported CA: %w", err)
 	}
+	i.destroyDropped(ctx, stored, next)
 	i.mu.Lock()
 	if i.leading && i.termKey == key {
 		i.auth, i.bundle, i.modRev = next, next.BundleFor(i.cfg.BundleAnchor), newRev

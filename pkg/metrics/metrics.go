@@ -76,6 +76,16 @@ var (
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"path"})
 
+	// CAKeyOperations counts what certapi asked of the HSM that holds its CA keys (--ca-key-plugin), by
+	// operation and result: a rising "unavailable" means the token or its plugin is down and the leader
+	// cannot sign (calls are answered 503).
+	CAKeyOperations = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace:      namespace,
+		Name:           "ca_key_operations_total",
+		Help:           "Operations on the CA keys held in an HSM through the key plugin (--ca-key-plugin), by operation (generate, sign, destroy) and result (ok; unavailable: the token or its plugin cannot be reached and nothing is signed; error).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"operation", "result"})
+
 	// KubeAPIServed is 1 for each API certapi uses when kube-apiserver serves it, 0 when the leader found it
 	// missing and left its feature off (an older Kubernetes): the CertificateAuthority's APIsServed
 	// condition says what is off.
@@ -172,7 +182,7 @@ var registerOnce sync.Once
 // Register adds certapi's metrics to the registry behind /metrics. It is safe to call more than once.
 func Register() {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(Issuances, IssuanceDuration, CANotAfter, CARequestPendingSince, RotationSteps, InjectionTargets, Leader, Signatures,
+		legacyregistry.MustRegister(Issuances, IssuanceDuration, CANotAfter, CARequestPendingSince, RotationSteps, InjectionTargets, Leader, Signatures, CAKeyOperations,
 			KubeAPIServed, Snapshots, SnapshotLastSuccess, SnapshotInterval, EtcdMembers, EtcdLeader, EtcdMemberHealthy, ServedCertificates)
 		legacyregistry.CustomMustRegister(requests)
 		legacyregistry.CustomMustRegister(served)

@@ -131,7 +131,7 @@ func (r *ServingCertsREST) Create(ctx context.Context, name string, obj runtime.
 	req.Duration, req.PublicKeyPKIX = duration, pub
 	res, err := r.issuer.Issue(callCtx, req)
 	metrics.IssuanceDuration.WithLabelValues(issuer.PathServingCerts).Observe(time.Since(start).Seconds())
-	if errors.Is(err, issuer.ErrNoLeader) {
+	if errors.Is(err, issuer.ErrNoLeader) || errors.Is(err, signer.ErrKeyUnavailable) {
 		metrics.Issuances.WithLabelValues(issuer.PathServingCerts, "unavailable").Inc()
 		return nil, unavailable(err)
 	}

@@ -1,0 +1,268 @@
+package issuer
+
+import (
+	"context"
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/certapi/certapi/pkg/signer"
+	"github.com/certapi/certapi/pkg/signer/signertest"
+)
+
+// noHSM resolves no key reference: a record of keys in memory only.
+func noHSM(ref string, _ crypto.PublicKey) (crypto.Signer, error) {
+	return nil, fmt.Errorf("no HSM in this test, yet the record names key %s", ref)
+}
+
+// fakeHSM is CAKeys over keys in memory, standing in for a key plugin: what certapi stores and destroys.
+type fakeHSM struct {
+	mu        sync.Mutex
+	keys      map[string]*ecdsa.PrivateKey
+	labels    map[string]string
+	destroyed []string
+	down      bool
+}
+
+func newFakeHSM() *fakeHSM {
+	return &fakeHSM{keys: map[string]*ecdsa.PrivateKey{}, labels: map[string]string{}}
+}
+
+// hsmKey is a key of fakeHSM, as the plugin's client returns it: it signs through the HSM.
+type hsmKey struct {
+	h   *fakeHSM
+	ref string
+	pub crypto.PublicKey
+}
+
+func (k hsmKey) Public() crypto.PublicKey { return k.pub }
+func (k hsmKey) KeyRef() string           { return k.ref }
+func (k hsmKey) Sign(r io.Reader, digest []byte, opts crypto.SignerOpts) ([]byte, error) {
+	k.h.mu.Lock()
+	defer k.h.mu.Unlock()
+	if k.h.down {
+		return nil, fmt.Errorf("%w: token down", signer.ErrKeyUnavailable)
+	}
+	priv, ok := k.h.keys[k.ref]
+	if !ok {
+		return nil, fmt.Errorf("key %s not found", k.ref)
+	}
+	return priv.Sign(r, digest, opts)
+}
+
+func (h *fakeHSM) add(label string, priv *ecdsa.PrivateKey) string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	ref := fmt.Sprintf("id=%02d", len(h.labels))
+	h.keys[ref], h.labels[ref] = priv, label
+	return ref
+}
+
+func (h *fakeHSM) NewKey(_ context.Context, label string) (crypto.Signer, string, error) {
+	if h.down {
+		return nil, "", fmt.Errorf("%w: token down", signer.ErrKeyUnavailable)
+	}
+	priv, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, "", err
+	}
+	ref := h.add(label, priv)
+	return hsmKey{h: h, ref: ref, pub: priv.Public()}, ref, nil
+}
+
+func (h *fakeHSM) Key(ref string, pub crypto.PublicKey) crypto.Signer {
+	return hsmKey{h: h, ref: ref, pub: pub}
+}
+
+func (h *fakeHSM) Destroy(_ context.Context, ref string) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.keys, ref)
+	delete(h.labels, ref)
+	h.destroyed = append(h.destroyed, ref)
+	return nil
+}
+
+func (h *fakeHSM) List(_ context.Context, prefix string) (map[string]string, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := map[string]string{}
+	for ref, label := range h.labels {
+		if strings.HasPrefix(label, prefix) {
+			out[ref] = label
+		}
+	}
+	return out, nil
+}
+
+func hsmIssuer(t *testing.T, h *fakeHSM, now time.Time) *Issuer {
+	t.Helper()
+	i := &Issuer{cfg: Config{Keys: h, ClusterDomain: signertest.ClusterDomain, Clock: clocktesting.NewFakePassiveClock(now)}}
+	return i
+}
+
+// hsmCA is a CA whose key the fake HSM holds, made as the issuer makes one.
+func hsmCA(t *testing.T, i *Issuer, now time.Time) *signer.CA {
+	t.Helper()
+	key, err := i.newCAKey(context.Background(), now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := signer.NewCA(signer.CAOptions{ClusterDomain: signertest.ClusterDomain, Now: now, Key: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ca
+}
+
+// TestRecordKeepsHSMKeysAsReferences: a CA record of HSM-held keys holds their references and no key
+// material, and loads back into keys that sign through the HSM.
+func TestRecordKeepsHSMKeysAsReferences(t *testing.T) {
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	h := newFakeHSM()
+	i := hsmIssuer(t, h, now)
+	active, next := hsmCA(t, i, now), hsmCA(t, i, now)
+	pending, err := i.newRequest(context.Background(), signer.PendingRotation, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := signer.Authorities{Active: active, Next: next, Pending: pending,
+		Retiring: []signer.Retiring{{CA: signertest.NewCA(t, now, time.Hour).WithoutKey(), Until: now.Add(time.Hour)}}}
+	rec, err := encodeRecord(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := json.Marshal(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(raw), "PRIVATE KEY") || strings.Contains(string(raw), `"keyPEM"`) {
+		t.Fatalf("the record of HSM-held keys holds key material: %s", raw)
+	}
+	for _, e := range rec.Authorities[:2] {
+		if e.KeyRef == "" {
+			t.Fatalf("%s CA: no key reference in the record", e.Role)
+		}
+	}
+	if rec.Pending == nil || rec.Pending.KeyRef == "" {
+		t.Fatal("the pending request's key reference is not in the record")
+	}
+
+	got, _, err := decodeRecord(rec, i.externalKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, k := range map[string]crypto.Signer{"Active": got.Active.Key, "Next": got.Next.Key, "Pending": got.Pending.Key} {
+		ext, ok := k.(signer.ExternalKey)
+		if !ok {
+			t.Fatalf("%s key loaded as %T, want a key held in the HSM", name, k)
+		}
+		digest := sha256.Sum256([]byte(name))
+		sig, err := ext.Sign(rand.Reader, digest[:], crypto.SHA256)
+		if err != nil {
+			t.Fatalf("%s key: signing through the HSM: %v", name, err)
+		}
+		if !ecdsa.VerifyASN1(ext.Public().(*ecdsa.PublicKey), digest[:], sig) {
+			t.Fatalf("%s key: the signature does not verify with the CA's public key", name)
+		}
+	}
+
+	// Without the plugin, the record does not load: certapi never signs with another key instead.
+	_, _, err = decodeRecord(rec, (&Issuer{}).externalKey)
+	if err == nil || !strings.Contains(err.Error(), "--ca-key-plugin") {
+		t.Fatalf("decoding a record of HSM-held keys without a key plugin: %v; want an error naming --ca-key-plugin", err)
+	}
+}
+
+// TestHSMDownFailsAsUnavailable: a token that cannot sign fails a new key and a signature with
+// signer.ErrKeyUnavailable (503 with Retry-After), and no key is made in memory instead.
+func TestHSMDownFailsAsUnavailable(t *testing.T) {
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	h := newFakeHSM()
+	i := hsmIssuer(t, h, now)
+	ca := hsmCA(t, i, now)
+	h.down = true
+	if _, err := i.newCAKey(context.Background(), now); !errors.Is(err, signer.ErrKeyUnavailable) {
+		t.Fatalf("making a key while the token is down: %v; want ErrKeyUnavailable", err)
+	}
+	digest := sha256.Sum256([]byte("x"))
+	if _, err := ca.Key.Sign(rand.Reader, digest[:], crypto.SHA256); !errors.Is(err, signer.ErrKeyUnavailable) {
+		t.Fatalf("signing while the token is down: %v; want ErrKeyUnavailable", err)
+	}
+}
+
+// TestDestroyDropped: once a record is stored, the keys of the CAs it no longer holds as signing (Active,
+// Next, Pending) are destroyed in the HSM, and no other.
+func TestDestroyDropped(t *testing.T) {
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	h := newFakeHSM()
+	i := hsmIssuer(t, h, now)
+	oldActive, next, later := hsmCA(t, i, now), hsmCA(t, i, now), hsmCA(t, i, now)
+	pending, err := i.newRequest(context.Background(), signer.PendingRotation, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inMemory := signertest.NewCA(t, now, time.Hour)
+	ref := func(ca *signer.CA) string { return ca.Key.(signer.ExternalKey).KeyRef() }
+	for _, tc := range []struct {
+		name          string
+		before, after signer.Authorities
+		want          []string
+	}{
+		{"publish Next: nothing dropped",
+			signer.Authorities{Active: oldActive}, signer.Authorities{Active: oldActive, Next: next}, nil},
+		{"switch: the old Active retires, its key goes",
+			signer.Authorities{Active: oldActive, Next: next},
+			signer.Authorities{Active: next, Retiring: []signer.Retiring{{CA: oldActive.WithoutKey()}}}, []string{ref(oldActive)}},
+		{"import: the pending key becomes Next's, kept",
+			signer.Authorities{Active: later, Pending: pending}, signer.Authorities{Active: later, Next: &signer.CA{Certificate: later.Certificate, Key: pending.Key}}, nil},
+		{"a CA of a key in memory retires: nothing to destroy",
+			signer.Authorities{Active: inMemory, Next: later}, signer.Authorities{Active: later}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h.destroyed = nil
+			i.destroyDropped(context.Background(), tc.before, tc.after)
+			if !slices.Equal(h.destroyed, tc.want) {
+				t.Fatalf("destroyed %v, want %v", h.destroyed, tc.want)
+			}
+		})
+	}
+}
+
+// TestSweepOrphanKeys: at a term's start, the keys certapi made that no CA record names and that are
+// older than orphanAge are destroyed; the record's keys, young keys (maybe about to be recorded) and
+// keys certapi did not make stay.
+func TestSweepOrphanKeys(t *testing.T) {
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	h := newFakeHSM()
+	i := hsmIssuer(t, h, now)
+	active := hsmCA(t, i, now.Add(-48*time.Hour))
+	priv := signertest.ECKey(t, elliptic.P256())
+	oldOrphan := h.add(fmt.Sprintf("%s%d-0a0b0c0d", CAKeyLabelPrefix, now.Add(-2*orphanAge).Unix()), priv)
+	youngOrphan := h.add(fmt.Sprintf("%s%d-0a0b0c0e", CAKeyLabelPrefix, now.Add(-orphanAge/2).Unix()), priv)
+	foreign := h.add("kms-kek-1", priv)
+	odd := h.add(CAKeyLabelPrefix+"by-hand", priv)
+
+	i.sweepOrphanKeys(context.Background(), signer.Authorities{Active: active})
+	if !slices.Equal(h.destroyed, []string{oldOrphan}) {
+		t.Fatalf("destroyed %v, want only the old orphan %s", h.destroyed, oldOrphan)
+	}
+	for _, ref := range []string{active.Key.(signer.ExternalKey).KeyRef(), youngOrphan, foreign, odd} {
+		if _, ok := h.keys[ref]; !ok {
+			t.Errorf("key %s (%s) was destroyed", ref, h.labels[ref])
+		}
+	}
+}
