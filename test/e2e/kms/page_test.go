@@ -2,6 +2,10 @@ package kms
 
 import (
 	"context"
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/rand"
+	"crypto/sha256"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -91,5 +95,84 @@ func TestSecurityPageKMSCommands(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// custodyPage is the page whose block "key-plugin" runs the plugin that holds certapi's CA keys.
+const custodyPage = "docs/ca-custody.md"
+
+// TestCustodyPageKeyPlugin runs the command of docs/ca-custody.md's block "key-plugin" as written, on a
+// SoftHSM2 token labelled as the page's, with only the machine's paths replaced (the module, and the PIN
+// file and socket in a temporary directory): the plugin must serve the CA keys on the page's socket alone,
+// and make and sign with a key there.
+func TestCustodyPageKeyPlugin(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	root, err := framework.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, err := markdown.BlockBody(filepath.Join(root, custodyPage), "key-plugin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.MkdirTemp("", "keydoc-") // short: the socket's path must fit in 108 bytes
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	hsm, err := framework.NewSoftHSM(ctx, filepath.Join(dir, "hsm"), "certapi")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin, err := framework.KMSPluginBinary(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	socket := filepath.Join(dir, "keys.sock")
+	for page, here := range map[string]string{
+		"/usr/lib/softhsm/libsofthsm2.so": hsm.Module,
+		"/etc/certapi-kms/pin":            hsm.PINFile,
+		"/var/run/certapi-keys/keys.sock": socket,
+	} {
+		if !strings.Contains(block, page) {
+			t.Fatalf("the key-plugin block no longer names %s; this test replaces it with the test's own path:\n%s", page, block)
+		}
+		block = strings.ReplaceAll(block, page, here)
+	}
+	commands := strings.Split(strings.TrimSpace(strings.ReplaceAll(block, "\\\n", " ")), "\n")
+	if len(commands) != 1 || !strings.HasPrefix(commands[0], "certapi-kms-pkcs11 ") {
+		t.Fatalf("the key-plugin block is not one `certapi-kms-pkcs11 ...` command:\n%s", block)
+	}
+	if filepath.Base(bin) != "certapi-kms-pkcs11" {
+		t.Fatalf("the plugin binary is %s; the page runs it as certapi-kms-pkcs11", bin)
+	}
+	env := append(hsm.Env(), "PATH="+filepath.Dir(bin)+":"+os.Getenv("PATH"))
+	proc, err := framework.StartProcess("certapi-kms-pkcs11", filepath.Join(dir, "plugin.log"), "bash", []string{"-c", "exec " + commands[0]}, env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = proc.Stop(5 * time.Second) })
+	plugin := &framework.KMSPlugin{CAKeySocket: socket, Process: proc}
+	err = framework.PollUntil(ctx, 100*time.Millisecond, time.Minute, "the page's plugin to serve the CA keys", []*framework.Process{proc}, func(ctx context.Context) (bool, string) {
+		if err := plugin.KeyClient().Check(ctx); err != nil {
+			return false, err.Error()
+		}
+		return true, ""
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, ref, err := plugin.KeyClient().NewKey(ctx, "certapi-ca-page-test")
+	if err != nil {
+		t.Fatalf("making a key through the page's plugin: %v", err)
+	}
+	digest := sha256.Sum256([]byte("page"))
+	sig, err := key.Sign(rand.Reader, digest[:], crypto.SHA256)
+	if err != nil || !ecdsa.VerifyASN1(key.Public().(*ecdsa.PublicKey), digest[:], sig) {
+		t.Fatalf("signing with %s through the page's plugin: %v", ref, err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "kms.sock")); err == nil {
+		t.Error("with --listen=\"\" the plugin serves a KMS socket too")
 	}
 }
