@@ -24,8 +24,13 @@ SHELL := /usr/bin/env bash
 GO ?= go
 BIN := $(CURDIR)/_output/bin
 # Unit tests run under the race detector, which needs cgo and a C compiler; `make unit RACE=` runs
-# them without it.
+# them without it, built as the binaries are (STATIC below), on the same compiled packages.
 RACE ?= -race
+# What make test runs under the race detector: the packages whose dependencies are few (the CA's crypto,
+# the key plugin's protocol and the PKCS#11 token's cgo code): a race build compiles every
+# dependency again, and for the packages on k8s.io/apiserver and client-go that cost about 20 minutes of
+# CPU on a cold cache, a third of a cold make test's budget (docs/development.md, "Build times").
+RACE_PACKAGES := ./pkg/keyplugin/... ./pkg/kmsplugin/... github.com/certapi/certapi/pkg/signer/...
 # Integration and end-to-end tests start real processes; give them room on a 2-core machine.
 E2E_TIMEOUT ?= 40m
 # certapi's binaries, `go vet` and the tests under test/ are built as the images need them: static and with
@@ -170,10 +175,11 @@ verify:
 	$(STATIC) $(GO) vet ./... $(CLIENT_PACKAGES)
 	$(CGO) $(GO) vet ./pkg/kmsplugin/pkcs11token/
 
-## unit: the unit tests, every package outside test/ (the client modules' too), with the race detector.
-## They start no process and need no tools, so this does not build them.
+## unit: the unit tests, every package outside test/ (the client modules' too), with the race detector
+## (RACE= : without it, on make build's compiled packages). They start no process and need no tools, so
+## this does not build them.
 unit:
-	$(GO) test $(RACE) -count=1 $$($(GO) list ./... $(CLIENT_PACKAGES) | grep -v /test/)
+	$(if $(RACE),,$(STATIC)) $(GO) test $(RACE) -count=1 $$($(GO) list ./... $(CLIENT_PACKAGES) | grep -v /test/)
 
 ## integration: only test/integration (one component against a real etcd and/or kube-apiserver)
 integration: tools
@@ -201,17 +207,22 @@ e2e-tools: tools-other
 ## _output/matrix (docs/matrix is written only by make test-matrix)
 e2e-oldest: tools-oldest
 	CERTAPI_BIN=$(BIN)/certapi $(STATIC) $(GO) run ./hack/matrix -minors "$(OLDEST_MINOR)" -results _output/matrix -timeout $(E2E_TIMEOUT)
-unit-then-oldest: unit
+## unit-then-oldest, make test's first job: every unit test without the race detector (they share make
+## build's compiled packages), RACE_PACKAGES under it, then the core cases against the oldest minor,
+## whose tools it builds first.
+unit-then-oldest:
+	$(MAKE) --no-print-directory unit RACE=
+	$(CGO) $(GO) test -race -count=1 $(RACE_PACKAGES)
 	$(MAKE) --no-print-directory e2e-oldest
 
-## test: everything CI runs: verify; the tools (those of the oldest supported minor too), certapi, the images
-## and a release for TEST_PLATFORMS; then four jobs side by side (each one's output printed whole when it
-## ends): the unit tests and after them the core cases against the oldest minor (e2e-oldest), the packages
-## of test/node one after another, the rest of test/ but those that need tools-other, and those after its build. Building the unit tests under the race detector
-## keeps both cores busy, while the tests under test/ mostly wait on their processes (docs/development.md,
-## "Build times"). The unit tests bind only ephemeral ports, test/framework's processes ports below that range.
+## test: everything CI runs: verify; the tools, certapi, the images and a release for TEST_PLATFORMS; then
+## four jobs side by side (each one's output printed whole when it ends): the unit tests (RACE_PACKAGES
+## under the race detector) and after them the tools of the oldest minor and the core cases against it
+## (e2e-oldest), the packages of test/node one after another, the rest of test/ but those that need
+## tools-other, and those after its build. The builds of the jobs keep both cores busy while the tests
+## under test/ mostly wait on their processes (docs/development.md, "Build times"). The unit tests bind only ephemeral ports, test/framework's processes ports below that range.
 test: PLATFORMS = $(TEST_PLATFORMS)
-test: verify tools-first tools-oldest build kms-plugin images release
+test: verify tools-first build kms-plugin images release
 	$(MAKE) --no-print-directory -j4 --output-sync=target unit-then-oldest e2e-node e2e-other e2e-tools
 
 ## test-matrix: the core end-to-end cases (hack/internal/matrix: issuance, Secrets, injection into every target

@@ -89,7 +89,12 @@ func (p *Process) ExitError() error {
 
 // Pause stops the process group with SIGSTOP, as a long GC stall or a frozen VM would: it keeps its
 // sockets and state but runs nothing until Resume. Stop and Kill still work on a paused process.
-func (p *Process) Pause() error { return p.signal(syscall.SIGSTOP) }
+func (p *Process) Pause() error {
+	if err := p.signal(syscall.SIGSTOP); err != nil {
+		return err
+	}
+	return waitStopped(p.Pid())
+}
 
 // Resume continues a process group stopped by Pause (SIGCONT).
 func (p *Process) Resume() error { return p.signal(syscall.SIGCONT) }

@@ -14,3 +14,6 @@ func sysProcAttr() *syscall.SysProcAttr {
 }
 
 func startCmd(cmd *exec.Cmd) error { return cmd.Start() }
+
+// waitStopped has no /proc to read outside Linux: Pause returns once the signal is sent.
+func waitStopped(int) error { return nil }

@@ -36,21 +36,7 @@ import (
 // one at the switch; (f) a distrust does the same at once. Nothing logs key material.
 func TestCAKeysInTheToken(t *testing.T) {
 	ctx := context.Background()
-	dir, err := os.MkdirTemp("", "hsmkeys-") // short: the sockets' paths must fit in 108 bytes
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if !t.Failed() {
-			_ = os.RemoveAll(dir)
-		} else {
-			t.Logf("the token, the plugins' logs and the control plane are kept in %s", dir)
-		}
-	})
-	hsm, err := framework.NewSoftHSM(ctx, filepath.Join(dir, "hsm"), "certapi")
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir, hsm := tokenDir(t, "hsmkeys-")
 	const replicas = 2
 	var plugins [replicas]*framework.KMSPlugin
 	for i := range replicas {

@@ -50,22 +50,7 @@ const writeDEKLifetime = 3 * time.Minute
 // under the new key's ID.
 func TestCAKeysUnderKMS(t *testing.T) {
 	ctx := context.Background()
-	// Short: the plugin's Unix socket path must fit in 108 bytes.
-	dir, err := os.MkdirTemp("", "kms-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if !t.Failed() {
-			_ = os.RemoveAll(dir)
-		} else {
-			t.Logf("the token, the plugin's logs and the control plane are kept in %s", dir)
-		}
-	})
-	hsm, err := framework.NewSoftHSM(ctx, filepath.Join(dir, "hsm"), "certapi")
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir, hsm := tokenDir(t, "kms-")
 	keyID1, err := hsm.CreateKey(ctx, "certapi-kek-1")
 	if err != nil {
 		t.Fatal(err)
@@ -372,4 +357,27 @@ func logCount(t *testing.T, path, s string) int {
 		t.Fatalf("reading %s: %v", path, err)
 	}
 	return bytes.Count(data, []byte(s))
+}
+
+// tokenDir makes a directory for one test, with a SoftHSM2 token labelled certapi in it, removed at the end
+// of a test that passed and kept, with the plugins' and the control plane's logs, after one that failed.
+// Its path is short: the plugins' Unix sockets in it must fit in 108 bytes.
+func tokenDir(t *testing.T, prefix string) (string, *framework.SoftHSM) {
+	t.Helper()
+	dir, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if !t.Failed() {
+			_ = os.RemoveAll(dir)
+		} else {
+			t.Logf("the token, the plugins' logs and the control plane are kept in %s", dir)
+		}
+	})
+	hsm, err := framework.NewSoftHSM(context.Background(), filepath.Join(dir, "hsm"), "certapi")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir, hsm
 }

@@ -28,43 +28,10 @@ const securityPage = "docs/security.md"
 func TestSecurityPageKMSCommands(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	root, err := framework.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	block, err := markdown.BlockBody(filepath.Join(root, securityPage), "kms-pkcs11")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir, err := os.MkdirTemp("", "kmsdoc-") // short: the socket's path must fit in 108 bytes
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	hsm, err := framework.NewSoftHSM(ctx, filepath.Join(dir, "hsm"), "certapi")
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin, err := framework.KMSPluginBinary(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	socket := filepath.Join(dir, "kms.sock")
-	for page, here := range map[string]string{
-		"/usr/lib/softhsm/libsofthsm2.so": hsm.Module,
-		"/etc/certapi-kms/pin":            hsm.PINFile,
-		"/var/run/kmsplugin/kms.sock":     socket,
-	} {
-		if !strings.Contains(block, page) {
-			t.Fatalf("the kms-pkcs11 block no longer names %s; this test replaces it with the test's own path:\n%s", page, block)
-		}
-		block = strings.ReplaceAll(block, page, here)
-	}
-	commands := strings.Split(strings.TrimSpace(strings.ReplaceAll(block, "\\\n", " ")), "\n")
+	commands, env, dir, socket := pageCommands(ctx, t, securityPage, "kms-pkcs11", "/var/run/kmsplugin/kms.sock")
 	if len(commands) != 2 || !strings.HasPrefix(commands[0], "certapi-kms-pkcs11 create-key ") || !strings.HasPrefix(commands[1], "certapi-kms-pkcs11 ") {
-		t.Fatalf("the kms-pkcs11 block is not `certapi-kms-pkcs11 create-key ...` then `certapi-kms-pkcs11 ...`:\n%s", block)
+		t.Fatalf("the kms-pkcs11 block is not `certapi-kms-pkcs11 create-key ...` then `certapi-kms-pkcs11 ...`:\n%s", strings.Join(commands, "\n"))
 	}
-	env := append(hsm.Env(), "PATH="+filepath.Dir(bin)+":"+os.Getenv("PATH"))
 
 	create := exec.CommandContext(ctx, "bash", "-e", "-c", commands[0])
 	create.Env = env
@@ -77,9 +44,6 @@ func TestSecurityPageKMSCommands(t *testing.T) {
 		t.Fatalf("create-key printed %q; want the key's ID, pkcs11:object=certapi-kek-1;...", keyID)
 	}
 
-	if filepath.Base(bin) != "certapi-kms-pkcs11" {
-		t.Fatalf("the plugin binary is %s; the page runs it as certapi-kms-pkcs11", bin)
-	}
 	proc, err := framework.StartProcess("certapi-kms-pkcs11", filepath.Join(dir, "plugin.log"), "bash", []string{"-c", "exec " + commands[1]}, env)
 	if err != nil {
 		t.Fatal(err)
@@ -108,46 +72,10 @@ const custodyPage = "docs/ca-custody.md"
 func TestCustodyPageKeyPlugin(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	root, err := framework.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	block, err := markdown.BlockBody(filepath.Join(root, custodyPage), "key-plugin")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir, err := os.MkdirTemp("", "keydoc-") // short: the socket's path must fit in 108 bytes
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	hsm, err := framework.NewSoftHSM(ctx, filepath.Join(dir, "hsm"), "certapi")
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin, err := framework.KMSPluginBinary(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	socket := filepath.Join(dir, "keys.sock")
-	for page, here := range map[string]string{
-		"/usr/lib/softhsm/libsofthsm2.so": hsm.Module,
-		"/etc/certapi-kms/pin":            hsm.PINFile,
-		"/var/run/certapi-keys/keys.sock": socket,
-	} {
-		if !strings.Contains(block, page) {
-			t.Fatalf("the key-plugin block no longer names %s; this test replaces it with the test's own path:\n%s", page, block)
-		}
-		block = strings.ReplaceAll(block, page, here)
-	}
-	commands := strings.Split(strings.TrimSpace(strings.ReplaceAll(block, "\\\n", " ")), "\n")
+	commands, env, dir, socket := pageCommands(ctx, t, custodyPage, "key-plugin", "/var/run/certapi-keys/keys.sock")
 	if len(commands) != 1 || !strings.HasPrefix(commands[0], "certapi-kms-pkcs11 ") {
-		t.Fatalf("the key-plugin block is not one `certapi-kms-pkcs11 ...` command:\n%s", block)
+		t.Fatalf("the key-plugin block is not one `certapi-kms-pkcs11 ...` command:\n%s", strings.Join(commands, "\n"))
 	}
-	if filepath.Base(bin) != "certapi-kms-pkcs11" {
-		t.Fatalf("the plugin binary is %s; the page runs it as certapi-kms-pkcs11", bin)
-	}
-	env := append(hsm.Env(), "PATH="+filepath.Dir(bin)+":"+os.Getenv("PATH"))
 	proc, err := framework.StartProcess("certapi-kms-pkcs11", filepath.Join(dir, "plugin.log"), "bash", []string{"-c", "exec " + commands[0]}, env)
 	if err != nil {
 		t.Fatal(err)
@@ -175,4 +103,42 @@ func TestCustodyPageKeyPlugin(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "kms.sock")); err == nil {
 		t.Error("with --listen=\"\" the plugin serves a KMS socket too")
 	}
+}
+
+// pageCommands returns the commands of page's shell block name, with the machine's paths in place of the
+// page's: the PKCS#11 module where this machine has it, and the PIN file and the socket (socketOnPage) in a
+// directory of the test's with a SoftHSM2 token labelled certapi, as the pages' is. env runs them: the
+// token's configuration, and the plugin, built by the test when $CERTAPI_KMS_PKCS11_BIN names none, first
+// on PATH under the name the pages use.
+func pageCommands(ctx context.Context, t *testing.T, page, name, socketOnPage string) (commands, env []string, dir, socket string) {
+	t.Helper()
+	root, err := framework.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, err := markdown.BlockBody(filepath.Join(root, page), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, hsm := tokenDir(t, "kmsdoc-")
+	bin, err := framework.KMSPluginBinary(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if filepath.Base(bin) != "certapi-kms-pkcs11" {
+		t.Fatalf("the plugin binary is %s; the pages run it as certapi-kms-pkcs11", bin)
+	}
+	socket = filepath.Join(dir, filepath.Base(socketOnPage))
+	for onPage, here := range map[string]string{
+		"/usr/lib/softhsm/libsofthsm2.so": hsm.Module,
+		"/etc/certapi-kms/pin":            hsm.PINFile,
+		socketOnPage:                      socket,
+	} {
+		if !strings.Contains(block, onPage) {
+			t.Fatalf("%s's block %s no longer names %s; the test replaces it with its own path:\n%s", page, name, onPage, block)
+		}
+		block = strings.ReplaceAll(block, onPage, here)
+	}
+	commands = strings.Split(strings.TrimSpace(strings.ReplaceAll(block, "\\\n", " ")), "\n")
+	return commands, append(hsm.Env(), "PATH="+filepath.Dir(bin)+":"+os.Getenv("PATH")), dir, socket
 }
