@@ -63,8 +63,12 @@ func (i *Issuer) newCAKey(ctx context.Context, now time.Time) (crypto.Signer, er
 	if err != nil {
 		return nil, fmt.Errorf("making a CA key in the HSM: %w", err)
 	}
+	ext, ok := key.(signer.ExternalKey)
+	if !ok {
+		return nil, fmt.Errorf("the key plugin's new key %s is a %T, not a key held outside certapi", ref, key)
+	}
 	klog.FromContext(ctx).Info("Made a CA key in the HSM", "label", label, "ref", ref)
-	return meteredKey{key.(signer.ExternalKey)}, nil
+	return meteredKey{ext}, nil
 }
 
 // externalKey returns the key a CA record names by ref, for a CA whose public key is pub.

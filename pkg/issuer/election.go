@@ -127,7 +127,6 @@ func (i *Issuer) lead(ctx context.Context, leaderKey string, leaderRev int64) er
 	i.recovery, i.recoveredThisTerm = l.recovery, created && l.recovery != nil
 	i.mu.Unlock()
 	i.setLeading(true, auth)
-	i.sweepOrphanKeys(ctx, auth)
 	ca := auth.Active
 	klog.InfoS("Leading: signing with the Active CA", "identity", i.cfg.Identity, "serialNumber", signer.FormatSerialNumber(ca.Certificate.SerialNumber), "notAfter", ca.Certificate.NotAfter)
 
@@ -135,6 +134,8 @@ func (i *Issuer) lead(ctx context.Context, leaderKey string, leaderRev int64) er
 	defer cancel()
 	var wg sync.WaitGroup
 	var leadErr error
+	// Beside the term's work, not before it: a token that is slow to list its keys delays nothing.
+	wg.Go(func() { i.sweepOrphanKeys(ctx, auth) })
 	if i.cfg.OnLeading != nil {
 		wg.Go(func() {
 			if err := i.cfg.OnLeading(ctx); err != nil && ctx.Err() == nil {
