@@ -7,7 +7,6 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -25,15 +24,7 @@ import (
 //	CGO_ENABLED=0 go test -trimpath -run '^$' -bench PluginEncryptDecrypt ./test/e2e/kms/
 func BenchmarkPluginEncryptDecrypt(b *testing.B) {
 	ctx := context.Background()
-	dir, err := os.MkdirTemp("", "kmsbench-") // short: the socket's path must fit in 108 bytes
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = os.RemoveAll(dir) })
-	hsm, err := framework.NewSoftHSM(ctx, filepath.Join(dir, "hsm"), "bench")
-	if err != nil {
-		b.Fatal(err)
-	}
+	dir, hsm := tokenDir(b, "kmsbench-")
 	if _, err := hsm.CreateKey(ctx, "bench-kek"); err != nil {
 		b.Fatal(err)
 	}
@@ -74,15 +65,7 @@ func BenchmarkPluginEncryptDecrypt(b *testing.B) {
 //	CGO_ENABLED=0 go test -trimpath -run '^$' -bench LeafSignature ./test/e2e/kms/
 func BenchmarkLeafSignature(b *testing.B) {
 	ctx := context.Background()
-	dir, err := os.MkdirTemp("", "keybench-") // short: the socket's path must fit in 108 bytes
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = os.RemoveAll(dir) })
-	hsm, err := framework.NewSoftHSM(ctx, filepath.Join(dir, "hsm"), "bench")
-	if err != nil {
-		b.Fatal(err)
-	}
+	dir, hsm := tokenDir(b, "keybench-")
 	plugin, err := framework.StartKeyPlugin(ctx, hsm, filepath.Join(dir, "keys.sock"), filepath.Join(dir, "plugin.log"))
 	if err != nil {
 		b.Fatal(err)

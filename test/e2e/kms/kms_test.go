@@ -362,7 +362,7 @@ func logCount(t *testing.T, path, s string) int {
 // tokenDir makes a directory for one test, with a SoftHSM2 token labelled certapi in it, removed at the end
 // of a test that passed and kept, with the plugins' and the control plane's logs, after one that failed.
 // Its path is short: the plugins' Unix sockets in it must fit in 108 bytes.
-func tokenDir(t *testing.T, prefix string) (string, *framework.SoftHSM) {
+func tokenDir(t testing.TB, prefix string) (string, *framework.SoftHSM) {
 	t.Helper()
 	dir, err := os.MkdirTemp("", prefix)
 	if err != nil {
