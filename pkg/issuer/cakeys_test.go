@@ -7,6 +7,7 @@ import (
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/sha256"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -35,6 +36,9 @@ type fakeHSM struct {
 	labels    map[string]string
 	destroyed []string
 	down      bool
+	// beforeSign, when set, runs once at the start of the next signature, outside the lock: what
+	// happens elsewhere while a signature is on its way to the token.
+	beforeSign func()
 }
 
 func newFakeHSM() *fakeHSM {
@@ -51,6 +55,13 @@ type hsmKey struct {
 func (k hsmKey) Public() crypto.PublicKey { return k.pub }
 func (k hsmKey) KeyRef() string           { return k.ref }
 func (k hsmKey) Sign(r io.Reader, digest []byte, opts crypto.SignerOpts) ([]byte, error) {
+	k.h.mu.Lock()
+	before := k.h.beforeSign
+	k.h.beforeSign = nil
+	k.h.mu.Unlock()
+	if before != nil {
+		before()
+	}
 	k.h.mu.Lock()
 	defer k.h.mu.Unlock()
 	if k.h.down {
@@ -264,5 +275,43 @@ func TestSweepOrphanKeys(t *testing.T) {
 		if _, ok := h.keys[ref]; !ok {
 			t.Errorf("key %s (%s) was destroyed", ref, h.labels[ref])
 		}
+	}
+}
+
+// TestSignAgainAfterTheSwitch: a signature begun with the Active CA while a rotation's switch replaces it
+// and destroys its key in the token (destroyDropped, right after the switch) is made again with the new
+// Active CA: the caller gets a certificate, never "no such key".
+func TestSignAgainAfterTheSwitch(t *testing.T) {
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	h := newFakeHSM()
+	i := hsmIssuer(t, h, now)
+	old, next := hsmCA(t, i, now), hsmCA(t, i, now)
+	i.now = func() time.Time { return now }
+	i.leading, i.leaseRenewedAt, i.leaseTTL = true, now, time.Minute
+	i.auth = signer.Authorities{Active: old, Next: next}
+	switched := signer.Authorities{Active: next, Retiring: []signer.Retiring{{CA: old.WithoutKey(), Until: now.Add(time.Hour)}}}
+	h.beforeSign = func() {
+		i.mu.Lock()
+		i.auth, i.bundle = switched, switched.BundleFor(i.cfg.BundleAnchor)
+		i.mu.Unlock()
+		i.destroyDropped(context.Background(), signer.Authorities{Active: old, Next: next}, switched)
+	}
+	pub, err := x509.MarshalPKIXPublicKey(signertest.ECKey(t, elliptic.P256()).Public())
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := i.Sign(Request{Namespace: "team-a", Name: "webhook", ServiceName: "webhook", Duration: time.Hour, PublicKeyPKIX: pub, Path: PathServingCerts})
+	if err != nil {
+		t.Fatalf("a signature begun as the switch destroyed the old key: %v; want a certificate of the new Active CA", err)
+	}
+	if len(h.destroyed) != 1 || h.destroyed[0] != old.Key.(signer.ExternalKey).KeyRef() {
+		t.Fatalf("destroyed %v; want the old Active CA's key", h.destroyed)
+	}
+	certs, err := signer.ParseBundle([]byte(res.CertificatePEM))
+	if err != nil || len(certs) == 0 {
+		t.Fatalf("parsing the certificate: %v", err)
+	}
+	if err := certs[0].CheckSignatureFrom(next.Certificate); err != nil {
+		t.Fatalf("the certificate is not the new Active CA's: %v", err)
 	}
 }

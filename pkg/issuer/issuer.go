@@ -266,7 +266,15 @@ func (i *Issuer) Sign(req Request) (*Result, error) {
 	}
 	res, err := i.policy().Sign(ca, bundle, req, i.cfg.Clock.Now())
 	if err != nil {
-		return nil, err
+		// A rotation's switch or a distrust may have replaced ca while it signed, and destroyed its key in
+		// the HSM right after (destroyDropped): the caller wants a certificate of the CA that signs now, so
+		// sign once more with that one rather than fail a call that came a moment too early.
+		if again, againBundle, ok := i.Signing(); ok && again != ca {
+			res, err = i.policy().Sign(again, againBundle, req, i.cfg.Clock.Now())
+		}
+		if err != nil {
+			return nil, err
+		}
 	}
 	if !i.leaseValid() {
 		i.noteLeaseLapse()

@@ -72,7 +72,6 @@ func (i *Issuer) Rotate(ctx context.Context, req RotationRequest) ([]signer.Rota
 	if err != nil {
 		return nil, fmt.Errorf("persisting rotation step %s: %w", step, err)
 	}
-	i.destroyDropped(ctx, stored, next)
 	i.mu.Lock()
 	if i.leading && i.termKey == key {
 		i.auth, i.bundle, i.modRev = next, next.BundleFor(i.cfg.BundleAnchor), newRev
@@ -82,6 +81,9 @@ func (i *Issuer) Rotate(ctx context.Context, req RotationRequest) ([]signer.Rota
 	}
 	i.mu.Unlock()
 	i.listeners.Notify()
+	// Only now that this replica signs with next: a signature begun with a CA that next drops, and
+	// failing for its destroyed key, is made again with next's Active CA (Sign).
+	i.destroyDropped(ctx, stored, next)
 	klog.InfoS("CA rotation step", "step", step, "active", signer.FormatSerialNumber(next.Active.Certificate.SerialNumber), "bundleSize", len(next.Certificates()))
 	return []signer.RotationStep{step}, nil
 }
