@@ -198,7 +198,7 @@ e2e: tools-first build kms-plugin images release
 .PHONY: e2e-node e2e-other e2e-tools e2e-oldest unit-then-oldest tools-first tools-other
 E2E_ENV = CERTAPI_BIN=$(BIN)/certapi CERTAPI_KMS_PKCS11_BIN=$(BIN)/certapi-kms-pkcs11 $(STATIC)
 e2e-node:
-	CERTAPI_BIN=$(BIN)/certapi $(STATIC) $(GO) test -count=1 -p 1 -timeout $(E2E_TIMEOUT) ./test/node/...
+	$(E2E_ENV) $(GO) test -count=1 -p 1 -timeout $(E2E_TIMEOUT) ./test/node/...
 e2e-other:
 	$(E2E_ENV) $(GO) test -count=1 -timeout $(E2E_TIMEOUT) $$($(GO) list ./test/... | grep -v /test/node | grep -v -F -x -f <($(GO) list $(TOOLS_OTHER_PACKAGES)))
 e2e-tools: tools-other

@@ -830,6 +830,13 @@ func TestBadValuesAreRefused(t *testing.T) {
 		{[]string{"--set", "test.timeout=soon"}, "at '/test/timeout'"},
 		{[]string{"--set", "snapshots.interval=hourly"}, "at '/snapshots/interval'"},
 		{[]string{"--set", "snapshots.retention=0"}, "at '/snapshots/retention': minimum: got 0, want 1"},
+		// The CA key plugin: what it cannot run without, and its flags only through its values.
+		{[]string{"--set", "caKeyPlugin.enabled=true"}, "caKeyPlugin.enabled needs caKeyPlugin.image"},
+		{[]string{"--set", "caKeyPlugin.enabled=true", "--set", "caKeyPlugin.image=hsm:1", "--set", "caKeyPlugin.module=/hsm.so", "--set", "caKeyPlugin.tokenLabel=certapi"}, "caKeyPlugin.enabled needs caKeyPlugin.pinSecret"},
+		{[]string{"--set-json", `extraArgs=["--ca-key-plugin=/var/run/keys.sock"]`}, "extraArgs has --ca-key-plugin=/var/run/keys.sock: set caKeyPlugin instead"},
+		{[]string{"--set", "caKeyPlugin.modul=/hsm.so"}, "at '/caKeyPlugin': additional properties 'modul' not allowed"},
+		{[]string{"--set", "caKeyPlugin.module=libhsm.so"}, "at '/caKeyPlugin/module'"},
+		{[]string{"--set", "caKeyPlugin.timeout=5"}, "at '/caKeyPlugin/timeout'"},
 		{[]string{"--set", "snapshots.interval=1h", "--set", "etcd.mode=external", "--set", "etcd.external.endpoints[0]=https://etcd:2379"}, "snapshots.interval with an external etcd needs snapshots.existingClaim"},
 	} {
 		r := runHelm(t, append([]string{"template", release, chartDir, "--namespace", "certapi"}, tc.args...)...)

@@ -281,6 +281,53 @@ priorityClassName: ""
 			}
 		},
 	}, {
+		name: "CA keys in an HSM",
+		args: []string{"--set", "caKeyPlugin.enabled=true", "--set", "caKeyPlugin.image=registry.example.com/kms:1", "--set", "caKeyPlugin.module=/usr/lib/hsm/libhsm.so",
+			"--set", "caKeyPlugin.tokenLabel=certapi", "--set", "caKeyPlugin.pinSecret=hsm-pin", "--set", "caKeyPlugin.pinKey=user-pin", "--set", "caKeyPlugin.timeout=2s",
+			"--set-json", `caKeyPlugin.env=[{"name":"HSM_CONF","value":"/etc/hsm/client.conf"}]`, "--set-json", `caKeyPlugin.volumeMounts=[{"name":"hsm-client","mountPath":"/etc/hsm"}]`,
+			"--set-json", `extraVolumes=[{"name":"hsm-client","secret":{"secretName":"hsm-client"}}]`},
+		// Restricted (the default of the dry run): the sidecar meets it too.
+		check: func(t *testing.T, ns string, objs []*unstructured.Unstructured, pod *corev1.PodSpec) {
+			c := certapiContainer(t, pod)
+			_, args := certapiArgs(t, objs)
+			if args["ca-key-plugin"] != "/var/run/certapi-keys/keys.sock" || args["ca-key-plugin-timeout"] != "2s" {
+				t.Errorf("certapi's --ca-key-plugin=%q --ca-key-plugin-timeout=%q; want the sidecar's socket and 2s", args["ca-key-plugin"], args["ca-key-plugin-timeout"])
+			}
+			if len(pod.InitContainers) != 1 {
+				t.Fatalf("init containers %+v; want the key plugin alone", pod.InitContainers)
+			}
+			p := pod.InitContainers[0]
+			wantArgs := []string{"--module=/usr/lib/hsm/libhsm.so", "--token-label=certapi", "--pin-file=/etc/certapi-kms/pin", "--listen=", "--ca-key-socket=/var/run/certapi-keys/keys.sock"}
+			if p.Name != "ca-key-plugin" || p.RestartPolicy == nil || *p.RestartPolicy != corev1.ContainerRestartPolicyAlways || p.Image != "registry.example.com/kms:1" ||
+				!slices.Equal(p.Args, wantArgs) || len(p.Env) != 1 || p.Env[0].Name != "HSM_CONF" || !reflect.DeepEqual(p.SecurityContext, hardenedContainer) {
+				t.Errorf("the key plugin %+v; want a sidecar (restartPolicy Always) of the image with args %v, the env and the hardened security context", p, wantArgs)
+			}
+			mounts := func(c corev1.Container) (out []string) {
+				for _, m := range c.VolumeMounts {
+					out = append(out, m.Name+":"+m.MountPath)
+				}
+				return out
+			}
+			if got := mounts(p); !slices.Equal(got, []string{"ca-key-socket:/var/run/certapi-keys", "ca-key-pin:/etc/certapi-kms", "hsm-client:/etc/hsm"}) {
+				t.Errorf("the key plugin's mounts %v; want the socket, the PIN and the values' mount", got)
+			}
+			if got := mounts(*c); !slices.Contains(got, "ca-key-socket:/var/run/certapi-keys") || slices.Contains(got, "ca-key-pin:/etc/certapi-kms") {
+				t.Errorf("certapi's mounts %v; want the socket's directory and never the PIN", got)
+			}
+			for _, v := range pod.Volumes {
+				switch v.Name {
+				case "ca-key-socket":
+					if v.EmptyDir == nil || v.EmptyDir.Medium != corev1.StorageMediumMemory {
+						t.Errorf("volume ca-key-socket %+v; want an in-memory emptyDir", v)
+					}
+				case "ca-key-pin":
+					if v.Secret == nil || v.Secret.SecretName != "hsm-pin" || len(v.Secret.Items) != 1 || v.Secret.Items[0].Key != "user-pin" || v.Secret.Items[0].Path != "pin" {
+						t.Errorf("volume ca-key-pin %+v; want the Secret hsm-pin's key user-pin as the file pin", v)
+					}
+				}
+			}
+		},
+	}, {
 		name:        "host network",
 		args:        []string{"--set", "hostNetwork=true", "--set", "securePort=10443"},
 		podSecurity: "privileged",

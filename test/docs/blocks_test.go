@@ -30,6 +30,7 @@ var commandBlocks = []commandBlock{
 	{page: "README.md", name: "cluster-use", heldBy: "test/node/etcdcluster/etcdcluster_test.go"},
 
 	{page: "docs/ca-custody.md", name: "key-plugin", heldBy: "test/e2e/kms/page_test.go"},
+	{page: "docs/ca-custody.md", name: "key-plugin-install", heldBy: "test/node/custody/hsm_test.go"},
 
 	{page: "docs/backup-and-restore.md", name: "cluster-save", heldBy: "test/node/etcdcluster/restore_test.go"},
 	{page: "docs/backup-and-restore.md", name: "cluster-restore-stop", heldBy: "test/node/etcdcluster/restore_test.go"},

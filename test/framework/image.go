@@ -48,20 +48,27 @@ func BuildTestImage(ctx context.Context, pkg, ref, out string) error {
 // BuildBinaryImage packs the binary bin as the file at path (e.g. "/usr/local/bin/etcd") of a test-only
 // image, its entrypoint, in an empty base, user 65532, written as a docker-archive tar to out under the
 // name ref. A dynamically linked bin gets the shared libraries `ldd` names (the machine's C library) at the
-// same paths, so that a binary of `make tools` built with cgo runs as it is.
-func BuildBinaryImage(bin, path, ref, out string) error {
+// same paths, so that a binary of `make tools` built with cgo runs as it is. extra are more files of the
+// machine (absolute paths), packed at the same paths with the libraries they load: a PKCS#11 module that
+// bin opens at run time, which ldd of bin cannot name.
+func BuildBinaryImage(bin, path, ref, out string, extra ...string) error {
 	work, err := os.MkdirTemp("", "test-image-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(work)
 	files := map[string]string{path: bin}
-	libs, err := sharedLibraries(bin)
-	if err != nil {
-		return err
-	}
-	for _, l := range libs {
-		files[l] = l
+	for _, f := range append([]string{bin}, extra...) {
+		if f != bin {
+			files[f] = f
+		}
+		libs, err := sharedLibraries(f)
+		if err != nil {
+			return err
+		}
+		for _, l := range libs {
+			files[l] = l
+		}
 	}
 	var layerTar bytes.Buffer
 	tw := tar.NewWriter(&layerTar)

@@ -97,24 +97,36 @@ type SoftHSM struct {
 	conf    string
 }
 
+// SoftHSMModule returns the path of SoftHSM2's PKCS#11 module on this machine.
+func SoftHSMModule() (string, error) {
+	for _, m := range softHSMModules {
+		if _, err := os.Stat(m); err == nil {
+			return m, nil
+		}
+	}
+	return "", fmt.Errorf("SoftHSM2's PKCS#11 module is not at any of %v: install Debian's softhsm2 (.ci/run does)", softHSMModules)
+}
+
 // NewSoftHSM initialises a SoftHSM2 token labelled label in dir (created if missing) with
 // softhsm2-util --init-token, from Debian's softhsm2 (.ci/run installs it).
 func NewSoftHSM(ctx context.Context, dir, label string) (*SoftHSM, error) {
+	return NewSoftHSMTokens(ctx, dir, filepath.Join(dir, "tokens"), label)
+}
+
+// NewSoftHSMTokens is NewSoftHSM with the token's files in tokens instead of dir/tokens: on a volume that
+// pods mount, whose processes find them through a configuration of their own.
+func NewSoftHSMTokens(ctx context.Context, dir, tokens, label string) (*SoftHSM, error) {
 	util, err := hostBinary("softhsm2-util", "softhsm2")
 	if err != nil {
 		return nil, err
 	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("creating %s: %w", dir, err)
+	}
 	h := &SoftHSM{Dir: dir, TokenLabel: label, PINFile: filepath.Join(dir, "pin"), conf: filepath.Join(dir, "softhsm2.conf")}
-	for _, m := range softHSMModules {
-		if _, err := os.Stat(m); err == nil {
-			h.Module = m
-			break
-		}
+	if h.Module, err = SoftHSMModule(); err != nil {
+		return nil, err
 	}
-	if h.Module == "" {
-		return nil, fmt.Errorf("SoftHSM2's PKCS#11 module is not at any of %v: install Debian's softhsm2 (.ci/run does)", softHSMModules)
-	}
-	tokens := filepath.Join(dir, "tokens")
 	if err := os.MkdirAll(tokens, 0o700); err != nil {
 		return nil, fmt.Errorf("creating %s: %w", tokens, err)
 	}

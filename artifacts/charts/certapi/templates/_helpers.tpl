@@ -262,6 +262,20 @@ refuses to bootstrap a first cluster while the APIService holds a CA bundle cert
 {{- if and (has "--ca-upstream=CertificateSigningRequest" .Values.extraArgs) (not .Values.caUpstream.certificateSigningRequests) -}}
 {{- fail "extraArgs has --ca-upstream=CertificateSigningRequest: set caUpstream.certificateSigningRequests=true too, which lets certapi create, read and delete CertificateSigningRequests (never approve them)" -}}
 {{- end -}}
+{{- with .Values.caKeyPlugin -}}
+{{- if .enabled -}}
+{{- range $v := list "image" "module" "tokenLabel" "pinSecret" -}}
+{{- if not (get $.Values.caKeyPlugin $v) -}}
+{{- fail (printf "caKeyPlugin.enabled needs caKeyPlugin.%s: the plugin's image, the PKCS#11 module's path in it, the token's label and the Secret with the token's PIN (docs/ca-custody.md)" $v) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- range .Values.extraArgs -}}
+{{- if hasPrefix "--ca-key-plugin" . -}}
+{{- fail (printf "extraArgs has %s: set caKeyPlugin instead, which runs the plugin beside certapi in each pod and passes certapi the socket and the timeout" .) -}}
+{{- end -}}
+{{- end -}}
 {{- if not (has .Values.etcd.dedicated.podAntiAffinity (list "required" "preferred")) -}}
 {{- fail (printf "etcd.dedicated.podAntiAffinity %q: want required or preferred" .Values.etcd.dedicated.podAntiAffinity) -}}
 {{- end -}}
