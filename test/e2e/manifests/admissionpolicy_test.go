@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -195,29 +196,31 @@ func typeCheckPolicies(t *testing.T, objs []*unstructured.Unstructured) {
 		var p admissionregistrationv1.ValidatingAdmissionPolicy
 		convert(t, u, &p)
 		n++
-		// The checker skips a kind whose schema it cannot resolve, silently: make sure it resolved every
-		// kind the policy matches, by a field that no kind has.
-		kinds := 0
-		for _, r := range p.Spec.MatchConstraints.ResourceRules {
-			kinds += servedKinds(t, r)
-		}
 		// The checker resolves a rule's resources to kinds with the RESTMapper, which knows no
 		// subresources, so it skips a policy on resourcequotas/status (kube-controller-manager's as
-		// well). A status subresource takes and returns its resource's kind: check against that.
-		// A scale subresource takes and returns an autoscaling/v1 Scale, a kind the rule does not name:
-		// it is left out here, and the keep-etcd-quorum policy's expressions on a Scale (spec.replicas,
-		// which a Scale has as a StatefulSet does) are run by checkKeepEtcdQuorum with kubectl scale.
+		// well). A status subresource, and the approval subresource of CertificateSigningRequests, takes
+		// and returns its resource's kind: check against that, once for the resource and its
+		// subresources. A scale subresource takes and returns an autoscaling/v1 Scale, a kind the rule
+		// does not name: it is left out here, and the keep-etcd-quorum policy's expressions on a Scale
+		// (spec.replicas, which a Scale has as a StatefulSet does) are run by checkKeepEtcdQuorum with
+		// kubectl scale.
+		// The checker skips a kind whose schema it cannot resolve, silently: make sure it resolved every
+		// kind the policy matches, by a field that no kind has.
 		p = *p.DeepCopy()
+		kinds := 0
 		for i, r := range p.Spec.MatchConstraints.ResourceRules {
 			var resources []string
 			for _, res := range r.Resources {
 				if strings.HasSuffix(res, "/scale") {
-					kinds--
 					continue
 				}
-				resources = append(resources, strings.TrimSuffix(res, "/status"))
+				res = strings.TrimSuffix(strings.TrimSuffix(res, "/status"), "/approval")
+				if !slices.Contains(resources, res) {
+					resources = append(resources, res)
+				}
 			}
 			p.Spec.MatchConstraints.ResourceRules[i].Resources = resources
+			kinds += servedKinds(t, p.Spec.MatchConstraints.ResourceRules[i])
 		}
 		if got := checker.CheckExpression(checker.CreateContext(&p), "object.certapiNoSuchField == 1"); len(got) != kinds {
 			t.Errorf("ValidatingAdmissionPolicy %s: the type checker checked %d kinds, want %d: %v", p.Name, len(got), kinds, got)

@@ -5,12 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -21,11 +18,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	apiregistrationv1 "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
 	aggregatorclient "k8s.io/kube-aggregator/pkg/client/clientset_generated/clientset"
 
 	"github.com/certapi/certapi/pkg/generated/clientset/versioned"
@@ -56,162 +51,18 @@ func TestManifestsRBACRunsCertapi(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	bin, err := framework.CertapiBinary(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	own := framework.StartT(t, framework.Options{SkipCertapi: true})
-	port := e2etest.FreePort(t)
-
-	// Apply the base for real, except that certapi runs here as a process: its Service points at it
-	// (ExternalName to localhost, as the framework does) and its APIService at that port.
-	var apply []*unstructured.Unstructured
-	for _, u := range objs {
-		switch u.GetKind() {
-		case "Service":
-			u = &unstructured.Unstructured{Object: map[string]any{
-				"apiVersion": "v1", "kind": "Service",
-				"metadata": map[string]any{"name": u.GetName(), "namespace": u.GetNamespace()},
-				"spec": map[string]any{"type": "ExternalName", "externalName": "localhost",
-					"ports": []any{map[string]any{"name": "https", "port": int64(port), "protocol": "TCP"}}},
-			}}
-		case "APIService":
-			u = u.DeepCopy()
-			if err := unstructured.SetNestedField(u.Object, int64(port), "spec", "service", "port"); err != nil {
-				t.Fatal(err)
-			}
-		}
-		apply = append(apply, u)
-	}
-	ownKubectl := func(args ...string) string {
-		t.Helper()
-		out, errOut, err := e2etest.Run(t, e2etest.KubectlPath(t), append([]string{"--kubeconfig", own.Kubeconfig}, args...)...)
-		if err != nil {
-			t.Fatalf("kubectl %s: %v\n%s%s", strings.Join(args, " "), err, out, errOut)
-		}
-		return string(out)
-	}
-	ownKubectl("apply", "-f", writeObjects(t, apply))
-
-	// certapi's identity: its ServiceAccount, as the kubelet's token would present it.
-	saConfig, err := own.UserConfig("system:serviceaccount:certapi-system:certapi", "system:serviceaccounts", "system:serviceaccounts:certapi-system")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir, err := os.MkdirTemp("", "mf-rbac-") // short: the embedded etcd's sockets live in it
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	kubeconfig := filepath.Join(dir, "certapi.kubeconfig")
-	e2etest.WriteKubeconfig(t, kubeconfig, saConfig)
-	// The sample of artifacts/deploy/README.md: secretbox, one key, the resource name it documents.
-	encFile := testhelpers.CAKeysEncryptionConfigFile(t)
-
-	// The arguments of the base's StatefulSet, with what only a pod has replaced: a single embedded etcd
-	// member instead of the replicas' cluster, files and identity of this test, loopback instead of
-	// in-cluster config.
-	w := certapiWorkload(t, objs)
-	var args []string
-	for _, a := range containerOf(t, &w.template.Spec, "certapi").Args {
-		switch name := flagName(a); {
-		case strings.HasPrefix(name, "etcd-"), name == "secure-port", name == "data-dir":
-		case name == "encryption-provider-config":
-			args = append(args, "--encryption-provider-config="+encFile)
-		case name == "leader-identity":
-			args = append(args, "--leader-identity=manifests-rbac")
-		default:
-			args = append(args, a)
-		}
-	}
-	args = append(args,
-		"--data-dir="+filepath.Join(dir, "data"),
-		"--bind-address=127.0.0.1",
-		fmt.Sprintf("--secure-port=%d", port),
-		"--kubeconfig="+kubeconfig,
-		"--authentication-kubeconfig="+kubeconfig,
-		"--authorization-kubeconfig="+kubeconfig,
-		"-v=2",
-	)
-	logPath := filepath.Join(dir, "certapi.log")
-	// run starts certapi with args, logging to logPath; stopCertapi stops it (SIGTERM, then SIGKILL).
-	var exited chan error
-	var cmd *exec.Cmd
-	run := func(args []string) {
-		t.Helper()
-		logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cmd = exec.Command(bin, args...)
-		cmd.Stdout, cmd.Stderr = logFile, logFile
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		exited = make(chan error, 1)
-		c, done := cmd, exited
-		go func() { done <- c.Wait(); _ = logFile.Close() }()
-	}
-	stopCertapi := func() {
-		if cmd == nil {
-			return
-		}
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case err := <-exited:
-			exited <- err
-		case <-time.After(20 * time.Second):
-			_ = cmd.Process.Kill()
-			exited <- <-exited
-		}
-		cmd = nil
-	}
-	run(args)
-	t.Cleanup(stopCertapi)
-	t.Cleanup(func() {
-		if t.Failed() {
-			data, _ := os.ReadFile(logPath)
-			t.Logf("certapi log (%s):\n%s", logPath, e2etest.Tail(string(data), 150))
-		}
-	})
+	// The base applied for real, certapi with the arguments of its StatefulSet.
+	r := applyForCertapi(ctx, t, objs)
+	own, saConfig, ownKubectl, args := r.own, r.sa, r.kubectl, r.args
 	waitFor := func(what string, timeout time.Duration, cond func(ctx context.Context) (bool, error)) {
 		t.Helper()
-		var last error
-		err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
-			select {
-			case err := <-exited:
-				exited <- err
-				return false, fmt.Errorf("certapi exited: %w", err)
-			default:
-			}
-			ok, err := cond(ctx)
-			last = err
-			return ok, nil
-		})
-		if err != nil {
-			t.Fatalf("waiting for %s: %v (last: %v)", what, err, last)
-		}
+		r.waitFor(ctx, what, timeout, cond)
 	}
+	r.start(args)
 
 	// 1. kube-apiserver trusts certapi: certapi injected its own CA into its APIService.
+	r.waitAvailable(ctx)
 	c, kube := testhelpers.Clients(t, own.AdminConfig)
-	agg := aggregator(t, own)
-	waitFor("APIService v1alpha1.certapi.dev Available", 2*time.Minute, func(ctx context.Context) (bool, error) {
-		s, err := agg.ApiregistrationV1().APIServices().Get(ctx, "v1alpha1.certapi.dev", metav1.GetOptions{})
-		if err != nil {
-			return false, err
-		}
-		for _, cond := range s.Status.Conditions {
-			if cond.Type == apiregistrationv1.Available {
-				if cond.Status == apiregistrationv1.ConditionTrue {
-					_, err := kube.Discovery().ServerResourcesForGroupVersion("certapi.dev/v1alpha1")
-					return err == nil, err
-				}
-				return false, fmt.Errorf("%s: %s", cond.Reason, cond.Message)
-			}
-		}
-		return false, errors.New("no Available condition")
-	})
 
 	// 2. A Secret is delivered into a namespace that opted in, as docs/usage.md says: the label, and a
 	// RoleBinding to the chart's ClusterRole certapi:secret-delivery.
@@ -375,16 +226,8 @@ func TestManifestsRBACRunsCertapi(t *testing.T) {
 		checkSecretReads(t, kube, saConfig, ns)
 	})
 
-	data, err := os.ReadFile(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if strings.Contains(strings.ToLower(line), "forbidden") {
-			t.Errorf("certapi was refused something with the manifests' RBAC: %.400s", line)
-		}
-	}
-	if !strings.Contains(string(data), "CA private keys are encrypted at rest") {
+	r.checkNeverForbidden()
+	if !strings.Contains(r.log(), "CA private keys are encrypted at rest") {
 		t.Errorf("with an EncryptionConfiguration that lists certificateauthoritykeys.certapi.dev (the name the README gives), certapi does not say the CA keys are encrypted")
 	}
 
@@ -412,7 +255,7 @@ func TestManifestsRBACRunsCertapi(t *testing.T) {
 	// Not a subtest: it restarts certapi, which waitFor watches for the whole test.
 	{
 		ownKubectl("apply", "-f", writeObjects(t, clusterScopeBinding(t, root)))
-		stopCertapi()
+		r.stop()
 		var clusterArgs []string
 		for _, a := range args {
 			if flagName(a) == "secret-delivery-scope" {
@@ -420,7 +263,7 @@ func TestManifestsRBACRunsCertapi(t *testing.T) {
 			}
 			clusterArgs = append(clusterArgs, a)
 		}
-		run(clusterArgs)
+		r.start(clusterArgs)
 		anyNS := e2etest.Namespace(t, kube)
 		req := e2etest.Request("anywhere", "web")
 		req.Spec.SecretName = "web-tls"

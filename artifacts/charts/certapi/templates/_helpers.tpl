@@ -202,6 +202,29 @@ true
 {{- end -}}
 {{- end -}}
 
+{{/*
+The NAME of --ca-upstream-signer-name=NAME in extraArgs (the last one, as certapi's flag parsing takes it);
+empty when extraArgs has none.
+*/}}
+{{- define "certapi.caUpstream.signerNameFlag" -}}
+{{- $name := "" -}}
+{{- range .Values.extraArgs -}}
+{{- if hasPrefix "--ca-upstream-signer-name=" . -}}
+{{- $name = trimPrefix "--ca-upstream-signer-name=" . -}}
+{{- end -}}
+{{- end -}}
+{{- $name -}}
+{{- end -}}
+
+{{/*
+The signerName certapi's CertificateSigningRequests ask (caUpstream.certificateSigningRequests), which the
+admission policy <fullname>-certificatesigningrequests allows: caUpstream.signerName, or else the flag's
+(certapi.caUpstream.signerNameFlag). certapi.validate refuses neither, both differing, or a kubernetes.io/ one.
+*/}}
+{{- define "certapi.caUpstream.signerName" -}}
+{{- .Values.caUpstream.signerName | default (include "certapi.caUpstream.signerNameFlag" .) -}}
+{{- end -}}
+
 {{/* Refuses values that cannot work, with a message that says why. */}}
 {{- define "certapi.validate" -}}
 {{- /* A cluster that serves the policies (helm install), or a version that does (helm template, offline). */ -}}
@@ -274,6 +297,28 @@ refuses to bootstrap a first cluster while the APIService holds a CA bundle cert
 {{- range .Values.extraArgs -}}
 {{- if hasPrefix "--ca-key-plugin" . -}}
 {{- fail (printf "extraArgs has %s: set caKeyPlugin instead, which runs the plugin beside certapi in each pod and passes certapi the socket and the timeout" .) -}}
+{{- end -}}
+{{- end -}}
+{{- /* caUpstream.certificateSigningRequests: the admission policy <fullname>-certificatesigningrequests lets
+certapi's ServiceAccount ask one signer, the one certapi asks; the chart must know it, and it must be the
+flag's. It is written into a CEL string, so it must be a signerName and nothing more. */ -}}
+{{- if .Values.caUpstream.certificateSigningRequests -}}
+{{- $flag := include "certapi.caUpstream.signerNameFlag" . -}}
+{{- $signer := include "certapi.caUpstream.signerName" . -}}
+{{- if and $flag .Values.caUpstream.signerName (ne $flag .Values.caUpstream.signerName) -}}
+{{- fail (printf "caUpstream.signerName %q and --ca-upstream-signer-name=%s in extraArgs differ: the admission policy would refuse every CertificateSigningRequest certapi makes" .Values.caUpstream.signerName $flag) -}}
+{{- end -}}
+{{- if not $signer -}}
+{{- fail "caUpstream.certificateSigningRequests needs the signerName certapi asks: set caUpstream.signerName, or --ca-upstream-signer-name=NAME in extraArgs; the admission policy lets certapi's ServiceAccount create CertificateSigningRequests for that signer only" -}}
+{{- end -}}
+{{- if not (regexMatch "^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$" $signer) -}}
+{{- fail (printf "the signerName %q (caUpstream.signerName or --ca-upstream-signer-name): want a domain, a slash and a name, e.g. clusterissuers.cert-manager.io/org-intermediate" $signer) -}}
+{{- end -}}
+{{- if hasPrefix "kubernetes.io/" $signer -}}
+{{- fail (printf "the signerName %q (caUpstream.signerName or --ca-upstream-signer-name) is one of Kubernetes' own signers, which issue no CA certificates: name the organisation's signer" $signer) -}}
+{{- end -}}
+{{- if and (has "--ca-upstream=CertificateSigningRequest" .Values.extraArgs) (not $flag) (not (has "--ca-upstream-signer-name" .Values.extraArgs)) -}}
+{{- fail (printf "extraArgs has --ca-upstream=CertificateSigningRequest but no --ca-upstream-signer-name, which certapi requires: add --ca-upstream-signer-name=%s (caUpstream.signerName does not set the flag)" $signer) -}}
 {{- end -}}
 {{- end -}}
 {{- if not (has .Values.etcd.dedicated.podAntiAffinity (list "required" "preferred")) -}}
