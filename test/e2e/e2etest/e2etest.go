@@ -5,11 +5,13 @@ package e2etest
 
 import (
 	"context"
+	"crypto/elliptic"
 	"fmt"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -18,6 +20,7 @@ import (
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	"github.com/certapi/certapi/pkg/generated/clientset/versioned"
 	"github.com/certapi/certapi/pkg/signer"
+	"github.com/certapi/certapi/pkg/signer/signertest"
 	"github.com/certapi/certapi/test/framework"
 	"github.com/certapi/certapi/test/testhelpers"
 )
@@ -157,4 +160,23 @@ func IssuerSerialOf(t testing.TB, certPEM, bundle string) string {
 // ServingCert returns a servingcerts subresource body for csr, with an optional duration.
 func ServingCert(csr string, d *metav1.Duration) *certapiv1alpha1.ServingCert {
 	return &certapiv1alpha1.ServingCert{Spec: certapiv1alpha1.ServingCertSpec{CertificateRequest: csr, Duration: d}}
+}
+
+// IssuedBy asks servingcerts for a certificate of the ServingCertRequest ns/name, for a minute while the
+// answer is 503 (no leader, or a CA key the token cannot use yet), and checks that the CA serial signed it.
+func IssuedBy(t testing.TB, c versioned.Interface, ns, name, serial string) {
+	t.Helper()
+	body := ServingCert(signertest.CSRPEM(t, signertest.ECKey(t, elliptic.P256())), nil)
+	var out *certapiv1alpha1.ServingCert
+	Eventually(t, time.Minute, "a certificate from servingcerts", func(ctx context.Context) (bool, error) {
+		var err error
+		out, err = c.CertapiV1alpha1().ServingCertRequests(ns).CreateServingCert(ctx, name, body, metav1.CreateOptions{})
+		if apierrors.IsServiceUnavailable(err) {
+			return false, nil
+		}
+		return err == nil, err
+	})
+	if got := IssuerSerialOf(t, out.Status.Certificate, out.Status.CABundle); got != serial {
+		t.Fatalf("the certificate was signed by CA %s, want %s", got, serial)
+	}
 }

@@ -65,7 +65,7 @@ func TestCAKeysInTheToken(t *testing.T) {
 	if _, err := c.CertapiV1alpha1().ServingCertRequests(ns).Create(ctx, e2etest.Request("kms", "kms"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	issuedBy(t, c, ns, serial)
+	e2etest.IssuedBy(t, c, ns, "kms", serial)
 
 	// (c) The leader's plugin killed: 503 with Retry-After, counted; back, the same CA signs.
 	leader := waitLeader(t, own)
@@ -98,7 +98,7 @@ func TestCAKeysInTheToken(t *testing.T) {
 	if err := plugins[leader].Restart(ctx); err != nil {
 		t.Fatal(err)
 	}
-	issuedBy(t, c, ns, serial)
+	e2etest.IssuedBy(t, c, ns, "kms", serial)
 
 	// (d) The leader killed: the other replica signs with the same key, through its own plugin.
 	if err := own.KillReplica(leader); err != nil {
@@ -107,7 +107,7 @@ func TestCAKeysInTheToken(t *testing.T) {
 	e2etest.Eventually(t, time.Minute, "the other replica to lead", func(context.Context) (bool, error) {
 		return e2etest.LeaderOf(t, own) == 1-leader, nil
 	})
-	issuedBy(t, c, ns, serial)
+	e2etest.IssuedBy(t, c, ns, "kms", serial)
 	if err := own.StartReplica(ctx, leader); err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +120,7 @@ func TestCAKeysInTheToken(t *testing.T) {
 		t.Fatalf("after the rotation the Active CA still has the key %s", ref)
 	}
 	tokenKeysAre(t, plugins[0], newRef)
-	issuedBy(t, c, ns, rotated)
+	e2etest.IssuedBy(t, c, ns, "kms", rotated)
 
 	// (f) A distrust: a new CA at once, and the distrusted CA's key destroyed.
 	e2etest.UpdateCA(t, c, func(ca *certapiv1alpha1.CertificateAuthority) { ca.Spec.Distrust = "hsm-drill" })
@@ -130,7 +130,7 @@ func TestCAKeysInTheToken(t *testing.T) {
 		t.Fatalf("after the distrust the Active CA still has the key %s", newRef)
 	}
 	tokenKeysAre(t, plugins[1-leader], lastRef)
-	issuedBy(t, c, ns, replaced)
+	e2etest.IssuedBy(t, c, ns, "kms", replaced)
 
 	logs := slices.Collect(maps.Values(own.Logs()))
 	for i := range replicas {

@@ -7,7 +7,6 @@ package kms
 import (
 	"bytes"
 	"context"
-	"crypto/elliptic"
 	"io"
 	"math"
 	"net/http"
@@ -20,13 +19,11 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/proto"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kmstypes "k8s.io/apiserver/pkg/storage/value/encrypt/envelope/kmsv2/v2"
 
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	"github.com/certapi/certapi/pkg/generated/clientset/versioned"
-	"github.com/certapi/certapi/pkg/signer/signertest"
 	"github.com/certapi/certapi/test/e2e/e2etest"
 	"github.com/certapi/certapi/test/framework"
 	"github.com/certapi/certapi/test/testhelpers"
@@ -85,13 +82,13 @@ func TestCAKeysUnderKMS(t *testing.T) {
 	if _, err := c.CertapiV1alpha1().ServingCertRequests(ns).Create(ctx, e2etest.Request("kms", "kms"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	issuedBy(t, c, ns, serial)
+	e2etest.IssuedBy(t, c, ns, "kms", serial)
 
 	// (c) The plugin killed.
 	if err := plugin.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	issuedBy(t, c, ns, serial)
+	e2etest.IssuedBy(t, c, ns, "kms", serial)
 	e2etest.Eventually(t, time.Minute, "/healthz/kms-providers to fail", func(ctx context.Context) (bool, error) {
 		code, _ := get(ctx, certapiHTTP, own.CertapiURL+"/healthz/kms-providers")
 		return code == http.StatusInternalServerError, nil
@@ -130,7 +127,7 @@ func TestCAKeysUnderKMS(t *testing.T) {
 		return logCount(t, own.Logs()["certapi"], "persisting rotation step") > failedWrites, nil
 	})
 	t.Logf("with the plugin down, the CA write failed: %.400s", lastLine(t, own.Logs()["certapi"], "persisting rotation step"))
-	issuedBy(t, c, ns, serial)
+	e2etest.IssuedBy(t, c, ns, "kms", serial)
 	if after, afterRev := caRecord(t, own); afterRev != beforeRev || !bytes.Equal(after, before) {
 		t.Fatalf("the CA record changed while the plugin was down (revision %d -> %d)", beforeRev, afterRev)
 	}
@@ -150,7 +147,7 @@ func TestCAKeysUnderKMS(t *testing.T) {
 	if got := envelopeKeyID(t, raw); got != keyID1 {
 		t.Fatalf("the CA record is stored under key ID %q, want %q", got, keyID1)
 	}
-	issuedBy(t, c, ns, serial)
+	e2etest.IssuedBy(t, c, ns, "kms", serial)
 	e2etest.Eventually(t, 3*time.Minute, "/healthz/kms-providers and certapi's log to say the plugin is back", func(ctx context.Context) (bool, error) {
 		code, _ := get(ctx, certapiHTTP, own.CertapiURL+"/healthz/kms-providers")
 		return code == http.StatusOK && logContains(t, own.Logs()["certapi"], "The KMS plugin answers again"), nil
@@ -180,7 +177,7 @@ func TestCAKeysUnderKMS(t *testing.T) {
 	if got := e2etest.ActiveSerial(t, own); got != serial {
 		t.Fatalf("after the key rotation certapi's Active CA is %s, want %s", got, serial)
 	}
-	issuedBy(t, c, ns, serial)
+	e2etest.IssuedBy(t, c, ns, "kms", serial)
 	e2etest.Eventually(t, time.Minute, "the CA record to be rewritten under the new key", func(context.Context) (bool, error) {
 		raw, _ := caRecord(t, own)
 		return envelopeKeyID(t, raw) == keyID2, nil
@@ -241,24 +238,6 @@ func envelopeKeyID(t *testing.T, raw []byte) string {
 		t.Fatal("the CA record's envelope has no data or no encrypted DEK")
 	}
 	return obj.KeyID
-}
-
-// issuedBy issues a certificate for the request "kms" in ns and checks the CA with serial signed it.
-func issuedBy(t *testing.T, c versioned.Interface, ns, serial string) {
-	t.Helper()
-	body := e2etest.ServingCert(signertest.CSRPEM(t, signertest.ECKey(t, elliptic.P256())), nil)
-	var out *certapiv1alpha1.ServingCert
-	e2etest.Eventually(t, time.Minute, "a certificate from servingcerts", func(ctx context.Context) (bool, error) {
-		var err error
-		out, err = c.CertapiV1alpha1().ServingCertRequests(ns).CreateServingCert(ctx, "kms", body, metav1.CreateOptions{})
-		if apierrors.IsServiceUnavailable(err) {
-			return false, nil
-		}
-		return err == nil, err
-	})
-	if got := e2etest.IssuerSerialOf(t, out.Status.Certificate, out.Status.CABundle); got != serial {
-		t.Fatalf("the certificate was signed by CA %s, want %s", got, serial)
-	}
 }
 
 // caRoles lists the roles of CertificateAuthority/default's CAs, comma-separated.

@@ -3,7 +3,6 @@ package manifests
 import (
 	"context"
 	"crypto/elliptic"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -109,7 +108,7 @@ func TestManifestsCSRUpstreamPolicy(t *testing.T) {
 	// as the organisation would, it is imported.
 	first := e2etest.PendingRequest(t, c, signer.PendingSelfSigned)
 	csr := waitCertapiCSR(ctx, t, r, kube, first)
-	if err := signCSR(ctx, kube, csr, orgRoot.Sign(t, csr.Spec.Request, time.Now(), signertest.SignOptions{})); err != nil {
+	if err := e2etest.SignCSR(ctx, kube, csr, orgRoot.Sign(t, csr.Spec.Request, time.Now(), signertest.SignOptions{})); err != nil {
 		t.Fatal(err)
 	}
 	r.waitFor(ctx, "the CA certificate signed through CertificateSigningRequest "+csr.Name+" to be Active", 90*time.Second, func(context.Context) (bool, error) {
@@ -267,23 +266,6 @@ func waitCertapiCSR(ctx context.Context, t *testing.T, r *certapiRun, kube kuber
 		t.Fatalf("CertificateSigningRequest %s: requested by %s for %s; want %s for %s, with the pending request", csr.Name, csr.Spec.Username, csr.Spec.SignerName, want, csrSigner)
 	}
 	return csr
-}
-
-// signCSR approves csr and sets its certificate, as the organisation's approver and signer would.
-func signCSR(ctx context.Context, kube kubernetes.Interface, csr *certificatesv1.CertificateSigningRequest, certPEM []byte) error {
-	csrs := kube.CertificatesV1().CertificateSigningRequests()
-	csr = csr.DeepCopy()
-	csr.Status.Conditions = append(csr.Status.Conditions, certificatesv1.CertificateSigningRequestCondition{
-		Type: certificatesv1.CertificateApproved, Status: corev1.ConditionTrue, Reason: "OrgApproved", Message: "approved by the manifests test"})
-	approved, err := csrs.UpdateApproval(ctx, csr.Name, csr, metav1.UpdateOptions{})
-	if err != nil {
-		return fmt.Errorf("approving CertificateSigningRequest %s: %w", csr.Name, err)
-	}
-	approved.Status.Certificate = certPEM
-	if _, err := csrs.UpdateStatus(ctx, approved, metav1.UpdateOptions{}); err != nil {
-		return fmt.Errorf("signing CertificateSigningRequest %s: %w", csr.Name, err)
-	}
-	return nil
 }
 
 // renderChart renders the chart as the base is rendered (hack/manifests/plain-values.yaml, release certapi
