@@ -35,10 +35,13 @@ type fakeHSM struct {
 	keys      map[string]*ecdsa.PrivateKey
 	labels    map[string]string
 	destroyed []string
+	made      int
 	down      bool
 	// beforeSign, when set, runs once at the start of the next signature, outside the lock: what
 	// happens elsewhere while a signature is on its way to the token.
 	beforeSign func()
+	// afterDestroy, when set, runs once after the next key is destroyed, outside the lock.
+	afterDestroy func()
 }
 
 func newFakeHSM() *fakeHSM {
@@ -77,7 +80,8 @@ func (k hsmKey) Sign(r io.Reader, digest []byte, opts crypto.SignerOpts) ([]byte
 func (h *fakeHSM) add(label string, priv *ecdsa.PrivateKey) string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	ref := fmt.Sprintf("id=%02d", len(h.labels))
+	ref := fmt.Sprintf("id=%02d", h.made) // never one of a destroyed key's
+	h.made++
 	h.keys[ref], h.labels[ref] = priv, label
 	return ref
 }
@@ -100,10 +104,15 @@ func (h *fakeHSM) Key(ref string, pub crypto.PublicKey) crypto.Signer {
 
 func (h *fakeHSM) Destroy(_ context.Context, ref string) error {
 	h.mu.Lock()
-	defer h.mu.Unlock()
 	delete(h.keys, ref)
 	delete(h.labels, ref)
 	h.destroyed = append(h.destroyed, ref)
+	after := h.afterDestroy
+	h.afterDestroy = nil
+	h.mu.Unlock()
+	if after != nil {
+		after()
+	}
 	return nil
 }
 
@@ -290,17 +299,18 @@ func TestSignAgainAfterTheSwitch(t *testing.T) {
 	i.leading, i.leaseRenewedAt, i.leaseTTL = true, now, time.Minute
 	i.auth = signer.Authorities{Active: old, Next: next}
 	switched := signer.Authorities{Active: next, Retiring: []signer.Retiring{{CA: old.WithoutKey(), Until: now.Add(time.Hour)}}}
+	i.termKey = "term"
+	// The switch as Rotate and an import store it: the CAs this replica signs with replaced, then the keys
+	// no CA holds any more destroyed.
 	h.beforeSign = func() {
-		i.mu.Lock()
-		i.auth, i.bundle = switched, switched.BundleFor(i.cfg.BundleAnchor)
-		i.mu.Unlock()
-		i.destroyDropped(context.Background(), signer.Authorities{Active: old, Next: next}, switched)
+		i.adopt(context.Background(), signer.Authorities{Active: old, Next: next}, switched, 2, "term", false)
 	}
 	pub, err := x509.MarshalPKIXPublicKey(signertest.ECKey(t, elliptic.P256()).Public())
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := i.Sign(Request{Namespace: "team-a", Name: "webhook", ServiceName: "webhook", Duration: time.Hour, PublicKeyPKIX: pub, Path: PathServingCerts})
+	req := Request{Namespace: "team-a", Name: "webhook", ServiceName: "webhook", Duration: time.Hour, PublicKeyPKIX: pub, Path: PathServingCerts}
+	res, err := i.Sign(req)
 	if err != nil {
 		t.Fatalf("a signature begun as the switch destroyed the old key: %v; want a certificate of the new Active CA", err)
 	}
@@ -313,5 +323,17 @@ func TestSignAgainAfterTheSwitch(t *testing.T) {
 	}
 	if err := certs[0].CheckSignatureFrom(next.Certificate); err != nil {
 		t.Fatalf("the certificate is not the new Active CA's: %v", err)
+	}
+
+	// A signature that starts the moment the old key is destroyed: the switch came first, so it signs
+	// with the new Active CA at once.
+	third := hsmCA(t, i, now)
+	i.auth = signer.Authorities{Active: next, Next: third}
+	again := signer.Authorities{Active: third, Retiring: []signer.Retiring{{CA: next.WithoutKey(), Until: now.Add(time.Hour)}}}
+	var afterErr error
+	h.afterDestroy = func() { _, afterErr = i.Sign(req) }
+	i.adopt(context.Background(), signer.Authorities{Active: next, Next: third}, again, 3, "term", false)
+	if afterErr != nil {
+		t.Fatalf("a signature begun as the old key was destroyed: %v; the switch must come before the destroy", afterErr)
 	}
 }

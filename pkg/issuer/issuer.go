@@ -265,16 +265,21 @@ func (i *Issuer) Sign(req Request) (*Result, error) {
 		return nil, ErrNotLeading
 	}
 	res, err := i.policy().Sign(ca, bundle, req, i.cfg.Clock.Now())
-	if err != nil {
+	if err != nil && !errors.Is(err, signer.ErrKeyUnavailable) {
 		// A rotation's switch or a distrust may have replaced ca while it signed, and destroyed its key in
-		// the HSM right after (destroyDropped): the caller wants a certificate of the CA that signs now, so
-		// sign once more with that one rather than fail a call that came a moment too early.
-		if again, againBundle, ok := i.Signing(); ok && again != ca {
+		// the HSM right after (adopt): the caller wants a certificate of the CA that signs now, so sign
+		// once more with that one rather than fail a call that came a moment too early. (A token that
+		// cannot sign at all is not asked twice: the caller would wait two timeouts for the same 503.)
+		again, againBundle, ok := i.Signing()
+		if !ok {
+			return nil, ErrNotLeading // the next leader signs it
+		}
+		if again != ca {
 			res, err = i.policy().Sign(again, againBundle, req, i.cfg.Clock.Now())
 		}
-		if err != nil {
-			return nil, err
-		}
+	}
+	if err != nil {
+		return nil, err
 	}
 	if !i.leaseValid() {
 		i.noteLeaseLapse()

@@ -72,20 +72,26 @@ func (i *Issuer) Rotate(ctx context.Context, req RotationRequest) ([]signer.Rota
 	if err != nil {
 		return nil, fmt.Errorf("persisting rotation step %s: %w", step, err)
 	}
+	i.adopt(ctx, stored, next, newRev, key, step == signer.StepPublishNext)
+	klog.InfoS("CA rotation step", "step", step, "active", signer.FormatSerialNumber(next.Active.Certificate.SerialNumber), "bundleSize", len(next.Certificates()))
+	return []signer.RotationStep{step}, nil
+}
+
+// adopt makes next, stored at newRev in the term key, the CAs this replica signs with (while that term
+// lasts), tells the listeners, and only then destroys in the HSM the keys of the CAs of stored that next
+// no longer holds: a signature begun with a CA that next dropped, failing for its destroyed key, is made
+// again with next's Active CA (Sign). publishedNext records that this term published next's Next CA now.
+func (i *Issuer) adopt(ctx context.Context, stored, next signer.Authorities, newRev int64, key string, publishedNext bool) {
 	i.mu.Lock()
 	if i.leading && i.termKey == key {
 		i.auth, i.bundle, i.modRev = next, next.BundleFor(i.cfg.BundleAnchor), newRev
-		if step == signer.StepPublishNext {
+		if publishedNext {
 			i.published.next, i.published.at = next.Next.Certificate, i.now()
 		}
 	}
 	i.mu.Unlock()
 	i.listeners.Notify()
-	// Only now that this replica signs with next: a signature begun with a CA that next drops, and
-	// failing for its destroyed key, is made again with next's Active CA (Sign).
 	i.destroyDropped(ctx, stored, next)
-	klog.InfoS("CA rotation step", "step", step, "active", signer.FormatSerialNumber(next.Active.Certificate.SerialNumber), "bundleSize", len(next.Certificates()))
-	return []signer.RotationStep{step}, nil
 }
 
 // effectiveLocked is a as the rotation sees it at wallNow: when this replica published a's Next CA in

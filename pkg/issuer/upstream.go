@@ -149,16 +149,7 @@ func (i *Issuer) importAsLeader(ctx context.Context, req ImportRequest) (*Import
 	if err != nil {
 		return nil, fmt.Errorf("storing the imported CA: %w", err)
 	}
-	i.mu.Lock()
-	if i.leading && i.termKey == key {
-		i.auth, i.bundle, i.modRev = next, next.BundleFor(i.cfg.BundleAnchor), newRev
-		i.published.next, i.published.at = next.Next.Certificate, i.now()
-	}
-	i.mu.Unlock()
-	i.listeners.Notify()
-	// Only now that this replica signs with next: a signature begun with a CA that next drops, and
-	// failing for its destroyed key, is made again with next's Active CA (Sign).
-	i.destroyDropped(ctx, stored, next)
+	i.adopt(ctx, stored, next, newRev, key, true)
 	klog.FromContext(ctx).Info("Imported the CA certificate an organisation's CA signed; it is the Next CA",
 		"serialNumber", res.SerialNumber, "notAfter", res.NotAfter, "chainNotAfter", res.ChainNotAfter, "root", res.Root, "warnings", len(warnings))
 	return res, nil

@@ -283,7 +283,7 @@ priorityClassName: ""
 	}, {
 		name: "CA keys in an HSM",
 		args: []string{"--set", "caKeyPlugin.enabled=true", "--set", "caKeyPlugin.image=registry.example.com/kms:1", "--set", "caKeyPlugin.module=/usr/lib/hsm/libhsm.so",
-			"--set", "caKeyPlugin.tokenLabel=certapi", "--set", "caKeyPlugin.pinSecret=hsm-pin", "--set", "caKeyPlugin.pinKey=user-pin", "--set", "caKeyPlugin.timeout=2s",
+			"--set", "caKeyPlugin.tokenLabel=HSM #1", "--set", "caKeyPlugin.pinSecret=hsm-pin", "--set", "caKeyPlugin.pinKey=user-pin", "--set", "caKeyPlugin.timeout=2s",
 			"--set-json", `caKeyPlugin.env=[{"name":"HSM_CONF","value":"/etc/hsm/client.conf"}]`, "--set-json", `caKeyPlugin.volumeMounts=[{"name":"hsm-client","mountPath":"/etc/hsm"}]`,
 			"--set-json", `extraVolumes=[{"name":"hsm-client","secret":{"secretName":"hsm-client"}}]`},
 		// Restricted (the default of the dry run): the sidecar meets it too.
@@ -297,7 +297,8 @@ priorityClassName: ""
 				t.Fatalf("init containers %+v; want the key plugin alone", pod.InitContainers)
 			}
 			p := pod.InitContainers[0]
-			wantArgs := []string{"--module=/usr/lib/hsm/libhsm.so", "--token-label=certapi", "--pin-file=/etc/certapi-kms/pin", "--listen=", "--ca-key-socket=/var/run/certapi-keys/keys.sock"}
+			// A token label is free text: all of it reaches the plugin, "#" included.
+			wantArgs := []string{"--module=/usr/lib/hsm/libhsm.so", "--token-label=HSM #1", "--pin-file=/etc/certapi-kms/pin", "--listen=", "--ca-key-socket=/var/run/certapi-keys/keys.sock"}
 			if p.Name != "ca-key-plugin" || p.RestartPolicy == nil || *p.RestartPolicy != corev1.ContainerRestartPolicyAlways || p.Image != "registry.example.com/kms:1" ||
 				!slices.Equal(p.Args, wantArgs) || len(p.Env) != 1 || p.Env[0].Name != "HSM_CONF" || !reflect.DeepEqual(p.SecurityContext, hardenedContainer) {
 				t.Errorf("the key plugin %+v; want a sidecar (restartPolicy Always) of the image with args %v, the env and the hardened security context", p, wantArgs)

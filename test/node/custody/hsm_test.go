@@ -177,7 +177,6 @@ func TestCustodyChart(t *testing.T) {
 		t.Logf("kube-apiserver called the webhook %d times across the leader's death and the rotation, none failed", n)
 	}
 	webhookDenies(t, kube, validated)
-	l.Stop()
 
 	// (e) A distrust: a self-signed CA signs at once (its key, and the request to replace it, in the
 	// token), and the distrusted intermediate's key is destroyed.
@@ -187,6 +186,8 @@ func TestCustodyChart(t *testing.T) {
 		t.Fatalf("after the distrust the token still holds the distrusted key %v: %v", rotatedKeys, got)
 	}
 	e2etest.IssuedBy(t, certapi, validated, "chain", replaced)
+	l.Check(t, "the distrust")
+	l.Stop()
 
 	for i := range 3 {
 		for _, c := range []string{"certapi", "ca-key-plugin"} {
