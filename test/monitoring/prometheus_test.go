@@ -131,7 +131,7 @@ func TestPrometheusScrapesCertapi(t *testing.T) {
 	// alerts' rule tests, artifacts/monitoring/prometheusrule_test.yaml, give them series).
 	absentWhenHealthy := map[string]string{
 		"certapi_ca_request_pending_since_timestamp_seconds": "has a series only while a CA certificate request waits for an organisation's CA (--ca-upstream=Manual)",
-		"certapi_ca_key_operations_total": "has series only once certapi used a key plugin (--ca-key-plugin: CA keys in an HSM)",
+		"certapi_ca_key_operations_total":                    "has series only once certapi used a key plugin (--ca-key-plugin: CA keys in an HSM)",
 	}
 	metric := regexp.MustCompile(`\b(certapi_[a-z_]+|kubernetes_healthcheck)\b`)
 	seen := map[string]bool{}
