@@ -146,11 +146,20 @@ func streamSave(t *testing.T, shell *nodetest.DocShell) {
 func inPodSaves(t *testing.T, shell *nodetest.DocShell) {
 	t.Helper()
 	start := time.Now()
+	var last time.Time
 	for _, block := range []string{"in-pod-save", "in-pod-save-integrity"} {
+		// Both blocks name the file by the UTC second and save refuses to overwrite: a user runs one of
+		// them, this test runs both, so the second starts once the first one's second has passed.
+		if wait := time.Until(last.Add(time.Second)); wait > 0 {
+			time.Sleep(wait)
+		}
 		out := shell.Run(t, restoreDoc, time.Minute, block)
-		m := regexp.MustCompile(`Saved (/var/lib/certapi/certapi-[0-9TZ]+\.db) in`).FindStringSubmatch(out)
+		m := regexp.MustCompile(`Saved (/var/lib/certapi/certapi-([0-9TZ]+)\.db) in`).FindStringSubmatch(out)
 		if m == nil {
 			t.Fatalf("the %s block printed no \"Saved /var/lib/certapi/certapi-<UTC time>.db\":\n%s", block, out)
+		}
+		if named, err := time.Parse("20060102T150405Z", m[2]); err == nil {
+			last = named
 		}
 		args := []string{"-n", ns, "exec", "certapi-0", "--", "certapi", "snapshot", "status", m[1]}
 		want := "integrity: not checked"
