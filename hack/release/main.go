@@ -15,6 +15,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -49,8 +50,7 @@ type plugin struct {
 	bin, pkg, krewName, short, description string
 }
 
-// defaultPlatforms are the plugins' platforms of a full release; make test builds linux/amd64 and
-// linux/arm64 only.
+// defaultPlatforms are the plugins' platforms of a full release; make test builds linux/amd64 only.
 const defaultPlatforms = "linux/amd64,linux/arm64,darwin/amd64,darwin/arm64,windows/amd64,windows/arm64"
 
 type options struct {
@@ -66,7 +66,7 @@ func main() {
 	flag.StringVar(&o.output, "output", filepath.Join("_output", "release"), "The directory to write the release into; emptied first.")
 	flag.StringVar(&o.work, "work", filepath.Join("_output", "release-build"), "Where the binaries are linked; kept, so that a binary whose inputs did not change is not linked again.")
 	flag.StringVar(&o.platforms, "platforms", defaultPlatforms, "OS/ARCH list (comma-separated) of the kubectl plugins' archives.")
-	flag.StringVar(&o.imageArchs, "image-arch", "amd64,arm64", "The architectures (comma-separated) of certapi's image index; all linux.")
+	flag.StringVar(&o.imageArchs, "image-arch", "", "The architectures (comma-separated: amd64, arm64) of certapi's image index; all linux. Default: the architectures of --platforms' linux platforms.")
 	flag.StringVar(&o.helm, "helm", filepath.Join("_output", "bin", "helm"), "The helm that packages and renders the chart (make tools builds it).")
 	flag.StringVar(&o.cosignKey, "cosign-key", os.Getenv(EnvCosignKey), "The release's cosign key: an unencrypted PEM ECDSA P-256 private key (PKCS#8 or SEC 1) that signs the image index, the SBOM's referrer, the attestations and checksums.txt (default $"+EnvCosignKey+"). With --pgp-key; with neither, the release is signed with an ephemeral key pair generated into --work/"+ephemeralKeyDir+" (a development release).")
 	flag.StringVar(&o.pgpKey, "pgp-key", os.Getenv(EnvPGPKey), "The release's OpenPGP secret key (armored or binary, unencrypted, EdDSA or RSA) that signs the chart's provenance file for helm verify (default $"+EnvPGPKey+").")
@@ -97,6 +97,9 @@ func run(o options) error {
 	}
 	platforms, err := parsePlatforms(o.platforms)
 	if err != nil {
+		return err
+	}
+	if o.imageArchs, err = imageArchs(o.imageArchs, platforms); err != nil {
 		return err
 	}
 	if err := os.RemoveAll(o.output); err != nil {
@@ -164,6 +167,35 @@ func parsePlatforms(s string) ([]platform, error) {
 		out = append(out, platform{osName, arch})
 	}
 	return out, nil
+}
+
+// imageArchs checks --image-arch, or when it is empty gives the architectures of the linux platforms: the
+// image is built for the machines the plugins are, so that a release for linux/amd64 alone (make test's)
+// cross-builds nothing.
+func imageArchs(flagValue string, platforms []platform) (string, error) {
+	var archs []string
+	if flagValue == "" {
+		for _, p := range platforms {
+			if p.os == "linux" && !slices.Contains(archs, p.arch) {
+				archs = append(archs, p.arch)
+			}
+		}
+		if len(archs) == 0 {
+			return "", errors.New("--platforms names no linux platform: give the image's architectures with --image-arch")
+		}
+		return strings.Join(archs, ","), nil
+	}
+	for _, a := range strings.Split(flagValue, ",") {
+		a = strings.TrimSpace(a)
+		if a != "amd64" && a != "arm64" {
+			return "", fmt.Errorf("--image-arch: %q is not amd64 or arm64", a)
+		}
+		if slices.Contains(archs, a) {
+			return "", fmt.Errorf("--image-arch: %s is named twice", a)
+		}
+		archs = append(archs, a)
+	}
+	return strings.Join(archs, ","), nil
 }
 
 // reproducibleEnv is the build environment of every binary: static, with trimmed paths and no VCS

@@ -37,6 +37,37 @@ func TestParsePlatforms(t *testing.T) {
 	}
 }
 
+func TestImageArchs(t *testing.T) {
+	linux, _ := parsePlatforms("linux/amd64,darwin/arm64,linux/arm64,windows/amd64")
+	linuxAMD64, _ := parsePlatforms("linux/amd64,darwin/arm64")
+	darwin, _ := parsePlatforms("darwin/arm64")
+	for _, tc := range []struct {
+		flag      string
+		platforms []platform
+		want      string
+		wantErr   string
+	}{
+		{"", linux, "amd64,arm64", ""},
+		{"", linuxAMD64, "amd64", ""},
+		{"", darwin, "", "names no linux platform"},
+		{"arm64", darwin, "arm64", ""},
+		{"amd64, arm64", linuxAMD64, "amd64,arm64", ""},
+		{"s390x", linux, "", `"s390x" is not amd64 or arm64`},
+		{"amd64,amd64", linux, "", "amd64 is named twice"},
+	} {
+		got, err := imageArchs(tc.flag, tc.platforms)
+		if tc.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("imageArchs(%q, %v) = %q, %v; want an error saying %q", tc.flag, tc.platforms, got, err, tc.wantErr)
+			}
+			continue
+		}
+		if err != nil || got != tc.want {
+			t.Errorf("imageArchs(%q, %v) = %q, %v; want %q", tc.flag, tc.platforms, got, err, tc.want)
+		}
+	}
+}
+
 func TestArchiveName(t *testing.T) {
 	for _, tc := range []struct{ goos, want string }{
 		{"linux", "kubectl-certapi_v0.2.0_linux_arm64.tar.gz"},

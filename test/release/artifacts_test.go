@@ -31,8 +31,10 @@ import (
 // plugins are the kubectl plugins released as archives, with their krew names.
 var plugins = map[string]string{"kubectl-certapi": "certapi", "kubectl-create-servingcertrequest": "create-servingcertrequest"}
 
-// required are the platforms every release has archives for; make release adds darwin and windows.
-var required = []string{"linux/amd64", "linux/arm64"}
+// required are the platforms every release has archives for: make test builds a release for linux/amd64
+// alone (a cross-build of certapi for arm64 costs about 10 minutes of CPU); make release adds linux/arm64,
+// darwin and windows, and the image index then holds linux/arm64 too (see TestImage).
+var required = []string{"linux/amd64"}
 
 func sha256File(t *testing.T, path string) string {
 	t.Helper()

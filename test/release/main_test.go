@@ -1,8 +1,8 @@
 // Package release tests what `make release` writes into _output/release (hack/release; make test builds
-// one for linux/amd64 and linux/arm64, make release every platform): every artifact is there and listed
+// one for linux/amd64, make release every platform): every artifact is there and listed
 // in checksums.txt with its checksum; each plugin archive unpacks to the LICENSE and a binary for its
 // platform, and those of this machine's platform run and report the release's version; the image index
-// holds linux/amd64 and linux/arm64, each config saying its architecture and carrying the release's
+// holds the plugins' linux platforms (linux/amd64 and linux/arm64 in a full release), each config saying its architecture and carrying the release's
 // labels; the SBOM attached to the index lists the module versions `go version -m` reads from the
 // image's certapi; the krew manifests pass krew's own validation and name the archives by their
 // checksums; the chart archive installs on a real kube-apiserver and the install YAML applies there; the
