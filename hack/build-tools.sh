@@ -35,7 +35,11 @@ mkdir -p "${BIN}"
 # alike, `make test` compiles each of them once instead of twice.
 export CGO_ENABLED=0
 export GOFLAGS="$(go env GOFLAGS) -trimpath"
-TOOLCHAIN="$(go env GOVERSION) CGO_ENABLED=0 -trimpath"
+# The tools are linked without their symbol table and DWARF (-s -w): nobody debugs them here, and a link
+# without DWARF takes about 40% less CPU (kube-apiserver: 8 s instead of 14 s); stack traces keep their
+# function names and lines.
+STRIP="-s -w"
+TOOLCHAIN="$(go env GOVERSION) CGO_ENABLED=0 -trimpath ${STRIP}"
 GROUPS_WANTED=("$@")
 if [[ ${#GROUPS_WANTED[@]} -eq 0 ]]; then
   GROUPS_WANTED=(kube node prometheus helm helm3 coredns cosign cert-manager)
@@ -146,7 +150,7 @@ if (( ${#pkgs[@]} > 0 )); then
     start=${SECONDS}
     echo "building ${pkgs[*]} into ${BIN} (cold, both groups take about 6 minutes on 2 cores when certapi was built or vetted first, 9 otherwise; the kube group alone about 4)"
     for c in "${NODE_COMPONENTS[@]}"; do own "${BIN}/${c}"; done
-    go build -ldflags "${KUBE_LDFLAGS}" -o "${BIN}/" "${pkgs[@]}"
+    go build -ldflags "${STRIP} ${KUBE_LDFLAGS}" -o "${BIN}/" "${pkgs[@]}"
     if [[ " ${names[*]} " == *" node "* ]]; then
       for c in "${NODE_COMPONENTS[@]}"; do
         ln -sfn kubenode "${BIN}/${c}"
@@ -178,7 +182,7 @@ for minor in ${MINORS_WANTED[@]+"${MINORS_WANTED[@]}"}; do
     start=${SECONDS}
     echo "building kube-apiserver and kubectl of Kubernetes ${minor} into ${mbin} (cold, about 7 minutes of CPU)"
     own "${mstamp}" "${mbin}/kube-apiserver" "${mbin}/kubectl"
-    go build -ldflags "${mldflags}" -o "${mbin}/" k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl
+    go build -ldflags "${STRIP} ${mldflags}" -o "${mbin}/" k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl
     echo "${mwant}" > "${mstamp}"
     echo "kube-${minor} tools built in $((SECONDS - start))s"
   )
@@ -195,14 +199,14 @@ if wanted prometheus; then
 PTAGS=remove_all_sd,enable_kubernetes_sd
 build_tool "promtool and prometheus" "${TOOLS}/prometheus" "${BIN}/.prometheus-stamp" \
   "$(cd "${TOOLS}/prometheus" && cat go.mod go.sum tools.go | sha256sum | cut -d' ' -f1) ${TOOLCHAIN} ${PTAGS}" 7 "promtool prometheus" \
-  go build -tags "${PTAGS}" -o "${BIN}/" github.com/prometheus/prometheus/cmd/promtool github.com/prometheus/prometheus/cmd/prometheus
+  go build -tags "${PTAGS}" -ldflags "${STRIP}" -o "${BIN}/" github.com/prometheus/prometheus/cmd/promtool github.com/prometheus/prometheus/cmd/prometheus
 # prometheus-operator-config writes the configuration the Prometheus Operator's own code
 # (github.com/prometheus-operator/prometheus-operator/pkg/prometheus) generates from the chart's
 # ServiceMonitor, which test/monitoring's Prometheus runs with. Its own module, hack/tools/prometheus-operator:
 # the operator pins other versions of Prometheus's and Kubernetes' modules.
 build_tool prometheus-operator-config "${TOOLS}/prometheus-operator" "${BIN}/.prometheus-operator-stamp" \
   "$(cd "${TOOLS}/prometheus-operator" && cat go.mod go.sum main.go | sha256sum | cut -d' ' -f1) ${TOOLCHAIN}" 3 prometheus-operator-config \
-  go build -o "${BIN}/prometheus-operator-config" .
+  go build -ldflags "${STRIP}" -o "${BIN}/prometheus-operator-config" .
 fi
 
 # helm, which lints, renders and installs the chart artifacts/charts/certapi (test/chart) and renders
@@ -213,7 +217,7 @@ if wanted helm; then
 build_helm() {
   local version
   version="$(go list -m -f '{{.Version}}' helm.sh/helm/v4)"
-  go build -ldflags "-X helm.sh/helm/v4/internal/version.version=${version}" -o "${BIN}/helm" helm.sh/helm/v4/cmd/helm
+  go build -ldflags "${STRIP} -X helm.sh/helm/v4/internal/version.version=${version}" -o "${BIN}/helm" helm.sh/helm/v4/cmd/helm
 }
 build_tool helm "${TOOLS}/helm" "${BIN}/.helm-stamp" \
   "$(cd "${TOOLS}/helm" && cat go.mod go.sum tools.go | sha256sum | cut -d' ' -f1) ${TOOLCHAIN}" 6 helm \
@@ -233,7 +237,7 @@ build_helm3() {
   for p in helm.sh/helm/v3/pkg/lint/rules helm.sh/helm/v3/pkg/chartutil; do
     flags+=" -X ${p}.k8sVersionMajor=1 -X ${p}.k8sVersionMinor=$(cut -d. -f2 <<<"${kube}")"
   done
-  go build -ldflags "-X helm.sh/helm/v3/internal/version.version=${version}${flags}" -o "${BIN}/helm3" helm.sh/helm/v3/cmd/helm
+  go build -ldflags "${STRIP} -X helm.sh/helm/v3/internal/version.version=${version}${flags}" -o "${BIN}/helm3" helm.sh/helm/v3/cmd/helm
 }
 build_tool helm3 "${TOOLS}/helm3" "${BIN}/.helm3-stamp" \
   "$(cd "${TOOLS}/helm3" && cat go.mod go.sum tools.go | sha256sum | cut -d' ' -f1) ${TOOLCHAIN} kube-stamped" 6 helm3 \
@@ -245,7 +249,7 @@ fi
 if wanted coredns; then
 build_tool coredns "${TOOLS}/coredns" "${BIN}/.coredns-stamp" \
   "$(cd "${TOOLS}/coredns" && cat go.mod go.sum main.go | sha256sum | cut -d' ' -f1) ${TOOLCHAIN}" 4 coredns \
-  go build -ldflags="-s -w" -o "${BIN}/coredns" .
+  go build -ldflags "${STRIP}" -o "${BIN}/coredns" .
 fi
 
 # cosign, Sigstore's verifier, with which test/release checks the release's signatures, attestations and
@@ -255,7 +259,7 @@ if wanted cosign; then
 build_cosign() {
   local version
   version="$(go list -m -f '{{.Version}}' github.com/sigstore/cosign/v3)"
-  go build -ldflags "-X sigs.k8s.io/release-utils/version.gitVersion=${version}" -o "${BIN}/cosign" github.com/sigstore/cosign/v3/cmd/cosign
+  go build -ldflags "${STRIP} -X sigs.k8s.io/release-utils/version.gitVersion=${version}" -o "${BIN}/cosign" github.com/sigstore/cosign/v3/cmd/cosign
 }
 build_tool cosign "${TOOLS}/cosign" "${BIN}/.cosign-stamp" \
   "$(cd "${TOOLS}/cosign" && cat go.mod go.sum tools.go | sha256sum | cut -d' ' -f1) ${TOOLCHAIN}" 8 cosign \
@@ -279,7 +283,7 @@ build_cert_manager() {
     echo "build-tools.sh: cert-manager's deploy/crds not found in the module cache (${dir:-no directory}): run go mod download in hack/tools/cert-manager" >&2
     return 1
   fi
-  go build -o "${BIN}/cert-manager-controller" .
+  go build -ldflags "${STRIP}" -o "${BIN}/cert-manager-controller" .
   # A fresh directory: never write through a symlink into another checkout's copy.
   rm -rf "${CM_CRDS}.new"
   mkdir -p "${CM_CRDS}.new"
