@@ -62,17 +62,22 @@ const (
 // state lives under Dir; ControlPlane.Stop stops everything and removes what it added to the machine (pods,
 // containers, mounts, network namespaces, the bridge, iptables rules, cgroups).
 type ClusterNode struct {
-	// Name is the Node's name (NodeName).
+	// Name is the Node's name: NodeName for the first node, NodeName-<i> for worker i (1, 2, ...).
 	Name string
+	// Zone is a worker's topology.kubernetes.io/zone label, zone-<i>; "" for the first node.
+	Zone string
 	// Dir holds containerd's root and state, kubelet's root, the CNI configuration and pod logs: a short
 	// directory of its own under the machine's temporary directory (Unix sockets live in it), removed at Stop.
 	Dir string
-	// IP is the node's address: the gateway address of the pods' bridge, kubelet's --node-ip.
+	// IP is the node's address, kubelet's --node-ip: the gateway address of the pods' bridge on the first
+	// node, a worker's end of its link to the machine (netns.go).
 	IP net.IP
 	// PodCIDR is the /24 its pods get addresses from.
 	PodCIDR *net.IPNet
-	// Bridge is the name of the pods' Linux bridge.
+	// Bridge is the name of the pods' Linux bridge (a worker's is in its network namespace).
 	Bridge string
+	// Netns is a worker's network namespace (ip netns), "" for the first node.
+	Netns string
 	// Images maps each image archive imported at start (by base name, e.g. "certapi.tar") to the names it
 	// was imported under.
 	Images map[string][]string
@@ -90,6 +95,20 @@ type ClusterNode struct {
 	containerd *Process
 	leftovers  []string
 	stopped    bool
+	// frozen and linkDown are a worker's faults in place (nodefaults.go).
+	frozen, linkDown bool
+}
+
+// worker reports whether n is a worker node (Options.WorkerNodes) rather than the first node.
+func (n *ClusterNode) worker() bool { return n.Zone != "" }
+
+// logName is the name of one of the node's processes in Logs: the process's name on the first node,
+// "<name>-<node>" on a worker.
+func (n *ClusterNode) logName(process string) string {
+	if n.Name == NodeName {
+		return process
+	}
+	return process + "-" + n.Name
 }
 
 // APIServerProxyAddress is where pods reach kube-apiserver: the Service default/kubernetes
@@ -169,28 +188,45 @@ func (cp *ControlPlane) startNode(ctx context.Context) (retErr error) {
 		return err
 	}
 
-	t1 := time.Now()
-	if err := n.startContainerd(ctx, pauseNames[0]); err != nil {
+	if err := n.startComponents(ctx, pauseNames[0], append([]string{pauseArchive, dnsArchive}, cp.opts.NodeImages...),
+		n.startControllerManager, n.startScheduler); err != nil {
 		return err
 	}
-	archives := append([]string{pauseArchive, dnsArchive}, cp.opts.NodeImages...)
+	t1 := time.Now()
+	if err := n.startDNS(ctx, dnsNames[0]); err != nil {
+		return err
+	}
+	cp.progress("node: cluster DNS (CoreDNS) answering at %s (%s)", ClusterDNSIP, since(t1))
+	cp.progress("node up in %s", since(t0))
+	return nil
+}
+
+// startComponents starts the node's containerd with the image archives imported, then its components
+// (those of the control plane first, on the first node), and waits until the node is Ready.
+func (n *ClusterNode) startComponents(ctx context.Context, sandboxImage string, archives []string, controlPlane ...func(context.Context) error) error {
+	t1 := time.Now()
+	if err := n.startContainerd(ctx, sandboxImage); err != nil {
+		return err
+	}
 	for _, a := range archives {
 		names, err := n.ImportImage(ctx, a)
 		if err != nil {
 			return err
 		}
+		n.mu.Lock()
 		n.Images[filepath.Base(a)] = names
+		n.mu.Unlock()
 	}
-	cp.progress("node: containerd ready, %d images imported (%s)", len(archives), since(t1))
-
-	n.ports, err = FreePorts(6, cp.ports.all()...)
+	n.cp.progress("node %s: containerd ready, %d images imported (%s)", n.Name, len(archives), since(t1))
+	var err error
+	n.ports, err = FreePorts(6, n.cp.ports.all()...)
 	if err != nil {
 		return err
 	}
 	if err := n.makeCgroup(); err != nil {
 		return err
 	}
-	for _, start := range []func(context.Context) error{n.startControllerManager, n.startScheduler, n.startKubelet, n.startKubeProxy} {
+	for _, start := range append(controlPlane, n.startKubelet, n.startKubeProxy) {
 		if err := start(ctx); err != nil {
 			return err
 		}
@@ -199,13 +235,7 @@ func (cp *ControlPlane) startNode(ctx context.Context) (retErr error) {
 	if err := n.waitReady(ctx); err != nil {
 		return err
 	}
-	cp.progress("node %s Ready at %s, pods in %s on bridge %s (%s)", n.Name, n.IP, n.PodCIDR, n.Bridge, since(t1))
-	t1 = time.Now()
-	if err := n.startDNS(ctx, dnsNames[0]); err != nil {
-		return err
-	}
-	cp.progress("node: cluster DNS (CoreDNS) answering at %s (%s)", ClusterDNSIP, since(t1))
-	cp.progress("node up in %s", since(t0))
+	n.cp.progress("node %s Ready at %s, pods in %s on bridge %s (%s)", n.Name, n.IP, n.PodCIDR, n.Bridge, since(t1))
 	return nil
 }
 
@@ -246,7 +276,7 @@ func (n *ClusterNode) waitReady(ctx context.Context) error {
 		return err
 	}
 	return PollUntil(ctx, 250*time.Millisecond, nodeReadyTimeout, "kube-proxy's first sync", procs, func(ctx context.Context) (bool, string) {
-		_, code, err := HTTPGet(ctx, http.DefaultClient, fmt.Sprintf("http://127.0.0.1:%d/healthz", n.ports[5]))
+		_, code, err := HTTPGet(ctx, http.DefaultClient, fmt.Sprintf("http://%s/healthz", n.kubeProxyHealthz()))
 		if err != nil {
 			return false, err.Error()
 		}

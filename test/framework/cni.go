@@ -43,6 +43,16 @@ type nodeNetwork struct {
 
 	// sysctls holds the values of the sysctls the network changed, to put back.
 	sysctls map[string]string
+
+	// A worker node's network (see netns.go); all empty for the first node, which lives in the machine's.
+	//
+	// netns is the worker's network namespace, where its bridge, kubelet, kube-proxy and containerd live.
+	netns string
+	// hostLink is the machine's end of the worker's link, a veth pair whose other end is eth0 in netns.
+	hostLink string
+	// hostIP and nodeIP are the two ends' addresses, in linkNet (a /30); nodeIP is the worker's IP.
+	hostIP, nodeIP net.IP
+	linkNet        *net.IPNet
 }
 
 // newNodeNetwork picks a bridge name and a pod /24 not in use on this machine.
@@ -111,6 +121,9 @@ func overlapsAny(n *net.IPNet, others []*net.IPNet) bool {
 // from leaving through any other interface, turns on forwarding and bridge netfilter (kube-proxy's rules
 // must see packets between pods on the bridge), and writes the CNI configuration.
 func (nw *nodeNetwork) setUp(ctx context.Context) error {
+	if nw.netns != "" {
+		return nw.setUpNetns(ctx)
+	}
 	ones, _ := nw.podCIDR.Mask.Size()
 	steps := [][]string{
 		{"ip", "link", "add", nw.bridge, "type", "bridge"},
@@ -132,6 +145,12 @@ func (nw *nodeNetwork) setUp(ctx context.Context) error {
 			return err
 		}
 	}
+	return nw.writeCNIConfig()
+}
+
+// writeCNIConfig writes the CNI configuration containerd reads: the bridge plugin on the node's bridge,
+// addresses of the pod /24 from host-local.
+func (nw *nodeNetwork) writeCNIConfig() error {
 	conf := map[string]any{
 		"cniVersion": "1.0.0",
 		"name":       cniNetworkName,
@@ -180,6 +199,9 @@ func (nw *nodeNetwork) setSysctl(key, value string) error {
 // tearDown removes what setUp added (the bridge takes its address and route with it) and puts the sysctls
 // back. It goes on past errors and returns them all.
 func (nw *nodeNetwork) tearDown(ctx context.Context) error {
+	if nw.netns != "" {
+		return nw.tearDownNetns(ctx)
+	}
 	var errs []error
 	if linkExists(nw.bridge) {
 		if _, err := command(ctx, "ip", "link", "del", nw.bridge); err != nil {

@@ -20,14 +20,24 @@ import (
 	"k8s.io/utils/ptr"
 )
 
-// launch starts one of the node's processes, logging to <cp.Dir>/logs/<name>.log.
+// launch starts one of the node's processes, logging to <cp.Dir>/logs/<logName>.log; a worker's in its
+// network namespace and in its cgroup (whose freezer ClusterNode.Freeze uses), which what it starts (the
+// containerd shims, and so the containers) inherits.
 func (n *ClusterNode) launch(_ context.Context, name, bin string, args []string) (*Process, error) {
-	p, err := StartProcess(name, n.cp.logPath(name), bin, args, nil)
+	logName := n.logName(name)
+	bin, args = n.network.inNetns(bin, args)
+	p, err := StartProcess(logName, n.cp.logPath(logName), bin, args, nil)
 	if err != nil {
 		return nil, err
 	}
+	if n.worker() {
+		if err := n.joinCgroup(p.Pid()); err != nil {
+			go p.stop(syscall.SIGKILL, 0) //nolint:errcheck
+			return nil, err
+		}
+	}
 	n.cp.mu.Lock()
-	n.cp.logs[name] = p.logPath
+	n.cp.logs[logName] = p.logPath
 	n.cp.mu.Unlock()
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -108,7 +118,7 @@ func (cp *ControlPlane) writeUserKubeconfig(path, user string, groups ...string)
 // started with --kubeconfig.
 func WriteKubeconfig(path string, cfg *rest.Config) error {
 	kc := clientcmdapi.NewConfig()
-	kc.Clusters["local"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
+	kc.Clusters["local"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData, TLSServerName: cfg.ServerName}
 	kc.AuthInfos["user"] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData}
 	kc.Contexts["user"] = &clientcmdapi.Context{Cluster: "local", AuthInfo: "user"}
 	kc.CurrentContext = "user"
@@ -120,7 +130,21 @@ func (n *ClusterNode) kubeconfig(component, user string, groups ...string) (stri
 	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
 		return "", err
 	}
-	return p, n.cp.writeUserKubeconfig(p, user, groups...)
+	if !n.worker() {
+		return p, n.cp.writeUserKubeconfig(p, user, groups...)
+	}
+	cfg, err := n.cp.UserConfig(user, groups...)
+	if err != nil {
+		return "", err
+	}
+	// A worker's loopback is its namespace's: it reaches kube-apiserver through the first node's proxy
+	// (where pods reach it too), by a name kube-apiserver's certificate holds.
+	cfg.Host = "https://" + n.cp.ClusterNode.APIServerProxyAddress()
+	cfg.ServerName = "kubernetes.default.svc"
+	if err := WriteKubeconfig(p, cfg); err != nil {
+		return "", fmt.Errorf("writing the kubeconfig of %s: %w", user, err)
+	}
+	return p, nil
 }
 
 func (n *ClusterNode) startControllerManager(ctx context.Context) error {
@@ -234,7 +258,7 @@ func (n *ClusterNode) startKubelet(ctx context.Context) error {
 	if err := writeFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		return err
 	}
-	_, err = n.launch(ctx, ProcessKubelet, bin, []string{
+	args := []string{
 		"--config=" + cfgPath,
 		"--kubeconfig=" + kc,
 		"--root-dir=" + root,
@@ -242,8 +266,30 @@ func (n *ClusterNode) startKubelet(ctx context.Context) error {
 		"--hostname-override=" + n.Name,
 		"--node-ip=" + n.IP.String(),
 		"--v=2",
-	})
+	}
+	switch {
+	case n.Zone != "":
+		args = append(args, "--node-labels="+corev1.LabelTopologyZone+"="+n.Zone)
+	case n.cp.opts.WorkerNodes > 0:
+		// The first node is the control plane's when there are workers: workloads go to the workers.
+		args = append(args, "--register-with-taints="+ControlPlaneTaint+"=:NoSchedule")
+	}
+	_, err = n.launch(ctx, ProcessKubelet, bin, args)
 	return err
+}
+
+// ControlPlaneTaint is the taint (effect NoSchedule) of the first node when there are worker nodes, as
+// kubeadm taints its control-plane nodes.
+const ControlPlaneTaint = "node-role.kubernetes.io/control-plane"
+
+// kubeProxyHealthz is the address of kube-proxy's health endpoint: on loopback on the first node, on the
+// node's IP on a worker, whose loopback is its namespace's.
+func (n *ClusterNode) kubeProxyHealthz() string {
+	host := "127.0.0.1"
+	if n.worker() {
+		host = n.IP.String()
+	}
+	return net.JoinHostPort(host, strconv.Itoa(n.ports[5]))
 }
 
 func (n *ClusterNode) startKubeProxy(ctx context.Context) error {
@@ -261,7 +307,7 @@ func (n *ClusterNode) startKubeProxy(ctx context.Context) error {
 		"--proxy-mode=iptables",
 		"--cluster-cidr=" + n.PodCIDR.String(),
 		"--metrics-bind-address=127.0.0.1:" + strconv.Itoa(n.ports[4]),
-		"--healthz-bind-address=127.0.0.1:" + strconv.Itoa(n.ports[5]),
+		"--healthz-bind-address=" + n.kubeProxyHealthz(),
 		// Leave the machine's conntrack table size alone.
 		"--conntrack-max-per-core=0",
 		"--v=2",

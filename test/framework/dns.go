@@ -97,6 +97,10 @@ func (n *ClusterNode) startDNS(ctx context.Context, image string) error {
 					ServiceAccountName: dnsName,
 					DNSPolicy:          corev1.DNSDefault,
 					PriorityClassName:  "system-cluster-critical",
+					// On the first node, the control plane's when there are workers, so that a worker's
+					// faults never take the cluster's DNS along.
+					NodeSelector: map[string]string{corev1.LabelHostname: NodeName},
+					Tolerations:  []corev1.Toleration{{Key: ControlPlaneTaint, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
 					Containers: []corev1.Container{{
 						Name:            dnsName,
 						Image:           image,

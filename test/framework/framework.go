@@ -121,8 +121,16 @@ type Options struct {
 	// waits up to NodeLockTimeout for another test's node to end).
 	Node bool
 	// NodeImages are image archives imported into the node's containerd besides the pause and CoreDNS
-	// images (see ImageArchive), for pods with imagePullPolicy Never or IfNotPresent.
+	// images (see ImageArchive), for pods with imagePullPolicy Never or IfNotPresent; with WorkerNodes,
+	// into every node's.
 	NodeImages []string
+	// WorkerNodes, with Node, adds that many worker nodes (ControlPlane.Workers), each in a network
+	// namespace of its own with its own containerd, kubelet and kube-proxy, its pods routed to the other
+	// nodes' through the machine, and its own zone (topology.kubernetes.io/zone=zone-<i>). The first node
+	// then becomes the control-plane node: it runs kube-controller-manager, kube-scheduler and CoreDNS and
+	// is tainted node-role.kubernetes.io/control-plane:NoSchedule, so that workloads land on the workers,
+	// where the faults of a lost node can be made (ClusterNode.StopHard, ControlPlane.Partition, ...).
+	WorkerNodes int
 	// Stdout, when set, receives one progress line per step.
 	Stdout io.Writer
 }
@@ -161,6 +169,8 @@ type ControlPlane struct {
 	PKI *PKI
 	// ClusterNode is the real node (Options.Node); nil without one.
 	ClusterNode *ClusterNode
+	// Workers are the worker nodes (Options.WorkerNodes), certapi-node-1 first.
+	Workers []*ClusterNode
 
 	opts         Options
 	certapiBin   string
@@ -173,6 +183,8 @@ type ControlPlane struct {
 	replicas []*replica
 	// etcdMembers is fixed by Start: one slot per etcd member.
 	etcdMembers []*etcdMember
+	// netFaults are the network faults between nodes in place (nodefaults.go), in nodesChain.
+	netFaults []netFault
 
 	mu        sync.Mutex
 	apiserver *Process
@@ -308,6 +320,11 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, retErr error) {
 		if err := cp.startNode(ctx); err != nil {
 			return cp, err
 		}
+		if err := cp.startWorkers(ctx, opts.WorkerNodes); err != nil {
+			return cp, err
+		}
+	} else if opts.WorkerNodes > 0 {
+		return cp, errors.New("framework.Options.WorkerNodes needs Options.Node")
 	}
 
 	if opts.SkipCertapi {

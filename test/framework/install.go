@@ -117,7 +117,19 @@ func (cp *ControlPlane) CreateHostPathPV(ctx context.Context, name, size string)
 	if cp.ClusterNode == nil {
 		return fmt.Errorf("PersistentVolume %s: no node (Options.Node)", name)
 	}
-	dir := filepath.Join(cp.ClusterNode.Dir, "volumes", name)
+	return cp.createNodePV(ctx, name, size, cp.ClusterNode, false)
+}
+
+// CreateLocalPV creates the PersistentVolume name of size as a local volume of node (a worker, or the
+// first node), bound to it by its node affinity: a pod whose claim binds it runs on that node only, and
+// the volume goes with the node (ControlPlane.Remove), as a disk of a machine does. Its directory is owned
+// by uid and gid 65532, as CreateHostPathPV's.
+func (cp *ControlPlane) CreateLocalPV(ctx context.Context, name, size string, node *ClusterNode) error {
+	return cp.createNodePV(ctx, name, size, node, true)
+}
+
+func (cp *ControlPlane) createNodePV(ctx context.Context, name, size string, node *ClusterNode, local bool) error {
+	dir := filepath.Join(node.Dir, "volumes", name)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
@@ -128,7 +140,7 @@ func (cp *ControlPlane) CreateHostPathPV(ctx context.Context, name, size string)
 	if err != nil {
 		return err
 	}
-	_, err = cs.CoreV1().PersistentVolumes().Create(ctx, &corev1.PersistentVolume{
+	pv := &corev1.PersistentVolume{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: corev1.PersistentVolumeSpec{
 			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse(size)},
@@ -136,8 +148,14 @@ func (cp *ControlPlane) CreateHostPathPV(ctx context.Context, name, size string)
 			PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
 			PersistentVolumeSource:        corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: dir}},
 		},
-	}, metav1.CreateOptions{})
-	if err != nil {
+	}
+	if local {
+		pv.Spec.PersistentVolumeSource = corev1.PersistentVolumeSource{Local: &corev1.LocalVolumeSource{Path: dir}}
+		pv.Spec.NodeAffinity = &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+			MatchExpressions: []corev1.NodeSelectorRequirement{{Key: corev1.LabelHostname, Operator: corev1.NodeSelectorOpIn, Values: []string{node.Name}}},
+		}}}}
+	}
+	if _, err := cs.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("creating PersistentVolume %s: %w", name, err)
 	}
 	return nil
@@ -178,7 +196,8 @@ func (cp *ControlPlane) InstallCertapiSingleReplica(ctx context.Context, extraAr
 // InstallCertapiHA installs certapi on the node from artifacts/deploy/base, what the Helm chart installs by
 // default, as InstallCertapiSingleReplica installs the single replica: three replicas in the StatefulSet
 // certapi, whose embedded etcd members form one etcd cluster, all on the one node (the spreading is
-// preferred), with a volume for each pod's claim. It waits until the StatefulSet has rolled out (a pod is
+// preferred) or, with Options.WorkerNodes, each on the worker of its claim's local volume, with a volume
+// for each pod's claim. It waits until the StatefulSet has rolled out (a pod is
 // Ready only once its member has joined and been promoted) and the APIService is Available.
 func (cp *ControlPlane) InstallCertapiHA(ctx context.Context, extraArgs ...string) error {
 	return cp.installCertapi(ctx, "artifacts/deploy/base", "StatefulSet", []string{"certapi-data-0", "certapi-data-1", "certapi-data-2"}, "10m", extraArgs)
@@ -204,8 +223,16 @@ func (cp *ControlPlane) installCertapi(ctx context.Context, dir, kind string, vo
 	if err := cp.CreateEncryptionConfigSecret(ctx); err != nil {
 		return err
 	}
-	for _, v := range volumes {
-		if err := cp.CreateHostPathPV(ctx, v, "1Gi"); err != nil {
+	for i, v := range volumes {
+		// With workers, each volume is a local volume of a worker in turn, so that each pod runs on the
+		// worker of its claim's volume.
+		var err error
+		if workers := cp.Workers; len(workers) > 0 {
+			err = cp.CreateLocalPV(ctx, v, "1Gi", workers[i%len(workers)])
+		} else {
+			err = cp.CreateHostPathPV(ctx, v, "1Gi")
+		}
+		if err != nil {
 			return err
 		}
 	}

@@ -11,6 +11,14 @@ import (
 // findLeftovers lists what of this node is still on the machine.
 func (n *ClusterNode) findLeftovers(ctx context.Context) []string {
 	var left []string
+	if n.worker() && n.network != nil {
+		if _, err := os.Stat(netnsPath(n.network.netns)); err == nil {
+			left = append(left, "network namespace "+n.network.netns)
+		}
+		if linkExists(n.network.hostLink) {
+			left = append(left, "link "+n.network.hostLink)
+		}
+	}
 	if n.Bridge != "" && linkExists(n.Bridge) {
 		left = append(left, "bridge "+n.Bridge)
 	}
@@ -40,7 +48,10 @@ func (n *ClusterNode) findLeftovers(ctx context.Context) []string {
 			}
 		}
 	}
-	left = append(left, kubeChains(ctx)...)
+	if !n.worker() {
+		left = append(left, kubeChains(ctx)...)
+		left = append(left, nodeForwardingLeft(ctx)...)
+	}
 	return left
 }
 
@@ -60,6 +71,7 @@ func sweepStaleNodes(ctx context.Context) []string {
 		_ = removeCgroup("/" + filepath.Base(d))
 		done = append(done, "removed "+d)
 	}
+	done = append(done, staleWorkerNetworks(ctx)...)
 	for _, b := range bridgesLeft() {
 		if _, err := command(ctx, "ip", "link", "del", b); err == nil {
 			done = append(done, "deleted bridge "+b)

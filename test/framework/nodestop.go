@@ -25,33 +25,37 @@ func (n *ClusterNode) stop() {
 	}
 	n.stopped = true
 	procs := n.procs
+	faulted := n.frozen || n.linkDown
 	n.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	report := func(what string, err error) {
 		if err != nil {
-			n.cp.progress("node: %s: %v", what, err)
+			n.cp.progress("node %s: %s: %v", n.Name, what, err)
 		}
 	}
-	stopProc := func(name string) {
+	if faulted {
+		// A frozen process takes no signal; a node whose link is down cannot report its pods gone.
+		report("thawing", n.Thaw(ctx))
+	}
+	n.stopControllers()
+	if kubelet := procs[ProcessKubelet]; kubelet != nil && n.cp.apiServerRunning() && !faulted {
+		report("deleting the node's pods", n.deletePods(ctx, kubelet))
+	}
+	for _, name := range []string{ProcessKubelet, ProcessKubeProxy} {
 		if p := procs[name]; p != nil {
 			report("stopping "+name, p.stop(syscall.SIGTERM, nodeStopGrace))
 		}
 	}
-	// No controller may create pods, nor the scheduler bind them, while the pods go.
-	stopProc(ProcessKubeControllerManager)
-	stopProc(ProcessKubeScheduler)
-	if kubelet := procs[ProcessKubelet]; kubelet != nil && n.cp.apiServerRunning() {
-		report("deleting the node's pods", n.deletePods(ctx, kubelet))
+	if !n.worker() {
+		// A worker's rules go with its network namespace; the first node's are the machine's.
+		if procs[ProcessKubeProxy] != nil {
+			report("kube-proxy --cleanup", kubeProxyCleanup(ctx))
+		}
+		// kubelet's own chains (KUBE-FIREWALL, KUBE-KUBELET-CANARY, ...), which nothing else removes. The
+		// node lock is held: every KUBE-* chain on the machine is this node's.
+		report("removing KUBE-* chains", removeKubeChains(ctx))
 	}
-	stopProc(ProcessKubelet)
-	stopProc(ProcessKubeProxy)
-	if procs[ProcessKubeProxy] != nil {
-		report("kube-proxy --cleanup", kubeProxyCleanup(ctx))
-	}
-	// kubelet's own chains (KUBE-FIREWALL, KUBE-KUBELET-CANARY, ...), which nothing else removes. The node
-	// lock is held: every KUBE-* chain on the machine is this node's.
-	report("removing KUBE-* chains", removeKubeChains(ctx))
 	if n.containerdSocket != "" {
 		report("stopping containerd", n.stopContainerd(ctx))
 	}
@@ -81,6 +85,21 @@ func (n *ClusterNode) stop() {
 	}
 	if n.lock != nil {
 		n.lock.Close() // releases the flock
+	}
+}
+
+// stopControllers stops kube-controller-manager and kube-scheduler (the first node's): no controller may
+// create pods, nor the scheduler bind them, while nodes stop and their pods go. A no-op on a worker.
+func (n *ClusterNode) stopControllers() {
+	n.mu.Lock()
+	procs := []*Process{n.procs[ProcessKubeControllerManager], n.procs[ProcessKubeScheduler]}
+	n.mu.Unlock()
+	for _, p := range procs {
+		if p != nil {
+			if err := p.stop(syscall.SIGTERM, nodeStopGrace); err != nil {
+				n.cp.progress("node: stopping %s: %v", p.name, err)
+			}
+		}
 	}
 }
 

@@ -41,7 +41,9 @@ func (cp *ControlPlane) Stop() {
 	}
 	wg.Wait()
 	if node != nil {
-		// Before kube-apiserver: the node's pods are deleted through it.
+		// Before kube-apiserver: the nodes' pods are deleted through it. The workers first, while the first
+		// node's proxy still lets their kubelets reach kube-apiserver.
+		cp.stopWorkers()
 		node.stop()
 	}
 	if proxy != nil {
