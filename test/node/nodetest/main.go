@@ -19,6 +19,13 @@ import (
 // when anything failed. It returns the exit code for os.Exit.
 func Run(m *testing.M, prefix string, archives func(ctx context.Context, dir string) (map[string]string, error),
 	started func(cp *framework.ControlPlane, images map[string]string)) int {
+	return RunWorkers(m, prefix, 0, archives, started)
+}
+
+// RunWorkers is Run with that many worker nodes besides the first (framework.Options.WorkerNodes), the
+// archives imported into every node.
+func RunWorkers(m *testing.M, prefix string, workers int, archives func(ctx context.Context, dir string) (map[string]string, error),
+	started func(cp *framework.ControlPlane, images map[string]string)) int {
 	dir, err := os.MkdirTemp("", prefix)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -31,7 +38,7 @@ func Run(m *testing.M, prefix string, archives func(ctx context.Context, dir str
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	opts := framework.Options{Dir: filepath.Join(dir, "cluster"), Stdout: os.Stderr, SkipCertapi: true, Node: true}
+	opts := framework.Options{Dir: filepath.Join(dir, "cluster"), Stdout: os.Stderr, SkipCertapi: true, Node: true, WorkerNodes: workers}
 	for _, a := range paths {
 		opts.NodeImages = append(opts.NodeImages, a)
 	}
@@ -48,9 +55,11 @@ func Run(m *testing.M, prefix string, archives func(ctx context.Context, dir str
 	code := m.Run()
 	fmt.Fprintf(os.Stderr, "node tests ran in %s\n", time.Since(start).Round(time.Second))
 	cp.Stop()
-	if left := cp.ClusterNode.Leftovers(); len(left) > 0 {
-		fmt.Fprintf(os.Stderr, "FAIL: the node left on the machine: %v\n", left)
-		code = 1
+	for _, n := range cp.Nodes() {
+		if left := n.Leftovers(); len(left) > 0 {
+			fmt.Fprintf(os.Stderr, "FAIL: node %s left on the machine: %v\n", n.Name, left)
+			code = 1
+		}
 	}
 	if code != 0 {
 		framework.PrintLogTails(os.Stderr, cp.Logs())

@@ -1,0 +1,126 @@
+package nodetest
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"errors"
+	"math/big"
+	"strings"
+	"testing"
+	"time"
+)
+
+// selfSigned makes a CA, and a leaf it signs.
+func selfSigned(t *testing.T, name string) (*x509.Certificate, []byte) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name}, NotBefore: time.Now(), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "leaf"}, NotBefore: time.Now(), NotAfter: time.Now().Add(time.Hour)}
+	leafDER, err := x509.CreateCertificate(rand.Reader, leaf, ca, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ca, leafDER
+}
+
+func TestCheckHistory(t *testing.T) {
+	line, fromLine := selfSigned(t, "certapi")
+	_, fromOther := selfSigned(t, "a second CA")
+	at := func(s int) time.Time { return time.Unix(1000+int64(s), 0) }
+	ok := func(kind OpKind, name, mark string, s int) Op {
+		return Op{Kind: kind, Name: name, Mark: mark, Start: at(s), End: at(s).Add(time.Millisecond)}
+	}
+	failed := func(kind OpKind, name, mark string, s int) Op {
+		o := ok(kind, name, mark, s)
+		o.Err = errors.New("the server is currently unable to handle the request")
+		return o
+	}
+	issued := func(der []byte, s int) Op {
+		o := ok(OpIssue, "a", "", s)
+		o.Certificate = der
+		return o
+	}
+	for _, tc := range []struct {
+		name   string
+		ops    []Op
+		final  map[string]string
+		broken []string // a fragment of each violation, in order
+	}{
+		{name: "an acknowledged create is there", ops: []Op{ok(OpCreate, "a", "m1", 1)}, final: map[string]string{"a": "m1"}},
+		{name: "an acknowledged create lost", ops: []Op{ok(OpCreate, "a", "m1", 1)}, final: map[string]string{}, broken: []string{"a absent at the end; it may be only m1"}},
+		{name: "an acknowledged update lost", ops: []Op{ok(OpCreate, "a", "m1", 1), ok(OpUpdate, "a", "m2", 2)}, final: map[string]string{"a": "m1"}, broken: []string{"a holds m1 at the end; it may be only m2"}},
+		{name: "a failed update may have applied", ops: []Op{ok(OpCreate, "a", "m1", 1), failed(OpUpdate, "a", "m2", 2)}, final: map[string]string{"a": "m2"}},
+		{name: "or not", ops: []Op{ok(OpCreate, "a", "m1", 1), failed(OpUpdate, "a", "m2", 2)}, final: map[string]string{"a": "m1"}},
+		{name: "an acknowledged delete", ops: []Op{ok(OpCreate, "a", "m1", 1), ok(OpDelete, "a", "", 2)}, final: map[string]string{}},
+		{name: "an acknowledged delete undone", ops: []Op{ok(OpCreate, "a", "m1", 1), ok(OpDelete, "a", "", 2)}, final: map[string]string{"a": "m1"}, broken: []string{"a holds m1 at the end; it may be only absent"}},
+		{name: "a failed delete may have applied", ops: []Op{ok(OpCreate, "a", "m1", 1), failed(OpDelete, "a", "", 2)}, final: map[string]string{}},
+		{name: "a failed create only", ops: []Op{failed(OpCreate, "a", "m1", 1)}, final: map[string]string{}},
+		{
+			name:  "a write acknowledged after failed ones decides",
+			ops:   []Op{failed(OpCreate, "a", "m1", 1), ok(OpCreate, "a", "m2", 2), failed(OpUpdate, "a", "m3", 3), ok(OpUpdate, "a", "m4", 4)},
+			final: map[string]string{"a": "m3"}, broken: []string{"a holds m3 at the end; it may be only m4"},
+		},
+		{name: "order is by start, not by the slice", ops: []Op{ok(OpUpdate, "a", "m2", 2), ok(OpCreate, "a", "m1", 1)}, final: map[string]string{"a": "m2"}},
+		{name: "a request nobody wrote", ops: nil, final: map[string]string{"x": "mx"}, broken: []string{"x holds mx, and no operation wrote it"}},
+		{name: "a certificate of the line", ops: []Op{ok(OpCreate, "a", "m1", 1), issued(fromLine, 2)}, final: map[string]string{"a": "m1"}},
+		{name: "a certificate of a second CA", ops: []Op{ok(OpCreate, "a", "m1", 1), issued(fromOther, 2)}, final: map[string]string{"a": "m1"}, broken: []string{`signed by "CN=a second CA", no CA of the line`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := CheckHistory(tc.ops, tc.final, []*x509.Certificate{line})
+			if len(got) != len(tc.broken) {
+				t.Fatalf("CheckHistory = %q; want %d violations %q", got, len(tc.broken), tc.broken)
+			}
+			for i, want := range tc.broken {
+				if !strings.Contains(got[i], want) {
+					t.Errorf("violation %d = %q; want it to say %q", i, got[i], want)
+				}
+			}
+		})
+	}
+}
+
+func TestSummarize(t *testing.T) {
+	at := func(ms int) time.Time { return time.Unix(1000, 0).Add(time.Duration(ms) * time.Millisecond) }
+	ops := []Op{
+		{Kind: OpCreate, Name: "a", Start: at(0), End: at(10)},
+		{Kind: OpIssue, Name: "a", Start: at(100), End: at(110)},
+		{Kind: OpIssue, Name: "a", Start: at(200), End: at(210), Err: errors.New("503")},
+		{Kind: OpIssue, Name: "a", Start: at(1500), End: at(1510)},
+		{Kind: OpDelete, Name: "a", Start: at(1600), End: at(3600)},
+	}
+	want := "create 1 (0 failed), delete 1 (0 failed), issue 3 (1 failed); acknowledged in median 10ms, slowest 2s; longest time without a certificate issued 2.09s"
+	if got := Summarize(ops); got != want {
+		t.Errorf("Summarize = %q; want %q", got, want)
+	}
+}
+
+func TestAnswers(t *testing.T) {
+	ops := []Op{
+		{Kind: OpIssue, Name: "a", Err: errors.New("the server is currently unable to handle the request (post servingcertrequests.certapi.dev a)")},
+		{Kind: OpIssue, Name: "b", Err: errors.New("the server is currently unable to handle the request (post servingcertrequests.certapi.dev b)")},
+		{Kind: OpCreate, Name: "a", Err: errors.New("etcdserver: request timed out")},
+		{Kind: OpCreate, Name: "c"},
+	}
+	want := `2 "the server is currently unable to handle the request", 1 "etcdserver: request timed out"`
+	if got := Answers(ops); got != want {
+		t.Errorf("Answers = %s; want %s", got, want)
+	}
+	if got := Answers(ops[3:]); got != "none failed" {
+		t.Errorf("Answers of none failed = %s", got)
+	}
+}
