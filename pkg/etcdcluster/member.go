@@ -101,17 +101,16 @@ func (m *Member) votingClientURLs() []string {
 	return urls
 }
 
-// ClientURLs are the endpoints to give etcd clients such as certapi's storage: this member's own over
-// loopback first (no DNS on the way), then the other voting members' advertised URLs (a client reaches
-// the cluster while this member is cut off).
+// ClientURLs are the endpoints to give etcd clients such as certapi's storage and leader election: this
+// member's own, over loopback (no DNS, no network on the way), and no other. etcd's client spreads its
+// requests over every endpoint it is given, so with the other members' URLs a share of this replica's
+// calls went to a member on another node, and when that node was lost (no reset, its packets dropped)
+// they waited until gRPC's keepalive gave the connection up, 40 s and more: nearly every call failed
+// while two replicas of three were healthy (TestNodeLost, test/node/multinode). A replica whose own
+// member is cut off has nothing to gain from the others either: its member answers that it has no
+// quorum and the replica leaves the Service (DecideReadiness), and its leadership lapses with its lease.
 func (m *Member) ClientURLs() []string {
-	urls := []string{m.localClientURL()}
-	for _, u := range m.votingClientURLs() {
-		if u != m.cfg.ClientURL {
-			urls = append(urls, u)
-		}
-	}
-	return urls
+	return []string{m.localClientURL()}
 }
 
 // localClientURL is the listen client URL, with a wildcard address replaced by loopback.
