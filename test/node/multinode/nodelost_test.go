@@ -10,7 +10,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	"github.com/certapi/certapi/pkg/generated/clientset/versioned"
@@ -110,7 +109,7 @@ func TestNodeLost(t *testing.T) {
 		t.Fatal(err)
 	}
 	resumed := time.Now()
-	nodetest.WaitFor(t, 5*time.Minute, "healed", healed)
+	nodetest.WaitFor(t, 5*time.Minute, "healed", healed(t))
 	t.Logf("figure: the node back with its disk: three pods Ready and three voters after %s", time.Since(resumed).Round(time.Second))
 	history := w.Stop()
 	t.Logf("the workload (seed %d): %s", seed, nodetest.Summarize(history))
@@ -184,41 +183,30 @@ func installed(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	nodetest.WaitFor(t, 5*time.Minute, "healed", healed)
+	nodetest.WaitFor(t, 5*time.Minute, "healed", healed(t))
 }
 
-// healed reports whether the cluster is whole: every Node Ready, three certapi pods Ready and three
-// healthy voters.
-func healed(ctx context.Context) (bool, string) {
-	kube, certapi, err := clients()
-	if err != nil {
-		return false, err.Error()
-	}
-	nodes, err := kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return false, err.Error()
-	}
-	for _, n := range nodes.Items {
-		for _, c := range n.Status.Conditions {
-			if c.Type == corev1.NodeReady && c.Status != corev1.ConditionTrue {
-				return false, fmt.Sprintf("Node %s Ready=%s", n.Name, c.Status)
+// healed returns a condition that holds when the cluster is whole: every Node Ready, three certapi pods
+// Ready and three healthy voters.
+func healed(t *testing.T) func(context.Context) (bool, string) {
+	kube, certapi := nodetest.Clients(t, cp)
+	return func(ctx context.Context) (bool, string) {
+		nodes, err := kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, n := range nodes.Items {
+			for _, c := range n.Status.Conditions {
+				if c.Type == corev1.NodeReady && c.Status != corev1.ConditionTrue {
+					return false, fmt.Sprintf("Node %s Ready=%s", n.Name, c.Status)
+				}
 			}
 		}
+		if ok, status := nodetest.PodsReady(ctx, kube, ns, selector, 3); !ok {
+			return false, status
+		}
+		return voters(ctx, certapi)
 	}
-	if ok, status := nodetest.PodsReady(ctx, kube, ns, selector, 3); !ok {
-		return false, status
-	}
-	return voters(ctx, certapi)
-}
-
-// clients returns admin clients of the cluster.
-func clients() (kubernetes.Interface, versioned.Interface, error) {
-	kube, err := kubernetes.NewForConfig(cp.AdminConfig)
-	if err != nil {
-		return nil, nil, err
-	}
-	certapi, err := versioned.NewForConfig(cp.AdminConfig)
-	return kube, certapi, err
 }
 
 // caLine returns CertificateAuthority/default and the CA certificates of its bundle.
