@@ -195,18 +195,25 @@ integration: tools
 ## release for TEST_PLATFORMS. The packages under test/node run one after another (one node at a time on a
 ## machine) beside the others (e2e-node, e2e-other, e2e-tools): go test runs two packages at a time on two
 ## cores, and a node package waiting for another's node held one of those two for its whole run. The
-## packages that need a tool of tools-other (e2e-tools) wait for its build; the rest (e2e-other) start at once.
-e2e: PLATFORMS = $(TEST_PLATFORMS)
-e2e: tools-first build kms-plugin images release
-	$(MAKE) --no-print-directory -j3 --output-sync=target e2e-node e2e-other e2e-tools
+## packages that need a tool of tools-other (e2e-tools) wait for its build; the rest (e2e-other) for the
+## release and the key plugin, which build while the node packages that need neither run.
+e2e: tools-first build images
+	$(MAKE) --no-print-directory -j3 --output-sync=target PLATFORMS=$(TEST_PLATFORMS) e2e-node e2e-other e2e-tools
 
-.PHONY: e2e-node e2e-other e2e-tools e2e-oldest unit-then-oldest tools-first tools-other
+.PHONY: e2e-node e2e-node-first e2e-node-release e2e-other e2e-tools e2e-oldest unit-then-oldest tools-first tools-other
 E2E_ENV = CERTAPI_BIN=$(BIN)/certapi CERTAPI_KMS_PKCS11_BIN=$(BIN)/certapi-kms-pkcs11 $(STATIC)
-e2e-node:
-	$(E2E_ENV) $(GO) test $(TEST_LDFLAGS) -count=1 -p 1 -timeout $(E2E_TIMEOUT) ./test/node/...
-e2e-other:
+# The node packages that install the release (and the key plugin's image): the others run first, on the
+# node, while the release and the plugin build beside them. The node packages are the longest chain of
+# make test: none waits for what it does not use.
+NODE_RELEASE_PACKAGES = ./test/node/custody/... ./test/node/etcdcluster/... ./test/node/migrate/...
+e2e-node: e2e-node-release
+e2e-node-first:
+	$(E2E_ENV) $(GO) test $(TEST_LDFLAGS) -count=1 -p 1 -timeout $(E2E_TIMEOUT) $$($(GO) list ./test/node/... | grep -v -F -x -f <($(GO) list $(NODE_RELEASE_PACKAGES)))
+e2e-node-release: e2e-node-first release kms-plugin
+	$(E2E_ENV) $(GO) test $(TEST_LDFLAGS) -count=1 -p 1 -timeout $(E2E_TIMEOUT) $(NODE_RELEASE_PACKAGES)
+e2e-other: release kms-plugin
 	$(E2E_ENV) $(GO) test $(TEST_LDFLAGS) -count=1 -timeout $(E2E_TIMEOUT) $$($(GO) list ./test/... | grep -v /test/node | grep -v -F -x -f <($(GO) list $(TOOLS_OTHER_PACKAGES)))
-e2e-tools: tools-other
+e2e-tools: tools-other release
 	$(E2E_ENV) $(GO) test $(TEST_LDFLAGS) -count=1 -timeout $(E2E_TIMEOUT) $(TOOLS_OTHER_PACKAGES)
 ## e2e-oldest: the core end-to-end cases of test-matrix against the oldest supported minor; its results go to
 ## _output/matrix (docs/matrix is written only by make test-matrix)
@@ -220,15 +227,17 @@ unit-then-oldest:
 	$(CGO) $(GO) test -race $(TEST_LDFLAGS) -count=1 $(RACE_PACKAGES)
 	$(MAKE) --no-print-directory e2e-oldest
 
-## test: everything CI runs: verify; the tools, certapi, the images and a release for TEST_PLATFORMS; then
-## four jobs side by side (each one's output printed whole when it ends): the unit tests (RACE_PACKAGES
-## under the race detector) and after them the tools of the oldest minor and the core cases against it
-## (e2e-oldest), the packages of test/node one after another, the rest of test/ but those that need
-## tools-other, and those after its build. The builds of the jobs keep both cores busy while the tests
-## under test/ mostly wait on their processes (docs/development.md, "Build times"). The unit tests bind only ephemeral ports, test/framework's processes ports below that range.
-test: PLATFORMS = $(TEST_PLATFORMS)
-test: verify tools-first build kms-plugin images release
-	$(MAKE) --no-print-directory -j4 --output-sync=target unit-then-oldest e2e-node e2e-other e2e-tools
+## test: everything CI runs: the tools, certapi and the images; then five jobs side by side (each one's
+## output printed whole when it ends): verify; the unit tests (RACE_PACKAGES under the race detector) and
+## after them the tools of the oldest minor and the core cases against it (e2e-oldest); the packages of
+## test/node one after another, those that install the release (NODE_RELEASE_PACKAGES) last; the rest of
+## test/ but those that need tools-other; and those after its build. The release (for TEST_PLATFORMS) and
+## the key plugin build beside the first tests, before the tests that use them: the node packages are the
+## longest chain, and start once the node's images are there. The builds of the jobs keep both cores busy
+## while the tests under test/ mostly wait on their processes (docs/development.md, "Build times"). The
+## unit tests bind only ephemeral ports, test/framework's processes ports below that range.
+test: tools-first build images
+	$(MAKE) --no-print-directory -j4 --output-sync=target PLATFORMS=$(TEST_PLATFORMS) verify unit-then-oldest e2e-node e2e-other e2e-tools
 
 ## chaos: longer seeded schedules of node faults than make test's (test/node/multinode's TestChaos, on three
 ## worker nodes): CHAOS_SEEDS (comma-separated) schedules of CHAOS_FAULTS faults each, every fault on a worker

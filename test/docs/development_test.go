@@ -65,7 +65,7 @@ func TestDevelopmentMakeTargets(t *testing.T) {
 	}
 
 	test := makeDryRun(t, root, one("make-test", "make test"))
-	for _, want := range []string{"go run ./hack/release", "-count=1 -p 1 -timeout 40m ./test/node/...", "$(go list ./test/... | grep -v /test/node", "./test/release/..."} {
+	for _, want := range []string{"go run ./hack/release", "-count=1 -p 1 -timeout 40m ./test/node/custody/...", "$(go list ./test/node/...", "$(go list ./test/... | grep -v /test/node", "./test/release/..."} {
 		if !strings.Contains(test, want) {
 			t.Errorf("make test does not run %s:\n%s", want, test)
 		}
