@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/certapi/certapi/pkg/signer"
@@ -335,5 +336,40 @@ func TestSignAgainAfterTheSwitch(t *testing.T) {
 	i.adopt(context.Background(), signer.Authorities{Active: next, Next: third}, again, 3, "term", false)
 	if afterErr != nil {
 		t.Fatalf("a signature begun as the old key was destroyed: %v; the switch must come before the destroy", afterErr)
+	}
+}
+
+// lostTermKV answers the issuer's check of its leader key as etcd does once the term has ended: no key.
+type lostTermKV struct{ clientv3.KV }
+
+func (lostTermKV) Get(context.Context, string, ...clientv3.OpOption) (*clientv3.GetResponse, error) {
+	return &clientv3.GetResponse{}, nil
+}
+
+// fencedStore is a caStore with no record whose every write is fenced: the term ended first.
+type fencedStore struct{ memStore }
+
+func (*fencedStore) save(context.Context, signer.Authorities, *Recovery, int64, string, int64) (int64, error) {
+	return 0, ErrFenced
+}
+
+// TestFencedCreateDestroysTheNewKey: a leader whose term ends between making a new CA's key in the HSM
+// and the fenced write of its record (which then stores nothing) destroys that key at once, rather than
+// leave it to a later term's sweep an hour on.
+func TestFencedCreateDestroysTheNewKey(t *testing.T) {
+	now := time.Now()
+	h := newFakeHSM()
+	i := hsmIssuer(t, h, now)
+	i.cfg.CADuration = signer.DefaultCADuration
+	i.cfg.Client = &clientv3.Client{KV: lostTermKV{}}
+	i.store = &fencedStore{}
+	i.now = time.Now
+	if _, created, err := i.loadOrCreateCA(context.Background(), "leader", 1); !errors.Is(err, ErrFenced) || created {
+		t.Fatalf("loadOrCreateCA with the term ended: created %v, %v; want ErrFenced", created, err)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.made != 1 || len(h.destroyed) != 1 || len(h.keys) != 0 {
+		t.Errorf("the HSM made %d keys, destroyed %v, holds %d; want the one key made destroyed", h.made, h.destroyed, len(h.keys))
 	}
 }

@@ -199,6 +199,10 @@ func (i *Issuer) loadOrCreateCA(ctx context.Context, leaderKey string, leaderRev
 		if !errors.Is(err, ErrFenced) {
 			return l, false, err
 		}
+		// The fenced write stored nothing: the new CA's key in the HSM is no record's and never will be.
+		// Destroyed now, whether this replica still leads or not (the sweep of a later term would take an
+		// hour), so that a term that ends between the key and the record leaves none behind.
+		i.destroyDropped(context.WithoutCancel(ctx), auth, signer.Authorities{})
 		// Either we no longer lead (the next load happens in a new term) or the record appeared: look again.
 		if !i.stillLeader(ctx, leaderKey, leaderRev) {
 			return l, false, err
