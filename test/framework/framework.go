@@ -185,6 +185,10 @@ type ControlPlane struct {
 	etcdMembers []*etcdMember
 	// netFaults are the network faults between nodes in place (nodefaults.go), in nodesChain.
 	netFaults []netFault
+	// forwardMu serializes the writes of nodesChain (syncNodeForwarding), which stop once Stop has
+	// removed it (forwardingRemoved).
+	forwardMu         sync.Mutex
+	forwardingRemoved bool
 
 	mu        sync.Mutex
 	apiserver *Process

@@ -65,6 +65,8 @@ func sweepStaleNodes(ctx context.Context) []string {
 	}
 	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), nodeDirPrefix+"*"))
 	for _, d := range dirs {
+		// A worker's processes left frozen take no signal: thaw them first.
+		_ = os.WriteFile(filepath.Join("/sys/fs/cgroup/freezer", filepath.Base(d), "freezer.state"), []byte("THAWED"), 0o644)
 		_ = unmountAll(d)
 		_ = removeContainerLogLinks(d)
 		_ = os.RemoveAll(d)

@@ -220,6 +220,12 @@ func nodeForwardRules(nodes []nodeRoute, faults []netFault) (forward, host []str
 // place, each replaced whole in one iptables-restore (a packet never meets a half-written chain), and
 // makes FORWARD, INPUT and OUTPUT jump to them first.
 func (cp *ControlPlane) syncNodeForwarding(ctx context.Context) error {
+	// One sync at a time, each from the state it read, and none once Stop removed the chains.
+	cp.forwardMu.Lock()
+	defer cp.forwardMu.Unlock()
+	if cp.forwardingRemoved {
+		return nil
+	}
 	cp.mu.Lock()
 	nodes := append([]*ClusterNode{cp.ClusterNode}, cp.Workers...)
 	faults := append([]netFault(nil), cp.netFaults...)
@@ -315,6 +321,17 @@ func staleWorkerNetworks(ctx context.Context) []string {
 	if left := nodeForwardingLeft(ctx); len(left) > 0 {
 		_ = removeNodeForwarding(ctx)
 		done = append(done, "removed "+strings.Join(left, ", "))
+	}
+	// The unreachable routes of workers whose link was down (LinkDown), in the pods' range.
+	if out, err := command(ctx, "ip", "-4", "route", "show", "type", "unreachable"); err == nil {
+		for _, line := range strings.Split(out, "\n") {
+			f := strings.Fields(line)
+			if len(f) >= 2 && f[0] == "unreachable" && strings.HasPrefix(f[1], "10.244.") {
+				if _, err := command(ctx, "ip", "route", "del", "unreachable", f[1]); err == nil {
+					done = append(done, "deleted route unreachable "+f[1])
+				}
+			}
+		}
 	}
 	return done
 }

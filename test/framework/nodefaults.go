@@ -50,6 +50,12 @@ func (n *ClusterNode) setFrozen(ctx context.Context, frozen bool) error {
 			value, want = "0", "0"
 		}
 	}
+	if frozen {
+		// Marked before, so that Stop thaws a node whose freeze failed half-way.
+		n.mu.Lock()
+		n.frozen = true
+		n.mu.Unlock()
+	}
 	if err := os.WriteFile(file, []byte(value), 0o644); err != nil {
 		return fmt.Errorf("writing %s to %s: %w", value, file, err)
 	}
@@ -95,6 +101,11 @@ func (n *ClusterNode) setLink(ctx context.Context, up bool) error {
 	state := "down"
 	if up {
 		state = "up"
+	} else {
+		// Marked before, so that Stop knows the node cannot report its pods gone.
+		n.mu.Lock()
+		n.linkDown = true
+		n.mu.Unlock()
 	}
 	if _, err := command(ctx, "ip", "link", "set", n.network.hostLink, state); err != nil {
 		return err
@@ -139,6 +150,10 @@ func (n *ClusterNode) Resume(ctx context.Context) error {
 func (cp *ControlPlane) Remove(ctx context.Context, n *ClusterNode) error {
 	if !n.worker() {
 		return errNotWorker
+	}
+	// Cut off first: its processes must not run again with the network up while they are stopped.
+	if err := n.LinkDown(ctx); err != nil {
+		return err
 	}
 	n.stop()
 	cs, err := kubernetes.NewForConfig(cp.AdminConfig)
@@ -187,9 +202,10 @@ func (cp *ControlPlane) PartitionFromOthers(ctx context.Context, n *ClusterNode)
 	return nil
 }
 
-// IsolateFromControlPlane cuts the worker off from the machine (kube-apiserver, the first node, the
-// framework's proxies), both ways, while its pods still reach and are reached by the other workers' pods:
-// the reverse of PartitionFromOthers. Heal removes it.
+// IsolateFromControlPlane cuts the worker off from the machine itself (kube-apiserver and the framework's
+// proxies, among them the one pods and kubelets reach kube-apiserver through), both ways, while its pods
+// still reach and are reached by every other node's pods: the reverse of PartitionFromOthers. Heal
+// removes it.
 func (cp *ControlPlane) IsolateFromControlPlane(ctx context.Context, n *ClusterNode) error {
 	if !n.worker() {
 		return errNotWorker
@@ -197,8 +213,9 @@ func (cp *ControlPlane) IsolateFromControlPlane(ctx context.Context, n *ClusterN
 	return cp.addFault(ctx, netFault{kind: faultIsolate, from: n.Name})
 }
 
-// DropPackets makes the machine drop each packet from or to n's pods with the given probability (0 to
-// 1), as a lossy link. Heal removes it.
+// DropPackets makes the machine drop each packet between n's pods and the other nodes' pods with the
+// given probability (0 to 1), as a lossy link between nodes (not between n and kube-apiserver). Heal
+// removes it.
 func (cp *ControlPlane) DropPackets(ctx context.Context, n *ClusterNode, probability float64) error {
 	if probability <= 0 || probability > 1 {
 		return fmt.Errorf("DropPackets: probability %v is not in (0, 1]", probability)

@@ -34,8 +34,9 @@ func (n *ClusterNode) stop() {
 			n.cp.progress("node %s: %s: %v", n.Name, what, err)
 		}
 	}
-	if faulted {
-		// A frozen process takes no signal; a node whose link is down cannot report its pods gone.
+	if n.worker() {
+		// A frozen process takes no signal (a freeze may have failed half-way: always thaw); a node whose
+		// link is down cannot report its pods gone.
 		report("thawing", n.Thaw(ctx))
 	}
 	n.stopControllers()

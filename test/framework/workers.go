@@ -104,6 +104,13 @@ func (cp *ControlPlane) stopWorkers() {
 	if len(workers) == 0 {
 		return
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	// The network faults first, so that every worker's kubelet reaches kube-apiserver to report its pods
+	// gone.
+	if err := cp.Heal(ctx); err != nil {
+		cp.progress("node: healing the network before the workers stop: %v", err)
+	}
 	if cp.ClusterNode != nil {
 		cp.ClusterNode.stopControllers()
 	}
@@ -112,8 +119,9 @@ func (cp *ControlPlane) stopWorkers() {
 		wg.Go(w.stop)
 	}
 	wg.Wait()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	cp.forwardMu.Lock()
+	defer cp.forwardMu.Unlock()
+	cp.forwardingRemoved = true
 	if err := removeNodeForwarding(ctx); err != nil {
 		cp.progress("node: removing %s: %v", nodesChain, err)
 	}

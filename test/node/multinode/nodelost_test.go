@@ -26,14 +26,16 @@ const (
 
 // endpointGone bounds how long after kube-apiserver marks a lost node NotReady its pod stays an endpoint
 // kube-apiserver routes calls to: the node lifecycle controller marks the pod not Ready at once, and the
-// EndpointSlice controller and kube-apiserver's informer follow within seconds.
-const endpointGone = 15 * time.Second
+// EndpointSlice controller and kube-apiserver's informer follow within seconds (on a loaded machine, more:
+// make test runs four jobs on two cores).
+const endpointGone = 30 * time.Second
 
 // TestNodeLost: the HA default across three workers, one replica on each, under the checker's workload
 // (nodetest.StartWorkload: creates, updates, deletes and certificates through kube-apiserver). The
 // leader's node stops hard (its link down, every process of it frozen, as a machine that loses power). A
-// replica on another node must lead, every operation started once kube-apiserver has marked the node
-// NotReady (and its pod's endpoint is gone, endpointGone) must succeed. Then the node comes back with its
+// replica on another node must lead, and no operation started once kube-apiserver has marked the node
+// NotReady (and its pod's endpoint is gone, endpointGone) may fail for want of service (a refusal such as
+// AlreadyExists after a create that was applied but not acknowledged is an answer). Then the node comes back with its
 // disk: its member rejoins and the cluster is three voters again, without a person. The checker holds the
 // history against the end: every acknowledged write there, every certificate signed by the one line of
 // CAs, and the CA the one of before (never a second one).
@@ -67,6 +69,9 @@ func TestNodeLost(t *testing.T) {
 
 	leader := nodetest.LeaderPod(t, cp)
 	lost := cp.Node(nodeOf[leader])
+	if lost == nil {
+		t.Fatalf("the leader %s is not one of certapi's pods %v", leader, nodeOf)
+	}
 	if err := lost.StopHard(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +99,7 @@ func TestNodeLost(t *testing.T) {
 	<-time.After(time.Until(steady.Add(20 * time.Second))) // the window observed: nothing to wait for
 	outage := since(w.Ops(), stopped)
 	for _, o := range outage {
-		if o.Start.After(steady) && !o.Acknowledged() {
+		if o.Start.After(steady) && o.Unavailable() {
 			t.Errorf("an operation started %s after the Node went NotReady failed: %s", o.Start.Sub(notReady).Round(time.Second), o)
 		}
 	}

@@ -61,6 +61,18 @@ type Op struct {
 // Acknowledged reports whether the operation succeeded.
 func (o Op) Acknowledged() bool { return o.Err == nil }
 
+// Refused reports whether the operation failed with an answer that says it wrote nothing: the request
+// was there already, was not there, had changed meanwhile, or was refused as invalid or forbidden. Any
+// other failure (a timeout, a 5xx, no answer) may or may not have been applied.
+func (o Op) Refused() bool {
+	return o.Err != nil && (apierrors.IsAlreadyExists(o.Err) || apierrors.IsNotFound(o.Err) || apierrors.IsConflict(o.Err) ||
+		apierrors.IsInvalid(o.Err) || apierrors.IsForbidden(o.Err) || apierrors.IsBadRequest(o.Err))
+}
+
+// Unavailable reports whether the operation failed for want of a working service: it failed, and not
+// with a refusal (Refused).
+func (o Op) Unavailable() bool { return o.Err != nil && !o.Refused() }
+
 func (o Op) String() string {
 	s := fmt.Sprintf("%s %s", o.Kind, o.Name)
 	if o.Mark != "" {
@@ -93,11 +105,16 @@ func CheckHistory(ops []Op, final map[string]string, cas []*x509.Certificate) []
 		history := byName[name]
 		slices.SortStableFunc(history, func(a, b Op) int { return a.Start.Compare(b.Start) })
 		// What the request may be at the end: the effect of the last acknowledged write (absent before
-		// any), or of any write after it, which may or may not have been applied.
+		// any), or of any write whose answer did not say whether it was applied and that may have landed
+		// after it: one after it, or a create or delete before it (they carry no resourceVersion, and a
+		// call that timed out may still land). An update that may have landed before an acknowledged
+		// write was read by that write (which reads, then writes with the resourceVersion it read), so
+		// it is overwritten. A definite refusal (Answered) wrote nothing.
 		possible := []string{""}
+		var late []string // the effects of unanswered creates and deletes so far
 		var last *Op
 		for i, o := range history {
-			if o.Kind == OpIssue {
+			if o.Kind == OpIssue || o.Refused() {
 				continue
 			}
 			effect := o.Mark
@@ -106,10 +123,15 @@ func CheckHistory(ops []Op, final map[string]string, cas []*x509.Certificate) []
 			}
 			switch {
 			case o.Acknowledged():
-				possible = []string{effect}
+				possible = append([]string{effect}, late...)
 				last = &history[i]
-			case !slices.Contains(possible, effect):
-				possible = append(possible, effect)
+			default:
+				if !slices.Contains(possible, effect) {
+					possible = append(possible, effect)
+				}
+				if o.Kind != OpUpdate && !slices.Contains(late, effect) {
+					late = append(late, effect)
+				}
 			}
 		}
 		if got := final[name]; !slices.Contains(possible, got) {

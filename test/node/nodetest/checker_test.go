@@ -11,6 +11,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
 // selfSigned makes a CA, and a leaf it signs.
@@ -50,6 +53,11 @@ func TestCheckHistory(t *testing.T) {
 		o.Err = errors.New("the server is currently unable to handle the request")
 		return o
 	}
+	refused := func(kind OpKind, name, mark string, s int) Op {
+		o := ok(kind, name, mark, s)
+		o.Err = apierrors.NewAlreadyExists(schema.GroupResource{Group: "certapi.dev", Resource: "servingcertrequests"}, name)
+		return o
+	}
 	issued := func(der []byte, s int) Op {
 		o := ok(OpIssue, "a", "", s)
 		o.Certificate = der
@@ -74,6 +82,21 @@ func TestCheckHistory(t *testing.T) {
 			name:  "a write acknowledged after failed ones decides",
 			ops:   []Op{failed(OpCreate, "a", "m1", 1), ok(OpCreate, "a", "m2", 2), failed(OpUpdate, "a", "m3", 3), ok(OpUpdate, "a", "m4", 4)},
 			final: map[string]string{"a": "m3"}, broken: []string{"a holds m3 at the end; it may be only m4"},
+		},
+		{
+			name:  "a delete that timed out may land after a later acknowledged write",
+			ops:   []Op{ok(OpCreate, "a", "m1", 1), failed(OpDelete, "a", "", 2), ok(OpUpdate, "a", "m2", 3)},
+			final: map[string]string{},
+		},
+		{
+			name:  "an update that timed out before an acknowledged write was overwritten",
+			ops:   []Op{ok(OpCreate, "a", "m1", 1), failed(OpUpdate, "a", "m2", 2), ok(OpUpdate, "a", "m3", 3)},
+			final: map[string]string{"a": "m2"}, broken: []string{"a holds m2 at the end; it may be only m3"},
+		},
+		{
+			name:  "a refused create wrote nothing",
+			ops:   []Op{ok(OpCreate, "a", "m1", 1), ok(OpDelete, "a", "", 2), refused(OpCreate, "a", "m2", 3)},
+			final: map[string]string{"a": "m2"}, broken: []string{"a holds m2 at the end; it may be only absent"},
 		},
 		{name: "order is by start, not by the slice", ops: []Op{ok(OpUpdate, "a", "m2", 2), ok(OpCreate, "a", "m1", 1)}, final: map[string]string{"a": "m2"}},
 		{name: "a request nobody wrote", ops: nil, final: map[string]string{"x": "mx"}, broken: []string{"x holds mx, and no operation wrote it"}},
