@@ -10,6 +10,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -56,6 +57,24 @@ func (e *election) count() int {
 	return e.reads
 }
 
+// fromCache returns read's answer, read again while the watch cache answers 429 "storage is
+// (re)initializing": the cache re-lists when its watch on etcd breaks (as it can on a loaded machine), and
+// a client retries that answer after its Retry-After.
+func fromCache[T any](t *testing.T, read func(ctx context.Context) (T, error)) T {
+	t.Helper()
+	var got T
+	testhelpers.Eventually(t, 50*time.Millisecond, 30*time.Second, "the watch cache to answer", func(ctx context.Context) (bool, error) {
+		var err error
+		got, err = read(ctx)
+		if apierrors.IsTooManyRequests(err) {
+			t.Logf("the watch cache answered %v; reading again", err)
+			return false, nil
+		}
+		return true, err
+	})
+	return got
+}
+
 // TestCertificateAuthorityLeader runs status.leader through the CertificateAuthority storage on a real
 // etcd with its watch cache: get, list, a watch event and the answers of writes carry the election as it
 // is at that read; a status write of status.leader is dropped, so etcd never holds one; the watch cache's
@@ -95,11 +114,11 @@ func TestCertificateAuthorityLeader(t *testing.T) {
 	if got := leaderOf(created); got != elected("certapi-0") {
 		t.Errorf("create answered status.leader %+v", got)
 	}
-	// Reads at this resourceVersion or newer come from the watch cache once it has caught up.
+	// Reads at this resourceVersion or newer come from the watch cache once it has listed etcd. A Get
+	// with a resourceVersion goes to etcd while the cache is not ready; a List waits for it (429 until then).
 	createdRV := created.(*certapi.CertificateAuthority).ResourceVersion
-	testhelpers.Eventually(t, 50*time.Millisecond, 30*time.Second, "the watch cache to serve the CertificateAuthority", func(ctx context.Context) (bool, error) {
-		_, err := ca.Store.Get(genericapirequest.WithNamespace(ctx, metav1.NamespaceNone), v1alpha1.CertificateAuthorityName, &metav1.GetOptions{ResourceVersion: createdRV})
-		return err == nil, nil
+	fromCache(t, func(context.Context) (runtime.Object, error) {
+		return ca.List(ctx, &metainternalversion.ListOptions{ResourceVersion: createdRV})
 	})
 
 	for _, tc := range []struct {
@@ -122,10 +141,9 @@ func TestCertificateAuthorityLeader(t *testing.T) {
 				t.Errorf("get: %+v, want %+v", got, tc.want)
 			}
 			// A read from the watch cache too.
-			list, err := ca.List(ctx, &metainternalversion.ListOptions{ResourceVersion: createdRV})
-			if err != nil {
-				t.Fatal(err)
-			}
+			list := fromCache(t, func(context.Context) (runtime.Object, error) {
+				return ca.List(ctx, &metainternalversion.ListOptions{ResourceVersion: createdRV})
+			})
 			if items := list.(*certapi.CertificateAuthorityList).Items; len(items) != 1 || items[0].Status.Leader == nil || *items[0].Status.Leader != tc.want {
 				t.Errorf("list: %+v, want one item led by %+v", items, tc.want)
 			}
@@ -142,10 +160,9 @@ func TestCertificateAuthorityLeader(t *testing.T) {
 
 	// The store below the filling never had it: not in the watch cache, not in etcd.
 	for _, rv := range []string{"", createdRV} {
-		plain, err := ca.Store.Get(ctx, v1alpha1.CertificateAuthorityName, &metav1.GetOptions{ResourceVersion: rv})
-		if err != nil {
-			t.Fatal(err)
-		}
+		plain := fromCache(t, func(context.Context) (runtime.Object, error) {
+			return ca.Store.Get(ctx, v1alpha1.CertificateAuthorityName, &metav1.GetOptions{ResourceVersion: rv})
+		})
 		if l := plain.(*certapi.CertificateAuthority).Status.Leader; l != nil {
 			t.Fatalf("the store (resourceVersion %q) holds status.leader %+v", rv, l)
 		}
@@ -194,10 +211,9 @@ func TestCertificateAuthorityLeader(t *testing.T) {
 	// A watch event carries the leader at the time it is sent (not at the write's); the watch cache's
 	// object stays as it is.
 	e.set("certapi-1", nil)
-	w, err := ca.Watch(ctx, &metainternalversion.ListOptions{ResourceVersion: written.(*certapi.CertificateAuthority).ResourceVersion})
-	if err != nil {
-		t.Fatal(err)
-	}
+	w := fromCache(t, func(context.Context) (watch.Interface, error) {
+		return ca.Watch(ctx, &metainternalversion.ListOptions{ResourceVersion: written.(*certapi.CertificateAuthority).ResourceVersion})
+	})
 	defer w.Stop()
 	timeout := time.After(30 * time.Second)
 	for {
@@ -212,10 +228,9 @@ func TestCertificateAuthorityLeader(t *testing.T) {
 			if got := leaderOf(ev.Object); got != elected("certapi-1") {
 				t.Fatalf("watch event status.leader %+v, want certapi-1", got)
 			}
-			plain, err := ca.Store.Get(ctx, v1alpha1.CertificateAuthorityName, &metav1.GetOptions{ResourceVersion: ev.Object.(*certapi.CertificateAuthority).ResourceVersion})
-			if err != nil {
-				t.Fatal(err)
-			}
+			plain := fromCache(t, func(context.Context) (runtime.Object, error) {
+				return ca.Store.Get(ctx, v1alpha1.CertificateAuthorityName, &metav1.GetOptions{ResourceVersion: ev.Object.(*certapi.CertificateAuthority).ResourceVersion})
+			})
 			if l := plain.(*certapi.CertificateAuthority).Status.Leader; l != nil {
 				t.Fatalf("the watch cache holds status.leader %+v after the event", l)
 			}
