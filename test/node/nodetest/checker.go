@@ -85,17 +85,24 @@ func (o Op) String() string {
 	return s
 }
 
+// Violation is an invariant a history broke: what, and the name of the ServingCertRequest it is about.
+type Violation struct {
+	Name, What string
+}
+
+func (v Violation) String() string { return v.What }
+
 // CheckHistory holds ops against final (each name's dnsName at the end, "" for a request that is not
 // there) and cas (the one line of CAs: every CA certificate certapi may sign with in the run), and returns
 // what broke an invariant: an acknowledged write that is not there (nor overwritten by a later operation
 // that was acknowledged or may have been applied), a request there that no operation may have written, a
 // certificate that no CA of the line signed.
-func CheckHistory(ops []Op, final map[string]string, cas []*x509.Certificate) []string {
+func CheckHistory(ops []Op, final map[string]string, cas []*x509.Certificate) []Violation {
 	byName := map[string][]Op{}
 	for _, o := range ops {
 		byName[o.Name] = append(byName[o.Name], o)
 	}
-	var broken []string
+	var broken []Violation
 	names := make([]string, 0, len(byName))
 	for name := range byName {
 		names = append(names, name)
@@ -143,7 +150,7 @@ func CheckHistory(ops []Op, final map[string]string, cas []*x509.Certificate) []
 			if got != "" {
 				state = "holds " + got
 			}
-			broken = append(broken, fmt.Sprintf("ServingCertRequest %s %s at the end; it may be only %s (%s)", name, state, describe(possible), what))
+			broken = append(broken, Violation{name, fmt.Sprintf("ServingCertRequest %s %s at the end; it may be only %s (%s)", name, state, describe(possible), what)})
 		}
 	}
 	for _, o := range ops {
@@ -152,16 +159,16 @@ func CheckHistory(ops []Op, final map[string]string, cas []*x509.Certificate) []
 		}
 		leaf, err := x509.ParseCertificate(o.Certificate)
 		if err != nil {
-			broken = append(broken, fmt.Sprintf("%s: the certificate does not parse: %v", o, err))
+			broken = append(broken, Violation{o.Name, fmt.Sprintf("%s: the certificate does not parse: %v", o, err)})
 			continue
 		}
 		if !slices.ContainsFunc(cas, func(ca *x509.Certificate) bool { return leaf.CheckSignatureFrom(ca) == nil }) {
-			broken = append(broken, fmt.Sprintf("%s: certificate %x was signed by %q, no CA of the line", o, leaf.SerialNumber, leaf.Issuer))
+			broken = append(broken, Violation{o.Name, fmt.Sprintf("%s: certificate %x was signed by %q, no CA of the line", o, leaf.SerialNumber, leaf.Issuer)})
 		}
 	}
 	for name, got := range final {
 		if _, ok := byName[name]; !ok && got != "" {
-			broken = append(broken, fmt.Sprintf("ServingCertRequest %s holds %s, and no operation wrote it", name, got))
+			broken = append(broken, Violation{name, fmt.Sprintf("ServingCertRequest %s holds %s, and no operation wrote it", name, got)})
 		}
 	}
 	return broken
@@ -316,8 +323,8 @@ func (w *Workload) Stop() []Op {
 	return slices.Clone(w.ops)
 }
 
-// Final reads what the workload's requests hold at the end: each one's dnsName, by name.
-func (w *Workload) Final(ctx context.Context, certapi versioned.Interface) (map[string]string, error) {
+// atEnd reads what the workload's requests hold at the end: each one's dnsName, by name.
+func (w *Workload) atEnd(ctx context.Context, certapi versioned.Interface) (map[string]string, error) {
 	list, err := certapi.CertapiV1alpha1().ServingCertRequests(w.ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, err

@@ -109,7 +109,7 @@ func TestCheckHistory(t *testing.T) {
 				t.Fatalf("CheckHistory = %q; want %d violations %q", got, len(tc.broken), tc.broken)
 			}
 			for i, want := range tc.broken {
-				if !strings.Contains(got[i], want) {
+				if !strings.Contains(got[i].What, want) {
 					t.Errorf("violation %d = %q; want it to say %q", i, got[i], want)
 				}
 			}
