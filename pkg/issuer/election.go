@@ -67,12 +67,13 @@ func (i *Issuer) campaignOnce(ctx context.Context) error {
 	if err := election.Campaign(ctx, i.cfg.Identity); err != nil {
 		return fmt.Errorf("campaigning: %w", err)
 	}
-	klog.InfoS("Became leader", "identity", i.cfg.Identity, "key", election.Key())
 	// The grant may be long past after a wait as a follower: renew now, so that the term starts with a
-	// lease known to be alive.
+	// lease known to be alive. Campaign returns once no older key is left, even when this one went with
+	// its lease meanwhile: only a renewal says the election was won.
 	if err := i.renewLease(ctx, lease.ID, leaseTTL); err != nil {
 		return err
 	}
+	klog.InfoS("Became leader", "identity", i.cfg.Identity, "key", election.Key())
 
 	leadCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
