@@ -265,10 +265,12 @@ test-matrix: build
 ## local-up: the demo: etcd, kube-apiserver, certapi and the example webhook on loopback, a walkthrough, until Ctrl-C.
 ## NODE=1 adds a real node (needs root) and runs certapi on it as a pod from artifacts/deploy/overlays/single-replica;
 ## NODE=1 HA=1 installs the HA default there instead, artifacts/deploy/base: three replicas forming one etcd cluster.
+## NODE=3 (any N > 1) adds N worker nodes, each in a network namespace of its own, and runs certapi's pods on them:
+## NODE=3 HA=1 puts one replica, with its local volume, on each.
 ## It builds only the tools it runs (hack/local-up.sh: hack/build-tools.sh kube, and node with NODE=1), not
 ## Prometheus or helm.
 local-up: build $(if $(NODE),images)
-	$(STATIC) ./hack/local-up.sh $(if $(NODE),--node) $(if $(HA),--ha)
+	$(STATIC) ./hack/local-up.sh $(if $(NODE),--node$(if $(filter-out 1,$(NODE)), --workers=$(NODE))) $(if $(HA),--ha)
 
 clean:
 	rm -rf _output

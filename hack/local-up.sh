@@ -5,7 +5,8 @@
 # State, kubeconfig and logs go to _output/local (--dir=DIR for another directory, emptied at start).
 # --node (make local-up NODE=1) runs certapi as a pod on a real node, from
 # artifacts/deploy/overlays/single-replica; --node --ha (NODE=1 HA=1) installs artifacts/deploy/base there,
-# the HA default: three replicas whose embedded etcd members form one cluster on the one node.
+# the HA default: three replicas whose embedded etcd members form one cluster on the one node; with
+# --workers=N (NODE=3 HA=1) on N worker nodes, one replica on each.
 #
 # Builds what it needs first, into _output/bin: the tools it runs (hack/build-tools.sh kube, and node with
 # --node; skipped when current), certapi

@@ -18,7 +18,8 @@
 // called there. The walkthrough is otherwise the same. With --node --ha (make local-up NODE=1 HA=1) certapi is installed
 // from artifacts/deploy/base instead, what the Helm chart installs by default: three replicas in a
 // StatefulSet whose embedded etcd members form one etcd cluster, all three on the one node
-// (InstallCertapiHA).
+// (InstallCertapiHA). --workers=N (make local-up NODE=3 HA=1) adds N worker nodes (Options.WorkerNodes),
+// each in a network namespace of its own, and certapi's replicas run on them, each with its local volume.
 //
 // hack/local-up.sh (make local-up) builds what it needs into _output/bin and runs it. The line
 // "certapi local-up: ready" (readyMarker) is printed once everything is up; tests wait for it.
@@ -110,19 +111,24 @@ func main() {
 	dir := flag.String("dir", filepath.Join("_output", "local"), "Directory for the stack's PKI, data, logs and kubeconfig; emptied at start.")
 	bin := flag.String("bin-dir", "", "Directory holding example-webhook, kubectl-create-servingcertrequest and kubectl-certapi (and kubectl, else kubectl is looked up on PATH). Default: <repository>/_output/bin.")
 	node := flag.Bool("node", false, "Also run a real node (containerd, kubelet, kube-proxy, kube-controller-manager, kube-scheduler, CoreDNS; needs root and `make images`) and install certapi on it as a pod from artifacts/deploy/overlays/single-replica, instead of running it as a process.")
-	ha := flag.Bool("ha", false, "With --node: install the highly available default instead, artifacts/deploy/base: three certapi replicas whose embedded etcd members form one etcd cluster, on the one node.")
+	ha := flag.Bool("ha", false, "With --node: install the highly available default instead, artifacts/deploy/base: three certapi replicas whose embedded etcd members form one etcd cluster, on the one node (or one on each worker, with --workers).")
+	workers := flag.Int("workers", 0, "With --node: that many worker nodes besides the first, each in a network namespace of its own with its containerd, kubelet and kube-proxy (make local-up NODE=3 runs three); certapi's pods and the example webhook's run on them, the first node keeps the control plane's (CoreDNS).")
 	flag.Parse()
 	if *ha && !*node {
 		fmt.Fprintln(os.Stderr, "local-up: --ha installs certapi on the node: give --node too (make local-up NODE=1 HA=1)")
 		os.Exit(2)
 	}
-	if err := run(*dir, *bin, *node, *ha); err != nil {
+	if *workers < 0 || (*workers > 0 && !*node) {
+		fmt.Fprintln(os.Stderr, "local-up: --workers=N (N >= 1) adds worker nodes to the node: give --node too (make local-up NODE=3 HA=1)")
+		os.Exit(2)
+	}
+	if err := run(*dir, *bin, *node, *ha, *workers); err != nil {
 		fmt.Fprintf(os.Stderr, "local-up: %v\n", err)
 		os.Exit(1)
 	}
 }
 
-func run(dirFlag, binFlag string, node, ha bool) error {
+func run(dirFlag, binFlag string, node, ha bool, workers int) error {
 	root, err := framework.RepoRoot()
 	if err != nil {
 		return err
@@ -159,7 +165,7 @@ func run(dirFlag, binFlag string, node, ha bool) error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	d := &demo{root: root, dir: dir, bin: bin, kubectl: kubectl, out: os.Stdout, node: node, ha: ha}
+	d := &demo{root: root, dir: dir, bin: bin, kubectl: kubectl, out: os.Stdout, node: node, ha: ha, workers: workers}
 	defer d.stop()
 	if err := d.up(ctx); err != nil {
 		if ctx.Err() != nil {
@@ -179,8 +185,10 @@ func run(dirFlag, binFlag string, node, ha bool) error {
 	d.stop()
 	fmt.Fprintf(d.out, "stopped in %s; state and logs are kept in %s\n", since(t0), d.show(dir))
 	if d.node && d.cp != nil {
-		if left := d.cp.ClusterNode.Leftovers(); len(left) > 0 {
-			return fmt.Errorf("the node left on the machine: %v", left)
+		for _, n := range append([]*framework.ClusterNode{d.cp.ClusterNode}, d.cp.Workers...) {
+			if left := n.Leftovers(); len(left) > 0 {
+				return fmt.Errorf("node %s left on the machine: %v", n.Name, left)
+			}
 		}
 	}
 	return nil
@@ -194,6 +202,8 @@ type demo struct {
 	node bool
 	// ha installs artifacts/deploy/base on the node, three replicas, instead of the single replica (--ha).
 	ha bool
+	// workers is the number of worker nodes beside the first (--workers).
+	workers int
 
 	cp       *framework.ControlPlane
 	progress *os.File
@@ -270,7 +280,7 @@ func (d *demo) controlPlane(ctx context.Context) error {
 			images = append(images, archive)
 		}
 		timeout += framework.NodeLockTimeout
-		opts.Node, opts.SkipCertapi, opts.NodeImages = true, true, images
+		opts.Node, opts.SkipCertapi, opts.NodeImages, opts.WorkerNodes = true, true, images, d.workers
 	} else {
 		fmt.Fprintf(d.out, "Starting etcd, kube-apiserver and certapi (each step is logged to %s) ...\n", d.show(d.progress.Name()))
 	}
@@ -339,8 +349,8 @@ func (d *demo) controlPlane(ctx context.Context) error {
 	fmt.Fprintf(d.out, "1. certapi is registered: APIService %s Available, caBundle injected by certapi itself (CA serial %s)\n",
 		framework.CertapiAPIService, serial)
 	if d.node {
-		fmt.Fprintf(d.out, "   up in %s: etcd %s, kube-apiserver %s, node %s (pods in %s), certapi as %s in %s\n", up, d.cp.EtcdEndpoint,
-			d.cp.APIServerURL, d.cp.ClusterNode.IP, d.cp.ClusterNode.PodCIDR, d.certapiPods(), framework.CertapiNamespace)
+		fmt.Fprintf(d.out, "   up in %s: etcd %s, kube-apiserver %s, %s, certapi as %s in %s\n", up, d.cp.EtcdEndpoint,
+			d.cp.APIServerURL, d.nodesLine(), d.certapiPods(), framework.CertapiNamespace)
 	} else {
 		fmt.Fprintf(d.out, "   up in %s: etcd %s, kube-apiserver %s, certapi %s\n", up, d.cp.EtcdEndpoint, d.cp.APIServerURL, d.cp.CertapiURL)
 	}
@@ -758,16 +768,21 @@ func (d *demo) whatNext() {
 		{"kubectl get clustertrustbundle " + podCertBundle + " -o yaml", "the bundle pods mount, kept by certapi"},
 		{"kubectl certapi check", "exit status 0 while certapi serves"},
 	}
+	where := "on node " + d.cp.ClusterNode.Name
+	if len(d.cp.Workers) > 0 {
+		where = fmt.Sprintf("on the workers, CoreDNS on %s", d.cp.ClusterNode.Name)
+		lines = append(lines, [2]string{"kubectl get nodes -L topology.kubernetes.io/zone", fmt.Sprintf("the first node and %d workers, a zone each", len(d.cp.Workers))})
+	}
 	switch {
 	case d.ha:
 		lines = append(lines,
-			[2]string{"kubectl get pods -A -o wide", "certapi-0, -1, -2 and CoreDNS on node " + d.cp.ClusterNode.Name},
+			[2]string{"kubectl get pods -A -o wide", "certapi-0, -1, -2 and CoreDNS " + where},
 			[2]string{"kubectl get certificateauthority default -o jsonpath='{.status.etcd}'", "the three etcd members, the etcd leader"},
 			[2]string{"kubectl logs -n " + framework.CertapiNamespace + " certapi-1", "a replica's log: its member joined, promoted"},
 			[2]string{"kubectl delete pod -n " + framework.CertapiNamespace + " certapi-0", "the other two keep serving; certapi-0 rejoins"})
 	case d.node:
 		lines = append(lines,
-			[2]string{"kubectl get pods -A -o wide", "certapi's pod and CoreDNS on node " + d.cp.ClusterNode.Name},
+			[2]string{"kubectl get pods -A -o wide", "certapi's pod and CoreDNS " + where},
 			[2]string{"kubectl logs -n " + framework.CertapiNamespace + " deploy/certapi", "certapi's log, from kubelet"})
 	}
 	fmt.Fprintln(d.out, "What to try next, in another shell:")
@@ -779,6 +794,15 @@ func (d *demo) whatNext() {
 		}
 	}
 	fmt.Fprintf(d.out, "Story and manifests: %s/README.md\n\n", d.show(filepath.Join(d.root, exampleDir)))
+}
+
+// nodesLine says where the nodes are: the first node's address and pod range, and each worker's.
+func (d *demo) nodesLine() string {
+	parts := []string{fmt.Sprintf("node %s at %s (pods in %s)", d.cp.ClusterNode.Name, d.cp.ClusterNode.IP, d.cp.ClusterNode.PodCIDR)}
+	for _, w := range d.cp.Workers {
+		parts = append(parts, fmt.Sprintf("worker %s at %s in %s (pods in %s)", w.Name, w.IP, w.Zone, w.PodCIDR))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // stop stops the webhook, then the control plane. It is idempotent.

@@ -16,8 +16,10 @@ import (
 //
 //   - local-up, `make local-up`: ./hack/local-up.sh with no flag, which test/e2e's TestLocalUp runs end
 //     to end (TestQuickStartLocalUp holds the README's identical block the same way);
-//   - local-up-node-ha, `make local-up NODE=1 HA=1`: ./hack/local-up.sh --node --ha, which
+//   - local-up-nodes-ha, `make local-up NODE=3 HA=1`: ./hack/local-up.sh --node --workers=3 --ha, which
 //     test/node/localup's TestLocalUpNodeHA runs to its ready line and stops;
+//   - local-up-node-ha, `make local-up NODE=1 HA=1`: ./hack/local-up.sh --node --ha, the same code on the
+//     one node (no --workers);
 //   - local-up-node, `make local-up NODE=1`: ./hack/local-up.sh --node alone; the walkthrough on the node
 //     is the same code as with --ha (TestLocalUpNodeHA), and the install it makes (the single-replica
 //     overlay) is the one every test/node package makes;
@@ -58,10 +60,13 @@ func TestDevelopmentMakeTargets(t *testing.T) {
 		t.Errorf("make local-up NODE=1 runs hack/local-up.sh %s, want --node", got)
 	}
 	if got := flags(one("local-up-node-ha", "make local-up NODE=1 HA=1")); got != "--node --ha" {
-		t.Errorf("make local-up NODE=1 HA=1 runs hack/local-up.sh %s, want --node --ha (what TestLocalUpNodeHA runs)", got)
+		t.Errorf("make local-up NODE=1 HA=1 runs hack/local-up.sh %s, want --node --ha", got)
 	}
-	if !strings.Contains(readFile(t, root, "test/node/localup/localup_test.go"), `filepath.Join(root, "hack", "local-up.sh"), "--node", "--ha"`) {
-		t.Error("test/node/localup no longer runs hack/local-up.sh --node --ha")
+	if got := flags(one("local-up-nodes-ha", "make local-up NODE=3 HA=1")); got != "--node --workers=3 --ha" {
+		t.Errorf("make local-up NODE=3 HA=1 runs hack/local-up.sh %s, want --node --workers=3 --ha (what TestLocalUpNodeHA runs)", got)
+	}
+	if !strings.Contains(readFile(t, root, "test/node/localup/localup_test.go"), `filepath.Join(root, "hack", "local-up.sh"), "--node", "--workers=3", "--ha"`) {
+		t.Error("test/node/localup no longer runs hack/local-up.sh --node --workers=3 --ha")
 	}
 
 	test := makeDryRun(t, root, one("make-test", "make test"))

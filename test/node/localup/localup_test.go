@@ -1,9 +1,10 @@
-// Package localup runs the node walkthrough of `make local-up NODE=1 HA=1` through the entry point make
+// Package localup runs the node walkthrough of `make local-up NODE=3 HA=1` through the entry point make
 // runs (hack/local-up.sh), from the images of `make images` (or $IMAGES_DIR) and $CERTAPI_BIN when set,
 // to its ready line, then stops it with Ctrl-C as a user does. The walkthrough checks each of its own
 // steps (the example webhook's pods Ready with certificates from certapi, kube-apiserver calling the
 // webhook through its Service and enforcing its answer, a pod certificate, the admin plugin); this test
-// checks that it gets through all of them, prints its ready line, and stops cleanly.
+// checks that it gets through all of them, prints its ready line, has put one certapi replica on each
+// worker node, and stops cleanly.
 //
 // The walkthrough starts its own control plane and node (it takes the machine-wide node lock itself), so
 // this package starts none.
@@ -23,6 +24,10 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
 	"github.com/certapi/certapi/test/framework"
 )
 
@@ -38,8 +43,9 @@ const (
 	stopTimeout = 3 * time.Minute
 )
 
-// TestLocalUpNodeHA runs `make local-up NODE=1 HA=1`'s command, hack/local-up.sh --node --ha, to its ready
-// line. It covers the path of NODE=1 alone too but for the install: the walkthrough on a node (the
+// TestLocalUpNodeHA runs `make local-up NODE=3 HA=1`'s command, hack/local-up.sh --node --workers=3 --ha, to
+// its ready line. It covers NODE=1 HA=1 (the same code on one node, no workers) and NODE=1 alone too but
+// for the install: the walkthrough on a node (the
 // example webhook as pods behind its Service, which a node's kube-apiserver with
 // --enable-aggregator-routing=true can call, where the ExternalName Service of the loopback walkthrough
 // is refused) is the same code for both; NODE=1 installs certapi from
@@ -58,7 +64,7 @@ func TestLocalUpNodeHA(t *testing.T) {
 	state := filepath.Join(dir, "local")
 	ctx, cancel := context.WithTimeout(context.Background(), upTimeout+stopTimeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, filepath.Join(root, "hack", "local-up.sh"), "--node", "--ha", "--dir="+state)
+	cmd := exec.CommandContext(ctx, filepath.Join(root, "hack", "local-up.sh"), "--node", "--workers=3", "--ha", "--dir="+state)
 	cmd.Dir = root
 	// The plugins, the example webhook and local-up are built where they disturb no other test's.
 	cmd.Env = append(os.Environ(), "LOCAL_UP_BIN_DIR="+filepath.Join(dir, "bin"))
@@ -113,7 +119,7 @@ func TestLocalUpNodeHA(t *testing.T) {
 			t.Fatalf("no ready line from local-up within %s", upTimeout)
 		}
 	}
-	t.Logf("figure: hack/local-up.sh --node --ha to its ready line: %s (builds included)", time.Since(start).Round(time.Second))
+	t.Logf("figure: hack/local-up.sh --node --workers=3 --ha to its ready line: %s (builds included)", time.Since(start).Round(time.Second))
 	t.Logf("the walkthrough:\n%s", out.String())
 	for _, want := range []string{
 		"3. The example webhook", "both Ready",
@@ -121,9 +127,32 @@ func TestLocalUpNodeHA(t *testing.T) {
 		"5. kube-apiserver calls the webhook", "denied the request",
 		"6. A pod certificate", "Issued",
 		"7. certapi as an admin sees it",
+		"worker certapi-node-3",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("local-up's walkthrough does not say %q", want)
+		}
+	}
+	// One replica on each worker, as the local volumes put them; the first node runs none.
+	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(state, "kubeconfig"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pods, err := kube.CoreV1().Pods(framework.CertapiNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=certapi,app.kubernetes.io/component=apiserver"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	onNode := map[string]string{}
+	for _, p := range pods.Items {
+		onNode[p.Spec.NodeName] = p.Name
+	}
+	for _, n := range []string{framework.NodeName + "-1", framework.NodeName + "-2", framework.NodeName + "-3"} {
+		if onNode[n] == "" {
+			t.Errorf("no certapi replica on worker %s; the pods by node: %v", n, onNode)
 		}
 	}
 
