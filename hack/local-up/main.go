@@ -115,7 +115,7 @@ func main() {
 	workers := flag.Int("workers", 0, "With --node: that many worker nodes besides the first, each in a network namespace of its own with its containerd, kubelet and kube-proxy (make local-up NODE=3 runs three); certapi's pods and the example webhook's run on them, the first node keeps the control plane's (CoreDNS).")
 	flag.Parse()
 	if *ha && !*node {
-		fmt.Fprintln(os.Stderr, "local-up: --ha installs certapi on the node: give --node too (make local-up NODE=1 HA=1)")
+		fmt.Fprintln(os.Stderr, "local-up: --ha installs certapi on the node: give --node too (make local-up NODE=3 HA=1)")
 		os.Exit(2)
 	}
 	if *workers < 0 || (*workers > 0 && !*node) {
@@ -185,10 +185,14 @@ func run(dirFlag, binFlag string, node, ha bool, workers int) error {
 	d.stop()
 	fmt.Fprintf(d.out, "stopped in %s; state and logs are kept in %s\n", since(t0), d.show(dir))
 	if d.node && d.cp != nil {
+		var left []string
 		for _, n := range append([]*framework.ClusterNode{d.cp.ClusterNode}, d.cp.Workers...) {
-			if left := n.Leftovers(); len(left) > 0 {
-				return fmt.Errorf("node %s left on the machine: %v", n.Name, left)
+			if l := n.Leftovers(); len(l) > 0 {
+				left = append(left, fmt.Sprintf("node %s: %v", n.Name, l))
 			}
+		}
+		if len(left) > 0 {
+			return fmt.Errorf("the nodes left on the machine: %s", strings.Join(left, "; "))
 		}
 	}
 	return nil
@@ -768,21 +772,25 @@ func (d *demo) whatNext() {
 		{"kubectl get clustertrustbundle " + podCertBundle + " -o yaml", "the bundle pods mount, kept by certapi"},
 		{"kubectl certapi check", "exit status 0 while certapi serves"},
 	}
-	where := "on node " + d.cp.ClusterNode.Name
-	if len(d.cp.Workers) > 0 {
-		where = fmt.Sprintf("on the workers, CoreDNS on %s", d.cp.ClusterNode.Name)
-		lines = append(lines, [2]string{"kubectl get nodes -L topology.kubernetes.io/zone", fmt.Sprintf("the first node and %d workers, a zone each", len(d.cp.Workers))})
+	// Where certapi's pods run: on the one node, or on the workers with CoreDNS on the first node.
+	var certapiOn, dnsOn string
+	if d.node {
+		certapiOn, dnsOn = "and CoreDNS on node "+d.cp.ClusterNode.Name, ""
+		if len(d.cp.Workers) > 0 {
+			certapiOn, dnsOn = "on the workers", ", CoreDNS on "+d.cp.ClusterNode.Name
+			lines = append(lines, [2]string{"kubectl get nodes -L topology.kubernetes.io/zone", fmt.Sprintf("%s and %d workers, each in a zone of its own", d.cp.ClusterNode.Name, len(d.cp.Workers))})
+		}
 	}
 	switch {
 	case d.ha:
 		lines = append(lines,
-			[2]string{"kubectl get pods -A -o wide", "certapi-0, -1, -2 and CoreDNS " + where},
+			[2]string{"kubectl get pods -A -o wide", "certapi-0, -1, -2 " + certapiOn + dnsOn},
 			[2]string{"kubectl get certificateauthority default -o jsonpath='{.status.etcd}'", "the three etcd members, the etcd leader"},
 			[2]string{"kubectl logs -n " + framework.CertapiNamespace + " certapi-1", "a replica's log: its member joined, promoted"},
 			[2]string{"kubectl delete pod -n " + framework.CertapiNamespace + " certapi-0", "the other two keep serving; certapi-0 rejoins"})
 	case d.node:
 		lines = append(lines,
-			[2]string{"kubectl get pods -A -o wide", "certapi's pod and CoreDNS " + where},
+			[2]string{"kubectl get pods -A -o wide", "certapi's pod " + certapiOn + dnsOn},
 			[2]string{"kubectl logs -n " + framework.CertapiNamespace + " deploy/certapi", "certapi's log, from kubelet"})
 	}
 	fmt.Fprintln(d.out, "What to try next, in another shell:")

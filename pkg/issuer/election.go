@@ -71,7 +71,7 @@ func (i *Issuer) campaignOnce(ctx context.Context) error {
 	// lease known to be alive. Campaign returns once no older key is left, even when this one went with
 	// its lease meanwhile: only a renewal says the election was won.
 	if err := i.renewLease(ctx, lease.ID, leaseTTL); err != nil {
-		return err
+		return fmt.Errorf("the campaign ended, but the term cannot start: %w", err)
 	}
 	klog.InfoS("Became leader", "identity", i.cfg.Identity, "key", election.Key())
 

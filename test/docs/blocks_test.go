@@ -64,7 +64,6 @@ var commandBlocks = []commandBlock{
 
 	{page: "docs/development.md", name: "local-up", heldBy: "test/docs/development_test.go"},
 	{page: "docs/development.md", name: "local-up-node", heldBy: "test/docs/development_test.go"},
-	{page: "docs/development.md", name: "local-up-node-ha", heldBy: "test/docs/development_test.go"},
 	{page: "docs/development.md", name: "local-up-nodes-ha", heldBy: "test/docs/development_test.go"},
 	{page: "docs/development.md", name: "make-test", heldBy: "test/docs/development_test.go"},
 	{page: "docs/development.md", name: "test-matrix", heldBy: "test/docs/development_test.go"},

@@ -18,8 +18,6 @@ import (
 //     to end (TestQuickStartLocalUp holds the README's identical block the same way);
 //   - local-up-nodes-ha, `make local-up NODE=3 HA=1`: ./hack/local-up.sh --node --workers=3 --ha, which
 //     test/node/localup's TestLocalUpNodeHA runs to its ready line and stops;
-//   - local-up-node-ha, `make local-up NODE=1 HA=1`: ./hack/local-up.sh --node --ha, the same code on the
-//     one node (no --workers);
 //   - local-up-node, `make local-up NODE=1`: ./hack/local-up.sh --node alone; the walkthrough on the node
 //     is the same code as with --ha (TestLocalUpNodeHA), and the install it makes (the single-replica
 //     overlay) is the one every test/node package makes;
@@ -58,9 +56,6 @@ func TestDevelopmentMakeTargets(t *testing.T) {
 	}
 	if got := flags(one("local-up-node", "make local-up NODE=1")); got != "--node" {
 		t.Errorf("make local-up NODE=1 runs hack/local-up.sh %s, want --node", got)
-	}
-	if got := flags(one("local-up-node-ha", "make local-up NODE=1 HA=1")); got != "--node --ha" {
-		t.Errorf("make local-up NODE=1 HA=1 runs hack/local-up.sh %s, want --node --ha", got)
 	}
 	if got := flags(one("local-up-nodes-ha", "make local-up NODE=3 HA=1")); got != "--node --workers=3 --ha" {
 		t.Errorf("make local-up NODE=3 HA=1 runs hack/local-up.sh %s, want --node --workers=3 --ha (what TestLocalUpNodeHA runs)", got)

@@ -3,8 +3,6 @@ package framework
 import (
 	"errors"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 
 	"k8s.io/client-go/rest"
@@ -81,40 +79,3 @@ func (cp *ControlPlane) writeKubeconfig(path string) error {
 	}
 	return nil
 }
-
-// ReplicaConfig returns a client config that calls one certapi replica directly at its pod IP, as
-// kube-apiserver's aggregator does (its front-proxy client certificate, the user in X-Remote-User and
-// X-Remote-Group), as user in groups. The replica's serving certificate is not verified: a test reads
-// what that replica answers, past the Service that would pick one for it.
-func (cp *ControlPlane) ReplicaConfig(podIP, user string, groups ...string) (*rest.Config, error) {
-	certPEM, err := os.ReadFile(cp.PKI.FrontProxyClientCert)
-	if err != nil {
-		return nil, fmt.Errorf("reading the front-proxy client certificate: %w", err)
-	}
-	keyPEM, err := os.ReadFile(cp.PKI.FrontProxyClientKey)
-	if err != nil {
-		return nil, fmt.Errorf("reading the front-proxy client key: %w", err)
-	}
-	cfg := &rest.Config{
-		Host:            "https://" + net.JoinHostPort(podIP, "8443"),
-		TLSClientConfig: rest.TLSClientConfig{Insecure: true, CertData: certPEM, KeyData: keyPEM},
-		QPS:             -1,
-		Burst:           -1,
-	}
-	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
-		return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
-			req = req.Clone(req.Context())
-			req.Header.Set("X-Remote-User", user)
-			req.Header.Del("X-Remote-Group")
-			for _, g := range groups {
-				req.Header.Add("X-Remote-Group", g)
-			}
-			return rt.RoundTrip(req)
-		})
-	})
-	return cfg, nil
-}
-
-type roundTripperFunc func(*http.Request) (*http.Response, error)
-
-func (f roundTripperFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }

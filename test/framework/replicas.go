@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -371,6 +372,25 @@ func (cp *ControlPlane) CertapiReplicaConfig(i int) (*rest.Config, error) {
 	}
 	cfg := rest.CopyConfig(cp.AdminConfig)
 	cfg.Host = cp.replicas[i].url
+	cfg.CAData = bundle
+	cfg.ServerName = CertapiServiceName + "." + CertapiNamespace + ".svc"
+	return cfg, nil
+}
+
+// CertapiPodConfig returns a client config for the certapi pod at podIP (Options.Node), past the Service
+// that picks a replica for kube-apiserver, as CertapiReplicaConfig does for a process: the admin client
+// certificate, certapi's serving certificate verified against its CA bundle for the Service's name, as
+// kube-apiserver verifies it. A test reads what that one replica answers.
+func (cp *ControlPlane) CertapiPodConfig(ctx context.Context, podIP string) (*rest.Config, error) {
+	if podIP == "" {
+		return nil, errors.New("CertapiPodConfig: the pod has no IP")
+	}
+	bundle, err := cp.CertapiTrustBundle(ctx)
+	if err != nil {
+		return nil, err
+	}
+	cfg := rest.CopyConfig(cp.AdminConfig)
+	cfg.Host = "https://" + net.JoinHostPort(podIP, "8443")
 	cfg.CAData = bundle
 	cfg.ServerName = CertapiServiceName + "." + CertapiNamespace + ".svc"
 	return cfg, nil

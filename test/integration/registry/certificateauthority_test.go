@@ -58,16 +58,21 @@ func (e *election) count() int {
 }
 
 // fromCache returns read's answer, read again while the watch cache answers 429 "storage is
-// (re)initializing": the cache re-lists when its watch on etcd breaks (as it can on a loaded machine), and
-// a client retries that answer after its Retry-After.
-func fromCache[T any](t *testing.T, read func(ctx context.Context) (T, error)) T {
+// (re)initializing", as a client does after its Retry-After: a List or a Watch at a resourceVersion waits for
+// the cache to have listed etcd (a Get at one reads etcd meanwhile), and the cache lists again when its
+// watch on etcd breaks, as it can on a loaded machine.
+func fromCache[T any](t *testing.T, read func() (T, error)) T {
 	t.Helper()
 	var got T
-	testhelpers.Eventually(t, 50*time.Millisecond, 30*time.Second, "the watch cache to answer", func(ctx context.Context) (bool, error) {
+	said := false
+	testhelpers.Eventually(t, 100*time.Millisecond, 30*time.Second, "the watch cache to answer", func(context.Context) (bool, error) {
 		var err error
-		got, err = read(ctx)
+		got, err = read()
 		if apierrors.IsTooManyRequests(err) {
-			t.Logf("the watch cache answered %v; reading again", err)
+			if !said {
+				t.Logf("the watch cache answered %v; reading again until it answers", err)
+				said = true
+			}
 			return false, nil
 		}
 		return true, err
@@ -117,7 +122,7 @@ func TestCertificateAuthorityLeader(t *testing.T) {
 	// Reads at this resourceVersion or newer come from the watch cache once it has listed etcd. A Get
 	// with a resourceVersion goes to etcd while the cache is not ready; a List waits for it (429 until then).
 	createdRV := created.(*certapi.CertificateAuthority).ResourceVersion
-	fromCache(t, func(context.Context) (runtime.Object, error) {
+	fromCache(t, func() (runtime.Object, error) {
 		return ca.List(ctx, &metainternalversion.ListOptions{ResourceVersion: createdRV})
 	})
 
@@ -141,7 +146,7 @@ func TestCertificateAuthorityLeader(t *testing.T) {
 				t.Errorf("get: %+v, want %+v", got, tc.want)
 			}
 			// A read from the watch cache too.
-			list := fromCache(t, func(context.Context) (runtime.Object, error) {
+			list := fromCache(t, func() (runtime.Object, error) {
 				return ca.List(ctx, &metainternalversion.ListOptions{ResourceVersion: createdRV})
 			})
 			if items := list.(*certapi.CertificateAuthorityList).Items; len(items) != 1 || items[0].Status.Leader == nil || *items[0].Status.Leader != tc.want {
@@ -160,9 +165,10 @@ func TestCertificateAuthorityLeader(t *testing.T) {
 
 	// The store below the filling never had it: not in the watch cache, not in etcd.
 	for _, rv := range []string{"", createdRV} {
-		plain := fromCache(t, func(context.Context) (runtime.Object, error) {
-			return ca.Store.Get(ctx, v1alpha1.CertificateAuthorityName, &metav1.GetOptions{ResourceVersion: rv})
-		})
+		plain, err := ca.Store.Get(ctx, v1alpha1.CertificateAuthorityName, &metav1.GetOptions{ResourceVersion: rv})
+		if err != nil {
+			t.Fatal(err)
+		}
 		if l := plain.(*certapi.CertificateAuthority).Status.Leader; l != nil {
 			t.Fatalf("the store (resourceVersion %q) holds status.leader %+v", rv, l)
 		}
@@ -211,7 +217,7 @@ func TestCertificateAuthorityLeader(t *testing.T) {
 	// A watch event carries the leader at the time it is sent (not at the write's); the watch cache's
 	// object stays as it is.
 	e.set("certapi-1", nil)
-	w := fromCache(t, func(context.Context) (watch.Interface, error) {
+	w := fromCache(t, func() (watch.Interface, error) {
 		return ca.Watch(ctx, &metainternalversion.ListOptions{ResourceVersion: written.(*certapi.CertificateAuthority).ResourceVersion})
 	})
 	defer w.Stop()
@@ -228,9 +234,10 @@ func TestCertificateAuthorityLeader(t *testing.T) {
 			if got := leaderOf(ev.Object); got != elected("certapi-1") {
 				t.Fatalf("watch event status.leader %+v, want certapi-1", got)
 			}
-			plain := fromCache(t, func(context.Context) (runtime.Object, error) {
-				return ca.Store.Get(ctx, v1alpha1.CertificateAuthorityName, &metav1.GetOptions{ResourceVersion: ev.Object.(*certapi.CertificateAuthority).ResourceVersion})
-			})
+			plain, err := ca.Store.Get(ctx, v1alpha1.CertificateAuthorityName, &metav1.GetOptions{ResourceVersion: ev.Object.(*certapi.CertificateAuthority).ResourceVersion})
+			if err != nil {
+				t.Fatal(err)
+			}
 			if l := plain.(*certapi.CertificateAuthority).Status.Leader; l != nil {
 				t.Fatalf("the watch cache holds status.leader %+v after the event", l)
 			}

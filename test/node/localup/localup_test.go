@@ -146,14 +146,17 @@ func TestLocalUpNodeHA(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	onNode := map[string]string{}
+	onNode := map[string][]string{}
 	for _, p := range pods.Items {
-		onNode[p.Spec.NodeName] = p.Name
+		onNode[p.Spec.NodeName] = append(onNode[p.Spec.NodeName], p.Name)
 	}
 	for _, n := range []string{framework.NodeName + "-1", framework.NodeName + "-2", framework.NodeName + "-3"} {
-		if onNode[n] == "" {
-			t.Errorf("no certapi replica on worker %s; the pods by node: %v", n, onNode)
+		if len(onNode[n]) != 1 {
+			t.Errorf("worker %s runs certapi replicas %v, want one; the pods by node: %v", n, onNode[n], onNode)
 		}
+	}
+	if len(pods.Items) != 3 || len(onNode[framework.NodeName]) > 0 {
+		t.Errorf("certapi's pods by node: %v; want three, one on each worker, none on %s", onNode, framework.NodeName)
 	}
 
 	// Ctrl-C, as a user stops it: everything stops and the node leaves nothing on the machine.

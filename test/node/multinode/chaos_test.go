@@ -117,8 +117,7 @@ func TestChaos(t *testing.T) {
 			report = append(report, fmt.Sprintf("| %d | %s | %s | %s | %s | %s | |", seed, f.name, node.Name, hold, nodetest.Summarize(during), healedAfter.Round(time.Second)))
 		}
 		history := w.Stop()
-		t.Logf("seed %d: the end of the schedule", seed)
-		broken := w.Check(t, cp, certapi, history, line, ns, selector)
+		broken := w.Check(t, cp, certapi, history, line, ns, selector, fmt.Sprintf("seed %d: ", seed))
 		t.Logf("seed %d: %s; %d invariants broken", seed, nodetest.Summarize(history), len(broken))
 		report = append(report, fmt.Sprintf("| %d | the whole schedule | | | %s | | %d |", seed, nodetest.Summarize(history), len(broken)))
 	}

@@ -118,7 +118,7 @@ func TestNodeLost(t *testing.T) {
 	t.Logf("figure: the node back with its disk: three pods Ready and three voters after %s", time.Since(resumed).Round(time.Second))
 	history := w.Stop()
 	t.Logf("the workload (seed %d): %s", seed, nodetest.Summarize(history))
-	w.Check(t, cp, certapi, history, line, ns, selector)
+	w.Check(t, cp, certapi, history, line, ns, selector, "")
 	caAfter, _ := caLine(t)
 	if got, want := nodetest.CACertificates(caAfter), nodetest.CACertificates(caBefore); got != want {
 		t.Errorf("the CA after the node came back: %s; want the one of before, %s", got, want)

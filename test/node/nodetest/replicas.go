@@ -10,28 +10,31 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 
+	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	"github.com/certapi/certapi/pkg/generated/clientset/versioned"
 	"github.com/certapi/certapi/test/framework"
 )
 
-// Check ends a workload's run: it reads what the requests hold at the end, holds history against
-// it and cas (CheckHistory), and reports each broken invariant as an error of t. For each request one is
-// about it logs the request's history and what every certapi replica (the pods of selector in certapiNS)
-// reads of it, called directly: from etcd (a Get with no resourceVersion: a quorum read through that
-// replica's member), from its watch cache (a Get at resourceVersion 0) and by a List (consistent, from
-// the cache), so that a replica serving stale reads is told from a write etcd lost.
-func (w *Workload) Check(t *testing.T, cp *framework.ControlPlane, certapi versioned.Interface, history []Op, cas []*x509.Certificate, certapiNS, selector string) []Violation {
+// Check ends a workload's run: it reads what the requests hold at the end, holds history against it and
+// cas (CheckHistory), and reports each broken invariant as an error of t, prefixed with label. For each
+// request one is about it logs the request's history and what every certapi replica (the pods of
+// selector in certapiNS) reads of it, called directly: from etcd (a Get with no resourceVersion, a quorum
+// read through that replica's member) and from its watch cache alone (a List at resourceVersion 0 of that
+// name, which the cache answers, or refuses with 429 while it is not ready), so that a replica serving
+// stale reads is told from a write etcd lost. It returns the broken invariants.
+func (w *Workload) Check(t *testing.T, cp *framework.ControlPlane, certapi versioned.Interface, history []Op, cas []*x509.Certificate, certapiNS, selector, label string) []Violation {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
 	final, err := w.atEnd(ctx, certapi)
+	cancel()
 	if err != nil {
-		t.Fatalf("reading the workload's requests at the end: %v", err)
+		t.Fatalf("%sreading the workload's requests at the end: %v", label, err)
 	}
 	broken := CheckHistory(history, final, cas)
 	for _, v := range broken {
-		t.Error(v)
+		t.Errorf("%s%s", label, v)
 	}
 	seen := map[string]bool{}
 	for _, v := range broken {
@@ -45,57 +48,62 @@ func (w *Workload) Check(t *testing.T, cp *framework.ControlPlane, certapi versi
 				lines = append(lines, "  "+o.String())
 			}
 		}
-		t.Logf("the history of %s:\n%s", v.Name, strings.Join(lines, "\n"))
-		t.Logf("what each replica reads of %s now:\n%s", v.Name, strings.Join(w.replicaReads(ctx, t, cp, certapiNS, selector, v.Name), "\n"))
+		t.Logf("%sthe history of %s:\n%s", label, v.Name, strings.Join(lines, "\n"))
+		t.Logf("%swhat each replica reads of %s now:\n%s", label, v.Name, strings.Join(w.replicaReads(t, cp, certapiNS, selector, v.Name), "\n"))
 	}
 	return broken
 }
 
-// replicaReads says what each certapi replica reads of the request name, one line a replica.
-func (w *Workload) replicaReads(ctx context.Context, t *testing.T, cp *framework.ControlPlane, certapiNS, selector, name string) []string {
+// replicaReads says what each certapi replica reads of the request name, one line a replica; a replica
+// that cannot be asked is a line that says why.
+func (w *Workload) replicaReads(t *testing.T, cp *framework.ControlPlane, certapiNS, selector, name string) []string {
 	kube, _ := Clients(t, cp)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	pods, err := kube.CoreV1().Pods(certapiNS).List(ctx, metav1.ListOptions{LabelSelector: selector})
+	cancel()
 	if err != nil {
 		return []string{fmt.Sprintf("  listing certapi's pods: %v", err)}
 	}
 	var lines []string
 	for _, pod := range pods.Items {
-		if pod.Status.PodIP == "" {
-			lines = append(lines, fmt.Sprintf("  %s: no pod IP", pod.Name))
-			continue
-		}
-		cfg, err := cp.ReplicaConfig(pod.Status.PodIP, "system:admin", "system:masters")
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg.Timeout = 10 * time.Second
-		client, err := versioned.NewForConfig(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		scrs := client.CertapiV1alpha1().ServingCertRequests(w.ns)
-		read := func(rv string) string {
-			r, err := scrs.Get(ctx, name, metav1.GetOptions{ResourceVersion: rv})
-			switch {
-			case apierrors.IsNotFound(err):
-				return "absent"
-			case err != nil:
-				return "error: " + err.Error()
-			}
-			return fmt.Sprintf("holds %s (resourceVersion %s)", strings.Join(r.Spec.DNSNames, ","), r.ResourceVersion)
-		}
-		listed := "absent"
-		if list, err := scrs.List(ctx, metav1.ListOptions{}); err != nil {
-			listed = "error: " + err.Error()
-		} else {
-			for _, r := range list.Items {
-				if r.Name == name {
-					listed = fmt.Sprintf("holds %s (resourceVersion %s)", strings.Join(r.Spec.DNSNames, ","), r.ResourceVersion)
-				}
-			}
-			listed += fmt.Sprintf(", the list at resourceVersion %s", list.ResourceVersion)
-		}
-		lines = append(lines, fmt.Sprintf("  %s on %s: from etcd %s; from its cache %s; listed %s", pod.Name, pod.Spec.NodeName, read(""), read("0"), listed))
+		lines = append(lines, fmt.Sprintf("  %s on %s: %s", pod.Name, pod.Spec.NodeName, w.readsOf(cp, pod.Status.PodIP, name)))
 	}
 	return lines
+}
+
+// readsOf asks the replica at podIP for the request name, from etcd and from its watch cache.
+func (w *Workload) readsOf(cp *framework.ControlPlane, podIP, name string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cfg, err := cp.CertapiPodConfig(ctx, podIP)
+	if err != nil {
+		return err.Error()
+	}
+	cfg.Timeout = 10 * time.Second
+	client, err := versioned.NewForConfig(cfg)
+	if err != nil {
+		return err.Error()
+	}
+	scrs := client.CertapiV1alpha1().ServingCertRequests(w.ns)
+	held := func(r *certapiv1alpha1.ServingCertRequest) string {
+		return fmt.Sprintf("holds %s (resourceVersion %s)", strings.Join(r.Spec.DNSNames, ","), r.ResourceVersion)
+	}
+	fromEtcd := "absent"
+	if r, err := scrs.Get(ctx, name, metav1.GetOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		fromEtcd = "error: " + err.Error()
+	} else if err == nil {
+		fromEtcd = held(r)
+	}
+	fromCache := "absent"
+	list, err := scrs.List(ctx, metav1.ListOptions{ResourceVersion: "0", FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String()})
+	switch {
+	case err != nil:
+		fromCache = "error: " + err.Error()
+	case len(list.Items) > 0:
+		fromCache = held(&list.Items[0])
+	}
+	if err == nil {
+		fromCache += fmt.Sprintf(" (the cache at resourceVersion %s)", list.ResourceVersion)
+	}
+	return fmt.Sprintf("from etcd %s; from its watch cache %s", fromEtcd, fromCache)
 }
