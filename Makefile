@@ -41,8 +41,10 @@ E2E_TIMEOUT ?= 40m
 STATIC := CGO_ENABLED=0 GOFLAGS="$(strip $(shell $(GO) env GOFLAGS) -trimpath)"
 # Test binaries are linked without DWARF and the symbol table (-s -w): nothing debugs them, a link without
 # DWARF takes about 40% less CPU, and make test links about a hundred of them; failures and panics keep
-# their function names and lines.
-TEST_LDFLAGS := -ldflags='-s -w'
+# their function names and lines. go test's own vet is off (-vet=off): `make verify` vets every package,
+# test files included, with every check go test's subset has, and go test vetting again cost a cold make
+# test about 2.5 minutes of CPU (it runs vet over each test package's dependencies for their facts).
+TEST_FLAGS := -ldflags='-s -w' -vet=off
 # The one exception: certapi-kms-pkcs11, the KMS v2 plugin over a PKCS#11 token, loads the token's module
 # (an HSM vendor's shared library) with dlopen, which needs cgo. It is built with CGO_ENABLED=1 (and
 # trimmed paths), so its packages are compiled a second time, for it alone; nothing else links them.
@@ -120,8 +122,7 @@ images:
 ## proxy serves them with tags.txt (the release's git tags) and checksums.txt.
 ## VERSION=vX.Y.Z names the release (default: git describe, hack/version.sh); the same commit gives the
 ## same bytes. A release's go.mod files must require the client modules at VERSION: make module-versions.
-release:
-	./hack/build-tools.sh helm
+release: tools-helm
 	VERSION=$(VERSION) $(STATIC) $(GO) run ./hack/release $(if $(PLATFORMS),--platforms $(PLATFORMS))
 
 ## module-versions: VERSION=vX.Y.Z rewrites every go.mod so that the client modules under pkg/ require each
@@ -149,9 +150,13 @@ tools:
 TOOLS_OTHER = prometheus helm3 cosign cert-manager
 TOOLS_OTHER_PACKAGES = ./test/monitoring/... ./test/chart/... ./test/release/... ./test/e2e/upstreamcsr/...
 tools-first:
-	./hack/build-tools.sh kube node helm coredns
+	./hack/build-tools.sh kube node coredns
 tools-other:
 	./hack/build-tools.sh $(TOOLS_OTHER)
+## tools-helm: helm alone, for make verify (the manifests rendered from the chart), make release (the chart's
+## archive) and the packages that run helm; in make test it builds beside the first node packages.
+tools-helm:
+	./hack/build-tools.sh helm
 
 ## codegen: regenerate pkg/generated and the zz_generated files
 codegen:
@@ -184,11 +189,11 @@ verify:
 ## (RACE= : without it, on make build's compiled packages). They start no process and need no tools, so
 ## this does not build them.
 unit:
-	$(if $(RACE),,$(STATIC)) $(GO) test $(RACE) $(TEST_LDFLAGS) -count=1 $$($(GO) list ./... $(CLIENT_PACKAGES) | grep -v /test/)
+	$(if $(RACE),,$(STATIC)) $(GO) test $(RACE) $(TEST_FLAGS) -count=1 $$($(GO) list ./... $(CLIENT_PACKAGES) | grep -v /test/)
 
 ## integration: only test/integration (one component against a real etcd and/or kube-apiserver)
 integration: tools
-	$(STATIC) $(GO) test $(TEST_LDFLAGS) -count=1 -timeout $(E2E_TIMEOUT) ./test/integration/...
+	$(STATIC) $(GO) test $(TEST_FLAGS) -count=1 -timeout $(E2E_TIMEOUT) ./test/integration/...
 
 ## e2e: everything under test/ (test/integration, test/e2e and test/framework's own tests) against a
 ## real etcd and kube-apiserver from _output/bin and the certapi just built; test/release against a
@@ -200,39 +205,40 @@ integration: tools
 e2e: tools-first build images
 	$(MAKE) --no-print-directory -j3 --output-sync=target PLATFORMS=$(TEST_PLATFORMS) e2e-node e2e-other e2e-tools
 
-.PHONY: e2e-node e2e-node-first e2e-node-release e2e-other e2e-tools e2e-oldest unit-then-oldest tools-first tools-other
+.PHONY: e2e-node e2e-node-first e2e-node-release e2e-other e2e-tools e2e-oldest unit-then-oldest tools-first tools-other tools-helm
 E2E_ENV = CERTAPI_BIN=$(BIN)/certapi CERTAPI_KMS_PKCS11_BIN=$(BIN)/certapi-kms-pkcs11 $(STATIC)
-# The node packages that install the release (and the key plugin's image): the others run first, on the
-# node, while the release and the plugin build beside them. The node packages are the longest chain of
-# make test: none waits for what it does not use.
-NODE_RELEASE_PACKAGES = ./test/node/custody/... ./test/node/etcdcluster/... ./test/node/migrate/...
+# The node packages that install the release (and the key plugin's image) or run helm: the others run
+# first, on the node, while the release, the plugin and helm build beside them. The node packages are the
+# longest chain of make test: none waits for what it does not use.
+NODE_RELEASE_PACKAGES = ./test/node/custody/... ./test/node/etcdcluster/... ./test/node/ha/... ./test/node/migrate/...
 e2e-node: e2e-node-release
 e2e-node-first:
-	$(E2E_ENV) $(GO) test $(TEST_LDFLAGS) -count=1 -p 1 -timeout $(E2E_TIMEOUT) $$($(GO) list ./test/node/... | grep -v -F -x -f <($(GO) list $(NODE_RELEASE_PACKAGES)))
+	$(E2E_ENV) $(GO) test $(TEST_FLAGS) -count=1 -p 1 -timeout $(E2E_TIMEOUT) $$($(GO) list ./test/node/... | grep -v -F -x -f <($(GO) list $(NODE_RELEASE_PACKAGES)))
 e2e-node-release: e2e-node-first release kms-plugin
-	$(E2E_ENV) $(GO) test $(TEST_LDFLAGS) -count=1 -p 1 -timeout $(E2E_TIMEOUT) $(NODE_RELEASE_PACKAGES)
+	$(E2E_ENV) $(GO) test $(TEST_FLAGS) -count=1 -p 1 -timeout $(E2E_TIMEOUT) $(NODE_RELEASE_PACKAGES)
 e2e-other: release kms-plugin
-	$(E2E_ENV) $(GO) test $(TEST_LDFLAGS) -count=1 -timeout $(E2E_TIMEOUT) $$($(GO) list ./test/... | grep -v /test/node | grep -v -F -x -f <($(GO) list $(TOOLS_OTHER_PACKAGES)))
+	$(E2E_ENV) $(GO) test $(TEST_FLAGS) -count=1 -timeout $(E2E_TIMEOUT) $$($(GO) list ./test/... | grep -v /test/node | grep -v -F -x -f <($(GO) list $(TOOLS_OTHER_PACKAGES)))
 e2e-tools: tools-other release
-	$(E2E_ENV) $(GO) test $(TEST_LDFLAGS) -count=1 -timeout $(E2E_TIMEOUT) $(TOOLS_OTHER_PACKAGES)
+	$(E2E_ENV) $(GO) test $(TEST_FLAGS) -count=1 -timeout $(E2E_TIMEOUT) $(TOOLS_OTHER_PACKAGES)
 ## e2e-oldest: the core end-to-end cases of test-matrix against the oldest supported minor; its results go to
 ## _output/matrix (docs/matrix is written only by make test-matrix)
-e2e-oldest: tools-oldest
+e2e-oldest: tools-oldest tools-helm
 	CERTAPI_BIN=$(BIN)/certapi $(STATIC) $(GO) run ./hack/matrix -minors "$(OLDEST_MINOR)" -results _output/matrix -timeout $(E2E_TIMEOUT)
 ## unit-then-oldest, make test's first job: every unit test without the race detector (they share make
 ## build's compiled packages), RACE_PACKAGES under it, then the core cases against the oldest minor,
 ## whose tools it builds first.
 unit-then-oldest:
 	$(MAKE) --no-print-directory unit RACE=
-	$(CGO) $(GO) test -race $(TEST_LDFLAGS) -count=1 $(RACE_PACKAGES)
+	$(CGO) $(GO) test -race $(TEST_FLAGS) -count=1 $(RACE_PACKAGES)
 	$(MAKE) --no-print-directory e2e-oldest
 
 ## test: everything CI runs: the tools, certapi and the images; then five jobs side by side (each one's
 ## output printed whole when it ends): verify; the unit tests (RACE_PACKAGES under the race detector) and
 ## after them the tools of the oldest minor and the core cases against it (e2e-oldest); the packages of
-## test/node one after another, those that install the release (NODE_RELEASE_PACKAGES) last; the rest of
-## test/ but those that need tools-other; and those after its build. The release (for TEST_PLATFORMS) and
-## the key plugin build beside the first tests, before the tests that use them: the node packages are the
+## test/node one after another, those that install the release or run helm (NODE_RELEASE_PACKAGES) last;
+## the rest of test/ but those that need tools-other; and those after its build. helm, the release (for
+## TEST_PLATFORMS) and the key plugin build beside the first tests, before the tests that use them (go
+## test's own vet is off: verify vets them all): the node packages are the
 ## longest chain, and start once the node's images are there. The builds of the jobs keep both cores busy
 ## while the tests under test/ mostly wait on their processes (docs/development.md, "Build times"). The
 ## unit tests bind only ephemeral ports, test/framework's processes ports below that range.
@@ -249,7 +255,7 @@ CHAOS_FAULTS ?= 8
 chaos: tools-first build images
 	mkdir -p _output/chaos
 	CERTAPI_CHAOS_SEEDS=$(CHAOS_SEEDS) CERTAPI_CHAOS_FAULTS=$(CHAOS_FAULTS) CERTAPI_CHAOS_REPORT=$(CURDIR)/_output/chaos/report.md \
-	  $(E2E_ENV) $(GO) test $(TEST_LDFLAGS) -tags chaos -count=1 -timeout 180m -run TestChaos -v ./test/node/multinode/
+	  $(E2E_ENV) $(GO) test $(TEST_FLAGS) -tags chaos -count=1 -timeout 180m -run TestChaos -v ./test/node/multinode/
 
 ## test-matrix: the core end-to-end cases (hack/internal/matrix: issuance, Secrets, injection into every target
 ## kind, rotation and distrust, ClusterTrustBundles, pod certificates, the plugins, the deploy manifests and

@@ -32,7 +32,12 @@ mkdir -p "${BIN}"
 # Every tool is built as the Makefile builds certapi (its STATIC: no cgo, -trimpath). The tools share most
 # of their packages with certapi at the same versions (k8s.io/apimachinery, client-go, apiserver, etcd's
 # client, grpc, otel...), and the Go build cache reuses a compiled package only for the same flags: built
-# alike, `make test` compiles each of them once instead of twice.
+# alike, `make test` compiles each of them once instead of twice. For the same reason each tool's module
+# requires the modules it shares with certapi at certapi's versions where its own are older (k8s.io/api,
+# apimachinery and client-go v0.37.2 for CoreDNS, Prometheus, Helm 3, cosign and cert-manager, whose own
+# pins are v0.36 or v0.37.1): a package at another version is compiled again, and aligning them took about
+# a sixth of the tools' compiled files out of a cold `make test`. Their own tests (test/monitoring,
+# test/chart, test/release, test/e2e/upstreamcsr, the node's CoreDNS) run them so built.
 export CGO_ENABLED=0
 export GOFLAGS="$(go env GOFLAGS) -trimpath"
 # The tools are linked without their symbol table and DWARF (-s -w): nobody debugs them here, and a link
@@ -66,7 +71,15 @@ own() { local f; for f in "$@"; do if [[ -L "${f}" ]]; then rm -f "${f}"; fi; do
 # build_tool WHAT DIR STAMP WANT MINUTES BINARIES COMMAND...: builds WHAT (BINARIES, their names in ${BIN},
 # space-separated) by running COMMAND in its module DIR, unless they were built from WANT (the module's
 # sources, Go, flags), which STAMP holds after a build. MINUTES is what a cold build costs, for the message.
+# Two jobs of one make that want the same tool (make test's verify and release both want helm) take turns
+# on STAMP.lock: the second finds it current instead of writing the same binary at the same time.
 build_tool() {
+  (
+    flock 9
+    build_tool_unlocked "$@"
+  ) 9>"$3.lock"
+}
+build_tool_unlocked() {
   local what="$1" dir="$2" stamp="$3" want="$4" minutes="$5" bins="$6" b current=true verb=is
   shift 6
   for b in ${bins}; do
