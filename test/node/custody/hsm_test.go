@@ -171,10 +171,11 @@ func TestCustodyChart(t *testing.T) {
 		return apierrors.IsNotFound(err), fmt.Sprintf("%v", err)
 	})
 	chainedTo(t, certapi, validated, root, rotated)
-	if n, failed := calls(); n == 0 || !onlyTimeouts(failed, n) {
-		t.Errorf("kube-apiserver's calls of the webhook across the leader's death and the rotation: %d, failed %v", n, failed)
+	n, failed := calls()
+	if bad := certificateFailures(failed); n == 0 || len(bad) > 0 || len(failed)*2 > n {
+		t.Errorf("kube-apiserver's calls of the webhook across the leader's death and the rotation: %d; failed for a certificate %v; failed in all %d: %v", n, bad, len(failed), failed)
 	} else {
-		t.Logf("kube-apiserver called the webhook %d times across the leader's death and the rotation; failed: %v", n, failed)
+		t.Logf("figure: kube-apiserver called the webhook %d times across the leader's death and the rotation, none failed for its certificate; failed otherwise (timeouts, no Ready endpoint): %d", n, len(failed))
 	}
 	webhookDenies(t, kube, validated)
 
