@@ -366,12 +366,18 @@ func (cp *ControlPlane) CertapiReplicaConfig(i int) (*rest.Config, error) {
 	if i < 0 || i >= len(cp.replicas) {
 		return nil, fmt.Errorf("no certapi replica %d: there are %d", i, len(cp.replicas))
 	}
-	bundle, err := cp.CertapiTrustBundle(context.Background())
+	return cp.certapiConfigAt(context.Background(), cp.replicas[i].url)
+}
+
+// certapiConfigAt is the admin client config for the certapi server at url, its serving certificate
+// verified against certapi's CA bundle for the Service's name, as kube-apiserver verifies it.
+func (cp *ControlPlane) certapiConfigAt(ctx context.Context, url string) (*rest.Config, error) {
+	bundle, err := cp.CertapiTrustBundle(ctx)
 	if err != nil {
 		return nil, err
 	}
 	cfg := rest.CopyConfig(cp.AdminConfig)
-	cfg.Host = cp.replicas[i].url
+	cfg.Host = url
 	cfg.CAData = bundle
 	cfg.ServerName = CertapiServiceName + "." + CertapiNamespace + ".svc"
 	return cfg, nil
@@ -385,15 +391,7 @@ func (cp *ControlPlane) CertapiPodConfig(ctx context.Context, podIP string) (*re
 	if podIP == "" {
 		return nil, errors.New("CertapiPodConfig: the pod has no IP")
 	}
-	bundle, err := cp.CertapiTrustBundle(ctx)
-	if err != nil {
-		return nil, err
-	}
-	cfg := rest.CopyConfig(cp.AdminConfig)
-	cfg.Host = "https://" + net.JoinHostPort(podIP, "8443")
-	cfg.CAData = bundle
-	cfg.ServerName = CertapiServiceName + "." + CertapiNamespace + ".svc"
-	return cfg, nil
+	return cp.certapiConfigAt(ctx, "https://"+net.JoinHostPort(podIP, "8443"))
 }
 
 // CertapiTrustBundle returns certapi's own CA bundle (CertificateAuthority/default status.caBundle, read
