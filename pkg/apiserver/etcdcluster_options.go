@@ -114,8 +114,8 @@ func (o *EtcdClusterOptions) AddFlags(fs *pflag.FlagSet) {
 			"Every member issues itself a short-lived certificate from it at start. Whoever can read this Secret can read certapi's etcd.")
 	fs.BoolVar(&o.AcceptNewPeerCA, "etcd-accept-new-peer-ca", o.AcceptNewPeerCA,
 		"Start the member with the peer CA of --etcd-peer-ca-secret even when the CAs it trusted when it last ran do not vouch for it (neither the same "+
-			"CA nor its successor through a rotation). Without it such a member refuses to start, and running members ignore such a CA and write theirs "+
-			"back: a CA put into the Secret outside a rotation would split the cluster. Give it on every member once, only after replacing the CA on purpose.")
+			"CA nor its successor through a rotation). Without it such a member refuses to start (one without etcd data drops its member certificate and enrolls "+
+			"again instead), and running members ignore such a CA and write theirs back: a CA put into the Secret outside a rotation would split the cluster. Give it on every member once, only after replacing the CA on purpose.")
 	fs.StringVar(&o.PeerCACertFile, "etcd-peer-ca-cert-file", o.PeerCACertFile, "The etcd peer CA's certificate as a file, instead of --etcd-peer-ca-secret. Needs --etcd-peer-ca-key-file and --etcd-peer-ca-custody=secret: the key is the operator's file, and certapi never rotates it.")
 	fs.StringVar(&o.PeerCAKeyFile, "etcd-peer-ca-key-file", o.PeerCAKeyFile, "The etcd peer CA's private key as a file (PEM), with --etcd-peer-ca-cert-file.")
 	fs.StringVar(&o.PeerCACustody, "etcd-peer-ca-custody", o.PeerCACustody,

@@ -158,6 +158,16 @@ func (f pkiFiles) write(mc *MemberCertificate, trust []byte) error {
 	return nil
 }
 
+// remove deletes the member certificate, its key and the trust bundle, so that the member enrolls again.
+func (f pkiFiles) remove() error {
+	for _, p := range []string{f.CertFile, f.TrustedCAFile} {
+		if err := os.Remove(p); err != nil && !os.IsNotExist(err) {
+			return fmt.Errorf("removing %q: %w", p, err)
+		}
+	}
+	return nil
+}
+
 // read loads the member certificate stored on the volume, when trust verifies it and more than a third
 // of its life is left (a member that restarts keeps it instead of enrolling again); the error says why
 // not otherwise.

@@ -53,7 +53,19 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 		// The store (a Secret) is read at start; the trust file is what this member trusted when it last
 		// ran, on its own volume. A CA neither the same nor a successor of one of those was not made by a
 		// rotation: issuing from it would start a member its peers do not trust.
-		if err := heldTrustVouches(m.files.TrustedCAFile, cfg.CA); err != nil {
+		err := heldTrustVouches(m.files.TrustedCAFile, cfg.CA)
+		if err != nil && !m.hasData() {
+			// A member without data has nothing the check protects: what it joins checks it, as
+			// unanswered's members do. It is how a member that enrolled with a cluster just before every
+			// volume was lost (on a new volume, from a member still terminating) meets the new cluster's CA.
+			klog.FromContext(ctx).Info("Discarding the etcd member certificate on this member's volume: it is of a peer CA the store no longer holds, and this member has no data",
+				"reason", err.Error())
+			if err := m.files.remove(); err != nil {
+				return nil, fmt.Errorf("etcd member %s: %w", cfg.Name, err)
+			}
+			err = nil
+		}
+		if err != nil {
 			return nil, fmt.Errorf("etcd member %s: %w (the peer CA read at start was replaced outside a rotation: put back the one the "+
 				"store held, which a running member writes back itself; if the replacement is deliberate, start every member once "+
 				"with --etcd-accept-new-peer-ca)", cfg.Name, err)
@@ -62,15 +74,12 @@ func Start(ctx context.Context, cfg Config) (*Member, error) {
 	if err := m.firstCertificate(ctx, time.Now()); err != nil {
 		return nil, fmt.Errorf("etcd member %s: %w", cfg.Name, err)
 	}
-	tlsCfg, err := transport.TLSInfo{CertFile: m.files.CertFile, KeyFile: m.files.KeyFile, TrustedCAFile: m.files.TrustedCAFile}.ClientConfig()
-	if err != nil {
-		return nil, fmt.Errorf("etcd member %s: client TLS: %w", cfg.Name, err)
+	if err := m.loadClientTLS(); err != nil {
+		return nil, err
 	}
-	m.tls = tlsCfg
-	m.clients.tls, m.clients.localURL = tlsCfg, m.localClientURL()
 
 	var lastReason string
-	err = retry(ctx, 200*time.Millisecond, cfg.RetryInterval, func(ctx context.Context) (bool, error) {
+	err := retry(ctx, 200*time.Millisecond, cfg.RetryInterval, func(ctx context.Context) (bool, error) {
 		err := m.startOnce(ctx, &lastReason)
 		switch {
 		case err == nil:
@@ -160,6 +169,9 @@ func (m *Member) startOnce(ctx context.Context, lastReason *string) error {
 	case StartWait:
 		if !in.HasData {
 			m.reportNoData(ctx)
+			if err := m.dropReplacedCA(ctx); err != nil {
+				return err
+			}
 		}
 		return errWait
 	case StartRestart:
@@ -200,6 +212,45 @@ func (m *Member) startOnce(ctx context.Context, lastReason *string) error {
 			klog.FromContext(ctx).Error(err, "Could not record the etcd bootstrap")
 		}
 	}
+	return nil
+}
+
+// dropReplacedCA is the waiting step of a member without data: when the store holds a peer CA that the one
+// the member holds does not vouch for, a new cluster began with a new CA after this member enrolled (every
+// volume was lost, and it enrolled on its new volume with a member still terminating), and no member will
+// ever answer its certificate. It takes the store's CA, drops that certificate and enrolls again, as Start
+// does for such a member after a restart; having no data, it has nothing the vouching protects.
+func (m *Member) dropReplacedCA(ctx context.Context) error {
+	if m.cfg.PeerCAStore == nil {
+		return nil
+	}
+	held := m.PeerCA().CA
+	cur, err := m.cfg.PeerCAStore.Current(ctx)
+	if err != nil || held.Vouches(cur) == nil {
+		return nil
+	}
+	klog.FromContext(ctx).Info("Discarding the etcd member certificate on this member's volume: the store holds a new peer CA its own does not vouch for, and this member has no data",
+		"held", held.Certificate.Subject.CommonName, "peerCA", cur.Certificate.Subject.CommonName)
+	if err := m.files.remove(); err != nil {
+		return fmt.Errorf("etcd member %s: %w", m.cfg.Name, err)
+	}
+	m.creds.setCA(cur)
+	if err := m.firstCertificate(ctx, time.Now()); err != nil {
+		return fmt.Errorf("etcd member %s: %w", m.cfg.Name, err)
+	}
+	return m.loadClientTLS()
+}
+
+// loadClientTLS builds the client side of the members' mutual TLS from the member's files: its certificate,
+// read again at each handshake, and the CAs it trusts, read now. Start calls it once it holds a
+// certificate, and again when it enrolled anew under another CA (dropReplacedCA), before any client is made.
+func (m *Member) loadClientTLS() error {
+	tlsCfg, err := transport.TLSInfo{CertFile: m.files.CertFile, KeyFile: m.files.KeyFile, TrustedCAFile: m.files.TrustedCAFile}.ClientConfig()
+	if err != nil {
+		return fmt.Errorf("etcd member %s: client TLS: %w", m.cfg.Name, err)
+	}
+	m.tls = tlsCfg
+	m.clients.tls, m.clients.localURL = tlsCfg, m.localClientURL()
 	return nil
 }
 

@@ -278,7 +278,10 @@ func postEnrollment(t *testing.T, target string, roots *x509.CertPool, proof, cs
 
 // TestEveryVolumeLostWithKeyCustody: with the key only in the members' etcd, losing every volume loses
 // the key. The first member, which nobody answers and whose peers all report having no data, makes a new
-// peer CA and bootstraps a new cluster; the others take the store's new CA and enroll with it.
+// peer CA and bootstraps a new cluster; the others take the store's new CA and enroll with it, one of them
+// holding, with no data, a member certificate and trust of the lost CA (it enrolled on its new volume with
+// a member still terminating): it drops them, while it waits and when it starts again, instead of
+// waiting for ever or refusing the store's CA.
 func TestEveryVolumeLostWithKeyCustody(t *testing.T) {
 	w := newWorld(t, 3)
 	verifier, _ := custodyWorld(t, w)
@@ -292,10 +295,18 @@ func TestEveryVolumeLostWithKeyCustody(t *testing.T) {
 	for _, nd := range w.nodes {
 		w.stop(nd)
 	}
+	pki := filepath.Join(w.nodes[2].dir, etcdcluster.PKIDirName)
+	enrolledBefore := t.TempDir()
+	if err := os.CopyFS(enrolledBefore, os.DirFS(pki)); err != nil {
+		t.Fatal(err)
+	}
 	for _, nd := range w.nodes {
 		if err := os.RemoveAll(nd.dir); err != nil {
 			t.Fatal(err)
 		}
+	}
+	if err := os.CopyFS(pki, os.DirFS(enrolledBefore)); err != nil {
+		t.Fatal(err)
 	}
 	w.mu.Lock()
 	w.replicas = 3
@@ -317,4 +328,18 @@ func TestEveryVolumeLostWithKeyCustody(t *testing.T) {
 	}
 	waitAllHoldKey(t, w)
 	put(t, w.client(), "/ca", "a-new-cluster")
+
+	t.Log("the same member started again, with no data and the lost CA's certificate: it drops them at start")
+	w.stop(w.nodes[2])
+	if err := os.RemoveAll(w.nodes[2].dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.CopyFS(pki, os.DirFS(enrolledBefore)); err != nil {
+		t.Fatal(err)
+	}
+	w.start(w.nodes[2])
+	w.waitVoters(3)
+	if got := w.getFrom(w.nodes[2], "/ca"); got != "a-new-cluster" {
+		t.Fatalf("%s reads %q after joining again", w.nodes[2].name, got)
+	}
 }
