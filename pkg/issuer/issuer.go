@@ -11,6 +11,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"k8s.io/apiserver/pkg/storage/value"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
 	"github.com/certapi/certapi/pkg/notify"
@@ -252,6 +253,16 @@ func (i *Issuer) signAsLeader(ctx context.Context, req Request) (res *Result, le
 	}
 }
 
+// SignedLog is the message Sign logs at verbosity SignedLogLevel for every certificate it returns, with
+// the replica's identity, its term (the revision of its election key: terms are ordered by it), the serial
+// number and leaseValidAt, a moment after the signature at which the election lease was known valid. Terms
+// are fenced by the lease, so ordered by leaseValidAt the terms of all replicas' lines never go back: a
+// check that no two replicas signed at the same moment (test/node/nodetest.CheckFencing).
+const SignedLog = "Signed a certificate"
+
+// SignedLogLevel is the verbosity (--v) from which Sign logs SignedLog: one line per certificate.
+const SignedLogLevel = 3
+
 // ErrNotLeading is returned by Sign on a replica that does not lead (or lost its session a moment ago).
 var ErrNotLeading = errors.New("this replica does not lead")
 
@@ -281,9 +292,19 @@ func (i *Issuer) Sign(req Request) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The lease is checked after the signature was made, so it was known valid at validAt: the next term
+	// cannot begin before then, which is what SignedLog lets a checker hold every signature to.
+	validAt := i.cfg.Clock.Now()
 	if !i.leaseValid() {
 		i.noteLeaseLapse()
 		return nil, ErrNotLeading
+	}
+	if v := klog.V(SignedLogLevel); v.Enabled() {
+		i.mu.RLock()
+		term := i.termRev
+		i.mu.RUnlock()
+		v.InfoS(SignedLog, "identity", i.cfg.Identity, "term", term, "serialNumber", res.SerialNumber,
+			"leaseValidAt", validAt.UTC().Format(time.RFC3339Nano))
 	}
 	if i.cfg.OnIssued != nil {
 		i.cfg.OnIssued(req, res)

@@ -324,7 +324,7 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, retErr error) {
 		if err := cp.startNode(ctx); err != nil {
 			return cp, err
 		}
-		if err := cp.startWorkers(ctx, opts.WorkerNodes); err != nil {
+		if _, err := cp.AddWorkers(ctx, opts.WorkerNodes); err != nil {
 			return cp, err
 		}
 	} else if opts.WorkerNodes > 0 {

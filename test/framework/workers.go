@@ -12,27 +12,34 @@ import (
 	"time"
 )
 
-// startWorkers brings up count worker nodes (Options.WorkerNodes) once the first node is up: their
-// networks one after another (each picks addresses no route of the machine uses yet), the machine's
-// forwarding between the nodes, then their containerd, images, kubelet and kube-proxy side by side, and
-// waits until every one is Ready.
-func (cp *ControlPlane) startWorkers(ctx context.Context, count int) error {
+// AddWorkers brings up count more worker nodes, numbered on from the last (certapi-node-<n>, in zone
+// zone-<n>), as Options.WorkerNodes does at start once the first node is up, or later as new machines
+// join a cluster (a node lost for good replaced): their networks one after another (each picks addresses
+// no route of the machine uses yet), the machine's forwarding between the nodes, then their containerd,
+// images (Options.NodeImages), kubelet and kube-proxy side by side. It returns once every one is Ready.
+func (cp *ControlPlane) AddWorkers(ctx context.Context, count int) ([]*ClusterNode, error) {
 	if count <= 0 {
-		return nil
+		return nil, nil
+	}
+	if cp.ClusterNode == nil {
+		return nil, errors.New("adding worker nodes: no first node (Options.Node)")
 	}
 	t0 := time.Now()
 	images, err := imagesDir()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	pauseArchive := filepath.Join(images, "pause.tar")
 	pauseNames, err := ArchiveImageNames(pauseArchive)
 	if err != nil {
-		return fmt.Errorf("the pause image (run `make images`): %w", err)
+		return nil, fmt.Errorf("the pause image (run `make images`): %w", err)
 	}
 	archives := append([]string{pauseArchive}, cp.opts.NodeImages...)
 	var workers []*ClusterNode
-	for i := 1; i <= count; i++ {
+	cp.mu.Lock()
+	first := len(cp.Workers) + 1
+	cp.mu.Unlock()
+	for i := first; i < first+count; i++ {
 		w := &ClusterNode{
 			Name:   NodeName + "-" + strconv.Itoa(i),
 			Zone:   "zone-" + strconv.Itoa(i),
@@ -44,23 +51,23 @@ func (cp *ControlPlane) startWorkers(ctx context.Context, count int) error {
 		cp.Workers = append(cp.Workers, w)
 		cp.mu.Unlock()
 		if w.Dir, err = os.MkdirTemp("", nodeDirPrefix); err != nil {
-			return fmt.Errorf("creating the directory of node %s: %w", w.Name, err)
+			return nil, fmt.Errorf("creating the directory of node %s: %w", w.Name, err)
 		}
 		if err := os.Symlink(w.Dir, filepath.Join(cp.Dir, w.Name)); err != nil && !errors.Is(err, fs.ErrExist) {
-			return err
+			return nil, err
 		}
 		if w.network, err = newWorkerNetwork(w.Dir); err != nil {
-			return err
+			return nil, err
 		}
 		w.Bridge, w.PodCIDR, w.IP, w.Netns = w.network.bridge, w.network.podCIDR, w.network.nodeIP, w.network.netns
 		w.cgroup = "/" + filepath.Base(w.Dir)
 		if err := w.network.setUp(ctx); err != nil {
-			return fmt.Errorf("setting up the network of node %s: %w", w.Name, err)
+			return nil, fmt.Errorf("setting up the network of node %s: %w", w.Name, err)
 		}
 		workers = append(workers, w)
 	}
 	if err := cp.syncNodeForwarding(ctx); err != nil {
-		return err
+		return nil, err
 	}
 	errs := make([]error, len(workers))
 	var wg sync.WaitGroup
@@ -69,10 +76,10 @@ func (cp *ControlPlane) startWorkers(ctx context.Context, count int) error {
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
-		return err
+		return nil, err
 	}
 	cp.progress("%d worker nodes up in %s", count, since(t0))
-	return nil
+	return workers, nil
 }
 
 // Nodes returns the first node and the workers, in that order.

@@ -13,6 +13,7 @@ import (
 
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	"github.com/certapi/certapi/pkg/generated/clientset/versioned"
+	"github.com/certapi/certapi/pkg/issuer"
 	"github.com/certapi/certapi/test/framework"
 	"github.com/certapi/certapi/test/node/nodetest"
 )
@@ -38,7 +39,8 @@ const endpointGone = 30 * time.Second
 // AlreadyExists after a create that was applied but not acknowledged is an answer). Then the node comes back with its
 // disk: its member rejoins and the cluster is three voters again, without a person. The checker holds the
 // history against the end: every acknowledged write there, every certificate signed by the one line of
-// CAs, and the CA the one of before (never a second one).
+// CAs, the CA the one of before (never a second one), and at most one replica signing at any moment
+// (nodetest.CheckFencing, on the signatures the replicas logged).
 func TestNodeLost(t *testing.T) {
 	ctx := context.Background()
 	kube, certapi := nodetest.Clients(t, cp)
@@ -172,13 +174,13 @@ func since(ops []nodetest.Op, t time.Time) []nodetest.Op {
 
 // installed installs the HA default (framework.InstallCertapiHA: each replica on the worker of its claim's
 // local volume) unless the package's tests already have, and waits until it is three Ready pods and three
-// voters.
+// voters. certapi runs with --v=3, which logs every signature, for the checker's fencing check.
 func installed(t *testing.T) {
 	t.Helper()
 	ctx := context.Background()
 	kube, _ := nodetest.Clients(t, cp)
 	if _, err := kube.AppsV1().StatefulSets(ns).Get(ctx, "certapi", metav1.GetOptions{}); err != nil {
-		if err := cp.InstallCertapiHA(ctx); err != nil {
+		if err := cp.InstallCertapiHA(ctx, fmt.Sprintf("--v=%d", issuer.SignedLogLevel)); err != nil {
 			t.Fatal(err)
 		}
 	}

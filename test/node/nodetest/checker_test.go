@@ -1,12 +1,14 @@
 package nodetest
 
 import (
+	"bytes"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"errors"
+	"fmt"
 	"math/big"
 	"strings"
 	"testing"
@@ -14,6 +16,9 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/klog/v2/textlogger"
+
+	"github.com/certapi/certapi/pkg/issuer"
 )
 
 // selfSigned makes a CA, and a leaf it signs.
@@ -145,5 +150,56 @@ func TestAnswers(t *testing.T) {
 	}
 	if got := Answers(ops[3:]); got != "none failed" {
 		t.Errorf("Answers of none failed = %s", got)
+	}
+}
+
+func TestParseSignatures(t *testing.T) {
+	var log bytes.Buffer
+	logger := textlogger.NewLogger(textlogger.NewConfig(textlogger.Output(&log)))
+	at := time.Date(2026, 12, 7, 20, 4, 54, 18473000, time.UTC)
+	logger.Info(issuer.SignedLog, "identity", "certapi-1", "term", int64(4107), "serialNumber", "af9fda40b1", "leaseValidAt", at.Format(time.RFC3339Nano))
+	log.WriteString(`I1207 20:04:54.018473       1 election.go:132] "Leading: signing with the Active CA" identity="certapi-1"` + "\n")
+	got, err := ParseSignatures(log.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Signature{{Replica: "certapi-1", Term: 4107, Serial: "af9fda40b1", At: at}}
+	if len(got) != 1 || got[0] != want[0] {
+		t.Fatalf("ParseSignatures of\n%s= %+v; want %+v", log.String(), got, want)
+	}
+}
+
+func TestCheckFencing(t *testing.T) {
+	t0 := time.Date(2026, 12, 7, 20, 0, 0, 0, time.UTC)
+	sig := func(replica string, term int64, ms int) Signature {
+		return Signature{Replica: replica, Term: term, Serial: fmt.Sprintf("%x", ms), At: t0.Add(time.Duration(ms) * time.Millisecond)}
+	}
+	for _, tc := range []struct {
+		name   string
+		sigs   []Signature
+		broken []string
+	}{
+		{name: "no signatures"},
+		{name: "one term", sigs: []Signature{sig("certapi-0", 10, 1), sig("certapi-0", 10, 2)}},
+		{name: "terms one after another, logged out of order",
+			sigs: []Signature{sig("certapi-1", 20, 30), sig("certapi-0", 10, 1), sig("certapi-0", 10, 5), sig("certapi-2", 31, 40), sig("certapi-0", 35, 50)}},
+		{name: "the old leader signs after the new one began",
+			sigs:   []Signature{sig("certapi-0", 10, 1), sig("certapi-1", 20, 30), sig("certapi-0", 10, 31), sig("certapi-1", 20, 32)},
+			broken: []string{"certapi-0 signed serial 1f in term 10"}},
+		{name: "one term, two replicas",
+			sigs:   []Signature{sig("certapi-0", 10, 1), sig("certapi-1", 10, 2)},
+			broken: []string{"term 10 signed by two replicas, certapi-0 and certapi-1"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := CheckFencing(tc.sigs)
+			if len(got) != len(tc.broken) {
+				t.Fatalf("CheckFencing = %v; want %d violations %v", got, len(tc.broken), tc.broken)
+			}
+			for i, v := range got {
+				if !strings.Contains(v.What, tc.broken[i]) {
+					t.Errorf("violation %d: %q; want it to say %q", i, v.What, tc.broken[i])
+				}
+			}
+		})
 	}
 }

@@ -23,7 +23,8 @@ import (
 // selector in certapiNS) reads of it, called directly: from etcd (a Get with no resourceVersion, a quorum
 // read through that replica's member) and from its watch cache alone (a List at resourceVersion 0 of that
 // name, which the cache answers, or refuses with 429 while it is not ready), so that a replica serving
-// stale reads is told from a write etcd lost. It returns the broken invariants.
+// stale reads is told from a write etcd lost. Then it holds the signatures the replicas logged to fencing
+// (CheckFencing: certapi must run with --v=3). It returns the broken invariants.
 func (w *Workload) Check(t *testing.T, cp *framework.ControlPlane, certapi versioned.Interface, history []Op, cas []*x509.Certificate, certapiNS, selector, label string) []Violation {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -51,7 +52,7 @@ func (w *Workload) Check(t *testing.T, cp *framework.ControlPlane, certapi versi
 		t.Logf("%sthe history of %s:\n%s", label, v.Name, strings.Join(lines, "\n"))
 		t.Logf("%swhat each replica reads of %s now:\n%s", label, v.Name, strings.Join(w.replicaReads(t, cp, certapiNS, selector, v.Name), "\n"))
 	}
-	return broken
+	return append(broken, checkFencing(t, cp, history, certapiNS, selector, label)...)
 }
 
 // replicaReads says what each certapi replica reads of the request name, one line a replica; a replica

@@ -1,0 +1,103 @@
+//go:build chaos
+
+package multinode
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/certapi/certapi/test/node/nodetest"
+)
+
+// TestNodeReplaced: the leader's worker lost for good with its local volume (ControlPlane.Remove: its
+// processes killed, its disk gone, its Node deleted), under the checker's workload. The two other replicas
+// keep the quorum, and one of them leads. Then what a local volume asks of a person, and nothing more: a
+// new machine joins with a disk (AddWorkers, a local volume on it), and the lost replica's claim, bound
+// to a volume that no longer exists, is deleted with its volume's object. The StatefulSet makes a new
+// claim, which binds to the new disk, and the replica runs on the new node with no data: its member
+// removes its own stale entry, joins as a learner and is promoted, and the cluster is three voters again.
+// Nothing acknowledged is lost, and the CA is the one of before.
+func TestNodeReplaced(t *testing.T) {
+	ctx := context.Background()
+	kube, certapi := nodetest.Clients(t, cp)
+	nodetest.LogPodsOnFailure(t, cp, ns, 3)
+	installed(t)
+	caBefore, line := caLine(t)
+
+	const loadNS = "node-replaced"
+	nodetest.Kubectl(t, cp, "create", "namespace", loadNS)
+	w := nodetest.StartWorkload(t, certapi, loadNS, 4, seed)
+	nodetest.WaitFor(t, time.Minute, "the workload under way", func(context.Context) (bool, string) {
+		return len(w.Ops()) >= 40, fmt.Sprintf("%d operations", len(w.Ops()))
+	})
+
+	leader := nodetest.LeaderPod(t, cp)
+	pod, err := kube.CoreV1().Pods(ns).Get(ctx, leader, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	claim := "data-" + leader
+	pvc, err := kube.CoreV1().PersistentVolumeClaims(ns).Get(ctx, claim, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lost := cp.Node(pod.Spec.NodeName)
+	if lost == nil || lost == cp.ClusterNode {
+		t.Fatalf("the leader %s runs on %q, not on a worker", leader, pod.Spec.NodeName)
+	}
+	if err := cp.Remove(ctx, lost); err != nil {
+		t.Fatal(err)
+	}
+	removed := time.Now()
+	t.Logf("node %s (of the leader %s, its volume %s) removed for good", lost.Name, leader, pvc.Spec.VolumeName)
+	nodetest.WaitFor(t, 2*time.Minute, "a leader on another node", func(context.Context) (bool, string) {
+		l, err := nodetest.LeaderOf(cp)
+		if err != nil {
+			return false, err.Error()
+		}
+		return l != "" && l != leader, "leader " + l
+	})
+	t.Logf("figure: a new leader %s after the node was removed", time.Since(removed).Round(time.Second))
+
+	added, err := cp.AddWorkers(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cp.CreateLocalPV(ctx, "certapi-data-replacement", "1Gi", added[0]); err != nil {
+		t.Fatal(err)
+	}
+	replaced := time.Now()
+	// The claim goes once kube-controller-manager has deleted the pod of the deleted Node (pod garbage
+	// collection): kubectl does not wait for it.
+	nodetest.Kubectl(t, cp, "-n", ns, "delete", "pvc", claim, "--wait=false")
+	nodetest.Kubectl(t, cp, "delete", "pv", pvc.Spec.VolumeName, "--wait=false")
+	nodetest.WaitFor(t, 5*time.Minute, leader+" Ready on "+added[0].Name, func(ctx context.Context) (bool, string) {
+		p, err := kube.CoreV1().Pods(ns).Get(ctx, leader, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		ready := false
+		for _, c := range p.Status.Conditions {
+			ready = ready || (c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue)
+		}
+		return p.Spec.NodeName == added[0].Name && ready, fmt.Sprintf("on %q, phase %s, ready %v", p.Spec.NodeName, p.Status.Phase, ready)
+	})
+	nodetest.WaitFor(t, 5*time.Minute, "healed", healed(t))
+	nodetest.Logged(t, cp, ns, leader, "Removed a stale etcd member entry of this member", "Promoted this etcd learner to a voting member")
+	t.Logf("figure: from the new node Ready and the claim deleted to three pods Ready and three voters: %s; from the node lost: %s",
+		time.Since(replaced).Round(time.Second), time.Since(removed).Round(time.Second))
+
+	history := w.Stop()
+	outage := since(history, removed)
+	t.Logf("figure: the leader's node lost for good and replaced: from its loss to healed: %s; failed: %s", nodetest.Summarize(outage), nodetest.Answers(outage))
+	w.Check(t, cp, certapi, history, line, ns, selector, "")
+	caAfter, _ := caLine(t)
+	if got, want := nodetest.CACertificates(caAfter), nodetest.CACertificates(caBefore); got != want {
+		t.Errorf("the CA after the node was replaced: %s; want the one of before, %s", got, want)
+	}
+}

@@ -1,0 +1,138 @@
+package nodetest
+
+import (
+	"context"
+	"crypto/x509"
+	"fmt"
+	"regexp"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/certapi/certapi/pkg/issuer"
+	"github.com/certapi/certapi/pkg/signer"
+	"github.com/certapi/certapi/test/framework"
+)
+
+// Signature is one certificate a replica's log says it signed (issuer.SignedLog).
+type Signature struct {
+	// Replica is the signer's identity (its pod's name).
+	Replica string
+	// Term is the revision of the replica's election key in the term it signed in.
+	Term int64
+	// Serial is the certificate's serial number, as signer.FormatSerialNumber writes it.
+	Serial string
+	// At is a moment after the signature at which the replica's election lease was known valid.
+	At time.Time
+}
+
+// signedLine matches issuer.SignedLog's line in klog's text format.
+var signedLine = regexp.MustCompile(`"` + regexp.QuoteMeta(issuer.SignedLog) +
+	`" identity="([^"]*)" term=(\d+) serialNumber="([0-9a-f]+)" leaseValidAt="([^"]+)"`)
+
+// ParseSignatures returns the signatures of a replica's log (issuer.SignedLog lines, from --v=3).
+func ParseSignatures(log string) ([]Signature, error) {
+	var out []Signature
+	for _, m := range signedLine.FindAllStringSubmatch(log, -1) {
+		term, err := strconv.ParseInt(m[2], 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("the term of %q: %w", m[0], err)
+		}
+		at, err := time.Parse(time.RFC3339Nano, m[4])
+		if err != nil {
+			return nil, fmt.Errorf("the time of %q: %w", m[0], err)
+		}
+		out = append(out, Signature{Replica: m[1], Term: term, Serial: m[3], At: at})
+	}
+	return out, nil
+}
+
+// CheckFencing holds signatures (every replica's, read from the same clock: the nodes of one machine) to
+// fencing: at most one replica signs at any moment. Terms are ordered by their election keys' revisions,
+// and a term begins only once the lease of the one before has expired, after every moment its replica knew
+// it valid; so, ordered by that moment, the terms of the signatures never go back, and each term is one
+// replica's. It returns what broke that.
+func CheckFencing(signatures []Signature) []Violation {
+	sigs := slices.Clone(signatures)
+	slices.SortStableFunc(sigs, func(a, b Signature) int { return a.At.Compare(b.At) })
+	var broken []Violation
+	owner := map[int64]string{}
+	var last *Signature
+	for i := range sigs {
+		s := &sigs[i]
+		if o, ok := owner[s.Term]; ok && o != s.Replica {
+			broken = append(broken, Violation{What: fmt.Sprintf("term %d signed by two replicas, %s and %s (serial %s)", s.Term, o, s.Replica, s.Serial)})
+		}
+		owner[s.Term] = s.Replica
+		if last != nil && s.Term < last.Term {
+			broken = append(broken, Violation{What: fmt.Sprintf("two replicas signed at once: %s signed serial %s in term %d at %s, after %s signed serial %s in the later term %d at %s",
+				s.Replica, s.Serial, s.Term, s.At.Format(time.RFC3339Nano), last.Replica, last.Serial, last.Term, last.At.Format(time.RFC3339Nano))})
+			continue // hold the rest to the latest term seen
+		}
+		last = s
+	}
+	return broken
+}
+
+// checkFencing reads the signatures from the logs of every certapi pod in certapiNS (the container
+// running and the one before it) and holds them to CheckFencing. It fails t when the logs hold no
+// signature although the history has certificates (certapi not run with --v=3: the check would prove
+// nothing), and logs how many of the history's certificates it found a signature of (a pod replaced or
+// restarted twice takes its earlier logs with it).
+func checkFencing(t *testing.T, cp *framework.ControlPlane, history []Op, certapiNS, selector, label string) []Violation {
+	t.Helper()
+	kube, _ := Clients(t, cp)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	pods, err := kube.CoreV1().Pods(certapiNS).List(ctx, metav1.ListOptions{LabelSelector: selector})
+	cancel()
+	if err != nil {
+		t.Errorf("%sfencing: listing certapi's pods: %v", label, err)
+		return nil
+	}
+	var sigs []Signature
+	for _, pod := range pods.Items {
+		for _, previous := range []bool{false, true} {
+			out, err := KubectlErr(cp, "-n", certapiNS, "logs", pod.Name, "--previous="+strconv.FormatBool(previous))
+			if err != nil {
+				continue // no container before this one
+			}
+			s, err := ParseSignatures(out)
+			if err != nil {
+				t.Errorf("%sfencing: the log of %s: %v", label, pod.Name, err)
+			}
+			sigs = append(sigs, s...)
+		}
+	}
+	logged := map[string]bool{}
+	for _, s := range sigs {
+		logged[s.Serial] = true
+	}
+	certs, found := 0, 0
+	for _, o := range history {
+		if o.Kind != OpIssue || !o.Acknowledged() {
+			continue
+		}
+		certs++
+		if c, err := x509.ParseCertificate(o.Certificate); err == nil && logged[signer.FormatSerialNumber(c.SerialNumber)] {
+			found++
+		}
+	}
+	if certs > 0 && len(sigs) == 0 {
+		t.Errorf("%sfencing: no replica logged %q: run certapi with --v=%d", label, issuer.SignedLog, issuer.SignedLogLevel)
+		return nil
+	}
+	broken := CheckFencing(sigs)
+	for _, v := range broken {
+		t.Errorf("%sfencing: %s", label, v)
+	}
+	terms := map[int64]bool{}
+	for _, s := range sigs {
+		terms[s.Term] = true
+	}
+	t.Logf("%sfencing: %d signatures in %d terms, the signatures of %d of the workload's %d certificates among them; %d invariants broken",
+		label, len(sigs), len(terms), found, certs, len(broken))
+	return broken
+}
