@@ -94,6 +94,10 @@ func TestNodeReplaced(t *testing.T) {
 
 	history := w.Stop()
 	outage := since(history, removed)
+	if failed := nodetest.Failed(outage); len(failed) > 0 {
+		t.Logf("the first failure %s after the loss: %s; the last %s after: %s", failed[0].Start.Sub(removed).Round(time.Second), failed[0],
+			failed[len(failed)-1].Start.Sub(removed).Round(time.Second), failed[len(failed)-1])
+	}
 	t.Logf("figure: the leader's node lost for good and replaced: from its loss to healed: %s; failed: %s", nodetest.Summarize(outage), nodetest.Answers(outage))
 	w.Check(t, cp, certapi, history, line, ns, selector, "")
 	caAfter, _ := caLine(t)
