@@ -62,12 +62,7 @@ func TestNodeLost(t *testing.T) {
 	}
 	t.Logf("certapi's pods on %v", nodeOf)
 
-	const loadNS = "node-lost"
-	nodetest.Kubectl(t, cp, "create", "namespace", loadNS)
-	w := nodetest.StartWorkload(t, certapi, loadNS, 4, seed)
-	nodetest.WaitFor(t, time.Minute, "the workload under way", func(context.Context) (bool, string) {
-		return len(w.Ops()) >= 40, fmt.Sprintf("%d operations", len(w.Ops()))
-	})
+	w := startWorkload(t, "node-lost")
 
 	leader := nodetest.LeaderPod(t, cp)
 	lost := cp.Node(nodeOf[leader])
@@ -88,13 +83,7 @@ func TestNodeLost(t *testing.T) {
 		notReady = c.LastTransitionTime.Time
 		return c.Status != corev1.ConditionTrue && notReady.After(stopped.Add(-time.Second)), "Ready=" + string(c.Status)
 	})
-	nodetest.WaitFor(t, 2*time.Minute, "a leader on another node", func(context.Context) (bool, string) {
-		l, err := nodetest.LeaderOf(cp)
-		if err != nil {
-			return false, err.Error()
-		}
-		return l != "" && l != leader, "leader " + l
-	})
+	waitNewLeader(t, leader)
 	// kube-apiserver routes calls to the lost pod until the node lifecycle controller has marked it not
 	// Ready (when the Node goes NotReady) and the EndpointSlice followed: from then on nothing may fail.
 	steady := notReady.Add(endpointGone)
@@ -125,6 +114,31 @@ func TestNodeLost(t *testing.T) {
 	if got, want := nodetest.CACertificates(caAfter), nodetest.CACertificates(caBefore); got != want {
 		t.Errorf("the CA after the node came back: %s; want the one of before, %s", got, want)
 	}
+}
+
+// startWorkload starts the checker's workload (four callers, the package's seed) in a new namespace ns and
+// returns once it is under way.
+func startWorkload(t *testing.T, ns string) *nodetest.Workload {
+	t.Helper()
+	_, certapi := nodetest.Clients(t, cp)
+	nodetest.Kubectl(t, cp, "create", "namespace", ns)
+	w := nodetest.StartWorkload(t, certapi, ns, 4, seed)
+	nodetest.WaitFor(t, time.Minute, "the workload under way", func(context.Context) (bool, string) {
+		return len(w.Ops()) >= 40, fmt.Sprintf("%d operations", len(w.Ops()))
+	})
+	return w
+}
+
+// waitNewLeader waits until a replica other than old leads.
+func waitNewLeader(t *testing.T, old string) {
+	t.Helper()
+	nodetest.WaitFor(t, 2*time.Minute, "a leader other than "+old, func(context.Context) (bool, string) {
+		l, err := nodetest.LeaderOf(cp)
+		if err != nil {
+			return false, err.Error()
+		}
+		return l != "" && l != old, "leader " + l
+	})
 }
 
 // nodeReady returns the Node's Ready condition (nil when there is none or the Node cannot be read).

@@ -29,12 +29,7 @@ func TestNodeReplaced(t *testing.T) {
 	installed(t)
 	caBefore, line := caLine(t)
 
-	const loadNS = "node-replaced"
-	nodetest.Kubectl(t, cp, "create", "namespace", loadNS)
-	w := nodetest.StartWorkload(t, certapi, loadNS, 4, seed)
-	nodetest.WaitFor(t, time.Minute, "the workload under way", func(context.Context) (bool, string) {
-		return len(w.Ops()) >= 40, fmt.Sprintf("%d operations", len(w.Ops()))
-	})
+	w := startWorkload(t, "node-replaced")
 
 	leader := nodetest.LeaderPod(t, cp)
 	pod, err := kube.CoreV1().Pods(ns).Get(ctx, leader, metav1.GetOptions{})
@@ -55,13 +50,7 @@ func TestNodeReplaced(t *testing.T) {
 	}
 	removed := time.Now()
 	t.Logf("node %s (of the leader %s, its volume %s) removed for good", lost.Name, leader, pvc.Spec.VolumeName)
-	nodetest.WaitFor(t, 2*time.Minute, "a leader on another node", func(context.Context) (bool, string) {
-		l, err := nodetest.LeaderOf(cp)
-		if err != nil {
-			return false, err.Error()
-		}
-		return l != "" && l != leader, "leader " + l
-	})
+	waitNewLeader(t, leader)
 	t.Logf("figure: a new leader %s after the node was removed", time.Since(removed).Round(time.Second))
 
 	added, err := cp.AddWorkers(ctx, 1)
