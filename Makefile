@@ -248,8 +248,10 @@ test: tools-first build images
 ## chaos: test/node/multinode built with the tag chaos, on three worker nodes, under the checker's workload:
 ## seeded schedules of node faults (TestChaos: CHAOS_SEEDS (comma-separated) schedules of CHAOS_FAULTS faults
 ## each, every fault on a worker the seed chooses, for 10-40 s, the cluster healed before the next), then
-## TestNodeLost (in make test too) and TestNodeReplaced (the leader's node lost for good with its volume, a
-## new node added); each history is held against the end (nothing acknowledged lost, one line of CAs).
+## TestDrainSlowMember (a drain under the PodDisruptionBudget while another member is slow), TestNodeLost (in
+## make test too), TestNodeReplaced (the leader's node lost for good with its volume, a new node added) and
+## TestZoneLost (five replicas, a zone of two nodes lost); each history is held against the end (nothing
+## acknowledged lost, one line of CAs, at most one replica signing at any moment).
 ## Writes _output/chaos/report.md. Needs root, as make test's node tests; about an hour with the defaults.
 CHAOS_SEEDS ?= 1,2,3,4,5
 CHAOS_FAULTS ?= 8

@@ -144,6 +144,32 @@ func (n *ClusterNode) Resume(ctx context.Context) error {
 	return n.LinkUp(ctx)
 }
 
+// Slow limits the worker's pods to cpus CPUs in all with the CFS bandwidth quota of the worker's cgroup
+// (cpu.cfs_quota_us in cgroup v1's cpu hierarchy, where the pods' cgroups are under it and its kubelet and
+// containerd are not; cpu.max on cgroup v2, which slows those too), as a member on an overloaded or
+// throttled machine: it answers, late. Slow(ctx, 0) lifts the limit.
+func (n *ClusterNode) Slow(_ context.Context, cpus float64) error {
+	if !n.worker() {
+		return errNotWorker
+	}
+	const period = 100000 // µs, the kernel's default
+	quota := "-1"
+	if cpus > 0 {
+		quota = fmt.Sprint(max(1000, int(cpus*period)))
+	}
+	file, value := filepath.Join("/sys/fs/cgroup/cpu", n.cgroup, "cpu.cfs_quota_us"), quota
+	if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err == nil {
+		if quota == "-1" {
+			quota = "max"
+		}
+		file, value = filepath.Join("/sys/fs/cgroup", n.cgroup, "cpu.max"), fmt.Sprintf("%s %d", quota, period)
+	}
+	if err := os.WriteFile(file, []byte(value), 0o644); err != nil {
+		return fmt.Errorf("writing %s to %s: %w", value, file, err)
+	}
+	return nil
+}
+
 // Remove deletes the worker as a machine lost for good: it is stopped (its processes killed, its
 // containers and mounts gone), its directory with every volume on it removed, and its Node object
 // deleted, so that kube-controller-manager deletes its pods. It stays in Workers, stopped.

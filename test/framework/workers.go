@@ -13,11 +13,12 @@ import (
 )
 
 // AddWorkers brings up count more worker nodes, numbered on from the last (certapi-node-<n>, in zone
-// zone-<n>), as Options.WorkerNodes does at start once the first node is up, or later as new machines
-// join a cluster (a node lost for good replaced): their networks one after another (each picks addresses
-// no route of the machine uses yet), the machine's forwarding between the nodes, then their containerd,
-// images (Options.NodeImages), kubelet and kube-proxy side by side. It returns once every one is Ready.
-func (cp *ControlPlane) AddWorkers(ctx context.Context, count int) ([]*ClusterNode, error) {
+// zone-<n>, or in zones[i] for the i-th when given: several nodes of one zone), as Options.WorkerNodes does
+// at start once the first node is up, or later as new machines join a cluster (a node lost for good
+// replaced): their networks one after another (each picks addresses no route of the machine uses yet), the
+// machine's forwarding between the nodes, then their containerd, images (Options.NodeImages), kubelet and
+// kube-proxy side by side. It returns once every one is Ready.
+func (cp *ControlPlane) AddWorkers(ctx context.Context, count int, zones ...string) ([]*ClusterNode, error) {
 	if count <= 0 {
 		return nil, nil
 	}
@@ -40,9 +41,13 @@ func (cp *ControlPlane) AddWorkers(ctx context.Context, count int) ([]*ClusterNo
 	first := len(cp.Workers) + 1
 	cp.mu.Unlock()
 	for i := first; i < first+count; i++ {
+		zone := "zone-" + strconv.Itoa(i)
+		if k := i - first; k < len(zones) && zones[k] != "" {
+			zone = zones[k]
+		}
 		w := &ClusterNode{
 			Name:   NodeName + "-" + strconv.Itoa(i),
-			Zone:   "zone-" + strconv.Itoa(i),
+			Zone:   zone,
 			cp:     cp,
 			procs:  map[string]*Process{},
 			Images: map[string][]string{},

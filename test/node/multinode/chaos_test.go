@@ -110,7 +110,7 @@ func TestChaos(t *testing.T) {
 				t.Fatal(err)
 			}
 			undone := time.Now()
-			nodetest.WaitFor(t, 5*time.Minute, "healed", healed(t))
+			nodetest.WaitFor(t, 5*time.Minute, "healed", healed(t, 3))
 			healedAfter := time.Since(undone)
 			during := since(w.Ops(), start)
 			t.Logf("figure: seed %d, node %s %s for %s: %s; failed: %s; healed %s after", seed, node.Name, f.name, hold, nodetest.Summarize(during), nodetest.Answers(during), healedAfter.Round(time.Second))

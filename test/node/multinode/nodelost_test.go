@@ -105,7 +105,7 @@ func TestNodeLost(t *testing.T) {
 		t.Fatal(err)
 	}
 	resumed := time.Now()
-	nodetest.WaitFor(t, 5*time.Minute, "healed", healed(t))
+	nodetest.WaitFor(t, 5*time.Minute, "healed", healed(t, 3))
 	t.Logf("figure: the node back with its disk: three pods Ready and three voters after %s", time.Since(resumed).Round(time.Second))
 	history := w.Stop()
 	t.Logf("the workload (seed %d): %s", seed, nodetest.Summarize(history))
@@ -156,9 +156,9 @@ func nodeReady(ctx context.Context, t *testing.T, name string) *corev1.NodeCondi
 	return nil
 }
 
-// voters reports whether certapi's etcd cluster is three healthy voters, as CertificateAuthority/default
+// voters reports whether certapi's etcd cluster is n healthy voters, as CertificateAuthority/default
 // reports it.
-func voters(ctx context.Context, certapi versioned.Interface) (bool, string) {
+func voters(ctx context.Context, certapi versioned.Interface, want int) (bool, string) {
 	ca, err := certapi.CertapiV1alpha1().CertificateAuthorities().Get(ctx, "default", metav1.GetOptions{})
 	if err != nil {
 		return false, err.Error()
@@ -172,7 +172,7 @@ func voters(ctx context.Context, certapi versioned.Interface) (bool, string) {
 			n++
 		}
 	}
-	return n == 3 && len(ca.Status.Etcd.Members) == 3, fmt.Sprintf("members %+v", ca.Status.Etcd.Members)
+	return n == want && len(ca.Status.Etcd.Members) == want, fmt.Sprintf("members %+v", ca.Status.Etcd.Members)
 }
 
 // since returns the operations of ops that started at or after t.
@@ -198,12 +198,12 @@ func installed(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	nodetest.WaitFor(t, 5*time.Minute, "healed", healed(t))
+	nodetest.WaitFor(t, 5*time.Minute, "healed", healed(t, 3))
 }
 
-// healed returns a condition that holds when the cluster is whole: every Node Ready, three certapi pods
-// Ready and three healthy voters.
-func healed(t *testing.T) func(context.Context) (bool, string) {
+// healed returns a condition that holds when the cluster is whole: every Node Ready, replicas certapi pods
+// Ready and as many healthy voters.
+func healed(t *testing.T, replicas int) func(context.Context) (bool, string) {
 	kube, certapi := nodetest.Clients(t, cp)
 	return func(ctx context.Context) (bool, string) {
 		nodes, err := kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
@@ -217,10 +217,10 @@ func healed(t *testing.T) func(context.Context) (bool, string) {
 				}
 			}
 		}
-		if ok, status := nodetest.PodsReady(ctx, kube, ns, selector, 3); !ok {
+		if ok, status := nodetest.PodsReady(ctx, kube, ns, selector, replicas); !ok {
 			return false, status
 		}
-		return voters(ctx, certapi)
+		return voters(ctx, certapi, replicas)
 	}
 }
 

@@ -76,7 +76,7 @@ func TestNodeReplaced(t *testing.T) {
 		}
 		return p.Spec.NodeName == added[0].Name && ready, fmt.Sprintf("on %q, phase %s, ready %v", p.Spec.NodeName, p.Status.Phase, ready)
 	})
-	nodetest.WaitFor(t, 5*time.Minute, "healed", healed(t))
+	nodetest.WaitFor(t, 5*time.Minute, "healed", healed(t, 3))
 	nodetest.Logged(t, cp, ns, leader, "Removed a stale etcd member entry of this member", "Promoted this etcd learner to a voting member")
 	t.Logf("figure: from the new node Ready and the claim deleted to three pods Ready and three voters: %s; from the node lost: %s",
 		time.Since(replaced).Round(time.Second), time.Since(removed).Round(time.Second))
