@@ -201,7 +201,10 @@ func (n *ClusterNode) startScheduler(ctx context.Context) error {
 // kubeletConfig is the node's KubeletConfiguration. cgroup v1 is allowed (failCgroupV1: false; kubelet
 // 1.37 refuses it by default) with the cgroupfs driver (containerd 1.6 does not tell kubelet its driver);
 // image garbage collection is off, for the images are imported, never pulled; eviction thresholds are
-// low, for a test machine's disk; nothing is read from the machine's /etc/resolv.conf.
+// low, for a test machine's disk; nothing is read from the machine's /etc/resolv.conf. A container's log is
+// rotated at 256 MiB rather than 10: a test reads it whole (the checker's fencing check reads every
+// signature certapi logged), and a replica without an etcd leader can log megabytes a minute (its watch
+// cache's reflector retrying, upstream's).
 const kubeletConfig = `apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 address: %[1]s
@@ -236,6 +239,7 @@ evictionHard:
   nodefs.available: 1%%
   nodefs.inodesFree: 1%%
   imagefs.available: 1%%
+containerLogMaxSize: 256Mi
 shutdownGracePeriod: 0s
 shutdownGracePeriodCriticalPods: 0s
 rotateCertificates: false
