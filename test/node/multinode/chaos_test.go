@@ -81,7 +81,6 @@ func TestChaos(t *testing.T) {
 			t.Fatalf("%s=%q: want a number of faults, at least 1", EnvChaosFaults, v)
 		}
 	}
-	_, certapi := nodetest.Clients(t, cp)
 	nodetest.LogPodsOnFailure(t, cp, ns, 3)
 	installed(t)
 	caBefore, line := caLine(t)
@@ -90,7 +89,7 @@ func TestChaos(t *testing.T) {
 		rng := rand.New(rand.NewPCG(seed, 1))
 		loadNS := fmt.Sprintf("chaos-%d", seed)
 		nodetest.Kubectl(t, cp, "create", "namespace", loadNS)
-		w := nodetest.StartWorkload(t, certapi, loadNS, 4, seed)
+		w := nodetest.StartWorkload(t, cp.AdminConfig, loadNS, 4, seed)
 		for i := range perSeed {
 			f := faults[rng.IntN(len(faults))]
 			node := cp.Workers[rng.IntN(len(cp.Workers))]
@@ -117,7 +116,7 @@ func TestChaos(t *testing.T) {
 			report = append(report, fmt.Sprintf("| %d | %s | %s | %s | %s | %s | |", seed, f.name, node.Name, hold, nodetest.Summarize(during), healedAfter.Round(time.Second)))
 		}
 		history := w.Stop()
-		broken := w.Check(t, cp, certapi, history, line, ns, selector, fmt.Sprintf("seed %d: ", seed))
+		broken := w.Check(t, cp, history, line, ns, selector, fmt.Sprintf("seed %d: ", seed))
 		t.Logf("seed %d: %s; %d invariants broken", seed, nodetest.Summarize(history), len(broken))
 		report = append(report, fmt.Sprintf("| %d | the whole schedule | | | %s | | %d |", seed, nodetest.Summarize(history), len(broken)))
 	}

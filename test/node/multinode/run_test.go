@@ -124,10 +124,9 @@ func (r *faultRun) servedOnceGone(stopped, notReady time.Time) []nodetest.Op {
 // lost, every certificate of the CA line, fencing), and the CA to the one of before: never a second one.
 func (r *faultRun) end() {
 	r.t.Helper()
-	_, certapi := nodetest.Clients(r.t, cp)
 	history := r.w.Stop()
 	r.t.Logf("the workload (seed %d): %s", seed, nodetest.Summarize(history))
-	r.w.Check(r.t, cp, certapi, history, r.line, ns, selector, "")
+	r.w.Check(r.t, cp, history, r.line, ns, selector, "")
 	caAfter, _ := caLine(r.t)
 	if got, want := nodetest.CACertificates(caAfter), nodetest.CACertificates(r.caBefore); got != want {
 		r.t.Errorf("the CA at the end: %s; want the one of before, %s", got, want)
@@ -138,9 +137,8 @@ func (r *faultRun) end() {
 // returns once it is under way.
 func startWorkload(t *testing.T, ns string) *nodetest.Workload {
 	t.Helper()
-	_, certapi := nodetest.Clients(t, cp)
 	nodetest.Kubectl(t, cp, "create", "namespace", ns)
-	w := nodetest.StartWorkload(t, certapi, ns, 4, seed)
+	w := nodetest.StartWorkload(t, cp.AdminConfig, ns, 4, seed)
 	nodetest.WaitFor(t, time.Minute, "the workload under way", func(context.Context) (bool, string) {
 		return len(w.Ops()) >= 40, fmt.Sprintf("%d operations", len(w.Ops()))
 	})

@@ -17,6 +17,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
@@ -56,6 +57,9 @@ type Op struct {
 	Err error
 	// Certificate is the leaf an acknowledged issue was given (DER).
 	Certificate []byte
+	// Attempts are the operation's HTTP requests other than reads, in order: more than one when client-go
+	// sent it again after a 429 or 5xx with Retry-After.
+	Attempts []Attempt
 }
 
 // Acknowledged reports whether the operation succeeded.
@@ -63,10 +67,18 @@ func (o Op) Acknowledged() bool { return o.Err == nil }
 
 // Refused reports whether the operation failed with an answer that says it wrote nothing: the request
 // was there already, was not there, had changed meanwhile, or was refused as invalid or forbidden. Any
-// other failure (a timeout, a 5xx, no answer) may or may not have been applied.
+// other failure (a timeout, a 5xx, no answer) may or may not have been applied, and so may a refusal
+// after an attempt that may have been applied (Retried): a delete sent again after a 5xx that is told
+// "not found" may be not found because the first attempt deleted it.
 func (o Op) Refused() bool {
-	return o.Err != nil && (apierrors.IsAlreadyExists(o.Err) || apierrors.IsNotFound(o.Err) || apierrors.IsConflict(o.Err) ||
+	return o.Err != nil && !o.Retried() && (apierrors.IsAlreadyExists(o.Err) || apierrors.IsNotFound(o.Err) || apierrors.IsConflict(o.Err) ||
 		apierrors.IsInvalid(o.Err) || apierrors.IsForbidden(o.Err) || apierrors.IsBadRequest(o.Err))
+}
+
+// Retried reports whether an attempt before the operation's last one may have been applied (a 5xx that
+// client-go sent again): its write may land at any time after it, like an operation with no answer.
+func (o Op) Retried() bool {
+	return len(o.Attempts) > 1 && slices.ContainsFunc(o.Attempts[:len(o.Attempts)-1], Attempt.Ambiguous)
 }
 
 // Unavailable reports whether the operation failed for want of a working service: it failed, and not
@@ -81,6 +93,9 @@ func (o Op) String() string {
 	s += fmt.Sprintf(" at %s, %s", o.Start.UTC().Format("15:04:05.000"), o.End.Sub(o.Start).Round(time.Millisecond))
 	if o.Err != nil {
 		s += ": " + o.Err.Error()
+	}
+	if len(o.Attempts) > 0 {
+		s += " [" + describeAttempts(o.Attempts) + "]"
 	}
 	return s
 }
@@ -116,7 +131,9 @@ func CheckHistory(ops []Op, final map[string]string, cas []*x509.Certificate) []
 		// after it: one after it, or a create or delete before it (they carry no resourceVersion, and a
 		// call that timed out may still land). An update that may have landed before an acknowledged
 		// write was read by that write (which reads, then writes with the resourceVersion it read), so
-		// it is overwritten. A definite refusal (Answered) wrote nothing.
+		// it is overwritten. A definite refusal (Refused) wrote nothing. An acknowledged create or delete
+		// that client-go sent again after an answer that may have been applied (Retried) may land once
+		// more later, like one with no answer.
 		possible := []string{""}
 		var late []string // the effects of unanswered creates and deletes so far
 		var last *Op
@@ -132,6 +149,9 @@ func CheckHistory(ops []Op, final map[string]string, cas []*x509.Certificate) []
 			case o.Acknowledged():
 				possible = append([]string{effect}, late...)
 				last = &history[i]
+				if o.Retried() && o.Kind != OpUpdate && !slices.Contains(late, effect) {
+					late = append(late, effect)
+				}
 			default:
 				if !slices.Contains(possible, effect) {
 					possible = append(possible, effect)
@@ -188,7 +208,9 @@ func describe(possible []string) string {
 // Workload writes ServingCertRequests in one namespace and asks for their certificates, from workers
 // goroutines on names of their own, and records every operation (StartWorkload).
 type Workload struct {
-	ns     string
+	ns string
+	// client records each call's attempts (recordingConfig).
+	client versioned.Interface
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
@@ -204,13 +226,18 @@ const workloadNames = 3
 
 // StartWorkload starts workers goroutines on the namespace ns (which must exist), each every 100 ms
 // creating, updating, deleting or asking for a certificate of one of its own workloadNames requests,
-// chosen by a random source of seed: the same seed makes the same choices for the same answers. Stop ends
-// it and returns the history.
-func StartWorkload(t *testing.T, certapi versioned.Interface, ns string, workers int, seed uint64) *Workload {
+// chosen by a random source of seed: the same seed makes the same choices for the same answers. It calls
+// through kube-apiserver with cfg, recording each request of an operation (Op.Attempts). Stop ends it and
+// returns the history.
+func StartWorkload(t *testing.T, cfg *rest.Config, ns string, workers int, seed uint64) *Workload {
 	t.Helper()
+	certapi, err := versioned.NewForConfig(recordingConfig(cfg))
+	if err != nil {
+		t.Fatal(err)
+	}
 	csr := &certapiv1alpha1.ServingCert{Spec: certapiv1alpha1.ServingCertSpec{CertificateRequest: signertest.CSRPEM(t, signertest.ECKey(t, elliptic.P256()))}}
 	ctx, cancel := context.WithCancel(context.Background())
-	w := &Workload{ns: ns, cancel: cancel}
+	w := &Workload{ns: ns, client: certapi, cancel: cancel}
 	for i := range workers {
 		rng := rand.New(rand.NewPCG(seed, uint64(i)))
 		w.wg.Go(func() { w.run(ctx, certapi, csr, i, rng) })
@@ -241,6 +268,7 @@ func (w *Workload) run(ctx context.Context, certapi versioned.Interface, csr *ce
 		}
 		op.Kind = kind
 		callCtx, cancel := context.WithTimeout(ctx, 2*CallBound)
+		callCtx, attempts := withAttempts(callCtx)
 		op.Start = time.Now()
 		var err error
 		switch kind {
@@ -275,6 +303,7 @@ func (w *Workload) run(ctx context.Context, certapi versioned.Interface, csr *ce
 		op.End = time.Now()
 		cancel()
 		op.Err = err
+		op.Attempts = attempts.writes()
 		if ctx.Err() != nil {
 			// Stopped while in flight: no answer, and the write may have been applied.
 			op.Err = errNoAnswer
@@ -323,17 +352,19 @@ func (w *Workload) Stop() []Op {
 	return slices.Clone(w.ops)
 }
 
-// atEnd reads what the workload's requests hold at the end: each one's dnsName, by name.
-func (w *Workload) atEnd(ctx context.Context, certapi versioned.Interface) (map[string]string, error) {
-	list, err := certapi.CertapiV1alpha1().ServingCertRequests(w.ns).List(ctx, metav1.ListOptions{})
+// atEnd reads what the workload's requests hold at the end, each one's dnsName by name, and returns the
+// list's attempts too.
+func (w *Workload) atEnd(ctx context.Context) (map[string]string, []Attempt, error) {
+	ctx, attempts := withAttempts(ctx)
+	list, err := w.client.CertapiV1alpha1().ServingCertRequests(w.ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return nil, err
+		return nil, attempts.all(), err
 	}
 	final := map[string]string{}
 	for _, r := range list.Items {
 		final[r.Name] = strings.Join(r.Spec.DNSNames, ",")
 	}
-	return final, nil
+	return final, attempts.all(), nil
 }
 
 // Summarize counts a history's operations: acknowledged and failed of each kind, the median and slowest

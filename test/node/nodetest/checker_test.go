@@ -63,6 +63,16 @@ func TestCheckHistory(t *testing.T) {
 		o.Err = apierrors.NewAlreadyExists(schema.GroupResource{Group: "certapi.dev", Resource: "servingcertrequests"}, name)
 		return o
 	}
+	// retried is o after client-go sent it again: its first attempt answered status.
+	retried := func(o Op, status int) Op {
+		o.Attempts = []Attempt{{Method: "POST", Status: status}, {Method: "POST", Status: 200}}
+		return o
+	}
+	notFound := func(kind OpKind, name string, s int) Op {
+		o := ok(kind, name, "", s)
+		o.Err = apierrors.NewNotFound(schema.GroupResource{Group: "certapi.dev", Resource: "servingcertrequests"}, name)
+		return o
+	}
 	issued := func(der []byte, s int) Op {
 		o := ok(OpIssue, "a", "", s)
 		o.Certificate = der
@@ -102,6 +112,31 @@ func TestCheckHistory(t *testing.T) {
 			name:  "a refused create wrote nothing",
 			ops:   []Op{ok(OpCreate, "a", "m1", 1), ok(OpDelete, "a", "", 2), refused(OpCreate, "a", "m2", 3)},
 			final: map[string]string{"a": "m2"}, broken: []string{"a holds m2 at the end; it may be only absent"},
+		},
+		{
+			name:  "a create sent again after a 503 may land once more after a later delete",
+			ops:   []Op{retried(ok(OpCreate, "a", "m1", 1), 503), ok(OpDelete, "a", "", 2)},
+			final: map[string]string{"a": "m1"},
+		},
+		{
+			name:  "not after a 429, which served nothing",
+			ops:   []Op{retried(ok(OpCreate, "a", "m1", 1), 429), ok(OpDelete, "a", "", 2)},
+			final: map[string]string{"a": "m1"}, broken: []string{"a holds m1 at the end; it may be only absent"},
+		},
+		{
+			name:  "a create refused as existing after a 503 may be its own first attempt",
+			ops:   []Op{retried(refused(OpCreate, "a", "m1", 1), 503)},
+			final: map[string]string{"a": "m1"},
+		},
+		{
+			name:  "a delete not found after a 503 may have deleted",
+			ops:   []Op{ok(OpCreate, "a", "m1", 1), retried(notFound(OpDelete, "a", 2), 503)},
+			final: map[string]string{},
+		},
+		{
+			name:  "a delete not found at its first attempt deleted nothing",
+			ops:   []Op{ok(OpCreate, "a", "m1", 1), notFound(OpDelete, "a", 2)},
+			final: map[string]string{}, broken: []string{"a absent at the end; it may be only m1"},
 		},
 		{name: "order is by start, not by the slice", ops: []Op{ok(OpUpdate, "a", "m2", 2), ok(OpCreate, "a", "m1", 1)}, final: map[string]string{"a": "m2"}},
 		{name: "a request nobody wrote", ops: nil, final: map[string]string{"x": "mx"}, broken: []string{"x holds mx, and no operation wrote it"}},

@@ -1,7 +1,6 @@
 package nodetest
 
 import (
-	"context"
 	"crypto/x509"
 	"fmt"
 	"regexp"
@@ -10,11 +9,8 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	"github.com/certapi/certapi/pkg/issuer"
 	"github.com/certapi/certapi/pkg/signer"
-	"github.com/certapi/certapi/test/framework"
 )
 
 // Signature is one certificate a replica's log says it signed (issuer.SignedLog).
@@ -77,34 +73,19 @@ func CheckFencing(signatures []Signature) []Violation {
 	return broken
 }
 
-// checkFencing reads the signatures from the logs of every certapi pod in certapiNS (the container
-// running and the one before it) and holds them to CheckFencing. It fails t when the logs hold no
-// signature although the history has certificates (certapi not run with --v=3: the check would prove
-// nothing), and logs how many of the history's certificates it found a signature of (a pod replaced or
-// restarted twice takes its earlier logs with it).
-func checkFencing(t *testing.T, cp *framework.ControlPlane, history []Op, certapiNS, selector, label string) []Violation {
+// checkFencing reads the signatures from logs (replicaLogs) and holds them to CheckFencing. It fails t
+// when the logs hold no signature although the history has certificates (certapi not run with --v=3:
+// the check would prove nothing), and logs how many of the history's certificates it found a signature
+// of (a pod replaced or restarted twice takes its earlier logs with it).
+func checkFencing(t *testing.T, logs map[string]string, history []Op, label string) []Violation {
 	t.Helper()
-	kube, _ := Clients(t, cp)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	pods, err := kube.CoreV1().Pods(certapiNS).List(ctx, metav1.ListOptions{LabelSelector: selector})
-	cancel()
-	if err != nil {
-		t.Errorf("%sfencing: listing certapi's pods: %v", label, err)
-		return nil
-	}
 	var sigs []Signature
-	for _, pod := range pods.Items {
-		for _, previous := range []bool{false, true} {
-			out, err := KubectlErr(cp, "-n", certapiNS, "logs", pod.Name, "--previous="+strconv.FormatBool(previous))
-			if err != nil {
-				continue // no container before this one
-			}
-			s, err := ParseSignatures(out)
-			if err != nil {
-				t.Errorf("%sfencing: the log of %s: %v", label, pod.Name, err)
-			}
-			sigs = append(sigs, s...)
+	for container, out := range logs {
+		s, err := ParseSignatures(out)
+		if err != nil {
+			t.Errorf("%sfencing: the log of %s: %v", label, container, err)
 		}
+		sigs = append(sigs, s...)
 	}
 	logged := map[string]bool{}
 	for _, s := range sigs {

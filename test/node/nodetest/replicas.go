@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/x509"
 	"fmt"
+	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -19,20 +21,22 @@ import (
 
 // Check ends a workload's run: it reads what the requests hold at the end, holds history against it and
 // cas (CheckHistory), and reports each broken invariant as an error of t, prefixed with label. For each
-// request one is about it logs the request's history and what every certapi replica (the pods of
-// selector in certapiNS) reads of it, called directly: from etcd (a Get with no resourceVersion, a quorum
-// read through that replica's member) and from its watch cache alone (a List at resourceVersion 0 of that
-// name, which the cache answers, or refuses with 429 while it is not ready), so that a replica serving
-// stale reads is told from a write etcd lost. Then it holds the signatures the replicas logged to fencing
-// (CheckFencing: certapi must run with --v=3). It returns the broken invariants.
-func (w *Workload) Check(t *testing.T, cp *framework.ControlPlane, certapi versioned.Interface, history []Op, cas []*x509.Certificate, certapiNS, selector, label string) []Violation {
+// request one is about it logs the request's history (each operation's attempts, with the certapi
+// replica whose log names the attempt's audit ID, and the same for the list at the end) and what every
+// certapi replica (the pods of selector in certapiNS) reads of it, called directly: from etcd (a Get with
+// no resourceVersion, a quorum read through that replica's member) and from its watch cache alone (a List
+// at resourceVersion 0 of that name, which the cache answers, or refuses with 429 while it is not ready),
+// so that a replica serving stale reads is told from a write etcd lost. Then it holds the signatures the
+// replicas logged to fencing (CheckFencing: certapi must run with --v=3). It returns the broken invariants.
+func (w *Workload) Check(t *testing.T, cp *framework.ControlPlane, history []Op, cas []*x509.Certificate, certapiNS, selector, label string) []Violation {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	final, err := w.atEnd(ctx, certapi)
+	final, listed, err := w.atEnd(ctx)
 	cancel()
 	if err != nil {
 		t.Fatalf("%sreading the workload's requests at the end: %v", label, err)
 	}
+	logs := replicaLogs(t, cp, certapiNS, selector)
 	broken := CheckHistory(history, final, cas)
 	for _, v := range broken {
 		t.Errorf("%s%s", label, v)
@@ -46,13 +50,69 @@ func (w *Workload) Check(t *testing.T, cp *framework.ControlPlane, certapi versi
 		var lines []string
 		for _, o := range history {
 			if o.Name == v.Name {
-				lines = append(lines, "  "+o.String())
+				lines = append(lines, "  "+o.String()+servedBy(logs, o.Attempts))
 			}
 		}
+		lines = append(lines, "  the list at the end: "+describeAttempts(listed)+servedBy(logs, listed))
 		t.Logf("%sthe history of %s:\n%s", label, v.Name, strings.Join(lines, "\n"))
 		t.Logf("%swhat each replica reads of %s now:\n%s", label, v.Name, strings.Join(w.replicaReads(t, cp, certapiNS, selector, v.Name), "\n"))
 	}
-	return append(broken, checkFencing(t, cp, history, certapiNS, selector, label)...)
+	return append(broken, checkFencing(t, logs, history, label)...)
+}
+
+// replicaLogs reads the log of every certapi pod of selector in certapiNS, the container running and the
+// one before it, by container ("certapi-1", "certapi-1 (previous)").
+func replicaLogs(t *testing.T, cp *framework.ControlPlane, certapiNS, selector string) map[string]string {
+	t.Helper()
+	kube, _ := Clients(t, cp)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	pods, err := kube.CoreV1().Pods(certapiNS).List(ctx, metav1.ListOptions{LabelSelector: selector})
+	cancel()
+	if err != nil {
+		t.Errorf("listing certapi's pods for their logs: %v", err)
+		return nil
+	}
+	logs := map[string]string{}
+	for _, pod := range pods.Items {
+		for _, previous := range []bool{false, true} {
+			out, err := KubectlErr(cp, "-n", certapiNS, "logs", pod.Name, "--previous="+strconv.FormatBool(previous))
+			if err != nil {
+				continue // no container before this one
+			}
+			name := pod.Name
+			if previous {
+				name += " (previous)"
+			}
+			logs[name] = out
+		}
+	}
+	return logs
+}
+
+// servedBy names, for each attempt with an audit ID, the containers whose log holds it (certapi logs
+// each request with its audit ID at --v=3): " served by certapi-1, certapi-0, ?" in the attempts' order.
+func servedBy(logs map[string]string, attempts []Attempt) string {
+	var by []string
+	for _, a := range attempts {
+		if a.AuditID == "" {
+			continue
+		}
+		var containers []string
+		for name, out := range logs {
+			if strings.Contains(out, a.AuditID) {
+				containers = append(containers, name)
+			}
+		}
+		sort.Strings(containers)
+		if len(containers) == 0 {
+			containers = []string{"?"}
+		}
+		by = append(by, strings.Join(containers, "+"))
+	}
+	if len(by) == 0 {
+		return ""
+	}
+	return " served by " + strings.Join(by, ", ")
 }
 
 // replicaReads says what each certapi replica reads of the request name, one line a replica; a replica
