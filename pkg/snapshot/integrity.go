@@ -17,6 +17,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/server/options/encryptionconfig"
 	"k8s.io/apiserver/pkg/storage/value"
+
+	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 )
 
 // IntegritySuffix names a snapshot's integrity record: FILE.integrity beside FILE.
@@ -25,7 +27,7 @@ const IntegritySuffix = ".integrity"
 // CAKeysResource is the resource whose transformer seals integrity records: the one that encrypts the CA
 // keys (issuer.CAKeysResource in group certapi.dev), so whoever can make a valid record could read the CA
 // keys anyway.
-var CAKeysResource = schema.GroupResource{Group: "certapi.dev", Resource: "certificateauthoritykeys"}
+var CAKeysResource = schema.GroupResource{Group: certapiv1alpha1.GroupName, Resource: "certificateauthoritykeys"}
 
 // integrityContext is the authenticated data every integrity record is sealed with: providers that
 // authenticate it (aesgcm, KMS v2) refuse a CA record's ciphertext presented as an integrity record.

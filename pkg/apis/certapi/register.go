@@ -43,3 +43,6 @@ func addKnownTypes(scheme *runtime.Scheme) error {
 // ConditionReady is the condition type that says whether a request's certificate is current, or whether
 // the CA is serving.
 const ConditionReady = "Ready"
+
+// ConditionRotating is the condition type that says where a CertificateAuthority's rotation stands.
+const ConditionRotating = "Rotating"

@@ -17,13 +17,10 @@ import (
 	certapiclient "github.com/certapi/certapi/pkg/generated/clientset/versioned/typed/certapi/v1alpha1"
 )
 
-// conditionReady is the condition type --wait waits for.
-const conditionReady = "Ready"
-
 // readiness reports whether obj's Ready condition is True for obj's current generation and, for
 // messages, what that condition says.
 func readiness(obj *certapiv1alpha1.ServingCertRequest) (bool, string) {
-	cond := meta.FindStatusCondition(obj.Status.Conditions, conditionReady)
+	cond := meta.FindStatusCondition(obj.Status.Conditions, certapiv1alpha1.ConditionReady)
 	if cond == nil {
 		if obj.Spec.SecretName == "" {
 			return false, "it has no Ready condition yet; without --secret a request becomes Ready when a " +

@@ -67,7 +67,7 @@ func (r *ImportREST) GetSingularName() string { return "certificateauthorityimpo
 
 // GroupVersionKind says the subresource takes and returns CertificateAuthorityImport.
 func (r *ImportREST) GroupVersionKind(schema.GroupVersion) schema.GroupVersionKind {
-	return certapi.SchemeGroupVersion.WithKind("CertificateAuthorityImport").GroupKind().WithVersion("v1alpha1")
+	return certapiv1alpha1.SchemeGroupVersion.WithKind("CertificateAuthorityImport")
 }
 
 // maxImportPEM bounds each PEM field before anything parses it.

@@ -187,7 +187,7 @@ func (c tableConvertor) ConvertToTable(ctx context.Context, obj runtime.Object, 
 			}
 		}
 		table.Rows = append(table.Rows, metav1.TableRow{
-			Cells:  []interface{}{ca.Name, status(certapi.ConditionReady), status("Rotating"), active, notAfter, leaderCell(ca.Status.Leader), duration.HumanDuration(now.Sub(ca.CreationTimestamp.Time))},
+			Cells:  []interface{}{ca.Name, status(certapi.ConditionReady), status(certapi.ConditionRotating), active, notAfter, leaderCell(ca.Status.Leader), duration.HumanDuration(now.Sub(ca.CreationTimestamp.Time))},
 			Object: runtime.RawExtension{Object: ca},
 		})
 	}

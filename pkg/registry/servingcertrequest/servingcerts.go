@@ -16,6 +16,7 @@ import (
 	"k8s.io/apiserver/pkg/registry/rest"
 
 	"github.com/certapi/certapi/pkg/apis/certapi"
+	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
 	"github.com/certapi/certapi/pkg/apis/certapi/validation"
 	"github.com/certapi/certapi/pkg/issuer"
 	"github.com/certapi/certapi/pkg/metrics"
@@ -74,7 +75,7 @@ func (r *ServingCertsREST) GetSingularName() string { return "servingcert" }
 
 // GroupVersionKind says the subresource takes and returns ServingCert, not ServingCertRequest.
 func (r *ServingCertsREST) GroupVersionKind(schema.GroupVersion) schema.GroupVersionKind {
-	return certapi.SchemeGroupVersion.WithKind("ServingCert").GroupKind().WithVersion("v1alpha1")
+	return certapiv1alpha1.SchemeGroupVersion.WithKind("ServingCert")
 }
 
 // Create validates the CSR against the parent request and signs it. Dry-run validates and does not sign.
