@@ -65,6 +65,9 @@ type selfServing struct {
 
 	// source renews the certificate; nil until run starts it.
 	source atomic.Pointer[servingcert.Source]
+	// logger is run's, for CurrentCertKeyContent (which kube's serving code calls without a context);
+	// nil until run starts.
+	logger atomic.Pointer[klog.Logger]
 	// caSeen: this replica's watch has seen CertificateAuthority/default, the object every admin command
 	// (rotate, distrust, status) starts from.
 	caSeen atomic.Bool
@@ -120,7 +123,9 @@ func (s *selfServing) CurrentCertKeyContent() ([]byte, []byte) {
 	if cert != nil && cert != s.encoded {
 		certPEM, keyPEM, err := encodeCertificate(cert)
 		if err != nil {
-			klog.ErrorS(err, "Encoding certapi's own serving certificate; still serving the previous one")
+			if l := s.logger.Load(); l != nil {
+				l.Error(err, "Encoding certapi's own serving certificate; still serving the previous one")
+			}
 			return s.certPEM, s.keyPEM
 		}
 		s.encoded, s.certPEM, s.keyPEM = cert, certPEM, keyPEM
@@ -176,6 +181,7 @@ func (s *selfServing) check(*http.Request) error {
 // certificate keeps serving the placeholder and stays unready. It runs once per selfServing.
 func (s *selfServing) run(ctx context.Context, auth selfAuthority, cas cache.ListerWatcherWithContext) {
 	logger := klog.FromContext(ctx)
+	s.logger.Store(&logger)
 	self := &selfIssuer{authority: auth, namespace: s.namespace, service: s.service, cas: cas, seen: func(ctx context.Context, ca *certapiv1alpha1.CertificateAuthority) {
 		s.caSeen.Store(true)
 		if err := erasure.RecordDistrusted(ctx, s.distrustedRecord, ca.Status); err != nil {

@@ -18,6 +18,9 @@ import (
 // Run takes part in the leader election until ctx ends. While leading it holds the CA in memory, answers
 // handoffs and runs OnLeading. When ctx ends it resigns, so another replica takes over at once.
 func (i *Issuer) Run(ctx context.Context) error {
+	logger := klog.FromContext(ctx).WithName("issuer")
+	i.logger.Store(&logger)
+	ctx = klog.NewContext(ctx, logger)
 	// Failed rounds (etcd unreachable, a leader whose loops could not start) are retried after 1 s,
 	// doubling up to 30 s while they keep failing, so a broken leader does not spin.
 	newBackoff := func() wait.Backoff {
@@ -31,7 +34,7 @@ func (i *Issuer) Run(ctx context.Context) error {
 			continue
 		}
 		delay := backoff.Step()
-		klog.ErrorS(err, "Leader election round failed; retrying", "identity", i.cfg.Identity, "retryIn", delay)
+		logger.Error(err, "Leader election round failed; retrying", "identity", i.cfg.Identity, "retryIn", delay)
 		select {
 		case <-ctx.Done():
 		case <-time.After(delay):
@@ -63,7 +66,7 @@ func (i *Issuer) campaignOnce(ctx context.Context) error {
 	}
 	defer session.Close()
 	election := concurrency.NewElection(session, i.cfg.Prefix+"/leader")
-	klog.InfoS("Campaigning for leadership", "identity", i.cfg.Identity)
+	klog.FromContext(ctx).Info("Campaigning for leadership", "identity", i.cfg.Identity)
 	if err := election.Campaign(ctx, i.cfg.Identity); err != nil {
 		return fmt.Errorf("campaigning: %w", err)
 	}
@@ -73,7 +76,7 @@ func (i *Issuer) campaignOnce(ctx context.Context) error {
 	if err := i.renewLease(ctx, lease.ID, leaseTTL); err != nil {
 		return fmt.Errorf("the campaign ended, but the term cannot start: %w", err)
 	}
-	klog.InfoS("Became leader", "identity", i.cfg.Identity, "key", election.Key())
+	klog.FromContext(ctx).Info("Became leader", "identity", i.cfg.Identity, "key", election.Key())
 
 	leadCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -88,7 +91,7 @@ func (i *Issuer) campaignOnce(ctx context.Context) error {
 		select {
 		case <-session.Done():
 			i.setLeading(false, signer.Authorities{})
-			klog.InfoS("Lost leadership: etcd session ended", "identity", i.cfg.Identity)
+			klog.FromContext(ctx).Info("Lost leadership: etcd session ended", "identity", i.cfg.Identity)
 			cancel()
 		case <-leadCtx.Done():
 		}
@@ -105,9 +108,9 @@ func (i *Issuer) campaignOnce(ctx context.Context) error {
 		rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer rcancel()
 		if rerr := election.Resign(rctx); rerr != nil {
-			klog.ErrorS(rerr, "Resigning leadership failed; followers take over when the session expires", "identity", i.cfg.Identity)
+			klog.FromContext(ctx).Error(rerr, "Resigning leadership failed; followers take over when the session expires", "identity", i.cfg.Identity)
 		} else {
-			klog.InfoS("Resigned leadership", "identity", i.cfg.Identity)
+			klog.FromContext(ctx).Info("Resigned leadership", "identity", i.cfg.Identity)
 		}
 	}
 	return err
@@ -129,7 +132,7 @@ func (i *Issuer) lead(ctx context.Context, leaderKey string, leaderRev int64) er
 	i.mu.Unlock()
 	i.setLeading(true, auth)
 	ca := auth.Active
-	klog.InfoS("Leading: signing with the Active CA", "identity", i.cfg.Identity, "serialNumber", signer.FormatSerialNumber(ca.Certificate.SerialNumber), "notAfter", ca.Certificate.NotAfter)
+	klog.FromContext(ctx).Info("Leading: signing with the Active CA", "identity", i.cfg.Identity, "serialNumber", signer.FormatSerialNumber(ca.Certificate.SerialNumber), "notAfter", ca.Certificate.NotAfter)
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -179,11 +182,11 @@ func (i *Issuer) loadOrCreateCA(ctx context.Context, leaderKey string, leaderRev
 			if err != nil {
 				return l, false, fmt.Errorf("rewriting the CA record: %w", err)
 			}
-			klog.InfoS("Rewrote the CA record", "reason", l.rewrite)
+			klog.FromContext(ctx).Info("Rewrote the CA record", "reason", l.rewrite)
 			l.modRevision = newRev
 		}
 		if l.found {
-			klog.InfoS("Loaded the CA from etcd", "serialNumber", signer.FormatSerialNumber(l.auth.Active.Certificate.SerialNumber), "bundleSize", len(l.auth.Certificates()))
+			klog.FromContext(ctx).Info("Loaded the CA from etcd", "serialNumber", signer.FormatSerialNumber(l.auth.Active.Certificate.SerialNumber), "bundleSize", len(l.auth.Certificates()))
 			return l, false, nil
 		}
 		auth, rec, err := i.newAuthorities(ctx)
@@ -193,7 +196,7 @@ func (i *Issuer) loadOrCreateCA(ctx context.Context, leaderKey string, leaderRev
 		newRev, err := i.store.save(ctx, auth, rec, 0, leaderKey, leaderRev)
 		if err == nil {
 			ca := auth.Active
-			klog.InfoS("Created the cluster's CA", "serialNumber", signer.FormatSerialNumber(ca.Certificate.SerialNumber), "notAfter", ca.Certificate.NotAfter,
+			klog.FromContext(ctx).Info("Created the cluster's CA", "serialNumber", signer.FormatSerialNumber(ca.Certificate.SerialNumber), "notAfter", ca.Certificate.NotAfter,
 				"keptRetiring", len(auth.Retiring))
 			return loaded{auth: auth, modRevision: newRev, found: true, recovery: rec}, true, nil
 		}

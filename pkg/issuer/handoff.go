@@ -90,7 +90,7 @@ func (i *Issuer) handoffRaw(ctx context.Context, hreq handoffRequest) (*handoffR
 		rctx, rcancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
 		defer rcancel()
 		if _, err := i.cfg.Client.Revoke(rctx, lease.ID); err != nil {
-			klog.V(2).InfoS("Revoking a handoff lease failed; etcd will expire it", "lease", lease.ID, "err", err)
+			klog.FromContext(ctx).V(2).Info("Revoking a handoff lease failed; etcd will expire it", "lease", lease.ID, "err", err)
 		}
 	}()
 
@@ -235,11 +235,11 @@ func (i *Issuer) answerImport(ctx context.Context, req *ImportRequest, resp *han
 func (i *Issuer) putAnswer(ctx context.Context, id string, leaseID int64, resp handoffResponse) {
 	body, err := json.Marshal(resp)
 	if err != nil {
-		klog.ErrorS(err, "Encoding a handoff answer")
+		klog.FromContext(ctx).Error(err, "Encoding a handoff answer")
 		return
 	}
 	// Bound to the requester's lease: if it has already gone, the put fails and nothing is left behind.
 	if _, err := i.cfg.Client.Put(ctx, i.responsesPrefix()+id, string(body), clientv3.WithLease(clientv3.LeaseID(leaseID))); err != nil {
-		klog.V(2).InfoS("Answering a handoff request failed (the requester may have given up)", "id", id, "err", err)
+		klog.FromContext(ctx).V(2).Info("Answering a handoff request failed (the requester may have given up)", "id", id, "err", err)
 	}
 }

@@ -120,6 +120,17 @@ type Issuer struct {
 	servers serverLease
 
 	listeners notify.Listeners
+
+	// logger is Run's (log), for what is logged outside a call that carries a context: signing.
+	logger atomic.Pointer[klog.Logger]
+}
+
+// log returns the logger Run was given, named "issuer"; klog's own before Run.
+func (i *Issuer) log() klog.Logger {
+	if l := i.logger.Load(); l != nil {
+		return *l
+	}
+	return klog.Background()
 }
 
 // New returns an Issuer; Run makes it take part in the election.
@@ -299,11 +310,11 @@ func (i *Issuer) Sign(req Request) (*Result, error) {
 		i.noteLeaseLapse()
 		return nil, ErrNotLeading
 	}
-	if v := klog.V(SignedLogLevel); v.Enabled() {
+	if v := i.log().V(SignedLogLevel); v.Enabled() {
 		i.mu.RLock()
 		term := i.termRev
 		i.mu.RUnlock()
-		v.InfoS(SignedLog, "identity", i.cfg.Identity, "term", term, "serialNumber", res.SerialNumber,
+		v.Info(SignedLog, "identity", i.cfg.Identity, "term", term, "serialNumber", res.SerialNumber,
 			"leaseValidAt", validAt.UTC().Format(time.RFC3339Nano))
 	}
 	if i.cfg.OnIssued != nil {

@@ -62,7 +62,7 @@ func (i *Issuer) leaseGranted(sent time.Time, ttl time.Duration) {
 // leaseRenewed records a keepalive sent at sent that etcd answered with ttl. A renewal after the lease
 // had stopped being known valid proves that it never expired (etcd cannot revive a lease), so signing
 // resumes: listeners are told, and the log says so.
-func (i *Issuer) leaseRenewed(sent time.Time, ttl time.Duration) {
+func (i *Issuer) leaseRenewed(ctx context.Context, sent time.Time, ttl time.Duration) {
 	i.mu.Lock()
 	wasValid := i.leaseValidLocked()
 	if sent.After(i.leaseRenewedAt) {
@@ -72,7 +72,7 @@ func (i *Issuer) leaseRenewed(sent time.Time, ttl time.Duration) {
 	i.mu.Unlock()
 	if !wasValid && leading {
 		i.leaseLapseLogged.Store(false)
-		klog.InfoS("Signing again: etcd renewed the election lease, so it never expired", "identity", i.cfg.Identity)
+		klog.FromContext(ctx).Info("Signing again: etcd renewed the election lease, so it never expired", "identity", i.cfg.Identity)
 		i.signalLease()
 		i.listeners.Notify()
 	}
@@ -125,7 +125,7 @@ func (i *Issuer) noteLeaseLapse() {
 		since := i.now().Sub(i.leaseRenewedAt)
 		ttl := i.leaseTTL
 		i.mu.RUnlock()
-		klog.InfoS("Not signing: the election lease may have expired (no keepalive answered in time); waiting for etcd to renew it or for the session to end",
+		i.log().Info("Not signing: the election lease may have expired (no keepalive answered in time); waiting for etcd to renew it or for the session to end",
 			"identity", i.cfg.Identity, "sinceLastRenewal", since.Round(time.Millisecond), "ttl", ttl)
 	}
 }
@@ -140,7 +140,7 @@ func (i *Issuer) renewLease(ctx context.Context, id clientv3.LeaseID, ttl time.D
 	if err != nil {
 		return fmt.Errorf("renewing the election lease: %w", err)
 	}
-	i.leaseRenewed(sent, time.Duration(resp.TTL)*time.Second)
+	i.leaseRenewed(ctx, sent, time.Duration(resp.TTL)*time.Second)
 	return nil
 }
 
@@ -164,11 +164,11 @@ func (i *Issuer) keepLease(ctx context.Context, id clientv3.LeaseID, ttl time.Du
 			return
 		case errors.Is(err, rpctypes.ErrLeaseNotFound):
 			i.setLeading(false, signer.Authorities{})
-			klog.InfoS("Lost leadership: etcd says the election lease has expired", "identity", i.cfg.Identity)
+			klog.FromContext(ctx).Info("Lost leadership: etcd says the election lease has expired", "identity", i.cfg.Identity)
 			lost()
 			return
 		case err != nil:
-			klog.V(2).InfoS("Renewing the election lease failed; retrying", "identity", i.cfg.Identity, "err", err)
+			klog.FromContext(ctx).V(2).Info("Renewing the election lease failed; retrying", "identity", i.cfg.Identity, "err", err)
 		}
 		t.Reset(max(interval-i.now().Sub(start), 0))
 	}

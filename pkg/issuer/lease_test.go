@@ -158,12 +158,12 @@ func TestSignOnlyWhileTheLeaseIsKnownValid(t *testing.T) {
 		t.Error("Leading after the lease could have expired")
 	}
 	// etcd answers a keepalive sent now: the lease never expired, and signing resumes.
-	i.leaseRenewed(clk.peek(), ttl)
+	i.leaseRenewed(context.Background(), clk.peek(), ttl)
 	if _, err := i.Sign(req); err != nil {
 		t.Fatalf("signing after a renewal: %v", err)
 	}
 	// A late answer to an older keepalive does not move the renewal time back.
-	i.leaseRenewed(clk.peek().Add(-time.Minute), ttl)
+	i.leaseRenewed(context.Background(), clk.peek().Add(-time.Minute), ttl)
 	if !i.leaseValid() {
 		t.Error("an older renewal moved the lease's known validity back")
 	}
@@ -230,7 +230,7 @@ func TestSignAsLeaderWaitsForARenewal(t *testing.T) {
 		i, clk := lapsed()
 		out := run(i, context.Background())
 		waitBlocked(t, i)
-		i.leaseRenewed(clk.peek(), ttl)
+		i.leaseRenewed(context.Background(), clk.peek(), ttl)
 		if o := <-out; o.err != nil || !o.led || o.res == nil {
 			t.Fatalf("after the renewal: %+v, want a certificate", o)
 		}

@@ -83,11 +83,11 @@ func (i *Issuer) newAuthorities(ctx context.Context) (signer.Authorities, *Recov
 		MaxCertificateDuration: i.cfg.MaxCertificateDuration, Now: now})
 	if rec != nil {
 		for _, k := range rec.Kept {
-			klog.InfoS("No CA record is stored: keeping a CA of certapi's found in what it had published as Retiring",
+			klog.FromContext(ctx).Info("No CA record is stored: keeping a CA of certapi's found in what it had published as Retiring",
 				"serialNumber", k.SerialNumber, "sources", k.Sources, "until", k.Until)
 		}
 		for _, s := range rec.Skipped {
-			klog.InfoS("No CA record is stored: not keeping a certificate found in what certapi had published",
+			klog.FromContext(ctx).Info("No CA record is stored: not keeping a certificate found in what certapi had published",
 				"serialNumber", s.SerialNumber, "sources", s.Sources, "reason", s.Reason)
 		}
 	}

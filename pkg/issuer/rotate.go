@@ -73,7 +73,7 @@ func (i *Issuer) Rotate(ctx context.Context, req RotationRequest) ([]signer.Rota
 		return nil, fmt.Errorf("persisting rotation step %s: %w", step, err)
 	}
 	i.adopt(ctx, stored, next, newRev, key, step == signer.StepPublishNext)
-	klog.InfoS("CA rotation step", "step", step, "active", signer.FormatSerialNumber(next.Active.Certificate.SerialNumber), "bundleSize", len(next.Certificates()))
+	klog.FromContext(ctx).Info("CA rotation step", "step", step, "active", signer.FormatSerialNumber(next.Active.Certificate.SerialNumber), "bundleSize", len(next.Certificates()))
 	return []signer.RotationStep{step}, nil
 }
 

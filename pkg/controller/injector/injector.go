@@ -117,6 +117,9 @@ type Options struct {
 	// writes against a writer that never stops; a shorter one, a quicker return once it has. Zero means
 	// DefaultConflictCooldown.
 	ConflictCooldown time.Duration
+	// Logger logs what the injector does outside a sync, when the Source's bundle changes; klog's own,
+	// named "injector", when unset.
+	Logger klog.Logger
 }
 
 // Injector injects the CA bundle. Make one with New for each leadership term; the term runs it. It is a
@@ -125,6 +128,7 @@ type Options struct {
 type Injector struct {
 	source   BundleSource
 	recorder events.EventRecorder
+	logger   klog.Logger
 	clock    clock.Clock
 	// changes tells the listeners (see AddListener).
 	changes controller.Listeners
@@ -167,6 +171,7 @@ func New(o Options) (*Injector, error) {
 	i := &Injector{
 		source:           o.Source,
 		recorder:         cc.Recorder(ReportingController),
+		logger:           o.Logger,
 		clock:            o.Clock,
 		kinds:            newKindClients(clientsets{kube: cc.Kube, ext: cc.APIExtensions, agg: cc.Aggregator}),
 		informers:        map[Kind]cache.SharedIndexInformer{},
@@ -209,7 +214,10 @@ func New(o Options) (*Injector, error) {
 	}
 	i.queue = controller.NewQueue(qo)
 	// Every target is queued by the initial lists; from then on a new bundle re-checks them all.
-	i.bundleChanged(klog.Background())
+	if i.logger.GetSink() == nil {
+		i.logger = klog.Background().WithName("injector")
+	}
+	i.bundleChanged(i.logger)
 	cc.Listen(o.Source, i.onBundle)
 	return i, nil
 }
@@ -249,9 +257,8 @@ func (i *Injector) InjectionSummary() certapiv1alpha1.InjectionSummary {
 
 // onBundle is the Source's listener: a new bundle re-checks every target.
 func (i *Injector) onBundle() {
-	logger := klog.Background().WithName("injector")
-	if i.bundleChanged(logger) {
-		logger.V(2).Info("The CA bundle changed; re-checking every target")
+	if i.bundleChanged(i.logger) {
+		i.logger.V(2).Info("The CA bundle changed; re-checking every target")
 		i.Trigger()
 	}
 }

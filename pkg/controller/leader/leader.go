@@ -114,7 +114,7 @@ func Run(ctx context.Context, c Config) error {
 	if err != nil {
 		return fmt.Errorf("building Secret delivery: %w", err)
 	}
-	inj, err := injector.New(injector.Options{Context: cc, Source: c.Issuer, Workers: c.InjectorWorkers})
+	inj, err := injector.New(injector.Options{Context: cc, Source: c.Issuer, Workers: c.InjectorWorkers, Logger: klog.FromContext(ctx).WithName("injector")})
 	if err != nil {
 		return fmt.Errorf("building caBundle injection: %w", err)
 	}

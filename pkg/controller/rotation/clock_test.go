@@ -1,6 +1,7 @@
 package rotation
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -32,7 +33,7 @@ func TestNoteClock(t *testing.T) {
 		{"a Rotate that went through ends it", nil, 0},
 		{"refused anew", behind, 1},
 	} {
-		c.noteClock(obj, tc.err)
+		c.noteClock(context.Background(), obj, tc.err)
 		var got []string
 		for len(rec.Events) > 0 {
 			got = append(got, <-rec.Events)

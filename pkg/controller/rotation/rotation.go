@@ -281,7 +281,7 @@ func (c *Controller) sync(ctx context.Context, _ string) (controller.Result, err
 		req.Reissued = p.Done()
 	}
 	steps, err := c.o.Authority.Rotate(ctx, req)
-	c.noteClock(obj, err)
+	c.noteClock(ctx, obj, err)
 	after, ok := c.o.Authority.State()
 	if ok && distrustPending(after) && (progress == nil || !after.Active.Certificate.Equal(before.Active.Certificate)) {
 		p := c.progress(ctx, after) // a distrust just started
@@ -292,10 +292,10 @@ func (c *Controller) sync(ctx context.Context, _ string) (controller.Result, err
 	}
 	if len(steps) > 0 && ok {
 		for _, s := range steps {
-			c.announce(obj, s, before, after, progress, policy)
+			c.announce(ctx, obj, s, before, after, progress, policy)
 		}
 		if slices.Contains(steps, signer.StepRetire) {
-			c.reportRetired(obj, before, after)
+			c.reportRetired(ctx, obj, before, after)
 		}
 		if c.o.BundleChanged != nil {
 			c.o.BundleChanged(ctx, after.Published())
@@ -316,7 +316,7 @@ func (c *Controller) sync(ctx context.Context, _ string) (controller.Result, err
 	})
 	c.distrusting.Store(distrustPending(after))
 	if distrustPending(after) {
-		c.reportUnmanaged(obj, after, progress)
+		c.reportUnmanaged(ctx, obj, after, progress)
 	}
 	recovery, recoveredNow := c.o.Authority.Recovery()
 	recovered := castatus.Recovered(recovery)
@@ -384,7 +384,7 @@ const ReasonRetiredWhileServed = "RetiredWhileServed"
 // certificate of a CA that a Retire step just removed from the bundle. Every certificate it signed has
 // expired by then, so kube-apiserver's calls to them failed already; the served check reports them as
 // Untrusted from now on.
-func (c *Controller) reportRetired(obj *certapiv1alpha1.CertificateAuthority, before, after signer.Authorities) {
+func (c *Controller) reportRetired(ctx context.Context, obj *certapiv1alpha1.CertificateAuthority, before, after signer.Authorities) {
 	if c.o.Served == nil {
 		return
 	}
@@ -411,7 +411,7 @@ func (c *Controller) reportRetired(obj *certapiv1alpha1.CertificateAuthority, be
 	if len(names) > maxNames {
 		msg += fmt.Sprintf(" and %d more", len(names)-maxNames)
 	}
-	klog.InfoS("WARNING: a retired CA is still served", "retired", serials, "endpoints", len(eps))
+	klog.FromContext(ctx).Info("WARNING: a retired CA is still served", "retired", serials, "endpoints", len(eps))
 	c.recorder.Eventf(controller.RegardingCA(obj), nil, corev1.EventTypeWarning, ReasonRetiredWhileServed, "RotateCA", "%s", truncate(msg))
 }
 
@@ -450,7 +450,7 @@ const ReasonClockBehind = "ClockBehind"
 
 // noteClock makes a rotation refused for the clock loud, once per episode: a log line, a Warning Event
 // and the steps metric. The refusal itself is retried with the queue's backoff until the clock is right.
-func (c *Controller) noteClock(obj *certapiv1alpha1.CertificateAuthority, err error) {
+func (c *Controller) noteClock(ctx context.Context, obj *certapiv1alpha1.CertificateAuthority, err error) {
 	if !errors.Is(err, signer.ErrClockBehind) {
 		if err == nil {
 			c.clockBehind = false
@@ -462,13 +462,13 @@ func (c *Controller) noteClock(obj *certapiv1alpha1.CertificateAuthority, err er
 	}
 	c.clockBehind = true
 	metrics.RotationSteps.WithLabelValues(ReasonClockBehind).Inc()
-	klog.InfoS("WARNING: CA rotation refused: the clock is behind the CA record; fix the clock (NTP)", "err", err)
+	klog.FromContext(ctx).Info("WARNING: CA rotation refused: the clock is behind the CA record; fix the clock (NTP)", "err", err)
 	c.recorder.Eventf(controller.RegardingCA(obj), nil, corev1.EventTypeWarning, ReasonClockBehind, "RotateCA", "%s", truncate(err.Error()))
 }
 
 // reportUnmanaged records a Warning Event naming the labelled Secrets a pending distrust does not wait
 // for, once for each distinct report.
-func (c *Controller) reportUnmanaged(obj *certapiv1alpha1.CertificateAuthority, after signer.Authorities, p *DistrustProgress) {
+func (c *Controller) reportUnmanaged(ctx context.Context, obj *certapiv1alpha1.CertificateAuthority, after signer.Authorities, p *DistrustProgress) {
 	if p == nil || !p.Known || p.UnmanagedSecrets.Count == 0 {
 		return
 	}
@@ -481,7 +481,7 @@ func (c *Controller) reportUnmanaged(obj *certapiv1alpha1.CertificateAuthority, 
 		return
 	}
 	c.lastUnmanaged = msg
-	klog.InfoS("WARNING: a distrust does not wait for Secrets certapi will not re-issue", "distrust", after.Distrust,
+	klog.FromContext(ctx).Info("WARNING: a distrust does not wait for Secrets certapi will not re-issue", "distrust", after.Distrust,
 		"count", p.UnmanagedSecrets.Count, "secrets", p.UnmanagedSecrets.Names)
 	c.recorder.Eventf(controller.RegardingCA(obj), nil, corev1.EventTypeWarning, ReasonDistrustUnmanagedSecrets, "DistrustCA", "%s", truncate(msg))
 }
@@ -523,7 +523,7 @@ func distrustPending(a signer.Authorities) bool {
 
 // announce makes each step visible: log, Event, metric. A forced switch, a distrust and its deadline are
 // loud on purpose.
-func (c *Controller) announce(obj *certapiv1alpha1.CertificateAuthority, s signer.RotationStep, before, after signer.Authorities,
+func (c *Controller) announce(ctx context.Context, obj *certapiv1alpha1.CertificateAuthority, s signer.RotationStep, before, after signer.Authorities,
 	progress *DistrustProgress, policy signer.RotationPolicy) {
 	active := signer.FormatSerialNumber(after.Active.Certificate.SerialNumber)
 	var msg, eventType = "", corev1.EventTypeNormal
@@ -588,9 +588,9 @@ func (c *Controller) announce(obj *certapiv1alpha1.CertificateAuthority, s signe
 	}
 	metrics.RotationSteps.WithLabelValues(string(s)).Inc()
 	if eventType == corev1.EventTypeWarning {
-		klog.InfoS("WARNING: CA rotation step", "step", s, "message", msg)
+		klog.FromContext(ctx).Info("WARNING: CA rotation step", "step", s, "message", msg)
 	} else {
-		klog.InfoS("CA rotation step", "step", s, "message", msg)
+		klog.FromContext(ctx).Info("CA rotation step", "step", s, "message", msg)
 	}
 	c.recorder.Eventf(controller.RegardingCA(obj), nil, eventType, string(s), "RotateCA", "%s", truncate(msg))
 }
