@@ -151,14 +151,19 @@ func (o *Options) defaults() {
 		o.HealthyAfter = 30 * time.Second
 	}
 	if o.Backoff == nil {
-		o.Backoff = func(n int) time.Duration {
-			d := 500 * time.Millisecond
-			for i := 1; i < n && d < 30*time.Second; i++ {
-				d *= 2
-			}
-			return min(d, 30*time.Second)
-		}
+		o.Backoff = func(n int) time.Duration { return Doubling(500*time.Millisecond, 30*time.Second, n) }
 	}
+}
+
+// Doubling is an exponential backoff as a function of the failures in a row: the wait after the n-th
+// (n >= 1) is initial doubled n-1 times, at most most. The loops that follow the CA and renew
+// certificates take their waits from it, on the clock they are given (a fake one in tests).
+func Doubling(initial, most time.Duration, n int) time.Duration {
+	d := initial
+	for i := 1; i < n && d < most; i++ {
+		d *= 2
+	}
+	return min(d, most)
 }
 
 // sleep waits d on clk; false when ctx ended first.

@@ -133,3 +133,16 @@ func TestFollowEndsWithItsContext(t *testing.T) {
 		t.Fatalf("Follow = %v; want context.Canceled", err)
 	}
 }
+
+func TestDoubling(t *testing.T) {
+	for _, tc := range []struct {
+		n    int
+		want time.Duration
+	}{
+		{0, time.Second}, {1, time.Second}, {2, 2 * time.Second}, {3, 4 * time.Second}, {5, 10 * time.Second}, {1 << 20, 10 * time.Second},
+	} {
+		if got := Doubling(time.Second, 10*time.Second, tc.n); got != tc.want {
+			t.Errorf("Doubling(1s, 10s, %d) = %v; want %v", tc.n, got, tc.want)
+		}
+	}
+}

@@ -25,11 +25,7 @@ func (s *Source) runCAWatch(ctx context.Context, out chan certapiv1alpha1.Certif
 				s.log.Info("Not allowed to watch CertificateAuthority/default: the certificate is still renewed at its renewalTime, but not re-issued early when the Active CA changes",
 					"err", err.Error(), "hint", "grant watch on certificateauthorities with resourceNames [default], or set Options.DisableCAWatch")
 			}
-			wait := s.maxBackoff
-			for i := 1; i < refusals && wait < s.caRetryInterval; i++ {
-				wait *= 2
-			}
-			return min(wait, s.caRetryInterval)
+			return cawatch.Doubling(s.maxBackoff, s.caRetryInterval, refusals)
 		},
 		Allowed: func() {
 			s.log.Info("Watching CertificateAuthority/default now: the certificate is re-issued when the Active CA changes")

@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	certapiv1alpha1 "github.com/certapi/certapi/pkg/apis/certapi/v1alpha1"
+	"github.com/certapi/certapi/pkg/cawatch"
 	"github.com/certapi/certapi/pkg/signer"
 )
 
@@ -182,11 +183,7 @@ func (s *Source) renewAt(now, renewalTime time.Time) time.Time {
 // backoff is the delay after the n-th failure in a row: InitialBackoff doubled n-1 times, capped at
 // MaxBackoff, drawn at random from the upper half of that.
 func (s *Source) backoff(n int) time.Duration {
-	d := s.initialBackoff
-	for i := 1; i < n && d < s.maxBackoff; i++ {
-		d *= 2
-	}
-	d = min(d, s.maxBackoff)
+	d := cawatch.Doubling(s.initialBackoff, s.maxBackoff, n)
 	return d/2 + time.Duration(s.random()*float64(d-d/2))
 }
 
