@@ -198,7 +198,7 @@ func untrustedMessage(leaf *x509.Certificate, issuerSerial string, expected []st
 	case len(leaf.AuthorityKeyId) > 0:
 		fmt.Fprintf(&b, " (CA subject key id %s)", hex.EncodeToString(leaf.AuthorityKeyId))
 	}
-	fmt.Fprintf(&b, ", which the object's caBundle (CAs %s) does not verify", strings.Join(expected, ", "))
+	fmt.Fprintf(&b, " and valid until %s, which the object's caBundle (CAs %s) does not verify", leaf.NotAfter.UTC().Format(time.RFC3339), strings.Join(expected, ", "))
 	var unknown x509.UnknownAuthorityError
 	if !errors.As(err, &unknown) {
 		fmt.Fprintf(&b, ": %v", err)

@@ -3,10 +3,14 @@ package testhelpers
 import (
 	"context"
 	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/pem"
 	"fmt"
 	"io"
+	"math/big"
 	"net"
 	"strconv"
 	"strings"
@@ -169,6 +173,21 @@ func CertFromCA(t testing.TB, ca *signer.CA, ns, svc string) tls.Certificate {
 		t.Fatalf("signing a certificate for %s/%s: %v", ns, svc, err)
 	}
 	return tls.Certificate{Certificate: [][]byte{leaf.Certificate.Raw}, PrivateKey: key}
+}
+
+// CertFromCAValid signs, with ca, a certificate for Service svc of ns valid from notBefore to notAfter:
+// one already expired, or close to its end, for the served check's time states.
+func CertFromCAValid(t testing.TB, ca *signer.CA, ns, svc string, notBefore, notAfter time.Time) tls.Certificate {
+	t.Helper()
+	key := signertest.ECKey(t, elliptic.P256())
+	name := svc + "." + ns + ".svc"
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: name}, DNSNames: []string{name},
+		NotBefore: notBefore, NotAfter: notAfter, KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Certificate, key.Public(), ca.Key)
+	if err != nil {
+		t.Fatalf("signing a certificate for %s/%s: %v", ns, svc, err)
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
 }
 
 // SelectorlessBackend returns Service svc (no selector, port 443 named https) and an EndpointSlice for
