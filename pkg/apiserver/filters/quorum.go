@@ -42,7 +42,10 @@ var errQuorumLost = errors.New("the etcd cluster lost its quorum")
 // Status saying what the member sees, while this replica's etcd member has known no leader for
 // etcdcluster.NoLeaderGrace: no call waits out etcd's timeouts for an answer that cannot come. A call
 // already in flight when the quorum is held lost (it arrived within the grace, or just before) is
-// cancelled then and answered the same way, unless it has answered already. Watches are left alone: the
+// cancelled then, unless it has answered already: a read, or a certificate asked of servingcerts, is
+// answered the same way; a write is answered 504 without Retry-After (inFlightWriteError), because its
+// proposal may already be with the etcd leader and be applied later, even after a write that follows it,
+// and client-go sends a request again by itself when it has a Retry-After. Watches are left alone: the
 // watch cache serves them without etcd. Discovery, /version, /openapi, /metrics and the health checks
 // are answered as always (they need no etcd), so kube-apiserver keeps certapi's APIService Available.
 // It sits inside the handler chain, after authentication and authorization, where the request's info is
@@ -57,13 +60,18 @@ func retryWithoutQuorum(next http.Handler, q QuorumSource, s runtime.NegotiatedS
 			next.ServeHTTP(w, r)
 			return
 		}
+		gv := schema.GroupVersion{Group: info.APIGroup, Version: info.APIVersion}
 		refuse := func() {
 			w.Header().Set("Retry-After", strconv.Itoa(QuorumRetryAfterSeconds))
-			responsewriters.ErrorNegotiated(noQuorumError(q.QuorumState(), info), s, schema.GroupVersion{Group: info.APIGroup, Version: info.APIVersion}, w, r)
+			responsewriters.ErrorNegotiated(noQuorumError(q.QuorumState(), info), s, gv, w, r)
 		}
 		if q.QuorumLost() {
 			refuse()
 			return
+		}
+		cancelled := refuse
+		if !retrySafe(info) {
+			cancelled = func() { responsewriters.ErrorNegotiated(inFlightWriteError(q.QuorumState(), info), s, gv, w, r) }
 		}
 		if info.Verb == "watch" {
 			next.ServeHTTP(w, r)
@@ -73,10 +81,10 @@ func retryWithoutQuorum(next http.Handler, q QuorumSource, s runtime.NegotiatedS
 		defer cancel(nil)
 		stop := context.AfterFunc(q.QuorumLostContext(), func() { cancel(errQuorumLost) })
 		defer stop()
-		qw := &quorumWriter{ResponseWriter: w, ctx: ctx, refuse: refuse}
+		qw := &quorumWriter{ResponseWriter: w, ctx: ctx, refuse: cancelled}
 		next.ServeHTTP(responsewriter.WrapForHTTP1Or2(qw), r.WithContext(ctx))
 		if !qw.wroteHeader && errors.Is(context.Cause(ctx), errQuorumLost) {
-			refuse()
+			cancelled()
 		}
 	})
 }
@@ -118,6 +126,33 @@ func (w *quorumWriter) Write(b []byte) (int, error) {
 		return len(b), nil
 	}
 	return w.ResponseWriter.Write(b)
+}
+
+// retrySafe reports whether a request cancelled in flight may be sent again as it is: a read, which
+// changes nothing, or a certificate asked of servingcerts, which stores nothing a second one could
+// contradict. Any other write may have reached the etcd leader.
+func retrySafe(info *request.RequestInfo) bool {
+	switch info.Verb {
+	case "get", "list", "watch":
+		return true
+	}
+	return info.Verb == "create" && info.Subresource == "servingcerts"
+}
+
+// inFlightWriteError is the answer of a write cancelled in flight when the quorum was lost: 504, whose
+// outcome is unknown, with no Retry-After, so that no client sends it again unread. A create that
+// client-go sent again after a 503 and that succeeded the second time could otherwise be applied twice:
+// its first proposal reaching the etcd leader once the network heals, after a delete that followed it,
+// and bringing the object back (the checker of docs/high-availability.md found it so).
+func inFlightWriteError(q etcdcluster.QuorumState, info *request.RequestInfo) *apierrors.StatusError {
+	return &apierrors.StatusError{ErrStatus: metav1.Status{
+		Status: metav1.StatusFailure,
+		Code:   http.StatusGatewayTimeout,
+		Reason: metav1.StatusReasonTimeout,
+		Message: fmt.Sprintf("certapi's etcd cluster lost its quorum while this %s was in flight: %s; it may or may not have been applied, and may still be: read the object before you write it again",
+			info.Verb, q),
+		Details: &metav1.StatusDetails{Group: info.APIGroup, Kind: info.Resource, Name: info.Name},
+	}}
 }
 
 // noQuorumError is the 503 of a call answered without a quorum.

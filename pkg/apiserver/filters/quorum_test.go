@@ -23,39 +23,47 @@ func requestInfo(h http.Handler) http.Handler {
 	return genericapifilters.WithRequestInfo(h, &request.RequestInfoFactory{APIPrefixes: sets.NewString("api", "apis"), GrouplessAPIPrefixes: sets.NewString("api")})
 }
 
-// TestRetryWithoutQuorumInFlight: a call in flight when the quorum is lost is answered the 503 as soon
-// as it is, in place of the error its storage gives; an answer already given, an answer that is no
-// server error, and a watch are left alone.
+// TestRetryWithoutQuorumInFlight: a call in flight when the quorum is lost is answered as soon as it is,
+// in place of the error its storage gives: a read, or a certificate of servingcerts, the 503 with
+// Retry-After; a write 504 without (it may yet be applied, so nothing may send it again unread). An
+// answer already given, an answer that is no server error, and a watch are left alone.
 func TestRetryWithoutQuorumInFlight(t *testing.T) {
 	const get = "/apis/certapi.dev/v1alpha1/certificateauthorities/default"
+	const scrs = "/apis/certapi.dev/v1alpha1/namespaces/ns/servingcertrequests"
+	waitOnEtcd := func(w http.ResponseWriter, r *http.Request, started chan<- struct{}) {
+		close(started)
+		<-r.Context().Done() // as the storage does
+		responsewriters.InternalError(w, r, r.Context().Err())
+	}
 	cases := []struct {
 		name      string
+		method    string
 		path      string
 		handler   func(w http.ResponseWriter, r *http.Request, started chan<- struct{})
 		wantCode  int
 		wantRetry string
 	}{
-		{"waiting on etcd: 503 once the quorum is lost", get, func(w http.ResponseWriter, r *http.Request, started chan<- struct{}) {
+		{"waiting on etcd: 503 once the quorum is lost", "", get, func(w http.ResponseWriter, r *http.Request, started chan<- struct{}) {
 			close(started)
 			<-r.Context().Done() // as the storage does
 			responsewriters.InternalError(w, r, r.Context().Err())
 		}, http.StatusServiceUnavailable, "3"},
-		{"returns without writing: 503", get, func(_ http.ResponseWriter, r *http.Request, started chan<- struct{}) {
+		{"returns without writing: 503", "", get, func(_ http.ResponseWriter, r *http.Request, started chan<- struct{}) {
 			close(started)
 			<-r.Context().Done()
 		}, http.StatusServiceUnavailable, "3"},
-		{"answered before: kept", get, func(w http.ResponseWriter, r *http.Request, started chan<- struct{}) {
+		{"answered before: kept", "", get, func(w http.ResponseWriter, r *http.Request, started chan<- struct{}) {
 			w.WriteHeader(http.StatusOK)
 			close(started)
 			<-r.Context().Done()
 			_, _ = w.Write([]byte("{}"))
 		}, http.StatusOK, ""},
-		{"not a server error: kept", get, func(w http.ResponseWriter, r *http.Request, started chan<- struct{}) {
+		{"not a server error: kept", "", get, func(w http.ResponseWriter, r *http.Request, started chan<- struct{}) {
 			close(started)
 			<-r.Context().Done()
 			w.WriteHeader(http.StatusNotFound)
 		}, http.StatusNotFound, ""},
-		{"a watch is not cancelled", "/apis/certapi.dev/v1alpha1/servingcertrequests?watch=true", func(w http.ResponseWriter, r *http.Request, started chan<- struct{}) {
+		{"a watch is not cancelled", "", "/apis/certapi.dev/v1alpha1/servingcertrequests?watch=true", func(w http.ResponseWriter, r *http.Request, started chan<- struct{}) {
 			close(started)
 			select {
 			case <-r.Context().Done():
@@ -65,6 +73,19 @@ func TestRetryWithoutQuorumInFlight(t *testing.T) {
 			}
 		}, http.StatusOK, ""},
 	}
+	cases = append(cases, []struct {
+		name      string
+		method    string
+		path      string
+		handler   func(w http.ResponseWriter, r *http.Request, started chan<- struct{})
+		wantCode  int
+		wantRetry string
+	}{
+		{"a create waiting on etcd: 504, no Retry-After", http.MethodPost, scrs, waitOnEtcd, http.StatusGatewayTimeout, ""},
+		{"a delete waiting on etcd: 504, no Retry-After", http.MethodDelete, scrs + "/a", waitOnEtcd, http.StatusGatewayTimeout, ""},
+		{"a status update waiting on etcd: 504, no Retry-After", http.MethodPut, scrs + "/a/status", waitOnEtcd, http.StatusGatewayTimeout, ""},
+		{"a certificate asked of servingcerts: 503 with Retry-After", http.MethodPost, scrs + "/a/servingcerts", waitOnEtcd, http.StatusServiceUnavailable, "3"},
+	}...)
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			lost, loseQuorum := context.WithCancel(context.Background())
@@ -76,7 +97,11 @@ func TestRetryWithoutQuorumInFlight(t *testing.T) {
 			done := make(chan struct{})
 			go func() {
 				defer close(done)
-				h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, tc.path, nil))
+				method := tc.method
+				if method == "" {
+					method = http.MethodGet
+				}
+				h.ServeHTTP(rec, httptest.NewRequest(method, tc.path, nil))
 			}()
 			<-started
 			fq.State = etcdcluster.QuorumState{Lost: true, Voters: 3, Reached: 1}
@@ -87,6 +112,9 @@ func TestRetryWithoutQuorumInFlight(t *testing.T) {
 			}
 			if tc.wantCode == http.StatusServiceUnavailable && (!strings.Contains(rec.Body.String(), "no quorum") || strings.Count(rec.Body.String(), `"kind":"Status"`) != 1) {
 				t.Errorf("the body is not the one Status about the quorum: %s", rec.Body)
+			}
+			if tc.wantCode == http.StatusGatewayTimeout && (!strings.Contains(rec.Body.String(), "may or may not have been applied") || strings.Count(rec.Body.String(), `"kind":"Status"`) != 1) {
+				t.Errorf("the body is not the one Status about a write whose outcome is unknown: %s", rec.Body)
 			}
 		})
 	}
