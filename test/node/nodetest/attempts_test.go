@@ -53,3 +53,29 @@ func TestAttemptsRecordClientGoRetries(t *testing.T) {
 		t.Errorf("a call without its context recorded: %v", got)
 	}
 }
+
+// TestServedBy: each attempt's audit ID is looked up in the replicas' logs (k8s.io/apiserver's httplog
+// lines at --v=3), and one no log names is a question mark.
+func TestServedBy(t *testing.T) {
+	line := func(id string) string {
+		return `I1207 23:23:45.485 1 httplog.go:134] "HTTP" verb="CREATE" URI="/apis/certapi.dev/v1alpha1/namespaces/ns/servingcertrequests" latency="1ms" audit-ID="` + id + `" srcIP="10.0.0.1:1234" resp=503` + "\n"
+	}
+	index := auditIDs(map[string]string{
+		"certapi-0":            line("a") + line("b"),
+		"certapi-1":            line("b"),
+		"certapi-1 (previous)": line("c") + line("c"),
+	})
+	for _, tc := range []struct {
+		attempts []Attempt
+		want     string
+	}{
+		{[]Attempt{{AuditID: "a"}, {AuditID: "b"}}, " served by certapi-0, certapi-0+certapi-1"},
+		{[]Attempt{{AuditID: "c"}, {AuditID: "d"}}, " served by certapi-1 (previous), ?"},
+		{[]Attempt{{Status: 0}}, ""},
+		{nil, ""},
+	} {
+		if got := servedBy(index, tc.attempts); got != tc.want {
+			t.Errorf("servedBy(%v) = %q; want %q", tc.attempts, got, tc.want)
+		}
+	}
+}

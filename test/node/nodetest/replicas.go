@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/x509"
 	"fmt"
+	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -41,6 +43,10 @@ func (w *Workload) Check(t *testing.T, cp *framework.ControlPlane, history []Op,
 	for _, v := range broken {
 		t.Errorf("%s%s", label, v)
 	}
+	var index map[string][]string
+	if len(broken) > 0 {
+		index = auditIDs(logs)
+	}
 	seen := map[string]bool{}
 	for _, v := range broken {
 		if seen[v.Name] {
@@ -50,10 +56,10 @@ func (w *Workload) Check(t *testing.T, cp *framework.ControlPlane, history []Op,
 		var lines []string
 		for _, o := range history {
 			if o.Name == v.Name {
-				lines = append(lines, "  "+o.String()+servedBy(logs, o.Attempts))
+				lines = append(lines, "  "+o.String()+servedBy(index, o.Attempts))
 			}
 		}
-		lines = append(lines, "  the list at the end: "+describeAttempts(listed)+servedBy(logs, listed))
+		lines = append(lines, "  the list at the end: "+describeAttempts(listed)+servedBy(index, listed))
 		t.Logf("%sthe history of %s:\n%s", label, v.Name, strings.Join(lines, "\n"))
 		t.Logf("%swhat each replica reads of %s now:\n%s", label, v.Name, strings.Join(w.replicaReads(t, cp, certapiNS, selector, v.Name), "\n"))
 	}
@@ -89,21 +95,35 @@ func replicaLogs(t *testing.T, cp *framework.ControlPlane, certapiNS, selector s
 	return logs
 }
 
-// servedBy names, for each attempt with an audit ID, the containers whose log holds it (certapi logs
-// each request with its audit ID at --v=3): " served by certapi-1, certapi-0, ?" in the attempts' order.
-func servedBy(logs map[string]string, attempts []Attempt) string {
+// auditIDs maps the audit ID of every request a replica's log names (certapi logs each request at
+// --v=3, as k8s.io/apiserver's httplog: audit-ID="...") to the containers whose log holds it: each log
+// is read once.
+func auditIDs(logs map[string]string) map[string][]string {
+	index := map[string][]string{}
+	for name, out := range logs {
+		for _, m := range auditIDField.FindAllStringSubmatch(out, -1) {
+			if ids := index[m[1]]; len(ids) == 0 || ids[len(ids)-1] != name {
+				index[m[1]] = append(ids, name)
+			}
+		}
+	}
+	for _, names := range index {
+		sort.Strings(names)
+	}
+	return index
+}
+
+var auditIDField = regexp.MustCompile(`audit-ID="([^"]+)"`)
+
+// servedBy names, for each attempt with an audit ID, the containers whose log holds it (index, auditIDs):
+// " served by certapi-1, certapi-0, ?" in the attempts' order.
+func servedBy(index map[string][]string, attempts []Attempt) string {
 	var by []string
 	for _, a := range attempts {
 		if a.AuditID == "" {
 			continue
 		}
-		var containers []string
-		for name, out := range logs {
-			if strings.Contains(out, a.AuditID) {
-				containers = append(containers, name)
-			}
-		}
-		sort.Strings(containers)
+		containers := slices.Compact(slices.Clone(index[a.AuditID]))
 		if len(containers) == 0 {
 			containers = []string{"?"}
 		}
