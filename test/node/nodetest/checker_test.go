@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -192,15 +193,20 @@ func TestParseSignatures(t *testing.T) {
 	var log bytes.Buffer
 	logger := textlogger.NewLogger(textlogger.NewConfig(textlogger.Output(&log)))
 	at := time.Date(2026, 12, 7, 20, 4, 54, 18473000, time.UTC)
-	logger.Info(issuer.SignedLog, "identity", "certapi-1", "term", int64(4107), "serialNumber", "af9fda40b1", "leaseValidAt", at.Format(time.RFC3339Nano))
+	// As the issuer logs it, and as a logger without a name would.
+	logger.WithName("issuer").V(0).Info(issuer.SignedLog, "identity", "certapi-1", "term", int64(4107), "serialNumber", "af9fda40b1", "leaseValidAt", at.Format(time.RFC3339Nano))
+	logger.Info(issuer.SignedLog, "identity", "certapi-2", "term", int64(4108), "serialNumber", "af9fda40b2", "leaseValidAt", at.Format(time.RFC3339Nano))
 	log.WriteString(`I1207 20:04:54.018473       1 election.go:132] "Leading: signing with the Active CA" identity="certapi-1"` + "\n")
 	got, err := ParseSignatures(log.String())
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []Signature{{Replica: "certapi-1", Term: 4107, Serial: "af9fda40b1", At: at}}
-	if len(got) != 1 || got[0] != want[0] {
+	want := []Signature{{Replica: "certapi-1", Term: 4107, Serial: "af9fda40b1", At: at}, {Replica: "certapi-2", Term: 4108, Serial: "af9fda40b2", At: at}}
+	if !slices.Equal(got, want) {
 		t.Fatalf("ParseSignatures of\n%s= %+v; want %+v", log.String(), got, want)
+	}
+	if _, err := ParseSignatures(`"` + issuer.SignedLog + `" identity="certapi-1" term=1` + "\n"); err == nil {
+		t.Error("a signature line without its serial number parsed")
 	}
 }
 

@@ -25,23 +25,39 @@ type Signature struct {
 	At time.Time
 }
 
-// signedLine matches issuer.SignedLog's line in klog's text format.
-var signedLine = regexp.MustCompile(`"` + regexp.QuoteMeta(issuer.SignedLog) +
-	`" identity="([^"]*)" term=(\d+) serialNumber="([0-9a-f]+)" leaseValidAt="([^"]+)"`)
+// signedLine matches issuer.SignedLog's line in klog's text format; signedField its values, in whatever
+// order and among whatever else the line holds (the logger's name, say).
+var (
+	signedLine  = regexp.MustCompile(`"` + regexp.QuoteMeta(issuer.SignedLog) + `"[^\n]*`)
+	signedField = map[string]*regexp.Regexp{
+		"identity":     regexp.MustCompile(` identity="([^"]*)"`),
+		"term":         regexp.MustCompile(` term=(\d+)`),
+		"serialNumber": regexp.MustCompile(` serialNumber="([0-9a-f]+)"`),
+		"leaseValidAt": regexp.MustCompile(` leaseValidAt="([^"]+)"`),
+	}
+)
 
 // ParseSignatures returns the signatures of a replica's log (issuer.SignedLog lines, from --v=3).
 func ParseSignatures(log string) ([]Signature, error) {
 	var out []Signature
-	for _, m := range signedLine.FindAllStringSubmatch(log, -1) {
-		term, err := strconv.ParseInt(m[2], 10, 64)
-		if err != nil {
-			return nil, fmt.Errorf("the term of %q: %w", m[0], err)
+	for _, line := range signedLine.FindAllString(log, -1) {
+		v := map[string]string{}
+		for key, re := range signedField {
+			m := re.FindStringSubmatch(line)
+			if m == nil {
+				return nil, fmt.Errorf("%q has no %s", line, key)
+			}
+			v[key] = m[1]
 		}
-		at, err := time.Parse(time.RFC3339Nano, m[4])
+		term, err := strconv.ParseInt(v["term"], 10, 64)
 		if err != nil {
-			return nil, fmt.Errorf("the time of %q: %w", m[0], err)
+			return nil, fmt.Errorf("the term of %q: %w", line, err)
 		}
-		out = append(out, Signature{Replica: m[1], Term: term, Serial: m[3], At: at})
+		at, err := time.Parse(time.RFC3339Nano, v["leaseValidAt"])
+		if err != nil {
+			return nil, fmt.Errorf("the time of %q: %w", line, err)
+		}
+		out = append(out, Signature{Replica: v["identity"], Term: term, Serial: v["serialNumber"], At: at})
 	}
 	return out, nil
 }
