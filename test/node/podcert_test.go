@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -76,8 +77,16 @@ func TestPodCertificates(t *testing.T) {
 	}
 	q := url.Values{"url": {"https://web.pod-certificates.svc/healthz"}, "ca": {"/var/run/trust/ca.crt"}}
 	get := fmt.Sprintf("http://%s:8080/get?%s", client.Items[0].Status.PodIP, q.Encode())
-	body, code, err := framework.HTTPGet(ctx, http.DefaultClient, get)
-	if err != nil || code != http.StatusOK || body != "200\nok\n" {
-		t.Errorf("the client pod's GET of https://web.pod-certificates.svc/healthz, trusting its clusterTrustBundle volume: HTTP %d %q, %v; want 200 ok", code, body, err)
-	}
+	// The Service's address answers once kube-proxy has programmed its new endpoints, a moment after the
+	// pods are Ready ("no route to host" until then); a certificate the client does not trust fails at once.
+	waitFor(t, time.Minute, "the client pod's GET of https://web.pod-certificates.svc/healthz, trusting its clusterTrustBundle volume, to answer 200 ok", func(ctx context.Context) (bool, string) {
+		body, code, err := framework.HTTPGet(ctx, http.DefaultClient, get)
+		if err == nil && code == http.StatusOK && body == "200\nok\n" {
+			return true, ""
+		}
+		if strings.Contains(body, "x509") || strings.Contains(body, "tls:") {
+			t.Fatalf("the client pod's GET of https://web.pod-certificates.svc/healthz, trusting its clusterTrustBundle volume: HTTP %d %q; want 200 ok", code, body)
+		}
+		return false, fmt.Sprintf("HTTP %d %q, %v", code, body, err)
+	})
 }
